@@ -1,0 +1,1 @@
+"""The OSU-style benchmark harness: options, timing, records and the OSU text table."""

@@ -1,0 +1,163 @@
+"""The bench subcommand's options (OSU's names) parsed once into a BenchConfig."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.runtime import DEFAULT_THREAD_LEVEL, THREAD_LEVELS
+from osu_dl_bench.units import parse_size
+
+COLLECTIVES = ("allreduce", "bcast", "reduce", "allgather", "reduce_scatter", "alltoall",
+               "gather", "scatter", "barrier")
+POINT_TO_POINT = ("latency", "bw", "bibw")
+BENCHMARKS = COLLECTIVES + POINT_TO_POINT
+# OSU's defaults (c/util/osu_util.h): iterations and warm-up up to 8 KiB, then above it.
+LARGE_MESSAGE_SIZE = 8192
+DEFAULT_ITERATIONS = {"small": 1000, "large": 100}
+DEFAULT_WARMUP = {"small": 100, "large": 10}
+# OSU's pt2pt defaults differ: latency runs more, bandwidth tests fewer windows.
+P2P_ITERATIONS = {"latency": (10000, 1000), "bw": (100, 20), "bibw": (100, 20)}
+P2P_WARMUP = {"latency": (1000, 100), "bw": (10, 2), "bibw": (10, 2)}
+BW_WINDOW = 64
+
+
+@dataclass(frozen=True)
+class RootPolicy:
+    """-k: a fixed root, or one that rotates every iteration."""
+
+    rotate: bool
+    fixed: int = 0
+
+    def root_at(self, iteration: int, nprocs: int) -> int:
+        """The root of a given iteration."""
+        return iteration % nprocs if self.rotate else self.fixed
+
+    def __str__(self) -> str:
+        return "rotate" if self.rotate else f"fixed:{self.fixed}"
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """Every option of one bench run."""
+
+    benchmark: str
+    min_size: int
+    max_size: int
+    iterations: int | None
+    warmup: int | None
+    full: bool
+    validate: bool
+    in_place: bool
+    dtype: str
+    op: str
+    root: RootPolicy
+    percentiles: bool
+    device: str
+    algorithms: str
+    output: str | None
+    thread_level: str
+    ranks_per_node: int | None
+
+    @property
+    def is_point_to_point(self) -> bool:
+        """latency, bw and bibw run between two ranks, not as a collective."""
+        return self.benchmark in POINT_TO_POINT
+
+    def sizes(self) -> list[int]:
+        """Message sizes: MIN, 2 MIN, ... up to MAX (OSU's doubling loop)."""
+        sizes, size = [], self.min_size
+        while size <= self.max_size:
+            sizes.append(size)
+            size = size * 2 if size else 1
+        return sizes
+
+    def iterations_for(self, size: int) -> tuple[int, int]:
+        """(timed iterations, warm-up iterations) at a message size."""
+        large = size > LARGE_MESSAGE_SIZE
+        if self.is_point_to_point:
+            default_iters = P2P_ITERATIONS[self.benchmark][large]
+            default_warm = P2P_WARMUP[self.benchmark][large]
+        else:
+            default_iters = DEFAULT_ITERATIONS["large" if large else "small"]
+            default_warm = DEFAULT_WARMUP["large" if large else "small"]
+        iters = self.iterations if self.iterations is not None else default_iters
+        warm = self.warmup if self.warmup is not None else default_warm
+        return iters, warm
+
+
+def parse_size_range(text: str, default_min: int) -> tuple[int, int]:
+    """-m [MIN:]MAX -> (MIN, MAX) in bytes."""
+    lo_text, sep, hi_text = text.rpartition(":")
+    lo = parse_size(lo_text) if sep and lo_text else default_min
+    hi = parse_size(hi_text)
+    if lo > hi:
+        raise UsageError(f"-m {text}: minimum size {lo} is larger than maximum size {hi}")
+    return lo, hi
+
+
+def parse_root(text: str) -> RootPolicy:
+    """-k fixed:N | rotate."""
+    if text == "rotate":
+        return RootPolicy(rotate=True)
+    kind, _, value = text.partition(":")
+    if kind == "fixed" and value.isdigit():
+        return RootPolicy(rotate=False, fixed=int(value))
+    raise UsageError(f"-k {text}: expected fixed:N (N >= 0) or rotate")
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
+
+
+def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the bench options on a (sub)parser."""
+    parser.add_argument("benchmark", choices=BENCHMARKS, help="collective or point-to-point test")
+    parser.add_argument("-m", "--message-size", default=None, metavar="[MIN:]MAX",
+                        help="message sizes in bytes, K/M/G suffixes (default 1:1M; "
+                             "latency/bw/bibw 0:4M)")
+    parser.add_argument("-i", "--iterations", type=_non_negative, default=None,
+                        help="timed iterations (default 1000 up to 8K, then 100)")
+    parser.add_argument("-x", "--warmup", type=_non_negative, default=None,
+                        help="warm-up iterations (default 100 up to 8K, then 10)")
+    parser.add_argument("-f", "--full", action="store_true", help="min, max and iterations")
+    parser.add_argument("-c", "--validation", action="store_true",
+                        help="check every element of every size against the expected result")
+    parser.add_argument("-l", "--in-place", action="store_true", help="use MPI_IN_PLACE")
+    parser.add_argument("-T", "--type", dest="dtype", default="float32",
+                        help="element type: float32 (default), float64, float16, int8, "
+                             "uint8, int16, int32, int64, uint32, uint64")
+    parser.add_argument("--op", default="sum", help="sum (default), max, min, prod, band, bor, bxor")
+    parser.add_argument("-k", "--root", default="fixed:0", help="fixed:N (default fixed:0) or rotate")
+    parser.add_argument("-z", "--tail", action="store_true",
+                        help="P50 and P99 of the per-iteration maximum across ranks")
+    parser.add_argument("-d", "--device", default="cpu", help="cpu (numpy) or cuda (cupy)")
+    parser.add_argument("-a", "--algorithm", default="native",
+                        help="NAME[,NAME...] or all; parameters after ':', e.g. chain:seg=256K")
+    parser.add_argument("-o", "--output", default=None, help="also write records to .csv/.json/.parquet")
+    parser.add_argument("--thread-level", default=DEFAULT_THREAD_LEVEL, choices=THREAD_LEVELS,
+                        help="MPI thread level (default single: faster on MPICH)")
+    parser.add_argument("--ranks-per-node", type=_non_negative, default=None,
+                        help="emulate nodes of K ranks on one host (also "
+                             "OSU_DL_BENCH_RANKS_PER_NODE)")
+
+
+def config_from_args(args: argparse.Namespace) -> BenchConfig:
+    """Build and check a BenchConfig from parsed arguments (no MPI needed)."""
+    point_to_point = args.benchmark in POINT_TO_POINT
+    default_range = "0:4M" if point_to_point else "1:1M"
+    lo, hi = parse_size_range(args.message_size or default_range, default_min=0 if point_to_point else 1)
+    return BenchConfig(
+        benchmark=args.benchmark, min_size=lo, max_size=hi, iterations=args.iterations,
+        warmup=args.warmup, full=args.full, validate=args.validation, in_place=args.in_place,
+        dtype=args.dtype, op=args.op, root=parse_root(args.root), percentiles=args.tail,
+        device=args.device, algorithms=args.algorithm, output=args.output,
+        thread_level=args.thread_level, ranks_per_node=args.ranks_per_node,
+    )

@@ -1,0 +1,100 @@
+"""Benchmark records and their machine-readable files (CSV, JSON, Parquet via pandas)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import pandas as pd
+
+from osu_dl_bench.errors import UsageError
+
+OUTPUT_SUFFIXES = (".csv", ".json", ".parquet")
+
+
+@dataclass(frozen=True)
+class BenchRecord:
+    """One measured (collective, algorithm, size) point."""
+
+    collective: str
+    algorithm: str
+    backend: str
+    dtype: str
+    op: str | None
+    size_bytes: int
+    count: int
+    nprocs: int
+    nodes: int
+    ppn: int
+    device: str
+    in_place: bool
+    root: str | None
+    # OSU's statistics: min/avg/max across ranks of each rank's mean iteration time.
+    avg_us: float
+    min_us: float
+    max_us: float
+    # Percentiles of the per-iteration maximum across ranks (the collective's latency).
+    p50_us: float
+    p99_us: float
+    iterations: int
+    algbw_gbs: float
+    busbw_gbs: float
+    validation: str | None  # "pass", "fail" or None when not checked
+    wrong_elements: int | None = None  # summed over ranks, as nccl-tests' #wrong
+    # Point-to-point bandwidth tests only (OSU's MB/s, 1 MB = 1e6 B).
+    bandwidth_mbs: float | None = None
+    # The per-iteration maxima across ranks, in microseconds.
+    iter_max_us: tuple[float, ...] = ()
+
+
+RECORD_FIELDS = tuple(f.name for f in fields(BenchRecord))
+
+
+def check_output_path(path: str | None) -> None:
+    """Reject an output file we could not write, before anything is measured."""
+    if path is None:
+        return
+    suffix = Path(path).suffix.lower()
+    if suffix not in OUTPUT_SUFFIXES:
+        raise UsageError(f"-o {path}: expected a file ending in {', '.join(OUTPUT_SUFFIXES)}")
+    if suffix == ".parquet":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError as exc:
+            raise UsageError(f"-o {path}: .parquet needs pyarrow (pip install pyarrow)") from exc
+    parent = Path(path).resolve().parent
+    if not parent.is_dir():
+        raise UsageError(f"-o {path}: directory {parent} does not exist")
+
+
+def records_frame(records: list[BenchRecord], metadata: dict[str, str]) -> pd.DataFrame:
+    """One row per record, with the run metadata repeated on every row."""
+    rows = [{**asdict(r), **metadata} for r in records]
+    return pd.DataFrame(rows, columns=[*RECORD_FIELDS, *metadata])
+
+
+def write_records(path: str, records: list[BenchRecord], metadata: dict[str, str]) -> None:
+    """Write records atomically (temp file + rename), so a crash never leaves half a file."""
+    frame = records_frame(records, metadata)
+    frame["iter_max_us"] = frame["iter_max_us"].map(list)
+    suffix = Path(path).suffix.lower()
+    tmp = f"{path}.tmp{os.getpid()}"
+    if suffix == ".csv":
+        frame["iter_max_us"] = frame["iter_max_us"].map(lambda xs: " ".join(f"{x:.3f}" for x in xs))
+        frame.to_csv(tmp, index=False)
+    elif suffix == ".json":
+        frame.to_json(tmp, orient="records", indent=1)
+    else:
+        frame.to_parquet(tmp, index=False)
+    os.replace(tmp, path)
+
+
+def read_records(path: str) -> pd.DataFrame:
+    """Read a file written by ``write_records``."""
+    suffix = Path(path).suffix.lower()
+    if suffix == ".csv":
+        return pd.read_csv(path)
+    if suffix == ".json":
+        return pd.read_json(path, orient="records")
+    return pd.read_parquet(path)

@@ -1,0 +1,92 @@
+"""The bench command on every rank: set up, measure size by size, print and save on rank 0."""
+
+from __future__ import annotations
+
+from mpi4py import MPI
+
+from osu_dl_bench.bench import report
+from osu_dl_bench.bench.harness import Setting, measure_collective, plan_variants
+from osu_dl_bench.bench.options import BenchConfig
+from osu_dl_bench.bench.p2p import check_pair, measure_point_to_point
+from osu_dl_bench.bench.records import BenchRecord, write_records
+from osu_dl_bench.collectives import SPECS, CallContext, parse_variants
+from osu_dl_bench.collectives.buffers import array_module
+from osu_dl_bench.collectives.dtypes import element_type
+from osu_dl_bench.collectives.ops import reduce_op
+from osu_dl_bench.errors import UsageError, ValidationFailure
+from osu_dl_bench.runtime import agree_on_errors, collect_metadata, discover_topology
+
+
+def _setting(cfg: BenchConfig, nprocs: int) -> Setting:
+    """Resolve names into objects, checking everything that depends on the job size."""
+    etype = element_type(cfg.dtype)
+    spec = SPECS.get(cfg.benchmark)
+    op = None
+    if spec is not None and spec.reduces:
+        op = reduce_op(cfg.op)
+        op.check_dtype(etype)
+    if spec is not None and spec.rooted and not cfg.root.rotate and cfg.root.fixed >= nprocs:
+        raise UsageError(f"-k {cfg.root}: root must be below the number of processes ({nprocs})")
+    if spec is None:
+        check_pair(nprocs, cfg.benchmark)
+    return Setting(spec, etype, op, array_module(cfg.device))
+
+
+def _print(comm: MPI.Comm, *lines: str) -> None:
+    if comm.Get_rank() == 0:
+        for line in lines:
+            print(line, flush=True)
+
+
+def _validation_error(records: list[BenchRecord]) -> ValidationFailure | None:
+    for rec in records:
+        if rec.validation == "fail":
+            return ValidationFailure(
+                f"DATA VALIDATION ERROR: {rec.collective} ({rec.algorithm}) had "
+                f"{rec.wrong_elements} wrong elements on message size {rec.size_bytes}")
+    return None
+
+
+def run_bench(comm: MPI.Comm, cfg: BenchConfig) -> int:
+    """Run one bench configuration; returns the exit code (raises on bad input)."""
+    nprocs = comm.Get_size()
+    setting = agree_on_errors(comm, lambda: _setting(cfg, nprocs))
+    topo = discover_topology(comm, cfg.ranks_per_node)
+    metadata = collect_metadata(topo).as_dict()
+    if setting.spec is None:
+        variants, skipped = None, []
+    else:
+        ctx = CallContext(nprocs, setting.etype, setting.op, cfg.device, topo.nodes, topo.ppn)
+        plan = plan_variants(parse_variants(cfg.benchmark, cfg.algorithms), ctx)
+        variants, skipped = plan.eligible, plan.skipped
+    for variant, reason in skipped:
+        _print(comm, f"# {variant.label}: skipped: {reason}")
+    if variants == []:
+        raise UsageError(f"no algorithm named in -a {cfg.algorithms} can run here")
+    if variants is None:
+        measured = measure_point_to_point(comm, cfg, setting, topo)
+        labels = [("native", "mpi")]
+    else:
+        measured = measure_collective(comm, cfg, setting, topo, variants)
+        labels = [(v.label, v.algorithm.backend) for v in variants]
+    stream = len(labels) == 1
+    if stream:
+        _print(comm, *report.header_lines(cfg, *labels[0], nprocs))
+    records: list[BenchRecord] = []
+    failure = None
+    for size_records in measured:
+        records.extend(size_records)
+        if stream:
+            _print(comm, report.row(cfg, size_records[0]))
+        if cfg.output and comm.Get_rank() == 0:
+            write_records(cfg.output, records, metadata)  # after every size: nothing is lost
+        failure = _validation_error(size_records)
+        if failure:
+            break
+    if not stream:
+        for label, backend in labels:
+            _print(comm, "", *report.header_lines(cfg, label, backend, nprocs),
+                   *(report.row(cfg, r) for r in records if r.algorithm == label))
+    if failure:
+        raise failure
+    return 0

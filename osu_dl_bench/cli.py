@@ -1,0 +1,93 @@
+"""The ``osu-dl-bench`` command: subcommands registered in one table, parsed once.
+
+MPI is initialised only after the options are parsed, at the requested thread level;
+option errors are printed by rank 0 alone and every rank exits with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from osu_dl_bench import __version__
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.runtime import launcher_rank, run_guarded
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of printing from every rank and exiting."""
+
+    def error(self, message: str):
+        raise UsageError(f"{self.prog}: {message}")
+
+    def _print_message(self, message: str, file=None) -> None:
+        if message and launcher_rank() == 0:
+            super()._print_message(message, file)
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from osu_dl_bench.bench.options import config_from_args
+    from osu_dl_bench.bench.records import check_output_path
+    from osu_dl_bench.runtime import init_mpi
+
+    cfg = config_from_args(args)
+    check_output_path(cfg.output)
+    mpi = init_mpi(cfg.thread_level)
+    from osu_dl_bench.bench.run import run_bench
+
+    return run_bench(mpi.COMM_WORLD, cfg)
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from osu_dl_bench.runtime import init_mpi
+
+    init_mpi()
+    from osu_dl_bench.listing import algorithm_listing
+
+    if launcher_rank() == 0:
+        print(algorithm_listing(args.collective))
+    return 0
+
+
+def _add_bench(sub) -> None:
+    from osu_dl_bench.bench.options import add_bench_arguments
+
+    parser = sub.add_parser("bench", help="OSU-style benchmark of a collective or p2p test")
+    add_bench_arguments(parser)
+
+
+def _add_list(sub) -> None:
+    parser = sub.add_parser("list", help="registered algorithms, their constraints and backends")
+    parser.add_argument("collective", nargs="?", default=None, help="only this collective")
+
+
+COMMANDS: dict[str, tuple[Callable, Callable[[argparse.Namespace], int]]] = {
+    "bench": (_add_bench, _cmd_bench),
+    "list": (_add_list, _cmd_list),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with every registered subcommand."""
+    parser = _Parser(prog="osu-dl-bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"osu-dl-bench {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for add, _ in COMMANDS.values():
+        add(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script."""
+    def body() -> int:
+        args = build_parser().parse_args(argv)
+        return COMMANDS[args.command][1](args)
+
+    code = run_guarded(body)
+    sys.stdout.flush()
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

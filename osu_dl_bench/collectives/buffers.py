@@ -1,0 +1,43 @@
+"""Array modules for buffer kinds: numpy for host memory, cupy for GPU memory."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import numpy as np
+
+from osu_dl_bench.errors import UsageError
+
+DEVICES = ("cpu", "cuda")
+
+
+def cuda_unavailable_reason() -> str | None:
+    """None if cupy and a CUDA GPU are usable here, else why not."""
+    try:
+        import cupy
+    except ImportError:
+        return "cupy is not installed (pip install 'osu-dl-bench[cuda]')"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # cupy raises its own CUDARuntimeError without a driver
+        return f"no CUDA device is usable: {exc}"
+    return None if count > 0 else "no CUDA device found"
+
+
+def array_module(device: str) -> ModuleType:
+    """numpy for 'cpu', cupy for 'cuda'; a UsageError if that device is unusable."""
+    if device == "cpu":
+        return np
+    if device == "cuda":
+        reason = cuda_unavailable_reason()
+        if reason:
+            raise UsageError(f"-d cuda needs cupy and a CUDA GPU: {reason}")
+        import cupy
+
+        return cupy
+    raise UsageError(f"unknown device {device!r}: expected one of {', '.join(DEVICES)}")
+
+
+def to_host(array) -> np.ndarray:
+    """A numpy view or copy of a numpy or cupy array."""
+    return array if isinstance(array, np.ndarray) else array.get()

@@ -1,0 +1,181 @@
+"""The one registry through which the harness, sweep, tuner, selector and trainer reach
+every collective algorithm.
+
+An algorithm is a factory ``factory(comm, **params) -> call`` where
+``call(sendbuf, recvbuf, op, root)`` performs one collective on numpy (or cupy) buffers;
+``sendbuf is None`` means in place (see ``specs.Buffers``). The factory runs once per
+communicator, so algorithms can keep a private duplicate communicator and scratch space.
+Constraints are data (``Requirement``): an ineligible algorithm is reported as skipped
+with the reason and can never be selected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from osu_dl_bench.collectives.dtypes import ElementType
+from osu_dl_bench.collectives.ops import ReduceOp
+from osu_dl_bench.collectives.specs import SPECS
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.units import format_size, parse_size
+
+CollectiveCall = Callable[[Any, Any, "ReduceOp | None", int], None]
+Factory = Callable[..., CollectiveCall]
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """What eligibility depends on: the job and the call's element type, op and device."""
+
+    nprocs: int
+    etype: ElementType
+    op: ReduceOp | None
+    device: str = "cpu"
+    nodes: int = 1
+    ranks_per_node: int = 1
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """A precondition of an algorithm, with the reason shown when it does not hold."""
+
+    reason: str
+    holds: Callable[[CallContext], bool]
+
+
+def _is_power_of_two(p: int) -> bool:
+    return p > 0 and p & (p - 1) == 0
+
+
+COMMUTATIVE_OP = Requirement("needs a commutative op", lambda c: c.op is None or c.op.commutative)
+POWER_OF_TWO = Requirement("needs a power-of-two process count", lambda c: _is_power_of_two(c.nprocs))
+CPU_BUFFERS = Requirement("needs host (cpu) buffers", lambda c: c.device == "cpu")
+GPU_BUFFERS = Requirement("needs GPU (cuda) buffers", lambda c: c.device == "cuda")
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """A registered algorithm of one collective."""
+
+    collective: str
+    name: str
+    factory: Factory
+    backend: str = "mpi"
+    summary: str = ""
+    requires: tuple[Requirement, ...] = ()
+    defaults: Mapping[str, int] = field(default_factory=dict)
+    # Values the sweep tries for each parameter.
+    grid: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    # cost(p, n_bytes, alpha, beta, gamma, **params) -> seconds (REFERENCE.md section 5).
+    cost: Callable[..., float] | None = None
+
+    def variant(self, **params: int) -> Variant:
+        """This algorithm with parameters bound (defaults for the ones not given)."""
+        unknown = set(params) - set(self.defaults)
+        if unknown:
+            raise UsageError(
+                f"algorithm {self.name!r} of {self.collective} has no parameter "
+                f"{', '.join(sorted(unknown))}: expected {', '.join(self.defaults) or 'none'}"
+            )
+        return Variant(self, MappingProxyType({**self.defaults, **params}))
+
+
+@dataclass(frozen=True)
+class Variant:
+    """An algorithm with its parameters bound: the unit that is timed and selected."""
+
+    algorithm: Algorithm
+    params: Mapping[str, int]
+
+    @property
+    def label(self) -> str:
+        """Name with parameters, as results and tables spell it: 'chain:seg=256K'."""
+        if not self.params:
+            return self.algorithm.name
+        args = ",".join(f"{k}={format_size(v)}" for k, v in self.params.items())
+        return f"{self.algorithm.name}:{args}"
+
+    def ineligible_reason(self, ctx: CallContext) -> str | None:
+        """None if the variant can run in this context, else why not."""
+        for requirement in self.algorithm.requires:
+            if not requirement.holds(ctx):
+                return requirement.reason
+        return None
+
+    def bind(self, comm: Any) -> CollectiveCall:
+        """Prepare the variant on a communicator; returns the per-call function."""
+        return self.algorithm.factory(comm, **self.params)
+
+
+_REGISTRY: dict[tuple[str, str], Algorithm] = {}
+# Backends whose library or device is missing: name -> reason, for `osu-dl-bench list`.
+UNAVAILABLE_BACKENDS: dict[str, str] = {}
+
+
+def register(collective: str, name: str, **fields: Any) -> Callable[[Factory], Factory]:
+    """Decorator registering ``factory`` as algorithm ``name`` of ``collective``."""
+    if collective not in SPECS:
+        raise ValueError(f"unknown collective {collective!r}")
+
+    def decorate(factory: Factory) -> Factory:
+        key = (collective, name)
+        if key in _REGISTRY:
+            raise ValueError(f"algorithm {name!r} of {collective} is registered twice")
+        _REGISTRY[key] = Algorithm(collective, name, factory, **fields)
+        return factory
+
+    return decorate
+
+
+def algorithms(collective: str) -> list[Algorithm]:
+    """Every registered algorithm of a collective, in registration order."""
+    return [a for (c, _), a in _REGISTRY.items() if c == collective]
+
+
+def all_algorithms() -> list[Algorithm]:
+    """Every registered algorithm of every collective."""
+    return list(_REGISTRY.values())
+
+
+def lookup(collective: str, name: str) -> Algorithm:
+    """The algorithm ``name`` of ``collective``, or a UsageError naming the choices."""
+    if (collective, name) not in _REGISTRY:
+        names = ", ".join(a.name for a in algorithms(collective))
+        raise UsageError(f"unknown algorithm {name!r} for {collective}: expected one of {names}")
+    return _REGISTRY[(collective, name)]
+
+
+def parse_variant(collective: str, text: str) -> Variant:
+    """Parse 'ring' or 'chain:seg=256K' into a variant of ``collective``."""
+    name, _, arg_text = text.partition(":")
+    params: dict[str, int] = {}
+    for item in filter(None, arg_text.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"bad parameter {item!r} in {text!r}: expected NAME=VALUE")
+        params[key.strip()] = parse_size(value)
+    return lookup(collective, name.strip()).variant(**params)
+
+
+def parse_variants(collective: str, text: str) -> list[Variant]:
+    """Parse the -a option: 'all' or a comma list where ':' starts a variant's parameters.
+
+    'native,chain:seg=64K,ring' -> three variants; parameters after ':' are separated
+    by ',' too, so a bare name after a parameter starts a new variant.
+    """
+    if text.strip() == "all":
+        return [a.variant() for a in algorithms(collective)]
+    specs: list[str] = []
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        if "=" in item and ":" not in item and specs:
+            specs[-1] += "," + item  # another parameter of the previous variant
+        else:
+            specs.append(item)
+    if not specs:
+        raise UsageError("no algorithm named in -a")
+    return [parse_variant(collective, s) for s in specs]

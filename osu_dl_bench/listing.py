@@ -1,0 +1,23 @@
+"""The text of ``osu-dl-bench list``: every algorithm, its constraints and parameters."""
+
+from __future__ import annotations
+
+from osu_dl_bench.collectives import SPECS, all_algorithms
+from osu_dl_bench.collectives.registry import UNAVAILABLE_BACKENDS
+from osu_dl_bench.units import format_size
+
+
+def algorithm_listing(collective: str | None = None) -> str:
+    """A table of registered algorithms, then the backends that are not available here."""
+    lines = [f"{'collective':<16}{'algorithm':<24}{'backend':<9}{'parameters':<22}requires"]
+    for algo in all_algorithms():
+        if collective and algo.collective != collective:
+            continue
+        params = ",".join(f"{k}={format_size(v)}" for k, v in algo.defaults.items()) or "-"
+        needs = "; ".join(r.reason.removeprefix("needs ") for r in algo.requires) or "-"
+        lines.append(f"{algo.collective:<16}{algo.name:<24}{algo.backend:<9}{params:<22}{needs}")
+    if collective and collective not in SPECS:
+        lines.append(f"(no collective named {collective!r})")
+    for backend, reason in sorted(UNAVAILABLE_BACKENDS.items()):
+        lines.append(f"backend {backend}: not available here: {reason}")
+    return "\n".join(lines)

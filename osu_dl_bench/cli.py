@@ -80,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script."""
+
     def body() -> int:
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command][1](args)

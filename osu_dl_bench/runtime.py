@@ -24,6 +24,36 @@ DEFAULT_THREAD_LEVEL = "single"
 RANKS_PER_NODE_ENV = "OSU_DL_BENCH_RANKS_PER_NODE"
 
 
+# MPICH's shared-memory collectives busy-poll: with more ranks than cores one call can
+# take a second. Their "mpir" fallback does not (measured on the reference machine).
+OVERSUBSCRIBED_CVARS = {
+    "MPIR_CVAR_ALLREDUCE_POSIX_INTRA_ALGORITHM": "mpir",
+    "MPIR_CVAR_BCAST_POSIX_INTRA_ALGORITHM": "mpir",
+    "MPIR_CVAR_REDUCE_POSIX_INTRA_ALGORITHM": "mpir",
+    "MPIR_CVAR_BARRIER_POSIX_INTRA_ALGORITHM": "mpir",
+}
+_LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE")
+
+
+def local_rank_count() -> int | None:
+    """Ranks on this host as the launcher announced it, before MPI is initialised."""
+    for var in _LOCAL_SIZE_VARS:
+        value = os.environ.get(var, "").split("(")[0]
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def avoid_busy_polling_when_oversubscribed() -> bool:
+    """Set OVERSUBSCRIBED_CVARS (unless the user set them) when ranks outnumber cores."""
+    local = local_rank_count()
+    if local is None or local <= (os.cpu_count() or 1):
+        return False
+    for name, value in OVERSUBSCRIBED_CVARS.items():
+        os.environ.setdefault(name, value)
+    return True
+
+
 def init_mpi(thread_level: str = DEFAULT_THREAD_LEVEL):
     """Initialise MPI at ``thread_level`` (unless already initialised) and return mpi4py.MPI."""
     if thread_level not in THREAD_LEVELS:
@@ -34,6 +64,7 @@ def init_mpi(thread_level: str = DEFAULT_THREAD_LEVEL):
 
     if "mpi4py.MPI" not in sys.modules:
         mpi4py.rc.thread_level = thread_level
+        avoid_busy_polling_when_oversubscribed()
     from mpi4py import MPI
 
     return MPI
@@ -43,8 +74,12 @@ def thread_level_name(level: int) -> str:
     """'single' .. 'multiple' for an MPI.THREAD_* constant."""
     from mpi4py import MPI
 
-    names = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
-             MPI.THREAD_SERIALIZED: "serialized", MPI.THREAD_MULTIPLE: "multiple"}
+    names = {
+        MPI.THREAD_SINGLE: "single",
+        MPI.THREAD_FUNNELED: "funneled",
+        MPI.THREAD_SERIALIZED: "serialized",
+        MPI.THREAD_MULTIPLE: "multiple",
+    }
     return names.get(level, str(level))
 
 
@@ -115,6 +150,8 @@ class RunMetadata:
     package_version: str
     timestamp: str
     command: str
+    # MPICH shared-memory settings in force (set for oversubscribed runs).
+    mpich_posix_cvars: str
 
     def as_dict(self) -> dict[str, str]:
         """Plain dict, for records and metadata files."""
@@ -136,6 +173,9 @@ def collect_metadata(topology: Topology) -> RunMetadata:
         package_version=__version__,
         timestamp=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         command=" ".join(sys.argv),
+        mpich_posix_cvars=",".join(
+            f"{k}={os.environ[k]}" for k in OVERSUBSCRIBED_CVARS if k in os.environ
+        ),
     )
 
 

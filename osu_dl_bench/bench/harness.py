@@ -26,7 +26,8 @@ from osu_dl_bench.collectives.dtypes import ElementType
 from osu_dl_bench.collectives.ops import ReduceOp
 from osu_dl_bench.runtime import Topology
 
-# Test-only hook: corrupt one element of the result on the last rank, to prove -c fails.
+# Test-only hook: "corrupt" changes one element of the last rank's result, to prove -c
+# fails; "raise" raises on the last rank, to prove one rank's error aborts the job.
 FAULT_ENV = "OSU_DL_BENCH_INJECT_FAULT"
 
 
@@ -71,8 +72,9 @@ class Setting:
     xp: Any
 
 
-def _run_rounds(comm: MPI.Comm, cands: list[Candidate], op: ReduceOp | None,
-                roots: list[int], timed: bool) -> None:
+def _run_rounds(
+    comm: MPI.Comm, cands: list[Candidate], op: ReduceOp | None, roots: list[int], timed: bool
+) -> None:
     """The hot loop: one round per iteration, every candidate once per round."""
     barrier, wtime = comm.Barrier, MPI.Wtime
     for it, root in enumerate(roots):
@@ -114,8 +116,9 @@ def count_wrong(actual: Any, expected: np.ndarray, etype: ElementType) -> int:
     return int(np.count_nonzero(np.abs(got64 - want64) > etype.rtol * np.abs(want64)))
 
 
-def _validate(comm: MPI.Comm, cand: Candidate, setting: Setting, n: int, in_place: bool,
-              roots: list[int]) -> int:
+def _validate(
+    comm: MPI.Comm, cand: Candidate, setting: Setting, n: int, in_place: bool, roots: list[int]
+) -> int:
     """Run the candidate once per root on fresh inputs; wrong elements summed over ranks."""
     spec, rank, nprocs = setting.spec, comm.Get_rank(), comm.Get_size()
     wrong = 0
@@ -130,26 +133,47 @@ def _validate(comm: MPI.Comm, cand: Candidate, setting: Setting, n: int, in_plac
             continue
         if os.environ.get(FAULT_ENV) == "corrupt" and rank == nprocs - 1 and len(output):
             output[-1] = output[-1] + 1
-        wrong += count_wrong(output, spec.expected(shape, setting.etype.dtype, setting.op),
-                              setting.etype)
+        wrong += count_wrong(
+            output, spec.expected(shape, setting.etype.dtype, setting.op), setting.etype
+        )
     total = np.array([wrong], dtype=np.int64)
     comm.Allreduce(MPI.IN_PLACE, total, MPI.SUM)
     return int(total[0])
 
 
-def _record(cfg: BenchConfig, setting: Setting, topo: Topology, variant: Variant, n: int,
-            stats: dict[str, Any], iterations: int, wrong: int | None) -> BenchRecord:
+def _record(
+    cfg: BenchConfig,
+    setting: Setting,
+    topo: Topology,
+    variant: Variant,
+    n: int,
+    stats: dict[str, Any],
+    iterations: int,
+    wrong: int | None,
+) -> BenchRecord:
     spec, size = setting.spec, n * setting.etype.itemsize
     seconds = stats["avg_us"] * 1e-6
     algbw = spec.algbw_bytes(size, topo.nprocs) / seconds / 1e9 if seconds > 0 else 0.0
     return BenchRecord(
-        collective=spec.name, algorithm=variant.label, backend=variant.algorithm.backend,
-        dtype=setting.etype.name, op=setting.op.name if setting.op else None,
-        size_bytes=size, count=n, nprocs=topo.nprocs, nodes=topo.nodes, ppn=topo.ppn,
-        device=cfg.device, in_place=cfg.in_place, root=str(cfg.root) if spec.rooted else None,
-        iterations=iterations, algbw_gbs=algbw, busbw_gbs=algbw * spec.busbw_factor(topo.nprocs),
+        collective=spec.name,
+        algorithm=variant.label,
+        backend=variant.algorithm.backend,
+        dtype=setting.etype.name,
+        op=setting.op.name if setting.op else None,
+        size_bytes=size,
+        count=n,
+        nprocs=topo.nprocs,
+        nodes=topo.nodes,
+        ppn=topo.ppn,
+        device=cfg.device,
+        in_place=cfg.in_place,
+        root=str(cfg.root) if spec.rooted else None,
+        iterations=iterations,
+        algbw_gbs=algbw,
+        busbw_gbs=algbw * spec.busbw_factor(topo.nprocs),
         validation=None if wrong is None else ("fail" if wrong else "pass"),
-        wrong_elements=wrong, **stats,
+        wrong_elements=wrong,
+        **stats,
     )
 
 
@@ -161,11 +185,14 @@ def _element_counts(cfg: BenchConfig, setting: Setting) -> list[int]:
     return [n for n in counts if n > 0]
 
 
-def measure_collective(comm: MPI.Comm, cfg: BenchConfig, setting: Setting, topo: Topology,
-                       variants: list[Variant]) -> Iterator[list[BenchRecord]]:
+def measure_collective(
+    comm: MPI.Comm, cfg: BenchConfig, setting: Setting, topo: Topology, variants: list[Variant]
+) -> Iterator[list[BenchRecord]]:
     """Yield, size by size, one record per variant (all interleaved within each size)."""
     spec, rank, nprocs = setting.spec, comm.Get_rank(), comm.Get_size()
     cands = [Candidate(v, v.bind(comm)) for v in variants]
+    if os.environ.get(FAULT_ENV) == "raise" and rank == nprocs - 1:
+        raise RuntimeError("fault injected on the last rank (test hook)")
     for n in _element_counts(cfg, setting):
         iterations, warmup = cfg.iterations_for(n * setting.etype.itemsize)
         shape = CallShape(n, nprocs, rank, cfg.root.fixed, cfg.in_place)
@@ -174,10 +201,20 @@ def measure_collective(comm: MPI.Comm, cfg: BenchConfig, setting: Setting, topo:
             spec.fill(bufs, shape, setting.op)
             cand.send, cand.recv = bufs.send, bufs.recv
             cand.times = np.zeros(iterations)
-        _run_rounds(comm, cands, setting.op,
-                    [cfg.root.root_at(i, nprocs) for i in range(warmup)], timed=False)
-        _run_rounds(comm, cands, setting.op,
-                    [cfg.root.root_at(i, nprocs) for i in range(iterations)], timed=True)
+        _run_rounds(
+            comm,
+            cands,
+            setting.op,
+            [cfg.root.root_at(i, nprocs) for i in range(warmup)],
+            timed=False,
+        )
+        _run_rounds(
+            comm,
+            cands,
+            setting.op,
+            [cfg.root.root_at(i, nprocs) for i in range(iterations)],
+            timed=True,
+        )
         records = []
         for cand in cands:
             stats = _cross_rank_stats(comm, cand.times)
@@ -185,8 +222,7 @@ def measure_collective(comm: MPI.Comm, cfg: BenchConfig, setting: Setting, topo:
             if cfg.validate:
                 roots = list(range(nprocs)) if cfg.root.rotate else [cfg.root.fixed]
                 wrong = _validate(comm, cand, setting, n, cfg.in_place, roots)
-            records.append(_record(cfg, setting, topo, cand.variant, n, stats, iterations,
-                                   wrong))
+            records.append(_record(cfg, setting, topo, cand.variant, n, stats, iterations, wrong))
         yield records
 
 

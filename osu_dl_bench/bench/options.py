@@ -9,8 +9,17 @@ from osu_dl_bench.errors import UsageError
 from osu_dl_bench.runtime import DEFAULT_THREAD_LEVEL, THREAD_LEVELS
 from osu_dl_bench.units import parse_size
 
-COLLECTIVES = ("allreduce", "bcast", "reduce", "allgather", "reduce_scatter", "alltoall",
-               "gather", "scatter", "barrier")
+COLLECTIVES = (
+    "allreduce",
+    "bcast",
+    "reduce",
+    "allgather",
+    "reduce_scatter",
+    "alltoall",
+    "gather",
+    "scatter",
+    "barrier",
+)
 POINT_TO_POINT = ("latency", "bw", "bibw")
 BENCHMARKS = COLLECTIVES + POINT_TO_POINT
 # OSU's defaults (c/util/osu_util.h): iterations and warm-up up to 8 KiB, then above it.
@@ -120,44 +129,102 @@ def _non_negative(text: str) -> int:
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the bench options on a (sub)parser."""
     parser.add_argument("benchmark", choices=BENCHMARKS, help="collective or point-to-point test")
-    parser.add_argument("-m", "--message-size", default=None, metavar="[MIN:]MAX",
-                        help="message sizes in bytes, K/M/G suffixes (default 1:1M; "
-                             "latency/bw/bibw 0:4M)")
-    parser.add_argument("-i", "--iterations", type=_non_negative, default=None,
-                        help="timed iterations (default 1000 up to 8K, then 100)")
-    parser.add_argument("-x", "--warmup", type=_non_negative, default=None,
-                        help="warm-up iterations (default 100 up to 8K, then 10)")
+    parser.add_argument(
+        "-m",
+        "--message-size",
+        default=None,
+        metavar="[MIN:]MAX",
+        help="message sizes in bytes, K/M/G suffixes (default 1:1M; latency/bw/bibw 0:4M)",
+    )
+    parser.add_argument(
+        "-i",
+        "--iterations",
+        type=_non_negative,
+        default=None,
+        help="timed iterations (default 1000 up to 8K, then 100)",
+    )
+    parser.add_argument(
+        "-x",
+        "--warmup",
+        type=_non_negative,
+        default=None,
+        help="warm-up iterations (default 100 up to 8K, then 10)",
+    )
     parser.add_argument("-f", "--full", action="store_true", help="min, max and iterations")
-    parser.add_argument("-c", "--validation", action="store_true",
-                        help="check every element of every size against the expected result")
+    parser.add_argument(
+        "-c",
+        "--validation",
+        action="store_true",
+        help="check every element of every size against the expected result",
+    )
     parser.add_argument("-l", "--in-place", action="store_true", help="use MPI_IN_PLACE")
-    parser.add_argument("-T", "--type", dest="dtype", default="float32",
-                        help="element type: float32 (default), float64, float16, int8, "
-                             "uint8, int16, int32, int64, uint32, uint64")
-    parser.add_argument("--op", default="sum", help="sum (default), max, min, prod, band, bor, bxor")
-    parser.add_argument("-k", "--root", default="fixed:0", help="fixed:N (default fixed:0) or rotate")
-    parser.add_argument("-z", "--tail", action="store_true",
-                        help="P50 and P99 of the per-iteration maximum across ranks")
+    parser.add_argument(
+        "-T",
+        "--type",
+        dest="dtype",
+        default="float32",
+        help="element type: float32 (default), float64, float16, int8, "
+        "uint8, int16, int32, int64, uint32, uint64",
+    )
+    parser.add_argument(
+        "--op", default="sum", help="sum (default), max, min, prod, band, bor, bxor"
+    )
+    parser.add_argument(
+        "-k", "--root", default="fixed:0", help="fixed:N (default fixed:0) or rotate"
+    )
+    parser.add_argument(
+        "-z",
+        "--tail",
+        action="store_true",
+        help="P50 and P99 of the per-iteration maximum across ranks",
+    )
     parser.add_argument("-d", "--device", default="cpu", help="cpu (numpy) or cuda (cupy)")
-    parser.add_argument("-a", "--algorithm", default="native",
-                        help="NAME[,NAME...] or all; parameters after ':', e.g. chain:seg=256K")
-    parser.add_argument("-o", "--output", default=None, help="also write records to .csv/.json/.parquet")
-    parser.add_argument("--thread-level", default=DEFAULT_THREAD_LEVEL, choices=THREAD_LEVELS,
-                        help="MPI thread level (default single: faster on MPICH)")
-    parser.add_argument("--ranks-per-node", type=_non_negative, default=None,
-                        help="emulate nodes of K ranks on one host (also "
-                             "OSU_DL_BENCH_RANKS_PER_NODE)")
+    parser.add_argument(
+        "-a",
+        "--algorithm",
+        default="native",
+        help="NAME[,NAME...] or all; parameters after ':', e.g. chain:seg=256K",
+    )
+    parser.add_argument(
+        "-o", "--output", default=None, help="also write records to .csv/.json/.parquet"
+    )
+    parser.add_argument(
+        "--thread-level",
+        default=DEFAULT_THREAD_LEVEL,
+        choices=THREAD_LEVELS,
+        help="MPI thread level (default single: faster on MPICH)",
+    )
+    parser.add_argument(
+        "--ranks-per-node",
+        type=_non_negative,
+        default=None,
+        help="emulate nodes of K ranks on one host (also OSU_DL_BENCH_RANKS_PER_NODE)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     """Build and check a BenchConfig from parsed arguments (no MPI needed)."""
     point_to_point = args.benchmark in POINT_TO_POINT
     default_range = "0:4M" if point_to_point else "1:1M"
-    lo, hi = parse_size_range(args.message_size or default_range, default_min=0 if point_to_point else 1)
+    lo, hi = parse_size_range(
+        args.message_size or default_range, default_min=0 if point_to_point else 1
+    )
     return BenchConfig(
-        benchmark=args.benchmark, min_size=lo, max_size=hi, iterations=args.iterations,
-        warmup=args.warmup, full=args.full, validate=args.validation, in_place=args.in_place,
-        dtype=args.dtype, op=args.op, root=parse_root(args.root), percentiles=args.tail,
-        device=args.device, algorithms=args.algorithm, output=args.output,
-        thread_level=args.thread_level, ranks_per_node=args.ranks_per_node,
+        benchmark=args.benchmark,
+        min_size=lo,
+        max_size=hi,
+        iterations=args.iterations,
+        warmup=args.warmup,
+        full=args.full,
+        validate=args.validation,
+        in_place=args.in_place,
+        dtype=args.dtype,
+        op=args.op,
+        root=parse_root(args.root),
+        percentiles=args.tail,
+        device=args.device,
+        algorithms=args.algorithm,
+        output=args.output,
+        thread_level=args.thread_level,
+        ranks_per_node=args.ranks_per_node,
     )

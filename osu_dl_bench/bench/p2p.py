@@ -64,8 +64,9 @@ def _one_round(comm: MPI.Comm, benchmark: str, send, recv, ack) -> None:
         _bibw_round(comm, send, recv, ack)
 
 
-def measure_point_to_point(comm: MPI.Comm, cfg: BenchConfig, setting: Setting,
-                           topo: Topology) -> Iterator[list[BenchRecord]]:
+def measure_point_to_point(
+    comm: MPI.Comm, cfg: BenchConfig, setting: Setting, topo: Topology
+) -> Iterator[list[BenchRecord]]:
     """Yield one record per size; times are taken on rank 0 and shared with all ranks."""
     check_pair(comm.Get_size(), cfg.benchmark)
     rank, dtype = comm.Get_rank(), setting.etype.dtype
@@ -88,14 +89,25 @@ def measure_point_to_point(comm: MPI.Comm, cfg: BenchConfig, setting: Setting,
         wrong = None
         if cfg.validate:
             expected = input_values(1 - rank, 0, n, dtype, None, 2)
-            mine = 0 if cfg.benchmark == "bw" and rank == 0 else count_wrong(
-                recv, expected, setting.etype)
+            mine = (
+                0
+                if cfg.benchmark == "bw" and rank == 0
+                else count_wrong(recv, expected, setting.etype)
+            )
             wrong = int(comm.allreduce(mine))
         yield [_p2p_record(cfg, setting, topo, size, n, times, iterations, wrong)]
 
 
-def _p2p_record(cfg: BenchConfig, setting: Setting, topo: Topology, size: int, n: int,
-                times: np.ndarray, iterations: int, wrong: int | None) -> BenchRecord:
+def _p2p_record(
+    cfg: BenchConfig,
+    setting: Setting,
+    topo: Topology,
+    size: int,
+    n: int,
+    times: np.ndarray,
+    iterations: int,
+    wrong: int | None,
+) -> BenchRecord:
     if cfg.benchmark == "latency":
         per_message = times / 2  # a round trip carries the message twice
         bandwidth = None
@@ -108,14 +120,29 @@ def _p2p_record(cfg: BenchConfig, setting: Setting, topo: Topology, size: int, n
     avg = float(us.mean()) if us.size else 0.0
     gbs = size / (avg * 1e-6) / 1e9 if avg > 0 else 0.0
     return BenchRecord(
-        collective=cfg.benchmark, algorithm="native", backend="mpi", dtype=setting.etype.name,
-        op=None, size_bytes=size, count=n, nprocs=topo.nprocs, nodes=topo.nodes, ppn=topo.ppn,
-        device=cfg.device, in_place=False, root=None, avg_us=avg,
-        min_us=float(us.min()) if us.size else 0.0, max_us=float(us.max()) if us.size else 0.0,
+        collective=cfg.benchmark,
+        algorithm="native",
+        backend="mpi",
+        dtype=setting.etype.name,
+        op=None,
+        size_bytes=size,
+        count=n,
+        nprocs=topo.nprocs,
+        nodes=topo.nodes,
+        ppn=topo.ppn,
+        device=cfg.device,
+        in_place=False,
+        root=None,
+        avg_us=avg,
+        min_us=float(us.min()) if us.size else 0.0,
+        max_us=float(us.max()) if us.size else 0.0,
         p50_us=float(np.percentile(us, 50)) if us.size else 0.0,
         p99_us=float(np.percentile(us, 99)) if us.size else 0.0,
-        iterations=iterations, algbw_gbs=gbs, busbw_gbs=gbs,
+        iterations=iterations,
+        algbw_gbs=gbs,
+        busbw_gbs=gbs,
         validation=None if wrong is None else ("fail" if wrong else "pass"),
-        wrong_elements=wrong, bandwidth_mbs=bandwidth,
+        wrong_elements=wrong,
+        bandwidth_mbs=bandwidth,
         iter_max_us=tuple(round(float(t), 3) for t in us),
     )

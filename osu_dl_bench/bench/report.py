@@ -18,11 +18,18 @@ SIZE_WIDTH = 10
 FIELD_WIDTH = 20
 ITER_WIDTH = 12
 TITLES = {
-    "allreduce": "Allreduce Latency", "bcast": "Broadcast Latency", "reduce": "Reduce Latency",
-    "allgather": "Allgather Latency", "reduce_scatter": "Reduce_scatter Latency",
-    "alltoall": "All-to-All Personalized Exchange Latency", "gather": "Gather Latency",
-    "scatter": "Scatter Latency", "barrier": "Barrier Latency", "latency": "Latency",
-    "bw": "Bandwidth", "bibw": "Bi-Directional Bandwidth",
+    "allreduce": "Allreduce Latency",
+    "bcast": "Broadcast Latency",
+    "reduce": "Reduce Latency",
+    "allgather": "Allgather Latency",
+    "reduce_scatter": "Reduce_scatter Latency",
+    "alltoall": "All-to-All Personalized Exchange Latency",
+    "gather": "Gather Latency",
+    "scatter": "Scatter Latency",
+    "barrier": "Barrier Latency",
+    "latency": "Latency",
+    "bw": "Bandwidth",
+    "bibw": "Bi-Directional Bandwidth",
 }
 
 
@@ -47,15 +54,21 @@ def columns(cfg: BenchConfig) -> list[Column]:
         return [Column("Bandwidth (MB/s)", FIELD_WIDTH, _num("bandwidth_mbs"))]
     cols = [Column("Avg Latency(us)", FIELD_WIDTH, _num("avg_us"))]
     if cfg.full:
-        cols += [Column("Min Latency(us)", FIELD_WIDTH, _num("min_us")),
-                 Column("Max Latency(us)", FIELD_WIDTH, _num("max_us")),
-                 Column("Iterations", ITER_WIDTH, lambda r: str(r.iterations))]
+        cols += [
+            Column("Min Latency(us)", FIELD_WIDTH, _num("min_us")),
+            Column("Max Latency(us)", FIELD_WIDTH, _num("max_us")),
+            Column("Iterations", ITER_WIDTH, lambda r: str(r.iterations)),
+        ]
     if cfg.percentiles:
-        cols += [Column("P50 Tail Lat(us)", FIELD_WIDTH, _num("p50_us")),
-                 Column("P99 Tail Lat(us)", FIELD_WIDTH, _num("p99_us"))]
+        cols += [
+            Column("P50 Tail Lat(us)", FIELD_WIDTH, _num("p50_us")),
+            Column("P99 Tail Lat(us)", FIELD_WIDTH, _num("p99_us")),
+        ]
     if cfg.benchmark != "barrier":
-        cols += [Column("algbw(GB/s)", FIELD_WIDTH, _num("algbw_gbs")),
-                 Column("busbw(GB/s)", FIELD_WIDTH, _num("busbw_gbs"))]
+        cols += [
+            Column("algbw(GB/s)", FIELD_WIDTH, _num("algbw_gbs")),
+            Column("busbw(GB/s)", FIELD_WIDTH, _num("busbw_gbs")),
+        ]
     return cols
 
 
@@ -71,7 +84,11 @@ def header_lines(cfg: BenchConfig, algorithm: str, backend: str, nprocs: int) ->
         f"# Datatype: {etype.mpi_name}.",
         f"# Algorithm: {algorithm}  Backend: {backend}  Processes: {nprocs}"
         + (f"  Op: {cfg.op}" if cfg.benchmark in ("allreduce", "reduce", "reduce_scatter") else "")
-        + (f"  Root: {cfg.root}" if cfg.benchmark in ("bcast", "reduce", "gather", "scatter") else "")
+        + (
+            f"  Root: {cfg.root}"
+            if cfg.benchmark in ("bcast", "reduce", "gather", "scatter")
+            else ""
+        )
         + ("  In-place: yes" if cfg.in_place else ""),
     ]
     cols = columns(cfg) + ([_validation_column()] if cfg.validate else [])

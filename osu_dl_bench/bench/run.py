@@ -27,6 +27,16 @@ def _setting(cfg: BenchConfig, nprocs: int) -> Setting:
         op.check_dtype(etype)
     if spec is not None and spec.rooted and not cfg.root.rotate and cfg.root.fixed >= nprocs:
         raise UsageError(f"-k {cfg.root}: root must be below the number of processes ({nprocs})")
+    if (
+        spec is not None
+        and spec.rooted
+        and cfg.in_place
+        and cfg.root.rotate
+        and spec.name != "bcast"
+    ):
+        # In place is a root-only property of these calls: the buffers would have to
+        # change shape with every root.
+        raise UsageError(f"-l with -k rotate is not supported for {spec.name}: use -k fixed:N")
     if spec is None:
         check_pair(nprocs, cfg.benchmark)
     return Setting(spec, etype, op, array_module(cfg.device))
@@ -43,7 +53,8 @@ def _validation_error(records: list[BenchRecord]) -> ValidationFailure | None:
         if rec.validation == "fail":
             return ValidationFailure(
                 f"DATA VALIDATION ERROR: {rec.collective} ({rec.algorithm}) had "
-                f"{rec.wrong_elements} wrong elements on message size {rec.size_bytes}")
+                f"{rec.wrong_elements} wrong elements on message size {rec.size_bytes}"
+            )
     return None
 
 
@@ -85,8 +96,12 @@ def run_bench(comm: MPI.Comm, cfg: BenchConfig) -> int:
             break
     if not stream:
         for label, backend in labels:
-            _print(comm, "", *report.header_lines(cfg, label, backend, nprocs),
-                   *(report.row(cfg, r) for r in records if r.algorithm == label))
+            _print(
+                comm,
+                "",
+                *report.header_lines(cfg, label, backend, nprocs),
+                *(report.row(cfg, r) for r in records if r.algorithm == label),
+            )
     if failure:
         raise failure
     return 0

@@ -60,7 +60,5 @@ def element_type(name: str) -> ElementType:
     key = name.lower()
     key = _ALIASES.get(key, key)
     if key not in ELEMENT_TYPES:
-        raise UsageError(
-            f"unknown datatype {name!r}: expected one of {', '.join(ELEMENT_TYPES)}"
-        )
+        raise UsageError(f"unknown datatype {name!r}: expected one of {', '.join(ELEMENT_TYPES)}")
     return ELEMENT_TYPES[key]

@@ -24,7 +24,9 @@ class ReduceOp:
     def check_dtype(self, etype: ElementType) -> None:
         """Raise UsageError if this op is not defined for the element type."""
         if self.integer_only and not etype.is_integer:
-            raise UsageError(f"op {self.name!r} is not valid for {etype.name}: needs an integer type")
+            raise UsageError(
+                f"op {self.name!r} is not valid for {etype.name}: needs an integer type"
+            )
 
 
 REDUCE_OPS: dict[str, ReduceOp] = {

@@ -51,7 +51,9 @@ def _is_power_of_two(p: int) -> bool:
 
 
 COMMUTATIVE_OP = Requirement("needs a commutative op", lambda c: c.op is None or c.op.commutative)
-POWER_OF_TWO = Requirement("needs a power-of-two process count", lambda c: _is_power_of_two(c.nprocs))
+POWER_OF_TWO = Requirement(
+    "needs a power-of-two process count", lambda c: _is_power_of_two(c.nprocs)
+)
 CPU_BUFFERS = Requirement("needs host (cpu) buffers", lambda c: c.device == "cpu")
 GPU_BUFFERS = Requirement("needs GPU (cuda) buffers", lambda c: c.device == "cuda")
 

@@ -46,8 +46,9 @@ class CallShape:
         return self.rank == self.root
 
 
-def input_values(rank: int, start: int, count: int, dtype: np.dtype, op: ReduceOp | None,
-                 nprocs: int) -> np.ndarray:
+def input_values(
+    rank: int, start: int, count: int, dtype: np.dtype, op: ReduceOp | None, nprocs: int
+) -> np.ndarray:
     """Rank ``rank``'s input elements ``start .. start+count``: small integers, exact in
     every dtype, different per rank and element so a misplaced block shows."""
     idx = np.arange(start, start + count, dtype=np.int64)
@@ -60,8 +61,9 @@ def input_values(rank: int, start: int, count: int, dtype: np.dtype, op: ReduceO
     return values.astype(dtype)
 
 
-def _reduced_values(start: int, count: int, dtype: np.dtype, op: ReduceOp,
-                    nprocs: int) -> np.ndarray:
+def _reduced_values(
+    start: int, count: int, dtype: np.dtype, op: ReduceOp, nprocs: int
+) -> np.ndarray:
     """The reduction over all ranks of their inputs, computed here with numpy."""
     acc = input_values(0, start, count, dtype, op, nprocs)
     for rank in range(1, nprocs):
@@ -69,12 +71,17 @@ def _reduced_values(start: int, count: int, dtype: np.dtype, op: ReduceOp,
     return acc
 
 
-def _blocks_from_ranks(start_of: Callable[[int], int], n: int, dtype: np.dtype,
-                       nprocs: int) -> np.ndarray:
+def _blocks_from_ranks(
+    start_of: Callable[[int], int], n: int, dtype: np.dtype, nprocs: int
+) -> np.ndarray:
     """Concatenate rank j's elements ``start_of(j) .. +n`` for j = 0..p-1."""
-    return np.concatenate(
-        [input_values(j, start_of(j), n, dtype, None, nprocs) for j in range(nprocs)]
-    ) if nprocs else np.empty(0, dtype)
+    return (
+        np.concatenate(
+            [input_values(j, start_of(j), n, dtype, None, nprocs) for j in range(nprocs)]
+        )
+        if nprocs
+        else np.empty(0, dtype)
+    )
 
 
 @dataclass(frozen=True)
@@ -109,16 +116,31 @@ class CollectiveSpec:
 
     def allocate(self, xp: Any, dtype: np.dtype, shape: CallShape) -> Buffers:
         """Allocate this rank's buffers (send side None when in place)."""
-        send = None if self.in_place_send(shape) else xp.zeros(
-            self.send_elems(shape.n, shape.nprocs), dtype)
+        send = (
+            None
+            if self.in_place_send(shape)
+            else xp.zeros(self.send_elems(shape.n, shape.nprocs), dtype)
+        )
         recv = None if self.in_place_recv(shape) else xp.zeros(self.recv_count(shape), dtype)
         return Buffers(send, recv)
 
 
-def _vals(shape: CallShape, dtype: np.dtype, op: ReduceOp | None, start: int = 0,
-          count: int | None = None, rank: int | None = None) -> np.ndarray:
-    return input_values(shape.rank if rank is None else rank, start,
-                        shape.n if count is None else count, dtype, op, shape.nprocs)
+def _vals(
+    shape: CallShape,
+    dtype: np.dtype,
+    op: ReduceOp | None,
+    start: int = 0,
+    count: int | None = None,
+    rank: int | None = None,
+) -> np.ndarray:
+    return input_values(
+        shape.rank if rank is None else rank,
+        start,
+        shape.n if count is None else count,
+        dtype,
+        op,
+        shape.nprocs,
+    )
 
 
 def _copy_in(dst: Any, values: np.ndarray) -> None:
@@ -126,8 +148,7 @@ def _copy_in(dst: Any, values: np.ndarray) -> None:
     dst[...] = values if isinstance(dst, np.ndarray) else type(dst)(values)
 
 
-def _fill_send_or_recv(bufs: Buffers, shape: CallShape, op: ReduceOp | None,
-                       count: int) -> None:
+def _fill_send_or_recv(bufs: Buffers, shape: CallShape, op: ReduceOp | None, count: int) -> None:
     """Input of ``count`` elements in send, or in recv when in place."""
     target = bufs.recv if bufs.send is None else bufs.send
     _copy_in(target[:count], _vals(shape, target.dtype, op, count=count))
@@ -139,7 +160,7 @@ def _fill_own_block(bufs: Buffers, shape: CallShape, op: ReduceOp | None) -> Non
         _copy_in(bufs.send, _vals(shape, bufs.send.dtype, op))
     else:
         lo = shape.rank * shape.n
-        _copy_in(bufs.recv[lo:lo + shape.n], _vals(shape, bufs.recv.dtype, op))
+        _copy_in(bufs.recv[lo : lo + shape.n], _vals(shape, bufs.recv.dtype, op))
 
 
 def _fill_bcast(bufs: Buffers, shape: CallShape, op: ReduceOp | None) -> None:
@@ -196,77 +217,123 @@ SPECS: dict[str, CollectiveSpec] = {
     spec.name: spec
     for spec in (
         CollectiveSpec(
-            "allreduce", reduces=True, rooted=False,
-            send_elems=_by_size, recv_elems=_by_size,
-            algbw_bytes=_bytes, busbw_factor=lambda p: 2 * (p - 1) / p,
+            "allreduce",
+            reduces=True,
+            rooted=False,
+            send_elems=_by_size,
+            recv_elems=_by_size,
+            algbw_bytes=_bytes,
+            busbw_factor=lambda p: 2 * (p - 1) / p,
             fill=lambda b, s, op: _fill_send_or_recv(b, s, op, s.n),
-            output=_recv, expected=_all_reduced,
+            output=_recv,
+            expected=_all_reduced,
         ),
         CollectiveSpec(
-            "bcast", reduces=False, rooted=True,
-            send_elems=lambda n, p: 0, recv_elems=_by_size,
-            algbw_bytes=_bytes, busbw_factor=lambda p: 1.0,
-            fill=_fill_bcast, output=_recv, expected=_root_values,
+            "bcast",
+            reduces=False,
+            rooted=True,
+            send_elems=lambda n, p: 0,
+            recv_elems=_by_size,
+            algbw_bytes=_bytes,
+            busbw_factor=lambda p: 1.0,
+            fill=_fill_bcast,
+            output=_recv,
+            expected=_root_values,
             in_place_send=lambda s: True,
         ),
         CollectiveSpec(
-            "reduce", reduces=True, rooted=True,
-            send_elems=_by_size, recv_elems=_by_size,
-            algbw_bytes=_bytes, busbw_factor=lambda p: 1.0,
+            "reduce",
+            reduces=True,
+            rooted=True,
+            send_elems=_by_size,
+            recv_elems=_by_size,
+            algbw_bytes=_bytes,
+            busbw_factor=lambda p: 1.0,
             fill=lambda b, s, op: _fill_send_or_recv(b, s, op, s.n),
-            output=_recv_at_root, expected=_all_reduced,
+            output=_recv_at_root,
+            expected=_all_reduced,
             in_place_send=lambda s: s.in_place and s.is_root,
         ),
         CollectiveSpec(
-            "allgather", reduces=False, rooted=False,
-            send_elems=_by_size, recv_elems=_by_size_times_p,
-            algbw_bytes=_bytes_times_p, busbw_factor=_ring_factor,
-            fill=_fill_own_block, output=_recv, expected=_gathered,
+            "allgather",
+            reduces=False,
+            rooted=False,
+            send_elems=_by_size,
+            recv_elems=_by_size_times_p,
+            algbw_bytes=_bytes_times_p,
+            busbw_factor=_ring_factor,
+            fill=_fill_own_block,
+            output=_recv,
+            expected=_gathered,
         ),
         CollectiveSpec(
-            "reduce_scatter", reduces=True, rooted=False,
+            "reduce_scatter",
+            reduces=True,
+            rooted=False,
             send_elems=_by_size_times_p,
             recv_elems=_by_size,
             # In place, recv holds the whole input and the result lands in its first block.
             recv_elems_in_place=_by_size_times_p,
-            algbw_bytes=_bytes_times_p, busbw_factor=_ring_factor,
+            algbw_bytes=_bytes_times_p,
+            busbw_factor=_ring_factor,
             fill=lambda b, s, op: _fill_send_or_recv(b, s, op, s.n * s.nprocs),
-            output=lambda b, s: b.recv[:s.n],
+            output=lambda b, s: b.recv[: s.n],
             expected=lambda s, dt, op: _reduced_values(s.rank * s.n, s.n, dt, op, s.nprocs),
         ),
         CollectiveSpec(
-            "alltoall", reduces=False, rooted=False,
-            send_elems=_by_size_times_p, recv_elems=_by_size_times_p,
-            algbw_bytes=_bytes_times_p, busbw_factor=_ring_factor,
+            "alltoall",
+            reduces=False,
+            rooted=False,
+            send_elems=_by_size_times_p,
+            recv_elems=_by_size_times_p,
+            algbw_bytes=_bytes_times_p,
+            busbw_factor=_ring_factor,
             fill=lambda b, s, op: _fill_send_or_recv(b, s, None, s.n * s.nprocs),
             output=_recv,
-            expected=lambda s, dt, op: _blocks_from_ranks(lambda j: s.rank * s.n, s.n, dt,
-                                                          s.nprocs),
+            expected=lambda s, dt, op: _blocks_from_ranks(
+                lambda j: s.rank * s.n, s.n, dt, s.nprocs
+            ),
         ),
         CollectiveSpec(
-            "gather", reduces=False, rooted=True,
-            send_elems=_by_size, recv_elems=_by_size_times_p,
-            algbw_bytes=_bytes_times_p, busbw_factor=_ring_factor,
-            fill=_fill_own_block, output=_recv_at_root, expected=_gathered,
+            "gather",
+            reduces=False,
+            rooted=True,
+            send_elems=_by_size,
+            recv_elems=_by_size_times_p,
+            algbw_bytes=_bytes_times_p,
+            busbw_factor=_ring_factor,
+            fill=_fill_own_block,
+            output=_recv_at_root,
+            expected=_gathered,
             in_place_send=lambda s: s.in_place and s.is_root,
         ),
         CollectiveSpec(
-            "scatter", reduces=False, rooted=True,
-            send_elems=_by_size_times_p, recv_elems=_by_size,
-            algbw_bytes=_bytes_times_p, busbw_factor=_ring_factor,
+            "scatter",
+            reduces=False,
+            rooted=True,
+            send_elems=_by_size_times_p,
+            recv_elems=_by_size,
+            algbw_bytes=_bytes_times_p,
+            busbw_factor=_ring_factor,
             fill=_fill_scatter,
             # In place the root keeps its own block where it is, in the send buffer.
-            output=lambda b, s: b.send[s.rank * s.n:(s.rank + 1) * s.n] if b.recv is None
-            else b.recv,
+            output=lambda b, s: (
+                b.send[s.rank * s.n : (s.rank + 1) * s.n] if b.recv is None else b.recv
+            ),
             expected=lambda s, dt, op: _vals(s, dt, None, start=s.rank * s.n, rank=s.root),
             in_place_send=lambda s: False,
             in_place_recv=lambda s: s.in_place and s.is_root,
         ),
         CollectiveSpec(
-            "barrier", reduces=False, rooted=False,
-            send_elems=lambda n, p: 0, recv_elems=lambda n, p: 0,
-            algbw_bytes=lambda size, p: 0, busbw_factor=lambda p: 0.0,
-            fill=lambda b, s, op: None, output=lambda b, s: None,
+            "barrier",
+            reduces=False,
+            rooted=False,
+            send_elems=lambda n, p: 0,
+            recv_elems=lambda n, p: 0,
+            algbw_bytes=lambda size, p: 0,
+            busbw_factor=lambda p: 0.0,
+            fill=lambda b, s, op: None,
+            output=lambda b, s: None,
             expected=lambda s, dt, op: np.empty(0, dt),
             in_place_send=lambda s: True,
         ),

@@ -1,0 +1,108 @@
+"""Multi-rank correctness driver: every registered algorithm against the expected result.
+
+Run under mpiexec by tests/test_algorithms_multirank.py. It loops over collectives,
+algorithms, dtypes, ops, sizes, roots and in-place, reports each failing case and ends
+with one ``SUMMARY {json}`` line from rank 0. Expected results come from the inputs
+(osu_dl_bench.collectives.specs), never from an MPI call, so native is checked too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+
+from osu_dl_bench.runtime import init_mpi, run_guarded
+
+MPI = init_mpi("single")
+
+import numpy as np  # noqa: E402
+
+from osu_dl_bench.bench.harness import count_wrong  # noqa: E402
+from osu_dl_bench.collectives import SPECS, CallContext, CallShape, algorithms  # noqa: E402
+from osu_dl_bench.collectives.dtypes import element_type  # noqa: E402
+from osu_dl_bench.collectives.ops import reduce_op  # noqa: E402
+from osu_dl_bench.runtime import discover_topology  # noqa: E402
+
+
+def _cases(args, spec, nprocs):
+    ops = [reduce_op(o) for o in args.ops] if spec.reduces else [None]
+    roots = range(nprocs) if spec.rooted else [0]
+    sizes = [0] if spec.name == "barrier" else args.sizes
+    return itertools.product(args.dtypes, ops, sizes, roots, (False, True))
+
+
+def _run_case(comm, call, spec, etype, op, n, root, in_place) -> int:
+    shape = CallShape(n, comm.Get_size(), comm.Get_rank(), root, in_place)
+    bufs = spec.allocate(np, etype.dtype, shape)
+    spec.fill(bufs, shape, op)
+    call(bufs.send, bufs.recv, op, root)
+    output = spec.output(bufs, shape)
+    if output is None:
+        return 0
+    return count_wrong(output, spec.expected(shape, etype.dtype, op), etype)
+
+
+def check(args) -> dict:
+    """Run every case; returns the summary (the same on every rank)."""
+    comm = MPI.COMM_WORLD
+    topo = discover_topology(comm, args.ranks_per_node)
+    passed = failed = skipped = 0
+    failures: list[str] = []
+    for name in args.collectives:
+        spec = SPECS[name]
+        for algo in algorithms(name):
+            if args.algorithms and algo.name not in args.algorithms:
+                continue
+            variant = algo.variant()
+            call = variant.bind(comm)
+            for dtype, op, n, root, in_place in _cases(args, spec, comm.Get_size()):
+                etype = element_type(dtype)
+                if op is not None and op.integer_only and not etype.is_integer:
+                    continue
+                ctx = CallContext(comm.Get_size(), etype, op, "cpu", topo.nodes, topo.ppn)
+                if variant.ineligible_reason(ctx):
+                    skipped += 1
+                    continue
+                wrong = _run_case(comm, call, spec, etype, op, n, root, in_place)
+                wrong = comm.allreduce(wrong)
+                if wrong:
+                    failed += 1
+                    failures.append(
+                        f"{name}/{variant.label} dtype={dtype} op={op and op.name} "
+                        f"n={n} root={root} in_place={in_place}: {wrong} wrong"
+                    )
+                else:
+                    passed += 1
+    return {
+        "nprocs": comm.Get_size(),
+        "passed": passed,
+        "failed": failed,
+        "skipped": skipped,
+        "failures": failures[:50],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--collectives", default=",".join(SPECS))
+    parser.add_argument("--algorithms", default="")
+    parser.add_argument("--dtypes", default="float32,float64,float16,int32,int64")
+    parser.add_argument("--ops", default="sum,max,min,prod")
+    parser.add_argument("--sizes", default="0,1,2,3,7,13,64,1000,4099")
+    parser.add_argument("--ranks-per-node", type=int, default=None)
+    args = parser.parse_args()
+    args.collectives = args.collectives.split(",")
+    args.algorithms = [a for a in args.algorithms.split(",") if a]
+    args.dtypes = args.dtypes.split(",")
+    args.ops = args.ops.split(",")
+    args.sizes = [int(s) for s in args.sizes.split(",")]
+    summary = check(args)
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        print("SUMMARY " + json.dumps(summary), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_guarded(main))

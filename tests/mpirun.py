@@ -1,0 +1,55 @@
+"""Launch real ``mpiexec -n N`` jobs from tests, with a hard timeout so a deadlock fails."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from osu_dl_bench.runtime import OVERSUBSCRIBED_CVARS
+
+REPO = Path(__file__).resolve().parent.parent
+MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+
+
+def mpi_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for test jobs: the MPICH settings that keep oversubscribed runs fast."""
+    env = dict(os.environ)
+    env.update(OVERSUBSCRIBED_CVARS)
+    env.update(extra or {})
+    return env
+
+
+def run_mpi(
+    nprocs: int, args: list[str], timeout: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Run ``mpiexec -n nprocs python args...``; a timeout kills the job and fails."""
+    assert MPIEXEC, "mpiexec not found: install the mpich extra (pip install -e '.[mpich]')"
+    cmd = [MPIEXEC, "-n", str(nprocs), sys.executable, *args]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=mpi_env(env),
+        cwd=REPO,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(
+            f"deadlock or hang: {' '.join(cmd)} did not finish within {timeout:.0f} s\n"
+            f"stdout:\n{out[-3000:]}\nstderr:\n{err[-3000:]}"
+        ) from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def run_cli(nprocs: int, cli_args: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """Run ``osu-dl-bench`` under mpiexec."""
+    return run_mpi(nprocs, ["-m", "osu_dl_bench", *cli_args], **kwargs)

@@ -1,0 +1,205 @@
+"""The bench command end to end under mpiexec: OSU format, validation, exit codes, files."""
+
+import json
+import re
+
+import pandas as pd
+import pytest
+from mpirun import run_cli
+
+from osu_dl_bench.bench.records import RECORD_FIELDS
+
+ROW = re.compile(r"^(\d+)\s+(\S.*)$")
+
+
+def _rows(stdout: str) -> list[list[str]]:
+    return [ln.split() for ln in stdout.splitlines() if ln and not ln.startswith("#")]
+
+
+def test_allreduce_full_validated_table_has_osu_columns():
+    res = run_cli(3, ["bench", "allreduce", "-m", "8:64K", "-f", "-c", "-i", "20", "-x", "2"])
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("# OSU MPI Allreduce Latency Test")
+    assert lines[1] == "# Datatype: MPI_FLOAT."
+    header = next(ln for ln in lines if ln.startswith("# Size"))
+    assert re.match(
+        r"^# Size\s+Avg Latency\(us\)\s+Min Latency\(us\)\s+Max Latency\(us\)"
+        r"\s+Iterations\s+algbw\(GB/s\)\s+busbw\(GB/s\)\s+Validation$",
+        header,
+    )
+    rows = _rows(res.stdout)
+    assert [int(r[0]) for r in rows] == [8 << k for k in range(14)]
+    for row in rows:
+        avg, lo, hi = map(float, row[1:4])
+        assert 0 < lo <= avg <= hi
+        assert row[4] == "20" and row[-1] == "Pass"
+        float(row[5]), float(row[6])
+
+
+def test_only_rank_zero_prints():
+    res = run_cli(4, ["bench", "bcast", "-m", "4:8", "-i", "5", "-x", "1"])
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("# OSU MPI Broadcast Latency Test") == 1
+
+
+def test_tail_percentiles_columns():
+    res = run_cli(2, ["bench", "allreduce", "-m", "1K", "-z", "-i", "50", "-x", "5"])
+    assert res.returncode == 0, res.stderr
+    header = next(ln for ln in res.stdout.splitlines() if ln.startswith("# Size"))
+    assert "P50 Tail Lat(us)" in header and "P99 Tail Lat(us)" in header
+    for row in _rows(res.stdout):
+        p50, p99 = float(row[2]), float(row[3])
+        assert 0 < p50 <= p99
+
+
+@pytest.mark.parametrize(
+    "benchmark",
+    ["reduce", "allgather", "reduce_scatter", "alltoall", "gather", "scatter", "barrier"],
+)
+def test_other_collectives_validate_on_odd_ranks(benchmark):
+    for extra in (["-k", "rotate"], ["-l", "-k", "fixed:2"]):
+        res = run_cli(
+            3,
+            ["bench", benchmark, "-m", "4:4K", "-c", "-i", "10", "-x", "1", "-T", "int32", *extra],
+        )
+        assert res.returncode == 0, res.stderr
+        rows = _rows(res.stdout)
+        assert rows and all(r[-1] == "Pass" for r in rows)
+
+
+@pytest.mark.parametrize(
+    "benchmark,heading",
+    [("latency", "Latency (us)"), ("bw", "Bandwidth (MB/s)"), ("bibw", "Bandwidth (MB/s)")],
+)
+def test_point_to_point(benchmark, heading):
+    res = run_cli(2, ["bench", benchmark, "-m", "0:64K", "-c", "-i", "20", "-x", "2"])
+    assert res.returncode == 0, res.stderr
+    header = next(ln for ln in res.stdout.splitlines() if ln.startswith("# Size"))
+    assert heading in header
+    rows = _rows(res.stdout)
+    assert rows and all(r[-1] == "Pass" and float(r[1]) >= 0 for r in rows)
+
+
+def test_corrupted_result_fails_validation_and_keeps_records(tmp_path):
+    out = tmp_path / "r.json"
+    res = run_cli(
+        2,
+        ["bench", "allreduce", "-m", "8:1K", "-c", "-i", "5", "-x", "1", "-o", str(out)],
+        env={"OSU_DL_BENCH_INJECT_FAULT": "corrupt"},
+    )
+    assert res.returncode == 1
+    assert "DATA VALIDATION ERROR" in res.stdout and "on message size 8" in res.stdout
+    assert _rows(res.stdout)[0][-1] == "Fail"
+    saved = json.loads(out.read_text())
+    assert len(saved) == 1 and saved[0]["validation"] == "fail" and saved[0]["wrong_elements"] == 1
+
+
+@pytest.mark.parametrize(
+    "nprocs,argv,message",
+    [
+        (3, ["bench", "allreduce", "-m", "16M:8"], "minimum size 16777216 is larger than maximum"),
+        (3, ["bench", "allreduce", "-T", "float128"], "unknown datatype 'float128'"),
+        (2, ["bench", "allreduce", "--op", "band"], "op 'band' is not valid for float32"),
+        (3, ["bench", "bcast", "-k", "fixed:3"], "root must be below the number of processes (3)"),
+        (2, ["bench", "allreduce", "-d", "cuda"], "-d cuda needs cupy and a CUDA GPU"),
+        (2, ["bench", "allreduce", "-a", "nosuch"], "unknown algorithm 'nosuch'"),
+        (2, ["bench", "allreduce", "-o", "out.txt"], "expected a file ending in"),
+        (3, ["bench", "latency"], "latency needs exactly 2 processes, got 3"),
+        (2, ["bench", "gather", "-l", "-k", "rotate"], "-l with -k rotate is not supported"),
+        (2, ["bench", "nosuch"], "invalid choice: 'nosuch'"),
+        (2, ["bench", "allreduce", "-i", "-3"], "expected a whole number >= 0"),
+    ],
+)
+def test_bad_input_gives_one_message_and_exit_2_everywhere(nprocs, argv, message):
+    res = run_cli(nprocs, argv, timeout=60)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert message in res.stderr
+    assert res.stderr.count("osu-dl-bench: error:") == 1
+    assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("suffix", [".json", ".csv"])
+def test_record_files_carry_the_schema(tmp_path, suffix):
+    out = tmp_path / f"records{suffix}"
+    res = run_cli(
+        2,
+        [
+            "bench",
+            "allreduce",
+            "-m",
+            "4:64",
+            "-c",
+            "-i",
+            "10",
+            "-x",
+            "1",
+            "-a",
+            "native",
+            "-o",
+            str(out),
+        ],
+    )
+    assert res.returncode == 0, res.stderr
+    frame = pd.read_json(out) if suffix == ".json" else pd.read_csv(out)
+    required = [
+        "collective",
+        "algorithm",
+        "backend",
+        "dtype",
+        "op",
+        "size_bytes",
+        "count",
+        "nprocs",
+        "nodes",
+        "ppn",
+        "avg_us",
+        "min_us",
+        "max_us",
+        "p50_us",
+        "p99_us",
+        "iterations",
+        "algbw_gbs",
+        "busbw_gbs",
+        "validation",
+        "mpi_library",
+        "mpi4py_version",
+        "thread_level",
+        "hostnames",
+        "package_version",
+        "timestamp",
+    ]
+    assert set(required) <= set(frame.columns) and set(RECORD_FIELDS) <= set(frame.columns)
+    assert list(frame["size_bytes"]) == [4, 8, 16, 32, 64]
+    assert list(frame["count"]) == [1, 2, 4, 8, 16]
+    assert set(frame["validation"]) == {"pass"} and set(frame["nprocs"]) == {2}
+    assert set(frame["thread_level"]) == {"single"}
+    assert frame["mpi_library"].iloc[0].startswith(("MPICH", "Open MPI"))
+    assert (frame["busbw_gbs"] == frame["algbw_gbs"]).all()  # 2(p-1)/p = 1 at p = 2
+
+
+def test_thread_level_option_is_honoured(tmp_path):
+    out = tmp_path / "r.json"
+    res = run_cli(
+        2,
+        ["bench", "allreduce", "-m", "8", "-i", "5", "--thread-level", "multiple", "-o", str(out)],
+    )
+    assert res.returncode == 0, res.stderr
+    assert json.loads(out.read_text())[0]["thread_level"] == "multiple"
+
+
+def test_several_algorithms_print_consecutive_tables():
+    res = run_cli(2, ["bench", "allreduce", "-m", "8:32", "-a", "native,native", "-i", "5"])
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("# Size") == 2
+
+
+def test_unhandled_error_aborts_instead_of_hanging():
+    res = run_cli(
+        2,
+        ["bench", "allreduce", "-m", "8", "-i", "5"],
+        env={"OSU_DL_BENCH_INJECT_FAULT": "raise"},
+        timeout=60,
+    )
+    assert res.returncode != 0
+    assert "unhandled error, aborting the job" in res.stderr

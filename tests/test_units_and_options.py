@@ -1,0 +1,105 @@
+"""Option parsing, sizes and the per-collective facts: pure Python, no MPI job."""
+
+import argparse
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from osu_dl_bench.bench.options import add_bench_arguments, config_from_args, parse_root
+from osu_dl_bench.collectives import SPECS, CallShape
+from osu_dl_bench.collectives.dtypes import ELEMENT_TYPES, element_type
+from osu_dl_bench.collectives.ops import REDUCE_OPS, reduce_op
+from osu_dl_bench.collectives.specs import input_values
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.units import format_size, parse_size
+
+
+def _config(*argv):
+    parser = argparse.ArgumentParser()
+    add_bench_arguments(parser)
+    return config_from_args(parser.parse_args(list(argv)))
+
+
+@given(st.integers(min_value=0, max_value=1 << 40))
+def test_format_then_parse_size_round_trips(nbytes):
+    assert parse_size(format_size(nbytes)) == nbytes
+
+
+@pytest.mark.parametrize(
+    "text,expected", [("8", 8), ("64K", 65536), ("16M", 16 << 20), ("1g", 1 << 30), ("4KiB", 4096)]
+)
+def test_parse_size_suffixes(text, expected):
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "-1", "8X", "1.5M", "M"])
+def test_parse_size_rejects_garbage(text):
+    with pytest.raises(UsageError, match="bad size"):
+        parse_size(text)
+
+
+def test_sizes_double_from_min_to_max():
+    assert _config("allreduce", "-m", "8:64").sizes() == [8, 16, 32, 64]
+    assert _config("allreduce", "-m", "4K").sizes()[0] == 1
+    assert _config("latency", "-m", "0:4").sizes() == [0, 1, 2, 4]
+
+
+def test_inverted_range_is_a_usage_error():
+    with pytest.raises(UsageError, match="larger than maximum"):
+        _config("allreduce", "-m", "16M:8")
+
+
+def test_osu_default_iterations_switch_above_8k():
+    cfg = _config("allreduce")
+    assert cfg.iterations_for(8192) == (1000, 100)
+    assert cfg.iterations_for(16384) == (100, 10)
+    assert _config("allreduce", "-i", "7", "-x", "3").iterations_for(1 << 20) == (7, 3)
+
+
+def test_root_policy():
+    assert parse_root("rotate").root_at(5, 4) == 1
+    assert parse_root("fixed:2").root_at(5, 4) == 2
+    for bad in ("fixed", "fixed:-1", "spin"):
+        with pytest.raises(UsageError, match="expected fixed:N"):
+            parse_root(bad)
+
+
+def test_dtype_aliases_and_errors():
+    assert element_type("mpi_float").name == "float32"
+    assert element_type("MPI_DOUBLE").name == "float64"
+    with pytest.raises(UsageError, match="unknown datatype 'float128'"):
+        element_type("float128")
+
+
+def test_bitwise_ops_need_integers():
+    reduce_op("band").check_dtype(element_type("int32"))
+    with pytest.raises(UsageError, match="not valid for float32"):
+        reduce_op("band").check_dtype(element_type("float32"))
+
+
+@given(
+    st.sampled_from(sorted(ELEMENT_TYPES)),
+    st.sampled_from(["sum", "prod", "max", "min"]),
+    st.integers(1, 64),
+    st.integers(0, 300),
+)
+def test_inputs_are_exact_in_every_dtype(dtype_name, op_name, nprocs, n):
+    """Inputs are small integers, so reductions of them are exact in every dtype."""
+    dtype = ELEMENT_TYPES[dtype_name].dtype
+    op = REDUCE_OPS[op_name]
+    for rank in {0, nprocs - 1}:
+        values = input_values(rank, 0, n, dtype, op, nprocs)
+        assert values.dtype == dtype and len(values) == n
+        assert np.all(values.astype(np.int64) == input_values(rank, 0, n, np.int64, op, nprocs))
+    if op_name == "prod":
+        shape = CallShape(n, nprocs, 0, 0, False)
+        assert np.all(SPECS["allreduce"].expected(shape, dtype, op) <= 3)
+
+
+def test_bus_bandwidth_factors_follow_nccl_tests():
+    assert SPECS["allreduce"].busbw_factor(4) == pytest.approx(1.5)
+    assert SPECS["allgather"].busbw_factor(4) == pytest.approx(0.75)
+    assert SPECS["bcast"].busbw_factor(4) == 1.0
+    assert SPECS["allgather"].algbw_bytes(1024, 4) == 4096

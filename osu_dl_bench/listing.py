@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from osu_dl_bench.collectives import SPECS, all_algorithms
-from osu_dl_bench.collectives.registry import UNAVAILABLE_BACKENDS
-from osu_dl_bench.units import format_size
+from osu_dl_bench.collectives.registry import UNAVAILABLE_BACKENDS, format_params
 
 
 def algorithm_listing(collective: str | None = None) -> str:
@@ -13,7 +12,7 @@ def algorithm_listing(collective: str | None = None) -> str:
     for algo in all_algorithms():
         if collective and algo.collective != collective:
             continue
-        params = ",".join(f"{k}={format_size(v)}" for k, v in algo.defaults.items()) or "-"
+        params = format_params(algo.defaults) or "-"
         needs = "; ".join(r.reason.removeprefix("needs ") for r in algo.requires) or "-"
         lines.append(f"{algo.collective:<16}{algo.name:<24}{algo.backend:<9}{params:<22}{needs}")
     if collective and collective not in SPECS:

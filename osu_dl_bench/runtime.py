@@ -21,7 +21,6 @@ THREAD_LEVELS = ("single", "funneled", "serialized", "multiple")
 # Why single by default: on MPICH, MULTIPLE adds ~2.7 us per call and disables the
 # shared-memory allreduce (measured on the reference machine).
 DEFAULT_THREAD_LEVEL = "single"
-RANKS_PER_NODE_ENV = "OSU_DL_BENCH_RANKS_PER_NODE"
 
 
 # MPICH's shared-memory collectives busy-poll: with more ranks than cores one call can
@@ -119,23 +118,29 @@ class Topology:
 
 
 def discover_topology(comm, ranks_per_node: int | None = None) -> Topology:
-    """Nodes from MPI_Comm_split_type(SHARED), or K-rank emulated nodes on one host."""
+    """Nodes from MPI_Comm_split_type(SHARED), or K-rank emulated nodes on one host
+    (``ranks_per_node``, else OSU_DL_BENCH_RANKS_PER_NODE); also sets the emulation for
+    the hierarchical algorithms bound afterwards."""
     from mpi4py import MPI
 
-    if ranks_per_node is None and os.environ.get(RANKS_PER_NODE_ENV):
-        ranks_per_node = int(os.environ[RANKS_PER_NODE_ENV])
-    hostnames = tuple(sorted(set(comm.allgather(MPI.Get_processor_name()))))
-    size = comm.Get_size()
+    from osu_dl_bench.collectives.topology import (
+        emulated_ranks_per_node,
+        set_emulated_ranks_per_node,
+        split_nodes,
+    )
+
     if ranks_per_node:
-        nodes = -(-size // ranks_per_node)
-        return Topology(size, nodes, min(ranks_per_node, size), hostnames, emulated=True)
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        set_emulated_ranks_per_node(ranks_per_node)
+    hostnames = tuple(sorted(set(comm.allgather(MPI.Get_processor_name()))))
+    nodes = split_nodes(comm)
     try:
-        nodes = comm.allreduce(1 if local.Get_rank() == 0 else 0)
-        ppn = comm.allreduce(local.Get_size(), op=MPI.MAX)
+        ppn = comm.allreduce(nodes.local.Get_size(), op=MPI.MAX)
     finally:
-        local.Free()
-    return Topology(size, nodes, ppn, hostnames)
+        nodes.local.Free()
+        if nodes.leaders != MPI.COMM_NULL:
+            nodes.leaders.Free()
+    emulated = emulated_ranks_per_node() is not None
+    return Topology(comm.Get_size(), nodes.nodes, ppn, hostnames, emulated)
 
 
 @dataclass(frozen=True)

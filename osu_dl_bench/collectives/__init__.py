@@ -1,6 +1,21 @@
-"""Collective algorithms: the registry, the facts of each collective and the algorithms."""
+"""Collective algorithms: the registry, the facts of each collective and the algorithms.
 
-from osu_dl_bench.collectives import native  # noqa: F401  (registers the native algorithms)
+Importing this package registers every algorithm; backends whose library or device is
+missing register nothing and say why in ``registry.UNAVAILABLE_BACKENDS``.
+"""
+
+# Registration order is the order `osu-dl-bench list` and `-a all` show.
+from osu_dl_bench.collectives import (  # noqa: F401  (imported to register algorithms)
+    allgather,
+    allreduce,
+    bcast,
+    hierarchical,
+    native,
+    reduce,
+    reduce_scatter,
+    shm,
+)
+from osu_dl_bench.collectives.backends import gloo, nccl  # noqa: F401
 from osu_dl_bench.collectives.registry import (
     Algorithm,
     CallContext,

@@ -68,13 +68,15 @@ class Algorithm:
     backend: str = "mpi"
     summary: str = ""
     requires: tuple[Requirement, ...] = ()
-    defaults: Mapping[str, int] = field(default_factory=dict)
+    # Parameters: byte counts (ints, shown as '256K') or names (str, e.g. an inner algorithm).
+    defaults: Mapping[str, int | str] = field(default_factory=dict)
     # Values the sweep tries for each parameter.
-    grid: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
-    # cost(p, n_bytes, alpha, beta, gamma, **params) -> seconds (REFERENCE.md section 5).
+    grid: Mapping[str, tuple[int | str, ...]] = field(default_factory=dict)
+    # cost(machine, p, n_bytes, **params) -> seconds, machine a common.Machine
+    # (REFERENCE.md section 5).
     cost: Callable[..., float] | None = None
 
-    def variant(self, **params: int) -> Variant:
+    def variant(self, **params: int | str) -> Variant:
         """This algorithm with parameters bound (defaults for the ones not given)."""
         unknown = set(params) - set(self.defaults)
         if unknown:
@@ -90,15 +92,14 @@ class Variant:
     """An algorithm with its parameters bound: the unit that is timed and selected."""
 
     algorithm: Algorithm
-    params: Mapping[str, int]
+    params: Mapping[str, int | str]
 
     @property
     def label(self) -> str:
         """Name with parameters, as results and tables spell it: 'chain:seg=256K'."""
         if not self.params:
             return self.algorithm.name
-        args = ",".join(f"{k}={format_size(v)}" for k, v in self.params.items())
-        return f"{self.algorithm.name}:{args}"
+        return f"{self.algorithm.name}:{format_params(self.params)}"
 
     def ineligible_reason(self, ctx: CallContext) -> str | None:
         """None if the variant can run in this context, else why not."""
@@ -110,6 +111,19 @@ class Variant:
     def bind(self, comm: Any) -> CollectiveCall:
         """Prepare the variant on a communicator; returns the per-call function."""
         return self.algorithm.factory(comm, **self.params)
+
+
+def format_params(params: Mapping[str, int | str]) -> str:
+    """'seg=256K,inner=ring': sizes with K/M/G suffixes, names as they are."""
+    return ",".join(
+        f"{k}={format_size(v) if isinstance(v, int) else v}" for k, v in params.items()
+    )
+
+
+def _parse_param_value(text: str) -> int | str:
+    """A size ('256K', '4096') becomes an int; anything else stays a name."""
+    text = text.strip()
+    return parse_size(text) if text[:1].isdigit() else text
 
 
 _REGISTRY: dict[tuple[str, str], Algorithm] = {}
@@ -153,12 +167,12 @@ def lookup(collective: str, name: str) -> Algorithm:
 def parse_variant(collective: str, text: str) -> Variant:
     """Parse 'ring' or 'chain:seg=256K' into a variant of ``collective``."""
     name, _, arg_text = text.partition(":")
-    params: dict[str, int] = {}
+    params: dict[str, int | str] = {}
     for item in filter(None, arg_text.split(",")):
         key, sep, value = item.partition("=")
         if not sep:
             raise UsageError(f"bad parameter {item!r} in {text!r}: expected NAME=VALUE")
-        params[key.strip()] = parse_size(value)
+        params[key.strip()] = _parse_param_value(value)
     return lookup(collective, name.strip()).variant(**params)
 
 

@@ -146,14 +146,19 @@ def register(collective: str, name: str, **fields: Any) -> Callable[[Factory], F
     return decorate
 
 
+def _native_first(algos: list[Algorithm]) -> list[Algorithm]:
+    # The MPI library's own algorithm is the baseline everything is compared with.
+    return sorted(algos, key=lambda a: a.name != "native")
+
+
 def algorithms(collective: str) -> list[Algorithm]:
-    """Every registered algorithm of a collective, in registration order."""
-    return [a for (c, _), a in _REGISTRY.items() if c == collective]
+    """Every registered algorithm of a collective: native first, then registration order."""
+    return _native_first([a for (c, _), a in _REGISTRY.items() if c == collective])
 
 
 def all_algorithms() -> list[Algorithm]:
-    """Every registered algorithm of every collective."""
-    return list(_REGISTRY.values())
+    """Every registered algorithm, grouped by collective in the order of SPECS."""
+    return [a for name in SPECS for a in algorithms(name)]
 
 
 def lookup(collective: str, name: str) -> Algorithm:

@@ -8,6 +8,7 @@ cupy arrays, never the pickle-based lowercase ones.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -53,13 +54,19 @@ def _array_module_of(array: Any):
     return cupy
 
 
-def block_bounds(n: int, parts: int) -> np.ndarray:
+@lru_cache(maxsize=256)
+def block_bounds(n: int, parts: int) -> tuple[int, ...]:
     """Offsets of ``parts`` near-equal blocks of ``n`` elements: block i is
-    ``[b[i], b[i+1])``; the first ``n % parts`` blocks hold one element more."""
+    ``[b[i], b[i+1])``; the first ``n % parts`` blocks hold one element more.
+    Cached: algorithms ask for the same split on every call."""
     base, extra = divmod(n, parts)
-    sizes = np.full(parts, base, dtype=np.int64)
-    sizes[:extra] += 1
-    return np.concatenate(([0], np.cumsum(sizes)))
+    return tuple(i * base + min(i, extra) for i in range(parts + 1))
+
+
+@lru_cache(maxsize=256)
+def equal_blocks(block: int, parts: int) -> tuple[int, ...]:
+    """Offsets of ``parts`` blocks of exactly ``block`` elements each."""
+    return tuple(i * block for i in range(parts + 1))
 
 
 def start_in_place(send: Any, recv: Any) -> Any:

@@ -20,7 +20,7 @@ MPI = init_mpi("single")
 import numpy as np  # noqa: E402
 
 from osu_dl_bench.bench.harness import Setting, measure_collective  # noqa: E402
-from osu_dl_bench.bench.options import BenchConfig, RootPolicy  # noqa: E402
+from osu_dl_bench.bench.options import BenchConfig  # noqa: E402
 from osu_dl_bench.collectives import SPECS, lookup  # noqa: E402
 from osu_dl_bench.collectives.dtypes import element_type  # noqa: E402
 from osu_dl_bench.collectives.ops import reduce_op  # noqa: E402
@@ -47,25 +47,7 @@ def plain_loop_us(comm, size: int, iterations: int) -> float:
 
 def harness_us(comm, setting, topo, size: int, iterations: int) -> float:
     """The same measurement through the bench harness."""
-    cfg = BenchConfig(
-        "allreduce",
-        size,
-        size,
-        iterations,
-        iterations // 10,
-        False,
-        False,
-        False,
-        "float32",
-        "sum",
-        RootPolicy(False),
-        False,
-        "cpu",
-        "native",
-        None,
-        "single",
-        None,
-    )
+    cfg = BenchConfig("allreduce", size, size, iterations, iterations // 10)
     variant = lookup("allreduce", "native").variant()
     [records] = list(measure_collective(comm, cfg, setting, topo, [variant]))
     return records[0].avg_us

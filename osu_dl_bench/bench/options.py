@@ -52,22 +52,22 @@ class BenchConfig:
     """Every option of one bench run."""
 
     benchmark: str
-    min_size: int
-    max_size: int
-    iterations: int | None
-    warmup: int | None
-    full: bool
-    validate: bool
-    in_place: bool
-    dtype: str
-    op: str
-    root: RootPolicy
-    percentiles: bool
-    device: str
-    algorithms: str
-    output: str | None
-    thread_level: str
-    ranks_per_node: int | None
+    min_size: int = 1
+    max_size: int = 1 << 20
+    iterations: int | None = None
+    warmup: int | None = None
+    full: bool = False
+    validate: bool = False
+    in_place: bool = False
+    dtype: str = "float32"
+    op: str = "sum"
+    root: RootPolicy = RootPolicy(rotate=False)
+    percentiles: bool = False
+    device: str = "cpu"
+    algorithms: str = "native"
+    output: str | None = None
+    thread_level: str = DEFAULT_THREAD_LEVEL
+    ranks_per_node: int | None = None
 
     @property
     def is_point_to_point(self) -> bool:

@@ -1,0 +1,216 @@
+"""Best of our algorithms against the MPI library's own, and against the memory-copy bound.
+
+    python scripts/bench_collectives.py [--np 2] [--rounds 6] [--out results/collectives-p2]
+
+Issue 3's comparison. "Native" is the faster of native at thread level single and at
+multiple (MPICH's large-message allreduce differs between the two), so the script
+launches alternating jobs at both levels (single, multiple, single, ...), each measuring
+every eligible algorithm interleaved iteration by iteration through the bench harness.
+Per job and size the statistic is the median over iterations of the per-iteration
+maximum across ranks (p50_us). The memory-copy bound is one numpy copy of the message on
+every rank at once, timed the same way. Reported: medians over jobs, ratios
+best-of-ours / native and best-of-ours / memcpy, with their min..max over rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+SIZES = (1 << 20, 4 << 20, 16 << 20)
+COLLECTIVES = ("allreduce", "bcast")
+ITERATIONS = {1 << 20: 40, 4 << 20: 15, 16 << 20: 6}
+
+
+def worker(thread_level: str, round_index: int, out: str) -> None:
+    """Inside mpiexec: measure every eligible variant and the memcpy bound; rank 0 appends."""
+    from osu_dl_bench.runtime import init_mpi
+
+    mpi = init_mpi(thread_level)
+    import numpy as np
+
+    from osu_dl_bench.bench.harness import Setting, measure_collective, plan_variants
+    from osu_dl_bench.bench.options import BenchConfig
+    from osu_dl_bench.collectives import SPECS, CallContext, parse_variants
+    from osu_dl_bench.collectives.dtypes import element_type
+    from osu_dl_bench.collectives.ops import reduce_op
+    from osu_dl_bench.runtime import discover_topology
+
+    comm = mpi.COMM_WORLD
+    topo = discover_topology(comm)
+    etype, op = element_type("float32"), reduce_op("sum")
+    rows = []
+    for collective in COLLECTIVES:
+        spec = SPECS[collective]
+        ctx = CallContext(comm.size, etype, op, "cpu", topo.nodes, topo.ppn)
+        variants = plan_variants(parse_variants(collective, "all"), ctx).eligible
+        setting = Setting(spec, etype, op if spec.reduces else None, np)
+        for size in SIZES:
+            cfg = BenchConfig(collective, size, size, ITERATIONS[size], 2, validate=True)
+            [records] = measure_collective(comm, cfg, setting, topo, variants)
+            rows += [
+                {
+                    "collective": collective,
+                    "algorithm": r.algorithm,
+                    "backend": r.backend,
+                    "size": size,
+                    "us": r.p50_us,
+                    "validation": r.validation,
+                    "thread_level": thread_level,
+                    "round": round_index,
+                }
+                for r in records
+            ]
+    for size in SIZES:
+        rows.append(
+            {
+                "collective": "memcpy",
+                "algorithm": "memcpy",
+                "backend": "numpy",
+                "size": size,
+                "us": _memcpy_us(comm, mpi, np, size),
+                "validation": None,
+                "thread_level": thread_level,
+                "round": round_index,
+            }
+        )
+    if comm.rank == 0:
+        with open(out, "a") as handle:
+            handle.writelines(json.dumps(row) + "\n" for row in rows)
+
+
+def _memcpy_us(comm, mpi, np, size: int) -> float:
+    """Median over iterations of the slowest rank's numpy copy of ``size`` bytes."""
+    src = np.ones(size // 4, np.float32)
+    dst = np.empty_like(src)
+    times = np.empty(ITERATIONS[size] * 2)
+    for i in range(len(times)):
+        comm.Barrier()
+        start = mpi.Wtime()
+        np.copyto(dst, src)
+        times[i] = mpi.Wtime() - start
+    worst = np.empty_like(times)
+    comm.Allreduce(times, worst, mpi.MAX)
+    return float(np.median(worst) * 1e6)
+
+
+def orchestrate(args: argparse.Namespace) -> None:
+    """Launch alternating single/multiple jobs, then aggregate and print the comparison."""
+    mpiexec = Path(sys.executable).parent / "mpiexec"
+    raw = Path(tempfile.mkstemp(suffix=".jsonl")[1])
+    for round_index in range(args.rounds):
+        for level in ("single", "multiple"):
+            print(
+                f"round {round_index + 1}/{args.rounds}: thread level {level}",
+                file=sys.stderr,
+                flush=True,
+            )
+            subprocess.run(
+                [
+                    str(mpiexec),
+                    "-n",
+                    str(args.np),
+                    sys.executable,
+                    __file__,
+                    "--worker",
+                    level,
+                    "--round",
+                    str(round_index),
+                    "--raw",
+                    str(raw),
+                ],
+                check=True,
+            )
+    rows = [json.loads(line) for line in raw.read_text().splitlines()]
+    report = _aggregate(rows, args.rounds)
+    print(report)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(f"{args.out}.jsonl").write_text(raw.read_text())
+        Path(f"{args.out}.txt").write_text(report + "\n")
+
+
+def _per_round(rows: list[dict], collective: str, size: int, pick) -> dict[int, float]:
+    """Round -> the faster of that round's two jobs (single, multiple) for matching rows."""
+    best: dict[int, float] = {}
+    for row in rows:
+        if row["collective"] == collective and row["size"] == size and pick(row):
+            best[row["round"]] = min(best.get(row["round"], float("inf")), row["us"])
+    return best
+
+
+def _aggregate(rows: list[dict], rounds: int) -> str:
+    """The comparison table: per collective and size, medians over rounds and ratios."""
+    lines = [
+        f"# p50 of the per-iteration max across ranks; per round the faster of the "
+        f"single and multiple jobs; medians [min..max] over {rounds} rounds",
+        f"{'collective':<10}{'size':>6} {'best of ours':<26}{'ours(us)':>10}"
+        f"{'native(us)':>11}{'memcpy(us)':>11}{'ours/native':>20}{'ours/memcpy':>20}",
+    ]
+    for collective in COLLECTIVES:
+        for size in SIZES:
+            candidates = {
+                r["algorithm"]
+                for r in rows
+                if r["collective"] == collective
+                and r["backend"] == "mpi"
+                and r["algorithm"] != "native"
+            }
+            times = {
+                a: _per_round(rows, collective, size, lambda r, a=a: r["algorithm"] == a)
+                for a in candidates
+            }
+            best = min(times, key=lambda a: statistics.median(times[a].values()))
+            native = _per_round(rows, collective, size, lambda r: r["algorithm"] == "native")
+            memcpy = _per_round(rows, "memcpy", size, lambda r: True)
+            ours = times[best]
+            levels = [
+                r["thread_level"]
+                for r in rows
+                if r["collective"] == collective
+                and r["size"] == size
+                and r["algorithm"] == "native"
+                and r["us"] in native.values()
+            ]
+            lines.append(
+                f"{collective:<10}{size >> 20:>5}M {best:<26}"
+                f"{statistics.median(ours.values()):>10.0f}"
+                f"{statistics.median(native.values()):>11.0f}"
+                f"{statistics.median(memcpy.values()):>11.0f}"
+                f"{_ratios(ours, native):>20}{_ratios(ours, memcpy):>20}"
+                f"  native fastest at: {', '.join(sorted(set(levels)))}"
+            )
+    fails = sum(r["validation"] == "fail" for r in rows)
+    lines.append(f"# validation: {fails} failures in {len(rows)} measurements")
+    return "\n".join(lines)
+
+
+def _ratios(numerator: dict[int, float], denominator: dict[int, float]) -> str:
+    pairs = [numerator[k] / denominator[k] for k in numerator if k in denominator]
+    return f"{statistics.median(pairs):.2f} [{min(pairs):.2f}..{max(pairs):.2f}]"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--np", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--out", default=None, help="write OUT.txt and OUT.jsonl")
+    parser.add_argument("--worker", choices=("single", "multiple"), help=argparse.SUPPRESS)
+    parser.add_argument("--raw", help=argparse.SUPPRESS)
+    parser.add_argument("--round", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.worker, args.round, args.raw)
+    else:
+        os.environ.setdefault("PYTHONUNBUFFERED", "1")
+        orchestrate(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -56,6 +56,7 @@ POWER_OF_TWO = Requirement(
 )
 CPU_BUFFERS = Requirement("needs host (cpu) buffers", lambda c: c.device == "cpu")
 GPU_BUFFERS = Requirement("needs GPU (cuda) buffers", lambda c: c.device == "cuda")
+SINGLE_NODE = Requirement("needs all ranks on one node", lambda c: c.nodes == 1)
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,12 @@ class Algorithm:
     # cost(machine, p, n_bytes, **params) -> seconds, machine a common.Machine
     # (REFERENCE.md section 5).
     cost: Callable[..., float] | None = None
+    # Raises UsageError for parameter values that can never work (an unknown inner name),
+    # so `-a` fails before anything runs.
+    check_params: Callable[[Mapping[str, int | str]], None] | None = None
+    # (ctx, params) -> None if the variant can run in ctx, else why not; for eligibility
+    # that depends on parameters (an inner algorithm's own requirements).
+    param_reason: Callable[[CallContext, Mapping[str, int | str]], str | None] | None = None
 
     def variant(self, **params: int | str) -> Variant:
         """This algorithm with parameters bound (defaults for the ones not given)."""
@@ -84,7 +91,10 @@ class Algorithm:
                 f"algorithm {self.name!r} of {self.collective} has no parameter "
                 f"{', '.join(sorted(unknown))}: expected {', '.join(self.defaults) or 'none'}"
             )
-        return Variant(self, MappingProxyType({**self.defaults, **params}))
+        bound = MappingProxyType({**self.defaults, **params})
+        if self.check_params is not None:
+            self.check_params(bound)
+        return Variant(self, bound)
 
 
 @dataclass(frozen=True)
@@ -106,7 +116,8 @@ class Variant:
         for requirement in self.algorithm.requires:
             if not requirement.holds(ctx):
                 return requirement.reason
-        return None
+        check = self.algorithm.param_reason
+        return check(ctx, self.params) if check is not None else None
 
     def bind(self, comm: Any) -> CollectiveCall:
         """Prepare the variant on a communicator; returns the per-call function."""
@@ -115,9 +126,7 @@ class Variant:
 
 def format_params(params: Mapping[str, int | str]) -> str:
     """'seg=256K,inner=ring': sizes with K/M/G suffixes, names as they are."""
-    return ",".join(
-        f"{k}={format_size(v) if isinstance(v, int) else v}" for k, v in params.items()
-    )
+    return ",".join(f"{k}={format_size(v) if isinstance(v, int) else v}" for k, v in params.items())
 
 
 def _parse_param_value(text: str) -> int | str:

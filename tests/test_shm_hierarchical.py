@@ -1,0 +1,134 @@
+"""The shared-memory and hierarchical algorithms equal the expected result on p = 1..6,
+on one node and on emulated nodes of 1, 2 and 3 ranks (real mpiexec, hard timeouts)."""
+
+import json
+
+import pytest
+from mpirun import run_cli, run_mpi
+
+from osu_dl_bench.collectives import algorithms, hierarchical, shm
+from osu_dl_bench.collectives.common import LinkCost, Machine
+from osu_dl_bench.errors import UsageError
+
+DRIVER = "tests/drivers/check_algorithms.py"
+OURS = ["--collectives", "allreduce,bcast", "--algorithms", "shm,hierarchical"]
+# Every kind of dtype (float16 included) and of op (bitwise on the integers only).
+DTYPES = ["--dtypes", "float32,float16,int8,uint64", "--ops", "sum,prod,max,bxor"]
+# Empty, fewer elements than ranks, primes, not divisible by p.
+SIZES = ["--sizes", "0,1,2,7,13,4099"]
+LARGE = str(4 * 1024 * 1024 + 3)  # > 16 MiB of float32: 5 chunks of 4M, the last 3 elements
+MACHINE = Machine(LinkCost(1e-6, 1e-10, 1e-10), LinkCost(5e-6, 1e-9, 1e-10), ppn=4)
+
+
+def _summary(result) -> dict:
+    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("SUMMARY ")]
+    assert result.returncode == 0 and lines, (
+        f"driver failed (exit {result.returncode})\n"
+        f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    )
+    return json.loads(lines[-1].removeprefix("SUMMARY "))
+
+
+def _check(nprocs: int, ranks_per_node: int | None, *args: str) -> dict:
+    emulation = ["--ranks-per-node", str(ranks_per_node)] if ranks_per_node else []
+    summary = _summary(run_mpi(nprocs, [DRIVER, *OURS, *emulation, *args], timeout=240))
+    assert summary["failed"] == 0, "\n".join(summary["failures"])
+    return summary
+
+
+@pytest.mark.parametrize("nprocs", [1, 2, 3, 4, 5, 6])
+def test_one_node(nprocs):
+    summary = _check(nprocs, None, *DTYPES, *SIZES)
+    # One node: shm and hierarchical both run every case, none is skipped.
+    assert summary["passed"] > 0 and summary["skipped"] == 0
+
+
+@pytest.mark.parametrize(
+    ("nprocs", "ranks_per_node"),
+    # Nodes of 1+1+1, 2+1, 2+2, 2+2+1, 3+2 and 3+3 ranks.
+    [(3, 1), (3, 2), (4, 2), (5, 2), (5, 3), (6, 3)],
+)
+def test_emulated_nodes(nprocs, ranks_per_node):
+    summary = _check(nprocs, ranks_per_node, *DTYPES, *SIZES)
+    # Several nodes: shm is skipped with its reason, hierarchical runs every case.
+    assert summary["passed"] > 0
+    assert summary["skipped"] == summary["passed"]
+
+
+@pytest.mark.parametrize(("nprocs", "ranks_per_node"), [(2, None), (3, 2)])
+def test_large_message_in_chunks(nprocs, ranks_per_node):
+    # (3, 2): nodes of 2 and 1 ranks, whose leaders must cut the message alike.
+    summary = _check(
+        nprocs, ranks_per_node, "--dtypes", "float32", "--ops", "sum", "--sizes", LARGE
+    )
+    assert summary["passed"] > 0
+
+
+def _registered(collective: str, names: list[str]) -> list[str]:
+    have = {a.name for a in algorithms(collective)}
+    return [name for name in names if name in have]
+
+
+def _validated_run(nprocs: int, collective: str, variants: list[str], *extra: str) -> str:
+    res = run_cli(
+        nprocs,
+        ["bench", collective, "-a", ",".join(variants), "-m", "8:1K", "-c", "-i", "1"]
+        + ["-x", "0", *extra],
+        timeout=240,
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return res.stdout
+
+
+def test_every_inner_allreduce_and_small_chunks():
+    inners = _registered("allreduce", list(hierarchical.INNER_ALLREDUCE_GRID))
+    variants = [f"hierarchical:inner={name}" for name in inners]
+    # Three one-rank nodes: a non-power-of-two number of leaders.
+    out = _validated_run(3, "allreduce", variants, "--ranks-per-node", "1", "-T", "int32")
+    assert out.count("# Algorithm: hierarchical:inner=") == len(inners)
+    # Chunks of 1 element (float64) and of 40 bytes: many chunks per message, in place.
+    out = _validated_run(3, "allreduce", ["shm:chunk=3", "shm:chunk=40"], "-T", "float64", "-l")
+    assert "Fail" not in out and out.count("Pass") > 0
+
+
+def test_every_inner_bcast_every_root():
+    inners = _registered("bcast", list(hierarchical.INNER_BCAST_GRID))
+    variants = [f"hierarchical:inner={name}" for name in inners]
+    # Nodes of 2+1 ranks: roots that are and are not leaders, on either node.
+    out = _validated_run(3, "bcast", variants, "--ranks-per-node", "2", "-k", "rotate")
+    assert out.count("# Algorithm: hierarchical:inner=") == len(inners)
+    out = _validated_run(3, "bcast", ["shm:chunk=3", "shm:chunk=40"], "-k", "rotate")
+    assert "Fail" not in out and out.count("Pass") > 0
+
+
+def test_unknown_inner_is_one_clear_usage_error():
+    res = run_cli(2, ["bench", "allreduce", "-a", "hierarchical:inner=nosuch"], timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    errors = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(errors) == 1, res.stderr
+    assert "inner=nosuch" in errors[0] and "expected one of native" in errors[0]
+    assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("collective", "name", "why"),
+    [
+        ("allreduce", "nosuch", "is not a registered allreduce algorithm"),
+        ("allreduce", "shm", "runs within one node only"),
+        ("bcast", "hierarchical", "is itself hierarchical"),
+    ],
+)
+def test_inner_must_be_a_flat_registered_algorithm(collective, name, why):
+    with pytest.raises(UsageError, match=why) as info:
+        hierarchical.resolve_inner(collective, name)
+    assert "shm" not in str(info.value).split("expected one of")[1]
+
+
+def test_costs_grow_with_size_and_add_the_leaders_step():
+    small, large = 1 << 10, 1 << 24
+    for cost in (shm.allreduce_cost, shm.bcast_cost):
+        assert 0 < cost(MACHINE, 4, small) < cost(MACHINE, 4, large)
+    for cost in (hierarchical.allreduce_cost, hierarchical.bcast_cost):
+        one_node, two_nodes = cost(MACHINE, 4, large), cost(MACHINE, 8, large)
+        assert 0 < one_node < two_nodes
+    assert hierarchical.allreduce_cost(MACHINE, 4, large) == shm.allreduce_cost(MACHINE, 4, large)

@@ -50,6 +50,32 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from osu_dl_bench.sweep.options import config_from_args
+
+    cfg = config_from_args(args)
+    if not (cfg.inside or cfg.plan_only):
+        # The orchestrator launches one MPI job per process count and never loads MPI.
+        from osu_dl_bench.sweep.orchestrate import run_sweep
+
+        return run_sweep(cfg)
+    from osu_dl_bench.runtime import init_mpi
+
+    mpi = init_mpi(cfg.thread_level)
+    from osu_dl_bench.sweep.worker import run_inside, run_plan_only
+
+    return run_plan_only(cfg) if cfg.plan_only else run_inside(mpi.COMM_WORLD, cfg)
+
+
+def _add_sweep(sub) -> None:
+    from osu_dl_bench.sweep.options import add_sweep_arguments
+
+    parser = sub.add_parser(
+        "sweep", help="collectives x algorithms x sizes x process counts into a run directory"
+    )
+    add_sweep_arguments(parser)
+
+
 def _add_bench(sub) -> None:
     from osu_dl_bench.bench.options import add_bench_arguments
 
@@ -62,9 +88,61 @@ def _add_list(sub) -> None:
     parser.add_argument("collective", nargs="?", default=None, help="only this collective")
 
 
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from osu_dl_bench.runtime import init_mpi
+
+    init_mpi()  # the registry, which the table is checked against, loads mpi4py
+    from osu_dl_bench.tuning.commands import run_tune
+
+    return run_tune(args)
+
+
+def _add_tune(sub) -> None:
+    from osu_dl_bench.tuning.options import add_tune_arguments
+
+    parser = sub.add_parser("tune", help="tuning table (+ summary, exports) from a run directory")
+    add_tune_arguments(parser)
+
+
+def _cmd_select(args: argparse.Namespace) -> int:
+    from osu_dl_bench.runtime import init_mpi
+
+    init_mpi()
+    from osu_dl_bench.tuning.commands import run_select
+
+    return run_select(args)
+
+
+def _add_select(sub) -> None:
+    from osu_dl_bench.tuning.options import add_select_arguments
+
+    parser = sub.add_parser("select", help="what the runtime selector would pick, and why")
+    add_select_arguments(parser)
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from osu_dl_bench.runtime import init_mpi
+
+    init_mpi()
+    from osu_dl_bench.plots import run_plot
+
+    return run_plot(args)
+
+
+def _add_plot(sub) -> None:
+    from osu_dl_bench.plots import add_plot_arguments
+
+    parser = sub.add_parser("plot", help="PNG plots of a run directory (and its tuning table)")
+    add_plot_arguments(parser)
+
+
 COMMANDS: dict[str, tuple[Callable, Callable[[argparse.Namespace], int]]] = {
     "bench": (_add_bench, _cmd_bench),
     "list": (_add_list, _cmd_list),
+    "sweep": (_add_sweep, _cmd_sweep),
+    "tune": (_add_tune, _cmd_tune),
+    "select": (_add_select, _cmd_select),
+    "plot": (_add_plot, _cmd_plot),
 }
 
 

@@ -1,4 +1,5 @@
-"""Byte sizes with K/M/G suffixes, as OSU's -m option takes them."""
+"""Option text without MPI: byte sizes with K/M/G suffixes (OSU's -m), size loops and
+algorithm lists."""
 
 from __future__ import annotations
 
@@ -18,6 +19,15 @@ def parse_size(text: str) -> int:
     return int(match.group(1)) * _SUFFIX[match.group(2).upper()]
 
 
+def doubling_sizes(lo: int, hi: int) -> list[int]:
+    """OSU's size loop: lo, 2 lo, 4 lo, ... up to hi (0 is followed by 1)."""
+    sizes, size = [], lo
+    while size <= hi:
+        sizes.append(size)
+        size = size * 2 if size else 1
+    return sizes
+
+
 def format_size(nbytes: int) -> str:
     """The shortest exact K/M/G spelling of a byte count: 262144 -> '256K'."""
     for suffix in ("G", "M", "K"):
@@ -25,3 +35,17 @@ def format_size(nbytes: int) -> str:
         if nbytes >= unit and nbytes % unit == 0:
             return f"{nbytes // unit}{suffix}"
     return str(nbytes)
+
+
+def split_variant_texts(text: str) -> list[str]:
+    """'native,chain:seg=64K,k=2,ring' -> ['native', 'chain:seg=64K,k=2', 'ring']: an item
+    'NAME=VALUE' without ':' is another parameter of the previous variant."""
+    texts: list[str] = []
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        if "=" in item and ":" not in item and texts:
+            texts[-1] += "," + item
+        else:
+            texts.append(item)
+    return texts

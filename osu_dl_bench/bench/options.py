@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.runtime import DEFAULT_THREAD_LEVEL, THREAD_LEVELS
-from osu_dl_bench.units import parse_size
+from osu_dl_bench.units import doubling_sizes, parse_size
 
 COLLECTIVES = (
     "allreduce",
@@ -68,6 +68,8 @@ class BenchConfig:
     output: str | None = None
     thread_level: str = DEFAULT_THREAD_LEVEL
     ranks_per_node: int | None = None
+    # Tuning table for the 'tuned' algorithm (the runtime selector); None: native.
+    table: str | None = None
 
     @property
     def is_point_to_point(self) -> bool:
@@ -76,11 +78,7 @@ class BenchConfig:
 
     def sizes(self) -> list[int]:
         """Message sizes: MIN, 2 MIN, ... up to MAX (OSU's doubling loop)."""
-        sizes, size = [], self.min_size
-        while size <= self.max_size:
-            sizes.append(size)
-            size = size * 2 if size else 1
-        return sizes
+        return doubling_sizes(self.min_size, self.max_size)
 
     def iterations_for(self, size: int) -> tuple[int, int]:
         """(timed iterations, warm-up iterations) at a message size."""
@@ -200,6 +198,11 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="emulate nodes of K ranks on one host (also OSU_DL_BENCH_RANKS_PER_NODE)",
     )
+    parser.add_argument(
+        "--table",
+        default=None,
+        help="tuning table for -a tuned, the runtime selector (without one it picks native)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
@@ -227,4 +230,5 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         output=args.output,
         thread_level=args.thread_level,
         ranks_per_node=args.ranks_per_node,
+        table=args.table,
     )

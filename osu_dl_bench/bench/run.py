@@ -9,12 +9,13 @@ from osu_dl_bench.bench.harness import Setting, measure_collective, plan_variant
 from osu_dl_bench.bench.options import BenchConfig
 from osu_dl_bench.bench.p2p import check_pair, measure_point_to_point
 from osu_dl_bench.bench.records import BenchRecord, write_records
-from osu_dl_bench.collectives import SPECS, CallContext, parse_variants
+from osu_dl_bench.collectives import SPECS, CallContext, Variant
 from osu_dl_bench.collectives.buffers import array_module
 from osu_dl_bench.collectives.dtypes import element_type
 from osu_dl_bench.collectives.ops import reduce_op
 from osu_dl_bench.errors import UsageError, ValidationFailure
 from osu_dl_bench.runtime import agree_on_errors, collect_metadata, discover_topology
+from osu_dl_bench.tuning.selector import Selector, parse_bench_algorithms
 
 
 def _setting(cfg: BenchConfig, nprocs: int) -> Setting:
@@ -40,6 +41,15 @@ def _setting(cfg: BenchConfig, nprocs: int) -> Setting:
     if spec is None:
         check_pair(nprocs, cfg.benchmark)
     return Setting(spec, etype, op, array_module(cfg.device))
+
+
+def _variants(cfg: BenchConfig, ctx: CallContext) -> list[Variant]:
+    """-a's variants; 'tuned' is the runtime selector over --table, bound like any other."""
+    return parse_bench_algorithms(
+        cfg.benchmark,
+        cfg.algorithms,
+        lambda: Selector.from_file(cfg.table).variant(cfg.benchmark, ctx),
+    )
 
 
 def _print(comm: MPI.Comm, *lines: str) -> None:
@@ -68,7 +78,7 @@ def run_bench(comm: MPI.Comm, cfg: BenchConfig) -> int:
         variants, skipped = None, []
     else:
         ctx = CallContext(nprocs, setting.etype, setting.op, cfg.device, topo.nodes, topo.ppn)
-        plan = plan_variants(parse_variants(cfg.benchmark, cfg.algorithms), ctx)
+        plan = plan_variants(_variants(cfg, ctx), ctx)
         variants, skipped = plan.eligible, plan.skipped
     for variant, reason in skipped:
         _print(comm, f"# {variant.label}: skipped: {reason}")

@@ -20,7 +20,7 @@ from osu_dl_bench.collectives.dtypes import ElementType
 from osu_dl_bench.collectives.ops import ReduceOp
 from osu_dl_bench.collectives.specs import SPECS
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.units import format_size, parse_size
+from osu_dl_bench.units import format_size, parse_size, split_variant_texts
 
 CollectiveCall = Callable[[Any, Any, "ReduceOp | None", int], None]
 Factory = Callable[..., CollectiveCall]
@@ -198,14 +198,7 @@ def parse_variants(collective: str, text: str) -> list[Variant]:
     """
     if text.strip() == "all":
         return [a.variant() for a in algorithms(collective)]
-    specs: list[str] = []
-    for item in (t.strip() for t in text.split(",")):
-        if not item:
-            continue
-        if "=" in item and ":" not in item and specs:
-            specs[-1] += "," + item  # another parameter of the previous variant
-        else:
-            specs.append(item)
+    specs = split_variant_texts(text)
     if not specs:
         raise UsageError("no algorithm named in -a")
     return [parse_variant(collective, s) for s in specs]

@@ -65,7 +65,18 @@ class SweepPoint:
 
 
 SWEEP_FIELDS = tuple(f.name for f in fields(SweepPoint))
-POINT_KEY = ("nprocs", "collective", "backend", "algorithm", "dtype", "op", "device", "size_bytes")
+POINT_KEY = (
+    "nprocs",
+    "nodes",
+    "ppn",
+    "collective",
+    "backend",
+    "algorithm",
+    "dtype",
+    "op",
+    "device",
+    "size_bytes",
+)
 
 
 class RunStore:
@@ -111,7 +122,8 @@ class RunStore:
     def finished_points(self) -> set[tuple]:
         """Keys (POINT_KEY order) of the points already stored, for --resume."""
         frame = self.load()
-        frame["op"] = frame["op"].where(frame["op"].notna(), None)
+        # pandas 3's 'str' dtype keeps NaN after where(..., None): go through object.
+        frame["op"] = frame["op"].astype(object).where(frame["op"].notna(), None)
         return {tuple(row) for row in frame[list(POINT_KEY)].itertuples(index=False)}
 
     def read_metadata(self) -> dict[str, Any]:

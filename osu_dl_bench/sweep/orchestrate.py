@@ -1,0 +1,251 @@
+"""``osu-dl-bench sweep`` without --inside: plan, then launch one MPI job per process count
+and follow its progress. This process never loads MPI: a process that has initialised
+MPI cannot reliably start other MPI jobs, and under Slurm it would be a task of its own.
+
+Sequence: MPI-free checks here; a one-process planner checks the rest against the
+registry and counts the points; then each job (``sweep --inside --orchestrated``) runs
+in turn, its rank 0 appending results and printing event lines that drive the progress
+bar. A job's validation failures do not stop the sweep (exit 1 at the end); a job that
+dies stops it, keeping every point stored so far for --resume.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO, Any
+
+from osu_dl_bench.sweep import runinfo
+from osu_dl_bench.sweep.launch import (
+    check_not_in_mpi_job,
+    job_command,
+    job_environment,
+    planner_command,
+)
+from osu_dl_bench.sweep.options import SweepConfig, check_local_process_counts, check_run_dir
+from osu_dl_bench.sweep.progress import Progress, decode_event, format_duration, plan_lines
+from osu_dl_bench.sweep.store import RunStore
+
+# The planner imports the registry (and torch, for Gloo): slow, but never minutes.
+PLANNER_TIMEOUT = 600.0
+# Grace period for a job to end after SIGTERM before it is killed.
+STOP_GRACE = 10.0
+
+
+class JobFailed(Exception):
+    """A child process ended with an exit code that stops the sweep."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"exit code {code}")
+        self.code = code
+
+
+def run_planner(cfg: SweepConfig) -> dict[int, dict[str, Any]]:
+    """Each process count's plan event; its errors reach stderr once, from the planner."""
+    try:
+        proc = subprocess.run(
+            planner_command(cfg),
+            stdout=subprocess.PIPE,
+            text=True,
+            timeout=PLANNER_TIMEOUT,
+            env=job_environment(cfg, 1),
+        )
+    except subprocess.TimeoutExpired:
+        print(
+            f"osu-dl-bench: error: the planner did not finish within {PLANNER_TIMEOUT:g} s",
+            file=sys.stderr,
+        )
+        raise JobFailed(1) from None
+    if proc.returncode != 0:
+        raise JobFailed(proc.returncode)
+    events = (decode_event(line) for line in proc.stdout.splitlines())
+    return {e["nprocs"]: e for e in events if e and e["event"] == "plan"}
+
+
+@dataclass
+class JobOutcome:
+    """How a job ended: its exit code, whether it finished its points, and the point it
+    was measuring when it stalled (None if it did not)."""
+
+    code: int
+    finished: bool
+    failures: int
+    stalled_at: str | None = None
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Terminate a job (mpiexec and srun pass SIGTERM on to the ranks), then kill it."""
+    proc.terminate()
+    try:
+        proc.wait(STOP_GRACE)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _pump(stream: IO[str], lines: queue.Queue) -> None:
+    """Copy a job's output lines into a queue (None at the end), so the reader can time out."""
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
+
+
+def follow_job(
+    proc: subprocess.Popen, nprocs: int, progress: Progress, stall_timeout: float
+) -> JobOutcome:
+    """Pass a job's ordinary lines through, turn its events into progress, and stop it if
+    it reports nothing for ``stall_timeout`` seconds (a hung algorithm must not hang the
+    sweep)."""
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
+    done: dict[str, Any] | None = None
+    current = "start-up"
+    try:
+        while (line := lines.get(timeout=stall_timeout)) is not None:
+            event = decode_event(line.rstrip("\n"))
+            if event is None:
+                progress.clear()
+                sys.stdout.write(line)
+                sys.stdout.flush()
+            elif event["event"] == "plan":
+                progress.replan(nprocs, event["todo"])
+            elif event["event"] == "measuring":
+                current = f"{event['collective']} {event['size_bytes']} B"
+            elif event["event"] == "point":
+                progress.advance()
+            elif event["event"] == "done":
+                done = event
+    except queue.Empty:
+        _stop(proc)
+        return JobOutcome(proc.returncode, False, 0, stalled_at=current)
+    except BaseException:
+        _stop(proc)
+        raise
+    return JobOutcome(proc.wait(), done is not None, done["failures"] if done else 0)
+
+
+def run_job(cfg: SweepConfig, nprocs: int, progress: Progress) -> JobOutcome:
+    """Launch the job of one process count and follow it until it ends."""
+    proc = subprocess.Popen(
+        job_command(cfg, nprocs),
+        stdout=subprocess.PIPE,
+        text=True,
+        bufsize=1,
+        env=job_environment(cfg, nprocs),
+    )
+    return follow_job(proc, nprocs, progress, cfg.stall_timeout)
+
+
+def _explain_failure(cfg: SweepConfig, nprocs: int, outcome: JobOutcome) -> None:
+    """One message for a job that stopped the sweep (a usage error explained itself)."""
+    if outcome.stalled_at is not None:
+        what = (
+            f"reported nothing for {cfg.stall_timeout:g} s while measuring "
+            f"{outcome.stalled_at} (a hung algorithm? leave it out with -a) and was stopped"
+        )
+    elif outcome.code != 2:
+        what = f"ended with exit code {outcome.code} before finishing"
+    else:
+        return
+    print(
+        f"osu-dl-bench: error: the job for --np {nprocs} {what}; the points measured so "
+        f"far are kept in {cfg.output}: rerun with --resume",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _launcher_label(cfg: SweepConfig) -> str:
+    return " ".join([cfg.launcher, *cfg.launcher_args])
+
+
+def _run_jobs(
+    cfg: SweepConfig, plans: dict[int, dict[str, Any]], progress: Progress, store: RunStore
+) -> int:
+    """Every job in turn; the exit code of the sweep."""
+    code = 0
+    recorded = store.read_metadata().get("jobs", {})
+    for nprocs in cfg.nprocs:
+        if not plans[nprocs]["todo"] and str(nprocs) in recorded:
+            continue  # resumed and complete: its job entry already says what ran
+        outcome = run_job(cfg, nprocs, progress)
+        if outcome.code == 0:
+            continue
+        if outcome.finished:
+            code = 1  # wrong results, already reported and stored: keep going
+            continue
+        progress.clear()
+        _explain_failure(cfg, nprocs, outcome)
+        raise JobFailed(outcome.code if outcome.stalled_at is None else 1)
+    return code
+
+
+def run_sweep(cfg: SweepConfig) -> int:
+    """The sweep command without --inside; returns the exit code."""
+    check_not_in_mpi_job()
+    check_local_process_counts(cfg)
+    check_run_dir(cfg)
+    for nprocs in cfg.nprocs:
+        job_command(cfg, nprocs)  # a missing launcher is a usage error, found now
+    try:
+        plans = run_planner(cfg)
+        if cfg.dry_run:
+            print("\n".join(plan_lines(list(plans.values()))))
+            return 0
+        return _launch_all(cfg, plans)
+    except JobFailed as exc:
+        return exc.code or 1
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (timeout, scancel, a batch system's kill) raises KeyboardInterrupt, so the
+    running job is stopped too instead of being orphaned."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _launch_all(cfg: SweepConfig, plans: dict[int, dict[str, Any]]) -> int:
+    store = RunStore(cfg.output)
+    store.create()
+    runinfo.record_session(store, cfg, launcher=_launcher_label(cfg))
+    progress = Progress({p: plan["todo"] for p, plan in plans.items()})
+    start = time.monotonic()
+    progress.show(force=True)
+    try:
+        with _terminate_as_interrupt():
+            code = _run_jobs(cfg, plans, progress, store)
+    except KeyboardInterrupt:
+        progress.clear()
+        print(
+            f"\ninterrupted: the points measured so far are kept in {cfg.output}; "
+            "rerun with --resume",
+            file=sys.stderr,
+        )
+        runinfo.record_completion(store, complete=False)
+        return 130
+    except JobFailed:
+        runinfo.record_completion(store, complete=False)
+        raise
+    finally:
+        progress.close()
+    lines = runinfo.finish_run(store, complete=True)
+    lines.insert(
+        0, f"# {progress.done} points measured in {format_duration(time.monotonic() - start)}"
+    )
+    print("\n".join(lines), flush=True)
+    return code

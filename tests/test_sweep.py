@@ -1,0 +1,591 @@
+"""The sweep: its pure parts directly, then real mpiexec jobs through the orchestrator and
+--inside (every run with a hard timeout), checked against whatever the registry holds."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from mpirun import REPO, mpi_env, run_cli, run_mpi
+
+from osu_dl_bench.collectives import SPECS, CallContext, algorithms
+from osu_dl_bench.collectives.dtypes import element_type
+from osu_dl_bench.collectives.ops import reduce_op
+from osu_dl_bench.collectives.registry import Algorithm
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.sweep.options import (
+    parse_collectives,
+    parse_process_counts,
+)
+from osu_dl_bench.sweep.orchestrate import follow_job
+from osu_dl_bench.sweep.plan import expand_grid, finished_points, variants_for
+from osu_dl_bench.sweep.progress import Progress, decode_event, encode_event
+from osu_dl_bench.sweep.schedule import (
+    MAX_ITERATIONS,
+    MAX_ROUNDS,
+    MIN_ROUNDS,
+    another_round,
+    iterations_for,
+    next_calibration_count,
+    rotation,
+    round_stats,
+)
+from osu_dl_bench.sweep.store import SWEEP_FIELDS, RunStore, SweepPoint
+from osu_dl_bench.units import split_variant_texts
+
+SIZES = [8 << k for k in range(7)]  # 8 B .. 512 B
+TINY = ["--budget", "0.02"]
+
+
+def sweep(args: list[str], timeout: float = 300, env: dict[str, str] | None = None):
+    """Run the orchestrator (``osu-dl-bench sweep``, no mpiexec around it)."""
+    cmd = [sys.executable, "-m", "osu_dl_bench", "sweep", *args]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=mpi_env(env),
+        cwd=REPO,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"sweep hung: {cmd}\n{out[-3000:]}\n{err[-3000:]}") from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def expected_rows(nprocs_list, collectives, sizes, algorithm_texts=("all",)) -> set[tuple]:
+    """(p, collective, algorithm, size) of every eligible registered variant, one host."""
+    rows = set()
+    for p in nprocs_list:
+        for coll in collectives:
+            ctx = one_host_context(p, coll)
+            for v in variants_for(coll, list(algorithm_texts)):
+                if v.ineligible_reason(ctx) is None:
+                    rows |= {(p, coll, v.label, s) for s in sizes}
+    return rows
+
+
+def one_host_context(p: int, collective: str) -> CallContext:
+    """The eligibility context of a float32 sum sweep on one host."""
+    op = reduce_op("sum") if SPECS[collective].reduces else None
+    return CallContext(p, element_type("float32"), op, "cpu", 1, p)
+
+
+def difference(got: set, want: set) -> str:
+    """What a failed set comparison should show (the registry may change under a test)."""
+    return f"unexpected {sorted(got - want)[:5]}, missing {sorted(want - got)[:5]}"
+
+
+def stored_rows(frame: pd.DataFrame) -> list[tuple]:
+    cols = ["nprocs", "collective", "algorithm", "size_bytes"]
+    return [tuple(r) for r in frame[cols].itertuples(index=False)]
+
+
+# --- pure parts ---------------------------------------------------------------------
+
+
+@given(st.floats(1e-7, 100.0), st.floats(0.01, 60.0))
+def test_iterations_fill_the_budget_in_max_rounds(per_iteration, budget):
+    iterations = iterations_for(per_iteration, budget)
+    assert 1 <= iterations <= MAX_ITERATIONS
+    # Over budget only at one iteration per round (huge messages).
+    assert MAX_ROUNDS * iterations * per_iteration <= budget * 1.0001 or iterations == 1
+
+
+def test_rounds_go_on_while_the_budget_lasts():
+    assert iterations_for(20e-6, 2.0) == MAX_ITERATIONS  # 8 B, one candidate: capped
+    assert iterations_for(1e-3, 2.0) == 50  # 2000 iterations in 40 rounds
+    assert iterations_for(0.5, 2.0) == 1
+    assert another_round(MIN_ROUNDS - 1, elapsed=100.0, budget=1.0)  # the floor
+    assert not another_round(MIN_ROUNDS, elapsed=1.0, budget=1.0)
+    assert another_round(MIN_ROUNDS, elapsed=0.5, budget=1.0)
+    assert not another_round(MAX_ROUNDS, elapsed=0.0, budget=1.0)  # the ceiling
+
+
+def test_calibration_grows_until_the_target():
+    assert next_calibration_count(1, 0.5, 0.1) is None
+    assert next_calibration_count(1, 0.0, 0.1) == 10
+    assert next_calibration_count(4, 0.05, 0.1) == 10  # 4 * 2.4
+    assert next_calibration_count(MAX_ITERATIONS, 0.0, 0.1) is None
+
+
+def test_rotation_gives_every_candidate_each_position():
+    orders = [rotation(r, 3) for r in range(3)]
+    assert orders == [[0, 1, 2], [1, 2, 0], [2, 0, 1]]
+    assert rotation(7, 1) == [0]
+
+
+def test_round_stats_follow_the_store_definition():
+    # times[round, candidate, iteration], already the per-iteration max across ranks
+    times = np.zeros((5, 2, 2))
+    times[:, 0, :] = np.array([[1, 3], [2, 2], [3, 3], [4, 4], [9, 11]])[:, :] * 1e-6
+    times[:, 1, :] = 5e-6
+    a, b = round_stats(times)
+    assert (a.median_us, a.q1_us, a.q3_us) == pytest.approx((3.0, 2.0, 4.0))
+    assert a.spread_us == pytest.approx(2.0)
+    assert (a.min_us, a.max_us) == pytest.approx((2.0, 10.0))
+    assert (b.median_us, b.spread_us) == pytest.approx((5.0, 0.0))
+    with pytest.raises(ValueError):
+        round_stats(np.zeros((0, 1, 1)))
+
+
+def test_grid_expands_to_the_cartesian_product():
+    algo = Algorithm(
+        "allreduce",
+        "fake",
+        factory=lambda comm, **kw: None,
+        defaults={"seg": 1024, "inner": "x", "fixed": 7},
+        grid={"seg": (1024, 4096), "inner": ("x", "y")},
+    )
+    labels = [v.label for v in expand_grid(algo)]
+    assert labels == [
+        "fake:seg=1K,inner=x,fixed=7",
+        "fake:seg=1K,inner=y,fixed=7",
+        "fake:seg=4K,inner=x,fixed=7",
+        "fake:seg=4K,inner=y,fixed=7",
+    ]
+    plain = Algorithm("allreduce", "plain", factory=lambda comm: None)
+    assert [v.label for v in expand_grid(plain)] == ["plain"]
+
+
+def test_algorithm_selection_uses_the_registry():
+    everything = variants_for("allreduce", ["all"])
+    assert everything[0].label == "native"  # native first: the baseline
+    assert len({v.label for v in everything}) == len(everything)
+    assert {v.algorithm.name for v in everything} == {a.name for a in algorithms("allreduce")}
+    assert [v.label for v in variants_for("bcast", ["native", "native", "nosuch"])] == ["native"]
+    assert variants_for("bcast", ["all", "native"]) == variants_for("bcast", ["all"])
+    for algo in algorithms("allreduce"):
+        swept = variants_for("allreduce", [algo.name])
+        assert len(swept) == max(1, int(np.prod([len(v) for v in algo.grid.values()])))
+
+
+def test_algorithm_lists_group_parameters_with_their_variant():
+    assert split_variant_texts("native, chain:seg=64K,k=2,ring,") == [
+        "native",
+        "chain:seg=64K,k=2",
+        "ring",
+    ]
+
+
+def test_process_counts_and_collectives():
+    assert parse_process_counts("4,2,2-3") == (2, 3, 4)
+    for bad in ("0", "", "x", "3-2", "5000"):
+        with pytest.raises(UsageError, match="--np"):
+            parse_process_counts(bad)
+    assert parse_collectives("bcast,allreduce,bcast") == ("bcast", "allreduce")
+    assert "barrier" in parse_collectives("all")
+    with pytest.raises(UsageError, match="unknown collective 'allreduse'"):
+        parse_collectives("allreduse")
+
+
+def test_events_round_trip_and_other_lines_pass():
+    line = encode_event("point", nprocs=2, seconds=1.5)
+    assert decode_event(line) == {"event": "point", "nprocs": 2, "seconds": 1.5}
+    assert decode_event("# p=3 bcast x: skipped: why") is None
+
+
+def test_progress_counts_points_and_estimates_the_rest():
+    now = [0.0]
+    out = io.StringIO()
+    bar = Progress({2: 4, 4: 4}, stream=out, interactive=False, clock=lambda: now[0], interval=1e9)
+    assert "ETA ?" in bar.render()
+    for _ in range(2):
+        now[0] += 10
+        bar.advance()
+    assert bar.eta_seconds() == pytest.approx(60)
+    bar.replan(4, 2)  # the job's own count replaces the planner's estimate
+    assert bar.total == 6 and "2/6 points" in bar.render()
+    bar.close()
+    assert out.getvalue().splitlines()[-1].startswith("[########")
+
+
+def test_a_silent_job_is_stopped_and_its_point_named():
+    code = (
+        "import time\n"
+        f"print({encode_event('measuring', collective='bcast', size_bytes=64)!r}, flush=True)\n"
+        "print('# an ordinary line', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    bar = Progress({2: 1}, stream=io.StringIO(), interactive=False)
+    start = time.monotonic()
+    outcome = follow_job(proc, 2, bar, stall_timeout=2.0)
+    assert time.monotonic() - start < 60 and proc.poll() is not None
+    assert outcome.stalled_at == "bcast 64 B" and not outcome.finished
+
+
+def test_orchestrator_never_loads_mpi(tmp_path):
+    code = (
+        "import sys, argparse\n"
+        "from osu_dl_bench.sweep import orchestrate, launch\n"
+        "from osu_dl_bench.sweep.options import add_sweep_arguments, config_from_args\n"
+        "p = argparse.ArgumentParser(); add_sweep_arguments(p)\n"
+        f"cfg = config_from_args(p.parse_args(['--np', '2,4', '-o', {str(tmp_path)!r}]))\n"
+        "launch.job_command(cfg, 2); launch.job_environment(cfg, 4)\n"
+        "orchestrate.check_run_dir(cfg)\n"
+        "assert 'mpi4py.MPI' not in sys.modules, 'the orchestrator loaded MPI'\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+
+
+# --- real MPI jobs ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("sweep") / "run"
+    args = ["--np", "2,3", "--collectives", "allreduce,bcast", "-m", "8:512", *TINY]
+    res = sweep([*args, "-o", str(run_dir)], timeout=600)
+    return res, run_dir
+
+
+def test_orchestrated_sweep_stores_every_eligible_variant(full_run):
+    res, run_dir = full_run
+    assert res.returncode == 0, res.stdout + res.stderr
+    frame = RunStore(run_dir).load()
+    assert list(frame.columns) == list(SWEEP_FIELDS)
+    rows = stored_rows(frame)
+    assert len(rows) == len(set(rows)), "a point was stored twice"
+    expected = expected_rows([2, 3], ["allreduce", "bcast"], SIZES)
+    assert set(rows) == expected, difference(set(rows), expected)
+    assert set(frame["validation"]) == {"pass"}
+    assert (frame["q1_us"] <= frame["median_us"]).all()
+    assert (frame["median_us"] <= frame["q3_us"]).all()
+    assert (frame["min_us"] <= frame["q1_us"]).all() and (frame["q3_us"] <= frame["max_us"]).all()
+    assert np.allclose(frame["spread_us"], frame["q3_us"] - frame["q1_us"])
+    assert (frame["median_us"] > 0).all() and (frame["rounds"] >= MIN_ROUNDS).all()
+    assert (frame["nodes"] == 1).all() and (frame["ppn"] == frame["nprocs"]).all()
+    assert "Traceback" not in res.stderr
+    last = [ln for ln in res.stderr.splitlines() if "points" in ln][-1]
+    assert "28/28 points" in last  # 2 process counts x 2 collectives x 7 sizes
+
+
+def test_orchestrated_sweep_writes_metadata(full_run):
+    res, run_dir = full_run
+    meta = json.loads((run_dir / "metadata.json").read_text())
+    for field in (
+        "schema_version",
+        "mpi_library",
+        "mpi_version",
+        "hosts",
+        "nodes",
+        "ppn",
+        "buffer_kind",
+        "package_version",
+        "command",
+        "date",
+        "launcher",
+    ):
+        assert meta.get(field) not in (None, "", []), field
+    assert meta["mpi_library"].startswith(("MPICH", "Open MPI"))
+    assert meta["launcher"] == "mpiexec" and meta["buffer_kind"] == "cpu"
+    assert meta["complete"] is True and "sweep --np 2,3" in meta["command"]
+    assert set(meta["jobs"]) == {"2", "3"}
+    for p in (2, 3):
+        job = meta["jobs"][str(p)]
+        assert job["nprocs"] == job["job_size"] == p and job["points_measured"] == 14
+        expected = {
+            (c, v.label, v.ineligible_reason(one_host_context(p, c)))
+            for c in ("allreduce", "bcast")
+            for v in variants_for(c, ["all"])
+            if v.ineligible_reason(one_host_context(p, c))
+        }
+        got = {(s["collective"], s["algorithm"], s["reason"]) for s in job["skipped"]}
+        assert got == expected
+        for coll, label, reason in expected:  # printed once, by the job's rank 0
+            name = label.partition(":")[0]
+            assert res.stdout.count(f"# p={p} {coll} {name}") == 1, reason
+
+
+def _start_sweep(args: list[str]) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "osu_dl_bench", "sweep", *args]
+    return subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=mpi_env(),
+        cwd=REPO,
+        start_new_session=True,
+    )
+
+
+def _wait_for_rows(proc: subprocess.Popen, results: Path, rows: int) -> None:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if results.exists() and len(results.read_text().splitlines()) > rows:
+            return
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise AssertionError(f"no {rows} results appeared: {proc.communicate()}")
+
+
+def _ranks_of(run_dir: Path) -> list[int]:
+    """Pids of the job processes sweeping into run_dir (from /proc, Linux)."""
+    pids = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"--inside" in argv and str(run_dir).encode() in argv and b"mpiexec" not in argv[0]:
+            pids.append(int(cmdline.parent.name))
+    return pids
+
+
+def _finish(proc: subprocess.Popen, timeout: float = 120) -> subprocess.CompletedProcess:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise AssertionError(f"sweep did not end: {proc.communicate()}") from None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_a_killed_rank_loses_at_most_its_point_and_resume_completes(tmp_path):
+    run_dir = tmp_path / "run"
+    args = ["--np", "2", "-m", "8:4K", "--budget", "0.05", "-o", str(run_dir)]
+    proc = _start_sweep(args)
+    _wait_for_rows(proc, run_dir / "results.csv", 20)
+    ranks = _ranks_of(run_dir)
+    assert len(ranks) == 2, ranks
+    os.kill(ranks[-1], signal.SIGKILL)
+    killed = _finish(proc)
+    assert killed.returncode not in (0, 2), (killed.returncode, killed.stderr)
+    assert "rerun with --resume" in killed.stderr, killed.stderr
+    deadline = time.monotonic() + 10
+    while _ranks_of(run_dir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _ranks_of(run_dir), "a rank survived its job"
+    before = RunStore(run_dir).load()
+    per_point = before.groupby(["collective", "size_bytes"]).size()
+    expected = expected_rows([2], ["allreduce", "bcast"], [8 << k for k in range(10)])
+    for (coll, size), rows in per_point.items():  # only whole points were stored
+        assert rows == sum(1 for r in expected if r[1] == coll and r[3] == size), (coll, size)
+
+    again = sweep(args, timeout=120)
+    assert again.returncode == 2 and "add --resume" in again.stderr
+
+    res = sweep([*args, "--resume"], timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    after = RunStore(run_dir).load()
+    rows = stored_rows(after)
+    assert len(rows) == len(set(rows)), "resume measured a finished point again"
+    assert set(rows) == expected, difference(set(rows), expected)
+    assert stored_rows(before) == rows[: len(before)], "resume rewrote earlier results"
+    meta = json.loads((run_dir / "metadata.json").read_text())
+    assert len(meta["sessions"]) == 2 and meta["complete"] is True
+    assert meta["jobs"]["2"]["previous"][0]["points_to_measure"] == 20
+
+    done = sweep([*args, "--resume"], timeout=120)  # nothing left: no job is started
+    assert done.returncode == 0 and "0 points measured" in done.stdout
+    assert len(RunStore(run_dir).load()) == len(after)
+
+
+def test_sigterm_stops_the_running_job_too(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = _start_sweep(["--np", "2", "-a", "native", "-m", "8:1M", "-o", str(run_dir)])
+    _wait_for_rows(proc, run_dir / "results.csv", 1)
+    proc.send_signal(signal.SIGTERM)  # the orchestrator alone, as timeout(1) would
+    res = _finish(proc)
+    assert res.returncode == 130 and "interrupted" in res.stderr
+    deadline = time.monotonic() + 10  # the ranks get SIGTERM; give them time to exit
+    while _ranks_of(run_dir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _ranks_of(run_dir), "the job outlived its orchestrator"
+    assert json.loads((run_dir / "metadata.json").read_text())["complete"] is False
+
+
+def test_finished_points_match_point_keys_also_without_op(tmp_path):
+    store = RunStore(tmp_path)
+    base = {f: 1 for f in SWEEP_FIELDS} | {"backend": "mpi", "algorithm": "native"}
+    base |= {"dtype": "float32", "device": "cpu", "validation": "pass"}
+    store.append(
+        [
+            SweepPoint(**base | {"collective": "bcast", "op": None}),
+            SweepPoint(**base | {"collective": "allreduce", "op": "sum"}),
+        ]
+    )
+    assert finished_points(store) == {
+        (1, 1, 1, "bcast", "mpi", "native", "float32", None, "cpu", 1),
+        (1, 1, 1, "allreduce", "mpi", "native", "float32", "sum", "cpu", 1),
+    }
+
+
+def _seed_results(run_dir: Path) -> None:
+    values = {f: 1 for f in SWEEP_FIELDS} | {"collective": "allreduce", "validation": "pass"}
+    store = RunStore(run_dir)
+    store.create()
+    store.append([SweepPoint(**values)])
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--np", "0"], "process counts must be >= 1"),
+        (["--np", "100000"], "above the limit of 4096"),
+        (["--np", "4000"], "on this host's"),
+        (["--collectives", "allreduce,nosuch"], "unknown collective 'nosuch'"),
+        (["-m", "16M:8"], "larger than maximum"),
+        (["--budget", "0"], "expected seconds"),
+        (["-a", ","], "no algorithm named"),
+        (["--launcher", "srun"], "srun"),
+        (["RESULTS"], "add --resume"),
+        (["-a", "nosuch"], "unknown algorithm 'nosuch'"),
+        (["-T", "float128"], "unknown datatype 'float128'"),
+        (["--op", "band"], "op 'band' is not valid for float32"),
+        (["-a", "ring"], "names no algorithm of bcast"),
+        (["-m", "1:2"], "no size holds one float32 element"),
+    ],
+)
+def test_bad_input_gives_one_message_and_exit_2(tmp_path, argv, message):
+    run_dir = tmp_path / "run"
+    if argv == ["RESULTS"]:
+        _seed_results(run_dir)
+        argv = []
+    if argv == ["--launcher", "srun"] and any(
+        (Path(d) / "srun").exists() for d in os.environ.get("PATH", "").split(os.pathsep)
+    ):
+        pytest.skip("srun is installed here")
+    res = sweep(["--np", "2", *argv, "-o", str(run_dir)], timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert message in res.stderr
+    assert res.stderr.count("osu-dl-bench: error:") == 1 and "Traceback" not in res.stderr
+    assert not (run_dir / "results.csv").exists() or argv == []
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--np", "3"], "only 2 processes in this job"),
+        (["-a", "nosuch"], "unknown algorithm 'nosuch'"),
+        (["--np", "0"], "process counts must be >= 1"),
+    ],
+)
+def test_bad_input_inside_a_job_exits_2_on_every_rank(tmp_path, argv, message):
+    res = run_cli(2, ["sweep", "--inside", *argv, "-o", str(tmp_path / "run")], timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert message in res.stderr and res.stderr.count("osu-dl-bench: error:") == 1
+
+
+def test_inside_sweeps_smaller_counts_on_the_first_ranks(tmp_path):
+    run_dir = tmp_path / "run"
+    res = run_cli(
+        3,
+        [
+            "sweep",
+            "--inside",
+            "--np",
+            "1,3",
+            "-a",
+            "native",
+            "-m",
+            "8:64",
+            *TINY,
+            "-o",
+            str(run_dir),
+        ],
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    frame = RunStore(run_dir).load()
+    assert sorted(set(stored_rows(frame))) == sorted(
+        {
+            (p, c, "native", s)
+            for p in (1, 3)
+            for c in ("allreduce", "bcast")
+            for s in (8, 16, 32, 64)
+        }
+    )
+    meta = json.loads((run_dir / "metadata.json").read_text())
+    assert meta["launcher"] == "inside" and meta["jobs"]["1"]["job_size"] == 3
+    assert res.stdout.count("p=1 allreduce 8B") == 1  # a line per point from rank 0 only
+    assert "results in" in res.stdout
+
+
+GRID_DRIVER = """
+import sys
+from osu_dl_bench.runtime import init_mpi
+init_mpi()
+from osu_dl_bench.collectives import lookup
+from osu_dl_bench.collectives.registry import POWER_OF_TWO, register
+native = lookup("allreduce", "native").factory
+register(
+    "allreduce", "zz_sweep_grid", defaults={"seg": 1024, "mode": "a"},
+    grid={"seg": (1024, 4096), "mode": ("a", "b")},
+)(lambda comm, seg, mode: native(comm))
+register("allreduce", "zz_sweep_pow2", requires=(POWER_OF_TWO,))(lambda comm: native(comm))
+from osu_dl_bench.cli import main
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+
+def test_grids_are_swept_and_ineligible_variants_skipped(tmp_path):
+    driver = tmp_path / "driver.py"
+    driver.write_text(GRID_DRIVER)
+    run_dir = tmp_path / "run"
+    argv = ["sweep", "--inside", "--np", "2,3", "--collectives", "allreduce", "-m", "8:16"]
+    argv += ["-a", "zz_sweep_grid,zz_sweep_pow2", *TINY, "-o", str(run_dir)]
+    res = run_mpi(3, [str(driver), *argv], timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    grid = {f"zz_sweep_grid:seg={s},mode={m}" for s in ("1K", "4K") for m in "ab"}
+    rows = stored_rows(RunStore(run_dir).load())
+    assert len(rows) == len(set(rows))
+    assert set(rows) == {
+        (p, "allreduce", label, size)
+        for size in (8, 16)
+        for p, labels in ((2, grid | {"zz_sweep_pow2"}), (3, grid))
+        for label in labels
+    }
+    skipped = json.loads((run_dir / "metadata.json").read_text())["jobs"]["3"]["skipped"]
+    assert skipped == [
+        {
+            "collective": "allreduce",
+            "backend": "mpi",
+            "algorithm": "zz_sweep_pow2",
+            "reason": "needs a power-of-two process count",
+        }
+    ]
+    assert res.stdout.count("zz_sweep_pow2: skipped: needs a power-of-two process count") == 1
+
+
+def test_wrong_results_are_stored_reported_and_fail_the_run(tmp_path):
+    run_dir = tmp_path / "run"
+    res = sweep(
+        ["--np", "2,3", "-a", "native", "-m", "8:32", *TINY, "-o", str(run_dir)],
+        env={"OSU_DL_BENCH_INJECT_FAULT": "corrupt"},
+        timeout=300,
+    )
+    assert res.returncode == 1, res.stdout + res.stderr
+    frame = RunStore(run_dir).load()
+    assert len(frame) == 2 * 2 * 3 and set(frame["validation"]) == {"fail"}
+    assert "DATA VALIDATION ERROR: p=2 allreduce (native) had 1 wrong elements" in res.stdout
+    meta = json.loads((run_dir / "metadata.json").read_text())
+    assert len(meta["jobs"]["3"]["validation_failures"]) == 6
+
+
+def test_dry_run_plans_without_measuring(tmp_path):
+    run_dir = tmp_path / "run"
+    res = sweep(["--np", "2,3", "-m", "8:1K", "--dry-run", "-o", str(run_dir)], timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "# p=2: 16 of 16 points to measure" in res.stdout
+    assert "# total: 32 points to measure" in res.stdout
+    assert not run_dir.exists()

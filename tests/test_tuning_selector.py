@@ -1,0 +1,224 @@
+"""The runtime selector: table lookups, nearest entries, the model hook, eligibility,
+forcing, explain(), per-call binding and the bench's 'tuned' variant (one process)."""
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+from test_tuning_support import (  # noqa: F401  (registered is a fixture)
+    label,
+    make_entry,
+    make_table,
+    registered,
+)
+
+from osu_dl_bench.collectives import SPECS, Algorithm, CallContext, CallShape
+from osu_dl_bench.collectives import registry as _registry
+from osu_dl_bench.collectives.dtypes import element_type
+from osu_dl_bench.collectives.ops import reduce_op
+from osu_dl_bench.collectives.registry import POWER_OF_TWO
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.tuning import FORCE_ENV, Choice, Query, Selector, parse_force
+from osu_dl_bench.tuning.selector import message_bytes, parse_bench_algorithms
+
+pytestmark = pytest.mark.usefixtures("registered")
+NATIVE = Choice("mpi", "native")
+
+
+def _choice(collective, name):
+    return Choice.of(_registry.parse_variant(collective, name))
+
+
+_entry, _table = make_entry, make_table
+
+
+@pytest.fixture
+def selector(monkeypatch):
+    monkeypatch.delenv(FORCE_ENV, raising=False)
+    table = _table(
+        _entry(2, [(0, "native"), (4096, "recursive_doubling"), (1 << 20, "ring")]),
+        _entry(8, [(0, "rabenseifner")]),
+    )
+    return Selector(table)
+
+
+def _q(nprocs, nbytes, collective="allreduce", **kw):
+    return Query(collective, nprocs, nbytes, **kw)
+
+
+def test_exact_entry_bisects_the_ranges(selector):
+    picks = {n: selector.decide(_q(2, n)) for n in (8, 4095, 4096, (1 << 20) - 1, 1 << 20)}
+    assert [d.label for d in picks.values()] == [
+        "native",
+        "native",
+        label("allreduce", "recursive_doubling"),
+        label("allreduce", "recursive_doubling"),
+        label("allreduce", "ring"),
+    ]
+    assert all(d.how == "table" for d in picks.values())
+    beyond = selector.decide(_q(2, 1 << 30))
+    assert beyond.label == label("allreduce", "ring") and "outside the measured" in beyond.reason
+    below = selector.decide(_q(2, 1))
+    assert below.label == "native" and "outside the measured" in below.reason
+
+
+@pytest.mark.parametrize("nprocs,expected", [(1, 2), (3, 2), (5, 2), (6, 8), (64, 8)])
+def test_outside_the_comm_sizes_the_nearest_entry_serves(selector, nprocs, expected):
+    decision = selector.decide(_q(nprocs, 1 << 22))
+    assert decision.entry.key.nprocs == expected  # p=5: tie between 2 and 8 -> smaller
+    assert decision.how == "nearest"
+
+
+def test_nearest_prefers_same_nodes_then_ppn():
+    sel = Selector(
+        _table(
+            _entry(8, [(0, "ring")], nodes=2, ppn=4),
+            _entry(8, [(0, "rabenseifner")], nodes=1, ppn=8),
+        ),
+        force={},
+    )
+    assert sel.decide(_q(8, 64, nodes=2, ppn=4)).how == "table"
+    assert sel.decide(_q(8, 64, nodes=2, ppn=4)).label == label("allreduce", "ring")
+    assert sel.decide(_q(8, 64, nodes=1)).label == "rabenseifner"
+    assert sel.decide(_q(16, 64, nodes=2, ppn=8)).entry.key.nodes == 2
+
+
+def test_the_model_hook_answers_only_outside_the_table(selector):
+    asked = []
+
+    def model(query):
+        asked.append(query)
+        return _choice("allreduce", "ring")
+
+    sel = Selector(selector.table, force={}, model=model)
+    assert sel.decide(_q(2, 8)).how == "table" and not asked
+    decision = sel.decide(_q(5, 8))
+    assert decision.how == "model" and decision.label == label("allreduce", "ring")
+    assert asked[0].nprocs == 5
+
+
+def test_no_table_or_no_entry_means_native(selector, monkeypatch):
+    monkeypatch.delenv(FORCE_ENV, raising=False)
+    bare = Selector().decide(_q(4, 1024))
+    assert (bare.label, bare.how, bare.reason) == ("native", "native", "no table")
+    missing = selector.decide(_q(2, 1024, collective="bcast"))
+    assert missing.label == "native" and "no entry for bcast on cpu" in missing.reason
+    gpu = selector.decide(_q(2, 1024, device="cuda"))
+    assert gpu.label == "native" and "cuda" in gpu.reason
+
+
+def test_an_ineligible_choice_falls_back_to_native(monkeypatch):
+    native = _registry.lookup("allreduce", "native")
+    picky = Algorithm("allreduce", "pow2only", native.factory, requires=(POWER_OF_TWO,))
+    monkeypatch.setitem(_registry._REGISTRY, ("allreduce", "pow2only"), picky)
+    sel = Selector(_table(_entry(4, [(0, "pow2only")])), force={})
+    assert sel.decide(_q(4, 64)).label == "pow2only"
+    odd = sel.decide(_q(3, 64))
+    assert odd.label == "native" and "needs a power-of-two process count" in odd.reason
+    # A non-commutative context rules out ring (and any algorithm that needs one).
+    ring_table = Selector(_table(_entry(2, [(0, "ring")])), force={})
+    ctx = CallContext(2, element_type("float32"), _non_commutative(), "cpu", 1, 2)
+    if _registry.lookup("allreduce", "ring").requires:
+        assert ring_table.decide(_q(2, 64), ctx).label == "native"
+
+
+def _non_commutative():
+    op = reduce_op("sum")
+    return type(op)("noncomm", op.mpi, op.ufunc, commutative=False)
+
+
+def test_forcing_by_environment_beats_the_table(selector, monkeypatch):
+    monkeypatch.setenv(FORCE_ENV, "allreduce=ring,bcast=chain:seg=64K")
+    sel = Selector(selector.table)
+    forced = sel.decide(_q(2, 8))
+    assert forced.how == "forced" and forced.label == label("allreduce", "ring")
+    assert sel.decide(_q(2, 8, collective="bcast")).label == "chain:seg=64K"
+    assert "forced by OSU_DL_BENCH_FORCE_ALGORITHM" in sel.explain(_q(2, 8))
+    # An explicit force= replaces the environment's.
+    assert Selector(selector.table, force={}).decide(_q(2, 8)).how == "table"
+
+
+def test_force_parsing_and_errors(monkeypatch):
+    monkeypatch.setenv(FORCE_ENV, "bcast=nosuch")
+    with pytest.raises(UsageError, match=f"{FORCE_ENV}: unknown algorithm 'nosuch' for bcast"):
+        Selector()
+    assert parse_force("allreduce=ring, bcast=chain:seg=256K,reduce=native") == {
+        "allreduce": "ring",
+        "bcast": "chain:seg=256K",
+        "reduce": "native",
+    }
+    with pytest.raises(UsageError, match="bad item 'ring'"):
+        parse_force("ring")
+    with pytest.raises(UsageError, match="the caller: unknown algorithm 'nosuch'"):
+        Selector(force={"allreduce": "nosuch"})
+
+
+def test_explain_says_what_and_why(selector):
+    text = selector.explain(_q(3, 1 << 21))
+    assert "source: table mem.json" in text
+    assert "how: nearest: nearest entry allreduce on cpu, p=2" in text
+    assert text.rstrip().endswith(f"=> {label('allreduce', 'ring')} (mpi)")
+
+
+@pytest.mark.parametrize("collective", list(SPECS))
+@pytest.mark.parametrize("nprocs", [1, 3, 4])
+def test_message_bytes_recovers_the_per_rank_size_from_any_buffers(collective, nprocs):
+    spec, size_of = SPECS[collective], message_bytes(collective, nprocs)
+    for rank in range(nprocs):
+        for in_place in (False, True):
+            shape = CallShape(5, nprocs, rank, 0, in_place)
+            bufs = spec.allocate(np, np.dtype(np.float64), shape)
+            expected = 0 if collective == "barrier" else 5 * 8
+            assert size_of(bufs.send, bufs.recv) == expected, (rank, in_place)
+
+
+def _recording(monkeypatch, calls, *names):
+    native = _registry.lookup("allreduce", "native")
+    for name in names:
+
+        def factory(comm, _name=name):
+            inner = native.factory(comm)
+
+            def call(send, recv, op, root):
+                calls.append((_name, recv.nbytes))
+                inner(send, recv, op, root)
+
+            return call
+
+        algo = Algorithm("allreduce", name, factory)
+        monkeypatch.setitem(_registry._REGISTRY, ("allreduce", name), algo)
+
+
+def test_bound_calls_route_by_size_and_are_cached_per_communicator(monkeypatch):
+    calls = []
+    _recording(monkeypatch, calls, "small_one", "large_one")
+    sel = Selector(_table(_entry(1, [(0, "small_one"), (1024, "large_one")])), force={})
+    ctx = CallContext(1, element_type("float32"), reduce_op("sum"))
+    call = sel.bind(MPI.COMM_SELF, "allreduce", ctx)
+    assert sel.bind(MPI.COMM_SELF, "allreduce", ctx) is call
+    for n in (1, 255, 256, 4096):
+        send = np.ones(n, np.float32)
+        recv = np.zeros(n, np.float32)
+        call(send, recv, reduce_op("sum"), 0)
+        assert (recv == 1).all()
+    assert calls == [
+        ("small_one", 4),
+        ("small_one", 1020),
+        ("large_one", 1024),
+        ("large_one", 16384),
+    ]
+
+
+def test_the_tuned_variant_is_an_ordinary_variant(monkeypatch, selector):
+    calls = []
+    _recording(monkeypatch, calls, "only_one")
+    sel = Selector(_table(_entry(1, [(0, "only_one")])), force={})
+    ctx = CallContext(1, element_type("float32"), reduce_op("sum"))
+    variant = sel.variant("allreduce", ctx)
+    assert variant.label == "tuned" and variant.algorithm.backend == "selector"
+    assert variant.ineligible_reason(ctx) is None
+    call = variant.bind(MPI.COMM_SELF)
+    recv = np.zeros(3, np.float32)
+    call(np.ones(3, np.float32), recv, reduce_op("sum"), 0)
+    assert calls == [("only_one", 12)] and (recv == 1).all()
+    made = parse_bench_algorithms("bcast", "native,tuned,chain:seg=64K,binomial", lambda: variant)
+    assert [v.label for v in made] == ["native", "tuned", "chain:seg=64K", "binomial"]

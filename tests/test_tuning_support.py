@@ -1,0 +1,177 @@
+"""Synthetic sweep run directories for the tuning tests (helpers only, no tests here).
+
+Until real sweeps exist, the tests write run directories through store.RunStore with
+realistic values: an alpha-beta latency per algorithm, a relative spread, several process
+counts, sizes and backends. Labels come from the registry, as the sweep writes them
+(parameters included: 'chain:seg=256K').
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from osu_dl_bench.collectives import SPECS, Algorithm, algorithms
+from osu_dl_bench.collectives import registry as _registry
+from osu_dl_bench.collectives.registry import parse_variant
+from osu_dl_bench.sweep.store import RunStore, SweepPoint
+from osu_dl_bench.tuning.table import Choice, Entry, EntryKey, SizeRange, TuningTable
+
+# Algorithms the tests name; registered by other modules of the project. A stand-in (the
+# native factory, no parameters) fills in for any that a checkout does not have yet.
+NEEDED = {
+    "allreduce": ("ring", "recursive_doubling", "rabenseifner", "reduce_bcast", "hierarchical"),
+    "bcast": ("binomial", "chain", "scatter_ring_allgather", "scatter_rd_allgather"),
+}
+
+METADATA = {
+    "package_version": "0.1.0",
+    "command": "osu-dl-bench sweep --np 2,4 --collectives allreduce,bcast -m 8:16M -o RUN",
+    "date": "2025-01-01T00:00:00+00:00",
+    "buffer_kind": "cpu",
+    "dtype": "float32",
+    "op": "sum",
+    "mpi_library": "MPICH Version:      5.0.2",
+    "mpi_version": "4.1",
+    "hosts": ["refhost"],
+    "nodes": 1,
+    "ppn": 4,
+    "jobs": {"2": {"mpi_library": "MPICH Version:      5.0.2", "hosts": ["refhost"]}},
+}
+
+# (alpha us, bytes per us) per label, per collective: shapes the winners by size.
+MODELS = {
+    "allreduce": {
+        "native": (3.0, 2000.0),
+        "recursive_doubling": (2.9, 1500.0),  # ~3% faster when small: within the noise
+        "rabenseifner": (6.0, 2600.0),
+        "ring": (12.0, 3400.0),
+        "reduce_bcast": (5.0, 1000.0),
+        "gloo": (40.0, 1800.0),
+    },
+    "bcast": {
+        "native": (2.0, 3000.0),
+        "binomial": (1.5, 2000.0),
+        "chain": (8.0, 4500.0),
+        "scatter_ring_allgather": (9.0, 3600.0),
+        "scatter_rd_allgather": (7.0, 3300.0),
+        "gloo": (30.0, 2500.0),
+    },
+}
+
+
+@pytest.fixture
+def registered(monkeypatch):
+    """Make sure every algorithm of NEEDED is registered (stand-ins removed afterwards)."""
+    native = {c: _registry.lookup(c, "native") for c in NEEDED}
+    for collective, names in NEEDED.items():
+        present = {a.name for a in algorithms(collective)}
+        for name in names:
+            if name not in present:
+                stand_in = Algorithm(collective, name, native[collective].factory)
+                monkeypatch.setitem(_registry._REGISTRY, (collective, name), stand_in)
+    return NEEDED
+
+
+def label(collective: str, name: str) -> str:
+    """The label a sweep writes for an algorithm (defaults shown as parameters)."""
+    return parse_variant(collective, name).label
+
+
+def point(
+    collective: str,
+    name: str,
+    size: int,
+    median: float,
+    spread: float,
+    nprocs: int = 4,
+    nodes: int = 1,
+    ppn: int | None = None,
+    validation: str | None = "pass",
+    device: str = "cpu",
+) -> SweepPoint:
+    """One point; ``spread`` = q3 - q1, centred on the median."""
+    variant = parse_variant(collective, name)
+    spec = SPECS[collective]
+    seconds = median * 1e-6
+    algbw = size / seconds / 1e9
+    return SweepPoint(
+        collective=collective,
+        backend=variant.algorithm.backend,
+        algorithm=variant.label,
+        dtype="float32",
+        op="sum" if spec.reduces else None,
+        device=device,
+        size_bytes=size,
+        count=max(size // 4, 1),
+        nprocs=nprocs,
+        nodes=nodes,
+        ppn=ppn or nprocs // nodes,
+        median_us=median,
+        q1_us=median - spread / 2,
+        q3_us=median + spread / 2,
+        spread_us=spread,
+        min_us=median - spread,
+        max_us=median + 2 * spread,
+        rounds=7,
+        iterations=20,
+        algbw_gbs=algbw,
+        busbw_gbs=algbw * spec.busbw_factor(nprocs),
+        validation=validation,
+    )
+
+
+def write_run(path: Path, points: list[SweepPoint], metadata: dict | None = None) -> Path:
+    """A run directory with these points and metadata."""
+    store = RunStore(path)
+    store.create()
+    store.append(points)
+    store.write_metadata(dict(metadata or METADATA))
+    return path
+
+
+def model_points(
+    nprocs_list=(2, 4), sizes=None, collectives=("allreduce", "bcast"), seed=7
+) -> list[SweepPoint]:
+    """Realistic points from MODELS: latency grows with lg p, 5% spread, seeded jitter."""
+    rng = np.random.default_rng(seed)
+    sizes = sizes or [8 << (2 * k) for k in range(12)]  # 8 B .. 32 MiB, every 4x
+    points = []
+    for collective in collectives:
+        names = [n for n in MODELS[collective] if n != "gloo" or _has(collective, "gloo")]
+        for nprocs in nprocs_list:
+            for size in sizes:
+                for name in names:
+                    alpha, rate = MODELS[collective][name]
+                    median = (alpha * math.log2(2 * nprocs) + size / rate) * rng.uniform(0.99, 1.01)
+                    points.append(point(collective, name, size, median, 0.05 * median, nprocs))
+    return points
+
+
+def _has(collective: str, name: str) -> bool:
+    return any(a.name == name for a in algorithms(collective))
+
+
+def table_json(path: Path) -> dict:
+    """A written table, parsed."""
+    return json.loads(path.read_text())
+
+
+def make_entry(nprocs, spans, collective="allreduce", nodes=1, ppn=None, measured=(8, 1 << 20)):
+    """An entry from spans [(start, algorithm name)]; each range ends where the next starts."""
+    ends = [start for start, _ in spans[1:]] + [None]
+    ranges = tuple(
+        SizeRange(start, end, Choice.of(parse_variant(collective, name)))
+        for (start, name), end in zip(spans, ends, strict=True)
+    )
+    key = EntryKey(collective, "cpu", nodes, ppn or nprocs // nodes, nprocs)
+    return Entry(key, ranges, measured)
+
+
+def make_table(*entries):
+    """An in-memory table of these entries."""
+    return TuningTable(tuple(entries), {"schema_version": 1}, "mem.json")

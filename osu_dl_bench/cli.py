@@ -136,6 +136,26 @@ def _add_plot(sub) -> None:
     add_plot_arguments(parser)
 
 
+def _cmd_train(args: argparse.Namespace) -> int:
+    from osu_dl_bench.runtime import init_mpi
+    from osu_dl_bench.train.options import THREAD_LEVEL, config_from_args, require_libraries
+
+    cfg = config_from_args(args)
+    require_libraries(cfg)  # before MPI: a missing extra is one message and exit 2
+    mpi = init_mpi(THREAD_LEVEL)
+    cfg.local_batch(mpi.COMM_WORLD.Get_size())  # same verdict on every rank, before torch loads
+    from osu_dl_bench.train.run import run_train
+
+    return run_train(mpi.COMM_WORLD, cfg)
+
+
+def _add_train(sub) -> None:
+    from osu_dl_bench.train.options import add_train_arguments
+
+    parser = sub.add_parser("train", help="data-parallel CNN training through the collectives")
+    add_train_arguments(parser)
+
+
 COMMANDS: dict[str, tuple[Callable, Callable[[argparse.Namespace], int]]] = {
     "bench": (_add_bench, _cmd_bench),
     "list": (_add_list, _cmd_list),
@@ -143,6 +163,7 @@ COMMANDS: dict[str, tuple[Callable, Callable[[argparse.Namespace], int]]] = {
     "tune": (_add_tune, _cmd_tune),
     "select": (_add_select, _cmd_select),
     "plot": (_add_plot, _cmd_plot),
+    "train": (_add_train, _cmd_train),
 }
 
 

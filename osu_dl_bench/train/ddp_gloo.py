@@ -1,0 +1,90 @@
+"""The baseline the trainer is measured against: PyTorch DistributedDataParallel over Gloo,
+with the same buckets (25 MiB, first 1 MiB), model, batch and optimizer.
+
+torch.distributed's default group is created once per process on a TCPStore that rank 0
+hosts on a port the OS picks; its address travels over MPI. DDP broadcasts rank 0's state
+itself at construction; buffers are not re-broadcast every forward, matching our trainer.
+"""
+
+from __future__ import annotations
+
+import datetime
+import inspect
+import os
+import socket
+import time
+
+import torch
+from torch import nn
+
+from osu_dl_bench.collectives.backends import bcast_bytes
+from osu_dl_bench.train.options import TrainConfig
+from osu_dl_bench.train.reducer import StepComm
+from osu_dl_bench.train.session import Session
+from osu_dl_bench.train.trainer import StepStats, make_optimizer
+
+TIMEOUT = datetime.timedelta(minutes=5)
+LOOPBACK = "127.0.0.1"
+
+
+def init_gloo_group(session: Session) -> None:
+    """torch.distributed's default process group over Gloo (once per process)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    one_host = session.topology.nodes == 1 and not session.topology.emulated
+    if one_host:
+        # Gloo binds to the host name's address otherwise, which may not be loopback.
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    host = LOOPBACK if one_host else os.environ.get("MASTER_ADDR") or socket.gethostname()
+    store, address = None, b""
+    if session.rank == 0:
+        store = dist.TCPStore(host, 0, session.nprocs, True, TIMEOUT, wait_for_workers=False)
+        address = f"{host}:{store.port}".encode()
+    address = session.thread.run(bcast_bytes, session.comm, address)
+    if store is None:
+        host, _, port = address.decode().rpartition(":")
+        store = dist.TCPStore(host, int(port), session.nprocs, False, TIMEOUT)
+    dist.init_process_group("gloo", store=store, rank=session.rank, world_size=session.nprocs)
+
+
+def _no_buffer_sync() -> dict[str, bool]:
+    """DDP's option for 'no buffer broadcast each forward', by the torch version's name."""
+    params = inspect.signature(nn.parallel.DistributedDataParallel).parameters
+    if "forward_sync_buffers" in params:
+        return {"forward_sync_buffers": False}
+    return {"broadcast_buffers": False}
+
+
+class DDPGlooTrainer:
+    """The same step as DataParallelTrainer.step, through DDP and Gloo."""
+
+    def __init__(self, model: nn.Module, cfg: TrainConfig, session: Session) -> None:
+        init_gloo_group(session)
+        self.model = model
+        self.ddp = nn.parallel.DistributedDataParallel(
+            model,
+            bucket_cap_mb=cfg.bucket_cap / (1 << 20),
+            gradient_as_bucket_view=True,
+            **_no_buffer_sync(),
+        )
+        self.optimizer = make_optimizer(cfg, model)
+
+    def broadcast_state(self, root: int = 0) -> float:
+        """DDP broadcast rank 0's state when it was built: nothing left to do."""
+        return 0.0
+
+    def step(self, x: torch.Tensor, y: torch.Tensor) -> StepStats:
+        """Forward, backward (DDP's own overlapped allreduce), optimizer step."""
+        start = time.perf_counter()
+        self.ddp.train()
+        self.optimizer.zero_grad(set_to_none=False)
+        logits = self.ddp(x)
+        loss = nn.functional.cross_entropy(logits, y)
+        loss.backward()
+        self.optimizer.step()
+        seconds = time.perf_counter() - start
+        correct = int((logits.argmax(1) == y).sum())
+        # DDP does not expose its communication time.
+        return StepStats(loss.item() * len(y), correct, len(y), seconds, StepComm(0.0, 0.0))

@@ -1,0 +1,224 @@
+"""The train subcommand's options, parsed once into a TrainConfig.
+
+Declared apart from the trainer because the trainer loads torch (seconds) and the
+registry (mpi4py.MPI, which must wait until the options are parsed: osu_dl_bench.runtime).
+Checks that need no MPI are made here, so every rank reaches the same verdict before any
+collective runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+from dataclasses import dataclass
+
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.units import parse_size
+
+# Model names (osu_dl_bench.train.models builds them; a test checks the two agree).
+MODELS = ("cnn", "resnet")
+DATASETS = ("digits", "synthetic")
+DEFAULT_DATA = {"cnn": "digits", "resnet": "synthetic"}
+# PyTorch DDP's defaults: bucket_cap_mb=25 and dist._DEFAULT_FIRST_BUCKET_BYTES (1 MiB);
+# the small first bucket starts communication early in backward (REFERENCE.md section 6).
+DEFAULT_BUCKET_CAP = 25 << 20
+DEFAULT_FIRST_BUCKET = 1 << 20
+# The trainer's communication thread issues every MPI call, so SERIALIZED is enough, and
+# MULTIPLE would slow MPICH down (runtime.DEFAULT_THREAD_LEVEL explains why).
+THREAD_LEVEL = "serialized"
+TORCH_EXTRA = "pip install 'osu-dl-bench[train]' (on CPU-only machines: pip install torch==2.13.0)"
+SKLEARN_EXTRA = "pip install 'osu-dl-bench[train]' (or: pip install scikit-learn)"
+PROGRESS = ("auto", "on", "off")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Every option of one training run."""
+
+    model: str = "cnn"
+    data: str = "digits"
+    batch_size: int = 64  # global: split evenly over the ranks
+    epochs: int = 6
+    steps: int | None = None  # total steps; overrides epochs
+    lr: float = 0.1
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    seed: int = 0
+    depth: int = 18
+    width: int = 64
+    image_size: int = 224
+    num_classes: int = 1000
+    synthetic_batches: int = 10
+    allreduce: str | None = None  # a fixed variant ('ring:seg=1M'); else table/native
+    bcast: str | None = None
+    table: str | None = None
+    bucket_cap: int = DEFAULT_BUCKET_CAP
+    first_bucket: int = DEFAULT_FIRST_BUCKET
+    overlap: bool = True
+    fp16_compress: bool = False
+    threads: int | None = None  # torch intra-op threads; None: cores / local ranks
+    validate: bool = False
+    validate_steps: int = 20
+    tolerance: float = 1e-5
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0
+    keep_checkpoints: int = 2
+    resume: bool = False
+    json: str | None = None
+    save_params: str | None = None
+    progress: str = "auto"
+    warmup_steps: int = 2
+    batches_per_iter: int = 5
+
+    def local_batch(self, nprocs: int) -> int:
+        """Each rank's share of the global batch (UsageError unless it divides evenly)."""
+        if self.batch_size % nprocs:
+            raise UsageError(
+                f"batch size {self.batch_size} is not divisible by the {nprocs} ranks: "
+                f"expected a multiple of {nprocs} (the global batch is split evenly)"
+            )
+        return self.batch_size // nprocs
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the train options."""
+    model = parser.add_argument_group("model and data")
+    model.add_argument("--model", choices=MODELS, default="cnn", help="default cnn")
+    model.add_argument("--data", choices=DATASETS, default=None, help="default: by model")
+    model.add_argument("--depth", type=int, default=18, help="resnet depth 10, 18, 26, ... (18)")
+    model.add_argument("--width", type=int, default=64, help="resnet base channels (64)")
+    model.add_argument("--image-size", type=int, default=224, metavar="N", help="synthetic (224)")
+    model.add_argument(
+        "--num-classes", type=int, default=1000, metavar="N", help="synthetic (1000)"
+    )
+    model.add_argument(
+        "--synthetic-batches", type=int, default=10, metavar="N", help="steps per epoch (10)"
+    )
+    opt = parser.add_argument_group("optimisation")
+    opt.add_argument("-b", "--batch-size", type=int, default=64, help="global batch (64)")
+    opt.add_argument("--epochs", type=int, default=6, help="(6)")
+    opt.add_argument("--steps", type=int, default=None, help="total steps (overrides epochs)")
+    opt.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (0.1)")
+    opt.add_argument("--momentum", type=float, default=0.9, help="(0.9)")
+    opt.add_argument("--weight-decay", type=float, default=0.0, help="(0)")
+    opt.add_argument("--seed", type=int, default=0, help="data order, split, init (0)")
+    opt.add_argument("--threads", type=int, default=None, help="torch threads (cores / ppn)")
+    comm = parser.add_argument_group("communication")
+    comm.add_argument("--allreduce", default=None, metavar="ALG", help="fixed, e.g. ring:seg=1M")
+    comm.add_argument("--bcast", default=None, metavar="ALG", help="fixed, e.g. chain:seg=256K")
+    comm.add_argument("--table", default=None, help="tuning table (selector; default native)")
+    comm.add_argument("--bucket-cap", default="25M", metavar="SIZE", help="bucket cap (25M)")
+    comm.add_argument("--first-bucket", default="1M", metavar="SIZE", help="first bucket (1M)")
+    comm.add_argument("--no-overlap", action="store_true", help="reduce after backward")
+    comm.add_argument("--fp16-compress", action="store_true", help="reduce gradients in fp16")
+    run = parser.add_argument_group("validation, checkpoints and output")
+    run.add_argument("--validate", action="store_true", help="compare with 1-process training")
+    run.add_argument(
+        "--validate-steps",
+        type=int,
+        default=20,
+        metavar="N",
+        help="compare after the first N steps of the run (default 20): later, float rounding "
+        "differences grow chaotically once the loss falls fast",
+    )
+    run.add_argument("--tolerance", type=float, default=1e-5, help="max abs diff (1e-5)")
+    run.add_argument("--checkpoint-dir", default=None, metavar="DIR")
+    run.add_argument("--checkpoint-every", type=int, default=0, metavar="K", help="steps (off)")
+    run.add_argument("--keep-checkpoints", type=int, default=2, metavar="N", help="(2)")
+    run.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    run.add_argument("--json", default=None, metavar="FILE", help="write the summary")
+    run.add_argument("--save-params", default=None, metavar="FILE", help="final state_dict")
+    run.add_argument("--progress", choices=PROGRESS, default="auto", help="rank 0's bar")
+    run.add_argument("--warmup-steps", type=int, default=2, metavar="N", help="untimed (2)")
+    run.add_argument(
+        "--batches-per-iter", type=int, default=5, metavar="N", help="steps per timing (5)"
+    )
+
+
+def _at_least(name: str, value: int | float | None, low: int | float) -> None:
+    if value is not None and value < low:
+        raise UsageError(f"{name} must be at least {low}: got {value}")
+
+
+def _check(cfg: TrainConfig) -> None:
+    """Argument checks that need neither MPI nor torch (same verdict on every rank)."""
+    for name in ("batch_size", "epochs", "width", "image_size", "num_classes"):
+        _at_least(f"--{name.replace('_', '-')}", getattr(cfg, name), 1)
+    for name in (
+        "steps",
+        "threads",
+        "synthetic_batches",
+        "batches_per_iter",
+        "keep_checkpoints",
+        "validate_steps",
+    ):
+        _at_least(f"--{name.replace('_', '-')}", getattr(cfg, name), 1)
+    for name in ("warmup_steps", "checkpoint_every", "momentum", "weight_decay"):
+        _at_least(f"--{name.replace('_', '-')}", getattr(cfg, name), 0)
+    if cfg.lr <= 0 or cfg.tolerance <= 0:
+        raise UsageError(f"--lr and --tolerance must be positive: got {cfg.lr}, {cfg.tolerance}")
+    if cfg.model == "resnet" and (cfg.depth < 10 or (cfg.depth - 2) % 8):
+        raise UsageError(
+            f"--depth {cfg.depth}: expected 10, 18, 26, ... (2 + 8 k: k basic blocks in each "
+            "of 4 stages)"
+        )
+    if cfg.first_bucket <= 0 or cfg.bucket_cap <= 0:
+        raise UsageError("--bucket-cap and --first-bucket must be positive sizes")
+    if (cfg.resume or cfg.checkpoint_every) and not cfg.checkpoint_dir:
+        raise UsageError("--resume and --checkpoint-every need --checkpoint-dir")
+    if cfg.table and not os.path.isfile(cfg.table):
+        raise UsageError(f"--table {cfg.table}: no such file")
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """Build and check the TrainConfig."""
+    cfg = TrainConfig(
+        model=args.model,
+        data=args.data or DEFAULT_DATA[args.model],
+        batch_size=args.batch_size,
+        epochs=args.epochs,
+        steps=args.steps,
+        lr=args.lr,
+        momentum=args.momentum,
+        weight_decay=args.weight_decay,
+        seed=args.seed,
+        depth=args.depth,
+        width=args.width,
+        image_size=args.image_size,
+        num_classes=args.num_classes,
+        synthetic_batches=args.synthetic_batches,
+        allreduce=args.allreduce,
+        bcast=args.bcast,
+        table=args.table,
+        bucket_cap=parse_size(args.bucket_cap),
+        first_bucket=parse_size(args.first_bucket),
+        overlap=not args.no_overlap,
+        fp16_compress=args.fp16_compress,
+        threads=args.threads,
+        validate=args.validate,
+        validate_steps=args.validate_steps,
+        tolerance=args.tolerance,
+        checkpoint_dir=args.checkpoint_dir,
+        checkpoint_every=args.checkpoint_every,
+        keep_checkpoints=args.keep_checkpoints,
+        resume=args.resume,
+        json=args.json,
+        save_params=args.save_params,
+        progress=args.progress,
+        warmup_steps=args.warmup_steps,
+        batches_per_iter=args.batches_per_iter,
+    )
+    _check(cfg)
+    return cfg
+
+
+def require_libraries(cfg: TrainConfig) -> None:
+    """UsageError naming the extra to install if torch (or scikit-learn for digits) is
+    missing. Looks them up without importing them (torch takes seconds to import)."""
+    if importlib.util.find_spec("torch") is None:
+        raise UsageError(f"train needs PyTorch, which is not installed: {TORCH_EXTRA}")
+    if cfg.data == "digits" and importlib.util.find_spec("sklearn") is None:
+        raise UsageError(
+            f"--data digits needs scikit-learn (its bundled digits set): {SKLEARN_EXTRA}"
+        )

@@ -1,0 +1,154 @@
+"""Which algorithm runs each of the trainer's collective calls.
+
+A ``CollectivePolicy`` answers ``choose(collective, nbytes, dtype) -> BoundCollective``:
+a registry variant bound on the trainer's communicator. Two policies, composed:
+
+- ``FixedPolicy``: the algorithm named on the command line (``--allreduce ring``), for
+  the collectives given; anything else goes to its fallback;
+- ``SelectorPolicy``: the adapter to the runtime selector (osu_dl_bench.tuning), which
+  picks per (collective, comm size, ppn, nodes, bytes, buffer kind) from a tuning table,
+  honours OSU_DL_BENCH_FORCE_ALGORITHM, and is native without a table.
+
+``choose`` binds (which may duplicate communicators), so it is collective over the
+communicator: every rank must ask the same questions in the same order, which the trainer
+does at set-up time, on its communication thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from osu_dl_bench.collectives import SPECS, CallContext, Variant, lookup
+from osu_dl_bench.collectives.dtypes import element_type
+from osu_dl_bench.collectives.ops import reduce_op
+from osu_dl_bench.collectives.registry import CollectiveCall, parse_variant
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.runtime import Topology
+from osu_dl_bench.train.options import TrainConfig
+from osu_dl_bench.tuning.selector import Query, Selector
+
+# The collectives a tuning table must cover unless fixed on the command line: the
+# gradient allreduce and the start-up broadcast. Others (metrics) fall back to native.
+TABLE_COLLECTIVES = ("allreduce", "bcast")
+_DEVICE = "cpu"
+
+
+@dataclass(frozen=True)
+class BoundCollective:
+    """A chosen algorithm, bound: ``call(send, recv, op, root)`` as in the registry."""
+
+    label: str
+    how: str  # fixed | table | nearest | forced | model | native
+    call: CollectiveCall
+
+
+class CollectivePolicy(Protocol):
+    """Chooses and binds the algorithm of one call (collective over the communicator)."""
+
+    def choose(self, collective: str, nbytes: int, dtype: str = "float32") -> BoundCollective:
+        """The bound algorithm for a call of ``nbytes`` per rank of ``dtype``."""
+        ...
+
+
+def call_context(topology: Topology, collective: str, dtype: str) -> CallContext:
+    """What eligibility is judged on: the job's shape, the dtype and (if reducing) sum."""
+    op = reduce_op("sum") if SPECS[collective].reduces else None
+    return CallContext(
+        topology.nprocs, element_type(dtype), op, _DEVICE, topology.nodes, topology.ppn
+    )
+
+
+class _Binder:
+    """Binds each (collective, variant) once on a communicator and reuses the call."""
+
+    def __init__(self, comm: Any) -> None:
+        self.comm = comm
+        self._calls: dict[tuple[str, str], CollectiveCall] = {}
+
+    def bind(self, variant: Variant, how: str) -> BoundCollective:
+        key = (variant.algorithm.collective, variant.label)
+        if key not in self._calls:
+            self._calls[key] = variant.bind(self.comm)
+        return BoundCollective(variant.label, how, self._calls[key])
+
+
+class SelectorPolicy:
+    """The runtime selector as a policy (native for everything without a table)."""
+
+    def __init__(
+        self,
+        comm: Any,
+        topology: Topology,
+        selector: Selector,
+        required: tuple[str, ...] = (),
+    ) -> None:
+        self.selector, self.topology = selector, topology
+        self._binder = _Binder(comm)
+        for collective in required:
+            self._require_entry(collective)
+
+    def _require_entry(self, collective: str) -> None:
+        if collective in self.selector.forced:
+            return
+        if self.selector.entry_for(self._query(collective, 0)) is None:
+            raise UsageError(
+                f"{self.selector.source} has no entry for {collective} on {_DEVICE}: tune "
+                f"{collective} too (sweep, then tune), or fix its algorithm with "
+                f"--{collective} ALG"
+            )
+
+    def _query(self, collective: str, nbytes: int) -> Query:
+        t = self.topology
+        return Query(collective, t.nprocs, nbytes, _DEVICE, t.nodes, t.ppn)
+
+    def choose(self, collective: str, nbytes: int, dtype: str = "float32") -> BoundCollective:
+        """The selector's decision for this call, bound."""
+        context = call_context(self.topology, collective, dtype)
+        decision = self.selector.decide(self._query(collective, nbytes), context)
+        return self._binder.bind(decision.variant, decision.how)
+
+
+class FixedPolicy:
+    """Fixed algorithms for some collectives; the fallback (or native) for the others."""
+
+    def __init__(
+        self,
+        comm: Any,
+        topology: Topology,
+        variants: Mapping[str, Variant],
+        fallback: CollectivePolicy | None = None,
+    ) -> None:
+        self.variants, self.topology, self.fallback = dict(variants), topology, fallback
+        self._binder = _Binder(comm)
+
+    def choose(self, collective: str, nbytes: int, dtype: str = "float32") -> BoundCollective:
+        """The fixed variant of ``collective`` (UsageError if it cannot run here)."""
+        if collective not in self.variants:
+            if self.fallback is not None:
+                return self.fallback.choose(collective, nbytes, dtype)
+            return self._binder.bind(lookup(collective, "native").variant(), "native")
+        variant = self.variants[collective]
+        reason = variant.ineligible_reason(call_context(self.topology, collective, dtype))
+        if reason:
+            raise UsageError(
+                f"--{collective} {variant.label} cannot run here ({dtype}, "
+                f"p={self.topology.nprocs}): it {reason}"
+            )
+        return self._binder.bind(variant, "fixed")
+
+
+def fixed_variants(cfg: TrainConfig) -> dict[str, Variant]:
+    """The algorithms fixed on the command line (--allreduce, --bcast)."""
+    texts = {"allreduce": cfg.allreduce, "bcast": cfg.bcast}
+    return {c: parse_variant(c, text) for c, text in texts.items() if text}
+
+
+def build_policy(cfg: TrainConfig, comm: Any, topology: Topology) -> FixedPolicy:
+    """Fixed algorithms first, then the selector over ``cfg.table`` (native without one).
+    Collective over ``comm`` (binding)."""
+    fixed = fixed_variants(cfg)
+    selector = Selector.from_file(cfg.table)
+    required = tuple(c for c in TABLE_COLLECTIVES if c not in fixed) if cfg.table else ()
+    return FixedPolicy(comm, topology, fixed, SelectorPolicy(comm, topology, selector, required))

@@ -1,0 +1,109 @@
+"""The trainer's view of the job: a private communicator, its topology, the collective
+policy and the communication thread, with the few auxiliary collectives the trainer
+needs (metrics, timings, checkpoint barrier) routed through the same policy.
+
+Every method is collective over the communicator and runs its MPI calls on the
+communication thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+
+from osu_dl_bench.collectives.ops import reduce_op
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.runtime import Topology, agree_on_errors, discover_topology, thread_level_name
+from osu_dl_bench.train.comm_thread import CommThread
+from osu_dl_bench.train.options import TrainConfig
+from osu_dl_bench.train.policy import BoundCollective, CollectivePolicy, build_policy
+
+T = TypeVar("T")
+_SUM = reduce_op("sum")
+
+
+def _require_serialized() -> None:
+    """UsageError unless MPI allows calls from a thread other than the main one."""
+    from mpi4py import MPI
+
+    level = MPI.Query_thread()
+    if level < MPI.THREAD_SERIALIZED:
+        raise UsageError(
+            f"the trainer calls MPI from its communication thread: it needs thread level "
+            f"serialized or above, MPI was initialised at {thread_level_name(level)}"
+        )
+
+
+@dataclass
+class Session:
+    """Communicator, topology, policy and communication thread of one training run."""
+
+    comm: Any
+    topology: Topology
+    policy: CollectivePolicy
+    thread: CommThread
+
+    @classmethod
+    def open(cls, world: Any, cfg: TrainConfig, thread: CommThread) -> Session:
+        """Duplicate ``world`` (our traffic never matches the user's), find the topology
+        and build the policy, all on ``thread``."""
+
+        def setup() -> Session:
+            _require_serialized()
+            comm = world.Dup()
+            topology = discover_topology(comm)
+            policy = agree_on_errors(comm, lambda: build_policy(cfg, comm, topology))
+            return cls(comm, topology, policy, thread)
+
+        return thread.run(setup)
+
+    @property
+    def rank(self) -> int:
+        """This process's rank in the trainer's communicator."""
+        return self.comm.Get_rank()
+
+    @property
+    def nprocs(self) -> int:
+        """Ranks in the trainer's communicator."""
+        return self.comm.Get_size()
+
+    def choose(self, collective: str, array: np.ndarray) -> BoundCollective:
+        """The policy's algorithm for a call on ``array`` (call on the thread)."""
+        return self.policy.choose(collective, array.nbytes, array.dtype.name)
+
+    def allreduce_sum(self, array: np.ndarray) -> None:
+        """Sum ``array`` over ranks, in place."""
+        self.thread.run(lambda: self.choose("allreduce", array).call(None, array, _SUM, 0))
+
+    def bcast(self, array: np.ndarray, root: int = 0) -> BoundCollective:
+        """Broadcast ``array`` from ``root`` in place; returns the algorithm used."""
+
+        def run() -> BoundCollective:
+            bound = self.choose("bcast", array)
+            bound.call(None, array, None, root)
+            return bound
+
+        return self.thread.run(run)
+
+    def allgather(self, array: np.ndarray) -> np.ndarray:
+        """Every rank's ``array`` stacked in rank order (same shape on every rank)."""
+        out = np.empty((self.nprocs, *array.shape), array.dtype)
+        flat = np.ascontiguousarray(array).reshape(-1)
+        self.thread.run(lambda: self.choose("allgather", flat).call(flat, out.reshape(-1), None, 0))
+        return out
+
+    def barrier(self) -> None:
+        """Wait for every rank."""
+        empty = np.empty(0, np.uint8)
+        self.thread.run(lambda: self.choose("barrier", empty).call(None, None, None, 0))
+
+    def agree(self, step: Callable[[], T]) -> T:
+        """Run ``step`` on every rank; a UsageError on any rank is raised on all of them."""
+        return self.thread.run(agree_on_errors, self.comm, step)
+
+    def close(self) -> None:
+        """Free the private communicator."""
+        self.thread.run(self.comm.Free)

@@ -1,0 +1,130 @@
+"""A data-parallel model replica: state broadcast from rank 0 at start, gradients averaged
+bucket by bucket during backward, one optimizer step per global batch.
+
+Every rank computes the loss as the mean over its share of the global batch; averaging
+those gradients over the ranks gives the gradient of the mean over the whole batch, so a
+step equals a 1-process step with the global batch (up to summation order).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from osu_dl_bench.train.buckets import GradBucket, flatten_state, make_buckets
+from osu_dl_bench.train.comm_hooks import GradReduce, fp16_compress, mean_allreduce
+from osu_dl_bench.train.options import TrainConfig
+from osu_dl_bench.train.reducer import GradientReducer, StepComm
+from osu_dl_bench.train.session import Session
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """One step on one rank: summed loss and hits over its samples, time, communication."""
+
+    loss_sum: float
+    correct: int
+    samples: int
+    seconds: float
+    comm: StepComm
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """Which algorithm a bucket or a broadcast uses, for reports."""
+
+    index: int
+    nbytes: int
+    dtype: str
+    algorithm: str
+    how: str
+    tensors: int
+
+
+def make_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
+    """SGD with momentum (no Adam: its division by tiny second moments would amplify the
+    rounding differences that --validate bounds)."""
+    return torch.optim.SGD(
+        model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
+    )
+
+
+def _bucket_reduce(session: Session, bucket: GradBucket, fp16: bool) -> tuple[GradReduce, CallPlan]:
+    """The bucket's reduction through the policy; fp16 wraps it (runs on the thread)."""
+    nprocs = session.nprocs
+    if fp16:
+        scratch = np.empty(bucket.array.size, np.float16)
+        bound = session.choose("allreduce", scratch)
+        reduce = fp16_compress(mean_allreduce(bound.call, nprocs), scratch)
+    else:
+        scratch = bucket.array
+        bound = session.choose("allreduce", scratch)
+        reduce = mean_allreduce(bound.call, nprocs)
+    plan = CallPlan(
+        bucket.index, scratch.nbytes, scratch.dtype.name, bound.label, bound.how, len(bucket.params)
+    )
+    return reduce, plan
+
+
+class DataParallelTrainer:
+    """A replica of ``model`` kept equal to rank 0's by broadcast and averaged gradients."""
+
+    def __init__(self, model: nn.Module, cfg: TrainConfig, session: Session) -> None:
+        self.model, self.session = model, session
+        # Flat before the optimizer sees the parameters (it keeps the same objects).
+        self.state_flats = flatten_state([*model.parameters(), *model.buffers()])
+        self.optimizer = make_optimizer(cfg, model)
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        self.buckets = make_buckets(trainable, cfg.bucket_cap, cfg.first_bucket)
+        pairs = session.thread.run(
+            lambda: [_bucket_reduce(session, b, cfg.fp16_compress) for b in self.buckets]
+        )
+        self.bucket_plans = [plan for _, plan in pairs]
+        self.reducer = GradientReducer(
+            self.buckets, [r for r, _ in pairs], session.thread, cfg.overlap
+        )
+        self.bcast_plans: list[CallPlan] = []
+
+    def broadcast_state(self, root: int = 0) -> float:
+        """Make every replica's parameters and buffers equal ``root``'s; seconds taken."""
+        start = time.perf_counter()
+        self.bcast_plans = []
+        for index, flat in enumerate(self.state_flats):
+            array = flat.numpy()
+            bound = self.session.bcast(array, root)
+            self.bcast_plans.append(
+                CallPlan(index, array.nbytes, array.dtype.name, bound.label, bound.how, 0)
+            )
+        return time.perf_counter() - start
+
+    def step(self, x: torch.Tensor, y: torch.Tensor) -> StepStats:
+        """Forward, backward with overlapped averaging, optimizer step."""
+        start = time.perf_counter()
+        self.model.train()
+        self.reducer.start_step()
+        logits = self.model(x)
+        loss = nn.functional.cross_entropy(logits, y)
+        loss.backward()
+        comm = self.reducer.finish_step()
+        self.optimizer.step()
+        seconds = time.perf_counter() - start
+        correct = int((logits.argmax(1) == y).sum())
+        return StepStats(loss.item() * len(y), correct, len(y), seconds, comm)
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: int = 512) -> np.ndarray:
+    """[summed loss, correct, count] of ``model`` on (x, y), as float64 for a sum allreduce."""
+    model.eval()
+    totals = np.zeros(3)
+    for start in range(0, len(x), chunk):
+        logits = model(x[start : start + chunk])
+        target = y[start : start + chunk]
+        totals[0] += float(nn.functional.cross_entropy(logits, target, reduction="sum"))
+        totals[1] += int((logits.argmax(1) == target).sum())
+        totals[2] += len(target)
+    return totals

@@ -1,0 +1,280 @@
+"""Training throughput at p = 2: our trainer with native MPI allreduce, with each fixed
+algorithm of the registry, with the tuned selector, and PyTorch DDP over Gloo.
+
+    python scripts/bench_train.py [--np 2] [--rounds 5] [--steps 10] [--table T.json]
+                                  [--out results/train_p2]
+
+Issue 5's comparison. One MPI job (launched by this script) builds every configuration
+on the same model, batch and data, then measures them interleaved: in each round every
+configuration runs ``--warmup`` untimed and ``--steps`` timed steps, in an order rotated
+from round to round, because the machine's speed swings up to 3x over minutes. A
+measurement is the global batch times the steps over the slowest rank's time. Reported:
+medians over rounds, and per-round ratios against DDP-Gloo and against native (median
+[min..max]). Writes OUT.json (every measurement and the summary) and OUT.txt (the table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+DDP = "ddp-gloo"
+TUNED = "tuned"
+TARGET = 1.1  # tuned / DDP-Gloo, from the issue
+
+
+def _config(args: argparse.Namespace):
+    from osu_dl_bench.train.options import TrainConfig
+
+    return TrainConfig(
+        model=args.model,
+        data="synthetic",
+        batch_size=args.batch_size,
+        depth=args.depth,
+        width=args.width,
+        image_size=args.image_size,
+        num_classes=args.num_classes,
+        synthetic_batches=4,
+        threads=args.threads,
+        lr=0.01,
+    )
+
+
+def _fixed_policies(session) -> tuple[list[tuple[str, object]], list[str]]:
+    """(label, policy) per eligible allreduce algorithm, and why the others are skipped."""
+    from osu_dl_bench.collectives import algorithms
+    from osu_dl_bench.train.policy import FixedPolicy, call_context
+
+    ctx = call_context(session.topology, "allreduce", "float32")
+    chosen, skipped = [], []
+    for algorithm in algorithms("allreduce"):
+        variant = algorithm.variant()
+        reason = variant.ineligible_reason(ctx)
+        if reason:
+            skipped.append(f"{variant.label}: skipped: {reason}")
+            continue
+        policy = FixedPolicy(session.comm, session.topology, {"allreduce": variant}, session.policy)
+        chosen.append((variant.label, policy))
+    return chosen, skipped
+
+
+def _tuned_policy(session, cfg, table: str | None):
+    """(the selector's policy over ``table``, "") or (None, why there is none)."""
+    from osu_dl_bench.errors import UsageError
+    from osu_dl_bench.train.policy import build_policy
+
+    if not table:
+        return None, "skipped: no tuning table given (--table); make one with osu-dl-bench tune"
+    with_table = replace(cfg, table=table)
+    try:
+        policy = session.agree(lambda: build_policy(with_table, session.comm, session.topology))
+    except UsageError as exc:
+        return None, f"skipped: {exc}"
+    return policy, ""
+
+
+def _measure(session, trainer, data, sampler, warmup: int, steps: int, offset: int) -> float:
+    """img/s of the job over ``steps`` steps after ``warmup`` (slowest rank's time)."""
+    import numpy as np
+
+    for step in range(offset, offset + warmup):
+        trainer.step(*data.train.take(sampler.local_indices(step)))
+    session.barrier()
+    start = time.perf_counter()
+    for step in range(offset + warmup, offset + warmup + steps):
+        trainer.step(*data.train.take(sampler.local_indices(step)))
+    elapsed = session.allgather(np.array([time.perf_counter() - start])).max()
+    return sampler.global_batch * steps / float(elapsed)
+
+
+def _trainers(session, cfg, data, table: str | None) -> tuple[dict, list[str]]:
+    """Every configuration on its own replica of the same model, state broadcast."""
+    import torch
+
+    from osu_dl_bench.train.ddp_gloo import DDPGlooTrainer
+    from osu_dl_bench.train.models import build_model
+    from osu_dl_bench.train.trainer import DataParallelTrainer
+
+    policies, skipped = _fixed_policies(session)
+    tuned, why = _tuned_policy(session, cfg, table)
+    if tuned is not None:
+        policies.append((TUNED, tuned))
+    else:
+        skipped.append(f"{TUNED}: {why}")
+
+    def model():
+        torch.manual_seed(cfg.seed + session.rank)
+        return build_model(cfg, data.shape)
+
+    # Overlap costs a core while the communication thread polls; with as many ranks as
+    # cores it may not pay, so native and tuned are measured without it too.
+    serial = [(f"{label}/no-overlap", p) for label, p in policies if label in ("native", TUNED)]
+    trainers = {
+        label: DataParallelTrainer(model(), cfg, replace(session, policy=policy))
+        for label, policy in policies
+    }
+    for label, policy in serial:
+        no_overlap = replace(cfg, overlap=False)
+        trainers[label] = DataParallelTrainer(model(), no_overlap, replace(session, policy=policy))
+    trainers[DDP] = DDPGlooTrainer(model(), cfg, session)
+    for trainer in trainers.values():
+        trainer.broadcast_state(0)
+    return trainers, skipped
+
+
+def _rounds(args, session, trainers, data, sampler) -> list[dict]:
+    """Every configuration once per round, the order rotated from round to round."""
+    labels, rows = list(trainers), []
+    for index in range(args.rounds):
+        shift = index % len(labels)
+        for label in labels[shift:] + labels[:shift]:
+            offset = index * (args.warmup + args.steps)
+            rate = _measure(
+                session, trainers[label], data, sampler, args.warmup, args.steps, offset
+            )
+            rows.append({"round": index, "config": label, "img_per_s": rate})
+            if session.rank == 0:
+                print(f"round {index + 1}/{args.rounds} {label}: {rate:.1f} img/s", flush=True)
+    return rows
+
+
+def worker(args: argparse.Namespace) -> None:
+    """Inside mpiexec: build every configuration, measure them in rotated rounds."""
+    from osu_dl_bench.runtime import init_mpi
+    from osu_dl_bench.train.options import THREAD_LEVEL
+
+    mpi = init_mpi(THREAD_LEVEL)
+    import torch
+
+    from osu_dl_bench.train.comm_thread import CommThread
+    from osu_dl_bench.train.data import ShardedSampler, load_data
+    from osu_dl_bench.train.session import Session
+
+    cfg = _config(args)
+    with CommThread() as thread:
+        session = Session.open(mpi.COMM_WORLD, cfg, thread)
+        ppn = session.topology.ppn
+        torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // ppn))
+        data = load_data(cfg)
+        sampler = ShardedSampler(len(data.train), cfg.batch_size, session.nprocs, session.rank, 0)
+        trainers, skipped = _trainers(session, cfg, data, args.table)
+        rows = _rounds(args, session, trainers, data, sampler)
+        if session.rank == 0:
+            _write(args, cfg, session, rows, skipped, trainers)
+
+
+def _ratio_text(rows: list[dict], label: str, base: str) -> tuple[str, float | None]:
+    by_round = {}
+    for row in rows:
+        by_round.setdefault(row["round"], {})[row["config"]] = row["img_per_s"]
+    ratios = [r[label] / r[base] for r in by_round.values() if label in r and base in r]
+    if not ratios:
+        return "-", None
+    median = statistics.median(ratios)
+    return f"{median:.2f} [{min(ratios):.2f}..{max(ratios):.2f}]", median
+
+
+def _verdict(summary: dict) -> tuple[str, float | None]:
+    """The issue's target, judged on the better of the tuned rows (with and without overlap)."""
+    tuned = {k: v["vs_ddp"] for k, v in summary.items() if k.startswith(TUNED) and v["vs_ddp"]}
+    if not tuned:
+        return "no tuned configuration measured", None
+    best = max(tuned, key=tuned.get)
+    met = "MET" if tuned[best] >= TARGET else "NOT MET"
+    return f"{best} / {DDP} = {tuned[best]:.2f} (median of per-round ratios): {met}", tuned[best]
+
+
+def _table(args, cfg, nprocs: int, params: int, rows: list[dict], skipped: list[str]):
+    """(text, per-configuration summary) of the measurements."""
+    import torch
+
+    lines = [
+        f"# training throughput at p={nprocs}: {cfg.model} depth {cfg.depth} width "
+        f"{cfg.width} ({params:,} parameters), {cfg.image_size}x{cfg.image_size} synthetic "
+        f"images, global batch {cfg.batch_size}, torch threads {torch.get_num_threads()}",
+        f"# {args.rounds} rounds, configurations interleaved (order rotated per round), "
+        f"{args.warmup} warm-up + {args.steps} timed steps each; img/s = global batch x steps "
+        f"/ slowest rank's time; ratios: median [min..max] of per-round ratios",
+        f"{'config':<28}{'img/s (median)':>16}{'vs ' + DDP:>24}{'vs native':>24}",
+    ]
+    summary = {}
+    for label in dict.fromkeys(r["config"] for r in rows):
+        median = statistics.median(r["img_per_s"] for r in rows if r["config"] == label)
+        vs_ddp, ddp_ratio = _ratio_text(rows, label, DDP)
+        vs_native, _ = _ratio_text(rows, label, "native")
+        summary[label] = {"median_img_per_s": median, "vs_ddp": ddp_ratio}
+        lines.append(f"{label:<28}{median:>16.1f}{vs_ddp:>24}{vs_native:>24}")
+    lines += [f"# {s}" for s in skipped]
+    verdict, _ = _verdict(summary)
+    lines.append(f"# target tuned >= {TARGET}x {DDP}: {verdict}")
+    return "\n".join(lines), summary
+
+
+def _write(args, cfg, session, rows, skipped, trainers) -> None:
+    """Rank 0: print the table, write OUT.txt and OUT.json."""
+    from osu_dl_bench.runtime import collect_metadata
+    from osu_dl_bench.train.models import parameter_count
+
+    params = parameter_count(trainers[DDP].model)
+    text, summary = _table(args, cfg, session.nprocs, params, rows, skipped)
+    print(text, flush=True)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    Path(f"{out}.txt").write_text(text + "\n")
+    payload = {
+        "config": vars(args),
+        "parameters": params,
+        "rows": rows,
+        "summary": summary,
+        "skipped": skipped,
+        "target": {"tuned_vs_ddp": TARGET, "measured": _verdict(summary)[1]},
+        "metadata": collect_metadata(session.topology).as_dict(),
+    }
+    Path(f"{out}.json").write_text(json.dumps(payload, indent=1) + "\n")
+    print(f"# wrote {out}.txt and {out}.json", flush=True)
+
+
+def orchestrate(args: argparse.Namespace, argv: list[str]) -> int:
+    """Launch the measuring job under mpiexec (this script again, with --worker)."""
+    mpiexec = Path(sys.executable).parent / "mpiexec"
+    cmd = [str(mpiexec), "-n", str(args.np), sys.executable, __file__, "--worker", *argv]
+    return subprocess.run(cmd, check=False).returncode
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--np", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=8, help="timed steps per measurement")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps before each")
+    parser.add_argument("--table", default=None, help="tuning table for the 'tuned' row")
+    parser.add_argument("--model", default="resnet", choices=("cnn", "resnet"))
+    parser.add_argument("--depth", type=int, default=10)
+    parser.add_argument("--width", type=int, default=64)
+    parser.add_argument("--image-size", type=int, default=16)
+    parser.add_argument("--num-classes", type=int, default=100)
+    parser.add_argument("-b", "--batch-size", type=int, default=32, help="global batch")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads per rank")
+    parser.add_argument("--out", default="results/train_p2")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = _parser().parse_args(argv)
+    if args.worker:
+        worker(args)
+        return 0
+    return orchestrate(args, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,252 @@
+"""The trainer's parts in one process: bucket planning, sampler, gradient hooks, reducer
+ordering, records, options and checkpoint files. Multi-rank runs: test_train_mpi.py."""
+
+import argparse
+import importlib.util
+import threading
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.train.options import MODELS, add_train_arguments, config_from_args
+
+needs_torch = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None,
+    reason="torch is not installed (pip install 'osu-dl-bench[train]')",
+)
+
+
+def _args(*argv: str):
+    parser = argparse.ArgumentParser()
+    add_train_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+# --- options ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--model", "resnet", "--depth", "12"], "expected 10, 18, 26"),
+        (["--resume"], "need --checkpoint-dir"),
+        (["--epochs", "0"], "--epochs must be at least 1"),
+        (["--lr", "-1"], "must be positive"),
+        (["--table", "/nonexistent/t.json"], "no such file"),
+        (["--bucket-cap", "lots"], "bad size"),
+    ],
+)
+def test_bad_options_are_usage_errors(argv, message):
+    with pytest.raises(UsageError, match=message):
+        config_from_args(_args(*argv))
+
+
+def test_data_defaults_follow_the_model_and_batch_must_split_evenly():
+    assert config_from_args(_args("--model", "resnet")).data == "synthetic"
+    cfg = config_from_args(_args("-b", "60"))
+    assert cfg.data == "digits" and [cfg.local_batch(p) for p in (1, 2, 3)] == [60, 30, 20]
+    with pytest.raises(UsageError, match="not divisible by the 7 ranks"):
+        cfg.local_batch(7)
+
+
+# --- bucket planning (DDP's compute_bucket_assignment_by_size) ------------------------------
+
+
+def test_buckets_fill_in_reverse_order_with_a_small_first_bucket():
+    sizes = [(400, "f32")] * 10  # 10 tensors of 400 B
+    buckets = plan_buckets_of(sizes, cap=1000, first_cap=500)
+    assert buckets == [[9, 8], [7, 6, 5], [4, 3, 2], [1, 0]]
+    assert sorted(i for b in buckets for i in b) == list(range(10))
+
+
+def test_oversized_tensor_gets_its_own_bucket_and_dtypes_never_mix():
+    sizes = [(100, "f32"), (5000, "f32"), (8, "i64"), (100, "f32")]
+    buckets = plan_buckets_of(sizes, cap=1000, first_cap=150)
+    assert buckets == [[3, 1], [2], [0]]
+    for bucket in buckets:
+        assert len({sizes[i][1] for i in bucket}) == 1
+
+
+def plan_buckets_of(sizes, cap, first_cap):
+    pytest.importorskip("torch")
+    from osu_dl_bench.train.buckets import plan_buckets
+
+    return plan_buckets(sizes, cap, first_cap)
+
+
+# --- sampler --------------------------------------------------------------------------------
+
+
+@needs_torch
+@pytest.mark.parametrize("nprocs", [1, 2, 3, 5])
+def test_rank_shards_make_up_the_global_batch(nprocs):
+    from osu_dl_bench.train.data import ShardedSampler
+
+    batch = 60
+    samplers = [ShardedSampler(1000, batch, nprocs, r, seed=3) for r in range(nprocs)]
+    assert samplers[0].steps_per_epoch == 16  # 1000 // 60, the partial batch dropped
+    for step in (0, 15, 16, 40):
+        whole = samplers[0].global_indices(step)
+        parts = np.concatenate([s.local_indices(step) for s in samplers])
+        assert np.array_equal(parts, whole) and len(set(whole)) == batch
+    epoch0 = np.concatenate([samplers[0].global_indices(s) for s in range(16)])
+    assert len(set(epoch0)) == 960  # no sample twice within an epoch
+    assert not np.array_equal(samplers[0].global_indices(0), samplers[0].global_indices(16))
+
+
+# --- gradient hooks -------------------------------------------------------------------------
+
+
+def _fake_sum_allreduce(ranks: list[np.ndarray]):
+    """An in-place 'allreduce' over simulated ranks: adds the others' buffers."""
+
+    def call(send, recv, op, root):
+        assert send is None and op.name == "sum"
+        recv += sum(r.astype(recv.dtype) for r in ranks)
+
+    return call
+
+
+def test_mean_allreduce_divides_first_and_fp16_wraps_it():
+    from osu_dl_bench.train.comm_hooks import fp16_compress, mean_allreduce
+
+    others = [np.full(5, 3.0, np.float32) / 2]  # the other rank's buffer, already divided
+    grad = np.full(5, 1.0, np.float32)
+    mean_allreduce(_fake_sum_allreduce(others), 2)(grad)
+    assert np.allclose(grad, 2.0)  # (1 + 3) / 2
+    scratch = np.empty(5, np.float16)
+    big = np.full(5, 60000.0, np.float32)  # fp16 max is 65504: summing first would overflow
+    halves = [np.full(5, 30000.0, np.float16)]
+    fp16_compress(mean_allreduce(_fake_sum_allreduce(halves), 2), scratch)(big)
+    assert big.dtype == np.float32 and np.allclose(big, 60000.0)
+
+
+@needs_torch
+def test_reducer_launches_buckets_in_order_and_accounts_for_waiting():
+    import torch
+
+    from osu_dl_bench.train.buckets import flatten_state, make_buckets
+    from osu_dl_bench.train.comm_thread import CommThread
+    from osu_dl_bench.train.reducer import GradientReducer
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    flatten_state([*model.parameters(), *model.buffers()])
+    buckets = make_buckets(list(model.parameters()), cap=100, first_cap=50)
+    assert len(buckets) >= 2
+    order, threads = [], set()
+
+    def reduce_of(index):
+        def reduce(array):
+            order.append(index)
+            threads.add(threading.current_thread().name)
+            array *= 0.5  # what averaging over 2 ranks with equal gradients does
+
+        return reduce
+
+    for overlap in (True, False):
+        order.clear()
+        with CommThread() as thread:
+            reducer = GradientReducer(
+                buckets, [reduce_of(b.index) for b in buckets], thread, overlap
+            )
+            reducer.start_step()
+            model(torch.ones(3, 8)).sum().backward()
+            launched_during_backward = len(reducer._futures)
+            comm = reducer.finish_step()
+            reducer.remove_hooks()
+        assert order == list(range(len(buckets)))
+        assert launched_during_backward == (len(buckets) if overlap else 0)
+        assert comm.busy >= 0 and comm.exposed >= 0
+        # Gradients land in the flat buffers (the .grad views), halved by the reduce.
+        expected = torch.autograd.grad(model(torch.ones(3, 8)).sum(), list(model.parameters()))
+        for param, grad in zip(model.parameters(), expected, strict=True):
+            assert torch.allclose(param.grad, grad * 0.5)
+    assert all(name.startswith("osu-dl-bench-comm") for name in threads)
+
+
+@needs_torch
+def test_flatten_state_keeps_values_and_makes_views():
+    import torch
+
+    from osu_dl_bench.train.buckets import flatten_state
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.BatchNorm2d(2))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    flats = flatten_state([*model.parameters(), *model.buffers()])
+    assert [f.dtype for f in flats] == [torch.float32, torch.int64]
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key])
+    flats[0].fill_(7.0)
+    assert all(bool((p == 7.0).all()) for p in model.parameters())
+
+
+# --- records --------------------------------------------------------------------------------
+
+
+def test_throughput_is_horovods_mean_and_196_std():
+    from osu_dl_bench.train.records import comm_record, iteration_rates, throughput
+
+    seconds = np.array([9.0, 9.0, 0.5, 0.5, 1.0, 1.0, 0.25])  # 2 warm-up, 2 iterations of 2
+    rates = iteration_rates(seconds, local_batch=10, warmup=2, per_iter=2)
+    assert np.allclose(rates, [20.0, 10.0])  # the trailing partial iteration is dropped
+    result = throughput(np.stack([rates, rates * 2]), per_iter=2, local_batch=10)
+    assert result.per_rank_mean == pytest.approx(22.5)
+    assert result.per_rank_ci == pytest.approx(1.96 * np.std([20, 10, 40, 20]))
+    assert result.total_mean == pytest.approx(45.0) and result.iterations == 2
+    assert throughput(np.empty((2, 0)), 2, 10) is None
+    record = comm_record(np.array([4.0, 1.0, 10.0, 8.0]), nprocs=2, bcast_seconds=0.002)
+    assert record.busy_ms == pytest.approx(500.0) and record.hidden_fraction == pytest.approx(0.75)
+
+
+# --- checkpoints ----------------------------------------------------------------------------
+
+
+@needs_torch
+def test_checkpoint_round_trip_restores_state_and_rng(tmp_path):
+    import torch
+
+    from osu_dl_bench.train import checkpoint as ckpt
+
+    model = torch.nn.Linear(3, 2)
+    meta = ckpt.CheckpointMeta(step=8, nprocs=1, global_batch=4, model="cnn", data="digits")
+    torch.manual_seed(5)
+    path = ckpt.save_checkpoint(
+        tmp_path, meta, 0, lambda: {"model": model.state_dict()}, lambda: None, keep=1
+    )
+    expected = torch.rand(3)
+    torch.manual_seed(99)
+    assert ckpt.latest_checkpoint(tmp_path) == path and path.name == "step-00000008"
+    step, state = ckpt.load_checkpoint(path, meta, 0)
+    assert step == 8 and torch.equal(torch.rand(3), expected)
+    assert torch.equal(state["model"]["weight"], model.weight.detach())
+    later = ckpt.CheckpointMeta(12, 1, 4, "cnn", "digits")
+    ckpt.save_checkpoint(tmp_path, later, 0, lambda: {}, lambda: None, keep=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step-00000012"]
+    with pytest.raises(UsageError, match="global_batch=4, this run has 8"):
+        ckpt.load_checkpoint(
+            tmp_path / "step-00000012", ckpt.CheckpointMeta(0, 1, 8, "cnn", "digits"), 0
+        )
+
+
+def test_fault_spec_parsing():
+    pytest.importorskip("torch")
+    from osu_dl_bench.train.checkpoint import parse_fault
+
+    assert parse_fault("") is None and parse_fault("1:7") == (1, 7)
+    with pytest.raises(UsageError, match="expected RANK:STEP"):
+        parse_fault("rank1")
+
+
+@needs_torch
+def test_every_model_name_is_built_and_runs_on_digits():
+    import torch
+
+    from osu_dl_bench.train.models import BUILDERS, InputShape, build_model
+
+    assert tuple(BUILDERS) == MODELS
+    cfg = config_from_args(_args("--depth", "10", "--width", "4"))
+    for name in MODELS:
+        model = build_model(replace(cfg, model=name), InputShape(1, 8, 10))
+        assert model(torch.zeros(2, 1, 8, 8)).shape == (2, 10)

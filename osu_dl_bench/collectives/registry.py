@@ -173,6 +173,13 @@ def all_algorithms() -> list[Algorithm]:
 def lookup(collective: str, name: str) -> Algorithm:
     """The algorithm ``name`` of ``collective``, or a UsageError naming the choices."""
     if (collective, name) not in _REGISTRY:
+        # 'gloo', 'nccl', 'nccl_hierarchical': named after a backend missing here.
+        backend = name.split("_")[0]
+        if backend in UNAVAILABLE_BACKENDS:
+            raise UsageError(
+                f"algorithm {name!r} of {collective} is not available here: "
+                f"{UNAVAILABLE_BACKENDS[backend]}"
+            )
         names = ", ".join(a.name for a in algorithms(collective))
         raise UsageError(f"unknown algorithm {name!r} for {collective}: expected one of {names}")
     return _REGISTRY[(collective, name)]

@@ -55,6 +55,8 @@ def check(args) -> dict:
         for algo in algorithms(name):
             if args.algorithms and algo.name not in args.algorithms:
                 continue
+            if args.backends and algo.backend not in args.backends:
+                continue
             variant = algo.variant()
             call = variant.bind(comm)
             for dtype, op, n, root, in_place in _cases(args, spec, comm.Get_size()):
@@ -88,6 +90,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--collectives", default=",".join(SPECS))
     parser.add_argument("--algorithms", default="")
+    parser.add_argument("--backends", default="", help="only algorithms of these backends")
     parser.add_argument("--dtypes", default="float32,float64,float16,int32,int64")
     parser.add_argument("--ops", default="sum,max,min,prod")
     parser.add_argument("--sizes", default="0,1,2,3,7,13,64,1000,4099")
@@ -95,6 +98,7 @@ def main() -> int:
     args = parser.parse_args()
     args.collectives = args.collectives.split(",")
     args.algorithms = [a for a in args.algorithms.split(",") if a]
+    args.backends = [b for b in args.backends.split(",") if b]
     args.dtypes = args.dtypes.split(",")
     args.ops = args.ops.split(",")
     args.sizes = [int(s) for s in args.sizes.split(",")]

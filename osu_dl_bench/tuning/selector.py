@@ -282,9 +282,18 @@ class Selector:
             return calls[0]  # one algorithm at every size: no lookup per call
         starts = [r.min_bytes for r in entry.ranges]
         size_of = message_bytes(collective, query.nprocs)
+        # Buffer size -> bound call, filled on first sight: after that a call costs one dict
+        # lookup (a bisect per call was ~0.3 us, 20% of an 8-byte allreduce). The key tells
+        # in place (negative) from not, since the two count the message differently.
+        by_key: dict[int, CollectiveCall] = {}
 
         def call(send, recv, op, root):
-            calls[bisect_right(starts, size_of(send, recv)) - 1](send, recv, op, root)
+            key = -recv.nbytes if send is None else send.nbytes
+            target = by_key.get(key)
+            if target is None:
+                index = bisect_right(starts, size_of(send, recv)) - 1
+                target = by_key[key] = calls[index]
+            target(send, recv, op, root)
 
         return call
 

@@ -93,7 +93,8 @@ def main() -> int:
     parser.add_argument("--backends", default="", help="only algorithms of these backends")
     parser.add_argument("--dtypes", default="float32,float64,float16,int32,int64")
     parser.add_argument("--ops", default="sum,max,min,prod")
-    parser.add_argument("--sizes", default="0,1,2,3,7,13,64,1000,4099")
+    # 0, 1, primes and sizes no p here divides; large messages have their own test.
+    parser.add_argument("--sizes", default="0,1,3,13,1000,4099")
     parser.add_argument("--ranks-per-node", type=int, default=None)
     args = parser.parse_args()
     args.collectives = args.collectives.split(",")

@@ -37,7 +37,7 @@ def worker(thread_level: str, round_index: int, out: str) -> None:
 
     from osu_dl_bench.bench.harness import Setting, measure_collective, plan_variants
     from osu_dl_bench.bench.options import BenchConfig
-    from osu_dl_bench.collectives import SPECS, CallContext, parse_variants
+    from osu_dl_bench.collectives import SPECS, CallContext, algorithms
     from osu_dl_bench.collectives.dtypes import element_type
     from osu_dl_bench.collectives.ops import reduce_op
     from osu_dl_bench.runtime import discover_topology
@@ -49,7 +49,8 @@ def worker(thread_level: str, round_index: int, out: str) -> None:
     for collective in COLLECTIVES:
         spec = SPECS[collective]
         ctx = CallContext(comm.size, etype, op, "cpu", topo.nodes, topo.ppn)
-        variants = plan_variants(parse_variants(collective, "all"), ctx).eligible
+        every = [v for a in algorithms(collective) for v in a.grid_variants()]
+        variants = plan_variants(every, ctx).eligible
         setting = Setting(spec, etype, op if spec.reduces else None, np)
         for size in SIZES:
             cfg = BenchConfig(collective, size, size, ITERATIONS[size], 2, validate=True)

@@ -29,7 +29,7 @@ from osu_dl_bench.sweep.options import (
     parse_process_counts,
 )
 from osu_dl_bench.sweep.orchestrate import follow_job
-from osu_dl_bench.sweep.plan import expand_grid, finished_points, variants_for
+from osu_dl_bench.sweep.plan import finished_points, variants_for
 from osu_dl_bench.sweep.progress import Progress, decode_event, encode_event
 from osu_dl_bench.sweep.schedule import (
     MAX_ITERATIONS,
@@ -153,7 +153,7 @@ def test_grid_expands_to_the_cartesian_product():
         defaults={"seg": 1024, "inner": "x", "fixed": 7},
         grid={"seg": (1024, 4096), "inner": ("x", "y")},
     )
-    labels = [v.label for v in expand_grid(algo)]
+    labels = [v.label for v in algo.grid_variants()]
     assert labels == [
         "fake:seg=1K,inner=x,fixed=7",
         "fake:seg=1K,inner=y,fixed=7",
@@ -161,7 +161,7 @@ def test_grid_expands_to_the_cartesian_product():
         "fake:seg=4K,inner=y,fixed=7",
     ]
     plain = Algorithm("allreduce", "plain", factory=lambda comm: None)
-    assert [v.label for v in expand_grid(plain)] == ["plain"]
+    assert [v.label for v in plain.grid_variants()] == ["plain"]
 
 
 def test_algorithm_selection_uses_the_registry():

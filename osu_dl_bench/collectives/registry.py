@@ -11,6 +11,7 @@ with the reason and can never be selected.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -82,6 +83,13 @@ class Algorithm:
     # (ctx, params) -> None if the variant can run in ctx, else why not; for eligibility
     # that depends on parameters (an inner algorithm's own requirements).
     param_reason: Callable[[CallContext, Mapping[str, int | str]], str | None] | None = None
+
+    def grid_variants(self) -> list[Variant]:
+        """Every variant of the cartesian product of the parameter grid (parameters outside
+        the grid keep their defaults; no grid: the default variant)."""
+        names = list(self.grid)
+        values = itertools.product(*(self.grid[name] for name in names))
+        return [self.variant(**dict(zip(names, combo, strict=True))) for combo in values]
 
     def variant(self, **params: int | str) -> Variant:
         """This algorithm with parameters bound (defaults for the ones not given)."""

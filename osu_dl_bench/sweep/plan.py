@@ -8,7 +8,6 @@ and every job run it.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,19 +16,11 @@ from osu_dl_bench.collectives import SPECS, CallContext, CollectiveSpec, Variant
 from osu_dl_bench.collectives.buffers import array_module
 from osu_dl_bench.collectives.dtypes import ElementType, element_type
 from osu_dl_bench.collectives.ops import ReduceOp, reduce_op
-from osu_dl_bench.collectives.registry import Algorithm, lookup, parse_variant
+from osu_dl_bench.collectives.registry import lookup, parse_variant
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.sweep.options import SweepConfig
 from osu_dl_bench.sweep.store import POINT_KEY, RunStore
 from osu_dl_bench.units import split_variant_texts
-
-
-def expand_grid(algorithm: Algorithm) -> list[Variant]:
-    """Every variant of the cartesian product of the algorithm's parameter grid
-    (parameters outside the grid keep their defaults; no grid: the default variant)."""
-    names = list(algorithm.grid)
-    values = itertools.product(*(algorithm.grid[name] for name in names))
-    return [algorithm.variant(**dict(zip(names, combo, strict=True))) for combo in values]
 
 
 def _distinct(variants: list[Variant]) -> list[Variant]:
@@ -46,13 +37,13 @@ def variants_for(collective: str, algorithm_texts: list[str]) -> list[Variant]:
     known = {a.name: a for a in algorithms(collective)}
     variants: list[Variant] = []
     if "all" in algorithm_texts:
-        variants += [v for a in known.values() for v in expand_grid(a)]
+        variants += [v for a in known.values() for v in a.grid_variants()]
     for text in algorithm_texts:
         name, colon, _ = (t.strip() for t in text.partition(":"))
         if name in known and colon:
             variants.append(parse_variant(collective, text))
         elif name in known and "all" not in algorithm_texts:
-            variants += expand_grid(known[name])
+            variants += known[name].grid_variants()
     return _distinct(variants)
 
 

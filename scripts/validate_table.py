@@ -1,0 +1,79 @@
+"""Check a tuning table against a separate sweep (not the run it was built from).
+
+    python scripts/validate_table.py TABLE RUN_DIR [--out results/validation]
+
+For every (collective, p) of RUN_DIR and every measured size, the runtime selector's
+choice (from TABLE) is looked up among that run's interleaved measurements and compared,
+by median over rounds, with the best candidate measured there and with native. Issue 4's
+targets: chosen <= 1.05 x best everywhere (median of the ratios <= 1.03) and chosen
+<= 1.05 x native everywhere. Prints a per-size table and a verdict per (collective, p).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("table")
+    parser.add_argument("run_dir")
+    parser.add_argument("--out", default=None, help="also write OUT.txt")
+    args = parser.parse_args()
+
+    from osu_dl_bench.runtime import init_mpi
+
+    init_mpi()
+    from osu_dl_bench.sweep.store import RunStore
+    from osu_dl_bench.tuning.selector import Query, Selector, default_context
+
+    selector = Selector.from_file(args.table)
+    frame = RunStore(args.run_dir).load()
+    lines = [
+        f"# table {args.table} checked against the separate run {args.run_dir}",
+        f"{'collective':<10}{'p':>3}{'size':>10}  {'chosen':<34}{'chosen/best':>12}"
+        f"{'chosen/native':>14}  best",
+    ]
+    verdicts = []
+    for (collective, nprocs), group in frame.groupby(["collective", "nprocs"]):
+        to_best, to_native = [], []
+        for size, at_size in group.groupby("size_bytes"):
+            medians = dict(zip(at_size["algorithm"], at_size["median_us"], strict=True))
+            query = Query(
+                collective,
+                int(nprocs),
+                int(size),
+                "cpu",
+                int(at_size["nodes"].iloc[0]),
+                int(at_size["ppn"].iloc[0]),
+            )
+            chosen = selector.decide(query, default_context(query)).label
+            if chosen not in medians:
+                lines.append(f"{collective:<10}{nprocs:>3}{size:>10}  {chosen:<34} not measured")
+                continue
+            best = min(medians, key=medians.get)
+            to_best.append(medians[chosen] / medians[best])
+            to_native.append(medians[chosen] / medians["native"])
+            lines.append(
+                f"{collective:<10}{nprocs:>3}{size:>10}  {chosen:<34}"
+                f"{to_best[-1]:>12.3f}{to_native[-1]:>14.3f}  {best}"
+            )
+        ok = max(to_best) <= 1.05 and statistics.median(to_best) <= 1.03 and max(to_native) <= 1.05
+        verdicts.append(
+            f"# {collective} p={nprocs}: chosen/best median {statistics.median(to_best):.3f} "
+            f"max {max(to_best):.3f}; chosen/native median {statistics.median(to_native):.3f} "
+            f"max {max(to_native):.3f} -> {'meets' if ok else 'misses'} the targets "
+            f"(best <= 1.05 everywhere, median <= 1.03, native <= 1.05)"
+        )
+    report = "\n".join(lines + verdicts)
+    print(report)
+    if args.out:
+        Path(f"{args.out}.txt").write_text(report + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

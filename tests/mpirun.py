@@ -23,19 +23,18 @@ def mpi_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def run_mpi(
-    nprocs: int, args: list[str], timeout: float = 120, env: dict[str, str] | None = None
+def run_with_timeout(
+    cmd: list[str], timeout: float, env: dict[str, str] | None = None, cwd: Path | None = REPO
 ) -> subprocess.CompletedProcess:
-    """Run ``mpiexec -n nprocs python args...``; a timeout kills the job and fails."""
-    assert MPIEXEC, "mpiexec not found: install the mpich extra (pip install -e '.[mpich]')"
-    cmd = [MPIEXEC, "-n", str(nprocs), sys.executable, *args]
+    """Run ``cmd`` in its own process group; on timeout kill the whole group and fail
+    with the command and its output, so a deadlock is a failure, never a hung suite."""
     proc = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=mpi_env(env),
-        cwd=REPO,
+        env=env,
+        cwd=cwd,
         start_new_session=True,
     )
     try:
@@ -44,10 +43,19 @@ def run_mpi(
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
         raise AssertionError(
-            f"deadlock or hang: {' '.join(cmd)} did not finish within {timeout:.0f} s\n"
-            f"stdout:\n{out[-3000:]}\nstderr:\n{err[-3000:]}"
+            f"deadlock or hang: {' '.join(map(str, cmd))} did not finish within {timeout:.0f} s"
+            f"\nstdout:\n{out[-3000:]}\nstderr:\n{err[-3000:]}"
         ) from None
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def run_mpi(
+    nprocs: int, args: list[str], timeout: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Run ``mpiexec -n nprocs python args...``; a timeout kills the job and fails."""
+    assert MPIEXEC, "mpiexec not found: install the mpich extra (pip install -e '.[mpich]')"
+    cmd = [MPIEXEC, "-n", str(nprocs), sys.executable, *args]
+    return run_with_timeout(cmd, timeout, mpi_env(env))
 
 
 def run_cli(nprocs: int, cli_args: list[str], **kwargs) -> subprocess.CompletedProcess:

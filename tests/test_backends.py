@@ -24,6 +24,8 @@ from pathlib import Path
 import pytest
 from mpirun import REPO, mpi_env, run_cli, run_mpi
 
+from osu_dl_bench.bench.options import COLLECTIVES
+
 DRIVER = "tests/drivers/check_algorithms.py"
 THIS = str(Path(__file__).resolve())
 TORCH_MISSING = "torch is not installed: gloo tests need pip install torch==2.13.0 (CPU build)"
@@ -198,17 +200,7 @@ def test_list_reports_gloo_unavailable_without_torch():
 def test_list_names_gloo_for_every_collective_when_torch_is_installed():
     listing = _list_output()
     collectives = {ln.split()[0] for ln in _rows_of_backend(listing, "gloo")}
-    assert collectives == {
-        "allreduce",
-        "bcast",
-        "reduce",
-        "allgather",
-        "reduce_scatter",
-        "alltoall",
-        "gather",
-        "scatter",
-        "barrier",
-    }
+    assert collectives == set(COLLECTIVES)  # every collective the suite knows
     assert "backend gloo" not in listing
 
 

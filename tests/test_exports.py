@@ -10,13 +10,11 @@ the runs that force the algorithm the table chose; a broken file must not.
 
 import json
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from mpirun import run_mpi
+from mpirun import run_mpi, run_with_timeout
 from test_tuning_support import (  # noqa: F401  (registered is a fixture)
     make_entry,
     make_table,
@@ -284,21 +282,7 @@ OPENMPI_PREFIX_ENV = "OSU_DL_BENCH_OPENMPI_PREFIX"
 
 def _run(cmd, env=None, timeout=180):
     """A command with a hard timeout that kills its whole process group."""
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        raise AssertionError(f"{cmd[0]} did not finish in {timeout} s:\n{out}\n{err}") from None
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    return run_with_timeout(cmd, timeout, env, cwd=None)
 
 
 def _openmpi_prefix(tmp_path_factory) -> Path:

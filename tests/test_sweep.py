@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from mpirun import REPO, mpi_env, run_cli, run_mpi
+from mpirun import REPO, mpi_env, run_cli, run_mpi, run_with_timeout
 
 from osu_dl_bench.collectives import SPECS, CallContext, algorithms
 from osu_dl_bench.collectives.dtypes import element_type
@@ -51,22 +51,7 @@ TINY = ["--budget", "0.02"]
 def sweep(args: list[str], timeout: float = 300, env: dict[str, str] | None = None):
     """Run the orchestrator (``osu-dl-bench sweep``, no mpiexec around it)."""
     cmd = [sys.executable, "-m", "osu_dl_bench", "sweep", *args]
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=mpi_env(env),
-        cwd=REPO,
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        raise AssertionError(f"sweep hung: {cmd}\n{out[-3000:]}\n{err[-3000:]}") from None
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    return run_with_timeout(cmd, timeout, mpi_env(env))
 
 
 def expected_rows(nprocs_list, collectives, sizes, algorithm_texts=("all",)) -> set[tuple]:

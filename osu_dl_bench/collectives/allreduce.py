@@ -134,14 +134,9 @@ class _Fold:
             comm.Send(buf, self.rank - 1, TAG_FOLD)
 
 
-@register(
-    "allreduce",
-    "recursive_doubling",
-    summary="exchange whole vectors with partners at distance 1, 2, 4, ...",
-    cost=_recursive_doubling_cost,
-)
-def recursive_doubling(comm: MPI.Comm):
-    """Bind the recursive-doubling allreduce (non-power-of-two p folded)."""
+def _folded(comm: MPI.Comm, among_power_of_two) -> Any:
+    """An allreduce that folds p down to a power of two, runs
+    ``among_power_of_two(comm, op, buf, tmp, fold)`` on the remaining ranks, and unfolds."""
     comm = private_comm(comm)
     fold, scratch = _Fold(comm.Get_rank(), comm.Get_size()), Scratch()
 
@@ -150,16 +145,39 @@ def recursive_doubling(comm: MPI.Comm):
         tmp = scratch.get("vector", len(buf), buf)
         fold.fold_in(comm, op, buf, tmp)
         if fold.newrank >= 0:
-            mask = 1
-            while mask < fold.pof2:
-                partner = fold.newrank ^ mask
-                peer = fold.rank_of(partner)
-                comm.Sendrecv(buf, peer, 0, tmp, peer, 0)
-                reduce_into_ordered(op, buf, tmp, other_is_lower=partner < fold.newrank)
-                mask <<= 1
+            among_power_of_two(comm, op, buf, tmp, fold)
         fold.fold_out(comm, buf)
 
     return call
+
+
+def _exchange_whole_vectors(comm: MPI.Comm, op: ReduceOp, buf: Any, tmp: Any, fold: _Fold):
+    """Recursive doubling: swap the whole vector with partners at distance 1, 2, 4, ..."""
+    mask = 1
+    while mask < fold.pof2:
+        partner = fold.newrank ^ mask
+        peer = fold.rank_of(partner)
+        comm.Sendrecv(buf, peer, 0, tmp, peer, 0)
+        reduce_into_ordered(op, buf, tmp, other_is_lower=partner < fold.newrank)
+        mask <<= 1
+
+
+def _halve_then_double(comm: MPI.Comm, op: ReduceOp, buf: Any, tmp: Any, fold: _Fold):
+    """Rabenseifner: recursive-halving reduce-scatter, then recursive-doubling allgather."""
+    bounds = block_bounds(len(buf), fold.pof2)
+    recursive_halving(comm, op, buf, tmp, bounds, fold.newrank, fold.rank_of)
+    recursive_doubling_allgather(comm, buf, bounds, fold.newrank, fold.rank_of)
+
+
+@register(
+    "allreduce",
+    "recursive_doubling",
+    summary="exchange whole vectors with partners at distance 1, 2, 4, ...",
+    cost=_recursive_doubling_cost,
+)
+def recursive_doubling(comm: MPI.Comm):
+    """Bind the recursive-doubling allreduce (non-power-of-two p folded)."""
+    return _folded(comm, _exchange_whole_vectors)
 
 
 @register(
@@ -171,20 +189,7 @@ def recursive_doubling(comm: MPI.Comm):
 )
 def rabenseifner(comm: MPI.Comm):
     """Bind Rabenseifner's allreduce (non-power-of-two p folded)."""
-    comm = private_comm(comm)
-    fold, scratch = _Fold(comm.Get_rank(), comm.Get_size()), Scratch()
-
-    def call(send, recv, op, root):
-        buf = start_in_place(send, recv)
-        tmp = scratch.get("vector", len(buf), buf)
-        fold.fold_in(comm, op, buf, tmp)
-        if fold.newrank >= 0:
-            bounds = block_bounds(len(buf), fold.pof2)
-            recursive_halving(comm, op, buf, tmp, bounds, fold.newrank, fold.rank_of)
-            recursive_doubling_allgather(comm, buf, bounds, fold.newrank, fold.rank_of)
-        fold.fold_out(comm, buf)
-
-    return call
+    return _folded(comm, _halve_then_double)
 
 
 @register(

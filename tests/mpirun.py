@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -61,3 +62,14 @@ def run_mpi(
 def run_cli(nprocs: int, cli_args: list[str], **kwargs) -> subprocess.CompletedProcess:
     """Run ``osu-dl-bench`` under mpiexec."""
     return run_mpi(nprocs, ["-m", "osu_dl_bench", *cli_args], **kwargs)
+
+
+def driver_summary(result: subprocess.CompletedProcess) -> dict:
+    """The ``SUMMARY {json}`` line a test driver ends with; fails with its output if the
+    job failed or printed none."""
+    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("SUMMARY ")]
+    assert result.returncode == 0 and lines, (
+        f"driver failed (exit {result.returncode})\n"
+        f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    )
+    return json.loads(lines[-1].removeprefix("SUMMARY "))

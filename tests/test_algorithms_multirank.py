@@ -1,35 +1,24 @@
 """Every registered algorithm equals the expected result on p = 1..6 ranks (real mpiexec)."""
 
-import json
-
 import pytest
-from mpirun import run_mpi
+from mpirun import driver_summary, run_mpi
 
 DRIVER = "tests/drivers/check_algorithms.py"
 LARGE = str(4 * 1024 * 1024 + 3)  # > 16 MiB of float32, not divisible by any p here
-
-
-def _summary(result) -> dict:
-    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("SUMMARY ")]
-    assert result.returncode == 0 and lines, (
-        f"driver failed (exit {result.returncode})\n"
-        f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    )
-    return json.loads(lines[-1].removeprefix("SUMMARY "))
 
 
 @pytest.mark.parametrize("nprocs", [1, 2, 3, 4, 5, 6])
 def test_every_algorithm_matches_expected(nprocs):
     # gloo is checked by test_backends.py (p = 1..4, every dtype and op it supports); here
     # it would double the time at p = 6 on 2 cores (TCP over loopback, oversubscribed).
-    summary = _summary(run_mpi(nprocs, [DRIVER, "--backends", "mpi"], timeout=300))
+    summary = driver_summary(run_mpi(nprocs, [DRIVER, "--backends", "mpi"], timeout=300))
     assert summary["failed"] == 0, "\n".join(summary["failures"])
     assert summary["passed"] > 0
 
 
 @pytest.mark.parametrize("nprocs", [2, 3])
 def test_large_messages_match_expected(nprocs):
-    summary = _summary(
+    summary = driver_summary(
         run_mpi(
             nprocs,
             [
@@ -55,7 +44,7 @@ def test_hypothesis_drawn_inputs_match_numpy(nprocs):
     result = run_mpi(
         nprocs, ["tests/drivers/property_algorithms.py", "--examples", "20"], timeout=300
     )
-    summary = _summary(result)
+    summary = driver_summary(result)
     assert summary["algorithms"] >= 4
     assert summary["failures"] == []
 

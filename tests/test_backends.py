@@ -22,7 +22,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from mpirun import REPO, mpi_env, run_cli, run_mpi
+from mpirun import REPO, driver_summary, mpi_env, run_cli, run_mpi
 
 from osu_dl_bench.bench.options import COLLECTIVES
 
@@ -31,15 +31,6 @@ THIS = str(Path(__file__).resolve())
 TORCH_MISSING = "torch is not installed: gloo tests need pip install torch==2.13.0 (CPU build)"
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason=TORCH_MISSING)
 LARGE = str(4 * 1024 * 1024 + 3)  # > 16 MiB of float32, not divisible by any p here
-
-
-def _summary(result: subprocess.CompletedProcess) -> dict:
-    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("SUMMARY ")]
-    assert result.returncode == 0 and lines, (
-        f"driver failed (exit {result.returncode})\n"
-        f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    )
-    return json.loads(lines[-1].removeprefix("SUMMARY "))
 
 
 def _assert_all_passed(summary: dict) -> None:
@@ -56,7 +47,7 @@ def test_gloo_matches_expected_on_every_dtype_and_op(nprocs):
     # Beyond the whole-registry run of test_algorithms_multirank: the dtypes and ops whose
     # support differs in Gloo (int8/uint8 reduce, bitwise ops; int16/uint64 reduce only as
     # skips, yet move as bytes).
-    summary = _summary(
+    summary = driver_summary(
         run_mpi(
             nprocs,
             [
@@ -82,7 +73,7 @@ def test_gloo_matches_expected_on_every_dtype_and_op(nprocs):
 def test_gloo_large_messages_match_expected():
     args = ["--algorithms", "gloo", "--collectives", "allreduce,bcast,reduce"]
     args += ["--dtypes", "float32", "--ops", "sum", "--sizes", LARGE]
-    _assert_all_passed(_summary(run_mpi(3, [DRIVER, *args], timeout=300)))
+    _assert_all_passed(driver_summary(run_mpi(3, [DRIVER, *args], timeout=300)))
 
 
 # Binds gloo on a sub-communicator and on COMM_WORLD, frees the first right after a call
@@ -221,7 +212,7 @@ def _gpu_count() -> int:
 
 def _run_device_driver(nprocs: int, ranks_per_node: int | None, env=None) -> dict:
     extra = {"OSU_DL_BENCH_RANKS_PER_NODE": str(ranks_per_node)} if ranks_per_node else {}
-    return _summary(run_mpi(nprocs, [THIS], timeout=300, env={**extra, **(env or {})}))
+    return driver_summary(run_mpi(nprocs, [THIS], timeout=300, env={**extra, **(env or {})}))
 
 
 @pytest.mark.parametrize("ranks_per_node", [None, 1])

@@ -1,10 +1,8 @@
 """The shared-memory and hierarchical algorithms equal the expected result on p = 1..6,
 on one node and on emulated nodes of 1, 2 and 3 ranks (real mpiexec, hard timeouts)."""
 
-import json
-
 import pytest
-from mpirun import run_cli, run_mpi
+from mpirun import driver_summary, run_cli, run_mpi
 
 from osu_dl_bench.collectives import algorithms, hierarchical, shm
 from osu_dl_bench.collectives.common import LinkCost, Machine
@@ -20,18 +18,9 @@ LARGE = str(4 * 1024 * 1024 + 3)  # > 16 MiB of float32: 5 chunks of 4M, the las
 MACHINE = Machine(LinkCost(1e-6, 1e-10, 1e-10), LinkCost(5e-6, 1e-9, 1e-10), ppn=4)
 
 
-def _summary(result) -> dict:
-    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("SUMMARY ")]
-    assert result.returncode == 0 and lines, (
-        f"driver failed (exit {result.returncode})\n"
-        f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    )
-    return json.loads(lines[-1].removeprefix("SUMMARY "))
-
-
 def _check(nprocs: int, ranks_per_node: int | None, *args: str) -> dict:
     emulation = ["--ranks-per-node", str(ranks_per_node)] if ranks_per_node else []
-    summary = _summary(run_mpi(nprocs, [DRIVER, *OURS, *emulation, *args], timeout=240))
+    summary = driver_summary(run_mpi(nprocs, [DRIVER, *OURS, *emulation, *args], timeout=240))
     assert summary["failed"] == 0, "\n".join(summary["failures"])
     return summary
 

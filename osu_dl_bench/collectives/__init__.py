@@ -9,6 +9,7 @@ from osu_dl_bench.collectives import (  # noqa: F401  (imported to register algo
     allgather,
     allreduce,
     bcast,
+    cma,
     hierarchical,
     native,
     reduce,

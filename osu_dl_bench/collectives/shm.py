@@ -212,14 +212,16 @@ class NodeBcast:
             part[...] = area
 
 
-def check_chunk(chunk: Any) -> int:
-    """``chunk`` as a positive byte count, else a UsageError."""
+def check_chunk(chunk: Any, algorithm: str = "shm") -> int:
+    """``chunk`` as a positive byte count, else a UsageError naming ``algorithm``."""
     if not isinstance(chunk, int) or chunk < 1:
-        raise UsageError(f"shm: chunk must be a positive byte count such as 4M, got {chunk!r}")
+        raise UsageError(
+            f"{algorithm}: chunk must be a positive byte count such as 4M, got {chunk!r}"
+        )
     return chunk
 
 
-def _one_node_comm(comm: MPI.Comm) -> MPI.Comm | None:
+def one_node_comm(comm: MPI.Comm) -> MPI.Comm | None:
     """A private duplicate of ``comm`` if all its ranks share memory, else None."""
     own = private_comm(comm)
     node = own.Split_type(MPI.COMM_TYPE_SHARED, key=own.Get_rank())
@@ -279,7 +281,7 @@ _REQUIRES = (SINGLE_NODE, CPU_BUFFERS)
 def allreduce(comm: MPI.Comm, chunk: int = DEFAULT_CHUNK):
     """Bind the shared-memory allreduce (every rank of ``comm`` on one node)."""
     chunk = check_chunk(chunk)
-    engine_comm = _one_node_comm(comm)
+    engine_comm = one_node_comm(comm)
     if engine_comm is None:
         return _not_one_node
     engine = NodeAllreduce(engine_comm, chunk)
@@ -303,7 +305,7 @@ def allreduce(comm: MPI.Comm, chunk: int = DEFAULT_CHUNK):
 def bcast(comm: MPI.Comm, chunk: int = DEFAULT_CHUNK):
     """Bind the shared-memory bcast (every rank of ``comm`` on one node)."""
     chunk = check_chunk(chunk)
-    engine_comm = _one_node_comm(comm)
+    engine_comm = one_node_comm(comm)
     if engine_comm is None:
         return _not_one_node
     engine = NodeBcast(engine_comm, chunk)

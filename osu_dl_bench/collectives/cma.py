@@ -1,0 +1,332 @@
+"""Single-copy intra-node collectives with Linux Cross Memory Attach: allreduce ``cma`` and
+bcast ``cma``.
+
+The shared-window designs (collectives.shm) copy every byte twice, into the window and out
+of it, because MPI buffers are private memory. Linux's process_vm_readv/process_vm_writev
+copy straight between two processes' private buffers in one kernel copy; this is the
+large-message intra-node path of MPICH (ch4 IPC), Open MPI (smsc/cma) and MVAPICH2.
+The ranks only exchange buffer addresses, through a small shared window, and synchronise
+with that window's sync (shm.SharedWindow.sync: Win.Sync, Barrier, Win.Sync).
+
+allreduce ``cma:chunk=C`` (block i of the message belongs to local rank i):
+  1. publish the addresses of the send and receive buffers; sync;
+  2. reduce-scatter: rank i reads block i of every peer's input, C bytes at a time into a
+     scratch buffer that stays in cache, and reduces it into block i of its own output;
+  3. sync; allgather: rank i reads block j of peer j's output into its own, for every j;
+  4. sync, so no rank returns (and reuses its buffers) while a peer still reads them.
+  Cost: 3 lg p alpha + 2 (p-1)/p n beta + (p-1)/p n gamma: half the copies of shm's.
+bcast ``cma``: every rank publishes its buffer's address; sync; the root writes block k of
+  the message into the rank k places after it, while every other rank reads the remaining
+  blocks from the root; sync. All p ranks copy at once, (p-1)/p n bytes each.
+  Cost: 2 lg p alpha + (p-1)/p n beta.
+
+Constraints: all ranks on one node and host buffers; allreduce needs a commutative op
+(block results are combined in peer order, not rank order). Registered only on Linux where
+the kernel lets a process read its peers (kernel.yama.ptrace_scope at most 1; each process
+allows its peers with prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY) as MPI libraries do);
+otherwise ``registry.UNAVAILABLE_BACKENDS['cma']`` says why. Binding probes one read from
+a peer and fails with that reason on every rank if the kernel refuses it.
+Source: the process_vm_readv(2) and prctl(2) manual pages.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from osu_dl_bench.collectives.common import Machine, Scratch, block_bounds, lg
+from osu_dl_bench.collectives.ops import ReduceOp
+from osu_dl_bench.collectives.registry import (
+    COMMUTATIVE_OP,
+    CPU_BUFFERS,
+    SINGLE_NODE,
+    UNAVAILABLE_BACKENDS,
+    register,
+)
+from osu_dl_bench.collectives.shm import SharedWindow, check_chunk, one_node_comm
+from osu_dl_bench.errors import UsageError
+
+NAME = "cma"
+DEFAULT_CHUNK = 256 << 10
+CHUNK_GRID = (64 << 10, 256 << 10, 1 << 20)
+_PTRACE_SCOPE = Path("/proc/sys/kernel/yama/ptrace_scope")
+_PR_SET_PTRACER = 0x59616D61
+_PR_SET_PTRACER_ANY = ctypes.c_ulong(-1).value
+# The address table: (pid, send address, receive address) per local rank.
+_SLOTS = 3
+
+
+class _IoVec(ctypes.Structure):
+    _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
+
+
+def unavailable_reason() -> str | None:
+    """None if this kernel allows single-copy reads between processes, else why not."""
+    if not sys.platform.startswith("linux"):
+        return f"needs Linux's process_vm_readv (this is {sys.platform})"
+    if not hasattr(ctypes.CDLL(None), "process_vm_readv"):
+        return "the C library has no process_vm_readv"
+    if _PTRACE_SCOPE.exists():
+        scope = _PTRACE_SCOPE.read_text().strip()
+        if scope not in ("0", "1"):
+            return f"kernel.yama.ptrace_scope={scope} forbids reading peer processes (needs <= 1)"
+    return None
+
+
+class Kernel:
+    """process_vm_readv/writev on numpy arrays; a short transfer is continued, an error
+    raises OSError."""
+
+    def __init__(self) -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        self._libc = libc
+        signature = [ctypes.c_int, ctypes.POINTER(_IoVec), ctypes.c_ulong]
+        for name in ("process_vm_readv", "process_vm_writev"):
+            function = getattr(libc, name)
+            function.argtypes = [*signature, ctypes.POINTER(_IoVec), ctypes.c_ulong, ctypes.c_ulong]
+            function.restype = ctypes.c_ssize_t
+        # Under ptrace_scope 1 only ancestors may read a process, unless it says otherwise.
+        libc.prctl(_PR_SET_PTRACER, ctypes.c_ulong(_PR_SET_PTRACER_ANY), 0, 0, 0)
+
+    def read(self, pid: int, remote: int, local: np.ndarray) -> None:
+        """Copy ``local.nbytes`` bytes at address ``remote`` of process ``pid`` into ``local``."""
+        self._transfer(self._libc.process_vm_readv, pid, remote, local)
+
+    def write(self, pid: int, remote: int, local: np.ndarray) -> None:
+        """Copy ``local`` to address ``remote`` of process ``pid``."""
+        self._transfer(self._libc.process_vm_writev, pid, remote, local)
+
+    @staticmethod
+    def _transfer(function: Any, pid: int, remote: int, local: np.ndarray) -> None:
+        done, total, base = 0, local.nbytes, local.ctypes.data
+        while done < total:
+            mine = _IoVec(base + done, total - done)
+            theirs = _IoVec(remote + done, total - done)
+            moved = function(pid, ctypes.byref(mine), 1, ctypes.byref(theirs), 1, 0)
+            if moved <= 0:
+                code = ctypes.get_errno() or errno.EIO
+                raise OSError(code, f"{function.__name__} from pid {pid}: {os.strerror(code)}")
+            done += moved
+
+
+class AddressTable:
+    """Each local rank's pid and buffer addresses, published through a shared window."""
+
+    def __init__(self, local: MPI.Comm) -> None:
+        self.size, self.rank = local.Get_size(), local.Get_rank()
+        self.window = SharedWindow(local, lambda r: 1)
+        self.window.reserve(_SLOTS * 8)
+        self._slots = [self.window.area(r, 0, np.dtype(np.int64)) for r in range(self.size)]
+        self._slots[self.rank][0] = os.getpid()
+        self.window.sync()
+        self.pids = [int(slots[0]) for slots in self._slots]
+
+    def publish(self, send: np.ndarray, recv: np.ndarray) -> None:
+        """Make this rank's buffer addresses visible to its peers (collective: syncs)."""
+        mine = self._slots[self.rank]
+        mine[1] = send.ctypes.data
+        mine[2] = recv.ctypes.data
+        self.window.sync()
+
+    def send_address(self, rank: int) -> int:
+        """Address of local rank ``rank``'s send buffer in the current call."""
+        return int(self._slots[rank][1])
+
+    def recv_address(self, rank: int) -> int:
+        """Address of local rank ``rank``'s receive buffer in the current call."""
+        return int(self._slots[rank][2])
+
+    def sync(self) -> None:
+        """A node-wide synchronisation point (see shm.SharedWindow.sync)."""
+        self.window.sync()
+
+
+def _probe(table: AddressTable, kernel: Kernel, comm: MPI.Comm) -> None:
+    """Read a word from the next rank; if the kernel refuses on any rank, fail on all."""
+    mine = np.full(1, table.rank, np.int64)
+    got = np.empty(1, np.int64)
+    table.publish(mine, mine)
+    peer = (table.rank + 1) % table.size
+    error = ""
+    try:
+        kernel.read(table.pids[peer], table.send_address(peer), got)
+    except OSError as exc:
+        error = str(exc)
+    failed = comm.allreduce(1 if error else 0)  # small int: once per bind, not per call
+    table.sync()
+    if failed:
+        raise UsageError(
+            f"cma: the kernel refused a single-copy read between ranks"
+            f"{f' ({error})' if error else ' on another rank'}; "
+            "check kernel.yama.ptrace_scope (needs <= 1) and the container's seccomp profile"
+        )
+
+
+class _Bound:
+    """The per-communicator state of a cma algorithm."""
+
+    def __init__(self, comm: MPI.Comm) -> None:
+        self.comm = comm
+        self.table = AddressTable(comm)
+        self.kernel = Kernel()
+        self.scratch = Scratch()
+        _probe(self.table, self.kernel, comm)
+
+    def peers(self) -> list[int]:
+        """Local ranks other than this one, starting after it (spreads the load)."""
+        p, me = self.table.size, self.table.rank
+        return [(me + i) % p for i in range(1, p)]
+
+
+def _byte_offset(array: np.ndarray, index: int) -> int:
+    return index * array.itemsize
+
+
+def run_allreduce(b: _Bound, send: Any, recv: np.ndarray, op: ReduceOp, chunk: int) -> None:
+    """Single-copy allreduce of ``send`` (None: in place) into ``recv``."""
+    table, kernel = b.table, b.kernel
+    src = recv if send is None else send
+    n = len(recv)
+    if n == 0:
+        return
+    if table.size == 1:
+        recv[...] = src
+        return
+    table.publish(src, recv)
+    bounds = block_bounds(n, table.size)
+    lo, hi = bounds[table.rank], bounds[table.rank + 1]
+    step = max(1, chunk // recv.itemsize)
+    scratch = b.scratch.get("cma", min(step, max(hi - lo, 1)), recv)
+    for start in range(lo, hi, step):
+        stop = min(start + step, hi)
+        acc, peer_part = recv[start:stop], scratch[: stop - start]
+        first = True
+        for peer in b.peers():
+            address = table.send_address(peer) + _byte_offset(src, start)
+            kernel.read(table.pids[peer], address, peer_part)
+            op.ufunc(src[start:stop] if first else acc, peer_part, out=acc)
+            first = False
+    table.sync()
+    for peer in b.peers():
+        block = recv[bounds[peer] : bounds[peer + 1]]
+        if len(block):
+            kernel.read(
+                table.pids[peer], table.recv_address(peer) + _byte_offset(recv, bounds[peer]), block
+            )
+    table.sync()
+
+
+def run_bcast(b: _Bound, buf: np.ndarray, root: int) -> None:
+    """Single-copy bcast of ``buf`` from local rank ``root``: the root writes one block into
+    each peer while the peers read the other blocks from it."""
+    table, kernel = b.table, b.kernel
+    n, p, me = len(buf), table.size, table.rank
+    if n == 0 or p == 1:
+        return
+    table.publish(buf, buf)
+    bounds = block_bounds(n, p)
+
+    def block(index: int) -> np.ndarray:
+        return buf[bounds[index] : bounds[index + 1]]
+
+    def remote(rank: int, index: int) -> int:
+        return table.recv_address(rank) + _byte_offset(buf, bounds[index])
+
+    if me == root:
+        for peer in b.peers():
+            part = block((peer - root) % p)
+            if len(part):
+                kernel.write(table.pids[peer], remote(peer, (peer - root) % p), part)
+    else:
+        written_by_root = (me - root) % p
+        for index in range(p):
+            part = block(index)
+            if index != written_by_root and len(part):
+                kernel.read(table.pids[root], remote(root, index), part)
+    table.sync()
+
+
+def allreduce_cost(machine: Machine, p: int, n_bytes: int, chunk: int = DEFAULT_CHUNK) -> float:
+    """3 lg p alpha + 2 (p-1)/p n beta + (p-1)/p n gamma on the intra-node link."""
+    if p <= 1:
+        return 0.0
+    link, frac = machine.intra, (p - 1) / p
+    return 3 * lg(p) * link.alpha + 2 * frac * n_bytes * link.beta + frac * n_bytes * link.gamma
+
+
+def bcast_cost(machine: Machine, p: int, n_bytes: int) -> float:
+    """2 lg p alpha + (p-1)/p n beta on the intra-node link."""
+    if p <= 1:
+        return 0.0
+    link = machine.intra
+    return 2 * lg(p) * link.alpha + (p - 1) / p * n_bytes * link.beta
+
+
+def _bind(comm: MPI.Comm) -> _Bound | None:
+    engine_comm = one_node_comm(comm)
+    return None if engine_comm is None else _Bound(engine_comm)
+
+
+def _not_one_node(send: Any, recv: Any, op: Any, root: int) -> None:
+    raise UsageError(f"cma {SINGLE_NODE.reason}: this communicator spans several nodes")
+
+
+def allreduce(comm: MPI.Comm, chunk: int = DEFAULT_CHUNK):
+    """Bind the single-copy allreduce (every rank of ``comm`` on one node)."""
+    chunk = check_chunk(chunk, NAME)
+    bound = _bind(comm)
+    if bound is None:
+        return _not_one_node
+
+    def call(send, recv, op, root):
+        run_allreduce(bound, send, recv, op, chunk)
+
+    return call
+
+
+def bcast(comm: MPI.Comm):
+    """Bind the single-copy bcast (every rank of ``comm`` on one node)."""
+    bound = _bind(comm)
+    if bound is None:
+        return _not_one_node
+
+    def call(send, recv, op, root):
+        run_bcast(bound, recv, root)
+
+    return call
+
+
+def register_algorithms() -> None:
+    """Register the cma allreduce and bcast where the kernel allows them, else say why."""
+    reason = unavailable_reason()
+    if reason:
+        UNAVAILABLE_BACKENDS[NAME] = reason
+        return
+    register(
+        "allreduce",
+        NAME,
+        summary="single-copy reduce-scatter + allgather between private buffers "
+        "(Linux CMA, one node)",
+        requires=(SINGLE_NODE, CPU_BUFFERS, COMMUTATIVE_OP),
+        defaults={"chunk": DEFAULT_CHUNK},
+        grid={"chunk": CHUNK_GRID},
+        cost=allreduce_cost,
+        check_params=lambda params: check_chunk(params["chunk"], NAME),
+    )(allreduce)
+    register(
+        "bcast",
+        NAME,
+        summary="root and peers copy blocks straight between private buffers (Linux CMA, one node)",
+        requires=(SINGLE_NODE, CPU_BUFFERS),
+        cost=bcast_cost,
+    )(bcast)
+
+
+register_algorithms()

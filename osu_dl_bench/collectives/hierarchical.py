@@ -62,6 +62,7 @@ from osu_dl_bench.collectives.topology import NodeComms, split_nodes
 from osu_dl_bench.errors import UsageError
 
 NAME = "hierarchical"
+DEFAULT_INNER = "native"
 INNER_ALLREDUCE_GRID = ("native", "ring", "recursive_doubling", "rabenseifner")
 # Not scatter_rd_allgather: it needs a power-of-two number of leaders.
 INNER_BCAST_GRID = ("native", "binomial", "chain", "scatter_ring_allgather")
@@ -96,6 +97,10 @@ def resolve_inner(collective: str, name: str) -> Variant:
 def inner_reason(collective: str, ctx: CallContext, params) -> str | None:
     """Why the inner algorithm cannot run among this context's node leaders, or None."""
     inner = resolve_inner(collective, params["inner"])
+    if ctx.nodes == 1 and inner.algorithm.name != DEFAULT_INNER:
+        # One node has no inner step: every inner is the same run, so sweeping them all
+        # would only time one algorithm several times (and bias the pick of the fastest).
+        return f"runs no inner step on one node (the same as {NAME}:inner={DEFAULT_INNER})"
     leaders = replace(ctx, nprocs=ctx.nodes, ranks_per_node=1)
     reason = inner.ineligible_reason(leaders)
     return f"inner {inner.label} among {ctx.nodes} node leaders {reason}" if reason else None
@@ -209,7 +214,7 @@ def _mpich_bcast(link: LinkCost, p: int, n: int) -> float:
     return min(binomial, van_de_geijn)
 
 
-def allreduce_cost(machine: Machine, p: int, n_bytes: int, inner: str = "native") -> float:
+def allreduce_cost(machine: Machine, p: int, n_bytes: int, inner: str = DEFAULT_INNER) -> float:
     """Intra-node shared-memory reduce-scatter and copy-out plus k inner allreduces."""
     q, nodes = _layout(machine, p)
     k = _chunks(n_bytes)
@@ -221,7 +226,7 @@ def allreduce_cost(machine: Machine, p: int, n_bytes: int, inner: str = "native"
     return intra + k * _inner_cost("allreduce", inner, machine, nodes, piece, _mpich_allreduce)
 
 
-def bcast_cost(machine: Machine, p: int, n_bytes: int, inner: str = "native") -> float:
+def bcast_cost(machine: Machine, p: int, n_bytes: int, inner: str = DEFAULT_INNER) -> float:
     """Intra-node shared-memory copy in and out plus k inner bcasts (root a leader)."""
     q, nodes = _layout(machine, p)
     k = _chunks(n_bytes)
@@ -240,13 +245,13 @@ def bcast_cost(machine: Machine, p: int, n_bytes: int, inner: str = "native") ->
     NAME,
     summary="shared-memory reduce-scatter in each node, inner allreduce among node leaders",
     requires=(COMMUTATIVE_OP, CPU_BUFFERS),
-    defaults={"inner": "native"},
+    defaults={"inner": DEFAULT_INNER},
     grid={"inner": INNER_ALLREDUCE_GRID},
     cost=allreduce_cost,
     check_params=lambda params: resolve_inner("allreduce", params["inner"]),
     param_reason=lambda ctx, params: inner_reason("allreduce", ctx, params),
 )
-def allreduce(comm: MPI.Comm, inner: str = "native"):
+def allreduce(comm: MPI.Comm, inner: str = DEFAULT_INNER):
     """Bind the two-level allreduce, ``inner`` being the allreduce among node leaders."""
     variant = resolve_inner("allreduce", inner)
     nodes = split_nodes(private_comm(comm))
@@ -265,13 +270,13 @@ def allreduce(comm: MPI.Comm, inner: str = "native"):
     NAME,
     summary="inner bcast among node leaders, then shared memory in each node",
     requires=(CPU_BUFFERS,),
-    defaults={"inner": "native"},
+    defaults={"inner": DEFAULT_INNER},
     grid={"inner": INNER_BCAST_GRID},
     cost=bcast_cost,
     check_params=lambda params: resolve_inner("bcast", params["inner"]),
     param_reason=lambda ctx, params: inner_reason("bcast", ctx, params),
 )
-def bcast(comm: MPI.Comm, inner: str = "native"):
+def bcast(comm: MPI.Comm, inner: str = DEFAULT_INNER):
     """Bind the two-level bcast, ``inner`` being the bcast among node leaders."""
     variant = resolve_inner("bcast", inner)
     own = private_comm(comm)

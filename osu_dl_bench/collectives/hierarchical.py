@@ -50,6 +50,7 @@ from osu_dl_bench.collectives.ops import ReduceOp
 from osu_dl_bench.collectives.registry import (
     COMMUTATIVE_OP,
     CPU_BUFFERS,
+    SEVERAL_NODES,
     SINGLE_NODE,
     Algorithm,
     CallContext,
@@ -97,10 +98,6 @@ def resolve_inner(collective: str, name: str) -> Variant:
 def inner_reason(collective: str, ctx: CallContext, params) -> str | None:
     """Why the inner algorithm cannot run among this context's node leaders, or None."""
     inner = resolve_inner(collective, params["inner"])
-    if ctx.nodes == 1 and inner.algorithm.name != DEFAULT_INNER:
-        # One node has no inner step: every inner is the same run, so sweeping them all
-        # would only time one algorithm several times (and bias the pick of the fastest).
-        return f"runs no inner step on one node (the same as {NAME}:inner={DEFAULT_INNER})"
     leaders = replace(ctx, nprocs=ctx.nodes, ranks_per_node=1)
     reason = inner.ineligible_reason(leaders)
     return f"inner {inner.label} among {ctx.nodes} node leaders {reason}" if reason else None
@@ -244,7 +241,7 @@ def bcast_cost(machine: Machine, p: int, n_bytes: int, inner: str = DEFAULT_INNE
     "allreduce",
     NAME,
     summary="shared-memory reduce-scatter in each node, inner allreduce among node leaders",
-    requires=(COMMUTATIVE_OP, CPU_BUFFERS),
+    requires=(COMMUTATIVE_OP, CPU_BUFFERS, SEVERAL_NODES),
     defaults={"inner": DEFAULT_INNER},
     grid={"inner": INNER_ALLREDUCE_GRID},
     cost=allreduce_cost,
@@ -269,7 +266,7 @@ def allreduce(comm: MPI.Comm, inner: str = DEFAULT_INNER):
     "bcast",
     NAME,
     summary="inner bcast among node leaders, then shared memory in each node",
-    requires=(CPU_BUFFERS,),
+    requires=(CPU_BUFFERS, SEVERAL_NODES),
     defaults={"inner": DEFAULT_INNER},
     grid={"inner": INNER_BCAST_GRID},
     cost=bcast_cost,

@@ -58,6 +58,12 @@ POWER_OF_TWO = Requirement(
 CPU_BUFFERS = Requirement("needs host (cpu) buffers", lambda c: c.device == "cpu")
 GPU_BUFFERS = Requirement("needs GPU (cuda) buffers", lambda c: c.device == "cuda")
 SINGLE_NODE = Requirement("needs all ranks on one node", lambda c: c.nodes == 1)
+# Node-aware designs: on one node they reduce to their intra-node step, which is already
+# registered on its own (shm); timing it twice only adds a tied twin to every sweep.
+SEVERAL_NODES = Requirement(
+    "needs ranks on more than one node (on one node it is the shm algorithm)",
+    lambda c: c.nodes > 1,
+)
 
 
 @dataclass(frozen=True)

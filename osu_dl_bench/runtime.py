@@ -11,7 +11,7 @@ import datetime as _dt
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 
 from osu_dl_bench import __version__
@@ -31,7 +31,14 @@ OVERSUBSCRIBED_CVARS = {
     "MPIR_CVAR_REDUCE_POSIX_INTRA_ALGORITHM": "mpir",
     "MPIR_CVAR_BARRIER_POSIX_INTRA_ALGORITHM": "mpir",
 }
-_LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE")
+# A Slurm step announces its own layout (SLURM_STEP_TASKS_PER_NODE, e.g. "2(x3)"); the
+# job's SLURM_NTASKS_PER_NODE can be larger than a step started with fewer tasks.
+_LOCAL_SIZE_VARS = (
+    "MPI_LOCALNRANKS",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "SLURM_STEP_TASKS_PER_NODE",
+    "SLURM_NTASKS_PER_NODE",
+)
 
 
 def local_rank_count() -> int | None:
@@ -144,6 +151,55 @@ def discover_topology(comm, ranks_per_node: int | None = None) -> Topology:
 
 
 @dataclass(frozen=True)
+class SlurmJob:
+    """The Slurm job (and step) this process runs in, as its SLURM_* variables describe it."""
+
+    job_id: str
+    step_id: str
+    nodes: int
+    ntasks: int
+    tasks_per_node: tuple[int, ...]  # per node, in node order
+
+    @property
+    def ntasks_per_node(self) -> int:
+        """The most tasks on one node (Slurm's --ntasks-per-node for an even layout)."""
+        return max(self.tasks_per_node, default=0)
+
+
+def parse_tasks_per_node(text: str) -> tuple[int, ...]:
+    """SLURM_TASKS_PER_NODE's compressed form, '2(x3),1' -> (2, 2, 2, 1)."""
+    counts: list[int] = []
+    for item in filter(None, text.split(",")):
+        count, _, repeat = item.partition("(x")
+        if not count.isdigit() or (repeat and not repeat.removesuffix(")").isdigit()):
+            raise ValueError(f"SLURM_TASKS_PER_NODE: expected items like 4 or 2(x3), got {item!r}")
+        counts += [int(count)] * (int(repeat.removesuffix(")")) if repeat else 1)
+    return tuple(counts)
+
+
+def slurm_job(env: Mapping[str, str] | None = None) -> SlurmJob | None:
+    """The Slurm job from SLURM_JOB_ID, SLURM_JOB_NUM_NODES, SLURM_NTASKS and
+    SLURM_TASKS_PER_NODE (a step's own layout inside srun); None outside Slurm."""
+    env = os.environ if env is None else env
+    job_id = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID", "")
+    if not job_id:
+        return None
+    try:
+        per_node = parse_tasks_per_node(env.get("SLURM_TASKS_PER_NODE", ""))
+    except ValueError:
+        per_node = ()  # a layout we cannot read must not stop the run: record none
+    nodes = env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES", "")
+    ntasks = env.get("SLURM_NTASKS") or env.get("SLURM_NPROCS", "")
+    return SlurmJob(
+        job_id=job_id,
+        step_id=env.get("SLURM_STEP_ID", ""),
+        nodes=int(nodes) if nodes.isdigit() else len(per_node),
+        ntasks=int(ntasks) if ntasks.isdigit() else sum(per_node),
+        tasks_per_node=per_node,
+    )
+
+
+@dataclass(frozen=True)
 class RunMetadata:
     """What a result needs to be reproduced and compared: library, versions, hosts, time."""
 
@@ -157,6 +213,10 @@ class RunMetadata:
     command: str
     # MPICH shared-memory settings in force (set for oversubscribed runs).
     mpich_posix_cvars: str
+    # The Slurm job the run belongs to ("" outside Slurm), so results can be traced to it.
+    slurm_job_id: str = ""
+    slurm_nodes: str = ""
+    slurm_ntasks_per_node: str = ""
 
     def as_dict(self) -> dict[str, str]:
         """Plain dict, for records and metadata files."""
@@ -169,6 +229,7 @@ def collect_metadata(topology: Topology) -> RunMetadata:
     from mpi4py import MPI
 
     major, minor = MPI.Get_version()
+    slurm = slurm_job()
     return RunMetadata(
         mpi_library=MPI.Get_library_version().strip().splitlines()[0].strip(),
         mpi_version=f"{major}.{minor}",
@@ -181,6 +242,9 @@ def collect_metadata(topology: Topology) -> RunMetadata:
         mpich_posix_cvars=",".join(
             f"{k}={os.environ[k]}" for k in OVERSUBSCRIBED_CVARS if k in os.environ
         ),
+        slurm_job_id=slurm.job_id if slurm else "",
+        slurm_nodes=str(slurm.nodes) if slurm else "",
+        slurm_ntasks_per_node=str(slurm.ntasks_per_node) if slurm else "",
     )
 
 

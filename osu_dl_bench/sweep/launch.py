@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.runtime import OVERSUBSCRIBED_CVARS
+from osu_dl_bench.runtime import OVERSUBSCRIBED_CVARS, slurm_job
 from osu_dl_bench.sweep.options import SRUN_DEFAULT_ARGS, SweepConfig
 
 # Variables a process manager sets in the ranks it starts (srun's PMI2 included).
@@ -67,9 +67,9 @@ def expected_layout(cfg: SweepConfig, nprocs: int) -> tuple[int, int]:
     planning and for the environment."""
     if cfg.ranks_per_node:
         return math.ceil(nprocs / cfg.ranks_per_node), min(cfg.ranks_per_node, nprocs)
-    slurm_nodes = os.environ.get("SLURM_JOB_NUM_NODES", "")
-    if cfg.launcher == "srun" and slurm_nodes.isdigit():
-        nodes = min(int(slurm_nodes), nprocs)
+    job = slurm_job()
+    if cfg.launcher == "srun" and job is not None and job.nodes:
+        nodes = min(job.nodes, nprocs)
         return nodes, math.ceil(nprocs / nodes)
     return 1, nprocs
 

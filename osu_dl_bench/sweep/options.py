@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import sys
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from osu_dl_bench.bench.options import COLLECTIVES, parse_size_range
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.runtime import DEFAULT_THREAD_LEVEL, THREAD_LEVELS
+from osu_dl_bench.runtime import DEFAULT_THREAD_LEVEL, THREAD_LEVELS, slurm_job
 from osu_dl_bench.sweep.store import RunStore
 from osu_dl_bench.units import doubling_sizes, split_variant_texts
 
@@ -39,6 +40,13 @@ MAX_STALL_TIMEOUT = 86400.0
 MAX_PROCESSES = 4096
 # More ranks than this per core on one host measure the scheduler, not the collective.
 MAX_RANKS_PER_CORE = 16
+# The batch job's time limit when --submit is given no --time: the 88-point reference
+# sweep takes about 3 minutes on 2 cores, so an hour leaves room for bigger ones.
+DEFAULT_TIME_LIMIT = "01:00:00"
+# Slurm's time formats: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
+_TIME_LIMIT = re.compile(r"(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2})")
+# Options that only shape the batch job of --submit.
+_BATCH_OPTIONS = ("nodes", "ntasks_per_node", "time", "partition", "sbatch_args")
 
 
 @dataclass(frozen=True)
@@ -63,6 +71,13 @@ class SweepConfig:
     dry_run: bool
     thread_level: str
     stall_timeout: float = DEFAULT_STALL_TIMEOUT
+    # --submit: write the sweep's sbatch script into the run directory and submit it.
+    submit: bool = False
+    nodes: int | None = None
+    ntasks_per_node: int | None = None
+    time_limit: str = DEFAULT_TIME_LIMIT
+    partition: str | None = None
+    sbatch_args: tuple[str, ...] = ()
     # Hidden: set on the jobs the orchestrator launches (progress events instead of text;
     # session metadata and Parquet are left to the orchestrator) and on its planner.
     orchestrated: bool = False
@@ -112,6 +127,37 @@ class SweepConfig:
         ]
         if self.ranks_per_node:
             argv += ["--ranks-per-node", str(self.ranks_per_node)]
+        return argv
+
+    def batch_argv(self) -> list[str]:
+        """The options a submitted batch job passes on to ``sweep --launcher srun``, apart
+        from --np and -o, which its script sets."""
+        argv = [
+            "--collectives",
+            ",".join(self.collectives),
+            "-m",
+            f"{self.min_size}:{self.max_size}",
+            "-a",
+            self.algorithms,
+            "-T",
+            self.dtype,
+            "--op",
+            self.op,
+            "-d",
+            self.device,
+            "--budget",
+            f"{self.budget:g}",
+            "--thread-level",
+            self.thread_level,
+            "--stall-timeout",
+            f"{self.stall_timeout:g}",
+        ]
+        if self.ranks_per_node:
+            argv += ["--ranks-per-node", str(self.ranks_per_node)]
+        if self.launcher_args:
+            argv.append(f"--launcher-args={shlex.join(self.launcher_args)}")
+        if self.resume:
+            argv.append("--resume")
         return argv
 
 
@@ -224,8 +270,9 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--launcher",
         choices=LAUNCHERS,
-        default="mpiexec",
-        help="how each process count's job starts (default mpiexec; srun adds --mpi=pmi2)",
+        default=None,
+        help="how each process count's job starts (default mpiexec, with --submit srun; "
+        "srun adds --mpi=pmi2)",
     )
     parser.add_argument(
         "--launcher-args",
@@ -255,8 +302,63 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"stop a job that reports no progress for this long "
         f"(default {DEFAULT_STALL_TIMEOUT:g})",
     )
+    _add_batch_arguments(parser)
     parser.add_argument("--orchestrated", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--plan-only", action="store_true", help=argparse.SUPPRESS)
+
+
+def _add_batch_arguments(parser: argparse.ArgumentParser) -> None:
+    """The --submit option and the shape of its batch job."""
+    group = parser.add_argument_group("Slurm batch job (--submit)")
+    group.add_argument(
+        "--submit",
+        action="store_true",
+        help="write the sweep's sbatch script (scripts/sbatch/sweep.sbatch filled in) into "
+        "RUN_DIR and submit it; with --dry-run only write and print it",
+    )
+    group.add_argument(
+        "--nodes", type=_positive_int, default=None, metavar="N", help="nodes (default 1)"
+    )
+    group.add_argument(
+        "--ntasks-per-node",
+        type=_positive_int,
+        default=None,
+        metavar="K",
+        help="tasks per node (default: the largest --np spread over the nodes)",
+    )
+    group.add_argument(
+        "--time",
+        default=None,
+        help=f"time limit, e.g. 30 or 02:00:00 (default {DEFAULT_TIME_LIMIT})",
+    )
+    group.add_argument("--partition", default=None, help="partition (default: the cluster's)")
+    group.add_argument(
+        "--sbatch-args",
+        default="",
+        metavar="ARGS",
+        help="extra sbatch arguments, e.g. --sbatch-args='--account=proj --qos=short'",
+    )
+
+
+def _check_batch_options(args: argparse.Namespace) -> None:
+    """Batch-job options belong to --submit, which launches with srun and not --inside."""
+    if not args.submit:
+        given = [n for n in _BATCH_OPTIONS if getattr(args, n) not in (None, "")]
+        if given:
+            flag = "--" + given[0].replace("_", "-")
+            raise UsageError(f"{flag} shapes the batch job of --submit: add --submit or drop it")
+        return
+    if args.inside:
+        raise UsageError("--submit starts a batch job that launches its own steps: drop --inside")
+    if args.launcher not in (None, "srun"):
+        raise UsageError(
+            f"--submit runs the sweep in a Slurm batch job, whose steps start with srun: "
+            f"expected --launcher srun or none, got --launcher {args.launcher}"
+        )
+    if args.time is not None and not _TIME_LIMIT.fullmatch(args.time):
+        raise UsageError(
+            f"--time {args.time}: expected a Slurm time limit such as 30, 02:00:00 or 1-12:00:00"
+        )
 
 
 def config_from_args(args: argparse.Namespace) -> SweepConfig:
@@ -264,6 +366,7 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
     lo, hi = parse_size_range(args.message_size, default_min=1)
     if args.np is None and not args.inside:
         raise UsageError("--np is required to launch jobs, e.g. --np 2,4 (or run with --inside)")
+    _check_batch_options(args)
     cfg = SweepConfig(
         nprocs=parse_process_counts(args.np) if args.np is not None else (),
         collectives=parse_collectives(args.collectives),
@@ -277,7 +380,7 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
         output=args.output,
         resume=args.resume,
         budget=args.budget,
-        launcher=args.launcher,
+        launcher=args.launcher or ("srun" if args.submit else "mpiexec"),
         launcher_args=tuple(shlex.split(args.launcher_args)),
         inside=args.inside,
         dry_run=args.dry_run,
@@ -285,6 +388,12 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
         stall_timeout=args.stall_timeout,
         orchestrated=args.orchestrated,
         plan_only=args.plan_only,
+        submit=args.submit,
+        nodes=args.nodes,
+        ntasks_per_node=args.ntasks_per_node,
+        time_limit=args.time or DEFAULT_TIME_LIMIT,
+        partition=args.partition,
+        sbatch_args=tuple(shlex.split(args.sbatch_args)),
     )
     if not split_variant_texts(cfg.algorithms):
         raise UsageError("-a: no algorithm named")
@@ -295,11 +404,14 @@ def check_local_process_counts(cfg: SweepConfig) -> None:
     """Refuse --np beyond what this host (mpiexec) or allocation (srun) can run."""
     largest = max(cfg.nprocs)
     if cfg.launcher == "srun":
-        tasks = os.environ.get("SLURM_NTASKS", "")
+        job = slurm_job()
         # Asking a Slurm allocation for more tasks than it has leaves the step pending
         # forever, not failed (issue 7).
-        if os.environ.get("SLURM_JOB_ID") and tasks.isdigit() and largest > int(tasks):
-            raise UsageError(f"--np {largest}: this allocation has only {tasks} tasks")
+        if job is not None and job.ntasks and largest > job.ntasks:
+            raise UsageError(
+                f"--np {largest}: this allocation (Slurm job {job.job_id}) has only "
+                f"{job.ntasks} tasks"
+            )
         return
     if cfg.launcher_args:
         return  # hosts given to mpiexec: the cluster decides

@@ -20,9 +20,10 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any
 
-from osu_dl_bench.sweep import runinfo
+from osu_dl_bench.sweep import runinfo, slurm
 from osu_dl_bench.sweep.launch import (
     check_not_in_mpi_job,
     job_command,
@@ -190,6 +191,8 @@ def _run_jobs(
 def run_sweep(cfg: SweepConfig) -> int:
     """The sweep command without --inside; returns the exit code."""
     check_not_in_mpi_job()
+    if cfg.submit:
+        return submit_sweep(cfg)
     check_local_process_counts(cfg)
     check_run_dir(cfg)
     for nprocs in cfg.nprocs:
@@ -202,6 +205,50 @@ def run_sweep(cfg: SweepConfig) -> int:
         return _launch_all(cfg, plans)
     except JobFailed as exc:
         return exc.code or 1
+
+
+def submit_sweep(cfg: SweepConfig) -> int:
+    """--submit: check the options (the planner) and the cluster here, then write the batch
+    script into the run directory and submit it; with --dry-run only write and print it."""
+    check_run_dir(cfg)
+    request = slurm.batch_request(cfg)
+    template = slurm.read_template()
+    if not cfg.dry_run:
+        slurm.require_commands()
+        slurm.check_fits(request, slurm.query_nodes())
+    try:
+        plans = run_planner(cfg)
+    except JobFailed as exc:
+        return exc.code or 1
+    store = RunStore(cfg.output)
+    store.create()
+    script = store.path.resolve() / slurm.SCRIPT_NAME
+    script.write_text(slurm.sweep_script(cfg, request, template))
+    if cfg.dry_run:
+        print("\n".join(plan_lines(list(plans.values()))))
+        print(f"# batch script (not submitted: --dry-run): {script}\n{script.read_text()}", end="")
+        return 0
+    job_id = slurm.submit(script, cfg.sbatch_args)
+    # The job itself writes metadata.json only after its own planner, seconds from now.
+    runinfo.record_submission(store, job_id, str(script))
+    print(_submission_lines(cfg, request, job_id, script), flush=True)
+    return 0
+
+
+def _submission_lines(
+    cfg: SweepConfig, request: slurm.BatchRequest, job_id: str, script: Path
+) -> str:
+    """What was submitted and where its results and log will be."""
+    run_dir = script.parent
+    log = run_dir / slurm.LOG_NAME.replace("%j", job_id)
+    return (
+        f"submitted Slurm batch job {job_id}: {request.nodes} node(s) x "
+        f"{request.ntasks_per_node} tasks, --np {','.join(map(str, cfg.nprocs))}\n"
+        f"script:  {script}\n"
+        f"results: {run_dir / 'results.csv'} and {run_dir / 'metadata.json'}\n"
+        f"log:     {log}\n"
+        f"follow it with: squeue -j {job_id}"
+    )
 
 
 @contextlib.contextmanager

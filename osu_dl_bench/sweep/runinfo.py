@@ -10,6 +10,7 @@ import os
 from typing import Any
 
 from osu_dl_bench import __version__
+from osu_dl_bench.runtime import slurm_job
 from osu_dl_bench.sweep.options import SweepConfig, command_line
 from osu_dl_bench.sweep.store import RunStore
 
@@ -28,9 +29,15 @@ def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def slurm_fields() -> dict[str, str]:
+def slurm_fields() -> dict[str, Any]:
     """The Slurm job's id and shape, when running under Slurm."""
-    return {key: os.environ[var] for key, var in _SLURM_VARS.items() if os.environ.get(var)}
+    fields: dict[str, Any] = {
+        key: os.environ[var] for key, var in _SLURM_VARS.items() if os.environ.get(var)
+    }
+    job = slurm_job()
+    if job is not None:
+        fields.update(slurm_ntasks=job.ntasks, slurm_ntasks_per_node=job.ntasks_per_node)
+    return fields
 
 
 def session_fields(cfg: SweepConfig, launcher: str) -> dict[str, Any]:
@@ -64,6 +71,16 @@ def record_session(store: RunStore, cfg: SweepConfig, launcher: str) -> None:
     history.append({k: session[k] for k in ("command", "date", "launcher")})
     metadata.update(session, sessions=history, complete=False)
     metadata.setdefault("jobs", {})
+    store.write_metadata(metadata)
+
+
+def record_submission(store: RunStore, job_id: str, script: str) -> None:
+    """Note a batch job submitted to run this sweep (before it starts, or between resumes)."""
+    metadata = store.read_metadata()
+    submissions = metadata.setdefault("submissions", [])
+    submissions.append(
+        {"slurm_job_id": job_id, "script": script, "command": command_line(), "date": now()}
+    )
     store.write_metadata(metadata)
 
 

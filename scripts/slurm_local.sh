@@ -1,0 +1,222 @@
+#!/usr/bin/env bash
+# A one-node Slurm on localhost for the tests and CI: Debian's slurm-wlm and munge, with
+# munged, slurmctld and slurmd running as root and their configuration, state, logs and
+# pid files in one directory. Stopping kills exactly the pids recorded there.
+#
+# usage: scripts/slurm_local.sh install|start|stop|status|env
+#   install  apt-get install slurm-wlm and munge, unless their programs are already here
+#   start    write slurm.conf and cgroup.conf, start the daemons (reusing running ones) and
+#            wait until the node takes jobs
+#   stop     kill the daemons by the pids in their pid files
+#   status   the daemons' pids and the node as sinfo sees it (exit 1 if one is down)
+#   env      the SLURM_CONF line for `eval "$(scripts/slurm_local.sh env)"`
+# environment:
+#   OSU_DL_BENCH_SLURM_DIR   state directory (default /tmp/osu-dl-bench-slurm)
+#   OSU_DL_BENCH_SLURM_CPUS  CPUs the node announces (default 8)
+set -euo pipefail
+
+STATE=${OSU_DL_BENCH_SLURM_DIR:-/tmp/osu-dl-bench-slurm}
+# More CPUs than the 2 real cores, so a 4- or 8-rank job fits: with config_overrides
+# slurmd accepts the configured CPUs instead of draining the node for the mismatch.
+CPUS=${OSU_DL_BENCH_SLURM_CPUS:-8}
+CONF="$STATE/slurm.conf"
+# Client commands (sbatch, srun, sinfo) read /etc/slurm/slurm.conf unless SLURM_CONF says
+# otherwise; the link lets them work without it, and is made only where nothing else is.
+SYSTEM_CONF=/etc/slurm/slurm.conf
+START_TIMEOUT=${OSU_DL_BENCH_SLURM_START_TIMEOUT:-60}
+DAEMONS=(munged slurmctld slurmd)
+
+log() { echo "slurm_local: $*" >&2; }
+
+die() {
+    log "error: $*"
+    exit 1
+}
+
+pid_file() { echo "$STATE/$1.pid"; }
+
+running_pid() {
+    # The daemon's pid if its pid file names a live process, else nothing.
+    local file pid
+    file=$(pid_file "$1")
+    [[ -s $file ]] || return 1
+    pid=$(<"$file")
+    [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
+    echo "$pid"
+}
+
+cmd_install() {
+    if command -v sbatch >/dev/null && command -v slurmctld >/dev/null &&
+        command -v slurmd >/dev/null && command -v munged >/dev/null; then
+        log "slurm-wlm and munge are installed"
+        return
+    fi
+    [[ $(id -u) == 0 ]] || die "installing slurm-wlm and munge needs root (apt-get)"
+    command -v apt-get >/dev/null || die "no apt-get: install slurm-wlm and munge yourself"
+    log "installing slurm-wlm and munge with apt-get"
+    apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge >/dev/null
+}
+
+write_munge_key() {
+    # A key of our own, readable only by root (munged refuses looser permissions).
+    local key="$STATE/munge/munge.key"
+    [[ -s $key ]] && return
+    if [[ -r /etc/munge/munge.key ]]; then
+        cp /etc/munge/munge.key "$key"
+    else
+        dd if=/dev/urandom of="$key" bs=1024 count=1 status=none
+    fi
+    chmod 0400 "$key"
+}
+
+write_config() {
+    mkdir -p "$STATE/munge" "$STATE/ctld" "$STATE/spool"
+    chmod 0700 "$STATE/munge"
+    write_munge_key
+    cat >"$CONF" <<EOF
+# Written by scripts/slurm_local.sh: one node on localhost, daemons as root.
+ClusterName=osudlbench
+SlurmctldHost=localhost
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$STATE/munge/munge.socket
+SlurmctldPort=6817
+SlurmdPort=6818
+StateSaveLocation=$STATE/ctld
+SlurmdSpoolDir=$STATE/spool
+SlurmctldPidFile=$(pid_file slurmctld)
+SlurmdPidFile=$(pid_file slurmd)
+SlurmctldLogFile=$STATE/slurmctld.log
+SlurmdLogFile=$STATE/slurmd.log
+# No cgroups: containers and CI runners rarely let a daemon manage them.
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+MpiDefault=none
+ReturnToService=2
+SlurmdParameters=config_overrides
+# Finished jobs stay visible to scontrol for 10 minutes (no accounting database here).
+MinJobAge=600
+NodeName=localhost NodeAddr=127.0.0.1 CPUs=$CPUS State=UNKNOWN
+PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+EOF
+    cat >"$STATE/cgroup.conf" <<EOF
+# Written by scripts/slurm_local.sh: the plugins above use no cgroups.
+CgroupPlugin=autodetect
+IgnoreSystemd=yes
+EOF
+}
+
+link_system_config() {
+    if [[ -L $SYSTEM_CONF || ! -e $SYSTEM_CONF ]]; then
+        mkdir -p "$(dirname "$SYSTEM_CONF")"
+        ln -sfn "$CONF" "$SYSTEM_CONF"
+    elif [[ $(readlink -f "$SYSTEM_CONF") != "$CONF" ]]; then
+        log "$SYSTEM_CONF is another cluster's: export SLURM_CONF=$CONF to use this one"
+    fi
+}
+
+start_daemon() {
+    # start_daemon NAME COMMAND...: run it unless its pid file names a live process.
+    local name=$1 pid
+    shift
+    if pid=$(running_pid "$name"); then
+        log "$name already running (pid $pid)"
+        return
+    fi
+    rm -f "$(pid_file "$name")"
+    "$@" || die "$name did not start: see $STATE/$name.log"
+    for _ in $(seq 50); do
+        running_pid "$name" >/dev/null && return
+        sleep 0.1
+    done
+    die "$name wrote no pid file $(pid_file "$name"): see $STATE/$name.log"
+}
+
+wait_for_node() {
+    local deadline=$((SECONDS + START_TIMEOUT)) state=""
+    while ((SECONDS < deadline)); do
+        state=$(SLURM_CONF=$CONF sinfo -h -n localhost -o %T 2>/dev/null || true)
+        case $state in
+        idle* | mixed* | allocated*) return ;;
+        esac
+        sleep 0.5
+    done
+    die "the node is '${state:-unknown}' after ${START_TIMEOUT}s, not idle: see $STATE/*.log"
+}
+
+all_running() {
+    local name
+    for name in "${DAEMONS[@]}"; do
+        running_pid "$name" >/dev/null || return 1
+    done
+}
+
+cmd_start() {
+    command -v slurmctld >/dev/null || die "slurmctld not found: run '$0 install' first"
+    # Running daemons keep the configuration they read: rewrite it only for new ones.
+    all_running || write_config
+    export SLURM_CONF=$CONF
+    start_daemon munged munged --socket="$STATE/munge/munge.socket" \
+        --key-file="$STATE/munge/munge.key" --pid-file="$(pid_file munged)" \
+        --log-file="$STATE/munged.log" --seed-file="$STATE/munge/munged.seed" --force
+    # -c: a fresh controller forgets jobs of an earlier run instead of recovering them.
+    start_daemon slurmctld slurmctld -c -f "$CONF"
+    # The host's name is not localhost, so name the node explicitly.
+    start_daemon slurmd slurmd -N localhost -f "$CONF"
+    link_system_config
+    wait_for_node
+    log "ready: node localhost with $CPUS CPUs, partition debug; state in $STATE"
+}
+
+cmd_stop() {
+    local name pid i
+    for ((i = ${#DAEMONS[@]} - 1; i >= 0; i--)); do
+        name=${DAEMONS[i]}
+        pid=$(running_pid "$name") || continue
+        kill "$pid" 2>/dev/null || true
+        for _ in $(seq 50); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.2
+        done
+        kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null
+        log "stopped $name (pid $pid)"
+    done
+    if [[ -L $SYSTEM_CONF && $(readlink "$SYSTEM_CONF") == "$CONF" ]]; then
+        rm -f "$SYSTEM_CONF"
+    fi
+}
+
+cmd_status() {
+    local name pid down=0
+    for name in "${DAEMONS[@]}"; do
+        if pid=$(running_pid "$name"); then
+            echo "$name running (pid $pid)"
+        else
+            echo "$name not running"
+            down=1
+        fi
+    done
+    SLURM_CONF=$CONF sinfo -N -o "%N %T %c" 2>/dev/null || echo "sinfo: no answer"
+    return "$down"
+}
+
+case ${1:-} in
+install) cmd_install ;;
+start) cmd_start ;;
+stop) cmd_stop ;;
+status) cmd_status ;;
+env) echo "export SLURM_CONF=$CONF" ;;
+*)
+    echo "usage: $0 install|start|stop|status|env" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,389 @@
+"""Slurm: SLURM_* topology parsing, the sbatch scripts and the pending-forever guard without
+Slurm; then, through a real Slurm (scripts/slurm_local.sh start), a submitted sweep at
+p = 2 and 4 and a 2-rank training validation, each job with a hard timeout."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from mpirun import REPO, mpi_env, run_with_timeout
+from test_sweep import difference, expected_rows, stored_rows
+
+from osu_dl_bench.cli import build_parser
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.runtime import parse_tasks_per_node, slurm_job
+from osu_dl_bench.sweep import runinfo, slurm
+from osu_dl_bench.sweep.options import config_from_args
+from osu_dl_bench.sweep.store import RunStore
+from osu_dl_bench.units import doubling_sizes
+
+SBATCH_DIR = REPO / "scripts" / "sbatch"
+# Seconds a job may take from submission to its end: the sweep below takes ~20 s and the
+# training ~17 s on 2 idle cores; a busy machine may triple that.
+JOB_TIMEOUT = 240.0
+FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
+
+
+def _config(*argv: str):
+    return config_from_args(build_parser().parse_args(["sweep", *argv]))
+
+
+def _cli(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "osu_dl_bench", *argv]
+    return run_with_timeout(cmd, 120, mpi_env(env))
+
+
+# --- SLURM_* variables ----------------------------------------------------------------
+
+
+def test_tasks_per_node_expands_slurms_compressed_form():
+    assert parse_tasks_per_node("4") == (4,)
+    assert parse_tasks_per_node("2(x3),1") == (2, 2, 2, 1)
+    assert parse_tasks_per_node("") == ()
+    for bad in ("x", "2(x)", "2(xa),1", "-1"):
+        with pytest.raises(ValueError, match="SLURM_TASKS_PER_NODE"):
+            parse_tasks_per_node(bad)
+
+
+def test_slurm_job_reads_id_nodes_and_tasks_per_node():
+    assert slurm_job({}) is None
+    env = {
+        "SLURM_JOB_ID": "42",
+        "SLURM_STEP_ID": "3",
+        "SLURM_JOB_NUM_NODES": "3",
+        "SLURM_NTASKS": "7",
+        "SLURM_TASKS_PER_NODE": "3,2(x2)",
+    }
+    job = slurm_job(env)
+    assert (job.job_id, job.step_id, job.nodes, job.ntasks) == ("42", "3", 3, 7)
+    assert job.tasks_per_node == (3, 2, 2) and job.ntasks_per_node == 3
+    # Older names, and counts derived from the layout when the totals are missing.
+    job = slurm_job({"SLURM_JOBID": "9", "SLURM_NNODES": "2", "SLURM_NPROCS": "8"})
+    assert (job.job_id, job.nodes, job.ntasks, job.ntasks_per_node) == ("9", 2, 8, 0)
+    job = slurm_job({"SLURM_JOB_ID": "9", "SLURM_TASKS_PER_NODE": "4(x2)"})
+    assert (job.nodes, job.ntasks, job.ntasks_per_node) == (2, 8, 4)
+    assert slurm_job({"SLURM_JOB_ID": "9", "SLURM_TASKS_PER_NODE": "?"}).tasks_per_node == ()
+
+
+def test_run_metadata_records_the_slurm_job(monkeypatch):
+    for name in [v for v in os.environ if v.startswith("SLURM_")]:
+        monkeypatch.delenv(name)
+    assert runinfo.slurm_fields() == {}
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "2")
+    monkeypatch.setenv("SLURM_TASKS_PER_NODE", "4(x2)")
+    fields = runinfo.slurm_fields()
+    assert fields["slurm_job_id"] == "77" and fields["slurm_nodes"] == "2"
+    assert fields["slurm_ntasks"] == 8 and fields["slurm_ntasks_per_node"] == 4
+
+
+# --- the sbatch scripts ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["sweep.sbatch", "train.sbatch"])
+def test_templates_ask_for_a_shape_and_run_srun(name):
+    text = (SBATCH_DIR / name).read_text()
+    for option in ("nodes", "ntasks-per-node", "time", "partition"):
+        assert re.search(rf"^#SBATCH --{option}=\S+$", text, re.M), option
+    if name == "sweep.sbatch":
+        assert 'osu-dl-bench sweep --launcher srun --np "$NP"' in text
+    else:
+        assert 'srun --mpi="$MPI" osu-dl-bench train' in text
+    check = run_with_timeout(["bash", "-n", str(SBATCH_DIR / name)], 30)
+    assert check.returncode == 0, check.stderr
+
+
+def test_render_replaces_directives_and_variables_and_names_what_is_missing():
+    template = "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --partition=debug\nNP=${NP:-2,4}\nX=1\n"
+    text = slurm.render_script(template, {"nodes": "3", "partition": None}, {"NP": "2 4"})
+    assert text == "#!/bin/bash\n#SBATCH --nodes=3\n##SBATCH --partition\nNP='2 4'\nX=1\n"
+    with pytest.raises(UsageError, match="no line for 'time'"):
+        slurm.render_script(template, {"time": "10"}, {})
+    with pytest.raises(UsageError, match="no line for 'OUT'"):
+        slurm.render_script(template, {}, {"OUT": "x"})
+
+
+def _script_variables(script: Path) -> dict[str, str]:
+    """VENV, NP, OUT and the sweep arguments as bash sees them, without running the sweep."""
+    text = script.read_text().split("\nif [[ -n $VENV ]]")[0]
+    probe = text + '\neval "sweep_args=($SWEEP_ARGS)"\nprintf "%s\\n" "$VENV" "$NP" "$OUT"'
+    probe += ' "${sweep_args[@]}"\n'
+    res = run_with_timeout(["bash", "-c", probe], 30)
+    assert res.returncode == 0, res.stderr
+    venv, nprocs, out, *args = res.stdout.splitlines()
+    return {"VENV": venv, "NP": nprocs, "OUT": out, "args": args}
+
+
+def test_submitted_script_reruns_the_same_sweep_with_srun(tmp_path):
+    run_dir = tmp_path / "run"
+    argv = ["--submit", "--np", "2,6", "--nodes", "2", "--time", "20", "--partition", "p1"]
+    argv += ["-m", "8:64K", "-a", "native,ring:seg=4K", "--budget", "0.5", "-o", str(run_dir)]
+    argv += ["--launcher-args=--mpi=pmix --cpu-bind=none"]
+    cfg = _config(*argv)
+    request = slurm.batch_request(cfg)
+    assert (request.nodes, request.ntasks_per_node, request.ntasks) == (2, 3, 6)
+    script = tmp_path / "sweep.sbatch"
+    script.write_text(slurm.sweep_script(cfg, request, slurm.read_template()))
+    text = script.read_text()
+    for line in ("--nodes=2", "--ntasks-per-node=3", "--time=20", "--partition=p1"):
+        assert f"\n#SBATCH {line}\n" in text, line
+    assert f"\n#SBATCH --output={run_dir}/slurm-%j.out\n" in text
+    found = _script_variables(script)
+    assert found["VENV"] == slurm.current_venv() and found["NP"] == "2,6"
+    assert found["OUT"] == str(run_dir)
+    again = _config("--launcher", "srun", "--np", found["NP"], "-o", found["OUT"], *found["args"])
+    assert again.worker_argv(again.nprocs, "--inside") == cfg.worker_argv(cfg.nprocs, "--inside")
+    assert again.launcher == "srun" and again.launcher_args == ("--mpi=pmix", "--cpu-bind=none")
+    assert again.stall_timeout == cfg.stall_timeout and not again.submit
+
+
+def test_default_partition_is_left_to_the_cluster():
+    cfg = _config("--submit", "--np", "4", "-o", "run")
+    text = slurm.sweep_script(cfg, slurm.batch_request(cfg), slurm.read_template())
+    assert "\n##SBATCH --partition\n" in text and "--partition=" not in text
+    assert "\n#SBATCH --nodes=1\n#SBATCH --ntasks-per-node=4\n#SBATCH --time=01:00:00\n" in text
+
+
+def test_dry_run_writes_the_script_without_slurm(tmp_path):
+    run_dir = tmp_path / "run"
+    no_slurm = {"PATH": str(tmp_path / "empty")}  # sbatch and sinfo out of reach
+    argv = ["sweep", "--submit", "--dry-run", "--np", "2", "-m", "8:64", "-o", str(run_dir)]
+    res = _cli(argv, no_slurm)
+    assert res.returncode == 0, res.stdout + res.stderr
+    script = run_dir / "sweep.sbatch"
+    assert f"# batch script (not submitted: --dry-run): {script}" in res.stdout
+    assert "# p=2:" in res.stdout and script.read_text() in res.stdout
+    assert not (run_dir / "results.csv").exists()
+
+
+# --- the pending-forever guard -----------------------------------------------------------
+
+SINFO = "debug*|n1|8\ndebug*|n2|8\nbig|n3|64\n"
+
+
+def test_sinfo_lines_parse_with_the_default_partition_marked():
+    nodes = slurm.parse_sinfo_nodes(SINFO)
+    assert [(n.partition, n.name, n.cpus, n.default_partition) for n in nodes] == [
+        ("debug", "n1", 8, True),
+        ("debug", "n2", 8, True),
+        ("big", "n3", 64, False),
+    ]
+    with pytest.raises(UsageError, match="PARTITION\\|NODE\\|CPUS"):
+        slurm.parse_sinfo_nodes("debug n1 8")
+
+
+@pytest.mark.parametrize(
+    "nodes,per_node,partition,message",
+    [
+        (1, 8, None, None),
+        (2, 8, "debug", None),
+        (1, 64, "big", None),
+        (1, 9, None, "partition debug has 0 such node"),
+        (3, 8, None, "partition debug has 2 such node"),
+        (2, 64, "big", "partition big has 1 such node"),
+        (1, 1, "gpu", "no such partition"),
+    ],
+)
+def test_requests_beyond_the_partition_are_refused(nodes, per_node, partition, message):
+    request = slurm.BatchRequest(nodes, per_node, "10", partition)
+    if message is None:
+        slurm.check_fits(request, slurm.parse_sinfo_nodes(SINFO))
+        return
+    with pytest.raises(UsageError, match=message) as error:
+        slurm.check_fits(request, slurm.parse_sinfo_nodes(SINFO))
+    assert "pending forever" in str(error.value) or partition == "gpu"
+
+
+def test_too_few_tasks_for_the_largest_count_are_refused():
+    with pytest.raises(UsageError, match="give only 4 tasks; expected at least 6"):
+        slurm.batch_request(
+            _config("--submit", "--np", "6", "--ntasks-per-node", "2", "--nodes", "2", "-o", "r")
+        )
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--submit", "--launcher", "mpiexec"], "expected --launcher srun or none"),
+        (["--submit", "--inside"], "drop --inside"),
+        (["--partition", "debug"], "--partition shapes the batch job of --submit"),
+        (["--nodes", "2"], "--nodes shapes the batch job of --submit"),
+        (["--submit", "--time", "1h"], "expected a Slurm time limit"),
+        (["--submit"], "needs Slurm's sbatch and sinfo"),
+        (["--submit", "--partition", "a b", "--dry-run"], "cannot contain spaces"),
+    ],
+)
+def test_bad_submit_input_gives_one_message_and_exit_2(tmp_path, argv, message):
+    no_slurm = {"PATH": str(tmp_path / "empty")}
+    res = _cli(["sweep", "--np", "2", *argv, "-o", str(tmp_path / "run")], no_slurm)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert message in res.stderr and res.stderr.count("osu-dl-bench: error:") == 1
+    assert "Traceback" not in res.stderr
+
+
+def test_srun_inside_an_allocation_is_held_to_its_tasks(tmp_path):
+    allocation = {"SLURM_JOB_ID": "5", "SLURM_NTASKS": "2", "SLURM_TASKS_PER_NODE": "2"}
+    argv = ["sweep", "--launcher", "srun", "--np", "2,4", "-o", str(tmp_path / "run")]
+    res = _cli(argv, allocation)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "--np 4: this allocation (Slurm job 5) has only 2 tasks" in res.stderr
+
+
+# --- a real Slurm ------------------------------------------------------------------------
+
+
+def _slurm_unavailable() -> str | None:
+    """Why the Slurm tests cannot run here, or None."""
+    missing = [c for c in ("sbatch", "sinfo", "scontrol", "scancel") if not shutil.which(c)]
+    if missing:
+        return (
+            f"Slurm is not installed ({', '.join(missing)} not on PATH): "
+            "bash scripts/slurm_local.sh install && bash scripts/slurm_local.sh start"
+        )
+    try:
+        res = run_with_timeout(["sinfo", "-h", "-o", "%T"], 30)
+    except AssertionError:
+        return "the Slurm controller did not answer sinfo within 30 s"
+    if res.returncode != 0:
+        last = (res.stderr.strip().splitlines() or ["no message"])[-1]
+        return f"the Slurm controller does not answer ({last}): bash scripts/slurm_local.sh start"
+    if not re.search(r"^(idle|mixed|allocated)", res.stdout, re.M):
+        return f"no Slurm node takes jobs (sinfo: {res.stdout.split()})"
+    return None
+
+
+@pytest.fixture(scope="module")
+def cluster() -> list[slurm.SlurmNode]:
+    """The local Slurm's nodes; skips the test where there is none."""
+    reason = _slurm_unavailable()
+    if reason:
+        pytest.skip(reason)
+    return slurm.query_nodes()
+
+
+def _job_fields(job_id: str) -> dict[str, str]:
+    """scontrol's one-line record of a job, as KEY=VALUE pairs."""
+    res = run_with_timeout(["scontrol", "show", "job", "-o", job_id], 30)
+    assert res.returncode == 0, f"scontrol show job {job_id}: {res.stderr}"
+    return dict(item.split("=", 1) for item in res.stdout.split() if "=" in item)
+
+
+def wait_for_job(job_id: str, log: Path, timeout: float = JOB_TIMEOUT) -> dict[str, str]:
+    """Poll a job until it ends; past the timeout cancel it and fail naming it."""
+    deadline = time.monotonic() + timeout
+    while (fields := _job_fields(job_id))["JobState"] not in FINISHED:
+        if time.monotonic() > deadline:
+            run_with_timeout(["scancel", job_id], 30)
+            tail = log.read_text()[-3000:] if log.exists() else "(no log yet)"
+            raise AssertionError(
+                f"Slurm job {job_id} did not finish within {timeout:g} s (state "
+                f"{fields['JobState']}, reason {fields.get('Reason')}); cancelled it\n{tail}"
+            )
+        time.sleep(0.5)
+    return fields
+
+
+def _assert_completed(fields: dict[str, str], log: Path) -> None:
+    assert (fields["JobState"], fields["ExitCode"]) == ("COMPLETED", "0:0"), (
+        f"job {fields['JobId']} ended {fields['JobState']} {fields['ExitCode']}\n"
+        + (log.read_text()[-3000:] if log.exists() else "(no log)")
+    )
+
+
+def test_submitted_sweep_measures_each_count_in_its_own_step(cluster, tmp_path):
+    run_dir = tmp_path / "run"
+    collectives, algorithms = ["allreduce", "bcast"], ["native", "ring"]
+    argv = ["sweep", "--submit", "--np", "2,4", "-m", "8:64K", "--budget", "0.05"]
+    argv += ["--collectives", ",".join(collectives), "-a", ",".join(algorithms)]
+    res = _cli([*argv, "-o", str(run_dir)])
+    assert res.returncode == 0, res.stdout + res.stderr
+    job_id = re.search(r"submitted Slurm batch job (\d+)", res.stdout)[1]
+    log = run_dir / f"slurm-{job_id}.out"
+    assert f"results: {run_dir / 'results.csv'}" in res.stdout and str(log) in res.stdout
+    _assert_completed(wait_for_job(job_id, log), log)
+
+    rows = stored_rows(RunStore(run_dir).load())
+    want = expected_rows([2, 4], collectives, doubling_sizes(8, 64 << 10), algorithms)
+    assert len(rows) == len(set(rows)) and set(rows) == want, difference(set(rows), want)
+    assert set(RunStore(run_dir).load()["validation"]) == {"pass"}
+    meta = json.loads((run_dir / "metadata.json").read_text())
+    assert meta["complete"] is True and meta["launcher"] == "srun"
+    assert meta["slurm_job_id"] == job_id and meta["slurm_ntasks_per_node"] == 4
+    assert meta["submissions"][0]["slurm_job_id"] == job_id
+    assert meta["submissions"][0]["script"] == str(run_dir / "sweep.sbatch")
+    steps = {meta["jobs"][p]["slurm_step_id"] for p in ("2", "4")}
+    for p in (2, 4):
+        job = meta["jobs"][str(p)]
+        assert (job["slurm_job_id"], job["slurm_ntasks"], job["nprocs"]) == (job_id, p, p)
+    assert len(steps) == 2, "each process count runs in a step of its own"
+    assert f"results in {run_dir}" in log.read_text()
+
+
+def test_more_tasks_than_cpus_are_refused_before_submission(cluster, tmp_path):
+    most = max(n.cpus for n in cluster if n.default_partition)
+    run_dir = tmp_path / "run"
+    res = _cli(["sweep", "--submit", "--np", str(most + 1), "-m", "8", "-o", str(run_dir)])
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "pending forever" in res.stderr and f"at most {most} CPUs" in res.stderr
+    assert not (run_dir / "sweep.sbatch").exists()
+
+
+def test_srun_starts_the_mpich_ranks_and_records_carry_the_job_id(cluster, tmp_path):
+    slurm.check_fits(slurm.BatchRequest(1, 2, "10", None), cluster)
+    out = tmp_path / "bench.csv"
+    cmd = ["srun", "-n", "2", "--mpi=pmi2", "--time=5", sys.executable, "-m", "osu_dl_bench"]
+    res = run_with_timeout([*cmd, "bench", "allreduce", "-m", "8:64", "-c", "-o", str(out)], 120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    frame = pd.read_csv(out, dtype=str)
+    assert set(frame["nprocs"]) == {"2"} and set(frame["validation"]) == {"pass"}
+    (job_id,) = set(frame["slurm_job_id"])
+    assert job_id.isdigit() and set(frame["slurm_ntasks_per_node"]) == {"2"}
+
+
+_NO_TRAIN = [m for m in ("torch", "sklearn") if importlib.util.find_spec(m) is None]
+
+
+@pytest.mark.skipif(bool(_NO_TRAIN), reason=f"{', '.join(_NO_TRAIN)} not installed")
+def test_training_validation_runs_under_sbatch(cluster, tmp_path):
+    template = SBATCH_DIR / "train.sbatch"
+    tasks = int(re.search(r"^#SBATCH --ntasks-per-node=(\d+)$", template.read_text(), re.M)[1])
+    # The guard the tests share with --submit: a job that cannot fit would pend forever.
+    slurm.check_fits(slurm.BatchRequest(1, tasks, "10", None), cluster)
+    out, log = tmp_path / "train", tmp_path / "slurm.out"
+    train_args = "--steps 12 -b 60 --validate --first-bucket 4K --bucket-cap 16K"
+    env = mpi_env({"VENV": slurm.current_venv(), "OUT": str(out), "TRAIN_ARGS": train_args})
+    sbatch = ["sbatch", "--parsable", f"--output={log}", "--partition", _default(cluster)]
+    res = run_with_timeout([*sbatch, str(template)], 60, env)
+    assert res.returncode == 0, res.stderr
+    job_id = res.stdout.strip().split(";")[0]
+    _assert_completed(wait_for_job(job_id, log), log)
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["nprocs"] == tasks == 2 and summary["total_steps"] == 12
+    assert summary["validation"]["passed"] and summary["validation"]["max_abs_diff"] <= 1e-5
+    meta = summary["metadata"]
+    assert (meta["slurm_job_id"], meta["slurm_nodes"], meta["slurm_ntasks_per_node"]) == (
+        job_id,
+        "1",
+        "2",
+    )
+    printed = (out / "train.txt").read_text()
+    assert "validation:" in printed and "PASS" in printed and "img/s total:" in printed
+    assert f"osu-dl-bench train: job {job_id}, 2 tasks" in log.read_text()
+    assert shlex.join(train_args.split()) in meta["command"]
+
+
+def _default(nodes: list[slurm.SlurmNode]) -> str:
+    """The default partition: the template names 'debug', which a cluster may not have."""
+    return next(n.partition for n in nodes if n.default_partition)

@@ -156,6 +156,24 @@ def _add_train(sub) -> None:
     add_train_arguments(parser)
 
 
+def _cmd_model(args: argparse.Namespace) -> int:
+    from osu_dl_bench.runtime import init_mpi
+
+    init_mpi()  # the registry, whose cost formulas the model evaluates, loads mpi4py
+    from osu_dl_bench.model.commands import run_model
+
+    return run_model(args)
+
+
+def _add_model(sub) -> None:
+    from osu_dl_bench.model.options import add_model_arguments
+
+    parser = sub.add_parser(
+        "model", help="performance model: fit, accuracy vs a sweep, predict at scale, train"
+    )
+    add_model_arguments(parser)
+
+
 COMMANDS: dict[str, tuple[Callable, Callable[[argparse.Namespace], int]]] = {
     "bench": (_add_bench, _cmd_bench),
     "list": (_add_list, _cmd_list),
@@ -164,6 +182,7 @@ COMMANDS: dict[str, tuple[Callable, Callable[[argparse.Namespace], int]]] = {
     "select": (_add_select, _cmd_select),
     "plot": (_add_plot, _cmd_plot),
     "train": (_add_train, _cmd_train),
+    "model": (_add_model, _cmd_model),
 }
 
 

@@ -11,6 +11,10 @@ IJHPCA 2005; the costs below are theirs, n in bytes, p processes, lg = ceil(log2
   2 lg p a + 2(p-1)/p n b + (p-1)/p n g, with the same fold. Commutative ops.
 - reduce_bcast: binomial reduce to rank 0 then binomial bcast,
   2 lg p (a + n b) + lg p n g.
+
+Each cost also counts the copy of the input into the output that an out-of-place call
+(the benchmarks' default) starts with, n b_intra: a local memory copy, as large as one
+whole-vector message; the textbook formulas assume in-place buffers.
 """
 
 from __future__ import annotations
@@ -43,15 +47,22 @@ from osu_dl_bench.collectives.primitives import (
 from osu_dl_bench.collectives.registry import COMMUTATIVE_OP, register
 
 
+def _copy_in(m: Machine, n: float) -> float:
+    """start_in_place: the input copied into the output, a local memory copy."""
+    return n * m.intra.beta
+
+
 def _ring_cost(m: Machine, p: int, n: float, seg: int = 0) -> float:
     link = m.flat(p)
-    return 2 * (p - 1) * link.alpha + (p - 1) / p * n * (2 * link.beta + link.gamma)
+    steps = 2 * (p - 1) * link.alpha + (p - 1) / p * n * (2 * link.beta + link.gamma)
+    return steps + _copy_in(m, n)
 
 
 def _recursive_doubling_cost(m: Machine, p: int, n: float) -> float:
     link = m.flat(p)
     folds = 2 if p & (p - 1) else 0  # fold in and out for non-power-of-two p
-    return (lg(p) + folds) * (link.alpha + n * link.beta) + (lg(p) + folds / 2) * n * link.gamma
+    steps = (lg(p) + folds) * (link.alpha + n * link.beta) + (lg(p) + folds / 2) * n * link.gamma
+    return steps + _copy_in(m, n)
 
 
 def _rabenseifner_cost(m: Machine, p: int, n: float) -> float:
@@ -61,12 +72,13 @@ def _rabenseifner_cost(m: Machine, p: int, n: float) -> float:
         (2 * lg(p) + folds) * link.alpha
         + (2 * (p - 1) / p + folds) * n * link.beta
         + ((p - 1) / p + folds / 2) * n * link.gamma
+        + _copy_in(m, n)
     )
 
 
 def _reduce_bcast_cost(m: Machine, p: int, n: float) -> float:
     link = m.flat(p)
-    return 2 * lg(p) * (link.alpha + n * link.beta) + lg(p) * n * link.gamma
+    return 2 * lg(p) * (link.alpha + n * link.beta) + lg(p) * n * link.gamma + _copy_in(m, n)
 
 
 @register(

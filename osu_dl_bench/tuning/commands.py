@@ -54,6 +54,17 @@ def _collectives(args: argparse.Namespace, selector: Selector) -> list[str]:
     return [c for c in SPECS if c in present] or ["allreduce"]
 
 
+def _model(args: argparse.Namespace):
+    """The performance model as the selector's hook, when --platform names a platform."""
+    if not getattr(args, "platform", None):
+        return None
+    # Imported here: only --platform needs the model package (it sits above tuning).
+    from osu_dl_bench.model.platform import load_platform
+    from osu_dl_bench.model.selection import platform_model
+
+    return platform_model(load_platform(args.platform))
+
+
 def run_select(args: argparse.Namespace) -> int:
     """Print what the selector would pick for each collective and size, and why."""
     if args.np < 1 or args.nodes < 1:
@@ -61,7 +72,7 @@ def run_select(args: argparse.Namespace) -> int:
     if args.device not in DEVICES:
         raise UsageError(f"-d {args.device}: expected one of {', '.join(DEVICES)}")
     force = None if args.force is None else parse_force(args.force, "--force")
-    selector = Selector.from_file(args.table, force, force_source="--force")
+    selector = Selector.from_file(args.table, force, _model(args), force_source="--force")
     sizes = [parse_size(s) for s in args.size.split(",") if s.strip()]
     blocks = []
     for collective in _collectives(args, selector):

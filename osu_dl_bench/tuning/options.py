@@ -51,3 +51,10 @@ def add_select_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="COLL=ALG[,...]",
         help=f"force algorithms as {FORCE_ENV} does (replaces it)",
     )
+    parser.add_argument(
+        "--platform",
+        default=None,
+        metavar="F",
+        help="answer outside the table (or without one) with the performance model on this "
+        "platform file, run directory or shipped name",
+    )

@@ -7,9 +7,10 @@ Order of precedence:
    ``allreduce=ring,bcast=chain:seg=256K``);
 2. the table entry of the call's shape; outside the table's comm shapes the nearest
    entry (closest comm size, then nodes, then ppn; ties to the smaller comm size) unless
-   the ``model`` hook (a future analytical model) answers; outside the measured sizes the
-   first or last range, which reach 0 and infinity;
-3. native, with no table or no entry for the collective and buffer kind.
+   the ``model`` hook (the analytical model, osu_dl_bench.model.selection) answers;
+   outside the measured sizes the first or last range, which reach 0 and infinity;
+3. with no table, the ``model`` hook if given;
+4. native, with no table (and no model) or no entry for the collective and buffer kind.
 
 Whatever is chosen must be eligible in the call's context (``Variant.ineligible_reason``);
 if it is not, native runs instead. ``bind`` precomputes everything per communicator so a
@@ -184,7 +185,9 @@ class Selector:
     @property
     def source(self) -> str:
         """Where the decisions come from, for messages."""
-        return f"table {self.table.path}" if self.table else "no table"
+        text = f"table {self.table.path}" if self.table else "no table"
+        name = getattr(self.model, "source", None)
+        return f"{text}, model {name}" if name else text
 
     # --- decisions ----------------------------------------------------------------------
 
@@ -197,6 +200,13 @@ class Selector:
             self._nearest[key] = best
         return self._nearest[key]
 
+    def _from_model(self, query: Query) -> Decision | None:
+        """The model hook's answer, or None (no hook, or it has no answer)."""
+        modelled = self.model(query) if self.model is not None else None
+        if modelled is None:
+            return None
+        return Decision(modelled.variant(query.collective), "model", "analytical model")
+
     def _from_table(self, query: Query) -> Decision:
         entry = self.entry_for(query)
         if entry is None:
@@ -204,10 +214,10 @@ class Selector:
             why = f"{self.source} has no entry for {query.collective} on {query.device}"
             return Decision(native, "native", why)
         exact = _is_exact(entry, query)
-        if not exact and self.model is not None:
-            modelled = self.model(query)
+        if not exact:
+            modelled = self._from_model(query)
             if modelled is not None:
-                return Decision(modelled.variant(query.collective), "model", "analytical model")
+                return modelled
         starts = [r.min_bytes for r in entry.ranges]
         size_range = entry.ranges[bisect_right(starts, query.nbytes) - 1]
         how = "table" if exact else "nearest"
@@ -231,8 +241,9 @@ class Selector:
             forced = self.forced[query.collective]
             decision = Decision(forced, "forced", f"forced by {self.force_source}")
         elif self.table is None:
-            native = lookup(query.collective, "native").variant()
-            decision = Decision(native, "native", "no table")
+            decision = self._from_model(query) or Decision(
+                lookup(query.collective, "native").variant(), "native", "no table"
+            )
         else:
             decision = self._from_table(query)
         return _eligible(decision, query.collective, context)
@@ -266,6 +277,8 @@ class Selector:
         query = Query(
             collective, comm.Get_size(), 0, context.device, context.nodes, context.ranks_per_node
         )
+        if collective not in self.forced and self.table is None and self.model is not None:
+            return self._bind_per_size(comm, query, context)
         forced_or_untabled = collective in self.forced or self.table is None
         entry = None if forced_or_untabled else self.entry_for(query)
         if entry is None:

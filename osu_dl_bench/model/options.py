@@ -1,0 +1,101 @@
+"""Options of the ``model`` subcommand and its actions (fit, accuracy, predict, train).
+Declared apart from the code that runs them: that code loads the registry and mpi4py."""
+
+from __future__ import annotations
+
+import argparse
+
+DEFAULT_SCALE_PLATFORM = "ib-hdr200"
+DEFAULT_SCALE_NP = "64,128,256,512,1024"
+
+
+def _fit(sub) -> None:
+    parser = sub.add_parser("fit", help="fit alpha, beta, gamma to a run directory's measurements")
+    parser.add_argument(
+        "run_dir", metavar="RUN_DIR", help="run directory (platform.json goes here)"
+    )
+    parser.add_argument(
+        "--calibrate",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="run the 2-rank calibration job: auto = when RUN_DIR has no calibration.csv",
+    )
+    parser.add_argument(
+        "--append",
+        action="store_true",
+        help="add the calibration job to RUN_DIR's earlier ones (the fit takes medians)",
+    )
+    parser.add_argument(
+        "-m",
+        "--message-size",
+        default="8:64M",
+        help="calibration sizes MIN:MAX (default 8:64M: past a sweep's 16M, so that its "
+        "largest regime is fitted on points on either side)",
+    )
+    parser.add_argument("--rounds", type=int, default=10, help="calibration rounds (default 10)")
+    parser.add_argument("--timeout", type=float, default=600, help="calibration job limit, s")
+    parser.add_argument("--name", default=None, help="platform name (default: run dir name)")
+
+
+def _platform_args(parser: argparse.ArgumentParser, required: bool) -> None:
+    parser.add_argument(
+        "--platform",
+        required=required,
+        default=None,
+        metavar="F",
+        help="platform file, run directory with platform.json, or shipped name (ib-edr100, ...)",
+    )
+    parser.add_argument(
+        "--inter",
+        default=None,
+        metavar="NAME|FILE",
+        help="take the inter-node link from this platform (a one-host fit has none measured)",
+    )
+
+
+def _accuracy(sub) -> None:
+    parser = sub.add_parser("accuracy", help="prediction vs measurement for every point of a sweep")
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="sweep run directory (or results CSV)")
+    _platform_args(parser, required=False)
+    parser.add_argument("-o", "--output", default=None, help="also write the report here")
+    parser.add_argument(
+        "--plot", default=None, help="scatter PNG (default RUN_DIR/plots/model_accuracy.png)"
+    )
+    parser.add_argument("--csv", default=None, help="write every point's prediction to this CSV")
+
+
+def _predict(sub) -> None:
+    parser = sub.add_parser("predict", help="predicted times and tuning table at any scale")
+    parser.add_argument("--np", type=int, required=True, help="process count")
+    parser.add_argument("--ppn", type=int, default=None, help="ranks per node (default: np)")
+    _platform_args(parser, required=True)
+    parser.add_argument("--collectives", default="allreduce,bcast", help="comma list")
+    parser.add_argument("-m", "--message-size", default="8:256M", help="sizes MIN:MAX, doubling")
+    parser.add_argument("-o", "--output", default=None, help="write the predicted table (.json)")
+
+
+def _train(sub) -> None:
+    parser = sub.add_parser("train", help="predicted training step time, measured vs scaled")
+    _platform_args(parser, required=True)
+    parser.add_argument(
+        "--measured", default=None, help="bench_train.py JSON to compare with (its model and p)"
+    )
+    parser.add_argument("--scale-platform", default=DEFAULT_SCALE_PLATFORM, metavar="NAME|FILE")
+    parser.add_argument("--scale-np", default=DEFAULT_SCALE_NP, help="process counts to predict")
+    parser.add_argument("--scale-ppn", type=int, default=8, help="ranks per node at scale")
+    parser.add_argument("--np", type=int, default=2, help="p of the comparison (without JSON)")
+    parser.add_argument("--model", default="resnet", help="cnn or resnet (without JSON)")
+    parser.add_argument("--depth", type=int, default=10)
+    parser.add_argument("--width", type=int, default=64)
+    parser.add_argument("--image-size", type=int, default=16)
+    parser.add_argument("--num-classes", type=int, default=100)
+    parser.add_argument("-b", "--batch-size", type=int, default=32, help="global batch at p")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (cores / p)")
+    parser.add_argument("-o", "--output", default=None, help="also write the report here")
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the model actions."""
+    sub = parser.add_subparsers(dest="model_command", required=True, parser_class=type(parser))
+    for add in (_fit, _accuracy, _predict, _train):
+        add(sub)

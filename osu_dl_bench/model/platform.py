@@ -1,0 +1,257 @@
+"""The platform file: the fitted (or assumed) alpha-beta-gamma parameters of a machine.
+
+Schema version 1::
+
+    {"schema_version": 1, "format": "osu-dl-bench platform", "name": "...",
+     "assumed": false, "source": "<where the numbers come from>",
+     "cores_per_node": 2,                 # null: never oversubscribed
+     "software_overhead_s": 2.1e-06,      # per message step of our Python algorithms
+     "links": {"intra": LINK, "inter": LINK},
+     "provenance": {...}}
+
+    LINK = {"measured": true, "note": "...",
+            "alpha_beta": [{"min_bytes": 0, "alpha_s": ..., "beta_s_per_byte": ...}, ...],
+            "gamma": [{"min_bytes": 0, "gamma_s_per_byte": ...}, ...],
+            "gamma_native": [...]}       # optional: the MPI library's reduction
+
+``alpha_beta`` and ``gamma`` are piecewise in the message size: each piece applies from its
+``min_bytes`` up to the next one's (a piecewise Hockney model; the pieces are the regimes of
+the caches and of the MPI library's protocols). Shipped platforms (``platforms/*.json``)
+have ``"assumed": true`` and name their source.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from osu_dl_bench.errors import UsageError
+
+SCHEMA_VERSION = 1
+FORMAT = "osu-dl-bench platform"
+PLATFORM_DIR = Path(__file__).resolve().parent / "platforms"
+LINK_CLASSES = ("intra", "inter")
+
+
+class PlatformError(UsageError):
+    """A platform file that cannot be used: names the file and the field."""
+
+    def __init__(self, path: str | os.PathLike, where: str, problem: str) -> None:
+        super().__init__(f"platform {path}: {where}: {problem}")
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Parameters that hold from ``min_bytes`` up to the next piece."""
+
+    min_bytes: int
+    values: tuple[float, ...]
+
+
+def _lookup(pieces: tuple[Piece, ...], nbytes: float) -> tuple[float, ...]:
+    starts = [p.min_bytes for p in pieces]
+    return pieces[max(0, bisect_right(starts, nbytes) - 1)].values
+
+
+@dataclass(frozen=True)
+class Link:
+    """One link class: piecewise (alpha, beta) and gamma, as functions of the size."""
+
+    alpha_beta: tuple[Piece, ...]
+    gamma: tuple[Piece, ...]
+    measured: bool = True
+    note: str = ""
+    # The MPI library's own reduction (native algorithms); None: the same as gamma.
+    gamma_native: tuple[Piece, ...] | None = None
+
+    def at(self, nbytes: float, native: bool = False) -> tuple[float, float, float]:
+        """(alpha, beta, gamma) for a collective of ``nbytes`` (native: the library's gamma)."""
+        alpha, beta = _lookup(self.alpha_beta, nbytes)
+        gammas = self.gamma_native if native and self.gamma_native else self.gamma
+        return alpha, beta, _lookup(gammas, nbytes)[0]
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        native = {}
+        if self.gamma_native:
+            native["gamma_native"] = [
+                {"min_bytes": p.min_bytes, "gamma_s_per_byte": p.values[0]}
+                for p in self.gamma_native
+            ]
+        return {
+            **native,
+            "measured": self.measured,
+            "note": self.note,
+            "alpha_beta": [
+                {"min_bytes": p.min_bytes, "alpha_s": p.values[0], "beta_s_per_byte": p.values[1]}
+                for p in self.alpha_beta
+            ],
+            "gamma": [
+                {"min_bytes": p.min_bytes, "gamma_s_per_byte": p.values[0]} for p in self.gamma
+            ],
+        }
+
+
+def simple_link(alpha: float, beta: float, gamma: float, note: str = "") -> Link:
+    """A link with one piece each (what shipped interconnects declare)."""
+    return Link((Piece(0, (alpha, beta)),), (Piece(0, (gamma,)),), True, note)
+
+
+@dataclass(frozen=True)
+class Platform:
+    """A machine as the model sees it."""
+
+    name: str
+    intra: Link
+    inter: Link
+    cores_per_node: int | None = None
+    software_overhead_s: float = 0.0
+    assumed: bool = False
+    source: str = ""
+    provenance: dict[str, Any] = field(default_factory=dict)
+    path: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form, schema_version first."""
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "format": FORMAT,
+            "name": self.name,
+            "assumed": self.assumed,
+            "source": self.source,
+            "cores_per_node": self.cores_per_node,
+            "software_overhead_s": self.software_overhead_s,
+            "links": {"intra": self.intra.as_dict(), "inter": self.inter.as_dict()},
+            "provenance": self.provenance,
+        }
+
+    def write(self, path: str | os.PathLike) -> Path:
+        """Write as indented JSON."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(self.as_dict(), indent=1) + "\n")
+        return target
+
+
+# --- loading ----------------------------------------------------------------------------
+
+
+def _number(path: str, obj: dict, key: str, where: str, minimum: float = 0.0) -> float:
+    value = obj.get(key)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < minimum:
+        raise PlatformError(
+            path, f"{where}.{key}", f"expected a number >= {minimum}, got {value!r}"
+        )
+    return float(value)
+
+
+def _pieces(path: str, items: Any, where: str, keys: tuple[str, ...]) -> tuple[Piece, ...]:
+    if not isinstance(items, list) or not items:
+        raise PlatformError(path, where, f"expected a non-empty list, got {items!r}")
+    pieces, last = [], -1
+    for i, item in enumerate(items):
+        here = f"{where}[{i}]"
+        if not isinstance(item, dict):
+            raise PlatformError(path, here, f"expected an object, got {item!r}")
+        start = int(_number(path, item, "min_bytes", here))
+        if (i == 0 and start != 0) or start <= last:
+            raise PlatformError(
+                path, f"{here}.min_bytes", f"expected 0 first, then increasing, got {start}"
+            )
+        pieces.append(Piece(start, tuple(_number(path, item, k, here) for k in keys)))
+        last = start
+    return tuple(pieces)
+
+
+def _link(path: str, obj: Any, where: str) -> Link:
+    if not isinstance(obj, dict):
+        raise PlatformError(path, where, f"expected an object, got {obj!r}")
+    native = obj.get("gamma_native")
+    return Link(
+        _pieces(path, obj.get("alpha_beta"), f"{where}.alpha_beta", ("alpha_s", "beta_s_per_byte")),
+        _pieces(path, obj.get("gamma"), f"{where}.gamma", ("gamma_s_per_byte",)),
+        bool(obj.get("measured", True)),
+        str(obj.get("note", "")),
+        None
+        if native is None
+        else _pieces(path, native, f"{where}.gamma_native", ("gamma_s_per_byte",)),
+    )
+
+
+def platform_from_dict(data: Any, path: str = "<platform>") -> Platform:
+    """Validate parsed JSON and build the platform (PlatformError on the first problem)."""
+    if not isinstance(data, dict):
+        raise PlatformError(path, "(top level)", "expected a JSON object")
+    if data.get("schema_version") != SCHEMA_VERSION:
+        got = data.get("schema_version", "missing")
+        raise PlatformError(path, "schema_version", f"expected {SCHEMA_VERSION}, got {got}")
+    links = data.get("links")
+    if not isinstance(links, dict) or set(links) != set(LINK_CLASSES):
+        raise PlatformError(path, "links", f"expected the link classes {', '.join(LINK_CLASSES)}")
+    cores = data.get("cores_per_node")
+    if cores is not None and (not isinstance(cores, int) or cores < 1):
+        raise PlatformError(path, "cores_per_node", f"expected null or an int >= 1, got {cores!r}")
+    return Platform(
+        name=str(data.get("name") or Path(path).stem),
+        intra=_link(path, links["intra"], "links.intra"),
+        inter=_link(path, links["inter"], "links.inter"),
+        cores_per_node=cores,
+        software_overhead_s=_number(path, data, "software_overhead_s", "(top level)"),
+        assumed=bool(data.get("assumed", False)),
+        source=str(data.get("source", "")),
+        provenance=dict(data.get("provenance") or {}),
+        path=path,
+    )
+
+
+def shipped_platforms() -> dict[str, Path]:
+    """Name -> file of the platforms shipped with the package (assumed values)."""
+    return {p.stem: p for p in sorted(PLATFORM_DIR.glob("*.json"))}
+
+
+def resolve_platform_path(name_or_path: str | os.PathLike) -> Path:
+    """A platform file: a path, a run directory holding platform.json, or a shipped name."""
+    path = Path(name_or_path)
+    if path.is_dir():
+        path = path / "platform.json"
+    if path.is_file():
+        return path
+    shipped = shipped_platforms()
+    if str(name_or_path) in shipped:
+        return shipped[str(name_or_path)]
+    raise UsageError(
+        f"platform {name_or_path}: no such file, no platform.json in such a run directory, "
+        f"and not a shipped platform: expected a file or one of {', '.join(shipped)}"
+    )
+
+
+def load_platform(name_or_path: str | os.PathLike) -> Platform:
+    """Read and validate a platform file (or a shipped platform by name)."""
+    path = resolve_platform_path(name_or_path)
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise PlatformError(path, "(file)", f"cannot read: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise PlatformError(path, "(file)", f"not JSON: {exc.msg} at line {exc.lineno}") from None
+    return platform_from_dict(data, str(path))
+
+
+def with_inter(platform: Platform, other: Platform) -> Platform:
+    """``platform`` with ``other``'s inter-node link (a one-host fit plus a named network)."""
+    source = f"{platform.source}; inter-node link from {other.name} ({other.source})"
+    return Platform(
+        name=f"{platform.name}+{other.name}",
+        intra=platform.intra,
+        inter=other.inter,
+        cores_per_node=platform.cores_per_node,
+        software_overhead_s=platform.software_overhead_s,
+        assumed=platform.assumed or other.assumed,
+        source=source,
+        provenance={**platform.provenance, "inter_from": other.path},
+        path=platform.path,
+    )

@@ -1,0 +1,253 @@
+"""The performance model: robust fitting recovers known parameters, costs follow the
+formulas, predicted tables load into the selector, the CLI rejects bad input with exit 2,
+and a real (tiny) calibration job fits a platform (mpiexec, hard timeout)."""
+
+import json
+import math
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+from mpirun import mpi_env, run_with_timeout
+
+from osu_dl_bench.collectives.registry import parse_variant
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.model import accuracy
+from osu_dl_bench.model.costs import Layout, oversubscription, predict_seconds
+from osu_dl_bench.model.fit import fit_pieces, robust_line
+from osu_dl_bench.model.mpich_native import native_label
+from osu_dl_bench.model.platform import (
+    Platform,
+    PlatformError,
+    load_platform,
+    platform_from_dict,
+    shipped_platforms,
+    simple_link,
+)
+from osu_dl_bench.model.platform_fit import fit_platform
+from osu_dl_bench.model.predict import predicted_table
+from osu_dl_bench.model.selection import platform_model
+from osu_dl_bench.model.training import Compute, predict_step
+from osu_dl_bench.tuning.selector import Query, Selector
+from osu_dl_bench.tuning.table import load_table
+
+ALPHA, BETA, GAMMA, OVERHEAD = 2e-6, 1e-10, 5e-11, 1e-6
+SIZES = 2.0 ** np.arange(3, 25)
+
+
+def _platform(cores=None, overhead=OVERHEAD) -> Platform:
+    link = simple_link(ALPHA, BETA, GAMMA)
+    return Platform("test", link, simple_link(10e-6, 1e-9, GAMMA), cores, overhead, True)
+
+
+def _noisy(times: np.ndarray, seed: int = 1) -> np.ndarray:
+    """2% noise, and two gross outliers (the machine's speed swings)."""
+    out = times * (1 + 0.02 * np.random.default_rng(seed).standard_normal(times.size))
+    out[4] *= 3
+    out[15] *= 0.3
+    return out
+
+
+def test_robust_line_recovers_alpha_beta_despite_outliers():
+    fit = robust_line(SIZES, _noisy(ALPHA + BETA * SIZES))
+    assert fit.intercept == pytest.approx(ALPHA, rel=0.05)
+    assert fit.slope == pytest.approx(BETA, rel=0.05)
+
+
+def test_fit_pieces_finds_the_regime_change():
+    times = 1e-6 + np.where(SIZES < 2**20, 3e-11, 1.2e-10) * SIZES
+    pieces = fit_pieces(SIZES, times)
+    assert [p.min_x for p in pieces] == [0, 2**20]
+    assert pieces[1].line.slope == pytest.approx(1.2e-10, rel=1e-6)
+
+
+def test_fit_platform_recovers_alpha_beta_gamma_and_overhead(tmp_path):
+    small = SIZES[SIZES <= 4096]
+    rows = [("pingpong", s, t) for s, t in zip(SIZES, _noisy(ALPHA + BETA * SIZES), strict=True)]
+    rows += [("reduce", s, t) for s, t in zip(SIZES, _noisy(3e-7 + GAMMA * SIZES, 2), strict=True)]
+    rows += [("step", s, ALPHA + BETA * s + OVERHEAD) for s in small]
+    frame = pd.DataFrame(rows, columns=["kind", "size_bytes", "median_s"])
+    frame.to_csv(tmp_path / "calibration.csv", index=False)
+    (tmp_path / "calibration.json").write_text(json.dumps({"cores_per_node": 2, "hosts": ["h"]}))
+    platform, _ = fit_platform(tmp_path)
+    alpha, beta, gamma = platform.intra.at(1 << 20)
+    assert beta == pytest.approx(BETA, rel=0.05) and gamma == pytest.approx(GAMMA, rel=0.05)
+    assert platform.intra.at(8)[0] == pytest.approx(ALPHA, rel=0.1)
+    assert platform.software_overhead_s == pytest.approx(OVERHEAD, rel=0.1)
+    assert not platform.inter.measured and platform.cores_per_node == 2
+    # The written file loads back to the same parameters.
+    loaded = load_platform(platform.write(tmp_path / "platform.json"))
+    assert loaded.intra.at(1 << 20) == platform.intra.at(1 << 20)
+
+
+def test_ring_allreduce_cost_is_the_textbook_formula():
+    p, n = 4, 1 << 20
+    ring = parse_variant("allreduce", "ring")
+    got = predict_seconds(_platform(), "allreduce", ring, Layout(p), n)
+    alpha = ALPHA + OVERHEAD  # our Python algorithms pay the overhead per step
+    steps = 2 * (p - 1) * alpha + 2 * (p - 1) / p * n * BETA + (p - 1) / p * n * GAMMA
+    assert got == pytest.approx(steps + n * BETA)  # + the out-of-place copy of the input
+
+
+def test_native_is_costed_as_mpich_default_choice_without_python_overhead():
+    assert native_label("allreduce", 4, 1 << 20) == "rabenseifner"
+    assert native_label("allreduce", 4, 8) == "recursive_doubling"
+    assert native_label("bcast", 4, 1 << 20) == "binomial"
+    # One node: MPICH's shared-memory (release_gather) collectives answer first.
+    assert native_label("allreduce", 4, 1 << 20, posix=True) == "reduce_bcast"
+    platform, layout = _platform(cores=2), Layout(4)  # oversubscribed: MPICH's MPIR tree
+    native = predict_seconds(
+        platform, "allreduce", parse_variant("allreduce", "native"), layout, 1 << 20
+    )
+    raben = predict_seconds(
+        _platform(cores=2, overhead=0.0),
+        "allreduce",
+        parse_variant("allreduce", "rabenseifner"),
+        layout,
+        1 << 20,
+    )
+    assert native == pytest.approx(raben)
+
+
+def test_oversubscribed_nodes_slow_every_term_down():
+    assert oversubscription(_platform(cores=2), Layout(4)) == 2.0
+    assert oversubscription(_platform(cores=2), Layout(2)) == 1.0
+    assert oversubscription(_platform(cores=None), Layout(64)) == 1.0
+
+
+def test_predicted_table_validates_and_the_selector_uses_it(tmp_path):
+    layout = Layout(1024, 128, 8)
+    table, _ = predicted_table(_platform(), layout, ["allreduce", "bcast"], [8, 1 << 20], "t")
+    path = table.write(tmp_path / "predicted.json")
+    loaded = load_table(path)
+    assert loaded.header["provenance"]["predicted"] is True
+    decision = Selector.from_file(path).decide(Query("allreduce", 1024, 1 << 20, "cpu", 128, 8))
+    assert decision.how == "table"
+    # Nothing ineligible: one-node designs never appear in a 128-node table.
+    labels = {r.choice.algorithm for e in loaded.entries for r in e.ranges}
+    assert not labels & {"shm", "cma"}
+
+
+def test_selector_model_hook_answers_without_a_table():
+    selector = Selector(model=platform_model(load_platform("ib-hdr200")), force={})
+    decision = selector.decide(Query("bcast", 1024, 4 << 20, "cpu", 128, 8))
+    assert decision.how == "model" and decision.variant.algorithm.name != "gloo"
+
+
+def test_accuracy_is_one_minus_relative_error():
+    platform = _platform()
+    pred = (
+        predict_seconds(
+            platform,
+            "allreduce",
+            parse_variant("allreduce", "ring:seg=0"),
+            Layout(2, 1, 2),
+            1 << 20,
+        )
+        * 1e6
+    )
+    frame = pd.DataFrame(
+        {
+            "collective": "allreduce",
+            "algorithm": ["ring:seg=0", "ring:seg=0", "gloo"],
+            "size_bytes": 1 << 20,
+            "nprocs": 2,
+            "nodes": 1,
+            "ppn": 2,
+            "median_us": [pred, pred / 0.5, 100.0],
+        }
+    )
+    result = accuracy.compare(platform, frame)
+    assert list(result["accuracy"][:2]) == pytest.approx([1.0, 0.5])
+    assert math.isnan(result["accuracy"][2])  # gloo: not modelled
+    assert accuracy.summarize(result).large == pytest.approx(0.75)
+
+
+def test_step_time_hides_communication_behind_backward():
+    compute = Compute(forward=0.01, backward=0.02, optimizer=0.0, local_batch=8, threads=1)
+    overlapped = predict_step(compute, (100, 100), [0.005, 0.005], True, 2)
+    assert overlapped.exposed == pytest.approx(0.005)  # the last bucket waits for backward
+    serial = predict_step(compute, (100, 100), [0.005, 0.005], False, 2)
+    assert serial.exposed == pytest.approx(0.01) and serial.step == pytest.approx(0.04)
+
+
+def test_shipped_platforms_load_and_say_they_are_assumed():
+    assert {"ib-edr100", "ib-hdr200", "eth-25g-tcp", "eth-100g-roce"} <= set(shipped_platforms())
+    for name in shipped_platforms():
+        platform = load_platform(name)
+        assert platform.assumed and "assumed" in platform.source
+
+
+def test_bad_platform_file_names_the_field(tmp_path):
+    data = json.loads(next(iter(shipped_platforms().values())).read_text())
+    data["links"]["inter"]["alpha_beta"][0]["beta_s_per_byte"] = -1
+    with pytest.raises(PlatformError, match=r"links\.inter\.alpha_beta\[0\]\.beta_s_per_byte"):
+        platform_from_dict(data, "bad.json")
+    with pytest.raises(UsageError, match="not a shipped platform"):
+        load_platform(tmp_path / "missing.json")
+
+
+def _cli(*args: str, timeout: float = 60):
+    return run_with_timeout([sys.executable, "-m", "osu_dl_bench", "model", *args], timeout)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["predict", "--np", "0", "--platform", "ib-hdr200"], "--np: expected a process count"),
+        (["predict", "--np", "8", "--platform", "no/such.json"], "no such file"),
+        (
+            ["predict", "--np", "8", "--platform", "ib-hdr200", "--collectives", "x"],
+            "--collectives",
+        ),
+        (["predict", "--np", "8"], "--platform"),
+    ],
+)
+def test_cli_bad_input_exits_2_with_a_clear_message(args, message):
+    result = _cli(*args)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+
+
+def test_cli_fit_then_predict_across_nodes_needs_an_interconnect(tmp_path):
+    """A real calibration job (2 ranks, tiny sizes), then predictions from its platform."""
+    run = tmp_path / "run"
+    fit = run_with_timeout(
+        [
+            sys.executable,
+            "-m",
+            "osu_dl_bench",
+            "model",
+            "fit",
+            str(run),
+            "-m",
+            "8:256K",
+            "--rounds",
+            "1",
+        ],
+        90,
+        mpi_env(),
+    )
+    assert fit.returncode == 0, fit.stdout + fit.stderr
+    platform = load_platform(run)
+    assert platform.intra.at(8)[0] > 0 and platform.cores_per_node
+    across = _cli("predict", "--np", "16", "--ppn", "8", "--platform", str(run), "-m", "1K")
+    assert across.returncode == 2 and "--inter" in across.stderr
+    out = tmp_path / "t.json"
+    ok = _cli(
+        "predict",
+        "--np",
+        "16",
+        "--ppn",
+        "8",
+        "--platform",
+        str(run),
+        "--inter",
+        "ib-edr100",
+        "-m",
+        "1K:4K",
+        "-o",
+        str(out),
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert load_table(out).header["provenance"]["predicted"] is True

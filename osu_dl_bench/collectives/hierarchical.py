@@ -28,7 +28,7 @@ leaders, then intra-node; REFERENCE.md section 6):
   2. the leaders bcast the area with ``inner`` from the root's node;
   3. node sync; every rank except the root copies the chunk out.
   Cost: k lg q alpha_intra (+ k lg q alpha_intra when the root is not a leader)
-  + 2 n beta_intra + k inner(N, n/k) on the inter-node link. Any root; host buffers.
+  + (n + C) beta_intra + k inner(N, n/k) on the inter-node link. Any root; host buffers.
 Inner algorithms without a cost formula (native) are costed as the faster of the textbook
 algorithms MPICH chooses between (Thakur, Rabenseifner and Gropp, IJHPCA 2005).
 """

@@ -22,7 +22,7 @@ allreduce ``shm:chunk=C``, per chunk of m elements:
 bcast ``shm:chunk=C``, per chunk: the root copies it into the shared area; sync; the others
   copy it out. Successive chunks (also across calls) use two areas in turn, so a rank can
   write chunk g+1 while its peers still read chunk g: one sync per chunk.
-  Cost: k lg p alpha + 2 n beta.
+  Cost: k lg p alpha + (n + C) beta (the copy-in and copy-out of successive chunks overlap).
 
 Synchronisation: a passive-target epoch (Win.Lock_all with MODE_NOCHECK) is opened once
 when the window is allocated; each sync point is Win.Sync, Barrier, Win.Sync on the
@@ -254,15 +254,17 @@ def node_allreduce_cost(link: LinkCost, p: int, n_bytes: int, chunk: int, syncs:
 
 
 def bcast_cost(machine: Machine, p: int, n_bytes: int, chunk: int = DEFAULT_CHUNK) -> float:
-    """k lg p alpha + 2 n beta on the intra-node link."""
+    """k lg p alpha + (n + C) beta on the intra-node link."""
     return node_bcast_cost(machine.intra, p, n_bytes, chunk)
 
 
 def node_bcast_cost(link: LinkCost, p: int, n_bytes: int, chunk: int) -> float:
-    """Cost of NodeBcast on ``link``: one sync per chunk, a copy in and a copy out."""
+    """Cost of NodeBcast on ``link``: one sync per chunk; the root's copy-in of chunk g+1
+    overlaps the others' copy-out of chunk g, so the copies take (n + one chunk) beta."""
     if p <= 1:
         return 0.0
-    return _chunks(n_bytes, chunk) * lg(p) * link.alpha + 2 * n_bytes * link.beta
+    copies = (n_bytes + min(n_bytes, chunk)) * link.beta
+    return _chunks(n_bytes, chunk) * lg(p) * link.alpha + copies
 
 
 _REQUIRES = (SINGLE_NODE, CPU_BUFFERS)

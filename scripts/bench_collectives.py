@@ -1,15 +1,18 @@
 """Best of our algorithms against the MPI library's own, and against the memory-copy bound.
 
-    python scripts/bench_collectives.py [--np 2] [--rounds 6] [--out results/collectives-p2]
+    python scripts/bench_collectives.py [--np 2] [--rounds 6] [--budget 3]
+                                         [--out results/collectives-p2]
 
 Issue 3's comparison. "Native" is the faster of native at thread level single and at
 multiple (MPICH's large-message allreduce differs between the two), so the script
-launches alternating jobs at both levels (single, multiple, single, ...), each measuring
-every eligible algorithm interleaved iteration by iteration through the bench harness.
-Per job and size the statistic is the median over iterations of the per-iteration
-maximum across ranks (p50_us). The memory-copy bound is one numpy copy of the message on
-every rank at once, timed the same way. Reported: medians over jobs, ratios
-best-of-ours / native and best-of-ours / memcpy, with their min..max over rounds.
+launches alternating jobs at both levels (single, multiple, single, ...). Each job
+measures every eligible algorithm the way the sweep does (sweep.measure.measure_point):
+validated once, then interleaved rounds in rotated order, each round running every
+candidate several times (warm, as OSU's loop), for ``--budget`` seconds per size. Per
+job and size the statistic is the median over rounds of the round's mean per-iteration
+maximum across ranks. The memory-copy bound is one numpy copy of the message on every
+rank at once, timed the same way (warm). Reported: medians over jobs, ratios
+best-of-ours / native and best-of-ours / memcpy, with their min..max over jobs' rounds.
 """
 
 from __future__ import annotations
@@ -25,22 +28,23 @@ from pathlib import Path
 
 SIZES = (1 << 20, 4 << 20, 16 << 20)
 COLLECTIVES = ("allreduce", "bcast")
+# Iterations of the memory-copy bound (warm, like the candidates' rounds).
 ITERATIONS = {1 << 20: 40, 4 << 20: 15, 16 << 20: 6}
 
 
-def worker(thread_level: str, round_index: int, out: str) -> None:
+def worker(thread_level: str, round_index: int, out: str, budget: float) -> None:
     """Inside mpiexec: measure every eligible variant and the memcpy bound; rank 0 appends."""
     from osu_dl_bench.runtime import init_mpi
 
     mpi = init_mpi(thread_level)
     import numpy as np
 
-    from osu_dl_bench.bench.harness import Setting, measure_collective, plan_variants
-    from osu_dl_bench.bench.options import BenchConfig
+    from osu_dl_bench.bench.harness import plan_variants
     from osu_dl_bench.collectives import SPECS, CallContext, algorithms
     from osu_dl_bench.collectives.dtypes import element_type
     from osu_dl_bench.collectives.ops import reduce_op
     from osu_dl_bench.runtime import discover_topology
+    from osu_dl_bench.sweep.measure import measure_point, prepare_inputs
 
     comm = mpi.COMM_WORLD
     topo = discover_topology(comm)
@@ -51,22 +55,25 @@ def worker(thread_level: str, round_index: int, out: str) -> None:
         ctx = CallContext(comm.size, etype, op, "cpu", topo.nodes, topo.ppn)
         every = [v for a in algorithms(collective) for v in a.grid_variants()]
         variants = plan_variants(every, ctx).eligible
-        setting = Setting(spec, etype, op if spec.reduces else None, np)
+        calls = [v.bind(comm) for v in variants]
+        point_op = op if spec.reduces else None
         for size in SIZES:
-            cfg = BenchConfig(collective, size, size, ITERATIONS[size], 2, validate=True)
-            [records] = measure_collective(comm, cfg, setting, topo, variants)
+            inputs = prepare_inputs(comm, spec, etype, point_op, np, size // etype.dtype.itemsize)
+            timing = measure_point(comm, calls, inputs, budget)
+            # A round's time: the mean over its iterations; the job's: the median round.
+            medians = np.median(timing.times.mean(axis=2), axis=0) * 1e6
             rows += [
                 {
                     "collective": collective,
-                    "algorithm": r.algorithm,
-                    "backend": r.backend,
+                    "algorithm": variant.label,
+                    "backend": variant.algorithm.backend,
                     "size": size,
-                    "us": r.p50_us,
-                    "validation": r.validation,
+                    "us": float(us),
+                    "validation": "fail" if wrong else "pass",
                     "thread_level": thread_level,
                     "round": round_index,
                 }
-                for r in records
+                for variant, us, wrong in zip(variants, medians, timing.wrong, strict=True)
             ]
     for size in SIZES:
         rows.append(
@@ -125,6 +132,8 @@ def orchestrate(args: argparse.Namespace) -> None:
                     str(round_index),
                     "--raw",
                     str(raw),
+                    "--budget",
+                    str(args.budget),
                 ],
                 check=True,
             )
@@ -149,8 +158,9 @@ def _per_round(rows: list[dict], collective: str, size: int, pick) -> dict[int, 
 def _aggregate(rows: list[dict], rounds: int) -> str:
     """The comparison table: per collective and size, medians over rounds and ratios."""
     lines = [
-        f"# p50 of the per-iteration max across ranks; per round the faster of the "
-        f"single and multiple jobs; medians [min..max] over {rounds} rounds",
+        f"# per job: median over interleaved rounds (as the sweep) of the per-iteration max "
+        f"across ranks; per round the faster of the single and multiple jobs; medians "
+        f"[min..max] over {rounds} rounds",
         f"{'collective':<10}{'size':>6} {'best of ours':<26}{'ours(us)':>10}"
         f"{'native(us)':>11}{'memcpy(us)':>11}{'ours/native':>20}{'ours/memcpy':>20}",
     ]
@@ -201,13 +211,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--np", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--budget", type=float, default=3.0, help="seconds per size and job")
     parser.add_argument("--out", default=None, help="write OUT.txt and OUT.jsonl")
     parser.add_argument("--worker", choices=("single", "multiple"), help=argparse.SUPPRESS)
     parser.add_argument("--raw", help=argparse.SUPPRESS)
     parser.add_argument("--round", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.worker, args.round, args.raw)
+        worker(args.worker, args.round, args.raw, args.budget)
     else:
         os.environ.setdefault("PYTHONUNBUFFERED", "1")
         orchestrate(args)

@@ -106,6 +106,17 @@ class SweepConfig:
             "--resume",
             "--np",
             ",".join(map(str, nprocs)),
+            *self._measurement_argv(),
+            "-o",
+            str(Path(self.output).resolve()),
+        ]
+        if self.ranks_per_node:
+            argv += ["--ranks-per-node", str(self.ranks_per_node)]
+        return argv
+
+    def _measurement_argv(self) -> list[str]:
+        """The options that say what to measure and how, as every job must get them."""
+        return [
             "--collectives",
             ",".join(self.collectives),
             "-m",
@@ -122,33 +133,13 @@ class SweepConfig:
             repr(self.budget),
             "--thread-level",
             self.thread_level,
-            "-o",
-            str(Path(self.output).resolve()),
         ]
-        if self.ranks_per_node:
-            argv += ["--ranks-per-node", str(self.ranks_per_node)]
-        return argv
 
     def batch_argv(self) -> list[str]:
         """The options a submitted batch job passes on to ``sweep --launcher srun``, apart
         from --np and -o, which its script sets."""
         argv = [
-            "--collectives",
-            ",".join(self.collectives),
-            "-m",
-            f"{self.min_size}:{self.max_size}",
-            "-a",
-            self.algorithms,
-            "-T",
-            self.dtype,
-            "--op",
-            self.op,
-            "-d",
-            self.device,
-            "--budget",
-            f"{self.budget:g}",
-            "--thread-level",
-            self.thread_level,
+            *self._measurement_argv(),
             "--stall-timeout",
             f"{self.stall_timeout:g}",
         ]

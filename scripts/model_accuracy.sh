@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The performance model's figures (issue 6), measured on this machine:
 #   1. accuracy at p = 2, 3, 4: a fresh allreduce + bcast sweep (8 B - 16 MiB, every
-#      algorithm) with the 2-rank calibration run before the sweep and after each p
-#      (appended: the fit takes medians over the jobs, so parameters and measurements
-#      come from the same hour), then `model fit` and `model accuracy`
+#      algorithm), each p's sweep between two calibration jobs of p ranks (the node's
+#      contention state with p ranks active; appended: the fit keeps one state per p and
+#      takes medians over its jobs, so parameters and measurements come from the same
+#      minutes), then `model fit` and `model accuracy`
 #      -> results/model_accuracy_p2_p3_p4.txt, results/plots/model_accuracy.png
 #   2. the predicted tuning table for 1024 ranks, 8 per node, on the shipped (assumed)
 #      InfiniBand HDR platform -> results/predicted-1024x8.{json,txt}
@@ -26,11 +27,13 @@ with_command() {  # with_command FILE CMD...: FILE gets '# command: CMD' and CMD
     echo "# wrote $file"
 }
 
-osu-dl-bench model fit "$run" --calibrate always
+append=""
 for p in 2 3 4; do
+    osu-dl-bench model fit "$run" --calibrate always --np "$p" $append
+    append="--append"
     osu-dl-bench sweep --np "$p" --collectives allreduce,bcast -m 8:16M --budget "$budget" \
         -o "$run/p$p"
-    osu-dl-bench model fit "$run" --calibrate always --append
+    osu-dl-bench model fit "$run" --calibrate always --np "$p" --append
 done
 # One results.csv for the three jobs (same columns: the same sweep command).
 awk 'FNR == 1 && NR != 1 { next } { print }' "$run"/p2/results.csv "$run"/p3/results.csv \

@@ -16,8 +16,9 @@ from osu_dl_bench.errors import UsageError
 from osu_dl_bench.model import accuracy
 from osu_dl_bench.model.costs import Layout, oversubscription, predict_seconds
 from osu_dl_bench.model.fit import fit_pieces, robust_line
-from osu_dl_bench.model.mpich_native import native_label
+from osu_dl_bench.model.mpich_native import kary_depth, native_label
 from osu_dl_bench.model.platform import (
+    ContentionState,
     Platform,
     PlatformError,
     load_platform,
@@ -79,6 +80,79 @@ def test_fit_platform_recovers_alpha_beta_gamma_and_overhead(tmp_path):
     # The written file loads back to the same parameters.
     loaded = load_platform(platform.write(tmp_path / "platform.json"))
     assert loaded.intra.at(1 << 20) == platform.intra.at(1 << 20)
+
+
+def _calibration_rows(nprocs: int, alpha: float, beta: float, gamma: float) -> list[tuple]:
+    """Noisy exchange and reduce rows, and exact step and barrier rows, of one job."""
+    seed = nprocs * 10
+    exchange = _noisy(alpha + beta * SIZES, seed)
+    reduce = _noisy(3e-7 + gamma * SIZES, seed + 1)
+    rows = [("exchange", s, nprocs, t) for s, t in zip(SIZES, exchange, strict=True)]
+    rows += [("reduce", s, nprocs, t) for s, t in zip(SIZES, reduce, strict=True)]
+    small = SIZES[SIZES <= 4096]
+    rows += [("step", s, nprocs, alpha + beta * s + OVERHEAD * nprocs) for s in small]
+    rows += [("barrier", s, nprocs, 4e-6 * nprocs) for s in small]
+    return rows
+
+
+def test_fit_platform_keeps_one_contention_state_per_process_count(tmp_path):
+    rows = _calibration_rows(2, ALPHA, BETA, GAMMA) + _calibration_rows(
+        3, 5 * ALPHA, 2 * BETA, GAMMA
+    )
+    frame = pd.DataFrame(rows, columns=["kind", "size_bytes", "nprocs", "median_s"])
+    frame.to_csv(tmp_path / "calibration.csv", index=False)
+    (tmp_path / "calibration.json").write_text(json.dumps({"cores_per_node": 2, "hosts": ["h"]}))
+    platform, _ = fit_platform(tmp_path)
+    assert [s.ranks for s in platform.states] == [2, 3]
+    two, three = platform.states
+    assert platform.intra == two.intra  # the base link is the state with the fewest ranks
+    assert three.intra.at(1 << 20)[1] == pytest.approx(2 * BETA, rel=0.05)
+    assert three.intra.at(8)[0] == pytest.approx(5 * ALPHA, rel=0.1)
+    assert three.software_overhead_s == pytest.approx(3 * OVERHEAD, rel=0.1)
+    assert two.barrier_s == pytest.approx(8e-6)
+    loaded = load_platform(platform.write(tmp_path / "platform.json"))
+    assert loaded.states == platform.states
+
+
+def _state_platform() -> Platform:
+    """Measured at 2 ranks (ALPHA, BETA) and 3 ranks (alpha x 5, beta x 2) on 2 cores."""
+    two = ContentionState(2, simple_link(ALPHA, BETA, GAMMA), OVERHEAD, 2e-6)
+    three = ContentionState(3, simple_link(5 * ALPHA, 2 * BETA, GAMMA), 3 * OVERHEAD, 9e-6)
+    base = _platform(cores=2)
+    return Platform("s", two.intra, base.inter, 2, OVERHEAD, False, states=(two, three))
+
+
+def _ring(p: int, alpha: float, beta: float, gamma: float, n: int) -> float:
+    return 2 * (p - 1) * alpha + (p - 1) / p * n * (2 * beta + gamma) + n * beta
+
+
+def test_each_process_count_takes_its_measured_contention_state():
+    platform, ring, n = _state_platform(), parse_variant("allreduce", "ring:seg=0"), 1 << 20
+    got2 = predict_seconds(platform, "allreduce", ring, Layout(2), n)
+    assert got2 == pytest.approx(_ring(2, ALPHA + OVERHEAD, BETA, GAMMA, n))
+    # Measured at 3 ranks: those parameters as they are, no further slowdown.
+    got3 = predict_seconds(platform, "allreduce", ring, Layout(3), n)
+    assert got3 == pytest.approx(_ring(3, 5 * ALPHA + 3 * OVERHEAD, 2 * BETA, GAMMA, n))
+    # Beyond the measured states: the nearest one, time-shared further (6/2 over 3/2).
+    got6 = predict_seconds(platform, "allreduce", ring, Layout(6), n)
+    slow = 2.0
+    expected = _ring(6, slow * (5 * ALPHA + 3 * OVERHEAD), slow * 2 * BETA, slow * GAMMA, n)
+    assert got6 == pytest.approx(expected)
+    # A rooted collective takes the fewest-ranks state, time-shared (3 ranks / 2 cores).
+    binomial = predict_seconds(platform, "bcast", parse_variant("bcast", "binomial"), Layout(3), n)
+    assert binomial == pytest.approx(2 * 1.5 * (ALPHA + OVERHEAD + n * BETA))
+
+
+def test_native_on_one_node_is_mpich_release_gather_timed_by_the_barrier():
+    platform, n = _state_platform(), 1 << 20
+    native = predict_seconds(
+        platform, "allreduce", parse_variant("allreduce", "native"), Layout(2), n
+    )
+    cells, wave = n // 8192, 2e-6 / 2  # one gather and one release wave per barrier
+    assert native == pytest.approx(cells * 2 * wave + 2 * n * BETA + n * GAMMA)
+    bcast = predict_seconds(platform, "bcast", parse_variant("bcast", "native"), Layout(2), n)
+    assert bcast == pytest.approx(cells * wave + (n + 8192) * BETA)
+    assert [kary_depth(p, 4) for p in (1, 2, 5, 6, 21, 22)] == [0, 1, 1, 2, 2, 3]
 
 
 def test_ring_allreduce_cost_is_the_textbook_formula():
@@ -184,6 +258,13 @@ def test_bad_platform_file_names_the_field(tmp_path):
     data["links"]["inter"]["alpha_beta"][0]["beta_s_per_byte"] = -1
     with pytest.raises(PlatformError, match=r"links\.inter\.alpha_beta\[0\]\.beta_s_per_byte"):
         platform_from_dict(data, "bad.json")
+    good = _state_platform().as_dict()
+    good["contention_states"][1]["ranks_per_node"] = 0
+    with pytest.raises(PlatformError, match=r"contention_states\[1\]\.ranks_per_node"):
+        platform_from_dict(good, "bad.json")
+    good["schema_version"] = 3
+    with pytest.raises(PlatformError, match="expected 1 or 2, got 3"):
+        platform_from_dict(good, "bad.json")
     with pytest.raises(UsageError, match="not a shipped platform"):
         load_platform(tmp_path / "missing.json")
 
@@ -202,6 +283,7 @@ def _cli(*args: str, timeout: float = 60):
             "--collectives",
         ),
         (["predict", "--np", "8"], "--platform"),
+        (["fit", "no/such/dir", "--np", "2,1"], "--np '2,1': expected process counts >= 2"),
     ],
 )
 def test_cli_bad_input_exits_2_with_a_clear_message(args, message):

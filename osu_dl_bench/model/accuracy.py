@@ -113,6 +113,20 @@ def _by_algorithm(ok: pd.DataFrame) -> list[str]:
     return lines
 
 
+def _worst(ok: pd.DataFrame, count: int = 8) -> list[str]:
+    """The lowest-scoring (collective, algorithm, p) >= 64 KiB, with the median of
+    predicted / measured (above 1: over-predicted)."""
+    big = ok[ok["large"]].assign(ratio=ok["pred_us"] / ok["median_us"])
+    groups = big.groupby(["collective", "algorithm", "nprocs"])
+    table = groups.agg(accuracy=("accuracy", "mean"), ratio=("ratio", "median"))
+    lines = [f"{'collective':<12}{'algorithm':<40}{'p':>3}{'accuracy %':>12}{'pred/meas':>11}"]
+    for (collective, algorithm, p), row in table.nsmallest(count, "accuracy").iterrows():
+        lines.append(
+            f"{collective:<12}{algorithm:<40}{p:>3}{_pct(row['accuracy']):>12}{row['ratio']:>11.2f}"
+        )
+    return lines
+
+
 def report(result: pd.DataFrame, platform: Platform) -> str:
     """The accuracy report; its last line is the average accuracy (>= 64 KiB)."""
     ok = result.dropna(subset=["accuracy"])
@@ -129,6 +143,9 @@ def report(result: pd.DataFrame, platform: Platform) -> str:
         "",
         "## by algorithm, messages >= 64 KiB",
         *_by_algorithm(ok),
+        "",
+        "## worst, messages >= 64 KiB (median predicted / measured)",
+        *_worst(ok),
         "",
         f"average accuracy, messages < {format_size(LARGE_BYTES)}: {_pct(summary.small).strip()}%",
         f"average accuracy, all sizes: {_pct(summary.overall).strip()}%",

@@ -1,29 +1,38 @@
-"""The calibration job: point-to-point and reduction throughput on 2 ranks of one node.
+"""The calibration job: the link and reduction throughput of one node with p ranks active.
 
-    mpiexec -n 2 python -m osu_dl_bench.model.calibrate RUN_DIR [-m 8:16M] [--rounds 10]
+    mpiexec -n P python -m osu_dl_bench.model.calibrate RUN_DIR [-m 8:64M] [--rounds 10]
         [--append]
 
 Writes RUN_DIR/calibration.csv (``kind, size_bytes, nprocs, median_s, q1_s, q3_s,
 samples, job``) and RUN_DIR/calibration.json (host, MPI library, cores, date, command);
-``--append`` adds a job to an earlier calibration (the fit takes, per kind and size, the
-median over jobs). Kinds:
+``--append`` adds a job to an earlier calibration (the fit takes, per process count, kind
+and size, the median over jobs). One job per process count of the sweep to be predicted:
+each measures the contention state of p ranks on the node (on a 2-core node 3 or 4 ranks
+time-share the cores, and what a message costs then is set by the scheduler, not by the
+memory bus). Kinds, every rank taking part at once:
 
-- ``pingpong``: one-way time of OSU's ping-pong (bench.p2p's round, through mpi4py's
-  buffer calls as the algorithms use them): alpha and beta of the intra-node link;
-- ``reduce``: ``ufunc(a, b, out=a)`` on both ranks at once (as the algorithms reduce:
-  in place, every rank together, sharing the memory bus): gamma;
+- ``exchange``: one step of a ring, every rank Sendrecv to its right neighbour and from its
+  left one (mpi4py's buffer calls, as the algorithms use them): alpha and beta of the
+  intra-node link with all p ranks active (on an oversubscribed node, mostly the cost of
+  waiting for a descheduled peer);
+- ``pingpong`` (p = 2 only): the one-way time of OSU's ping-pong (bench.p2p's round), for
+  reference: one copy in flight, where a collective's steps have all ranks copying;
+- ``reduce``: ``ufunc(a, b, out=a)`` on every rank at once (as the algorithms reduce: in
+  place, sharing the cores and the memory bus): gamma;
 - ``reduce_mpi``: ``MPI.SUM.Reduce_local`` likewise: the MPI library's own reduction,
-  which native's algorithms use (MPICH's is a plain C loop, several times slower than
-  numpy's vectorised ufunc on large arrays): gamma of native;
-- ``step``: one step of our Python algorithms (Sendrecv of a slice, then the in-place
-  ufunc on it) at small sizes: its excess over the ping-pong is the software overhead per
-  step that the C library's native algorithms do not pay.
+  which native's algorithms use (MPICH's is a plain C loop, slower than numpy's vectorised
+  ufunc on large arrays): gamma of native;
+- ``step``: one step of our Python algorithms (the exchange of a slice, then the in-place
+  ufunc on it) at small sizes: its excess over the exchange is the software overhead per
+  step that the C library's native algorithms do not pay;
+- ``barrier``: MPI_Barrier at small sizes (it has no payload): the synchronisation of the
+  library's own shared-memory collectives.
 
-Buffers rotate through a pool of ``POOL_DEPTH`` per kind, because a sweep interleaves
-several candidates whose scratch and the shared inputs take several times the message in
-memory: what the caches hold then, and not a ping-pong on one hot buffer, is what the
-sweep's times see. Kinds are interleaved in rounds (the machine changes speed over time)
-and medians over all samples are kept.
+Every sample reuses the same buffers, as the OSU-style benchmark and the sweep do (their
+iterations run on one send and one receive buffer): what is timed is the cache state the
+sweep's times see, warm up to the caches' size. Kinds are interleaved in rounds (the
+machine changes speed over time) and medians over all samples are kept; the iterations per
+round adapt to about TARGET_SECONDS per kind and size.
 """
 
 from __future__ import annotations
@@ -42,24 +51,25 @@ import numpy as np
 CALIBRATION_CSV = "calibration.csv"
 CALIBRATION_JSON = "calibration.json"
 FIELDS = ("kind", "size_bytes", "nprocs", "median_s", "q1_s", "q3_s", "samples", "job")
-KINDS = ("pingpong", "reduce", "reduce_mpi", "step")
+KINDS = ("exchange", "pingpong", "reduce", "reduce_mpi", "step", "barrier")
 STEP_MAX_BYTES = 4096  # the step's overhead matters (and is measured) at small sizes only
-POOL_DEPTH = 8
+POOL_DEPTH = 1  # the benchmark reuses one send and one receive buffer: so does the calibration
 POOL_CAP_BYTES = 256 << 20  # per kind and rank: fewer buffers for the largest sizes
 TARGET_SECONDS = 2e-3  # per kind and round at each size
+MAX_ITERATIONS = 200
 
 
 def _pool(size: int, dtype: np.dtype) -> list[np.ndarray]:
-    depth = max(2, min(POOL_DEPTH, POOL_CAP_BYTES // max(size, 1)))
+    depth = max(1, min(POOL_DEPTH, POOL_CAP_BYTES // max(size, 1)))
     count = max(1, size // dtype.itemsize)
     # Zeros written explicitly: real pages (not the shared zero page), and sums that never
     # overflow however often a buffer is reduced into.
     return [np.full(count, 0.0, dtype) for _ in range(depth)]
 
 
-def _iterations(size: int) -> int:
-    """Enough iterations for about TARGET_SECONDS at ~10 GB/s, between 3 and 200."""
-    return int(np.clip(TARGET_SECONDS / (2e-6 + size / 10e9), 3, 200))
+def _iterations(seconds: float) -> int:
+    """Enough iterations of a ``seconds``-long sample for about TARGET_SECONDS, at least 3."""
+    return int(np.clip(TARGET_SECONDS / max(seconds, 1e-9), 3, MAX_ITERATIONS))
 
 
 def _timed(comm, body, count: int) -> np.ndarray:
@@ -77,12 +87,16 @@ def _timed(comm, body, count: int) -> np.ndarray:
 
 
 def _kinds(comm, size: int, send: list, recv: list):
-    """kind -> (body(i), seconds per sample factor) for this size."""
+    """kind -> (body(i), seconds per sample factor) for this size and process count."""
     from mpi4py import MPI
 
     from osu_dl_bench.bench.p2p import _latency_round  # OSU's ping-pong round, reused as is
 
-    peer, depth = 1 - comm.Get_rank(), len(send)
+    rank, p, depth = comm.Get_rank(), comm.Get_size(), len(send)
+    right, left = (rank + 1) % p, (rank - 1) % p
+
+    def exchange(i: int) -> None:
+        comm.Sendrecv(send[i % depth], right, 11, recv[i % depth], left, 11)
 
     def pingpong(i: int) -> None:
         _latency_round(comm, send[i % depth], recv[i % depth])
@@ -96,37 +110,47 @@ def _kinds(comm, size: int, send: list, recv: list):
     def step(i: int) -> None:
         buf, tmp = recv[i % depth], send[i % depth]
         half = len(buf) // 2 or 1
-        comm.Sendrecv(buf[:half], peer, 11, tmp[:half], peer, 11)
+        comm.Sendrecv(buf[:half], right, 11, tmp[:half], left, 11)
         np.add(buf[:half], tmp[:half], out=buf[:half])
 
-    # A round trip carries 2 messages.
-    kinds = {"pingpong": (pingpong, 0.5), "reduce": (reduce, 1.0), "reduce_mpi": (reduce_mpi, 1.0)}
+    def barrier(i: int) -> None:
+        comm.Barrier()
+
+    kinds = {"exchange": (exchange, 1.0), "reduce": (reduce, 1.0), "reduce_mpi": (reduce_mpi, 1.0)}
+    if p == 2:
+        kinds["pingpong"] = (pingpong, 0.5)  # a round trip carries 2 messages
     if size <= STEP_MAX_BYTES:
         kinds["step"] = (step, 1.0)
+        kinds["barrier"] = (barrier, 1.0)
     return kinds
 
 
-def measure(comm, sizes: list[int], rounds: int) -> list[dict]:
-    """Rows of calibration.csv (rank 0's list; other ranks get the same)."""
+def _size_rows(comm, size: int, rounds: int) -> list[dict]:
+    """Rows of one size: every kind in rotated order, ``rounds`` times."""
+    send, recv = _pool(size, np.dtype(np.float32)), _pool(size, np.dtype(np.float32))
+    kinds = _kinds(comm, size, send, recv)
+    counts = {}
+    for name, (body, _) in kinds.items():
+        _timed(comm, body, 2)  # warm-up: first touch of the pages
+        counts[name] = _iterations(float(np.median(_timed(comm, body, 3))))
+    samples: dict[str, list[np.ndarray]] = {k: [] for k in kinds}
+    names = list(kinds)
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            body, factor = kinds[name]
+            samples[name].append(_timed(comm, body, counts[name]) * factor)
     rows = []
-    for size in sizes:
-        send, recv = _pool(size, np.dtype(np.float32)), _pool(size, np.dtype(np.float32))
-        kinds = _kinds(comm, size, send, recv)
-        samples: dict[str, list[np.ndarray]] = {k: [] for k in kinds}
-        count = _iterations(size)
-        for body, _ in kinds.values():
-            _timed(comm, body, 2)  # warm-up: first touch of the pool's pages
-        for r in range(rounds):
-            names = list(kinds)
-            for name in names[r % len(names) :] + names[: r % len(names)]:
-                body, factor = kinds[name]
-                samples[name].append(_timed(comm, body, count) * factor)
-        for name, parts in samples.items():
-            t = np.concatenate(parts)
-            q1, med, q3 = np.percentile(t, [25, 50, 75])
-            values = (name, size, comm.Get_size(), med, q1, q3, t.size, 0)
-            rows.append(dict(zip(FIELDS, values, strict=True)))
+    for name, parts in samples.items():
+        t = np.concatenate(parts)
+        q1, med, q3 = np.percentile(t, [25, 50, 75])
+        values = (name, size, comm.Get_size(), med, q1, q3, t.size, 0)
+        rows.append(dict(zip(FIELDS, values, strict=True)))
     return rows
+
+
+def measure(comm, sizes: list[int], rounds: int) -> list[dict]:
+    """Rows of calibration.csv (every rank gets the same)."""
+    return [row for size in sizes for row in _size_rows(comm, size, rounds)]
 
 
 def write_calibration(run_dir: Path, rows: list[dict], meta: dict, append: bool) -> None:
@@ -151,7 +175,7 @@ def _metadata(comm) -> dict:
     from mpi4py import MPI
 
     return {
-        "schema_version": 1,
+        "schema_version": 2,
         "nprocs": comm.Get_size(),
         "hosts": sorted(set(comm.allgather(MPI.Get_processor_name()))),
         "cores_per_node": os.cpu_count(),
@@ -173,7 +197,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the calibration job (2 ranks)."""
+    """Entry point of the calibration job (p >= 2 ranks on one node)."""
     from osu_dl_bench.errors import UsageError
     from osu_dl_bench.runtime import init_mpi, run_guarded
     from osu_dl_bench.units import doubling_sizes, parse_size
@@ -183,10 +207,12 @@ def main(argv: list[str] | None = None) -> int:
         lo, _, hi = args.message_size.rpartition(":")
         sizes = doubling_sizes(parse_size(lo or "8"), parse_size(hi))
         comm = init_mpi().COMM_WORLD
-        if comm.Get_size() != 2:
-            raise UsageError(f"the calibration job needs exactly 2 ranks, got {comm.Get_size()}")
-        rows = measure(comm, sizes, max(1, args.rounds))
+        if comm.Get_size() < 2:
+            raise UsageError(f"the calibration job needs at least 2 ranks, got {comm.Get_size()}")
         meta = _metadata(comm)
+        if len(meta["hosts"]) != 1:
+            raise UsageError(f"the calibration job measures one node, got hosts {meta['hosts']}")
+        rows = measure(comm, sizes, max(1, args.rounds))
         if comm.Get_rank() == 0:
             write_calibration(Path(args.run_dir), rows, meta, args.append)
         return 0

@@ -15,6 +15,8 @@ from osu_dl_bench.model.platform import Platform, load_platform, with_inter
 from osu_dl_bench.model.platform_fit import PLATFORM_FILE, fit_platform
 from osu_dl_bench.units import doubling_sizes, format_size, parse_size
 
+MODULE = "osu_dl_bench.model.calibrate"
+
 
 def _emit(text: str, output: str | None) -> None:
     print(text, end="" if text.endswith("\n") else "\n")
@@ -48,22 +50,37 @@ def _require_inter(platform: Platform, layout: Layout) -> None:
 # --- fit --------------------------------------------------------------------------------
 
 
-def _calibrate(args: argparse.Namespace, run_dir: Path) -> None:
+def calibration_counts(text: str) -> list[int]:
+    """--np's comma list of process counts (each >= 2)."""
+    try:
+        counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 2:
+        raise UsageError(f"--np {text!r}: expected process counts >= 2, such as 2,3,4")
+    return counts
+
+
+def _calibrate(args: argparse.Namespace, run_dir: Path, counts: list[int]) -> None:
+    """One calibration job per process count, appended one after the other."""
     from osu_dl_bench.sweep.launch import check_not_in_mpi_job, find_mpiexec
 
     check_not_in_mpi_job()
-    cmd = [find_mpiexec(), "-n", "2", sys.executable, "-m", "osu_dl_bench.model.calibrate"]
-    cmd += [str(run_dir), "-m", args.message_size, "--rounds", str(args.rounds)]
-    cmd += ["--append"] if args.append else []
-    print(f"# calibrating: {' '.join(cmd)}", flush=True)
+    for index, nprocs in enumerate(counts):
+        cmd = [find_mpiexec(), "-n", str(nprocs), sys.executable, "-m", MODULE]
+        cmd += [str(run_dir), "-m", args.message_size, "--rounds", str(args.rounds)]
+        cmd += ["--append"] if args.append or index > 0 else []
+        _run_job(cmd, args.timeout)
+
+
+def _run_job(cmd: list[str], timeout: float) -> None:
     import subprocess
 
+    print(f"# calibrating: {' '.join(cmd)}", flush=True)
     try:
-        done = subprocess.run(cmd, timeout=args.timeout)
+        done = subprocess.run(cmd, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise UsageError(
-            f"the calibration job did not finish within {args.timeout:.0f} s"
-        ) from None
+        raise UsageError(f"the calibration job did not finish within {timeout:.0f} s") from None
     if done.returncode != 0:
         raise UsageError(f"the calibration job failed (exit {done.returncode}): {' '.join(cmd)}")
 
@@ -73,17 +90,46 @@ def run_fit(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise UsageError(f"RUN_DIR {run_dir}: expected a directory, got a file")
+    counts = calibration_counts(args.np)
     has_calibration = (run_dir / CALIBRATION_CSV).exists()
     if args.calibrate == "never" and not has_calibration:
         raise UsageError(f"{run_dir}: no {CALIBRATION_CSV} and --calibrate never")
     if args.calibrate == "always" or not has_calibration:
         run_dir.mkdir(parents=True, exist_ok=True)
-        _calibrate(args, run_dir)
+        _calibrate(args, run_dir, counts)
     platform, _ = fit_platform(run_dir, args.name)
     path = platform.write(run_dir / PLATFORM_FILE)
     print(platform_text(platform))
     print(f"# wrote {path}")
     return 0
+
+
+def _link_lines(link) -> list[str]:
+    lines = []
+    for piece in link.alpha_beta:
+        alpha, beta = piece.values
+        bw = f"{1e-9 / beta:.2f} GB/s" if beta else "inf"
+        lines.append(
+            f"  from {format_size(piece.min_bytes):>5}: alpha {alpha * 1e6:7.3f} us, "
+            f"beta {beta * 1e9:.4f} ns/B ({bw})"
+        )
+    for name, pieces in (("gamma", link.gamma), ("gamma of native", link.gamma_native)):
+        for piece in pieces or ():
+            value = piece.values[0] * 1e9
+            lines.append(f"  from {format_size(piece.min_bytes):>5}: {name} {value:.4f} ns/B")
+    return lines
+
+
+def _state_lines(platform: Platform) -> list[str]:
+    lines = []
+    for state in platform.states:
+        barrier = "-" if state.barrier_s is None else f"{state.barrier_s * 1e6:.3f} us"
+        lines.append(
+            f"contention state, {state.ranks} ranks per node active: software overhead "
+            f"{state.software_overhead_s * 1e6:.3f} us per step, barrier {barrier}"
+        )
+        lines += _link_lines(state.intra)
+    return lines
 
 
 def platform_text(platform: Platform) -> str:
@@ -92,20 +138,10 @@ def platform_text(platform: Platform) -> str:
     for cls in ("intra", "inter"):
         link = getattr(platform, cls)
         lines.append(f"{cls}: {'measured' if link.measured else 'NOT measured'}; {link.note}")
-        for piece in link.alpha_beta:
-            alpha, beta = piece.values
-            bw = f"{1e-9 / beta:.2f} GB/s" if beta else "inf"
-            lines.append(
-                f"  from {format_size(piece.min_bytes):>5}: alpha {alpha * 1e6:7.3f} us, "
-                f"beta {beta * 1e9:.4f} ns/B ({bw})"
-            )
-        for name, pieces in (("gamma", link.gamma), ("gamma of native", link.gamma_native)):
-            for piece in pieces or ():
-                value = piece.values[0] * 1e9
-                lines.append(f"  from {format_size(piece.min_bytes):>5}: {name} {value:.4f} ns/B")
+        lines += _link_lines(link)
     lines.append(f"software overhead per step: {platform.software_overhead_s * 1e6:.3f} us")
     lines.append(f"cores per node: {platform.cores_per_node or 'not limited'}")
-    return "\n".join(lines)
+    return "\n".join(lines + _state_lines(platform))
 
 
 # --- accuracy ---------------------------------------------------------------------------

@@ -9,20 +9,31 @@ How the parameters enter:
   step (Python between MPI calls) and reduce with numpy (gamma); ``native`` is the C
   library: alpha alone, and the library's own reduction (gamma_native, when measured);
 - ``native`` is costed as the algorithm MPICH's default selection runs (mpich_native; on
-  one node not oversubscribed, the twin of its shared-memory collectives);
+  one node not oversubscribed, allreduce and bcast with MPICH's own shared-memory
+  release_gather design, whose flag waves are timed by the state's barrier);
   backends without a cost formula (gloo) are not modelled (None);
-- more ranks on a node than cores time-share them: every term is multiplied by
-  ranks per node / cores (``cores_per_node``; null in a platform file: never).
+- the intra-node link, gamma and the software overhead are those of a contention state of
+  the platform (platform.ContentionState: measured with that many ranks of the node all
+  sending, receiving and reducing at once). Symmetric collectives (allreduce, allgather,
+  reduce_scatter, alltoall: every rank sends and receives in every step) take the state
+  of the node's rank count; rooted ones (bcast, reduce, gather, scatter: the data fans out
+  of or into one root, so in most steps only some ranks copy while the others wait) take
+  the state with the fewest ranks. A rank count between or beyond the measured ones
+  takes the nearest measured state at most that large; more ranks than that state's on
+  a node with fewer cores than ranks time-share the cores further: every term is
+  multiplied by max(1, ranks / cores) / max(1, state's ranks / cores)
+  (``cores_per_node``; null in a platform file: never). Without states, the state is the
+  platform's own link at 1 rank.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from osu_dl_bench.collectives import Variant
+from osu_dl_bench.collectives import SPECS, Variant
 from osu_dl_bench.collectives.common import LinkCost, Machine
 from osu_dl_bench.collectives.registry import parse_variant
-from osu_dl_bench.model.mpich_native import native_label
+from osu_dl_bench.model.mpich_native import flag_wave, native_label, release_gather_seconds
 from osu_dl_bench.model.platform import Link, Platform
 
 
@@ -40,11 +51,45 @@ class Layout:
         return self.ppn or -(-self.nprocs // max(self.nodes, 1))
 
 
+def local_ranks(layout: Layout) -> int:
+    """Ranks sharing one node."""
+    return min(layout.ranks_per_node, layout.nprocs)
+
+
 def oversubscription(platform: Platform, layout: Layout) -> float:
-    """How much slower every term gets when a node's ranks outnumber its cores."""
+    """How many times a node's ranks outnumber its cores (at least 1)."""
     cores = platform.cores_per_node
-    local = min(layout.ranks_per_node, layout.nprocs)
-    return max(1.0, local / cores) if cores else 1.0
+    return max(1.0, local_ranks(layout) / cores) if cores else 1.0
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """The intra-node parameters a layout sees, and the slowdown still to apply to them."""
+
+    intra: Link
+    software_overhead_s: float
+    barrier_s: float | None
+    slowdown: float
+    ranks: int = 1  # of the measured state
+
+
+def node_state(platform: Platform, layout: Layout, symmetric: bool = True) -> NodeState:
+    """The measured contention state for the layout's ranks per node (``symmetric``: every
+    rank active in every step; else the fewest ranks measured), scaled by the time-sharing
+    its extra ranks add (module docstring)."""
+    state = platform.state_for(local_ranks(layout) if symmetric else 1)
+    if state is None:
+        return NodeState(
+            platform.intra, platform.software_overhead_s, None, oversubscription(platform, layout)
+        )
+    measured = oversubscription(platform, Layout(state.ranks))
+    return NodeState(
+        state.intra,
+        state.software_overhead_s,
+        state.barrier_s,
+        oversubscription(platform, layout) / measured,
+        state.ranks,
+    )
 
 
 def _link_cost(link: Link, nbytes: float, native: bool, overhead: float, slowdown: float):
@@ -52,15 +97,18 @@ def _link_cost(link: Link, nbytes: float, native: bool, overhead: float, slowdow
     return LinkCost((alpha + overhead) * slowdown, beta * slowdown, gamma * slowdown)
 
 
-def machine_for(platform: Platform, layout: Layout, nbytes: float, native: bool) -> Machine:
+def machine_for(
+    platform: Platform, layout: Layout, nbytes: float, native: bool, symmetric: bool = True
+) -> Machine:
     """The cost model's Machine for a call of ``nbytes``: native pays the library's own
     reduction and no Python overhead; our algorithms numpy's reduction and the overhead."""
-    overhead = 0.0 if native else platform.software_overhead_s
-    slowdown = oversubscription(platform, layout)
+    node = node_state(platform, layout, symmetric)
+    overhead = 0.0 if native else node.software_overhead_s
+    inter_overhead = 0.0 if native else platform.software_overhead_s
     return Machine(
-        _link_cost(platform.intra, nbytes, native, overhead, slowdown),
-        _link_cost(platform.inter, nbytes, native, overhead, slowdown),
-        ppn=min(layout.ranks_per_node, layout.nprocs),
+        _link_cost(node.intra, nbytes, native, overhead, node.slowdown),
+        _link_cost(platform.inter, nbytes, native, inter_overhead, node.slowdown),
+        ppn=local_ranks(layout),
     )
 
 
@@ -79,14 +127,35 @@ def modelled_variant(
     return variant, False
 
 
+def _is_mpi_native(variant: Variant) -> bool:
+    return variant.algorithm.name == "native" and variant.algorithm.backend == "mpi"
+
+
+def _release_gather(
+    platform: Platform, collective: str, layout: Layout, nbytes: int
+) -> float | None:
+    """MPICH's shared-memory allreduce or bcast (one node, not oversubscribed)."""
+    symmetric = not SPECS[collective].rooted
+    node = node_state(platform, layout, symmetric)
+    link = machine_for(platform, layout, nbytes, True, symmetric).intra
+    wave = link.alpha
+    if node.barrier_s is not None:
+        wave = flag_wave(node.barrier_s, node.ranks) * node.slowdown
+    return release_gather_seconds(collective, link, wave, layout.nprocs, nbytes)
+
+
 def predict_seconds(
     platform: Platform, collective: str, variant: Variant, layout: Layout, nbytes: int
 ) -> float | None:
     """Predicted seconds of one call, or None if the variant is not modelled."""
     posix = oversubscription(platform, layout) <= 1.0
+    if posix and layout.nodes == 1 and _is_mpi_native(variant):
+        seconds = _release_gather(platform, collective, layout, nbytes)
+        if seconds is not None:
+            return seconds
     found = modelled_variant(collective, variant, layout, nbytes, posix)
     if found is None:
         return None
     target, native = found
-    machine = machine_for(platform, layout, nbytes, native)
+    machine = machine_for(platform, layout, nbytes, native, not SPECS[collective].rooted)
     return float(target.algorithm.cost(machine, layout.nprocs, nbytes, **target.params))

@@ -98,17 +98,35 @@ def _splits(count: int, pieces: int, min_points: int):
             yield bounds
 
 
-def _fit_runs(x: np.ndarray, t: np.ndarray, bounds: tuple[int, ...]) -> list[LineFit]:
-    """The first run gets its own intercept; later runs share it and fit only a slope."""
-    first = robust_line(x[: bounds[1]], t[: bounds[1]])
-    fits = [first]
-    for a, b in itertools.pairwise(bounds[1:]):
-        # t - intercept stays positive for noise: the relative weights need t > 0.
-        rest = np.maximum(t[a:b] - first.intercept, 1e-3 * t[a:b])
-        slope = robust_line(x[a:b], rest, intercept=False).slope
-        rel = (first.intercept + slope * x[a:b] - t[a:b]) / t[a:b]
-        fits.append(LineFit(first.intercept, slope, float(np.mean(np.abs(rel)))))
-    return fits
+class _Runs:
+    """Line fits of runs of the sorted points, each computed once however many splits
+    share it: the first run with its own intercept, later runs a slope under it."""
+
+    def __init__(self, x: np.ndarray, t: np.ndarray) -> None:
+        self.x, self.t = x, t
+        self._first: dict[int, LineFit] = {}
+        self._later: dict[tuple[int, int, int], LineFit] = {}
+
+    def first(self, end: int) -> LineFit:
+        if end not in self._first:
+            self._first[end] = robust_line(self.x[:end], self.t[:end])
+        return self._first[end]
+
+    def later(self, first_end: int, a: int, b: int) -> LineFit:
+        key = (first_end, a, b)
+        if key not in self._later:
+            x, t, intercept = self.x[a:b], self.t[a:b], self.first(first_end).intercept
+            # t - intercept stays positive for noise: the relative weights need t > 0.
+            rest = np.maximum(t - intercept, 1e-3 * t)
+            slope = robust_line(x, rest, intercept=False).slope
+            rel = (intercept + slope * x - t) / t
+            self._later[key] = LineFit(intercept, slope, float(np.mean(np.abs(rel))))
+        return self._later[key]
+
+    def fit(self, bounds: tuple[int, ...]) -> list[LineFit]:
+        """The first run gets its own intercept; later runs share it and fit only a slope."""
+        later = [self.later(bounds[1], a, b) for a, b in itertools.pairwise(bounds[1:])]
+        return [self.first(bounds[1]), *later]
 
 
 def fit_pieces(
@@ -121,9 +139,10 @@ def fit_pieces(
     x, t = np.asarray(x, float)[order], np.asarray(t, float)[order]
     best: list[PieceFit] = []
     best_score = np.inf
+    runs = _Runs(x, t)
     for pieces in range(1, max_pieces + 1):
         for bounds in _splits(len(x), pieces, min_points):
-            fits = _fit_runs(x, t, bounds)
+            fits = runs.fit(bounds)
             sizes = np.diff(bounds)
             error = float(np.sum([f.error * n for f, n in zip(fits, sizes, strict=True)]) / len(x))
             score = error + PIECE_PENALTY * (pieces - 1)

@@ -9,20 +9,39 @@ Reduce-scatter's recursive doubling and non-commutative variants) leave native u
 (None).
 
 On one node MPICH's ch4 device answers allreduce and bcast before this tree, with its
-POSIX shared-memory "release_gather" collectives: a reduce to the root then a broadcast
-through shared cells (allreduce), the root writing into shared cells that the others read
-(bcast). Their registered twins are ``reduce_bcast`` and ``shm``. Oversubscribed runs turn
-that path off (runtime.OVERSUBSCRIBED_CVARS sets the POSIX algorithms to ``mpir``) and
-reach the tree.
+POSIX shared-memory "release_gather" collectives (src/mpid/ch4/shm/posix/
+posix_coll_release_gather.h and release_gather.c). They move the message through small
+shared cells, one cell at a time: the cells are MPIR_CVAR_{BCAST,REDUCE}_INTRANODE_BUFFER_
+TOTAL_SIZE (32768) / _NUM_CELLS (4) = 8 KiB by default, and ranks hand cells on by flags
+along k-ary trees (MPIR_CVAR_REDUCE_INTRANODE_TREE_KVAL = 4, MPIR_CVAR_BCAST_INTRANODE_TREE_
+KVAL = 64). Costs, k = ceil(n / 8 KiB) cells, w = one wave of flags across one tree level,
+d_r and d_b the depths of the reduce and bcast trees:
+
+- allreduce: per cell a gather (every rank copies its part into its reduce cell; each
+  parent reduces its children's cells into its own, up the 4-ary tree) and then a release
+  (rank 0's cell is copied out by every rank), one after the other:
+  k (d_r + d_b) w + 2 n beta + d_r min(4, p-1) n gamma_native;
+- bcast: the root copies cell g+1 in while the others copy cell g out (the cells are
+  reused in turn), one release wave per cell: k d_b w + (n + 8 KiB) beta.
+
+w is measured: MPI_Barrier on one node is the same machinery, one gather and one release
+wave (barrier_s of the platform's contention state); without it, the link's alpha.
+Oversubscribed runs turn that path off (runtime.OVERSUBSCRIBED_CVARS sets the POSIX
+algorithms to ``mpir``) and reach the tree.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from functools import lru_cache
 from typing import Any
 
-from osu_dl_bench.collectives.common import is_power_of_two, largest_power_of_two_at_most
+from osu_dl_bench.collectives.common import (
+    LinkCost,
+    is_power_of_two,
+    largest_power_of_two_at_most,
+)
 
 # MPIR algorithm -> our variant label, per collective.
 MPIR_TO_OURS = {
@@ -107,6 +126,40 @@ def mpich_algorithm(
 
 # ch4 POSIX release_gather -> our variant of the same design (one node, not oversubscribed).
 POSIX_TO_OURS = {"allreduce": "reduce_bcast", "bcast": "shm"}
+# MPICH's defaults for release_gather (module docstring).
+CELL_BYTES = 32768 // 4
+REDUCE_KVAL, BCAST_KVAL = 4, 64
+
+
+def kary_depth(p: int, k: int) -> int:
+    """Levels below the root of a k-ary tree of p ranks."""
+    depth, reached, width = 0, 1, 1
+    while reached < p:
+        width *= k
+        reached += width
+        depth += 1
+    return depth
+
+
+def flag_wave(barrier_s: float, p: int) -> float:
+    """One wave of flags across one tree level, from a barrier of p ranks (its gather up
+    the reduce tree and release down the bcast tree)."""
+    return barrier_s / max(1, kary_depth(p, REDUCE_KVAL) + kary_depth(p, BCAST_KVAL))
+
+
+def release_gather_seconds(collective: str, link: LinkCost, wave: float, p: int, n: int):
+    """MPICH's POSIX release_gather allreduce or bcast on one node (module docstring), or
+    None for other collectives."""
+    if collective not in POSIX_TO_OURS:
+        return None
+    if p <= 1:
+        return 0.0
+    cells = max(1, math.ceil(n / CELL_BYTES))
+    up, down = kary_depth(p, REDUCE_KVAL), kary_depth(p, BCAST_KVAL)
+    if collective == "bcast":
+        return cells * down * wave + (n + min(n, CELL_BYTES)) * link.beta
+    reduce = up * min(REDUCE_KVAL, p - 1) * n * link.gamma
+    return cells * (up + down) * wave + 2 * n * link.beta + reduce
 
 
 def native_label(

@@ -18,7 +18,13 @@ def _fit(sub) -> None:
         "--calibrate",
         choices=("auto", "always", "never"),
         default="auto",
-        help="run the 2-rank calibration job: auto = when RUN_DIR has no calibration.csv",
+        help="run the calibration jobs: auto = when RUN_DIR has no calibration.csv",
+    )
+    parser.add_argument(
+        "--np",
+        default="2",
+        help="process counts of the calibration jobs, one job each, all on this node "
+        "(default 2; give the sweep's, e.g. 2,3,4: each is a contention state of the node)",
     )
     parser.add_argument(
         "--append",

@@ -1,13 +1,17 @@
 """The platform file: the fitted (or assumed) alpha-beta-gamma parameters of a machine.
 
-Schema version 1::
+Schema version 2 (version 1, the same without ``contention_states``, still loads)::
 
-    {"schema_version": 1, "format": "osu-dl-bench platform", "name": "...",
+    {"schema_version": 2, "format": "osu-dl-bench platform", "name": "...",
      "assumed": false, "source": "<where the numbers come from>",
      "cores_per_node": 2,                 # null: never oversubscribed
      "software_overhead_s": 2.1e-06,      # per message step of our Python algorithms
      "links": {"intra": LINK, "inter": LINK},
+     "contention_states": [STATE, ...],   # optional, see below
      "provenance": {...}}
+
+    STATE = {"ranks_per_node": 3, "software_overhead_s": ..., "barrier_s": ...,
+             "intra": LINK}
 
     LINK = {"measured": true, "note": "...",
             "alpha_beta": [{"min_bytes": 0, "alpha_s": ..., "beta_s_per_byte": ...}, ...],
@@ -18,6 +22,14 @@ Schema version 1::
 ``min_bytes`` up to the next one's (a piecewise Hockney model; the pieces are the regimes of
 the caches and of the MPI library's protocols). Shipped platforms (``platforms/*.json``)
 have ``"assumed": true`` and name their source.
+
+A contention state is the intra-node link as measured with ``ranks_per_node`` ranks of one
+node all active at once (a concurrent ring exchange, reductions on every rank): on a shared
+node, and above all on one with fewer cores than ranks, what a message costs depends on how
+many ranks compete for the cores and the memory bus. A fitted platform has one state per
+calibrated rank count; ``links.intra`` and ``software_overhead_s`` repeat the state with the
+fewest ranks. ``barrier_s`` is the time of one MPI_Barrier in that state: the
+synchronisation of the MPI library's own shared-memory collectives.
 """
 
 from __future__ import annotations
@@ -31,7 +43,8 @@ from typing import Any
 
 from osu_dl_bench.errors import UsageError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # 1: no contention states (the shipped assumed platforms)
 FORMAT = "osu-dl-bench platform"
 PLATFORM_DIR = Path(__file__).resolve().parent / "platforms"
 LINK_CLASSES = ("intra", "inter")
@@ -102,6 +115,29 @@ def simple_link(alpha: float, beta: float, gamma: float, note: str = "") -> Link
 
 
 @dataclass(frozen=True)
+class ContentionState:
+    """The intra-node link measured with ``ranks`` ranks of a node all active at once."""
+
+    ranks: int
+    intra: Link
+    software_overhead_s: float
+    barrier_s: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "ranks_per_node": self.ranks,
+            "software_overhead_s": self.software_overhead_s,
+            "barrier_s": self.barrier_s,
+            "intra": self.intra.as_dict(),
+        }
+
+
+def _ranks(state: ContentionState) -> int:
+    return state.ranks
+
+
+@dataclass(frozen=True)
 class Platform:
     """A machine as the model sees it."""
 
@@ -114,6 +150,15 @@ class Platform:
     source: str = ""
     provenance: dict[str, Any] = field(default_factory=dict)
     path: str | None = None
+    states: tuple[ContentionState, ...] = ()
+
+    def state_for(self, ranks: int) -> ContentionState | None:
+        """The measured state nearest ``ranks`` local ranks: the largest at most ``ranks``,
+        else the smallest (None without states)."""
+        if not self.states:
+            return None
+        below = [s for s in self.states if s.ranks <= ranks]
+        return max(below, key=_ranks) if below else min(self.states, key=_ranks)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form, schema_version first."""
@@ -126,6 +171,7 @@ class Platform:
             "cores_per_node": self.cores_per_node,
             "software_overhead_s": self.software_overhead_s,
             "links": {"intra": self.intra.as_dict(), "inter": self.inter.as_dict()},
+            "contention_states": [state.as_dict() for state in self.states],
             "provenance": self.provenance,
         }
 
@@ -182,13 +228,43 @@ def _link(path: str, obj: Any, where: str) -> Link:
     )
 
 
+def _state(path: str, obj: Any, where: str) -> ContentionState:
+    if not isinstance(obj, dict):
+        raise PlatformError(path, where, f"expected an object, got {obj!r}")
+    ranks = obj.get("ranks_per_node")
+    if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks < 1:
+        raise PlatformError(path, f"{where}.ranks_per_node", f"expected an int >= 1, got {ranks!r}")
+    barrier = obj.get("barrier_s")
+    return ContentionState(
+        ranks,
+        _link(path, obj.get("intra"), f"{where}.intra"),
+        _number(path, obj, "software_overhead_s", where),
+        None if barrier is None else _number(path, obj, "barrier_s", where),
+    )
+
+
+def _states(path: str, items: Any) -> tuple[ContentionState, ...]:
+    if items is None:
+        return ()
+    if not isinstance(items, list):
+        raise PlatformError(path, "contention_states", f"expected a list, got {items!r}")
+    states = [_state(path, item, f"contention_states[{i}]") for i, item in enumerate(items)]
+    ranks = [s.ranks for s in states]
+    if len(set(ranks)) != len(ranks):
+        raise PlatformError(
+            path, "contention_states", f"expected distinct ranks_per_node, got {ranks}"
+        )
+    return tuple(sorted(states, key=_ranks))
+
+
 def platform_from_dict(data: Any, path: str = "<platform>") -> Platform:
     """Validate parsed JSON and build the platform (PlatformError on the first problem)."""
     if not isinstance(data, dict):
         raise PlatformError(path, "(top level)", "expected a JSON object")
-    if data.get("schema_version") != SCHEMA_VERSION:
+    if data.get("schema_version") not in READABLE_VERSIONS:
         got = data.get("schema_version", "missing")
-        raise PlatformError(path, "schema_version", f"expected {SCHEMA_VERSION}, got {got}")
+        expected = " or ".join(str(v) for v in READABLE_VERSIONS)
+        raise PlatformError(path, "schema_version", f"expected {expected}, got {got}")
     links = data.get("links")
     if not isinstance(links, dict) or set(links) != set(LINK_CLASSES):
         raise PlatformError(path, "links", f"expected the link classes {', '.join(LINK_CLASSES)}")
@@ -205,6 +281,7 @@ def platform_from_dict(data: Any, path: str = "<platform>") -> Platform:
         source=str(data.get("source", "")),
         provenance=dict(data.get("provenance") or {}),
         path=path,
+        states=_states(path, data.get("contention_states")),
     )
 
 
@@ -254,4 +331,5 @@ def with_inter(platform: Platform, other: Platform) -> Platform:
         source=source,
         provenance={**platform.provenance, "inter_from": other.path},
         path=platform.path,
+        states=platform.states,
     )

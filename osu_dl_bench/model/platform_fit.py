@@ -1,10 +1,13 @@
 """From a run directory's calibration measurements to its platform file.
 
-alpha and beta of the intra-node link: piecewise robust fit of the ping-pong's one-way
-time, t = alpha + beta n. gamma: piecewise robust fit of the in-place reduction's time,
+One contention state per calibrated process count p (calibrate's jobs, all p ranks of the
+node active). Its alpha and beta: piecewise robust fit of the concurrent ring exchange's
+step time, t = alpha + beta n (calibrations from before the exchange existed: the
+ping-pong's one-way time). gamma: piecewise robust fit of the in-place reduction's time,
 t = c + gamma n (c, the ufunc call, is part of the software overhead), and the same for
-MPI's own reduction (gamma of native, when measured). Software overhead:
-the median excess of one Python algorithm step over the ping-pong at the same small size.
+MPI's own reduction (gamma of native, when measured). Software overhead: the median excess
+of one Python algorithm step over the exchange at the same small size. Barrier: the median
+MPI_Barrier. The platform's ``intra`` link is the state with the fewest ranks.
 The inter-node link cannot be measured on one host: it is recorded as not measured (a copy
 of the intra-node link) and predictions across nodes then need a named interconnect.
 """
@@ -23,7 +26,7 @@ from osu_dl_bench import __version__
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.model.calibrate import CALIBRATION_CSV, CALIBRATION_JSON, KINDS
 from osu_dl_bench.model.fit import PieceFit, fit_pieces
-from osu_dl_bench.model.platform import Link, Piece, Platform
+from osu_dl_bench.model.platform import ContentionState, Link, Piece, Platform
 
 PLATFORM_FILE = "platform.json"
 
@@ -38,9 +41,15 @@ def load_calibration(run_dir: Path) -> tuple[pd.DataFrame, dict]:
     missing = {"kind", "size_bytes", "median_s"} - set(frame.columns)
     if missing:
         raise UsageError(f"{path}: expected columns kind, size_bytes, median_s; missing {missing}")
-    for kind in ("pingpong", "reduce"):
-        if (frame["kind"] == kind).sum() < 4:
-            raise UsageError(f"{path}: expected >= 4 sizes of kind {kind!r} (kinds: {KINDS})")
+    if "nprocs" not in frame.columns:
+        frame["nprocs"] = 2  # the first calibrations ran on 2 ranks only
+    for nprocs, rows in frame.groupby("nprocs"):
+        for kind in ("reduce", _link_kind(rows)):
+            if not _has(rows, kind):
+                raise UsageError(
+                    f"{path}: expected >= 4 sizes of kind {kind!r} at nprocs {nprocs} "
+                    f"(kinds: {KINDS})"
+                )
     meta_path = run_dir / CALIBRATION_JSON
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
     return frame, meta
@@ -61,6 +70,11 @@ def _has(frame: pd.DataFrame, kind: str) -> bool:
     return int((frame["kind"] == kind).sum()) >= 4
 
 
+def _link_kind(frame: pd.DataFrame) -> str:
+    """The kind that gives alpha and beta: the concurrent exchange, else the ping-pong."""
+    return "exchange" if _has(frame, "exchange") else "pingpong"
+
+
 def _alpha_beta(fits: list[PieceFit]) -> tuple[Piece, ...]:
     return tuple(Piece(f.min_x, (f.line.intercept, f.line.slope)) for f in fits)
 
@@ -69,51 +83,67 @@ def _gamma(fits: list[PieceFit]) -> tuple[Piece, ...]:
     return tuple(Piece(f.min_x, (f.line.slope,)) for f in fits)
 
 
-def _overhead(frame: pd.DataFrame) -> float:
-    """Median excess of a Python algorithm step over the ping-pong, at the same sizes."""
-    step, ping = _medians(frame, "step"), _medians(frame, "pingpong")
-    both = step.index.intersection(ping.index)
+def _overhead(frame: pd.DataFrame, kind: str) -> float:
+    """Median excess of a Python algorithm step over the ``kind`` message, at the same sizes."""
+    step, message = _medians(frame, "step"), _medians(frame, kind)
+    both = step.index.intersection(message.index)
     if both.empty:
         return 0.0
-    return max(0.0, float(np.median(step[both] - ping[both])))
+    return max(0.0, float(np.median(step[both] - message[both])))
+
+
+def _barrier(frame: pd.DataFrame) -> float | None:
+    medians = _medians(frame, "barrier")
+    return float(np.median(medians)) if len(medians) else None
+
+
+def fit_state(frame: pd.DataFrame, ranks: int) -> tuple[ContentionState, dict]:
+    """The contention state of one process count's calibration rows, and its fit quality."""
+    kind = _link_kind(frame)
+    ab_fits = fit_pieces(*_series(frame, kind))
+    gamma_fits = fit_pieces(*_series(frame, "reduce"))
+    native_fits = fit_pieces(*_series(frame, "reduce_mpi")) if _has(frame, "reduce_mpi") else []
+    link = Link(
+        _alpha_beta(ab_fits),
+        _gamma(gamma_fits),
+        True,
+        f"fitted: {kind} with {ranks} ranks active, numpy and MPI reductions",
+        _gamma(native_fits) if native_fits else None,
+    )
+    quality = {
+        f"{kind}_mean_rel_error": [round(f.line.error, 4) for f in ab_fits],
+        "reduce_mean_rel_error": [round(f.line.error, 4) for f in gamma_fits],
+        "reduce_mpi_mean_rel_error": [round(f.line.error, 4) for f in native_fits],
+    }
+    return ContentionState(ranks, link, _overhead(frame, kind), _barrier(frame)), quality
 
 
 def fit_platform(run_dir: str | Path, name: str | None = None) -> tuple[Platform, dict]:
     """The platform of a run directory's calibration, and the fit's quality."""
     run_dir = Path(run_dir)
     frame, meta = load_calibration(run_dir)
-    ab_fits = fit_pieces(*_series(frame, "pingpong"))
-    gamma_fits = fit_pieces(*_series(frame, "reduce"))
+    fitted = [fit_state(rows, int(p)) for p, rows in frame.groupby("nprocs")]
+    states = tuple(state for state, _ in fitted)
+    quality = {f"p={state.ranks}": q for state, q in fitted}
+    base = states[0]
     hosts = meta.get("hosts") or []
-    native_fits = fit_pieces(*_series(frame, "reduce_mpi")) if _has(frame, "reduce_mpi") else []
-    intra = Link(
-        _alpha_beta(ab_fits),
-        _gamma(gamma_fits),
-        True,
-        "fitted: ping-pong, numpy and MPI reductions",
-        _gamma(native_fits) if native_fits else None,
-    )
     inter = Link(
-        intra.alpha_beta,
-        intra.gamma,
-        gamma_native=intra.gamma_native,
+        base.intra.alpha_beta,
+        base.intra.gamma,
+        gamma_native=base.intra.gamma_native,
         measured=False,
         note=f"not measured: the calibration ran on one host ({','.join(hosts) or '?'}); "
         "a copy of the intra-node link. Predict across nodes with --inter NAME",
     )
-    quality = {
-        "pingpong_mean_rel_error": [round(f.line.error, 4) for f in ab_fits],
-        "reduce_mean_rel_error": [round(f.line.error, 4) for f in gamma_fits],
-        "reduce_mpi_mean_rel_error": [round(f.line.error, 4) for f in native_fits],
-    }
     platform = Platform(
         name=name or run_dir.resolve().name,
-        intra=intra,
+        intra=base.intra,
         inter=inter,
         cores_per_node=meta.get("cores_per_node"),
-        software_overhead_s=_overhead(frame),
+        software_overhead_s=base.software_overhead_s,
         assumed=False,
-        source=f"fitted to {run_dir / CALIBRATION_CSV} by robust (Huber) least squares",
+        source=f"fitted to {run_dir / CALIBRATION_CSV} by robust (Huber) least squares, "
+        f"contention states of {', '.join(str(s.ranks) for s in states)} ranks per node",
         provenance={
             "calibration": meta,
             "fit_quality": quality,
@@ -123,5 +153,6 @@ def fit_platform(run_dir: str | Path, name: str | None = None) -> tuple[Platform
                 "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             },
         },
+        states=states,
     )
     return platform, quality

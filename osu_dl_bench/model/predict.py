@@ -8,7 +8,6 @@ predicted time of the fastest eligible variant and of native (``median_us`` and
 
 from __future__ import annotations
 
-import datetime as _dt
 import sys
 from dataclasses import dataclass
 
@@ -19,12 +18,12 @@ from osu_dl_bench.collectives.ops import reduce_op
 from osu_dl_bench.model.costs import Layout, predict_seconds
 from osu_dl_bench.model.platform import Platform
 from osu_dl_bench.tuning.table import (
-    FORMAT,
-    SCHEMA_VERSION,
     Choice,
     Entry,
     EntryKey,
     TuningTable,
+    table_header,
+    utc_now,
 )
 from osu_dl_bench.tuning.tune import merge_ranges
 from osu_dl_bench.units import format_size
@@ -117,28 +116,21 @@ def predicted_table(
     """The predicted table and every prediction behind it."""
     predictions = {c: predict_all(platform, c, layout, sizes) for c in collectives}
     entries = [predicted_entry(c, layout, predictions[c]) for c in collectives]
-    header = {
-        "schema_version": SCHEMA_VERSION,
-        "format": FORMAT,
-        "name": name,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "noise_rule": RULE,
-        "measured_with": {"dtype": "float32", "op": "sum"},
-        "provenance": {
-            "predicted": True,
-            "platform": platform.name,
-            "platform_file": platform.path,
-            "platform_assumed": platform.assumed,
-            "platform_source": platform.source,
-            "layout": {"nprocs": layout.nprocs, "nodes": layout.nodes, "ppn": layout.ppn},
-            "run": {"mpi_library": "predicted", "hosts": [], "date": None},
-            "tuned_by": {
-                "package_version": __version__,
-                "command": " ".join(sys.argv),
-                "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            },
+    provenance = {
+        "predicted": True,
+        "platform": platform.name,
+        "platform_file": platform.path,
+        "platform_assumed": platform.assumed,
+        "platform_source": platform.source,
+        "layout": {"nprocs": layout.nprocs, "nodes": layout.nodes, "ppn": layout.ppn},
+        "run": {"mpi_library": "predicted", "hosts": [], "date": None},
+        "tuned_by": {
+            "package_version": __version__,
+            "command": " ".join(sys.argv),
+            "date": utc_now(),
         },
     }
+    header = table_header(name, RULE, {"dtype": "float32", "op": "sum"}, provenance)
     return TuningTable(tuple(e for e in entries if e is not None), header), predictions
 
 

@@ -28,6 +28,7 @@ naming the file and the field.
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import os
 from collections.abc import Mapping
@@ -42,6 +43,27 @@ from osu_dl_bench.errors import UsageError
 
 SCHEMA_VERSION = 1
 FORMAT = "osu-dl-bench tuning table"
+
+
+def utc_now() -> str:
+    """The current UTC time to the second, as tables record dates."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def table_header(
+    name: str, rule: str, measured_with: dict[str, Any], provenance: dict[str, Any]
+) -> dict[str, Any]:
+    """The header every table carries, measured or predicted: schema, name, date, the rule
+    that chose the algorithms, what was measured and where it all came from."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "format": FORMAT,
+        "name": name,
+        "created": utc_now(),
+        "noise_rule": rule,
+        "measured_with": measured_with,
+        "provenance": provenance,
+    }
 
 
 class TableError(UsageError):

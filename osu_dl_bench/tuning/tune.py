@@ -17,7 +17,6 @@ two measured sizes takes the choice of the smaller one (as Open MPI's rules file
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
 import os
 import platform
@@ -34,13 +33,13 @@ from osu_dl_bench.collectives.registry import parse_variant
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.sweep.store import RunStore
 from osu_dl_bench.tuning.table import (
-    FORMAT,
-    SCHEMA_VERSION,
     Choice,
     Entry,
     EntryKey,
     SizeRange,
     TuningTable,
+    table_header,
+    utc_now,
 )
 
 NOISE_RULE = (
@@ -207,7 +206,7 @@ def provenance(run_dir: Path, metadata: dict[str, Any]) -> dict[str, Any]:
             "command": " ".join(sys.argv),
             "host": platform.node(),
             "platform": platform.platform(),
-            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "date": utc_now(),
         },
     }
 
@@ -227,15 +226,12 @@ def build_table(
     entries = build_entries(rows, warn)
     if not entries:
         raise UsageError(f"{run_dir}: no result names a registered algorithm")
-    header = {
-        "schema_version": SCHEMA_VERSION,
-        "format": FORMAT,
-        "name": name,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "noise_rule": NOISE_RULE,
-        "measured_with": {"dtype": dtype, "op": None if _is_missing(op) else op},
-        "provenance": provenance(Path(run_dir), store.read_metadata()),
-    }
+    header = table_header(
+        name,
+        NOISE_RULE,
+        {"dtype": dtype, "op": None if _is_missing(op) else op},
+        provenance(Path(run_dir), store.read_metadata()),
+    )
     return TuningTable(entries, header), warn
 
 

@@ -44,10 +44,24 @@ _LOCAL_SIZE_VARS = (
 def local_rank_count() -> int | None:
     """Ranks on this host as the launcher announced it, before MPI is initialised."""
     for var in _LOCAL_SIZE_VARS:
-        value = os.environ.get(var, "").split("(")[0]
-        if value.isdigit():
-            return int(value)
+        value = os.environ.get(var, "")
+        count = _slurm_local_count(value) if var.startswith("SLURM_") else None
+        if count is None and value.isdigit():
+            count = int(value)
+        if count is not None:
+            return count
     return None
+
+
+def _slurm_local_count(value: str) -> int | None:
+    """This node's entry of a Slurm per-node task list ('3,2(x2)'), by SLURM_NODEID."""
+    try:
+        per_node = parse_tasks_per_node(value)
+    except ValueError:
+        return None
+    node = os.environ.get("SLURM_NODEID", "0")
+    index = int(node) if node.isdigit() else 0
+    return per_node[index] if index < len(per_node) else None
 
 
 def avoid_busy_polling_when_oversubscribed() -> bool:

@@ -36,12 +36,14 @@ die() {
 pid_file() { echo "$STATE/$1.pid"; }
 
 running_pid() {
-    # The daemon's pid if its pid file names a live process, else nothing.
+    # The daemon's pid if its pid file names a live process of that name, else nothing:
+    # after a crash the pid may since belong to an unrelated process, never to be killed.
     local file pid
     file=$(pid_file "$1")
     [[ -s $file ]] || return 1
     pid=$(<"$file")
     [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
+    [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$1" ]] || return 1
     echo "$pid"
 }
 

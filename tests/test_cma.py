@@ -53,3 +53,13 @@ def test_cma_moves_half_the_bytes_of_shm():
     assert cma.allreduce_cost(MACHINE, 2, n) < shm.allreduce_cost(MACHINE, 2, n)
     assert cma.bcast_cost(MACHINE, 2, n) < shm.bcast_cost(MACHINE, 2, n)
     assert cma.allreduce_cost(MACHINE, 1, n) == cma.bcast_cost(MACHINE, 1, n) == 0.0
+
+
+@needs_cma
+def test_a_refused_self_read_makes_cma_unavailable(monkeypatch):
+    def refuse(self, pid, remote, local):
+        raise OSError(1, "process_vm_readv from pid 1: Operation not permitted")
+
+    monkeypatch.setattr(cma.Kernel, "read", refuse)
+    reason = cma.unavailable_reason()
+    assert reason is not None and "refuses process_vm_readv" in reason

@@ -22,7 +22,7 @@ from test_sweep import difference, expected_rows, stored_rows
 
 from osu_dl_bench.cli import build_parser
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.runtime import parse_tasks_per_node, slurm_job
+from osu_dl_bench.runtime import local_rank_count, parse_tasks_per_node, slurm_job
 from osu_dl_bench.sweep import runinfo, slurm
 from osu_dl_bench.sweep.options import config_from_args
 from osu_dl_bench.sweep.store import RunStore
@@ -45,6 +45,35 @@ def _cli(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Compl
 
 
 # --- SLURM_* variables ----------------------------------------------------------------
+
+
+_LAUNCHER_VARS = (
+    "MPI_LOCALNRANKS",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "SLURM_STEP_TASKS_PER_NODE",
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_NODEID",
+)
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, None),
+        ({"MPI_LOCALNRANKS": "4", "SLURM_STEP_TASKS_PER_NODE": "2"}, 4),
+        # A step's own layout wins over the job's; uneven layouts by this node's index.
+        ({"SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_NTASKS_PER_NODE": "8"}, 2),
+        ({"SLURM_STEP_TASKS_PER_NODE": "3,2(x2)", "SLURM_NODEID": "2"}, 2),
+        ({"SLURM_STEP_TASKS_PER_NODE": "3,2(x2)", "SLURM_NODEID": "0"}, 3),
+        ({"SLURM_STEP_TASKS_PER_NODE": "2(x3)", "SLURM_NODEID": "1"}, 2),
+    ],
+)
+def test_local_rank_count_reads_this_nodes_share(monkeypatch, env, expected):
+    for var in _LAUNCHER_VARS:
+        monkeypatch.delenv(var, raising=False)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    assert local_rank_count() == expected
 
 
 def test_tasks_per_node_expands_slurms_compressed_form():
@@ -220,7 +249,7 @@ def test_too_few_tasks_for_the_largest_count_are_refused():
         (["--partition", "debug"], "--partition shapes the batch job of --submit"),
         (["--nodes", "2"], "--nodes shapes the batch job of --submit"),
         (["--submit", "--time", "1h"], "expected a Slurm time limit"),
-        (["--submit"], "needs Slurm's sbatch and sinfo"),
+        (["--submit"], "needs Slurm's sbatch, sinfo, scontrol"),
         (["--submit", "--partition", "a b", "--dry-run"], "cannot contain spaces"),
     ],
 )
@@ -272,6 +301,17 @@ def cluster() -> list[slurm.SlurmNode]:
     return slurm.query_nodes()
 
 
+@pytest.fixture
+def submitted():
+    """Job ids a test submitted, cancelled at teardown: a failed assertion between
+    submission and the job's end leaves no job behind (scancel of a finished job is
+    harmless)."""
+    jobs: list[str] = []
+    yield jobs
+    for job_id in jobs:
+        run_with_timeout(["scancel", job_id], 30)
+
+
 def _job_fields(job_id: str) -> dict[str, str]:
     """scontrol's one-line record of a job, as KEY=VALUE pairs."""
     res = run_with_timeout(["scontrol", "show", "job", "-o", job_id], 30)
@@ -301,7 +341,7 @@ def _assert_completed(fields: dict[str, str], log: Path) -> None:
     )
 
 
-def test_submitted_sweep_measures_each_count_in_its_own_step(cluster, tmp_path):
+def test_submitted_sweep_measures_each_count_in_its_own_step(cluster, submitted, tmp_path):
     run_dir = tmp_path / "run"
     collectives, algorithms = ["allreduce", "bcast"], ["native", "ring"]
     argv = ["sweep", "--submit", "--np", "2,4", "-m", "8:64K", "--budget", "0.05"]
@@ -309,6 +349,7 @@ def test_submitted_sweep_measures_each_count_in_its_own_step(cluster, tmp_path):
     res = _cli([*argv, "-o", str(run_dir)])
     assert res.returncode == 0, res.stdout + res.stderr
     job_id = re.search(r"submitted Slurm batch job (\d+)", res.stdout)[1]
+    submitted.append(job_id)
     log = run_dir / f"slurm-{job_id}.out"
     assert f"results: {run_dir / 'results.csv'}" in res.stdout and str(log) in res.stdout
     _assert_completed(wait_for_job(job_id, log), log)
@@ -355,7 +396,7 @@ _NO_TRAIN = [m for m in ("torch", "sklearn") if importlib.util.find_spec(m) is N
 
 
 @pytest.mark.skipif(bool(_NO_TRAIN), reason=f"{', '.join(_NO_TRAIN)} not installed")
-def test_training_validation_runs_under_sbatch(cluster, tmp_path):
+def test_training_validation_runs_under_sbatch(cluster, submitted, tmp_path):
     template = SBATCH_DIR / "train.sbatch"
     tasks = int(re.search(r"^#SBATCH --ntasks-per-node=(\d+)$", template.read_text(), re.M)[1])
     # The guard the tests share with --submit: a job that cannot fit would pend forever.
@@ -367,6 +408,7 @@ def test_training_validation_runs_under_sbatch(cluster, tmp_path):
     res = run_with_timeout([*sbatch, str(template)], 60, env)
     assert res.returncode == 0, res.stderr
     job_id = res.stdout.strip().split(";")[0]
+    submitted.append(job_id)
     _assert_completed(wait_for_job(job_id, log), log)
 
     summary = json.loads((out / "summary.json").read_text())

@@ -77,6 +77,20 @@ def unavailable_reason() -> str | None:
         scope = _PTRACE_SCOPE.read_text().strip()
         if scope not in ("0", "1"):
             return f"kernel.yama.ptrace_scope={scope} forbids reading peer processes (needs <= 1)"
+    return _self_read_refused()
+
+
+def _self_read_refused() -> str | None:
+    """Why a read of this process's own memory fails (a seccomp profile or sandbox that
+    blocks the system call), else None: caught here, cma is listed as unavailable instead
+    of failing every run that binds it."""
+    source, target = np.arange(2, dtype=np.int64), np.zeros(2, dtype=np.int64)
+    try:
+        Kernel().read(os.getpid(), source.ctypes.data, target)
+    except OSError as exc:
+        return f"the kernel refuses process_vm_readv here ({exc.strerror or exc})"
+    if not np.array_equal(source, target):
+        return "process_vm_readv copied the wrong bytes"
     return None
 
 

@@ -76,13 +76,21 @@ def _calibrate(args: argparse.Namespace, run_dir: Path, counts: list[int]) -> No
 def _run_job(cmd: list[str], timeout: float) -> None:
     import subprocess
 
+    from osu_dl_bench.sweep.orchestrate import stop_job
+
     print(f"# calibrating: {' '.join(cmd)}", flush=True)
+    proc = subprocess.Popen(cmd)
     try:
-        done = subprocess.run(cmd, timeout=timeout)
+        returncode = proc.wait(timeout)
     except subprocess.TimeoutExpired:
+        # SIGTERM through the launcher reaches the ranks; killing mpiexec alone would not.
+        stop_job(proc)
         raise UsageError(f"the calibration job did not finish within {timeout:.0f} s") from None
-    if done.returncode != 0:
-        raise UsageError(f"the calibration job failed (exit {done.returncode}): {' '.join(cmd)}")
+    except KeyboardInterrupt:
+        stop_job(proc)
+        raise
+    if returncode != 0:
+        raise UsageError(f"the calibration job failed (exit {returncode}): {' '.join(cmd)}")
 
 
 def run_fit(args: argparse.Namespace) -> int:

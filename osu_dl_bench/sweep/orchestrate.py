@@ -81,7 +81,7 @@ class JobOutcome:
     stalled_at: str | None = None
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def stop_job(proc: subprocess.Popen) -> None:
     """Terminate a job (mpiexec and srun pass SIGTERM on to the ranks), then kill it."""
     proc.terminate()
     try:
@@ -124,10 +124,10 @@ def follow_job(
             elif event["event"] == "done":
                 done = event
     except queue.Empty:
-        _stop(proc)
+        stop_job(proc)
         return JobOutcome(proc.returncode, False, 0, stalled_at=current)
     except BaseException:
-        _stop(proc)
+        stop_job(proc)
         raise
     return JobOutcome(proc.wait(), done is not None, done["failures"] if done else 0)
 
@@ -228,9 +228,11 @@ def submit_sweep(cfg: SweepConfig) -> int:
         print("\n".join(plan_lines(list(plans.values()))))
         print(f"# batch script (not submitted: --dry-run): {script}\n{script.read_text()}", end="")
         return 0
-    job_id = slurm.submit(script, cfg.sbatch_args)
-    # The job itself writes metadata.json only after its own planner, seconds from now.
+    # Held until the submission is recorded: the job writes metadata.json too, and two
+    # read-modify-writes at once could lose one of them.
+    job_id = slurm.submit_held(script, cfg.sbatch_args)
     runinfo.record_submission(store, job_id, str(script))
+    slurm.release(job_id)
     print(_submission_lines(cfg, request, job_id, script), flush=True)
     return 0
 

@@ -185,11 +185,11 @@ def _run_slurm_command(argv: list[str]) -> subprocess.CompletedProcess:
 
 
 def require_commands() -> None:
-    """sbatch and sinfo must be on PATH before anything is planned or written."""
-    missing = [c for c in ("sbatch", "sinfo") if shutil.which(c) is None]
+    """sbatch, sinfo and scontrol must be on PATH before anything is planned or written."""
+    missing = [c for c in ("sbatch", "sinfo", "scontrol") if shutil.which(c) is None]
     if missing:
         raise UsageError(
-            f"--submit needs Slurm's {' and '.join(missing)}, not found on PATH (is Slurm "
+            f"--submit needs Slurm's {', '.join(missing)}, not found on PATH (is Slurm "
             "installed here? --dry-run writes the script without it)"
         )
 
@@ -221,10 +221,15 @@ def check_fits(request: BatchRequest, nodes: list[SlurmNode]) -> None:
         )
 
 
-def submit(script: Path, sbatch_args: tuple[str, ...]) -> str:
-    """sbatch the script; returns the job id."""
-    proc = _run_slurm_command(["sbatch", "--parsable", *sbatch_args, str(script)])
+def submit_held(script: Path, sbatch_args: tuple[str, ...]) -> str:
+    """sbatch the script on hold (it starts only once released); returns the job id."""
+    proc = _run_slurm_command(["sbatch", "--parsable", "--hold", *sbatch_args, str(script)])
     job_id = proc.stdout.strip().split(";")[0]  # 'ID' or 'ID;CLUSTER'
     if not job_id.isdigit():
         raise UsageError(f"sbatch --parsable: expected a job id, got {proc.stdout.strip()!r}")
     return job_id
+
+
+def release(job_id: str) -> None:
+    """Let a held job start."""
+    _run_slurm_command(["scontrol", "release", job_id])

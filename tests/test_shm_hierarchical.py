@@ -127,3 +127,12 @@ def test_costs_grow_with_size_and_add_the_leaders_step():
         one_node, two_nodes = cost(MACHINE, 4, large), cost(MACHINE, 8, large)
         assert 0 < one_node < two_nodes
     assert hierarchical.allreduce_cost(MACHINE, 4, large) == shm.allreduce_cost(MACHINE, 4, large)
+
+
+def test_inner_allreduce_among_leaders_pays_no_out_of_place_copy():
+    # The leaders run inner in place: the ring's cost among 4 leaders is its textbook
+    # formula on the inter-node link, with no n beta copy of the input into the output.
+    link, p, n = MACHINE.inter, 4, 1 << 20
+    ring = 2 * (p - 1) * link.alpha + (p - 1) / p * n * (2 * link.beta + link.gamma)
+    args = ("allreduce", "ring", MACHINE, p, n, hierarchical._mpich_allreduce)
+    assert hierarchical._inner_cost(*args) == pytest.approx(ring)

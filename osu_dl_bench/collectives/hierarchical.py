@@ -192,7 +192,10 @@ def _inner_cost(
     algo = lookup(collective, inner)
     if algo.cost is None:
         return fallback(machine.inter, nodes, n_bytes)
-    leaders = Machine(machine.inter, machine.inter, ppn=1)
+    # One leader per node: every step crosses the inter-node link. The leaders run inner
+    # in place on the node's result, so the out-of-place copy some costs count (an intra
+    # link's n beta) does not happen: a free intra link.
+    leaders = Machine(LinkCost(0.0, 0.0, 0.0), machine.inter, ppn=1)
     return algo.cost(leaders, nodes, n_bytes, **algo.defaults)
 
 

@@ -291,14 +291,28 @@ def run_guarded(body: Callable[[], int]) -> int:
         if world_rank() == 0:
             print(exc, flush=True)
         return 1
+    except BrokenPipeError:
+        # The reader of our output went away (`| head`): no traceback; the other ranks
+        # would wait for this one forever, so a multi-rank job still ends.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _abort_if_others_wait()
+        return 1
     except Exception:
         rank = world_rank()
         sys.stderr.write(f"[rank {rank}] unhandled error, aborting the job:\n")
         traceback.print_exc()
         sys.stderr.flush()
-        if "mpi4py.MPI" in sys.modules:
-            from mpi4py import MPI
-
-            if MPI.Is_initialized() and not MPI.Is_finalized():
-                MPI.COMM_WORLD.Abort(1)
+        _abort_if_others_wait(always=True)
         return 1
+
+
+def _abort_if_others_wait(always: bool = False) -> None:
+    """MPI_Abort the job (if MPI is up, and with ``always`` unset only if it has other
+    ranks), so no rank is left waiting for one that stopped."""
+    if "mpi4py.MPI" not in sys.modules:
+        return
+    from mpi4py import MPI
+
+    running = MPI.Is_initialized() and not MPI.Is_finalized()
+    if running and (always or MPI.COMM_WORLD.Get_size() > 1):
+        MPI.COMM_WORLD.Abort(1)

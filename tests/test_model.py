@@ -4,6 +4,7 @@ and a real (tiny) calibration job fits a platform (mpiexec, hard timeout)."""
 
 import json
 import math
+import subprocess
 import sys
 
 import numpy as np
@@ -333,3 +334,17 @@ def test_cli_fit_then_predict_across_nodes_needs_an_interconnect(tmp_path):
     )
     assert ok.returncode == 0, ok.stderr
     assert load_table(out).header["provenance"]["predicted"] is True
+
+
+def test_a_closed_output_pipe_ends_quietly():
+    # `osu-dl-bench ... | head`: the reader goes away; no traceback, no hang, exit 1.
+    cmd = [sys.executable, "-m", "osu_dl_bench", "model", "predict", "--np", "1024"]
+    cmd += ["--ppn", "8", "--platform", "ib-hdr200", "-m", "8:256M"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # before the first line is written
+    try:
+        _, stderr = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError("model predict hung on a closed pipe") from None
+    assert proc.returncode == 1 and "Traceback" not in stderr, stderr

@@ -198,14 +198,14 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the calibration job (p >= 2 ranks on one node)."""
+    from osu_dl_bench.bench.options import parse_size_range
     from osu_dl_bench.errors import UsageError
     from osu_dl_bench.runtime import init_mpi, run_guarded
-    from osu_dl_bench.units import doubling_sizes, parse_size
+    from osu_dl_bench.units import doubling_sizes
 
     def body() -> int:
         args = _parse(argv)
-        lo, _, hi = args.message_size.rpartition(":")
-        sizes = doubling_sizes(parse_size(lo or "8"), parse_size(hi))
+        sizes = doubling_sizes(*parse_size_range(args.message_size, 8))
         comm = init_mpi().COMM_WORLD
         if comm.Get_size() < 2:
             raise UsageError(f"the calibration job needs at least 2 ranks, got {comm.Get_size()}")

@@ -7,13 +7,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from osu_dl_bench.collectives import SPECS
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.model.calibrate import CALIBRATION_CSV
 from osu_dl_bench.model.costs import Layout
 from osu_dl_bench.model.platform import Platform, load_platform, with_inter
 from osu_dl_bench.model.platform_fit import PLATFORM_FILE, fit_platform
-from osu_dl_bench.units import doubling_sizes, format_size, parse_size
+from osu_dl_bench.units import doubling_sizes, format_size
 
 MODULE = "osu_dl_bench.model.calibrate"
 
@@ -51,12 +50,11 @@ def _require_inter(platform: Platform, layout: Layout) -> None:
 
 
 def calibration_counts(text: str) -> list[int]:
-    """--np's comma list of process counts (each >= 2)."""
-    try:
-        counts = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        counts = []
-    if not counts or min(counts) < 2:
+    """--np's process counts (the sweep's syntax), each >= 2: a calibration needs peers."""
+    from osu_dl_bench.sweep.options import parse_process_counts
+
+    counts = list(parse_process_counts(text))
+    if min(counts) < 2:
         raise UsageError(f"--np {text!r}: expected process counts >= 2, such as 2,3,4")
     return counts
 
@@ -195,19 +193,15 @@ def _layout(nprocs: int, ppn: int | None) -> Layout:
 
 
 def _collective_list(text: str) -> list[str]:
-    names = [c.strip() for c in text.split(",") if c.strip()]
-    bad = [c for c in names if c not in SPECS]
-    if bad or not names:
-        raise UsageError(f"--collectives {text!r}: expected names among {', '.join(SPECS)}")
-    return names
+    from osu_dl_bench.sweep.options import parse_collectives
+
+    return list(parse_collectives(text))
 
 
 def _sizes(text: str) -> list[int]:
-    lo, _, hi = text.rpartition(":")
-    sizes = doubling_sizes(parse_size(lo or "8"), parse_size(hi))
-    if not sizes:
-        raise UsageError(f"-m {text}: expected MIN:MAX with MIN <= MAX")
-    return sizes
+    from osu_dl_bench.bench.options import parse_size_range
+
+    return doubling_sizes(*parse_size_range(text, 8))
 
 
 def run_predict(args: argparse.Namespace) -> int:

@@ -41,6 +41,11 @@ _LOCAL_SIZE_VARS = (
 )
 
 
+def utc_now() -> str:
+    """The current UTC time to the second (ISO 8601), as every record and file dates."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
 def local_rank_count() -> int | None:
     """Ranks on this host as the launcher announced it, before MPI is initialised."""
     for var in _LOCAL_SIZE_VARS:
@@ -251,7 +256,7 @@ def collect_metadata(topology: Topology) -> RunMetadata:
         thread_level=thread_level_name(MPI.Query_thread()),
         hostnames=",".join(topology.hostnames),
         package_version=__version__,
-        timestamp=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        timestamp=utc_now(),
         command=" ".join(sys.argv),
         mpich_posix_cvars=",".join(
             f"{k}={os.environ[k]}" for k in OVERSUBSCRIBED_CVARS if k in os.environ

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import datetime as _dt
 import json
 import os
 import platform as _platform
@@ -47,6 +46,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
+from osu_dl_bench.runtime import utc_now
 
 CALIBRATION_CSV = "calibration.csv"
 CALIBRATION_JSON = "calibration.json"
@@ -181,7 +182,7 @@ def _metadata(comm) -> dict:
         "cores_per_node": os.cpu_count(),
         "mpi_library": MPI.Get_library_version().splitlines()[0].strip(),
         "pool_depth": POOL_DEPTH,
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": utc_now(),
         "platform": _platform.platform(),
         "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
     }

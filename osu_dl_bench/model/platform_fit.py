@@ -14,7 +14,6 @@ of the intra-node link) and predictions across nodes then need a named interconn
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import sys
 from pathlib import Path
@@ -27,6 +26,7 @@ from osu_dl_bench.errors import UsageError
 from osu_dl_bench.model.calibrate import CALIBRATION_CSV, CALIBRATION_JSON, KINDS
 from osu_dl_bench.model.fit import PieceFit, fit_pieces
 from osu_dl_bench.model.platform import ContentionState, Link, Piece, Platform
+from osu_dl_bench.runtime import utc_now
 
 PLATFORM_FILE = "platform.json"
 
@@ -150,7 +150,7 @@ def fit_platform(run_dir: str | Path, name: str | None = None) -> tuple[Platform
             "fitted_by": {
                 "package_version": __version__,
                 "command": " ".join(sys.argv),
-                "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                "date": utc_now(),
             },
         },
         states=states,

@@ -17,13 +17,13 @@ from osu_dl_bench.collectives.dtypes import element_type
 from osu_dl_bench.collectives.ops import reduce_op
 from osu_dl_bench.model.costs import Layout, predict_seconds
 from osu_dl_bench.model.platform import Platform
+from osu_dl_bench.runtime import utc_now
 from osu_dl_bench.tuning.table import (
     Choice,
     Entry,
     EntryKey,
     TuningTable,
     table_header,
-    utc_now,
 )
 from osu_dl_bench.tuning.tune import merge_ranges
 from osu_dl_bench.units import format_size

@@ -5,12 +5,11 @@ rank 0). Jobs run one after the other, so read-modify-write is safe. No MPI here
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
 from typing import Any
 
 from osu_dl_bench import __version__
-from osu_dl_bench.runtime import slurm_job
+from osu_dl_bench.runtime import slurm_job, utc_now
 from osu_dl_bench.sweep.options import SweepConfig, command_line
 from osu_dl_bench.sweep.store import RunStore
 
@@ -22,11 +21,6 @@ _SLURM_VARS = {
     "slurm_tasks_per_node": "SLURM_TASKS_PER_NODE",
     "slurm_step_id": "SLURM_STEP_ID",
 }
-
-
-def now() -> str:
-    """UTC time, ISO 8601 to the second."""
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def slurm_fields() -> dict[str, Any]:
@@ -45,7 +39,7 @@ def session_fields(cfg: SweepConfig, launcher: str) -> dict[str, Any]:
     return {
         "package_version": __version__,
         "command": command_line(),
-        "date": now(),
+        "date": utc_now(),
         "launcher": launcher,
         "buffer_kind": cfg.device,
         "array_module": ARRAY_MODULES.get(cfg.device, cfg.device),
@@ -79,7 +73,7 @@ def record_submission(store: RunStore, job_id: str, script: str) -> None:
     metadata = store.read_metadata()
     submissions = metadata.setdefault("submissions", [])
     submissions.append(
-        {"slurm_job_id": job_id, "script": script, "command": command_line(), "date": now()}
+        {"slurm_job_id": job_id, "script": script, "command": command_line(), "date": utc_now()}
     )
     store.write_metadata(metadata)
 
@@ -110,7 +104,7 @@ def record_job(store: RunStore, nprocs: int, job: dict[str, Any]) -> None:
 def record_completion(store: RunStore, complete: bool, **fields: Any) -> None:
     """Mark the sweep finished (every planned point stored) or not, with a date."""
     metadata = store.read_metadata()
-    metadata.update(complete=complete, finished=now(), **fields)
+    metadata.update(complete=complete, finished=utc_now(), **fields)
     store.write_metadata(metadata)
 
 

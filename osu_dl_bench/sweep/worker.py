@@ -24,6 +24,7 @@ from osu_dl_bench.runtime import (
     agree_on_errors,
     collect_metadata,
     discover_topology,
+    utc_now,
 )
 from osu_dl_bench.sweep import runinfo
 from osu_dl_bench.sweep.launch import expected_layout
@@ -199,7 +200,7 @@ def _sweep_one_count(world: MPI.Comm, job: Job) -> list[tuple[SweepPoint, int]]:
     job.report.job(plan)
     if cfg.dry_run:
         return []
-    meta, started = collect_metadata(topo), runinfo.now()
+    meta, started = collect_metadata(topo), utc_now()
     rank0 = comm.Get_rank() == 0
     if rank0:
         runinfo.record_job(
@@ -222,7 +223,7 @@ def _sweep_one_count(world: MPI.Comm, job: Job) -> list[tuple[SweepPoint, int]]:
             meta,
             plan,
             started=started,
-            finished=runinfo.now(),
+            finished=utc_now(),
             points_measured=measured,
             validation_failures=[
                 {**_failure_key(p), "wrong_elements": wrong} for p, wrong in failures

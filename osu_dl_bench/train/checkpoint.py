@@ -16,7 +16,6 @@ Files are read with ``torch.load(weights_only=True)``: plain tensors and contain
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import os
 import random
@@ -31,6 +30,7 @@ import numpy as np
 import torch
 
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.runtime import utc_now
 
 FORMAT = "osu-dl-bench train checkpoint"
 VERSION = 1
@@ -102,7 +102,7 @@ def save_checkpoint(
     write_atomic(partial / f"rng-rank{rank}.pt", lambda p: torch.save(rng_state(), p))
     if rank == 0:
         write_atomic(partial / "state.pt", lambda p: torch.save(state(), p))
-        stamped = {**asdict(meta), "created": _now()}
+        stamped = {**asdict(meta), "created": utc_now()}
         write_atomic(partial / "meta.json", lambda p: p.write_text(json.dumps(stamped)))
     barrier()  # every rank's files are in place
     final = root / _name(meta.step)
@@ -165,7 +165,3 @@ def maybe_fault(fault: tuple[int, int] | None, rank: int, step: int) -> None:
     if fault == (rank, step):
         print(f"[rank {rank}] {FAULT_ENV}: exiting after step {step}", file=sys.stderr, flush=True)
         os._exit(FAULT_EXIT_CODE)
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")

@@ -28,7 +28,6 @@ naming the file and the field.
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import os
 from collections.abc import Mapping
@@ -40,14 +39,10 @@ from osu_dl_bench.collectives import SPECS, Variant, lookup
 from osu_dl_bench.collectives.buffers import DEVICES
 from osu_dl_bench.collectives.registry import format_params
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.runtime import utc_now
 
 SCHEMA_VERSION = 1
 FORMAT = "osu-dl-bench tuning table"
-
-
-def utc_now() -> str:
-    """The current UTC time to the second, as tables record dates."""
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def table_header(

@@ -31,6 +31,7 @@ import pandas as pd
 from osu_dl_bench import __version__
 from osu_dl_bench.collectives.registry import parse_variant
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.runtime import utc_now
 from osu_dl_bench.sweep.store import RunStore
 from osu_dl_bench.tuning.table import (
     Choice,
@@ -39,7 +40,6 @@ from osu_dl_bench.tuning.table import (
     SizeRange,
     TuningTable,
     table_header,
-    utc_now,
 )
 
 NOISE_RULE = (

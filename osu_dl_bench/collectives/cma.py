@@ -50,7 +50,12 @@ from osu_dl_bench.collectives.registry import (
     UNAVAILABLE_BACKENDS,
     register,
 )
-from osu_dl_bench.collectives.shm import SharedWindow, check_chunk, one_node_comm
+from osu_dl_bench.collectives.shm import (
+    SharedWindow,
+    check_chunk,
+    one_node_comm,
+    refuse_several_nodes,
+)
 from osu_dl_bench.errors import UsageError
 
 NAME = "cma"
@@ -187,16 +192,14 @@ class _Bound:
     """The per-communicator state of a cma algorithm."""
 
     def __init__(self, comm: MPI.Comm) -> None:
-        self.comm = comm
         self.table = AddressTable(comm)
         self.kernel = Kernel()
         self.scratch = Scratch()
-        _probe(self.table, self.kernel, comm)
-
-    def peers(self) -> list[int]:
-        """Local ranks other than this one, starting after it (spreads the load)."""
         p, me = self.table.size, self.table.rank
-        return [(me + i) % p for i in range(1, p)]
+        # Local ranks other than this one, starting after it (spreads the load); fixed
+        # per communicator, so computed once here rather than on every call.
+        self.peers = tuple((me + i) % p for i in range(1, p))
+        _probe(self.table, self.kernel, comm)
 
 
 def _byte_offset(array: np.ndarray, index: int) -> int:
@@ -212,7 +215,6 @@ def _reduce_chunk(
     start: int,
     stop: int,
     scratch: Any,
-    peers: list[int],
 ) -> None:
     """recv[start:stop] = op over every rank's input[start:stop], reading the peers' inputs
     with the kernel. Out of place, the first peer's part lands in recv itself and is reduced
@@ -223,11 +225,11 @@ def _reduce_chunk(
         address = table.send_address(peer) + _byte_offset(src, start)
         b.kernel.read(table.pids[peer], address, into)
 
-    rest = peers
+    rest = b.peers
     if not in_place:
-        read(peers[0], acc)
+        read(rest[0], acc)
         op.ufunc(acc, src[start:stop], out=acc)
-        rest = peers[1:]
+        rest = rest[1:]
     for peer in rest:
         read(peer, scratch)
         op.ufunc(acc, scratch, out=acc)
@@ -248,12 +250,11 @@ def run_allreduce(b: _Bound, send: Any, recv: np.ndarray, op: ReduceOp, chunk: i
     lo, hi = bounds[table.rank], bounds[table.rank + 1]
     step = max(1, chunk // recv.itemsize)
     scratch = b.scratch.get(NAME, min(step, max(hi - lo, 1)), recv)
-    peers = b.peers()
     for start in range(lo, hi, step):
         stop = min(start + step, hi)
-        _reduce_chunk(b, src, recv, send is None, op, start, stop, scratch[: stop - start], peers)
+        _reduce_chunk(b, src, recv, send is None, op, start, stop, scratch[: stop - start])
     table.sync()
-    for peer in b.peers():
+    for peer in b.peers:
         block = recv[bounds[peer] : bounds[peer + 1]]
         if len(block):
             kernel.read(
@@ -279,7 +280,7 @@ def run_bcast(b: _Bound, buf: np.ndarray, root: int) -> None:
         return table.recv_address(rank) + _byte_offset(buf, bounds[index])
 
     if me == root:
-        for peer in b.peers():
+        for peer in b.peers:
             part = block((peer - root) % p)
             if len(part):
                 kernel.write(table.pids[peer], remote(peer, (peer - root) % p), part)
@@ -313,16 +314,12 @@ def _bind(comm: MPI.Comm) -> _Bound | None:
     return None if engine_comm is None else _Bound(engine_comm)
 
 
-def _not_one_node(send: Any, recv: Any, op: Any, root: int) -> None:
-    raise UsageError(f"cma {SINGLE_NODE.reason}: this communicator spans several nodes")
-
-
 def allreduce(comm: MPI.Comm, chunk: int = DEFAULT_CHUNK):
     """Bind the single-copy allreduce (every rank of ``comm`` on one node)."""
     chunk = check_chunk(chunk, NAME)
     bound = _bind(comm)
     if bound is None:
-        return _not_one_node
+        return refuse_several_nodes(NAME)
 
     def call(send, recv, op, root):
         run_allreduce(bound, send, recv, op, chunk)
@@ -334,7 +331,7 @@ def bcast(comm: MPI.Comm):
     """Bind the single-copy bcast (every rank of ``comm`` on one node)."""
     bound = _bind(comm)
     if bound is None:
-        return _not_one_node
+        return refuse_several_nodes(NAME)
 
     def call(send, recv, op, root):
         run_bcast(bound, recv, root)

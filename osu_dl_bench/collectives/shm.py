@@ -230,9 +230,14 @@ def one_node_comm(comm: MPI.Comm) -> MPI.Comm | None:
     return own if one_node else None
 
 
-def _not_one_node(send: Any, recv: Any, op: Any, root: int) -> None:
-    # Every rank of a multi-node job sees fewer local ranks than ranks: all raise alike.
-    raise UsageError(f"shm {SINGLE_NODE.reason}: this communicator spans several nodes")
+def refuse_several_nodes(algorithm: str) -> Callable[[Any, Any, Any, int], None]:
+    """The call a one-node algorithm binds on a communicator that spans several nodes."""
+
+    def refuse(send: Any, recv: Any, op: Any, root: int) -> None:
+        # Every rank of a multi-node job sees fewer local ranks than ranks: all raise alike.
+        raise UsageError(f"{algorithm} {SINGLE_NODE.reason}: this communicator spans several nodes")
+
+    return refuse
 
 
 def _chunks(n_bytes: int, chunk: int) -> int:
@@ -285,7 +290,7 @@ def allreduce(comm: MPI.Comm, chunk: int = DEFAULT_CHUNK):
     chunk = check_chunk(chunk)
     engine_comm = one_node_comm(comm)
     if engine_comm is None:
-        return _not_one_node
+        return refuse_several_nodes("shm")
     engine = NodeAllreduce(engine_comm, chunk)
 
     def call(send, recv, op, root):
@@ -309,7 +314,7 @@ def bcast(comm: MPI.Comm, chunk: int = DEFAULT_CHUNK):
     chunk = check_chunk(chunk)
     engine_comm = one_node_comm(comm)
     if engine_comm is None:
-        return _not_one_node
+        return refuse_several_nodes("shm")
     engine = NodeBcast(engine_comm, chunk)
 
     def call(send, recv, op, root):

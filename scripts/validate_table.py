@@ -4,7 +4,9 @@
 
 For every (collective, p) of RUN_DIR and every measured size, the runtime selector's
 choice (from TABLE) is looked up among that run's interleaved measurements and compared,
-by median over rounds, with the best candidate measured there and with native. Issue 4's
+by median over rounds, with the best candidate measured there and with native (twins,
+variants whose chunk or segment size has no effect at a size, count as one: older sweeps
+timed them apart, and the best of equal codes is only the luckiest draw). Issue 4's
 targets: chosen <= 1.05 x best everywhere (median of the ratios <= 1.03) and chosen
 <= 1.05 x native everywhere. Prints a per-size table and a verdict per (collective, p).
 """
@@ -29,6 +31,7 @@ def main() -> int:
     init_mpi()
     from osu_dl_bench.sweep.store import RunStore
     from osu_dl_bench.tuning.selector import Query, Selector, default_context
+    from osu_dl_bench.tuning.tune import point_representatives, without_twins
 
     selector = Selector.from_file(args.table)
     frame = RunStore(args.run_dir).load()
@@ -41,6 +44,7 @@ def main() -> int:
     for (collective, nprocs), group in frame.groupby(["collective", "nprocs"]):
         to_best, to_native = [], []
         for size, at_size in group.groupby("size_bytes"):
+            at_size = without_twins(collective, at_size.drop_duplicates("algorithm", keep="last"))
             medians = dict(zip(at_size["algorithm"], at_size["median_us"], strict=True))
             query = Query(
                 collective,
@@ -51,6 +55,9 @@ def main() -> int:
                 int(at_size["ppn"].iloc[0]),
             )
             chosen = selector.decide(query, default_context(query)).label
+            # The measured twin of the choice (the same code under another chunk size).
+            kept = point_representatives(collective, at_size, chosen)
+            chosen = next((a for a in medians if kept[a] == kept[chosen]), chosen)
             if chosen not in medians:
                 lines.append(f"{collective:<10}{nprocs:>3}{size:>10}  {chosen:<34} not measured")
                 continue

@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from mpirun import REPO, mpi_env, run_cli, run_mpi, run_with_timeout
 
-from osu_dl_bench.collectives import SPECS, CallContext, algorithms
+from osu_dl_bench.collectives import SPECS, CallContext, algorithms, distinct_variants
 from osu_dl_bench.collectives.dtypes import element_type
 from osu_dl_bench.collectives.ops import reduce_op
 from osu_dl_bench.collectives.registry import Algorithm
@@ -55,14 +55,19 @@ def sweep(args: list[str], timeout: float = 300, env: dict[str, str] | None = No
 
 
 def expected_rows(nprocs_list, collectives, sizes, algorithm_texts=("all",)) -> set[tuple]:
-    """(p, collective, algorithm, size) of every eligible registered variant, one host."""
+    """(p, collective, algorithm, size) of every eligible registered variant, one host,
+    less twins (float32: a size of s bytes is s // 4 elements)."""
     rows = set()
     for p in nprocs_list:
         for coll in collectives:
             ctx = one_host_context(p, coll)
-            for v in variants_for(coll, list(algorithm_texts)):
-                if v.ineligible_reason(ctx) is None:
-                    rows |= {(p, coll, v.label, s) for s in sizes}
+            eligible = [
+                v
+                for v in variants_for(coll, list(algorithm_texts))
+                if v.ineligible_reason(ctx) is None
+            ]
+            for s in sizes:
+                rows |= {(p, coll, v.label, s) for v in distinct_variants(eligible, p, s // 4, 4)}
     return rows
 
 
@@ -251,6 +256,10 @@ def test_orchestrated_sweep_stores_every_eligible_variant(full_run):
     assert len(rows) == len(set(rows)), "a point was stored twice"
     expected = expected_rows([2, 3], ["allreduce", "bcast"], SIZES)
     assert set(rows) == expected, difference(set(rows), expected)
+    # Chunk sizes above the message run the same code: one shm variant per point, the
+    # largest chunk's name (one name across sizes).
+    shm_labels = {label for _, _, label, _ in rows if label.startswith("shm:")}
+    assert shm_labels == {"shm:chunk=16M"}, shm_labels
     assert set(frame["validation"]) == {"pass"}
     assert (frame["q1_us"] <= frame["median_us"]).all()
     assert (frame["median_us"] <= frame["q3_us"]).all()

@@ -271,3 +271,49 @@ def test_not_json_and_missing_files_are_reported(tmp_path):
         load_table(broken)
     with pytest.raises(TableError, match=r"nothere\.json: \(file\): cannot read"):
         load_table(tmp_path / "nothere.json")
+
+
+def test_twins_count_as_one_candidate(tmp_path):
+    """Chunk sizes at or above the message run the same code: the tuner keeps the largest
+    chunk's name for them, and a luckier draw of a twin is never the choice."""
+    at_64k = [
+        point("allreduce", "native", 65536, 100.0, 4.0),
+        point("allreduce", "ring:seg=0", 65536, 70.0, 4.0),
+        point("allreduce", "ring:seg=1M", 65536, 61.0, 4.0),  # twin of seg=0: 16K blocks
+        point("allreduce", "ring:seg=4K", 65536, 65.0, 4.0),  # 4 segments per block: distinct
+    ]
+    at_16m = [
+        point("allreduce", "native", 16 << 20, 900.0, 10.0),
+        point("allreduce", "ring:seg=0", 16 << 20, 600.0, 10.0),
+        point("allreduce", "ring:seg=1M", 16 << 20, 500.0, 10.0),  # 4 MiB blocks: distinct
+    ]
+    table, _ = build_table(write_run(tmp_path / "run", at_64k + at_16m), "twins")
+    (entry,) = table.entries
+    by_size = {p["size_bytes"]: p for p in entry.points}
+    # seg=1M's 61 us is seg=0's code at 64 KiB: seg=4K (65 us) is the best distinct one.
+    assert by_size[65536]["chosen"] == "ring:seg=4K"
+    assert by_size[65536]["candidates"] == 3
+    assert by_size[16 << 20]["chosen"] == "ring:seg=1M" and by_size[16 << 20]["candidates"] == 3
+
+
+@pytest.mark.parametrize(
+    "name, grid, p, count, kept",
+    [
+        # shm cuts the whole message: at 256K floats (1 MiB) chunks >= 1M are one pass.
+        ("shm", "chunk", 2, 256 << 10, ["256K", "16M"]),
+        # ring cuts each of the p blocks: 1 MiB over 4 ranks is 256 KiB blocks.
+        ("ring", "seg", 4, 256 << 10, ["0"]),
+        ("ring", "seg", 2, 256 << 10, ["0", "256K"]),
+        # every segment size cuts 16 MiB: nothing is a twin.
+        ("chain", "seg", 2, 4 << 20, ["64K", "256K", "1M"]),
+    ],
+)
+def test_distinct_variants_keep_the_largest_of_twins(name, grid, p, count, kept):
+    from osu_dl_bench.collectives import distinct_variants, lookup
+    from osu_dl_bench.units import format_size
+
+    collective = "bcast" if name == "chain" else "allreduce"
+    algorithm = lookup(collective, name)
+    variants = algorithm.grid_variants()
+    got = distinct_variants(variants, p, count, 4)
+    assert [format_size(v.params[grid]) for v in got] == kept

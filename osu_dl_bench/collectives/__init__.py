@@ -23,8 +23,10 @@ from osu_dl_bench.collectives.registry import (
     Variant,
     algorithms,
     all_algorithms,
+    distinct_variants,
     lookup,
     parse_variants,
+    twin_representatives,
 )
 from osu_dl_bench.collectives.specs import SPECS, Buffers, CallShape, CollectiveSpec
 
@@ -38,6 +40,8 @@ __all__ = [
     "Variant",
     "algorithms",
     "all_algorithms",
+    "distinct_variants",
     "lookup",
     "parse_variants",
+    "twin_representatives",
 ]

@@ -44,7 +44,7 @@ from osu_dl_bench.collectives.primitives import (
     ring_allgather,
     ring_reduce_scatter,
 )
-from osu_dl_bench.collectives.registry import COMMUTATIVE_OP, register
+from osu_dl_bench.collectives.registry import COMMUTATIVE_OP, Split, largest_block, register
 
 
 def _copy_in(m: Machine, n: float) -> float:
@@ -88,6 +88,7 @@ def _reduce_bcast_cost(m: Machine, p: int, n: float) -> float:
     requires=(COMMUTATIVE_OP,),
     defaults={"seg": 256 * 1024},
     grid={"seg": (0, 256 * 1024, 1024 * 1024)},
+    split=Split("seg", largest_block),
     cost=_ring_cost,
 )
 def ring(comm: MPI.Comm, seg: int = 256 * 1024):

@@ -24,7 +24,7 @@ from osu_dl_bench.collectives.primitives import (
     relative_to,
     ring_allgather,
 )
-from osu_dl_bench.collectives.registry import POWER_OF_TWO, register
+from osu_dl_bench.collectives.registry import POWER_OF_TWO, Split, register, whole_message
 
 DEFAULT_SEG = 256 * 1024
 
@@ -68,6 +68,7 @@ def binomial(comm: MPI.Comm):
     summary="pipelined chain, segments of seg bytes (Awan et al.)",
     defaults={"seg": DEFAULT_SEG},
     grid={"seg": (64 * 1024, 256 * 1024, 1024 * 1024)},
+    split=Split("seg", whole_message),
     cost=_chain_cost,
 )
 def chain(comm: MPI.Comm, seg: int = DEFAULT_SEG):

@@ -48,6 +48,8 @@ from osu_dl_bench.collectives.registry import (
     CPU_BUFFERS,
     SINGLE_NODE,
     UNAVAILABLE_BACKENDS,
+    Split,
+    largest_block,
     register,
 )
 from osu_dl_bench.collectives.shm import (
@@ -353,6 +355,7 @@ def register_algorithms() -> None:
         requires=(SINGLE_NODE, CPU_BUFFERS, COMMUTATIVE_OP),
         defaults={"chunk": DEFAULT_CHUNK},
         grid={"chunk": CHUNK_GRID},
+        split=Split("chunk", largest_block),
         cost=allreduce_cost,
         check_params=lambda params: check_chunk(params["chunk"], NAME),
     )(allreduce)

@@ -56,6 +56,30 @@ POWER_OF_TWO = Requirement(
     "needs a power-of-two process count", lambda c: _is_power_of_two(c.nprocs)
 )
 CPU_BUFFERS = Requirement("needs host (cpu) buffers", lambda c: c.device == "cpu")
+
+
+@dataclass(frozen=True)
+class Split:
+    """A size parameter that cuts one unit of the message into pieces (a chunk or segment
+    size). Where the unit fits in one piece, or the parameter is 0 ("whole"), the
+    parameter has no effect: variants differing only there run the same code (twins)."""
+
+    param: str
+    # (p, n elements) -> elements of the unit the parameter cuts: the whole message, or
+    # the largest of the p blocks.
+    unit: Callable[[int, int], int]
+
+
+def whole_message(p: int, n: int) -> int:
+    """The unit is the whole message (a chunked broadcast or shared-memory pass)."""
+    return n
+
+
+def largest_block(p: int, n: int) -> int:
+    """The unit is the largest of the p blocks (a ring or a reduce-scatter)."""
+    return -(-n // max(p, 1))
+
+
 GPU_BUFFERS = Requirement("needs GPU (cuda) buffers", lambda c: c.device == "cuda")
 SINGLE_NODE = Requirement("needs all ranks on one node", lambda c: c.nodes == 1)
 # Node-aware designs: on one node they reduce to their intra-node step, which is already
@@ -89,6 +113,8 @@ class Algorithm:
     # (ctx, params) -> None if the variant can run in ctx, else why not; for eligibility
     # that depends on parameters (an inner algorithm's own requirements).
     param_reason: Callable[[CallContext, Mapping[str, int | str]], str | None] | None = None
+    # The size parameter that has no effect once one piece holds its unit (see Split).
+    split: Split | None = None
 
     def grid_variants(self) -> list[Variant]:
         """Every variant of the cartesian product of the parameter grid (parameters outside
@@ -136,6 +162,43 @@ class Variant:
     def bind(self, comm: Any) -> CollectiveCall:
         """Prepare the variant on a communicator; returns the per-call function."""
         return self.algorithm.factory(comm, **self.params)
+
+    def pieces_per_unit(self, p: int, count: int, itemsize: int) -> int:
+        """How many pieces the split parameter cuts its unit into (1: it has no effect)."""
+        split = self.algorithm.split
+        if split is None:
+            return 1
+        step = int(self.params[split.param]) // max(itemsize, 1)
+        unit = split.unit(p, count)
+        return 1 if step <= 0 or step >= unit else -(-unit // step)
+
+    def twin_key(self, p: int, count: int, itemsize: int) -> tuple:
+        """Equal for variants that run the same code on ``count`` elements over p ranks."""
+        split = self.algorithm.split
+        if split is None or self.pieces_per_unit(p, count, itemsize) > 1:
+            return (self.algorithm.name, tuple(self.params.items()))
+        rest = tuple((k, v) for k, v in self.params.items() if k != split.param)
+        return (self.algorithm.name, rest, "whole")
+
+
+def _split_value(variant: Variant) -> int:
+    """The split parameter's value for ordering twins, 0 (whole) counting as the largest."""
+    split = variant.algorithm.split
+    value = int(variant.params[split.param]) if split else 0
+    return value if value > 0 else 1 << 62
+
+
+def distinct_variants(variants: list[Variant], p: int, count: int, itemsize: int) -> list[Variant]:
+    """``variants`` less their twins at this point, in their order. Of each set of twins
+    the one with the largest split parameter stays, so that the name a tuning table
+    gives one behaviour stays the same across sizes."""
+    keeper: dict[tuple, Variant] = {}
+    for variant in variants:
+        key = variant.twin_key(p, count, itemsize)
+        if key not in keeper or _split_value(variant) > _split_value(keeper[key]):
+            keeper[key] = variant
+    kept = {id(v) for v in keeper.values()}
+    return [v for v in variants if id(v) in kept]
 
 
 def format_params(params: Mapping[str, int | str]) -> str:
@@ -209,6 +272,25 @@ def parse_variant(collective: str, text: str) -> Variant:
             raise UsageError(f"bad parameter {item!r} in {text!r}: expected NAME=VALUE")
         params[key.strip()] = _parse_param_value(value)
     return lookup(collective, name.strip()).variant(**params)
+
+
+def twin_representatives(
+    collective: str, labels: list[str], p: int, count: int, itemsize: int
+) -> dict[str, str]:
+    """Each label -> the label distinct_variants keeps of its twins at this point; labels
+    not registered here map to themselves (results of other machines, older runs)."""
+    parsed: dict[str, Variant] = {}
+    for label in labels:
+        try:
+            parsed[label] = parse_variant(collective, label)
+        except UsageError:
+            continue
+    kept = distinct_variants(list(parsed.values()), p, count, itemsize)
+    by_key = {v.twin_key(p, count, itemsize): v.label for v in kept}
+    return {
+        label: by_key[parsed[label].twin_key(p, count, itemsize)] if label in parsed else label
+        for label in labels
+    }
 
 
 def parse_variants(collective: str, text: str) -> list[Variant]:

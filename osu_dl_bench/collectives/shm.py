@@ -47,7 +47,13 @@ from mpi4py import MPI
 
 from osu_dl_bench.collectives.common import LinkCost, Machine, block_bounds, lg, private_comm
 from osu_dl_bench.collectives.ops import ReduceOp
-from osu_dl_bench.collectives.registry import CPU_BUFFERS, SINGLE_NODE, register
+from osu_dl_bench.collectives.registry import (
+    CPU_BUFFERS,
+    SINGLE_NODE,
+    Split,
+    register,
+    whole_message,
+)
 from osu_dl_bench.errors import UsageError
 
 DEFAULT_CHUNK = 4 << 20
@@ -282,6 +288,7 @@ _REQUIRES = (SINGLE_NODE, CPU_BUFFERS)
     requires=_REQUIRES,
     defaults={"chunk": DEFAULT_CHUNK},
     grid={"chunk": CHUNK_GRID},
+    split=Split("chunk", whole_message),
     cost=allreduce_cost,
     check_params=lambda params: check_chunk(params["chunk"]),
 )
@@ -306,6 +313,7 @@ def allreduce(comm: MPI.Comm, chunk: int = DEFAULT_CHUNK):
     requires=_REQUIRES,
     defaults={"chunk": DEFAULT_CHUNK},
     grid={"chunk": CHUNK_GRID},
+    split=Split("chunk", whole_message),
     cost=bcast_cost,
     check_params=lambda params: check_chunk(params["chunk"]),
 )

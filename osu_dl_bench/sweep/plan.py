@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from osu_dl_bench.bench.harness import plan_variants
-from osu_dl_bench.collectives import SPECS, CallContext, CollectiveSpec, Variant, algorithms
+from osu_dl_bench.collectives import (
+    SPECS,
+    CallContext,
+    CollectiveSpec,
+    Variant,
+    algorithms,
+    distinct_variants,
+)
 from osu_dl_bench.collectives.buffers import array_module
 from osu_dl_bench.collectives.dtypes import ElementType, element_type
 from osu_dl_bench.collectives.ops import ReduceOp, reduce_op
@@ -155,8 +162,11 @@ def finished_points(store: RunStore) -> set[tuple]:
 def pending(
     cfg: SweepConfig, setting: Setting, plan: CollectivePlan, n: int, done: set
 ) -> list[Variant]:
-    """The eligible variants with no stored result at this point."""
-    return [v for v in plan.eligible if point_key(cfg, setting, plan, v, n) not in done]
+    """The eligible variants with no stored result at this point, less twins (variants
+    whose chunk or segment size has no effect at this size run the same code: timing
+    them twice costs time and lets noise pick between equals)."""
+    distinct = distinct_variants(plan.eligible, plan.nprocs, n, setting.etype.itemsize)
+    return [v for v in distinct if point_key(cfg, setting, plan, v, n) not in done]
 
 
 @dataclass(frozen=True)

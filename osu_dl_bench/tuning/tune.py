@@ -29,7 +29,7 @@ from typing import Any
 import pandas as pd
 
 from osu_dl_bench import __version__
-from osu_dl_bench.collectives.registry import parse_variant
+from osu_dl_bench.collectives.registry import parse_variant, twin_representatives
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.runtime import utc_now
 from osu_dl_bench.sweep.store import RunStore
@@ -126,13 +126,30 @@ def _choices_by_label(collective: str, labels: Iterable[str], warn: list[str]) -
     return found
 
 
+def point_representatives(collective: str, at_size: pd.DataFrame, *extra: str) -> dict[str, str]:
+    """Each algorithm label of one point's rows (and ``extra`` labels) -> the label kept of
+    its twins there (collectives.distinct_variants): older sweeps timed twins apart."""
+    first = at_size.iloc[0]
+    count = int(first["count"])
+    itemsize = int(first["size_bytes"]) // count if count else 1
+    labels = [*at_size["algorithm"], *extra]
+    return twin_representatives(collective, labels, int(first["nprocs"]), count, itemsize)
+
+
+def without_twins(collective: str, at_size: pd.DataFrame) -> pd.DataFrame:
+    """One point's rows less twins: a choice between equal code is noise."""
+    kept = point_representatives(collective, at_size)
+    return at_size[[kept[label] == label for label in at_size["algorithm"]]]
+
+
 def _entry(key: EntryKey, rows: pd.DataFrame, warn: list[str]) -> Entry | None:
     choices = _choices_by_label(key.collective, rows["algorithm"], warn)
     per_size, points = [], []
     for size, at_size in rows.groupby("size_bytes", sort=True):
+        at_size = without_twins(key.collective, at_size.drop_duplicates("algorithm", keep="last"))
         candidates = [
             Measured(choices[r.algorithm], float(r.median_us), float(r.q1_us), float(r.q3_us))
-            for r in at_size.drop_duplicates("algorithm", keep="last").itertuples()
+            for r in at_size.itertuples()
             if r.algorithm in choices
         ]
         if candidates:

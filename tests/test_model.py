@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from mpirun import mpi_env, run_with_timeout
 
+from osu_dl_bench.collectives.common import LinkCost, Machine
 from osu_dl_bench.collectives.registry import parse_variant
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.model import accuracy
@@ -142,6 +143,24 @@ def test_each_process_count_takes_its_measured_contention_state():
     # A rooted collective takes the fewest-ranks state, time-shared (3 ranks / 2 cores).
     binomial = predict_seconds(platform, "bcast", parse_variant("bcast", "binomial"), Layout(3), n)
     assert binomial == pytest.approx(2 * 1.5 * (ALPHA + OVERHEAD + n * BETA))
+
+
+def test_a_rooted_algorithm_that_keeps_every_rank_busy_takes_the_full_state():
+    """scatter + ring allgather declares all ranks busy: at 3 ranks it takes the measured
+    3-rank state, as a symmetric collective does, where binomial takes the 2-rank one."""
+    platform, n = _state_platform(), 3 << 20
+    variant = parse_variant("bcast", "scatter_ring_allgather")
+    assert variant.algorithm.busy_everywhere()
+    assert not parse_variant("bcast", "binomial").algorithm.busy_everywhere()
+    assert parse_variant("allreduce", "ring").algorithm.busy_everywhere()
+    busy_state = ContentionState(3, simple_link(5 * ALPHA, 2 * BETA, GAMMA), 3 * OVERHEAD, 0.0)
+    machine = Machine(
+        LinkCost(busy_state.intra.at(n)[0] + 3 * OVERHEAD, 2 * BETA, GAMMA),
+        LinkCost(0, 0, 0),
+        ppn=3,
+    )
+    expected = variant.algorithm.cost(machine, 3, n)
+    assert predict_seconds(platform, "bcast", variant, Layout(3), n) == pytest.approx(expected)
 
 
 def test_native_on_one_node_is_mpich_release_gather_timed_by_the_barrier():

@@ -114,6 +114,7 @@ def _scatter_then(allgather_blocks, comm: MPI.Comm):
     "bcast",
     "scatter_ring_allgather",
     summary="binomial scatter + ring allgather (van de Geijn)",
+    all_ranks_busy=True,  # the allgather, most of the bytes, keeps every rank busy
     cost=_scatter_ring_cost,
 )
 def scatter_ring_allgather(comm: MPI.Comm):
@@ -128,6 +129,7 @@ def scatter_ring_allgather(comm: MPI.Comm):
     "scatter_rd_allgather",
     summary="binomial scatter + recursive-doubling allgather",
     requires=(POWER_OF_TWO,),
+    all_ranks_busy=True,
     cost=_scatter_rd_cost,
 )
 def scatter_rd_allgather(comm: MPI.Comm):

@@ -364,6 +364,7 @@ def register_algorithms() -> None:
         NAME,
         summary="root and peers copy blocks straight between private buffers (Linux CMA, one node)",
         requires=(SINGLE_NODE, CPU_BUFFERS),
+        all_ranks_busy=True,  # the root writes one block while every peer reads the others
         cost=bcast_cost,
     )(bcast)
 

@@ -115,6 +115,19 @@ class Algorithm:
     param_reason: Callable[[CallContext, Mapping[str, int | str]], str | None] | None = None
     # The size parameter that has no effect once one piece holds its unit (see Split).
     split: Split | None = None
+    # Whether every rank copies at the same time in most steps (an allgather after a
+    # scatter, the CMA bcast's parallel block copies) or only a tree's front does (binomial
+    # fan-out or fan-in). None: as the collective, symmetric ones busy, rooted ones a tree.
+    # The performance model charges busy algorithms the contention of all the node's
+    # ranks. (Declared where it made the model more accurate on two separate sweeps; the
+    # chain and the shm bcast, whose peers mostly wait on the root, fit the tree state.)
+    all_ranks_busy: bool | None = None
+
+    def busy_everywhere(self) -> bool:
+        """all_ranks_busy, or the collective's default when the algorithm does not say."""
+        if self.all_ranks_busy is not None:
+            return self.all_ranks_busy
+        return not SPECS[self.collective].rooted
 
     def grid_variants(self) -> list[Variant]:
         """Every variant of the cartesian product of the parameter grid (parameters outside

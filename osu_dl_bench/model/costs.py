@@ -157,5 +157,5 @@ def predict_seconds(
     if found is None:
         return None
     target, native = found
-    machine = machine_for(platform, layout, nbytes, native, not SPECS[collective].rooted)
+    machine = machine_for(platform, layout, nbytes, native, target.algorithm.busy_everywhere())
     return float(target.algorithm.cost(machine, layout.nprocs, nbytes, **target.params))

@@ -1,17 +1,20 @@
 """The single-copy (Linux CMA) algorithms' kernel interface, availability check and costs.
 Their results on p = 1..6 are checked with every other algorithm (test_algorithms_multirank,
-test_shm_hierarchical)."""
+test_shm_hierarchical); here also on registered buffers, where they read peers' mappings."""
 
 import os
 import sys
 
 import numpy as np
 import pytest
+from mpirun import driver_summary, run_mpi
 
-from osu_dl_bench.collectives import cma, shm
+from osu_dl_bench.collectives import cma, registered, shm
+from osu_dl_bench.collectives.buffers import array_module
 from osu_dl_bench.collectives.common import LinkCost, Machine
 
 MACHINE = Machine(LinkCost(1e-6, 1e-10, 1e-10), LinkCost(5e-6, 1e-9, 1e-10), ppn=4)
+DRIVER = "tests/drivers/check_algorithms.py"
 needs_cma = pytest.mark.skipif(
     cma.unavailable_reason() is not None, reason=f"cma unavailable: {cma.unavailable_reason()}"
 )
@@ -63,3 +66,78 @@ def test_a_refused_self_read_makes_cma_unavailable(monkeypatch):
     monkeypatch.setattr(cma.Kernel, "read", refuse)
     reason = cma.unavailable_reason()
     assert reason is not None and "refuses process_vm_readv" in reason
+
+
+# --- registered buffers (collectives.registered, buffer kind cpu-registered) -------------
+
+needs_registered = pytest.mark.skipif(
+    registered.unavailable_reason() is not None,
+    reason=f"registered buffers unavailable: {registered.unavailable_reason()}",
+)
+
+
+@needs_registered
+def test_registered_arrays_know_their_region_and_offset():
+    array = registered.zeros(1000, np.float32)
+    assert array.dtype == np.float32 and array.shape == (1000,) and not array.any()
+    region, offset = registered.region_of(array)
+    assert offset == 0 and region.nbytes == 4000
+    assert registered.region_of(array[10:20])[1] == 40
+    assert registered.region_of(array[::2]) is None  # not contiguous: no single block
+    assert registered.region_of(np.zeros(10)) is None  # private memory
+    assert registered.ARRAYS.zeros(3, np.int64).tolist() == [0, 0, 0]
+    assert registered.region_of(array_module("cpu-registered").zeros(5, np.int32)) is not None
+
+
+@needs_registered
+def test_a_region_is_released_with_its_last_array():
+    import gc
+
+    array = registered.empty(256, np.float64)
+    region, _ = registered.region_of(array)
+    view = array[5:]
+    del array
+    gc.collect()
+    assert registered.region_of(view) is not None  # a view keeps the memory
+    del view
+    gc.collect()
+    assert region.serial not in registered._REGIONS
+    with pytest.raises(OSError):
+        os.fstat(region.fd)  # the memory file is closed
+
+
+@needs_registered
+def test_peer_maps_see_the_same_memory_or_answer_none():
+    array = registered.zeros(64, np.int64)
+    region, _ = registered.region_of(array)
+    maps = registered.PeerMaps(limit=1)
+    raw = maps.bytes_of(os.getpid(), region.fd, region.serial)
+    array[3] = 42
+    assert raw.view(np.int64)[3] == 42  # a second mapping of the same pages
+    assert maps.bytes_of(os.getpid(), 10_000, 1) is None  # no such descriptor
+    assert maps.bytes_of(os.getpid(), region.fd, region.serial) is not raw  # limit 1: remapped
+
+
+@needs_cma
+@needs_registered
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_host_algorithms_on_registered_and_mixed_buffers(nprocs):
+    """Every host algorithm on registered buffers, with rank 1 on private memory (cma then
+    mixes mapped loads and kernel copies), sizes up to > 1 MiB not divisible by p."""
+    args = [DRIVER, "--backends", "mpi", "--collectives", "allreduce,bcast", "--device"]
+    args += ["cpu-registered", "--private-ranks", "1", "--dtypes", "float32,int64"]
+    args += ["--ops", "sum,max", "--sizes", "0,1,13,4099,1048579"]
+    summary = driver_summary(run_mpi(nprocs, args, timeout=300))
+    assert summary["failed"] == 0, "\n".join(summary["failures"])
+    assert summary["passed"] > 0
+
+
+@needs_cma
+@needs_registered
+def test_cma_on_registered_buffers_never_copies_through_the_kernel():
+    args = [DRIVER, "--algorithms", "cma", "--collectives", "allreduce,bcast", "--device"]
+    args += ["cpu-registered", "--forbid-kernel-copies", "--dtypes", "float32,int64,float16"]
+    args += ["--ops", "sum,max", "--sizes", "0,1,13,4099,262147"]
+    summary = driver_summary(run_mpi(3, args, timeout=300))
+    assert summary["failed"] == 0, "\n".join(summary["failures"])
+    assert summary["passed"] > 0 and summary["skipped"] == 0

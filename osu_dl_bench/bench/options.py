@@ -9,6 +9,13 @@ from osu_dl_bench.errors import UsageError
 from osu_dl_bench.runtime import DEFAULT_THREAD_LEVEL, THREAD_LEVELS
 from osu_dl_bench.units import doubling_sizes, parse_size
 
+# Declared here, not in collectives.buffers: options are parsed before MPI is loaded.
+DEVICE_HELP = (
+    "buffer kind: cpu (numpy), cpu-registered (numpy in memory the node's ranks can map, "
+    "as NCCL's registered buffers: the cma algorithms then copy with plain loads) or "
+    "cuda (cupy)"
+)
+
 COLLECTIVES = (
     "allreduce",
     "bcast",
@@ -176,7 +183,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="P50 and P99 of the per-iteration maximum across ranks",
     )
-    parser.add_argument("-d", "--device", default="cpu", help="cpu (numpy) or cuda (cupy)")
+    parser.add_argument("-d", "--device", default="cpu", help=DEVICE_HELP)
     parser.add_argument(
         "-a",
         "--algorithm",

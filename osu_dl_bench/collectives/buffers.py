@@ -1,4 +1,6 @@
-"""Array modules for buffer kinds: numpy for host memory, cupy for GPU memory."""
+"""Array modules for buffer kinds: numpy for host memory (``cpu``: private memory,
+``cpu-registered``: memory the node's other ranks can map, collectives.registered), cupy
+for GPU memory (``cuda``)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,13 @@ import numpy as np
 
 from osu_dl_bench.errors import UsageError
 
-DEVICES = ("cpu", "cuda")
+DEVICES = ("cpu", "cpu-registered", "cuda")
+HOST_DEVICES = ("cpu", "cpu-registered")
+
+
+def is_host(device: str) -> bool:
+    """True for the buffer kinds in host memory (numpy arrays)."""
+    return device in HOST_DEVICES
 
 
 def cuda_unavailable_reason() -> str | None:
@@ -25,9 +33,17 @@ def cuda_unavailable_reason() -> str | None:
 
 
 def array_module(device: str) -> ModuleType:
-    """numpy for 'cpu', cupy for 'cuda'; a UsageError if that device is unusable."""
+    """numpy for 'cpu', numpy allocating registered memory for 'cpu-registered', cupy for
+    'cuda'; a UsageError if that buffer kind is unusable here."""
     if device == "cpu":
         return np
+    if device == "cpu-registered":
+        from osu_dl_bench.collectives import registered
+
+        reason = registered.unavailable_reason()
+        if reason:
+            raise UsageError(f"-d cpu-registered is not available here: {reason}")
+        return registered.ARRAYS
     if device == "cuda":
         reason = cuda_unavailable_reason()
         if reason:

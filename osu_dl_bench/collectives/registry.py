@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from osu_dl_bench.collectives.buffers import is_host
 from osu_dl_bench.collectives.dtypes import ElementType
 from osu_dl_bench.collectives.ops import ReduceOp
 from osu_dl_bench.collectives.specs import SPECS
@@ -55,7 +56,7 @@ COMMUTATIVE_OP = Requirement("needs a commutative op", lambda c: c.op is None or
 POWER_OF_TWO = Requirement(
     "needs a power-of-two process count", lambda c: _is_power_of_two(c.nprocs)
 )
-CPU_BUFFERS = Requirement("needs host (cpu) buffers", lambda c: c.device == "cpu")
+CPU_BUFFERS = Requirement("needs host (cpu) buffers", lambda c: is_host(c.device))
 
 
 @dataclass(frozen=True)

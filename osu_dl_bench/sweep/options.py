@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from osu_dl_bench.bench.options import COLLECTIVES, parse_size_range
+from osu_dl_bench.bench.options import COLLECTIVES, DEVICE_HELP, parse_size_range
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.runtime import DEFAULT_THREAD_LEVEL, THREAD_LEVELS, slurm_job
 from osu_dl_bench.sweep.store import RunStore
@@ -241,7 +241,7 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("-T", "--type", dest="dtype", default="float32", help="element type")
     parser.add_argument("--op", default="sum", help="reduction op (default sum)")
-    parser.add_argument("-d", "--device", default="cpu", help="cpu (numpy) or cuda (cupy)")
+    parser.add_argument("-d", "--device", default="cpu", help=DEVICE_HELP)
     parser.add_argument(
         "--ranks-per-node",
         type=_positive_int,

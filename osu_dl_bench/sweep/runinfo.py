@@ -14,7 +14,7 @@ from osu_dl_bench.sweep.options import SweepConfig, command_line
 from osu_dl_bench.sweep.store import RunStore
 
 # The array library behind each buffer kind (-d).
-ARRAY_MODULES = {"cpu": "numpy", "cuda": "cupy"}
+ARRAY_MODULES = {"cpu": "numpy", "cpu-registered": "numpy (registered memory)", "cuda": "cupy"}
 _SLURM_VARS = {
     "slurm_job_id": "SLURM_JOB_ID",
     "slurm_nodes": "SLURM_JOB_NUM_NODES",

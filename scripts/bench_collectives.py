@@ -3,9 +3,12 @@
     python scripts/bench_collectives.py [--np 2] [--rounds 6] [--budget 3]
                                          [--out results/collectives-p2]
 
-Issue 3's comparison. "Native" is the faster of native at thread level single and at
-multiple (MPICH's large-message allreduce differs between the two), so the script
-launches alternating jobs at both levels (single, multiple, single, ...). Each job
+Issue 3's comparison. "Native" is the fastest of native at thread level single and at
+multiple (MPICH's large-message allreduce differs between the two) and on registered
+buffers, so each round launches three jobs: thread level single on private buffers
+(``-d cpu``), multiple on private buffers, and single on registered buffers
+(``-d cpu-registered``: memory the node's ranks can map, where the cma algorithms read
+their peers with plain loads). Ours is reported twice, per buffer kind. Each job
 measures every eligible algorithm the way the sweep does (sweep.measure.measure_point):
 validated once, then interleaved rounds in rotated order, each round running every
 candidate several times (warm, as OSU's loop), for ``--budget`` seconds per size. Per
@@ -32,7 +35,11 @@ COLLECTIVES = ("allreduce", "bcast")
 ITERATIONS = {1 << 20: 40, 4 << 20: 15, 16 << 20: 6}
 
 
-def worker(thread_level: str, round_index: int, out: str, budget: float) -> None:
+# (thread level, buffer kind) of each round's jobs, in launch order.
+JOBS = (("single", "cpu"), ("multiple", "cpu"), ("single", "cpu-registered"))
+
+
+def worker(thread_level: str, device: str, round_index: int, out: str, budget: float) -> None:
     """Inside mpiexec: measure every eligible variant and the memcpy bound; rank 0 appends."""
     from osu_dl_bench.runtime import init_mpi
 
@@ -41,6 +48,7 @@ def worker(thread_level: str, round_index: int, out: str, budget: float) -> None
 
     from osu_dl_bench.bench.harness import plan_variants
     from osu_dl_bench.collectives import SPECS, CallContext, algorithms
+    from osu_dl_bench.collectives.buffers import array_module
     from osu_dl_bench.collectives.dtypes import element_type
     from osu_dl_bench.collectives.ops import reduce_op
     from osu_dl_bench.runtime import discover_topology
@@ -49,16 +57,17 @@ def worker(thread_level: str, round_index: int, out: str, budget: float) -> None
     comm = mpi.COMM_WORLD
     topo = discover_topology(comm)
     etype, op = element_type("float32"), reduce_op("sum")
+    xp = array_module(device)
     rows = []
     for collective in COLLECTIVES:
         spec = SPECS[collective]
-        ctx = CallContext(comm.size, etype, op, "cpu", topo.nodes, topo.ppn)
+        ctx = CallContext(comm.size, etype, op, device, topo.nodes, topo.ppn)
         every = [v for a in algorithms(collective) for v in a.grid_variants()]
         variants = plan_variants(every, ctx).eligible
         calls = [v.bind(comm) for v in variants]
         point_op = op if spec.reduces else None
         for size in SIZES:
-            inputs = prepare_inputs(comm, spec, etype, point_op, np, size // etype.dtype.itemsize)
+            inputs = prepare_inputs(comm, spec, etype, point_op, xp, size // etype.dtype.itemsize)
             timing = measure_point(comm, calls, inputs, budget)
             # A round's time: the mean over its iterations; the job's: the median round.
             medians = np.median(timing.times.mean(axis=2), axis=0) * 1e6
@@ -71,11 +80,12 @@ def worker(thread_level: str, round_index: int, out: str, budget: float) -> None
                     "us": float(us),
                     "validation": "fail" if wrong else "pass",
                     "thread_level": thread_level,
+                    "buffers": device,
                     "round": round_index,
                 }
                 for variant, us, wrong in zip(variants, medians, timing.wrong, strict=True)
             ]
-    for size in SIZES:
+    for size in SIZES if device == "cpu" else ():
         rows.append(
             {
                 "collective": "memcpy",
@@ -85,6 +95,7 @@ def worker(thread_level: str, round_index: int, out: str, budget: float) -> None
                 "us": _memcpy_us(comm, mpi, np, size),
                 "validation": None,
                 "thread_level": thread_level,
+                "buffers": device,
                 "round": round_index,
             }
         )
@@ -109,13 +120,13 @@ def _memcpy_us(comm, mpi, np, size: int) -> float:
 
 
 def orchestrate(args: argparse.Namespace) -> None:
-    """Launch alternating single/multiple jobs, then aggregate and print the comparison."""
+    """Launch each round's jobs (JOBS), then aggregate and print the comparison."""
     mpiexec = Path(sys.executable).parent / "mpiexec"
     raw = Path(tempfile.mkstemp(suffix=".jsonl")[1])
     for round_index in range(args.rounds):
-        for level in ("single", "multiple"):
+        for level, device in JOBS:
             print(
-                f"round {round_index + 1}/{args.rounds}: thread level {level}",
+                f"round {round_index + 1}/{args.rounds}: thread level {level}, buffers {device}",
                 file=sys.stderr,
                 flush=True,
             )
@@ -128,6 +139,8 @@ def orchestrate(args: argparse.Namespace) -> None:
                     __file__,
                     "--worker",
                     level,
+                    "--device",
+                    device,
                     "--round",
                     str(round_index),
                     "--raw",
@@ -147,7 +160,7 @@ def orchestrate(args: argparse.Namespace) -> None:
 
 
 def _per_round(rows: list[dict], collective: str, size: int, pick) -> dict[int, float]:
-    """Round -> the faster of that round's two jobs (single, multiple) for matching rows."""
+    """Round -> the fastest of that round's jobs for matching rows."""
     best: dict[int, float] = {}
     for row in rows:
         if row["collective"] == collective and row["size"] == size and pick(row):
@@ -159,47 +172,56 @@ def _aggregate(rows: list[dict], rounds: int) -> str:
     """The comparison table: per collective and size, medians over rounds and ratios."""
     lines = [
         f"# per job: median over interleaved rounds (as the sweep) of the per-iteration max "
-        f"across ranks; per round the faster of the single and multiple jobs; medians "
-        f"[min..max] over {rounds} rounds",
-        f"{'collective':<10}{'size':>6} {'best of ours':<26}{'ours(us)':>10}"
+        f"across ranks; native: per round the fastest of its jobs (single, multiple, "
+        f"registered buffers); ours: per buffer kind; medians [min..max] over {rounds} rounds",
+        f"{'collective':<10}{'size':>6} {'buffers':<15}{'best of ours':<26}{'ours(us)':>10}"
         f"{'native(us)':>11}{'memcpy(us)':>11}{'ours/native':>20}{'ours/memcpy':>20}",
     ]
     for collective in COLLECTIVES:
         for size in SIZES:
-            candidates = {
-                r["algorithm"]
-                for r in rows
-                if r["collective"] == collective
-                and r["backend"] == "mpi"
-                and r["algorithm"] != "native"
-            }
-            times = {
-                a: _per_round(rows, collective, size, lambda r, a=a: r["algorithm"] == a)
-                for a in candidates
-            }
-            best = min(times, key=lambda a: statistics.median(times[a].values()))
             native = _per_round(rows, collective, size, lambda r: r["algorithm"] == "native")
             memcpy = _per_round(rows, "memcpy", size, lambda r: True)
-            ours = times[best]
-            levels = [
-                r["thread_level"]
+            levels = {
+                f"{r['thread_level']}/{r['buffers']}"
                 for r in rows
                 if r["collective"] == collective
                 and r["size"] == size
                 and r["algorithm"] == "native"
                 and r["us"] in native.values()
-            ]
-            lines.append(
-                f"{collective:<10}{size >> 20:>5}M {best:<26}"
-                f"{statistics.median(ours.values()):>10.0f}"
-                f"{statistics.median(native.values()):>11.0f}"
-                f"{statistics.median(memcpy.values()):>11.0f}"
-                f"{_ratios(ours, native):>20}{_ratios(ours, memcpy):>20}"
-                f"  native fastest at: {', '.join(sorted(set(levels)))}"
-            )
+            }
+            for device in sorted({r.get("buffers", "cpu") for r in rows if "buffers" in r}):
+                best, ours = _best_of_ours(rows, collective, size, device)
+                lines.append(
+                    f"{collective:<10}{size >> 20:>5}M {device:<15}{best:<26}"
+                    f"{statistics.median(ours.values()):>10.0f}"
+                    f"{statistics.median(native.values()):>11.0f}"
+                    f"{statistics.median(memcpy.values()):>11.0f}"
+                    f"{_ratios(ours, native):>20}{_ratios(ours, memcpy):>20}"
+                    f"  native fastest at: {', '.join(sorted(levels))}"
+                )
     fails = sum(r["validation"] == "fail" for r in rows)
     lines.append(f"# validation: {fails} failures in {len(rows)} measurements")
     return "\n".join(lines)
+
+
+def _best_of_ours(rows: list[dict], collective: str, size: int, device: str) -> tuple:
+    """(label, round -> us) of our variant with the lowest median on ``device`` buffers."""
+    candidates = {
+        r["algorithm"]
+        for r in rows
+        if r["collective"] == collective
+        and r["backend"] == "mpi"
+        and r["algorithm"] != "native"
+        and r.get("buffers") == device
+    }
+    times = {
+        a: _per_round(
+            rows, collective, size, lambda r, a=a: r["algorithm"] == a and r["buffers"] == device
+        )
+        for a in candidates
+    }
+    best = min(times, key=lambda a: statistics.median(times[a].values()))
+    return best, times[best]
 
 
 def _ratios(numerator: dict[int, float], denominator: dict[int, float]) -> str:
@@ -214,11 +236,12 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=3.0, help="seconds per size and job")
     parser.add_argument("--out", default=None, help="write OUT.txt and OUT.jsonl")
     parser.add_argument("--worker", choices=("single", "multiple"), help=argparse.SUPPRESS)
+    parser.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
     parser.add_argument("--raw", help=argparse.SUPPRESS)
     parser.add_argument("--round", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.worker, args.round, args.raw, args.budget)
+        worker(args.worker, args.device, args.round, args.raw, args.budget)
     else:
         os.environ.setdefault("PYTHONUNBUFFERED", "1")
         orchestrate(args)

@@ -38,12 +38,17 @@ def _assert_matches_one_process(res, summary, steps: int) -> None:
     [
         (1, []),
         (3, [*SMALL_BUCKETS, "--allreduce", "ring:seg=4K", "--bcast", "chain:seg=16K"]),
+        # Buckets in registered memory, reduced by cma straight from the peers' buckets.
+        (2, [*SMALL_BUCKETS, "--allreduce", "cma", "--buffers", "cpu-registered"]),
     ],
 )
 def test_p_ranks_match_one_process_training(tmp_path, nprocs, extra):
     res, summary = _train(nprocs, tmp_path, "--steps", "12", "-b", "60", "--validate", *extra)
     _assert_matches_one_process(res, summary, 12)
-    if nprocs > 1:
+    if "--buffers" in extra:
+        assert "in cpu-registered memory" in res.stdout
+        assert {b["algorithm"] for b in summary["buckets"]} == {"cma:chunk=512K"}
+    elif nprocs > 1:
         assert len(summary["buckets"]) == 3
         assert {b["algorithm"] for b in summary["buckets"]} == {"ring:seg=4K"}
         assert {b["algorithm"] for b in summary["bcasts"]} == {"chain:seg=16K"}

@@ -250,3 +250,22 @@ def test_every_model_name_is_built_and_runs_on_digits():
     for name in MODELS:
         model = build_model(replace(cfg, model=name), InputShape(1, 8, 10))
         assert model(torch.zeros(2, 1, 8, 8)).shape == (2, 10)
+
+
+@needs_torch
+def test_buckets_in_registered_memory_hold_the_gradients():
+    import torch
+
+    from osu_dl_bench.collectives import registered
+    from osu_dl_bench.train.buckets import make_buckets
+
+    if registered.unavailable_reason():
+        pytest.skip(registered.unavailable_reason())
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 4))
+    buckets = make_buckets(list(model.parameters()), 100, 50, registered.zeros)
+    for bucket in buckets:
+        assert registered.region_of(bucket.array) is not None
+        assert bucket.flat.data_ptr() == bucket.array.ctypes.data
+    model(torch.ones(3, 8)).sum().backward()
+    # backward accumulated into the .grad views, i.e. into the registered buffers
+    assert all(bucket.array.any() for bucket in buckets)

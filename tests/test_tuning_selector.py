@@ -106,6 +106,16 @@ def test_no_table_or_no_entry_means_native(selector, monkeypatch):
     assert gpu.label == "native" and "cuda" in gpu.reason
 
 
+def test_registered_buffers_take_the_host_entries(selector, monkeypatch):
+    """A table measured on private host memory answers for registered host memory."""
+    monkeypatch.delenv(FORCE_ENV, raising=False)
+    for size in (8, 1024, 1 << 20):
+        host = selector.decide(_q(2, size))
+        on_registered = selector.decide(_q(2, size, device="cpu-registered"))
+        assert (on_registered.label, on_registered.how) == (host.label, host.how)
+        assert on_registered.entry is host.entry
+
+
 def test_an_ineligible_choice_falls_back_to_native(monkeypatch):
     native = _registry.lookup("allreduce", "native")
     picky = Algorithm("allreduce", "pow2only", native.factory, requires=(POWER_OF_TWO,))

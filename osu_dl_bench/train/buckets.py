@@ -15,7 +15,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,14 +77,23 @@ class GradBucket:
 
 
 def make_buckets(
-    params: Sequence[torch.nn.Parameter], cap: int, first_cap: int
+    params: Sequence[torch.nn.Parameter],
+    cap: int,
+    first_cap: int,
+    zeros: Callable[[int, np.dtype], np.ndarray] | None = None,
 ) -> list[GradBucket]:
-    """Plan buckets over ``params`` and point every ``.grad`` into its bucket's buffer."""
+    """Plan buckets over ``params`` and point every ``.grad`` into its bucket's buffer;
+    ``zeros(count, dtype)`` allocates the buffers (e.g. in registered memory, which the
+    node's other ranks can read directly), else torch does."""
     sizes = [(p.numel() * p.element_size(), str(p.dtype)) for p in params]
     buckets = []
     for number, indices in enumerate(plan_buckets(sizes, cap, first_cap)):
         members = [params[i] for i in indices]
-        flat = torch.zeros(sum(p.numel() for p in members), dtype=members[0].dtype)
+        count, dtype = sum(p.numel() for p in members), members[0].dtype
+        if zeros is None:
+            flat = torch.zeros(count, dtype=dtype)
+        else:
+            flat = torch.from_numpy(zeros(count, torch.empty(0, dtype=dtype).numpy().dtype))
         offset = 0
         for param in members:
             param.grad = flat[offset : offset + param.numel()].view_as(param)

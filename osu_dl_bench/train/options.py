@@ -57,6 +57,7 @@ class TrainConfig:
     first_bucket: int = DEFAULT_FIRST_BUCKET
     overlap: bool = True
     fp16_compress: bool = False
+    buffers: str = "cpu"  # gradient buckets: cpu (torch's) or cpu-registered
     threads: int | None = None  # torch intra-op threads; None: cores / local ranks
     validate: bool = False
     validate_steps: int = 20
@@ -112,6 +113,13 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     comm.add_argument("--first-bucket", default="1M", metavar="SIZE", help="first bucket (1M)")
     comm.add_argument("--no-overlap", action="store_true", help="reduce after backward")
     comm.add_argument("--fp16-compress", action="store_true", help="reduce gradients in fp16")
+    comm.add_argument(
+        "--buffers",
+        choices=("cpu", "cpu-registered"),
+        default="cpu",
+        help="gradient buckets in private memory (cpu) or in registered memory the node's "
+        "ranks read directly (cpu-registered: the cma allreduce then copies nothing twice)",
+    )
     run = parser.add_argument_group("validation, checkpoints and output")
     run.add_argument("--validate", action="store_true", help="compare with 1-process training")
     run.add_argument(
@@ -195,6 +203,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         first_bucket=parse_size(args.first_bucket),
         overlap=not args.no_overlap,
         fp16_compress=args.fp16_compress,
+        buffers=args.buffers,
         threads=args.threads,
         validate=args.validate,
         validate_steps=args.validate_steps,

@@ -32,7 +32,6 @@ from osu_dl_bench.tuning.selector import Query, Selector
 # The collectives a tuning table must cover unless fixed on the command line: the
 # gradient allreduce and the start-up broadcast. Others (metrics) fall back to native.
 TABLE_COLLECTIVES = ("allreduce", "bcast")
-_DEVICE = "cpu"
 
 
 @dataclass(frozen=True)
@@ -52,11 +51,14 @@ class CollectivePolicy(Protocol):
         ...
 
 
-def call_context(topology: Topology, collective: str, dtype: str) -> CallContext:
-    """What eligibility is judged on: the job's shape, the dtype and (if reducing) sum."""
+def call_context(
+    topology: Topology, collective: str, dtype: str, device: str = "cpu"
+) -> CallContext:
+    """What eligibility is judged on: the job's shape, the dtype, (if reducing) sum and
+    the buffer kind."""
     op = reduce_op("sum") if SPECS[collective].reduces else None
     return CallContext(
-        topology.nprocs, element_type(dtype), op, _DEVICE, topology.nodes, topology.ppn
+        topology.nprocs, element_type(dtype), op, device, topology.nodes, topology.ppn
     )
 
 
@@ -83,8 +85,9 @@ class SelectorPolicy:
         topology: Topology,
         selector: Selector,
         required: tuple[str, ...] = (),
+        device: str = "cpu",
     ) -> None:
-        self.selector, self.topology = selector, topology
+        self.selector, self.topology, self.device = selector, topology, device
         self._binder = _Binder(comm)
         for collective in required:
             self._require_entry(collective)
@@ -94,18 +97,18 @@ class SelectorPolicy:
             return
         if self.selector.entry_for(self._query(collective, 0)) is None:
             raise UsageError(
-                f"{self.selector.source} has no entry for {collective} on {_DEVICE}: tune "
+                f"{self.selector.source} has no entry for {collective} on {self.device}: tune "
                 f"{collective} too (sweep, then tune), or fix its algorithm with "
                 f"--{collective} ALG"
             )
 
     def _query(self, collective: str, nbytes: int) -> Query:
         t = self.topology
-        return Query(collective, t.nprocs, nbytes, _DEVICE, t.nodes, t.ppn)
+        return Query(collective, t.nprocs, nbytes, self.device, t.nodes, t.ppn)
 
     def choose(self, collective: str, nbytes: int, dtype: str = "float32") -> BoundCollective:
         """The selector's decision for this call, bound."""
-        context = call_context(self.topology, collective, dtype)
+        context = call_context(self.topology, collective, dtype, self.device)
         decision = self.selector.decide(self._query(collective, nbytes), context)
         return self._binder.bind(decision.variant, decision.how)
 
@@ -119,8 +122,10 @@ class FixedPolicy:
         topology: Topology,
         variants: Mapping[str, Variant],
         fallback: CollectivePolicy | None = None,
+        device: str = "cpu",
     ) -> None:
         self.variants, self.topology, self.fallback = dict(variants), topology, fallback
+        self.device = device
         self._binder = _Binder(comm)
 
     def choose(self, collective: str, nbytes: int, dtype: str = "float32") -> BoundCollective:
@@ -130,7 +135,8 @@ class FixedPolicy:
                 return self.fallback.choose(collective, nbytes, dtype)
             return self._binder.bind(lookup(collective, "native").variant(), "native")
         variant = self.variants[collective]
-        reason = variant.ineligible_reason(call_context(self.topology, collective, dtype))
+        context = call_context(self.topology, collective, dtype, self.device)
+        reason = variant.ineligible_reason(context)
         if reason:
             raise UsageError(
                 f"--{collective} {variant.label} cannot run here ({dtype}, "
@@ -151,4 +157,5 @@ def build_policy(cfg: TrainConfig, comm: Any, topology: Topology) -> FixedPolicy
     fixed = fixed_variants(cfg)
     selector = Selector.from_file(cfg.table)
     required = tuple(c for c in TABLE_COLLECTIVES if c not in fixed) if cfg.table else ()
-    return FixedPolicy(comm, topology, fixed, SelectorPolicy(comm, topology, selector, required))
+    selected = SelectorPolicy(comm, topology, selector, required, cfg.buffers)
+    return FixedPolicy(comm, topology, fixed, selected, cfg.buffers)

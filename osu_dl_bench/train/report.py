@@ -43,7 +43,7 @@ def header_lines(s: TrainSummary) -> list[str]:
         f"# start-up bcast: {_algorithms(s.bcasts)}",
         f"# {len(s.buckets)} gradient bucket(s) in reverse parameter order "
         f"(cap {format_size(cfg['bucket_cap'])}, first {format_size(cfg['first_bucket'])}): "
-        f"{sizes}",
+        f"{sizes}, in {cfg.get('buffers', 'cpu')} memory",
         f"# allreduce: {_algorithms(s.buckets)}; overlap {'on' if cfg['overlap'] else 'off'}, "
         f"fp16 compression {'on' if cfg['fp16_compress'] else 'off'}",
     ]

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from osu_dl_bench.collectives.buffers import array_module
 from osu_dl_bench.train.buckets import GradBucket, flatten_state, make_buckets
 from osu_dl_bench.train.comm_hooks import GradReduce, fp16_compress, mean_allreduce
 from osu_dl_bench.train.options import TrainConfig
@@ -53,11 +54,14 @@ def make_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
     )
 
 
-def _bucket_reduce(session: Session, bucket: GradBucket, fp16: bool) -> tuple[GradReduce, CallPlan]:
-    """The bucket's reduction through the policy; fp16 wraps it (runs on the thread)."""
+def _bucket_reduce(
+    session: Session, bucket: GradBucket, fp16: bool, buffers: str = "cpu"
+) -> tuple[GradReduce, CallPlan]:
+    """The bucket's reduction through the policy; fp16 wraps it (runs on the thread), its
+    scratch allocated as the buckets are (``buffers``)."""
     nprocs = session.nprocs
     if fp16:
-        scratch = np.empty(bucket.array.size, np.float16)
+        scratch = array_module(buffers).empty(bucket.array.size, np.float16)
         bound = session.choose("allreduce", scratch)
         reduce = fp16_compress(mean_allreduce(bound.call, nprocs), scratch)
     else:
@@ -79,9 +83,12 @@ class DataParallelTrainer:
         self.state_flats = flatten_state([*model.parameters(), *model.buffers()])
         self.optimizer = make_optimizer(cfg, model)
         trainable = [p for p in model.parameters() if p.requires_grad]
-        self.buckets = make_buckets(trainable, cfg.bucket_cap, cfg.first_bucket)
+        zeros = None if cfg.buffers == "cpu" else array_module(cfg.buffers).zeros
+        self.buckets = make_buckets(trainable, cfg.bucket_cap, cfg.first_bucket, zeros)
         pairs = session.thread.run(
-            lambda: [_bucket_reduce(session, b, cfg.fp16_compress) for b in self.buckets]
+            lambda: [
+                _bucket_reduce(session, b, cfg.fp16_compress, cfg.buffers) for b in self.buckets
+            ]
         )
         self.bucket_plans = [plan for _, plan in pairs]
         self.reducer = GradientReducer(

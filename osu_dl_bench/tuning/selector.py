@@ -8,7 +8,9 @@ Order of precedence:
 2. the table entry of the call's shape; outside the table's comm shapes the nearest
    entry (closest comm size, then nodes, then ppn; ties to the smaller comm size) unless
    the ``model`` hook (the analytical model, osu_dl_bench.model.selection) answers;
-   outside the measured sizes the first or last range, which reach 0 and infinity;
+   outside the measured sizes the first or last range, which reach 0 and infinity; a
+   call on registered buffers (``cpu-registered``) takes the ``cpu`` entries when the
+   table has none of its own (HOST_FALLBACK);
 3. with no table, the ``model`` hook if given;
 4. native, with no table (and no model) or no entry for the collective and buffer kind.
 
@@ -37,6 +39,8 @@ from osu_dl_bench.tuning.table import Choice, Entry, SizeRange, TuningTable, loa
 from osu_dl_bench.units import format_size
 
 TUNED = "tuned"
+# Buffer kinds a table may answer for with another kind's entries when it has none of its own.
+HOST_FALLBACK = {"cpu-registered": "cpu"}
 
 
 @dataclass(frozen=True)
@@ -196,6 +200,10 @@ class Selector:
         key = (query.collective, query.device, query.nprocs, query.nodes, query.ranks_per_node)
         if key not in self._nearest:
             entries = self._entries.get((query.collective, query.device), [])
+            if not entries and query.device in HOST_FALLBACK:
+                # Registered buffers are host buffers: a table measured on private memory
+                # answers for them (its choices all run there; cma only gets faster).
+                entries = self._entries.get((query.collective, HOST_FALLBACK[query.device]), [])
             best = min(entries, key=lambda e: _distance(e, query), default=None)
             self._nearest[key] = best
         return self._nearest[key]

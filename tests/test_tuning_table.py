@@ -201,7 +201,13 @@ def _choice(i):
         (dict, "schema_version", None, "schema_version", "expected 1, got missing"),
         (dict, "entries", None, "entries", "missing"),
         (_entry0, "collective", "allgatherx", "entries[0].collective", "unknown collective"),
-        (_entry0, "device", "tpu", "entries[0].device", "expected one of cpu, cuda"),
+        (
+            _entry0,
+            "device",
+            "tpu",
+            "entries[0].device",
+            "expected one of cpu, cpu-registered, cuda",
+        ),
         (_entry0, "nprocs", "4", "entries[0].nprocs", 'expected int, got "4"'),
         (_entry0, "nodes", 0, "entries[0].nodes", "expected a whole number >= 1"),
         (

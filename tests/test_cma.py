@@ -87,6 +87,10 @@ def test_registered_arrays_know_their_region_and_offset():
     assert registered.region_of(np.zeros(10)) is None  # private memory
     assert registered.ARRAYS.zeros(3, np.int64).tolist() == [0, 0, 0]
     assert registered.region_of(array_module("cpu-registered").zeros(5, np.int32)) is not None
+    grid = registered.ones((3, 4), np.int8)
+    assert grid.shape == (3, 4) and grid.sum() == 12 and registered.region_of(grid) is not None
+    with pytest.raises(ValueError, match="non-negative integer sizes, got -1"):
+        registered.empty(-1)
 
 
 @needs_registered

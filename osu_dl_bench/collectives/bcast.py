@@ -25,6 +25,7 @@ from osu_dl_bench.collectives.primitives import (
     ring_allgather,
 )
 from osu_dl_bench.collectives.registry import POWER_OF_TWO, Split, register, whole_message
+from osu_dl_bench.errors import UsageError
 
 DEFAULT_SEG = 256 * 1024
 
@@ -62,6 +63,11 @@ def binomial(comm: MPI.Comm):
     return call
 
 
+def _check_seg(seg: object) -> None:
+    if not isinstance(seg, int) or seg < 1:
+        raise UsageError(f"chain: seg must be a positive byte count such as 256K, got {seg!r}")
+
+
 @register(
     "bcast",
     "chain",
@@ -70,6 +76,7 @@ def binomial(comm: MPI.Comm):
     grid={"seg": (64 * 1024, 256 * 1024, 1024 * 1024)},
     split=Split("seg", whole_message),
     cost=_chain_cost,
+    check_params=lambda params: _check_seg(params["seg"]),
 )
 def chain(comm: MPI.Comm, seg: int = DEFAULT_SEG):
     """Bind the pipelined chain broadcast with ``seg``-byte segments."""

@@ -194,6 +194,8 @@ class AddressTable:
         if raw is None:
             return None
         lo = int(slots[first + 3]) + byte_start
+        if lo + like.nbytes > len(raw):
+            return None  # ranks disagree on the size: as with private buffers, no check here
         return raw[lo : lo + like.nbytes].view(like.dtype)
 
     def sync(self) -> None:

@@ -17,9 +17,11 @@ proc(5) (/proc/PID/fd), mmap(2).
 from __future__ import annotations
 
 import itertools
+import math
 import mmap
 import os
 import sys
+import threading
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -28,9 +30,12 @@ from typing import Any
 import numpy as np
 
 DEVICE = "cpu-registered"
-# Mapped peer regions kept per process; older ones are dropped (unmapped once unused).
-PEER_MAP_LIMIT = 64
+# Peers' memory files kept mapped per binding; the least recently used are dropped
+# (unmapped once unused). A trainer needs buckets x (p - 1) of them.
+PEER_MAP_LIMIT = 256
 _serials = itertools.count(1)
+# Regions are added by allocating threads and removed by finalisers (any thread).
+_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -58,17 +63,25 @@ def unavailable_reason() -> str | None:
 
 
 def _release(serial: int) -> None:
-    region = _REGIONS.pop(serial, None)
+    with _LOCK:
+        region = _REGIONS.pop(serial, None)
     if region is not None:
         os.close(region.fd)
 
 
-def empty(count: int, dtype: Any = np.float64) -> np.ndarray:
-    """A one-dimensional array of ``count`` elements in registered memory."""
+def _element_count(shape: Any) -> int:
+    """Elements of an int or tuple shape, as numpy.empty takes it; a ValueError else."""
+    dims = tuple(shape) if isinstance(shape, tuple | list) else (shape,)
+    if not all(isinstance(d, int | np.integer) and d >= 0 for d in dims):
+        raise ValueError(f"registered arrays need non-negative integer sizes, got {shape!r}")
+    return math.prod(int(d) for d in dims)
+
+
+def empty(shape: Any, dtype: Any = np.float64) -> np.ndarray:
+    """An array of ``shape`` (an int or a tuple) in registered memory."""
     dtype = np.dtype(dtype)
-    if isinstance(count, tuple):  # xp.zeros((n,), dtype) as numpy accepts
-        (count,) = count
-    nbytes = max(int(count) * dtype.itemsize, 1)
+    count = _element_count(shape)
+    nbytes = max(count * dtype.itemsize, 1)
     fd = os.memfd_create("osu-dl-bench", os.MFD_CLOEXEC)
     try:
         os.ftruncate(fd, nbytes)
@@ -76,17 +89,26 @@ def empty(count: int, dtype: Any = np.float64) -> np.ndarray:
     except OSError:
         os.close(fd)
         raise
-    serial = next(_serials)
     raw = np.frombuffer(memory, np.uint8)
-    _REGIONS[serial] = Region(fd, serial, raw.ctypes.data, nbytes)
+    with _LOCK:
+        serial = next(_serials)
+        _REGIONS[serial] = Region(fd, serial, raw.ctypes.data, nbytes)
     weakref.finalize(memory, _release, serial)
-    return raw[: int(count) * dtype.itemsize].view(dtype)
+    shaped = shape if isinstance(shape, tuple | list) else (count,)
+    return raw[: count * dtype.itemsize].view(dtype).reshape(shaped)
 
 
-def zeros(count: int, dtype: Any = np.float64) -> np.ndarray:
+def zeros(shape: Any, dtype: Any = np.float64) -> np.ndarray:
     """Like numpy.zeros, in registered memory (pages touched now, not at the first call)."""
-    array = empty(count, dtype)
+    array = empty(shape, dtype)
     array.fill(0)
+    return array
+
+
+def ones(shape: Any, dtype: Any = np.float64) -> np.ndarray:
+    """Like numpy.ones, in registered memory."""
+    array = empty(shape, dtype)
+    array.fill(1)
     return array
 
 
@@ -95,7 +117,9 @@ def region_of(array: np.ndarray) -> tuple[Region, int] | None:
     if not isinstance(array, np.ndarray) or not array.flags.c_contiguous:
         return None
     start = array.ctypes.data
-    for region in _REGIONS.values():
+    with _LOCK:
+        regions = list(_REGIONS.values())
+    for region in regions:
         if region.base <= start and start + array.nbytes <= region.base + region.nbytes:
             return region, start - region.base
     return None
@@ -106,6 +130,7 @@ class _HostRegistered:
 
     zeros = staticmethod(zeros)
     empty = staticmethod(empty)
+    ones = staticmethod(ones)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(np, name)
@@ -115,23 +140,27 @@ ARRAYS = _HostRegistered()
 
 
 class PeerMaps:
-    """Peers' registered regions mapped into this process, by (pid, fd, serial)."""
+    """Peers' registered regions mapped into this process, one per (pid, fd): a new
+    serial on the same descriptor (the peer freed a region and reused the number)
+    replaces the old mapping, so freed regions are not kept alive here."""
 
     def __init__(self, limit: int = PEER_MAP_LIMIT) -> None:
-        self._maps: OrderedDict[tuple[int, int, int], np.ndarray | None] = OrderedDict()
+        self._maps: OrderedDict[tuple[int, int], tuple[int, np.ndarray | None]] = OrderedDict()
         self._limit = limit
 
     def bytes_of(self, pid: int, fd: int, serial: int) -> np.ndarray | None:
         """The peer's region as bytes, or None if it cannot be mapped (then the caller
         copies through the kernel instead)."""
-        key = (pid, fd, serial)
-        if key in self._maps:
+        key = (pid, fd)
+        known = self._maps.get(key)
+        if known is not None and known[0] == serial:
             self._maps.move_to_end(key)
-            return self._maps[key]
+            return known[1]
         mapped = _map_peer(pid, fd)
-        self._maps[key] = mapped
+        # Replaced or dropped, not closed: a view made by a running call keeps it mapped.
+        self._maps[key] = (serial, mapped)
+        self._maps.move_to_end(key)
         if len(self._maps) > self._limit:
-            # Dropped, not closed: a view made by a call still running keeps it mapped.
             self._maps.popitem(last=False)
         return mapped
 

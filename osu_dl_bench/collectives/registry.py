@@ -62,13 +62,16 @@ CPU_BUFFERS = Requirement("needs host (cpu) buffers", lambda c: is_host(c.device
 @dataclass(frozen=True)
 class Split:
     """A size parameter that cuts one unit of the message into pieces (a chunk or segment
-    size). Where the unit fits in one piece, or the parameter is 0 ("whole"), the
-    parameter has no effect: variants differing only there run the same code (twins)."""
+    size). Where the unit fits in one piece the parameter has no effect: variants
+    differing only there run the same code (twins)."""
 
     param: str
     # (p, n elements) -> elements of the unit the parameter cuts: the whole message, or
     # the largest of the p blocks.
     unit: Callable[[int, int], int]
+    # True where a piece of under one element means "do not cut" (the ring's seg=0); else
+    # the algorithm cuts pieces of at least one element, as max(1, bytes // itemsize).
+    zero_means_whole: bool = False
 
 
 def whole_message(p: int, n: int) -> int:
@@ -183,8 +186,11 @@ class Variant:
         if split is None:
             return 1
         step = int(self.params[split.param]) // max(itemsize, 1)
+        if step <= 0 and split.zero_means_whole:
+            return 1
+        step = max(step, 1)
         unit = split.unit(p, count)
-        return 1 if step <= 0 or step >= unit else -(-unit // step)
+        return 1 if step >= unit else -(-unit // step)
 
     def twin_key(self, p: int, count: int, itemsize: int) -> tuple:
         """Equal for variants that run the same code on ``count`` elements over p ranks."""
@@ -196,10 +202,13 @@ class Variant:
 
 
 def _split_value(variant: Variant) -> int:
-    """The split parameter's value for ordering twins, 0 (whole) counting as the largest."""
+    """The split parameter's value for ordering twins; 0 counts as the largest where it
+    means "whole" (Split.zero_means_whole)."""
     split = variant.algorithm.split
-    value = int(variant.params[split.param]) if split else 0
-    return value if value > 0 else 1 << 62
+    if split is None:
+        return 0
+    value = int(variant.params[split.param])
+    return 1 << 62 if value <= 0 and split.zero_means_whole else value
 
 
 def distinct_variants(variants: list[Variant], p: int, count: int, itemsize: int) -> list[Variant]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from osu_dl_bench.collectives.buffers import is_host
 from osu_dl_bench.model.costs import Layout, predict_seconds
 from osu_dl_bench.model.platform import Platform
 from osu_dl_bench.model.predict import eligible_variants
@@ -33,7 +34,7 @@ class PlatformModel:
         return Choice.of(min(timed, key=lambda t: t[0])[1]) if timed else None
 
     def __call__(self, query: Query) -> Choice | None:
-        if query.device != "cpu":
+        if not is_host(query.device):
             return None  # the model describes host buffers only
         return self._best(
             query.collective, query.nprocs, query.nodes, query.ranks_per_node, query.nbytes

@@ -57,18 +57,20 @@ def _train_config(args: argparse.Namespace, measured: dict):
 
 
 def _variant_of(label: str) -> tuple[str | None, bool] | None:
-    """bench_train.py's label -> (allreduce variant, overlap); None if not modelled."""
-    base, _, suffix = label.partition("/")
+    """bench_train.py's label ('tuned/registered/no-overlap') -> (allreduce variant,
+    overlap); None if not modelled. Registered buckets are costed as private ones (the
+    model's cma formula is the kernel-copy path)."""
+    base, *suffixes = label.split("/")
     if base in _NOT_MODELLED:
         return None
-    return (None if base == "tuned" else base), suffix != "no-overlap"
+    return (None if base == "tuned" else base), "no-overlap" not in suffixes
 
 
 def _comparison(platform, compute, stats, nprocs, measured, batch) -> tuple[list[str], list]:
     layout = Layout(nprocs, 1, nprocs)
     labels = list(measured) or ["native", "native/no-overlap", "tuned"]
     lines = [
-        f"{'config':<28}{'predicted ms':>13}{'(comm, exposed)':>18}{'measured ms':>13}"
+        f"{'config':<38}{'predicted ms':>13}{'(comm, exposed)':>18}{'measured ms':>13}"
         f"{'accuracy':>10}"
     ]
     accuracies = []
@@ -76,7 +78,7 @@ def _comparison(platform, compute, stats, nprocs, measured, batch) -> tuple[list
         spec = _variant_of(label)
         meas = batch / measured[label] * 1e3 if label in measured else None
         if spec is None:
-            lines.append(f"{label:<28}{'not modelled':>13}{'':>18}{_ms(meas):>13}")
+            lines.append(f"{label:<38}{'not modelled':>13}{'':>18}{_ms(meas):>13}")
             continue
         algorithm, overlap = spec
         comm = bucket_seconds(platform, layout, stats.bucket_bytes, algorithm)
@@ -86,7 +88,7 @@ def _comparison(platform, compute, stats, nprocs, measured, batch) -> tuple[list
             accuracies.append(acc)
         parts = f"({step.comm * 1e3:.2f}, {step.exposed * 1e3:.2f})"
         lines.append(
-            f"{label:<28}{step.step * 1e3:>13.2f}{parts:>18}{_ms(meas):>13}"
+            f"{label:<38}{step.step * 1e3:>13.2f}{parts:>18}{_ms(meas):>13}"
             f"{'' if acc is None else f'{100 * acc:9.1f}%':>10}"
         )
     return lines, accuracies

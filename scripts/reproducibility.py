@@ -10,6 +10,7 @@ compares every (collective, p, size, algorithm) point both measured, by median:
   reorders algorithms). A share of relative moves above 5% says how often two algorithms
   within 5% of each other can trade places from one run to the next: the floor under a
   tuning table's "within 5% of the best in a separate run";
+- the spread within RUN_B: the median over its points of (q3 - q1) / median over rounds;
 - RUN_A's medians taken as the prediction of RUN_B's, scored with the performance model's
   metric (accuracy = 1 - |pred - meas| / meas, Kahira et al.): the accuracy a perfect,
   state-frozen model would reach against RUN_B.
@@ -34,13 +35,14 @@ def _medians(run_dir: str) -> pd.DataFrame:
         sys.exit(f"{run_dir}: no results.csv (expected a sweep's run directory)")
     frame = pd.read_csv(path)
     frame = frame[frame["validation"].fillna("pass") != "fail"]
-    return frame.drop_duplicates(KEY, keep="last")[[*KEY, "median_us"]]
+    frame = frame.assign(spread=(frame["q3_us"] - frame["q1_us"]) / frame["median_us"])
+    return frame.drop_duplicates(KEY, keep="last")[[*KEY, "median_us", "spread"]]
 
 
 def compare(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     """Points both runs measured, with the shift b/a, the shift relative to the point's
     median shift, and a's median scored as the prediction of b's."""
-    both = a.merge(b, on=KEY, suffixes=("_a", "_b"))
+    both = a.merge(b, on=KEY, suffixes=("_a", "_b")).rename(columns={"spread_b": "spread"})
     both["shift"] = both["median_us_b"] / both["median_us_a"]
     point_shift = both.groupby(KEY[:3])["shift"].transform("median")
     both["relative"] = both["shift"] / point_shift
@@ -57,7 +59,7 @@ def report(both: pd.DataFrame, run_a: str, run_b: str) -> str:
     lines = [
         f"# {run_a} against {run_b}: {len(both)} points measured by both",
         f"{'p':>4}{'points':>8}{'median shift':>14}{'moved >5%':>11}"
-        f"{'relative >5%':>14}{'accuracy >=64K':>16}{'<64K':>8}",
+        f"{'relative >5%':>14}{'IQR in B':>10}{'accuracy >=64K':>16}{'<64K':>8}",
     ]
     groups = [(str(p), g) for p, g in both.groupby("nprocs")] + [("all", both)]
     for name, group in groups:
@@ -67,6 +69,7 @@ def report(both: pd.DataFrame, run_a: str, run_b: str) -> str:
             f"{name:>4}{len(group):>8}"
             f"{np.median(np.abs(np.log(group['shift']))) * 100:>13.1f}%"
             f"{_moved(group['shift']):>10.0f}%{_moved(group['relative']):>13.0f}%"
+            f"{np.median(group['spread']) * 100:>9.1f}%"
             f"{large['accuracy'].mean() * 100:>15.1f}%{small['accuracy'].mean() * 100:>7.1f}%"
         )
     return "\n".join(lines)

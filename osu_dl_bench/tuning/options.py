@@ -42,7 +42,9 @@ def add_select_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--collective", default=None, help="default: every collective in the table")
     parser.add_argument("--nodes", type=int, default=1, help="nodes (default 1)")
     parser.add_argument("--ppn", type=int, default=None, help="ranks per node (default np/nodes)")
-    parser.add_argument("-d", "--device", default="cpu", help="buffer kind: cpu or cuda")
+    parser.add_argument(
+        "-d", "--device", default="cpu", help="buffer kind: cpu, cpu-registered or cuda"
+    )
     parser.add_argument("--dtype", default="float32", help="element type, for eligibility")
     parser.add_argument("--op", default="sum", help="reduction op, for eligibility")
     parser.add_argument(

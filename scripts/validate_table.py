@@ -41,7 +41,7 @@ def main() -> int:
         f"{'chosen/native':>14}  best",
     ]
     verdicts = []
-    for (collective, nprocs), group in frame.groupby(["collective", "nprocs"]):
+    for (device, collective, nprocs), group in frame.groupby(["device", "collective", "nprocs"]):
         to_best, to_native = [], []
         for size, at_size in group.groupby("size_bytes"):
             at_size = without_twins(collective, at_size.drop_duplicates("algorithm", keep="last"))
@@ -50,7 +50,7 @@ def main() -> int:
                 collective,
                 int(nprocs),
                 int(size),
-                "cpu",
+                device,
                 int(at_size["nodes"].iloc[0]),
                 int(at_size["ppn"].iloc[0]),
             )
@@ -70,7 +70,8 @@ def main() -> int:
             )
         ok = max(to_best) <= 1.05 and statistics.median(to_best) <= 1.03 and max(to_native) <= 1.05
         verdicts.append(
-            f"# {collective} p={nprocs}: chosen/best median {statistics.median(to_best):.3f} "
+            f"# {collective} p={nprocs} ({device}): "
+            f"chosen/best median {statistics.median(to_best):.3f} "
             f"max {max(to_best):.3f}; chosen/native median {statistics.median(to_native):.3f} "
             f"max {max(to_native):.3f} -> {'meets' if ok else 'misses'} the targets "
             f"(best <= 1.05 everywhere, median <= 1.03, native <= 1.05)"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from osu_dl_bench.collectives import SPECS, all_algorithms
+from osu_dl_bench.collectives import SPECS, all_algorithms, registered
+from osu_dl_bench.collectives.buffers import cuda_unavailable_reason
 from osu_dl_bench.collectives.registry import UNAVAILABLE_BACKENDS, format_params
 
 
 def algorithm_listing(collective: str | None = None) -> str:
-    """A table of registered algorithms, then the backends that are not available here."""
+    """A table of registered algorithms, then the backends that are not available here and
+    the buffer kinds (-d) this machine offers."""
     lines = [f"{'collective':<16}{'algorithm':<24}{'backend':<9}{'parameters':<22}requires"]
     for algo in all_algorithms():
         if collective and algo.collective != collective:
@@ -19,4 +21,14 @@ def algorithm_listing(collective: str | None = None) -> str:
         lines.append(f"(no collective named {collective!r})")
     for backend, reason in sorted(UNAVAILABLE_BACKENDS.items()):
         lines.append(f"backend {backend}: not available here: {reason}")
+    lines.append("buffer kinds (-d): " + "; ".join(_buffer_kinds()))
     return "\n".join(lines)
+
+
+def _buffer_kinds() -> list[str]:
+    reasons = {
+        "cpu": None,
+        "cpu-registered": registered.unavailable_reason(),
+        "cuda": cuda_unavailable_reason(),
+    }
+    return [kind if why is None else f"{kind} (not here: {why})" for kind, why in reasons.items()]

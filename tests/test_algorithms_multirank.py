@@ -80,3 +80,5 @@ def test_list_shows_algorithms_and_constraints():
         ln.split()[:2] == ["allgather", "recursive_doubling"] and "power-of-two" in ln
         for ln in lines
     )
+    kinds = next(ln for ln in lines if ln.startswith("buffer kinds (-d): "))
+    assert kinds.startswith("buffer kinds (-d): cpu; cpu-registered") and "cuda" in kinds

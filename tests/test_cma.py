@@ -119,6 +119,7 @@ def test_peer_maps_see_the_same_memory_or_answer_none():
     array[3] = 42
     assert raw.view(np.int64)[3] == 42  # a second mapping of the same pages
     assert maps.bytes_of(os.getpid(), 10_000, 1) is None  # no such descriptor
+    assert maps.last_error.startswith(f"/proc/{os.getpid()}/fd/10000: ")
     assert maps.bytes_of(os.getpid(), region.fd, region.serial) is not raw  # limit 1: remapped
 
 
@@ -142,6 +143,8 @@ def test_cma_on_registered_buffers_never_copies_through_the_kernel():
     args = [DRIVER, "--algorithms", "cma", "--collectives", "allreduce,bcast", "--device"]
     args += ["cpu-registered", "--forbid-kernel-copies", "--dtypes", "float32,int64,float16"]
     args += ["--ops", "sum,max", "--sizes", "0,1,13,4099,262147"]
-    summary = driver_summary(run_mpi(3, args, timeout=300))
+    result = run_mpi(3, args, timeout=300)
+    summary = driver_summary(result)
+    assert "cannot map registered buffers" not in result.stderr  # the bind-time probe mapped
     assert summary["failed"] == 0, "\n".join(summary["failures"])
     assert summary["passed"] > 0 and summary["skipped"] == 0

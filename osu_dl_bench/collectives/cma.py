@@ -52,6 +52,8 @@ from mpi4py import MPI
 from osu_dl_bench.collectives.common import Machine, Scratch, block_bounds, lg
 from osu_dl_bench.collectives.ops import ReduceOp
 from osu_dl_bench.collectives.registered import PeerMaps, region_of
+from osu_dl_bench.collectives.registered import unavailable_reason as registered_unavailable
+from osu_dl_bench.collectives.registered import zeros as registered_zeros
 from osu_dl_bench.collectives.registry import (
     COMMUTATIVE_OP,
     CPU_BUFFERS,
@@ -224,6 +226,34 @@ def _probe(table: AddressTable, kernel: Kernel, comm: MPI.Comm) -> None:
         )
 
 
+_MAPPING_WARNED = False
+
+
+def _probe_mapping(table: AddressTable, comm: MPI.Comm) -> None:
+    """Map a word of the next rank's registered memory; where any rank cannot, say once
+    (on stderr, from rank 0) that registered buffers will be copied through the kernel:
+    still correct, but without the zero-copy path the user allocated them for."""
+    global _MAPPING_WARNED
+    if table.size == 1 or registered_unavailable() is not None:
+        return
+    mine = registered_zeros(1, np.int64)
+    mine[0] = table.rank + 1
+    table.publish(mine, mine)
+    peer = (table.rank + 1) % table.size
+    seen = table.mapped(peer, True, 0, mine)
+    works = seen is not None and int(seen[0]) == peer + 1
+    refused = comm.allreduce(0 if works else 1)
+    table.sync()
+    if refused and comm.Get_rank() == 0 and not _MAPPING_WARNED:
+        _MAPPING_WARNED = True
+        why = table.maps.last_error or "on another rank"
+        print(
+            f"osu-dl-bench: cma: peers cannot map registered buffers here ({why}); "
+            "they are copied through the kernel instead",
+            file=sys.stderr,
+        )
+
+
 class _Bound:
     """The per-communicator state of a cma algorithm."""
 
@@ -236,6 +266,7 @@ class _Bound:
         # per communicator, so computed once here rather than on every call.
         self.peers = tuple((me + i) % p for i in range(1, p))
         _probe(self.table, self.kernel, comm)
+        _probe_mapping(self.table, comm)
 
 
 def _byte_offset(array: np.ndarray, index: int) -> int:

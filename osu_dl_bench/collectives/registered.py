@@ -147,6 +147,7 @@ class PeerMaps:
     def __init__(self, limit: int = PEER_MAP_LIMIT) -> None:
         self._maps: OrderedDict[tuple[int, int], tuple[int, np.ndarray | None]] = OrderedDict()
         self._limit = limit
+        self.last_error: str | None = None  # why the latest mapping failed, for messages
 
     def bytes_of(self, pid: int, fd: int, serial: int) -> np.ndarray | None:
         """The peer's region as bytes, or None if it cannot be mapped (then the caller
@@ -156,7 +157,10 @@ class PeerMaps:
         if known is not None and known[0] == serial:
             self._maps.move_to_end(key)
             return known[1]
-        mapped = _map_peer(pid, fd)
+        try:
+            mapped = _map_peer(pid, fd)
+        except (OSError, ValueError) as exc:
+            mapped, self.last_error = None, f"/proc/{pid}/fd/{fd}: {exc}"
         # Replaced or dropped, not closed: a view made by a running call keeps it mapped.
         self._maps[key] = (serial, mapped)
         self._maps.move_to_end(key)
@@ -165,16 +169,12 @@ class PeerMaps:
         return mapped
 
 
-def _map_peer(pid: int, fd: int) -> np.ndarray | None:
-    try:
-        handle = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDWR)
-    except OSError:
-        return None
+def _map_peer(pid: int, fd: int) -> np.ndarray:
+    """The peer's memory file mapped here, as bytes (OSError or ValueError if it cannot)."""
+    handle = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDWR)
     try:
         size = os.fstat(handle).st_size
         memory = mmap.mmap(handle, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-    except (OSError, ValueError):
-        return None
     finally:
         os.close(handle)
     return np.frombuffer(memory, np.uint8)

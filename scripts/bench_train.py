@@ -26,6 +26,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from osu_dl_bench.train.options import add_benchmark_workload_arguments
+
 DDP = "ddp-gloo"
 TUNED = "tuned"
 TARGET = 1.1  # tuned / DDP-Gloo, from the issue
@@ -130,7 +132,7 @@ def _trainers(session, cfg, data, table: str | None) -> tuple[dict, list[str]]:
     if registered.unavailable_reason() is None:
         on_registered = replace(cfg, buffers="cpu-registered")
         for label, policy in policies:
-            if label in (TUNED, "cma:chunk=512K"):
+            if label.partition(":")[0] in (TUNED, "cma"):  # cma: its default variant
                 trainers[f"{label}/registered"] = DataParallelTrainer(
                     model(), on_registered, replace(session, policy=policy)
                 )
@@ -271,13 +273,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=8, help="timed steps per measurement")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps before each")
     parser.add_argument("--table", default=None, help="tuning table for the 'tuned' row")
-    parser.add_argument("--model", default="resnet", choices=("cnn", "resnet"))
-    parser.add_argument("--depth", type=int, default=10)
-    parser.add_argument("--width", type=int, default=64)
-    parser.add_argument("--image-size", type=int, default=16)
-    parser.add_argument("--num-classes", type=int, default=100)
-    parser.add_argument("-b", "--batch-size", type=int, default=32, help="global batch")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads per rank")
+    add_benchmark_workload_arguments(parser, "global batch", "torch threads per rank")
     parser.add_argument("--out", default="results/train_p2")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return parser

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from osu_dl_bench.train.options import add_benchmark_workload_arguments
+
 DEFAULT_SCALE_PLATFORM = "ib-hdr200"
 DEFAULT_SCALE_NP = "64,128,256,512,1024"
 
@@ -90,13 +92,9 @@ def _train(sub) -> None:
     parser.add_argument("--scale-np", default=DEFAULT_SCALE_NP, help="process counts to predict")
     parser.add_argument("--scale-ppn", type=int, default=8, help="ranks per node at scale")
     parser.add_argument("--np", type=int, default=2, help="p of the comparison (without JSON)")
-    parser.add_argument("--model", default="resnet", help="cnn or resnet (without JSON)")
-    parser.add_argument("--depth", type=int, default=10)
-    parser.add_argument("--width", type=int, default=64)
-    parser.add_argument("--image-size", type=int, default=16)
-    parser.add_argument("--num-classes", type=int, default=100)
-    parser.add_argument("-b", "--batch-size", type=int, default=32, help="global batch at p")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (cores / p)")
+    add_benchmark_workload_arguments(
+        parser, "global batch at p", "torch threads (cores / p)", "the model (without JSON)"
+    )
     parser.add_argument("-o", "--output", default=None, help="also write the report here")
 
 

@@ -32,6 +32,20 @@ SKLEARN_EXTRA = "pip install 'osu-dl-bench[train]' (or: pip install scikit-learn
 PROGRESS = ("auto", "on", "off")
 
 
+def add_benchmark_workload_arguments(
+    parser: argparse.ArgumentParser, batch_help: str, threads_help: str, model_help: str = ""
+) -> None:
+    """The synthetic-image workload of scripts/bench_train.py, which ``model train``
+    predicts: declared once, so both describe the same model by default."""
+    parser.add_argument("--model", default="resnet", choices=MODELS, help=model_help or None)
+    parser.add_argument("--depth", type=int, default=10)
+    parser.add_argument("--width", type=int, default=64)
+    parser.add_argument("--image-size", type=int, default=16)
+    parser.add_argument("--num-classes", type=int, default=100)
+    parser.add_argument("-b", "--batch-size", type=int, default=32, help=batch_help)
+    parser.add_argument("--threads", type=int, default=None, help=threads_help)
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Every option of one training run."""

@@ -32,7 +32,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from osu_dl_bench.runtime import init_mpi
 
     cfg = config_from_args(args)
-    check_output_path(cfg.output)
+    if launcher_rank() == 0:  # only rank 0 writes -o
+        check_output_path(cfg.output)
     mpi = init_mpi(cfg.thread_level)
     from osu_dl_bench.bench.run import run_bench
 

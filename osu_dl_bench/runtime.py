@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -79,8 +80,23 @@ def avoid_busy_polling_when_oversubscribed() -> bool:
     return True
 
 
-def init_mpi(thread_level: str = DEFAULT_THREAD_LEVEL):
-    """Initialise MPI at ``thread_level`` (unless already initialised) and return mpi4py.MPI."""
+# How long a rank that hit an error nobody agreed on waits for the others to fail too
+# before it aborts the job: ranks raising the same error reach it within milliseconds
+# (seconds when oversubscribed); one rank alone never sees the others come.
+SETTLE_SECONDS = 10.0
+
+# A duplicate of COMM_WORLD made at start-up, on which ranks agree about errors: its
+# traffic can never match a collective the others are blocked in on another communicator.
+_errors_comm = None
+
+
+def init_mpi(thread_level: str = DEFAULT_THREAD_LEVEL, pending: UsageError | None = None):
+    """Initialise MPI at ``thread_level`` (unless already initialised) and return mpi4py.MPI.
+
+    The first call on each rank agrees with the others on errors met before MPI started
+    (``pending``: bad options, a missing library, a file this rank cannot read): when any
+    rank had one, every rank raises the same agreed UsageError.
+    """
     if thread_level not in THREAD_LEVELS:
         raise UsageError(
             f"unknown thread level {thread_level!r}: expected one of {', '.join(THREAD_LEVELS)}"
@@ -92,7 +108,46 @@ def init_mpi(thread_level: str = DEFAULT_THREAD_LEVEL):
         avoid_busy_polling_when_oversubscribed()
     from mpi4py import MPI
 
+    _agree_at_start_up(MPI, pending)
     return MPI
+
+
+def _agree_at_start_up(mpi, pending: UsageError | None) -> None:
+    """Once per process: make the errors comm and exchange start-up errors over it."""
+    global _errors_comm
+    if _errors_comm is not None or not mpi.Is_initialized() or mpi.Is_finalized():
+        return
+    _errors_comm = mpi.COMM_WORLD.Dup()
+    message = joint_error(_errors_comm.allgather(str(pending) if pending else None))
+    if message:
+        raise UsageError(message, agreed=True)
+
+
+def joint_error(messages: list[str | None]) -> str | None:
+    """One message for the errors ranks reported (None where a rank had none): the
+    message alone when every rank gave it, else the first failing rank's, named."""
+    failed = [(rank, m) for rank, m in enumerate(messages) if m]
+    if not failed:
+        return None
+    rank, message = failed[0]
+    if len(failed) == len(messages) and all(m == message for _, m in failed):
+        return message
+    others = len(failed) - 1
+    also = f" (and {others} other rank{'s' * (others > 1)})" if others else ""
+    return f"rank {rank}{also}: {message}"
+
+
+def launcher_size() -> int:
+    """Ranks in the job as the launcher (mpiexec, srun) announced them, before MPI is
+    initialised; 1 outside a launch (a batch script's own SLURM_NTASKS does not count)."""
+    names = ["PMI_SIZE", "OMPI_COMM_WORLD_SIZE"]
+    if "PMIX_RANK" in os.environ:  # srun --mpi=pmix sets no PMI_SIZE
+        names.append("SLURM_STEP_NUM_TASKS")
+    for var in names:
+        value = os.environ.get(var, "")
+        if value.isdigit():
+            return int(value)
+    return 1
 
 
 def thread_level_name(level: int) -> str:
@@ -270,28 +325,28 @@ def collect_metadata(topology: Topology) -> RunMetadata:
 def agree_on_errors(comm, step: Callable[[], object]) -> object:
     """Run ``step`` on every rank; if it raises UsageError on any rank, raise it on all.
 
-    Used for checks whose verdict might differ between ranks (a device present on one
-    node only), so no rank is left waiting in a collective.
+    Used for checks whose verdict might differ between ranks (a file one node cannot
+    read, a device present on one node only), so no rank is left waiting in a
+    collective. ``step`` must not communicate: a rank that failed is not there.
     """
     try:
         result, message = step(), None
     except UsageError as exc:
         result, message = None, str(exc)
-    messages = [m for m in comm.allgather(message) if m]
-    if messages:
-        raise UsageError(messages[0])
+    joint = joint_error(comm.allgather(message))
+    if joint:
+        raise UsageError(joint, agreed=True)
     return result
 
 
 def run_guarded(body: Callable[[], int]) -> int:
-    """Run an MPI entry point: usage errors -> message from rank 0, exit 2 on every rank;
+    """Run an MPI entry point: usage errors -> one message from rank 0, exit 2 on every
+    rank (an error only some ranks met -> message from each of them, MPI_Abort);
     validation failures -> exit 1; anything else -> traceback from that rank, MPI_Abort."""
     try:
         return body()
     except UsageError as exc:
-        if world_rank() == 0:
-            print(f"osu-dl-bench: error: {exc}", file=sys.stderr, flush=True)
-        return 2
+        return _usage_error_exit(exc)
     except ValidationFailure as exc:
         if world_rank() == 0:
             print(exc, flush=True)
@@ -311,7 +366,52 @@ def run_guarded(body: Callable[[], int]) -> int:
         return 1
 
 
-def _abort_if_others_wait(always: bool = False) -> None:
+def _usage_error_exit(exc: UsageError) -> int:
+    """Exit code 2 with one message from rank 0 once every rank agrees it failed;
+    otherwise this rank says what it met and aborts the job, which would wait forever."""
+    message = str(exc) if exc.agreed else _settle(exc)
+    if message is not None:
+        if world_rank() == 0:
+            _say_error(message)
+        return 2
+    _say_error(f"rank {world_rank()}: {exc} (the other ranks did not fail: aborting the job)")
+    _abort_if_others_wait(always=True, code=2)
+    return 2
+
+
+def _say_error(message: str) -> None:
+    print(f"osu-dl-bench: error: {message}", file=sys.stderr, flush=True)
+
+
+def _settle(exc: UsageError) -> str | None:
+    """The joint message if every rank failed too (before MPI: exchanged at start-up;
+    after: within SETTLE_SECONDS), None if they did not."""
+    if "mpi4py.MPI" not in sys.modules and launcher_size() == 1:
+        return str(exc)
+    if _errors_comm is None:
+        try:
+            init_mpi(pending=exc)
+        except UsageError as agreed:
+            return str(agreed)
+        if _errors_comm is None:  # MPI could not be started or was already finalized
+            return str(exc) if launcher_size() == 1 else None
+    if _errors_comm.Get_size() == 1:
+        return str(exc)
+    return _settle_late(str(exc))
+
+
+def _settle_late(message: str) -> str | None:
+    """After start-up: wait (bounded) for every rank to reach this point, then share."""
+    request = _errors_comm.Ibarrier()
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while not request.Test():
+        if time.monotonic() > deadline:
+            return None  # the job is aborted next: the pending request goes with it
+        time.sleep(0.001)
+    return joint_error(_errors_comm.allgather(message))
+
+
+def _abort_if_others_wait(always: bool = False, code: int = 1) -> None:
     """MPI_Abort the job (if MPI is up, and with ``always`` unset only if it has other
     ranks), so no rank is left waiting for one that stopped."""
     if "mpi4py.MPI" not in sys.modules:
@@ -320,4 +420,4 @@ def _abort_if_others_wait(always: bool = False) -> None:
 
     running = MPI.Is_initialized() and not MPI.Is_finalized()
     if running and (always or MPI.COMM_WORLD.Get_size() > 1):
-        MPI.COMM_WORLD.Abort(1)
+        MPI.COMM_WORLD.Abort(code)

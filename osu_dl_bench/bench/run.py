@@ -78,7 +78,8 @@ def run_bench(comm: MPI.Comm, cfg: BenchConfig) -> int:
         variants, skipped = None, []
     else:
         ctx = CallContext(nprocs, setting.etype, setting.op, cfg.device, topo.nodes, topo.ppn)
-        plan = plan_variants(_variants(cfg, ctx), ctx)
+        # -a tuned reads --table on every rank: one rank that cannot read it fails all.
+        plan = plan_variants(agree_on_errors(comm, lambda: _variants(cfg, ctx)), ctx)
         variants, skipped = plan.eligible, plan.skipped
     for variant, reason in skipped:
         _print(comm, f"# {variant.label}: skipped: {reason}")

@@ -1,0 +1,22 @@
+"""An error met by some ranks only, after MPI started: run as
+``python uneven_errors.py MODE`` under mpiexec (MODE: one-rank, every-rank)."""
+
+import sys
+
+from osu_dl_bench import runtime
+from osu_dl_bench.errors import UsageError
+
+runtime.SETTLE_SECONDS = 3.0  # keep the test short; ranks of one error meet in ms
+
+
+def body() -> int:
+    comm = runtime.init_mpi("single").COMM_WORLD
+    rank = comm.Get_rank()
+    if sys.argv[1] == "every-rank" or rank == 1:
+        raise UsageError(f"bad input seen on rank {rank if sys.argv[1] == 'one-rank' else 'any'}")
+    comm.Barrier()  # where the others wait for rank 1 forever unless the job is aborted
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(runtime.run_guarded(body))

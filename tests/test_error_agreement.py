@@ -1,0 +1,64 @@
+"""Errors that only some ranks meet end the whole job with a message, never a hang."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from mpirun import MPIEXEC, REPO, mpi_env, run_mpi, run_with_timeout
+from osu_dl_bench.runtime import joint_error
+
+DRIVER = str(REPO / "tests" / "drivers" / "uneven_errors.py")
+CLI = [sys.executable, "-m", "osu_dl_bench.cli"]
+
+
+def _mpmd(*parts: tuple[int, list[str]], timeout: float = 90):
+    """``mpiexec -n A cmd... : -n B cmd...``: each part runs its own command line."""
+    cmd = [MPIEXEC]
+    for i, (nprocs, args) in enumerate(parts):
+        cmd += ([":"] if i else []) + ["-n", str(nprocs), *CLI, *args]
+    return run_with_timeout(cmd, timeout, mpi_env())
+
+
+def test_joint_error_names_the_rank_unless_every_rank_agrees():
+    assert joint_error([None, None]) is None
+    assert joint_error(["x", "x", "x"]) == "x"
+    assert joint_error([None, "bad table"]) == "rank 1: bad table"
+    assert joint_error([None, "a", "b", None]) == "rank 1 (and 1 other rank): a"
+    assert joint_error(["a", "b", "c"]) == "rank 0 (and 2 other ranks): a"
+
+
+def test_a_table_only_rank_0_can_read_fails_every_rank_with_one_message(tmp_path: Path):
+    table = str(REPO / "tuning_tables" / "reference-cpu-mpich-1node.json")
+    missing = str(tmp_path / "missing.json")
+    bench = ["bench", "allreduce", "-a", "tuned", "-m", "8:64", "-i", "5", "-x", "1"]
+    proc = _mpmd((1, [*bench, "--table", table]), (2, [*bench, "--table", missing]))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.count("osu-dl-bench: error:") == 1, proc.stderr
+    assert f"rank 1 (and 1 other rank): tuning table {missing}" in proc.stderr
+
+
+def test_an_option_only_one_rank_refuses_before_mpi_starts_fails_every_rank():
+    bench = ["bench", "allreduce", "-m", "8:64", "-i", "5", "-x", "1"]
+    proc = _mpmd((2, bench), (1, [*bench, "-i", "abc"]))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.count("osu-dl-bench: error:") == 1, proc.stderr
+    assert "rank 2: osu-dl-bench bench: argument -i/--iterations" in proc.stderr
+
+
+def test_an_error_every_rank_meets_prints_once_and_exits_2():
+    proc = run_mpi(3, [DRIVER, "every-rank"], timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.count("osu-dl-bench: error: bad input seen on rank any") == 1
+
+
+def test_an_error_one_rank_meets_after_start_up_is_said_by_it_and_aborts_the_job():
+    proc = run_mpi(3, [DRIVER, "one-rank"], timeout=60)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert "osu-dl-bench: error: rank 1: bad input seen on rank 1" in proc.stderr
+    assert "aborting the job" in proc.stderr
+
+
+def test_a_single_process_error_needs_no_mpi():
+    proc = run_with_timeout([*CLI, "bench", "allreduce", "-i", "abc"], 60)
+    assert proc.returncode == 2 and proc.stderr.count("osu-dl-bench: error:") == 1

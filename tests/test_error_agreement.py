@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from mpirun import MPIEXEC, REPO, mpi_env, run_mpi, run_with_timeout
+
 from osu_dl_bench.runtime import joint_error
 
 DRIVER = str(REPO / "tests" / "drivers" / "uneven_errors.py")

@@ -8,16 +8,25 @@ Layout (schema version 1)::
     RUN_DIR/results.csv     one row per measured (nprocs, collective, algorithm, size),
                             columns SWEEP_FIELDS, appended and flushed as soon as measured
     RUN_DIR/results.parquet written at the end when pyarrow is present
+    RUN_DIR/sweep.lock      held (flock) by the sweep writing into the directory; it holds
+                            that sweep's pid and host
 
 A killed run loses at most the point in flight; ``finished_points`` lets --resume skip
-what is already there.
+what is already there. A full disk can cut the last row short: reading drops it (and any
+row of the wrong shape or without statistics) with a warning, so --resume measures it
+again, and appending first cuts the partial row off.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import fcntl
+import io
 import json
 import os
+import socket
+import sys
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -29,6 +38,9 @@ from osu_dl_bench.errors import UsageError
 SCHEMA_VERSION = 1
 RESULTS = "results.csv"
 METADATA = "metadata.json"
+LOCK = "sweep.lock"
+# Lines named in the warning about dropped rows (the count covers them all).
+NAMED_LINES = 5
 
 
 @dataclass(frozen=True)
@@ -79,6 +91,18 @@ POINT_KEY = (
 )
 
 
+# Columns a stored row cannot do without: its key and its statistics (op and validation
+# may be empty: collectives without an op, rows from before validation was stored).
+TEXT_FIELDS = ("collective", "backend", "algorithm", "dtype", "device")
+NUMBER_FIELDS = tuple(f.name for f in fields(SweepPoint) if f.type in ("int", "float"))
+INT_FIELDS = tuple(f.name for f in fields(SweepPoint) if f.type == "int")
+
+
+class StoreError(UsageError):
+    """The run directory cannot be written (a full disk, a file size limit, permissions):
+    a clean message and exit 2 on every rank, like bad input."""
+
+
 class RunStore:
     """Reads and appends a run directory."""
 
@@ -92,36 +116,57 @@ class RunStore:
 
     def create(self) -> None:
         """Make the directory (fine if it exists: --resume continues in it)."""
-        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _write_error(self.path, exc) from None
+
+    def lock(self) -> RunLock:
+        """Hold the directory for this sweep (creating it), or refuse if another sweep does."""
+        self.create()
+        return RunLock(self.path / LOCK)
 
     def append(self, points: list[SweepPoint]) -> None:
-        """Append points and flush them to disk at once."""
-        new = not self.results_path.exists()
-        with self.results_path.open("a", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=SWEEP_FIELDS)
-            if new:
-                writer.writeheader()
-            for point in points:
-                writer.writerow(asdict(point))
-            handle.flush()
-            os.fsync(handle.fileno())
+        """Append points and flush them to disk at once (a row cut short by a full disk
+        is cut off first, so no row is written onto it)."""
+        try:
+            with self.results_path.open("a+b") as raw:
+                _cut_partial_line(raw)
+                new = raw.tell() == 0
+                with io.TextIOWrapper(raw, newline="", write_through=True) as handle:
+                    writer = csv.DictWriter(handle, fieldnames=SWEEP_FIELDS)
+                    if new:
+                        writer.writeheader()
+                    writer.writerows(asdict(point) for point in points)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+        except OSError as exc:
+            raise _write_error(self.results_path, exc) from None
+
+    def read(self) -> tuple[pd.DataFrame, list[str]]:
+        """All readable points so far (an empty frame with the columns if none), and a
+        note on the rows dropped (cut short, wrong field count, missing statistics)."""
+        path = self.results_path
+        if not path.exists():
+            return _empty(), []
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot read it ({exc.strerror})") from None
+        frame, dropped = _parse_results(path, _decode(path, data))
+        return frame, [_dropped_note(path, dropped)] if dropped else []
 
     def load(self) -> pd.DataFrame:
-        """All points so far (an empty frame with the columns if none)."""
-        if not self.results_path.exists():
-            return pd.DataFrame(columns=SWEEP_FIELDS)
-        frame = pd.read_csv(self.results_path)
-        missing = set(SWEEP_FIELDS) - set(frame.columns)
-        if missing:
-            raise UsageError(
-                f"{self.results_path}: not a sweep results file, missing "
-                f"columns {', '.join(sorted(missing))}"
-            )
+        """All readable points so far; dropped rows are counted in a warning on stderr."""
+        frame, notes = self.read()
+        for note in notes:
+            print(f"osu-dl-bench: warning: {note}", file=sys.stderr, flush=True)
         return frame
 
     def finished_points(self) -> set[tuple]:
-        """Keys (POINT_KEY order) of the points already stored, for --resume."""
-        frame = self.load()
+        """Keys (POINT_KEY order) of the points already stored, for --resume; dropped rows
+        are not finished, so they are measured again."""
+        frame = self.read()[0]
         # pandas 3's 'str' dtype keeps NaN after where(..., None): go through object.
         frame["op"] = frame["op"].astype(object).where(frame["op"].notna(), None)
         return {tuple(row) for row in frame[list(POINT_KEY)].itertuples(index=False)}
@@ -131,14 +176,24 @@ class RunStore:
         path = self.path / METADATA
         if not path.exists():
             return {"schema_version": SCHEMA_VERSION, "jobs": {}}
-        return json.loads(path.read_text())
+        try:
+            return json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{path} line {exc.lineno}: not JSON ({exc.msg})") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"{path}: cannot read it ({exc})") from None
 
     def write_metadata(self, metadata: dict[str, Any]) -> None:
-        """Write the metadata file atomically."""
+        """Write the metadata file atomically (a failed write leaves the old one)."""
         path = self.path / METADATA
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps({"schema_version": SCHEMA_VERSION, **metadata}, indent=1))
-        os.replace(tmp, path)
+        text = json.dumps({"schema_version": SCHEMA_VERSION, **metadata}, indent=1)
+        try:
+            tmp.write_text(text)
+            os.replace(tmp, path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise _write_error(path, exc) from None
 
     def write_parquet(self) -> Path | None:
         """Copy the results to Parquet when pyarrow is installed."""
@@ -147,5 +202,166 @@ class RunStore:
         except ImportError:
             return None
         target = self.path / "results.parquet"
-        self.load().to_parquet(target, index=False)
+        try:
+            self.read()[0].to_parquet(target, index=False)
+        except OSError as exc:
+            raise _write_error(target, exc) from None
         return target
+
+
+class RunLock:
+    """An exclusive flock on the run directory's lock file, held until released (or the
+    process ends: the kernel drops it, so a killed sweep leaves no stale lock)."""
+
+    def __init__(self, path: Path) -> None:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise _write_error(path, exc) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 200).decode(errors="replace").strip()
+            os.close(fd)
+            who = f" ({holder})" if holder else ""
+            raise UsageError(
+                f"{path.parent} is in use by another sweep{who}: wait for it to end, "
+                "or choose another -o"
+            ) from None
+        self.fd = fd
+        # Who holds it, for the message of the next sweep; a full disk only loses that.
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
+
+    def release(self) -> None:
+        """Let the next sweep in (the file stays: removing it would race with a new lock)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> RunLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _write_error(path: Path, exc: OSError) -> StoreError:
+    """The message for a write that failed: what is kept and how to go on."""
+    return StoreError(
+        f"cannot write {path} ({exc.strerror or exc}): the results stored before it are "
+        "kept; make room and rerun with --resume"
+    )
+
+
+def _cut_partial_line(handle: io.BufferedRandom) -> None:
+    """Truncate a file (opened 'a+b') after its last newline, leaving it at the end."""
+    end = handle.seek(0, os.SEEK_END)
+    pos = end
+    while pos > 0:
+        start = max(0, pos - 65536)
+        handle.seek(start)
+        found = handle.read(pos - start).rfind(b"\n")
+        if found >= 0:
+            pos = start + found + 1
+            break
+        pos = start
+    if pos != end:
+        handle.truncate(pos)
+    handle.seek(pos)
+
+
+HEADER_LINE = ",".join(SWEEP_FIELDS)
+
+
+def _empty() -> pd.DataFrame:
+    return pd.DataFrame(columns=SWEEP_FIELDS)
+
+
+def _decode(path: Path, data: bytes) -> str:
+    try:
+        return data.decode()
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise UsageError(f"{path} line {line}: not UTF-8 text ({exc.reason})") from None
+
+
+def _parse_results(path: Path, text: str) -> tuple[pd.DataFrame, list[tuple[int, str]]]:
+    """The rows that are whole and complete, and (line, reason) for each one dropped."""
+    lines = text.split("\n")
+    cut = lines.pop()  # what follows the last newline: a row cut short, or ''
+    if not lines:  # not even a whole header line
+        if cut and not HEADER_LINE.startswith(cut.rstrip("\r")):
+            _check_header(path, _split_row(cut) or [])
+        return _empty(), [(1, "cut short")] if cut else []
+    header = _split_row(lines[0]) or []
+    _check_header(path, header)
+    whole, numbers, dropped = [lines[0]], [], []
+    for number, line in enumerate(lines[1:], start=2):
+        values = _split_row(line)
+        if not line.strip():
+            continue  # blank lines are skipped, as pandas does
+        if values is None:
+            dropped.append((number, "not CSV"))
+        elif len(values) != len(header):
+            dropped.append((number, f"{len(values)} fields, expected {len(header)}"))
+        else:
+            whole.append(line)
+            numbers.append(number)
+    if cut:
+        dropped.append((len(lines) + 1, "cut short"))
+    # pandas types the whole rows as it always has; each is valid CSV on its own line.
+    frame = pd.read_csv(io.StringIO("\n".join(whole)))
+    frame.index = pd.Index(numbers, dtype="int64")
+    frame, incomplete = _typed(frame)
+    return frame.reset_index(drop=True), sorted(dropped + incomplete)
+
+
+def _split_row(line: str) -> list[str] | None:
+    """One CSV line's fields (None if it is not CSV on its own, e.g. an open quote)."""
+    try:
+        return next(csv.reader([line.rstrip("\r")], strict=True), [])
+    except csv.Error:
+        return None
+
+
+def _check_header(path: Path, header: list[str]) -> None:
+    missing = set(SWEEP_FIELDS) - set(header)
+    if missing:
+        raise UsageError(
+            f"{path} line 1: not a sweep results file, missing columns {', '.join(sorted(missing))}"
+        )
+
+
+def _typed(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple[int, str]]]:
+    """Numbers as numbers; rows missing a key field or a statistic are dropped, each with
+    the first reason (a row cut after its key fields must not count as measured)."""
+    reasons: dict[int, str] = {}
+    for name in (*TEXT_FIELDS, *NUMBER_FIELDS):
+        raw = frame[name]
+        if name in NUMBER_FIELDS:
+            frame[name] = pd.to_numeric(raw, errors="coerce")
+        if name in INT_FIELDS:
+            frame[name] = frame[name].where(frame[name] % 1 == 0)
+        for number in frame.index[frame[name].isna()]:
+            reasons.setdefault(number, _missing(name, raw[number]))
+    frame = frame.drop(index=list(reasons)).astype({name: "int64" for name in INT_FIELDS})
+    return frame, list(reasons.items())
+
+
+def _missing(name: str, raw: object) -> str:
+    if pd.isna(raw) or str(raw).strip().lower() == "nan":
+        return f"no {name}"
+    return f"{name} {str(raw)!r} is not a number"
+
+
+def _dropped_note(path: Path, dropped: list[tuple[int, str]]) -> str:
+    """One line counting the dropped rows and naming the first few."""
+    named = "; ".join(f"line {n}: {why}" for n, why in dropped[:NAMED_LINES])
+    more = f"; {len(dropped) - NAMED_LINES} more" if len(dropped) > NAMED_LINES else ""
+    rows = "row" if len(dropped) == 1 else "rows"
+    return (
+        f"{path}: dropped {len(dropped)} {rows} that cannot be used ({named}{more}); they "
+        "count as not measured, so --resume measures them again"
+    )

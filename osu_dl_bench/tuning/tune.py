@@ -238,8 +238,9 @@ def build_table(
     store = RunStore(run_dir)
     if not store.results_path.exists():
         raise UsageError(f"{run_dir}: no {store.results_path.name}: not a sweep run directory")
-    rows, dtype, op = select_rows(store.load(), dtype, op)
-    warn: list[str] = []
+    # Rows a full disk cut short, or of the wrong shape, are left out with a warning.
+    frame, warn = store.read()
+    rows, dtype, op = select_rows(frame, dtype, op)
     entries = build_entries(rows, warn)
     if not entries:
         raise UsageError(f"{run_dir}: no result names a registered algorithm")

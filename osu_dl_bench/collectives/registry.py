@@ -59,6 +59,15 @@ POWER_OF_TWO = Requirement(
 CPU_BUFFERS = Requirement("needs host (cpu) buffers", lambda c: is_host(c.device))
 
 
+# Chunk and segment sizes are refused outside these bounds wherever a variant is named
+# (-a, tuning tables, the selector's forcing): a 1-byte chunk turned a 1 MiB allreduce
+# from 0.2 ms into 1.4 s, and no message this suite allocates needs a piece above 1 GiB.
+MIN_PIECE_BYTES = 4 << 10
+MAX_PIECE_BYTES = 1 << 30
+# Other byte-count parameters: what MPI's counts can hold.
+MAX_PARAM_BYTES = (1 << 63) - 1
+
+
 @dataclass(frozen=True)
 class Split:
     """A size parameter that cuts one unit of the message into pieces (a chunk or segment
@@ -72,6 +81,18 @@ class Split:
     # True where a piece of under one element means "do not cut" (the ring's seg=0); else
     # the algorithm cuts pieces of at least one element, as max(1, bytes // itemsize).
     zero_means_whole: bool = False
+    # The piece sizes the parameter accepts (0 too where it means whole).
+    least: int = MIN_PIECE_BYTES
+    most: int = MAX_PIECE_BYTES
+
+    def allows(self, nbytes: int) -> bool:
+        """Whether ``nbytes`` is a piece size this parameter accepts."""
+        return (nbytes == 0 and self.zero_means_whole) or self.least <= nbytes <= self.most
+
+    def expected(self) -> str:
+        """The accepted values, in words."""
+        span = f"a size from {format_size(self.least)} to {format_size(self.most)}"
+        return f"0 (whole blocks) or {span}" if self.zero_means_whole else span
 
 
 def whole_message(p: int, n: int) -> int:
@@ -127,6 +148,48 @@ class Algorithm:
     # chain and the shm bcast, whose peers mostly wait on the root, fit the tree state.)
     all_ranks_busy: bool | None = None
 
+    def __post_init__(self) -> None:
+        # Defaults or a grid outside the parameters' own bounds are a registration bug.
+        try:
+            for name in self.grid:
+                if name not in self.defaults:
+                    raise UsageError(f"grid parameter {name} has no default")
+                for value in self.grid[name]:
+                    self.param_value(name, value)
+            for name, value in self.defaults.items():
+                self.param_value(name, value)
+        except UsageError as exc:
+            raise ValueError(f"algorithm {self.name!r} of {self.collective}: {exc}") from None
+
+    def param_value(self, name: str, value: Any) -> int | str:
+        """``value`` checked against parameter ``name``: of its default's kind (a byte count
+        or a name) and, for the split parameter, within the piece-size bounds."""
+        if isinstance(self.defaults[name], str):
+            if not isinstance(value, str) or not value:
+                raise UsageError(f"{self.name}: {name} expects an algorithm name, got {value!r}")
+            return value
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise UsageError(f"{self.name}: {name} expects a whole number of bytes, got {value!r}")
+        split = self.split if self.split is not None and self.split.param == name else None
+        if split is not None and not split.allows(value):
+            raise UsageError(f"{self.name}: {name} expects {split.expected()}, got {value}")
+        if value > MAX_PARAM_BYTES:
+            raise UsageError(f"{self.name}: {name} expects at most {MAX_PARAM_BYTES}, got {value}")
+        return value
+
+    def parse_param(self, name: str, text: str) -> int | str:
+        """A parameter's value from -a text: a size ('256K') or a name, as its default."""
+        text = text.strip()
+        default = self.defaults.get(name)
+        if not isinstance(default, int):
+            return text  # a name, or an unknown parameter that variant() names
+        try:
+            return parse_size(text)
+        except UsageError:
+            raise UsageError(
+                f"{self.name}: {name} expects a size such as {format_size(default)}, got {text!r}"
+            ) from None
+
     def busy_everywhere(self) -> bool:
         """all_ranks_busy, or the collective's default when the algorithm does not say."""
         if self.all_ranks_busy is not None:
@@ -148,7 +211,8 @@ class Algorithm:
                 f"algorithm {self.name!r} of {self.collective} has no parameter "
                 f"{', '.join(sorted(unknown))}: expected {', '.join(self.defaults) or 'none'}"
             )
-        bound = MappingProxyType({**self.defaults, **params})
+        checked = {name: self.param_value(name, value) for name, value in params.items()}
+        bound = MappingProxyType({**self.defaults, **checked})
         if self.check_params is not None:
             self.check_params(bound)
         return Variant(self, bound)
@@ -229,12 +293,6 @@ def format_params(params: Mapping[str, int | str]) -> str:
     return ",".join(f"{k}={format_size(v) if isinstance(v, int) else v}" for k, v in params.items())
 
 
-def _parse_param_value(text: str) -> int | str:
-    """A size ('256K', '4096') becomes an int; anything else stays a name."""
-    text = text.strip()
-    return parse_size(text) if text[:1].isdigit() else text
-
-
 _REGISTRY: dict[tuple[str, str], Algorithm] = {}
 # Backends whose library or device is missing: name -> reason, for `osu-dl-bench list`.
 UNAVAILABLE_BACKENDS: dict[str, str] = {}
@@ -288,13 +346,14 @@ def lookup(collective: str, name: str) -> Algorithm:
 def parse_variant(collective: str, text: str) -> Variant:
     """Parse 'ring' or 'chain:seg=256K' into a variant of ``collective``."""
     name, _, arg_text = text.partition(":")
+    algo = lookup(collective, name.strip())
     params: dict[str, int | str] = {}
     for item in filter(None, arg_text.split(",")):
         key, sep, value = item.partition("=")
         if not sep:
             raise UsageError(f"bad parameter {item!r} in {text!r}: expected NAME=VALUE")
-        params[key.strip()] = _parse_param_value(value)
-    return lookup(collective, name.strip()).variant(**params)
+        params[key.strip()] = algo.parse_param(key.strip(), value)
+    return algo.variant(**params)
 
 
 def twin_representatives(

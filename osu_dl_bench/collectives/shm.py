@@ -31,6 +31,16 @@ stores before it visible to loads after it (MPI_Win_sync plus a process synchron
 the unified memory model of the MPI standard's one-sided chapter). Both are cheap under
 MPICH (Win.Sync is a memory barrier; the barrier is its shared-memory one).
 
+Mismatched calls: ranks that pass one call different byte counts, element types, chunks
+or roots (an erroneous MPI program; MPICH's own collectives stop with "Message
+truncated") would read and write the window and each other's data at different offsets
+and wait at different sync points. So every rank publishes what it was passed (see
+``signature``) in its segment's header and checks every peer's at the call's first sync,
+before any byte reaches a receive buffer; on a mismatch every rank raises the same
+``errors.CountMismatch``. The first sync exists anyway, so steady-state calls pay nothing;
+what must precede it is bounded by the window as it is (a rank whose first chunk does not
+fit copies nothing in, and the window grows after the check, when all ranks agree).
+
 Constraints: all ranks on one node (ctx.nodes == 1) and host (cpu) buffers; any op (the
 reduction keeps rank order). ``NodeAllreduce`` and ``NodeBcast`` also serve the intra-node
 steps of the hierarchical algorithms (collectives.hierarchical).
@@ -39,13 +49,15 @@ steps of the hierarchical algorithms (collectives.hierarchical).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import mmap
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
 from osu_dl_bench.collectives.common import LinkCost, Machine, block_bounds, lg, private_comm
+from osu_dl_bench.collectives.errors import CountMismatch
 from osu_dl_bench.collectives.ops import ReduceOp
 from osu_dl_bench.collectives.registry import (
     CPU_BUFFERS,
@@ -68,34 +80,44 @@ BcastStep = Callable[[Any], None]
 
 class SharedWindow:
     """A shared-memory window on a node communicator: ``areas_of(local_rank)`` areas of the
-    same capacity in each rank's segment, grown collectively when too small."""
+    same capacity in each rank's segment, grown collectively when too small, and after
+    them a header of ``header_words`` int64 per rank (allocated at once when asked for)."""
 
-    def __init__(self, local: MPI.Comm, areas_of: Callable[[int], int]) -> None:
+    def __init__(
+        self, local: MPI.Comm, areas_of: Callable[[int], int], header_words: int = 0
+    ) -> None:
         self.local = local
-        self.rank = local.Get_rank()
+        self.rank, self.size = local.Get_rank(), local.Get_size()
         self._areas = [areas_of(r) for r in range(local.Get_size())]
+        # Whole pages: the next rank's segment (contiguous under MPICH) stays page-aligned.
+        self._header_words = header_words
+        self._header_bytes = -(-header_words * 8 // mmap.PAGESIZE) * mmap.PAGESIZE
         self.capacity = 0
         self._win: MPI.Win | None = None
         self._segments: dict[int, np.ndarray] = {}
         self._views: dict[tuple[int, int, np.dtype], np.ndarray] = {}
+        if header_words:
+            self._allocate(0)
 
     def reserve(self, nbytes: int) -> None:
         """Make every area hold at least ``nbytes`` (collective: same value on all ranks)."""
         if nbytes <= self.capacity:
             return
+        # Powers of two: at most a few reallocations over a size sweep, aligned areas.
+        self._allocate(max(_MIN_AREA, 1 << (nbytes - 1).bit_length()))
+
+    def _allocate(self, capacity: int) -> None:
         if self._win is not None:
             self._win.Unlock_all()
             self._win.Free()
-        # Powers of two: at most a few reallocations over a size sweep, aligned areas.
-        self.capacity = max(_MIN_AREA, 1 << (nbytes - 1).bit_length())
-        self._win = MPI.Win.Allocate_shared(
-            self._areas[self.rank] * self.capacity, 1, comm=self.local
-        )
+        self.capacity = capacity
+        own = self._areas[self.rank] * capacity + self._header_bytes
+        self._win = MPI.Win.Allocate_shared(own, 1, comm=self.local)
         self._win.Lock_all(MPI.MODE_NOCHECK)
         self._segments = {
             r: np.frombuffer(self._win.Shared_query(r)[0], np.uint8)
             for r, areas in enumerate(self._areas)
-            if areas
+            if areas * capacity + self._header_bytes
         }
         self._views = {}
 
@@ -109,6 +131,16 @@ class SharedWindow:
             self._views[key] = view
         return view
 
+    def header(self, rank: int) -> np.ndarray:
+        """Local rank ``rank``'s header, ``header_words`` int64 after its areas."""
+        key = (rank, -1, np.dtype(np.int64))
+        view = self._views.get(key)
+        if view is None:
+            lo = self._areas[rank] * self.capacity
+            view = self._segments[rank][lo : lo + self._header_words * 8].view(np.int64)
+            self._views[key] = view
+        return view
+
     def sync(self) -> None:
         """Every rank's earlier stores to the window are visible to every rank's later loads."""
         self._win.Sync()
@@ -116,50 +148,203 @@ class SharedWindow:
         self._win.Sync()
 
 
+# What a rank passed to a call, as the int64 words of its signature: receive buffer bytes
+# and element type (numpy's type character), send buffer bytes and element type (the
+# receive buffer's when there is none), chunk, root (-1: none here), FLAGS.
+SIGNATURE_WORDS = 7
+_RECV_BYTES, _RECV_TYPE, _SEND_BYTES, _SEND_TYPE, _CHUNK, _ROOT, _FLAGS = range(7)
+_READ_ONLY = 1  # a receive buffer the call writes is read-only
+_STRIDED = 2  # a buffer is not one contiguous block (where the algorithm needs one)
+
+
+def signature(
+    send: Any, recv: Any, root: int | None, chunk: int, writes: bool, contiguous: bool
+) -> list[int]:
+    """The words a rank publishes about a call: ``writes`` if the call writes ``recv`` on
+    this rank, ``contiguous`` if the algorithm needs contiguous buffers."""
+    source = recv if send is None else send
+    flags = _READ_ONLY if writes and not recv.flags.writeable else 0
+    if contiguous and not (recv.flags.c_contiguous and source.flags.c_contiguous):
+        flags |= _STRIDED
+    return [
+        recv.nbytes,
+        ord(recv.dtype.char),
+        source.nbytes,
+        ord(source.dtype.char),
+        chunk,
+        -1 if root is None else root,
+        flags,
+    ]
+
+
+def check_signatures(what: str, rows: Sequence[Sequence[int]]) -> None:
+    """Raise CountMismatch naming the first disagreement among the local ranks' signatures
+    (every rank sees the same rows, so every rank raises the same message)."""
+    message = _first_mismatch(rows)
+    if message:
+        raise CountMismatch(f"{what}: {message}")
+
+
+def _type_name(code: int) -> str:
+    return np.dtype(chr(code)).name
+
+
+def _first_mismatch(rows: Sequence[Sequence[int]]) -> str | None:
+    """The first disagreement: roots, then byte counts and element types against the root
+    (rank 0 if none is here), then each rank's own buffers, chunks and flags."""
+    first = rows[0]
+    for rank, row in enumerate(rows):
+        if row[_ROOT] != first[_ROOT]:
+            return f"rank {rank} passed root {row[_ROOT]}, rank 0 passed root {first[_ROOT]}"
+    ref = max(first[_ROOT], 0)
+    label = f"rank {ref} (the root)" if first[_ROOT] >= 0 else f"rank {ref}"
+    theirs = rows[ref]
+    for rank, row in enumerate(rows):
+        if row[_RECV_BYTES] != theirs[_RECV_BYTES]:
+            return (
+                f"rank {rank} passed {row[_RECV_BYTES]} bytes, "
+                f"{label} passed {theirs[_RECV_BYTES]} bytes"
+            )
+    for rank, row in enumerate(rows):
+        if row[_RECV_TYPE] != theirs[_RECV_TYPE]:
+            return (
+                f"rank {rank} passed {_type_name(row[_RECV_TYPE])} elements, "
+                f"{label} passed {_type_name(theirs[_RECV_TYPE])}"
+            )
+    for rank, row in enumerate(rows):
+        message = _own_mismatch(row, first)
+        if message:
+            return f"rank {rank} {message}"
+    return None
+
+
+def _own_mismatch(row: Sequence[int], first: Sequence[int]) -> str | None:
+    """What is wrong with one rank's buffers, or its chunk against rank 0's."""
+    if row[_SEND_BYTES] != row[_RECV_BYTES]:
+        return (
+            f"passed a send buffer of {row[_SEND_BYTES]} bytes and a receive buffer of "
+            f"{row[_RECV_BYTES]} bytes"
+        )
+    if row[_SEND_TYPE] != row[_RECV_TYPE]:
+        return (
+            f"passed a send buffer of {_type_name(row[_SEND_TYPE])} and a receive buffer "
+            f"of {_type_name(row[_RECV_TYPE])}"
+        )
+    if row[_CHUNK] != first[_CHUNK]:
+        return f"uses chunks of {row[_CHUNK]} bytes, rank 0 of {first[_CHUNK]}"
+    if row[_FLAGS] & _READ_ONLY:
+        return "passed a read-only receive buffer"
+    if row[_FLAGS] & _STRIDED:
+        return "passed a non-contiguous buffer (this algorithm copies contiguous bytes)"
+    return None
+
+
+class CallHeader:
+    """Each local rank's row of words about the current call, in the window's headers.
+    Two rows per rank, used by alternate calls: a rank may publish call k+1's while a
+    slower peer still reads call k's (even when call k failed, and so had no final
+    sync), since no rank publishes call k+2's before every rank reached call k+1's sync."""
+
+    def __init__(self, window: SharedWindow, words: int) -> None:
+        self.window, self.words = window, words
+        self.parity = 0
+
+    @staticmethod
+    def header_words(words: int) -> int:
+        """Header size a window needs for rows of ``words`` words."""
+        return 2 * words
+
+    def publish(self, values: Sequence[int]) -> None:
+        """Write this rank's row of the next call (its peers read it after a sync)."""
+        self.parity ^= 1
+        lo = self.parity * self.words
+        self.window.header(self.window.rank)[lo : lo + len(values)] = values
+
+    def rows(self) -> list[list[int]]:
+        """Every local rank's row of the current call (after the sync that follows publish)."""
+        lo = self.parity * self.words
+        header = self.window.header
+        return [header(r)[lo : lo + self.words].tolist() for r in range(self.window.size)]
+
+
 class NodeAllreduce:
     """Chunked allreduce through a node's shared window; local rank 0's segment also holds
     the node's result area, where the leader may run ``inter`` before the copy-out."""
 
-    def __init__(self, local: MPI.Comm, chunk: int, inter: AllreduceStep | None = None):
+    def __init__(
+        self,
+        local: MPI.Comm,
+        chunk: int,
+        inter: AllreduceStep | None = None,
+        what: str = "allreduce (shm)",
+    ):
         self.size, self.rank = local.Get_size(), local.Get_rank()
         self.chunk = chunk
         self.inter = inter
+        self.what = what  # names the call in CountMismatch messages
         # Area 0 of every segment: that rank's input; area 1 of rank 0's: the result.
-        self.window = SharedWindow(local, lambda r: 2 if r == 0 else 1)
+        self.window = SharedWindow(
+            local, lambda r: 2 if r == 0 else 1, CallHeader.header_words(SIGNATURE_WORDS)
+        )
+        self.calls = CallHeader(self.window, SIGNATURE_WORDS)
 
     def run(self, send: Any, recv: Any, op: ReduceOp) -> None:
         """``recv = op(inputs of all local ranks)``, then ``inter`` on the leader if set."""
         n = len(recv)
-        if n == 0:
-            return
         src = recv if send is None else send
         step = max(1, self.chunk // recv.itemsize)
         if self.size == 1:
-            if send is not None:
-                recv[...] = send
-            if self.inter is not None:
-                # Chunk by chunk all the same: the other nodes' leaders do.
-                for lo in range(0, n, step):
-                    self.inter(recv[lo : lo + step], op)
+            self._alone(send, recv, op, step)
             return
-        self.window.reserve(min(n, step) * recv.itemsize)
-        inputs = [self.window.area(r, 0, recv.dtype) for r in range(self.size)]
-        result = self.window.area(0, 1, recv.dtype)
-        for lo in range(0, n, step):
+        head = min(n, step)
+        # Both buffers' element sizes: a send buffer of another type must not overflow the
+        # area before the check has caught it.
+        ready = head * max(recv.itemsize, src.itemsize) <= self.window.capacity
+        self.calls.publish(signature(send, recv, None, self.chunk, True, False))
+        if ready:
+            self._copy_in(src[:head])
+        self.window.sync()
+        check_signatures(self.what, self.calls.rows())
+        if n == 0:
+            return
+        if not ready:  # all ranks alike: they passed the same sizes
+            self.window.reserve(head * recv.itemsize)
+            self._copy_in(src[:head])
+            self.window.sync()
+        self._reduce_and_copy_out(src[:head], recv[:head], op)
+        for lo in range(step, n, step):
             hi = min(lo + step, n)
-            self._chunk(src[lo:hi], recv[lo:hi], inputs, result, op)
+            self._copy_in(src[lo:hi])
+            self.window.sync()
+            self._reduce_and_copy_out(src[lo:hi], recv[lo:hi], op)
 
-    def _chunk(self, src: Any, dst: Any, inputs: list, result: Any, op: ReduceOp) -> None:
+    def _alone(self, send: Any, recv: Any, op: ReduceOp, step: int) -> None:
+        if send is not None:
+            recv[...] = send
+        if self.inter is not None:
+            # Chunk by chunk all the same: the other nodes' leaders do.
+            for lo in range(0, len(recv), step):
+                self.inter(recv[lo : lo + step], op)
+
+    def _copy_in(self, src: Any) -> None:
+        """Copy into this rank's segment the parts of its input the others reduce."""
+        m = len(src)
+        bounds = block_bounds(m, self.size)
+        lo, hi = bounds[self.rank], bounds[self.rank + 1]
+        mine = self.window.area(self.rank, 0, src.dtype)
+        # Safe to overwrite: every peer finished reading it before the previous chunk's
+        # second sync. Likewise the result area is written only after the sync that
+        # follows, which every rank reaches after its previous copy-out.
+        mine[:lo] = src[:lo]
+        mine[hi:m] = src[hi:]
+
+    def _reduce_and_copy_out(self, src: Any, dst: Any, op: ReduceOp) -> None:
+        """After the chunk's first sync: reduce this rank's slice, sync, copy out."""
         m, window = len(src), self.window
         bounds = block_bounds(m, self.size)
         lo, hi = bounds[self.rank], bounds[self.rank + 1]
-        mine = inputs[self.rank]
-        # Safe to overwrite: every peer finished reading it before the previous chunk's
-        # second sync. Likewise the result area is written only after the sync below,
-        # which every rank reaches after its previous copy-out.
-        mine[:lo] = src[:lo]
-        mine[hi:m] = src[hi:]
-        window.sync()
+        inputs = [window.area(r, 0, src.dtype) for r in range(self.size)]
+        result = window.area(0, 1, src.dtype)
         operands = [src[lo:hi] if r == self.rank else inputs[r][lo:hi] for r in range(self.size)]
         out = result[lo:hi]
         op.ufunc(operands[0], operands[1], out=out)
@@ -177,19 +362,22 @@ class NodeBcast:
     """Chunked bcast through two shared areas used in turn; the leader may run ``inter``
     (e.g. a bcast among node leaders) on each chunk before the others copy it out."""
 
-    def __init__(self, local: MPI.Comm, chunk: int) -> None:
+    def __init__(self, local: MPI.Comm, chunk: int, what: str = "bcast (shm)") -> None:
         self.size, self.rank = local.Get_size(), local.Get_rank()
         self.chunk = chunk
-        self.window = SharedWindow(local, lambda r: 2 if r == 0 else 0)
-        # Which area the next chunk uses; advances identically on every rank of the node.
+        self.what = what  # names the call in CountMismatch messages
+        self.window = SharedWindow(
+            local, lambda r: 2 if r == 0 else 0, CallHeader.header_words(SIGNATURE_WORDS)
+        )
+        self.calls = CallHeader(self.window, SIGNATURE_WORDS)
+        # Which area the next chunk uses; advances identically on every rank of the node
+        # (by the chunks of the calls that passed the check).
         self.turn = 0
 
     def run(self, buf: Any, root: int | None, inter: BcastStep | None = None) -> None:
         """Copy ``buf`` of local rank ``root`` (None: not on this node, ``inter`` brings the
         data to the leader) to every local rank."""
         n = len(buf)
-        if n == 0:
-            return
         step = max(1, self.chunk // buf.itemsize)
         if self.size == 1:
             if inter is not None:
@@ -197,23 +385,45 @@ class NodeBcast:
                 for lo in range(0, n, step):
                     inter(buf[lo : lo + step])
             return
-        self.window.reserve(min(n, step) * buf.itemsize)
-        for lo in range(0, n, step):
-            self._chunk(buf[lo : lo + step], root, inter)
+        head = buf[:step]
+        ready = head.nbytes <= self.window.capacity
+        self.calls.publish(signature(None, buf, root, self.chunk, root != self.rank, False))
+        area = self._start(head, 0, root, inter) if ready and n else None
+        self.window.sync()
+        check_signatures(self.what, self.calls.rows())
+        if n == 0:
+            return
+        if not ready:  # all ranks alike: they passed the same sizes
+            self.window.reserve(head.nbytes)
+            area = self._start(head, 0, root, inter)
+            self.window.sync()
+        self._finish(head, area, root, inter)
+        for g, lo in enumerate(range(step, n, step), start=1):
+            part = buf[lo : lo + step]
+            area = self._start(part, g, root, inter)
+            self.window.sync()
+            self._finish(part, area, root, inter)
+        self.turn = (self.turn + math.ceil(n / step)) % 2
 
-    def _chunk(self, part: Any, root: int | None, inter: BcastStep | None) -> None:
+    def _start(self, part: Any, g: int, root: int | None, inter: BcastStep | None) -> Any:
+        """Chunk ``g`` of the call up to its first sync: the root copies it in (and the
+        leader forwards it, where it is the root or the root is on another node)."""
         # This area was last read two chunks ago, by ranks that have all since passed the
         # previous chunk's sync: no sync is needed before writing it again.
-        area = self.window.area(0, self.turn, part.dtype)[: len(part)]
-        self.turn ^= 1
+        area = self.window.area(0, (self.turn + g) % 2, part.dtype)[: len(part)]
         if root == self.rank:
             area[...] = part
-        if inter is not None:
-            if root not in (None, 0):
-                self.window.sync()  # the leader forwards what the root just wrote
+        if inter is not None and root in (None, 0) and self.rank == 0:
+            inter(area)
+        return area
+
+    def _finish(self, part: Any, area: Any, root: int | None, inter: BcastStep | None) -> None:
+        """The chunk after its first sync: the leader forwards what another local root
+        wrote, then everyone but the root copies it out."""
+        if inter is not None and root not in (None, 0):
             if self.rank == 0:
                 inter(area)
-        self.window.sync()
+            self.window.sync()
         if root != self.rank:
             part[...] = area
 

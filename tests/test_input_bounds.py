@@ -2,12 +2,17 @@
 parameters (wherever a variant is named), table and platform files, bench options, and
 the clean command's choice of stale shared-memory segments."""
 
+import json
+
 import pytest
 
+from osu_dl_bench import jsonfile
 from osu_dl_bench.collectives import algorithms, all_algorithms, lookup
 from osu_dl_bench.collectives.registry import Algorithm, Split, parse_variant, whole_message
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.model.platform import PlatformError, load_platform, shipped_platforms
 from osu_dl_bench.tuning.selector import Selector
+from osu_dl_bench.tuning.table import TableError, load_table
 
 # --- algorithm parameters -----------------------------------------------------------------
 
@@ -77,3 +82,152 @@ def test_a_registration_whose_grid_breaks_its_bounds_fails_at_once():
             grid={"chunk": (1, 4096)},
             split=Split("chunk", whole_message),
         )
+
+
+# --- tuning table and platform files ------------------------------------------------------
+
+
+def _choice(name, params):
+    return {"backend": "mpi", "algorithm": name, "params": params}
+
+
+def _table():
+    """A valid one-entry table: native below 64K, ring above."""
+    ranges = [
+        {"min_bytes": 0, "max_bytes": 65536, "choice": _choice("native", {})},
+        {"min_bytes": 65536, "max_bytes": None, "choice": _choice("ring", {"seg": 4096})},
+    ]
+    entry = {"collective": "allreduce", "device": "cpu", "nodes": 1, "ppn": 2, "nprocs": 2}
+    entry |= {"measured_bytes": [8, 1 << 20], "ranges": ranges}
+    entry["points"] = [{"size_bytes": 8, "chosen": "native", "median_us": 1.0}]
+    return {"schema_version": 1, "format": "osu-dl-bench tuning table", "entries": [entry]}
+
+
+def _set(path, value):
+    """A change to _table(): set the field at ``path`` (keys and indices) to ``value``."""
+
+    def change(data):
+        *parents, last = path
+        for key in parents:
+            data = data[key]
+        data[last] = value
+
+    return change
+
+
+ENTRY, RANGE1, POINT0 = ("entries", 0), ("entries", 0, "ranges", 1), ("entries", 0, "points", 0)
+
+
+@pytest.mark.parametrize(
+    "change,expected",
+    [
+        (_set((*RANGE1, "choice", "params", "seg"), 1), r"params: ring: seg expects 0 \(whole"),
+        (_set((*RANGE1, "choice", "params", "seg"), "abc"), "seg expects a whole number of bytes"),
+        (_set((*RANGE1, "min_bytes"), 10**40), "min_bytes: expected a whole number from 0 to"),
+        (_set((*ENTRY, "nprocs"), 10**30), "nprocs: expected a whole number from 1 to"),
+        (_set((*ENTRY, "measured_bytes"), [-5, 8]), r"measured_bytes: expected \[min, max\]"),
+        (_set((*ENTRY, "measured_bytes"), [9, 8]), r"measured_bytes: expected \[min, max\]"),
+        (_set((*POINT0, "median_us"), -1), "median_us: expected a number >= 0, got -1"),
+        (_set((*POINT0, "speedup"), "x"), "speedup: expected a number >= 0 or null"),
+        (_set((*POINT0, "native_median_us"), 2.0), "speedup: expected a number"),
+        (_set((*POINT0, "reason"), ["x"]), "reason: expected str, got a list"),
+        (_set(("name",), 5), "name: expected str, got 5"),
+        (_set(("created",), None), "created: expected str, got null"),
+        (_set(("provenance",), [1]), "provenance: expected an object, got a list"),
+        (_set(("provenance",), {"run": "x"}), "provenance.run: expected an object"),
+        (_set(("measured_with",), "x"), "measured_with: expected an object"),
+        (_set(("measured_with",), {"dtype": 5}), "measured_with.dtype: expected str"),
+    ],
+)
+def test_table_fields_of_the_wrong_type_or_out_of_bounds_name_the_file(tmp_path, change, expected):
+    data = _table()
+    change(data)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(TableError, match=expected) as info:
+        load_table(path)
+    assert str(info.value).startswith(f"tuning table {path}: ")
+
+
+def _hostile_texts(valid: str) -> list:
+    """(file text, expected message) pairs that break the JSON layer of a valid file."""
+    deep = "[" * 100_000 + "]" * 100_000
+    return [
+        (valid.replace("1.0", "NaN", 1), "NaN is not a number"),
+        (valid.replace("1.0", "-Infinity", 1), "-Infinity is not a number"),
+        (valid.replace("1.0", "1e999", 1), "1e999 is not a finite number"),
+        (valid.replace("{", '{"x": ' + deep + ", ", 1), "nested deeper than"),
+        (valid.replace("1.0", "9" * 5000, 1), "more than 4300 digits"),
+        (b"\xff\xfe{", "not UTF-8"),
+    ]
+
+
+def _write(path, content):
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    return path
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_table_json_that_python_cannot_hold_is_a_table_error(tmp_path, case):
+    valid = json.dumps(_table())
+    assert "1.0" in valid and load_table(_write(tmp_path / "ok.json", valid)).entries
+    content, expected = _hostile_texts(valid)[case]
+    path = _write(tmp_path / "t.json", content)
+    with pytest.raises(TableError, match=expected) as info:
+        load_table(path)
+    assert str(info.value).startswith(f"tuning table {path}: (file): ")
+
+
+def test_a_table_larger_than_the_limit_is_not_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(jsonfile, "MAX_FILE_BYTES", 1000)
+    path = _write(tmp_path / "t.json", json.dumps(_table()) + " " * 1000)
+    with pytest.raises(TableError, match="larger than 1000 bytes"):
+        load_table(path)
+
+
+def _platform():
+    return json.loads(shipped_platforms()["ib-edr100"].read_text())
+
+
+INTRA = ("links", "intra")
+PIECE0 = (*INTRA, "alpha_beta", 0)
+
+
+@pytest.mark.parametrize(
+    "change,expected",
+    [
+        (_set((*PIECE0, "alpha_s"), 10**400), r"alpha_s: expected a finite number >= 0"),
+        (_set((*PIECE0, "min_bytes"), 0.5), "min_bytes: expected a whole number from 0 to"),
+        (_set((*PIECE0, "min_bytes"), True), "min_bytes: expected a whole number from 0 to"),
+        (_set(("cores_per_node",), True), "cores_per_node: expected null or a whole number"),
+        (_set(("cores_per_node",), 10**30), "cores_per_node: expected null or a whole number"),
+        (_set((*INTRA, "measured"), "no"), "measured: expected true or false"),
+        (_set((*INTRA, "note"), [1]), "note: expected str, got a list"),
+        (_set(("provenance",), [1, 2]), "provenance: expected an object or null, got a list"),
+        (_set(("name",), {"a": 1}), "name: expected str or null, got an object"),
+        (_set(("assumed",), "yes"), "assumed: expected true or false"),
+        (_set(("source",), 3), "source: expected str, got 3"),
+    ],
+)
+def test_platform_fields_of_the_wrong_type_or_out_of_bounds_name_the_file(
+    tmp_path, change, expected
+):
+    data = _platform()
+    change(data)
+    path = _write(tmp_path / "p.json", json.dumps(data))
+    with pytest.raises(PlatformError, match=expected) as info:
+        load_platform(path)
+    assert str(info.value).startswith(f"platform {path}: ")
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_platform_json_that_python_cannot_hold_is_a_platform_error(tmp_path, case):
+    valid = json.dumps(_platform()).replace("1e-06", "1.0", 1)
+    content, expected = _hostile_texts(valid)[case]
+    path = _write(tmp_path / "p.json", content)
+    with pytest.raises(PlatformError, match=expected) as info:
+        load_platform(path)
+    assert str(info.value).startswith(f"platform {path}: (file): ")

@@ -209,7 +209,7 @@ def _choice(i):
             "expected one of cpu, cpu-registered, cuda",
         ),
         (_entry0, "nprocs", "4", "entries[0].nprocs", 'expected int, got "4"'),
-        (_entry0, "nodes", 0, "entries[0].nodes", "expected a whole number >= 1"),
+        (_entry0, "nodes", 0, "entries[0].nodes", "expected a whole number from 1 to"),
         (
             _choice(1),
             "algorithm",
@@ -221,7 +221,7 @@ def _choice(i):
             _choice(0),
             "params",
             {"bogus": 3},
-            "entries[0].ranges[0].choice.algorithm",
+            "entries[0].ranges[0].choice.params",
             "has no parameter bogus",
         ),
         (_choice(0), "backend", "nccl", "entries[0].ranges[0].choice.backend", "not 'nccl'"),

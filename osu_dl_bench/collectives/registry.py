@@ -172,7 +172,9 @@ class Algorithm:
             raise UsageError(f"{self.name}: {name} expects a whole number of bytes, got {value!r}")
         split = self.split if self.split is not None and self.split.param == name else None
         if split is not None and not split.allows(value):
-            raise UsageError(f"{self.name}: {name} expects {split.expected()}, got {value}")
+            raise UsageError(
+                f"{self.name}: {name} expects {split.expected()}, got {format_size(value)}"
+            )
         if value > MAX_PARAM_BYTES:
             raise UsageError(f"{self.name}: {name} expects at most {MAX_PARAM_BYTES}, got {value}")
         return value

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.jsonfile import NULL, UnreadableJson, describe, is_kind, kind_text, load_json
 
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)  # 1: no contention states (the shipped assumed platforms)
@@ -185,25 +186,61 @@ class Platform:
 
 # --- loading ----------------------------------------------------------------------------
 
+# Byte counts: what MPI's counts hold. Rank and core counts: what a C int holds.
+MAX_BYTES = (1 << 63) - 1
+MAX_RANKS = (1 << 31) - 1
+# Far beyond any time or rate (seconds, seconds per byte) and below float's overflow.
+_MAX_NUMBER = 1e300
+# Optional fields, checked when present: name -> the JSON kinds allowed.
+_TOP_FIELDS = {
+    "format": str,
+    "name": (str, NULL),
+    "title": str,
+    "assumed": bool,
+    "source": str,
+    "provenance": (dict, NULL),
+}
+_LINK_FIELDS = {"measured": bool, "note": str}
+
 
 def _number(path: str, obj: dict, key: str, where: str, minimum: float = 0.0) -> float:
     value = obj.get(key)
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < minimum:
+    if not is_kind(value, (int, float)) or not minimum <= value <= _MAX_NUMBER:
         raise PlatformError(
-            path, f"{where}.{key}", f"expected a number >= {minimum}, got {value!r}"
+            path,
+            f"{where}.{key}",
+            f"expected a finite number >= {minimum:g}, got {describe(value)}",
         )
     return float(value)
 
 
+def _count(path: str, obj: dict, key: str, where: str, least: int, most: int) -> int:
+    value = obj.get(key)
+    if not is_kind(value, int) or not least <= value <= most:
+        here = f"{where}.{key}" if where else key
+        raise PlatformError(
+            path, here, f"expected a whole number from {least} to {most}, got {describe(value)}"
+        )
+    return value
+
+
+def _optional(path: str, obj: dict, fields: dict[str, Any], where: str) -> None:
+    """Each of ``fields`` present in obj must be of its kind."""
+    for key, kind in fields.items():
+        if key in obj and not is_kind(obj[key], kind):
+            here = f"{where}.{key}" if where else key
+            raise PlatformError(path, here, f"expected {kind_text(kind)}, got {describe(obj[key])}")
+
+
 def _pieces(path: str, items: Any, where: str, keys: tuple[str, ...]) -> tuple[Piece, ...]:
     if not isinstance(items, list) or not items:
-        raise PlatformError(path, where, f"expected a non-empty list, got {items!r}")
+        raise PlatformError(path, where, f"expected a non-empty list, got {describe(items)}")
     pieces, last = [], -1
     for i, item in enumerate(items):
         here = f"{where}[{i}]"
         if not isinstance(item, dict):
-            raise PlatformError(path, here, f"expected an object, got {item!r}")
-        start = int(_number(path, item, "min_bytes", here))
+            raise PlatformError(path, here, f"expected an object, got {describe(item)}")
+        start = _count(path, item, "min_bytes", here, 0, MAX_BYTES)
         if (i == 0 and start != 0) or start <= last:
             raise PlatformError(
                 path, f"{here}.min_bytes", f"expected 0 first, then increasing, got {start}"
@@ -215,13 +252,14 @@ def _pieces(path: str, items: Any, where: str, keys: tuple[str, ...]) -> tuple[P
 
 def _link(path: str, obj: Any, where: str) -> Link:
     if not isinstance(obj, dict):
-        raise PlatformError(path, where, f"expected an object, got {obj!r}")
+        raise PlatformError(path, where, f"expected an object, got {describe(obj)}")
+    _optional(path, obj, _LINK_FIELDS, where)
     native = obj.get("gamma_native")
     return Link(
         _pieces(path, obj.get("alpha_beta"), f"{where}.alpha_beta", ("alpha_s", "beta_s_per_byte")),
         _pieces(path, obj.get("gamma"), f"{where}.gamma", ("gamma_s_per_byte",)),
-        bool(obj.get("measured", True)),
-        str(obj.get("note", "")),
+        obj.get("measured", True),
+        obj.get("note", ""),
         None
         if native is None
         else _pieces(path, native, f"{where}.gamma_native", ("gamma_s_per_byte",)),
@@ -230,13 +268,10 @@ def _link(path: str, obj: Any, where: str) -> Link:
 
 def _state(path: str, obj: Any, where: str) -> ContentionState:
     if not isinstance(obj, dict):
-        raise PlatformError(path, where, f"expected an object, got {obj!r}")
-    ranks = obj.get("ranks_per_node")
-    if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks < 1:
-        raise PlatformError(path, f"{where}.ranks_per_node", f"expected an int >= 1, got {ranks!r}")
+        raise PlatformError(path, where, f"expected an object, got {describe(obj)}")
     barrier = obj.get("barrier_s")
     return ContentionState(
-        ranks,
+        _count(path, obj, "ranks_per_node", where, 1, MAX_RANKS),
         _link(path, obj.get("intra"), f"{where}.intra"),
         _number(path, obj, "software_overhead_s", where),
         None if barrier is None else _number(path, obj, "barrier_s", where),
@@ -247,7 +282,7 @@ def _states(path: str, items: Any) -> tuple[ContentionState, ...]:
     if items is None:
         return ()
     if not isinstance(items, list):
-        raise PlatformError(path, "contention_states", f"expected a list, got {items!r}")
+        raise PlatformError(path, "contention_states", f"expected a list, got {describe(items)}")
     states = [_state(path, item, f"contention_states[{i}]") for i, item in enumerate(items)]
     ranks = [s.ranks for s in states]
     if len(set(ranks)) != len(ranks):
@@ -257,28 +292,44 @@ def _states(path: str, items: Any) -> tuple[ContentionState, ...]:
     return tuple(sorted(states, key=_ranks))
 
 
-def platform_from_dict(data: Any, path: str = "<platform>") -> Platform:
-    """Validate parsed JSON and build the platform (PlatformError on the first problem)."""
+def _check_top(path: str, data: Any) -> None:
+    """The top level: an object of a readable version, with the optional fields' kinds."""
     if not isinstance(data, dict):
         raise PlatformError(path, "(top level)", "expected a JSON object")
-    if data.get("schema_version") not in READABLE_VERSIONS:
-        got = data.get("schema_version", "missing")
+    version = data.get("schema_version")
+    if not is_kind(version, int) or version not in READABLE_VERSIONS:
+        got = describe(version) if "schema_version" in data else "missing"
         expected = " or ".join(str(v) for v in READABLE_VERSIONS)
         raise PlatformError(path, "schema_version", f"expected {expected}, got {got}")
+    _optional(path, data, _TOP_FIELDS, "")
     links = data.get("links")
     if not isinstance(links, dict) or set(links) != set(LINK_CLASSES):
         raise PlatformError(path, "links", f"expected the link classes {', '.join(LINK_CLASSES)}")
+
+
+def _cores(path: str, data: dict) -> int | None:
     cores = data.get("cores_per_node")
-    if cores is not None and (not isinstance(cores, int) or cores < 1):
-        raise PlatformError(path, "cores_per_node", f"expected null or an int >= 1, got {cores!r}")
+    if cores is not None and (not is_kind(cores, int) or not 1 <= cores <= MAX_RANKS):
+        raise PlatformError(
+            path,
+            "cores_per_node",
+            f"expected null or a whole number from 1 to {MAX_RANKS}, got {describe(cores)}",
+        )
+    return cores
+
+
+def platform_from_dict(data: Any, path: str = "<platform>") -> Platform:
+    """Validate parsed JSON and build the platform (PlatformError on the first problem)."""
+    _check_top(path, data)
+    links = data["links"]
     return Platform(
-        name=str(data.get("name") or Path(path).stem),
+        name=data.get("name") or Path(path).stem,
         intra=_link(path, links["intra"], "links.intra"),
         inter=_link(path, links["inter"], "links.inter"),
-        cores_per_node=cores,
+        cores_per_node=_cores(path, data),
         software_overhead_s=_number(path, data, "software_overhead_s", "(top level)"),
-        assumed=bool(data.get("assumed", False)),
-        source=str(data.get("source", "")),
+        assumed=data.get("assumed", False),
+        source=data.get("source", ""),
         provenance=dict(data.get("provenance") or {}),
         path=path,
         states=_states(path, data.get("contention_states")),
@@ -310,11 +361,9 @@ def load_platform(name_or_path: str | os.PathLike) -> Platform:
     """Read and validate a platform file (or a shipped platform by name)."""
     path = resolve_platform_path(name_or_path)
     try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise PlatformError(path, "(file)", f"cannot read: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise PlatformError(path, "(file)", f"not JSON: {exc.msg} at line {exc.lineno}") from None
+        data = load_json(path)
+    except UnreadableJson as exc:
+        raise PlatformError(path, "(file)", str(exc)) from None
     return platform_from_dict(data, str(path))
 
 

@@ -39,6 +39,14 @@ from osu_dl_bench.collectives import SPECS, Variant, lookup
 from osu_dl_bench.collectives.buffers import DEVICES
 from osu_dl_bench.collectives.registry import format_params
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.jsonfile import (
+    NULL,
+    UnreadableJson,
+    describe,
+    is_kind,
+    kind_text,
+    load_json,
+)
 from osu_dl_bench.runtime import utc_now
 
 SCHEMA_VERSION = 1
@@ -202,6 +210,30 @@ def hosts_text(hosts: Any) -> str:
 
 # --- loading and validation -------------------------------------------------------------
 
+# Byte counts: what MPI's counts hold. Process counts: what MPI's ranks (C ints) hold.
+MAX_BYTES = (1 << 63) - 1
+MAX_PROCESSES = (1 << 31) - 1
+# Optional fields, checked when present: name -> the JSON kinds allowed.
+_HEADER_FIELDS = {
+    "format": str,
+    "name": str,
+    "created": str,
+    "noise_rule": str,
+    "measured_with": dict,
+    "provenance": dict,
+}
+_MEASURED_WITH_FIELDS = {"dtype": str, "op": (str, NULL)}
+_PROVENANCE_FIELDS = {"run_dir": (str, NULL), "run": dict, "run_metadata": dict, "tuned_by": dict}
+_POINT_FIELDS = {
+    "backend": str,
+    "fastest": str,
+    "reason": str,
+    "predicted": bool,
+    "candidates": int,
+}
+# Optional timings and ratios of a point: a number >= 0, or null.
+_POINT_NUMBERS = ("q1_us", "q3_us", "native_median_us", "speedup", "fastest_median_us")
+
 
 class _Checker:
     """Reads fields out of parsed JSON, raising TableError with the field's path."""
@@ -218,78 +250,121 @@ class _Checker:
         here = f"{where}.{key}" if where else key
         if key not in obj:
             raise self.fail(here, "missing")
-        value = obj[key]
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
-            raise self.fail(here, f"expected {names}, got {json.dumps(value)}")
+        return self.kind(obj[key], here, kind)
+
+    def kind(self, value: Any, here: str, kind: type | tuple) -> Any:
+        """``value``, which must be of ``kind``."""
+        if not is_kind(value, kind):
+            raise self.fail(here, f"expected {kind_text(kind)}, got {describe(value)}")
         return value
 
-    def count(self, obj: Mapping[str, Any], key: str, where: str, minimum: int) -> int:
-        """A whole number >= minimum."""
+    def optional(self, obj: Mapping[str, Any], fields: Mapping[str, Any], where: str) -> None:
+        """Each of ``fields`` present in obj must be of its kind."""
+        for key, kind in fields.items():
+            if key in obj:
+                self.get(obj, key, where, kind)
+
+    def count(
+        self, obj: Mapping[str, Any], key: str, where: str, minimum: int, maximum: int = MAX_BYTES
+    ) -> int:
+        """A whole number from minimum to maximum."""
         value = self.get(obj, key, where, int)
-        if value < minimum:
-            raise self.fail(f"{where}.{key}", f"expected a whole number >= {minimum}, got {value}")
+        if not minimum <= value <= maximum:
+            raise self.fail(
+                f"{where}.{key}" if where else key,
+                f"expected a whole number from {minimum} to {maximum}, got {describe(value)}",
+            )
         return value
+
+    def number(self, obj: Mapping[str, Any], key: str, where: str, nullable: bool) -> None:
+        """obj[key], if present, is a number >= 0 (the loader admits finite ones only), or
+        null where ``nullable``."""
+        value = obj.get(key)
+        if value is None and nullable:
+            return
+        if not is_kind(value, (int, float)) or not 0 <= value <= 1e300:
+            expected = "a number >= 0 or null" if nullable else "a number >= 0"
+            raise self.fail(f"{where}.{key}", f"expected {expected}, got {describe(value)}")
 
 
 def _parse_choice(chk: _Checker, obj: Any, collective: str, where: str) -> Choice:
-    if not isinstance(obj, dict):
-        raise chk.fail(where, f"expected an object, got {json.dumps(obj)}")
+    obj = chk.kind(obj, where, dict)
     name = chk.get(obj, "algorithm", where, str)
     backend = chk.get(obj, "backend", where, str)
     params = chk.get(obj, "params", where, dict) if "params" in obj else {}
-    for key, value in params.items():
-        if not isinstance(value, (int, str)) or isinstance(value, bool):
-            raise chk.fail(f"{where}.params.{key}", f"expected a number or name, got {value!r}")
     try:
-        variant = lookup(collective, name).variant(**params)
+        algo = lookup(collective, name)
     except UsageError as exc:
         raise chk.fail(f"{where}.algorithm", str(exc)) from None
-    if variant.algorithm.backend != backend:
+    try:
+        variant = algo.variant(**params)
+    except UsageError as exc:
+        raise chk.fail(f"{where}.params", str(exc)) from None
+    if algo.backend != backend:
         raise chk.fail(
             f"{where}.backend",
-            f"algorithm {name!r} of {collective} runs on backend "
-            f"{variant.algorithm.backend!r}, not {backend!r}",
+            f"algorithm {name!r} of {collective} runs on backend {algo.backend!r}, not {backend!r}",
         )
     return Choice.of(variant)
+
+
+def _range_bounds(chk: _Checker, item: Any, here: str, start: int, last: bool) -> tuple:
+    """(min_bytes, max_bytes) of one range, which must start at ``start``."""
+    item = chk.kind(item, here, dict)
+    lo = chk.count(item, "min_bytes", here, 0)
+    if lo < start:
+        raise chk.fail(
+            f"{here}.min_bytes",
+            f"overlapping ranges: starts at {lo}, before the previous range ends ({start})",
+        )
+    if lo > start:
+        what = "the first range must start at 0" if start == 0 else "gap after the previous range"
+        raise chk.fail(f"{here}.min_bytes", f"{what}: expected {start}, got {lo}")
+    hi = item.get("max_bytes")
+    if last and hi is not None:
+        raise chk.fail(
+            f"{here}.max_bytes", f"the last range must be open (null), got {describe(hi)}"
+        )
+    if not last:
+        hi = chk.count(item, "max_bytes", here, 0)
+        if hi <= lo:
+            raise chk.fail(f"{here}.max_bytes", f"expected more than min_bytes {lo}, got {hi}")
+    return lo, hi
 
 
 def _parse_ranges(chk: _Checker, items: list, collective: str, where: str) -> tuple:
     """Ranges must start at 0, touch end to start, grow, and end open."""
     if not items:
         raise chk.fail(f"{where}.ranges", "expected at least one range")
-    ranges, expected_start = [], 0
+    ranges, start = [], 0
     for i, item in enumerate(items):
         here = f"{where}.ranges[{i}]"
-        if not isinstance(item, dict):
-            raise chk.fail(here, f"expected an object, got {json.dumps(item)}")
-        lo = chk.count(item, "min_bytes", here, 0)
-        hi = item.get("max_bytes")
-        last = i == len(items) - 1
-        if lo < expected_start:
-            raise chk.fail(
-                f"{here}.min_bytes",
-                f"overlapping ranges: starts at {lo}, before the previous range ends "
-                f"({expected_start})",
-            )
-        if lo > expected_start:
-            what = "the first range must start at 0" if i == 0 else "gap after the previous range"
-            raise chk.fail(f"{here}.min_bytes", f"{what}: expected {expected_start}, got {lo}")
-        if last and hi is not None:
-            raise chk.fail(f"{here}.max_bytes", f"the last range must be open (null), got {hi}")
-        if not last:
-            hi = chk.count(item, "max_bytes", here, 0)
-            if hi <= lo:
-                raise chk.fail(f"{here}.max_bytes", f"expected more than min_bytes {lo}, got {hi}")
+        lo, hi = _range_bounds(chk, item, here, start, i == len(items) - 1)
         choice = _parse_choice(chk, item.get("choice"), collective, f"{here}.choice")
         ranges.append(SizeRange(lo, hi, choice))
-        expected_start = hi
+        start = hi
     return tuple(ranges)
 
 
+def _measured_bytes(chk: _Checker, obj: dict, where: str) -> tuple[int, int]:
+    measured = obj.get("measured_bytes", [0, 0])
+    if not (
+        isinstance(measured, list)
+        and len(measured) == 2
+        and all(is_kind(m, int) and 0 <= m <= MAX_BYTES for m in measured)
+        and measured[0] <= measured[1]
+    ):
+        shown = describe(measured)
+        if isinstance(measured, list) and len(measured) <= 4:
+            shown = f"[{', '.join(map(describe, measured))}]"
+        raise chk.fail(
+            f"{where}.measured_bytes", f"expected [min, max] in bytes, 0 <= min <= max, got {shown}"
+        )
+    return measured[0], measured[1]
+
+
 def _parse_entry(chk: _Checker, obj: Any, where: str) -> Entry:
-    if not isinstance(obj, dict):
-        raise chk.fail(where, f"expected an object, got {json.dumps(obj)}")
+    obj = chk.kind(obj, where, dict)
     collective = chk.get(obj, "collective", where, str)
     if collective not in SPECS:
         raise chk.fail(
@@ -302,34 +377,43 @@ def _parse_entry(chk: _Checker, obj: Any, where: str) -> Entry:
     key = EntryKey(
         collective,
         device,
-        chk.count(obj, "nodes", where, 1),
-        chk.count(obj, "ppn", where, 1),
-        chk.count(obj, "nprocs", where, 1),
+        chk.count(obj, "nodes", where, 1, MAX_PROCESSES),
+        chk.count(obj, "ppn", where, 1, MAX_PROCESSES),
+        chk.count(obj, "nprocs", where, 1, MAX_PROCESSES),
     )
     ranges = _parse_ranges(chk, chk.get(obj, "ranges", where, list), collective, where)
-    measured = obj.get("measured_bytes", [0, 0])
-    if not (
-        isinstance(measured, list)
-        and len(measured) == 2
-        and all(isinstance(m, int) and not isinstance(m, bool) for m in measured)
-    ):
-        raise chk.fail(f"{where}.measured_bytes", f"expected [min, max] in bytes, got {measured!r}")
-    return Entry(key, ranges, (measured[0], measured[1]), _parse_points(chk, obj, where))
+    measured = _measured_bytes(chk, obj, where)
+    return Entry(key, ranges, measured, _parse_points(chk, obj, where))
+
+
+def _parse_point(chk: _Checker, item: Any, here: str) -> None:
+    """What summaries and explain() read of one point: each field of its kind."""
+    item = chk.kind(item, here, dict)
+    chk.count(item, "size_bytes", here, 0)
+    chk.get(item, "chosen", here, str)
+    chk.get(item, "median_us", here, (int, float))
+    chk.number(item, "median_us", here, nullable=False)
+    chk.optional(item, _POINT_FIELDS, here)
+    for key in _POINT_NUMBERS:
+        chk.number(item, key, here, nullable=True)
+    # explain() shows the speedup wherever it shows native's median.
+    if item.get("native_median_us") is not None and item.get("speedup") is None:
+        raise chk.fail(f"{here}.speedup", "expected a number where native_median_us is given")
 
 
 def _parse_points(chk: _Checker, obj: dict, where: str) -> tuple:
     """The evidence: optional, but each point needs what summaries and explain() read."""
-    points = obj.get("points", [])
-    if not isinstance(points, list):
-        raise chk.fail(f"{where}.points", f"expected a list, got {json.dumps(points)}")
+    points = chk.kind(obj.get("points", []), f"{where}.points", list)
     for i, item in enumerate(points):
-        here = f"{where}.points[{i}]"
-        if not isinstance(item, dict):
-            raise chk.fail(here, f"expected an object, got {json.dumps(item)}")
-        chk.count(item, "size_bytes", here, 0)
-        chk.get(item, "chosen", here, str)
-        chk.get(item, "median_us", here, (int, float))
+        _parse_point(chk, item, f"{where}.points[{i}]")
     return tuple(points)
+
+
+def _check_header(chk: _Checker, data: dict) -> None:
+    """The optional header fields that summaries and exports read, each of its kind."""
+    chk.optional(data, _HEADER_FIELDS, "")
+    chk.optional(data.get("measured_with") or {}, _MEASURED_WITH_FIELDS, "measured_with")
+    chk.optional(data.get("provenance") or {}, _PROVENANCE_FIELDS, "provenance")
 
 
 def table_from_dict(data: Any, path: str | os.PathLike = "<table>") -> TuningTable:
@@ -338,9 +422,10 @@ def table_from_dict(data: Any, path: str | os.PathLike = "<table>") -> TuningTab
     if not isinstance(data, dict):
         raise chk.fail("(top level)", "expected a JSON object")
     version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
-        shown = "missing" if version is None else json.dumps(version)
+    if not is_kind(version, int) or version != SCHEMA_VERSION:
+        shown = "missing" if "schema_version" not in data else describe(version)
         raise chk.fail("schema_version", f"expected {SCHEMA_VERSION}, got {shown}")
+    _check_header(chk, data)
     items = chk.get(data, "entries", "", list)
     entries, seen = [], {}
     for i, item in enumerate(items):
@@ -356,13 +441,7 @@ def table_from_dict(data: Any, path: str | os.PathLike = "<table>") -> TuningTab
 def load_table(path: str | os.PathLike) -> TuningTable:
     """Read and validate a tuning table file; TableError names the file and the field."""
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise TableError(path, "(file)", f"cannot read: {exc.strerror or exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise TableError(
-            path, "(file)", f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        ) from None
+        data = load_json(path)
+    except UnreadableJson as exc:
+        raise TableError(path, "(file)", str(exc)) from None
     return table_from_dict(data, path)

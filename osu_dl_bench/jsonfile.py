@@ -1,0 +1,97 @@
+"""Reading the suite's JSON input files (tuning tables, platforms) without trusting them:
+every way the file can be unreadable becomes one UnreadableJson with the reason, never a
+traceback, and the values that come back are JSON's finite numbers only."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any
+
+# Far above any table or platform written (the shipped reference table is 128 KiB), and
+# small enough that `--table /dev/zero` fails at once instead of filling memory.
+MAX_FILE_BYTES = 64 << 20
+
+
+# JSON's null, as a kind for is_kind.
+NULL = type(None)
+_KIND_NAMES = {dict: "an object", list: "a list", NULL: "null", bool: "true or false"}
+
+
+class UnreadableJson(ValueError):
+    """A file that is no JSON the suite can hold; the message says why."""
+
+
+def _refuse_constant(name: str) -> Any:
+    # Python's json accepts NaN and +-Infinity, which JSON does not define.
+    raise UnreadableJson(f"{name} is not a number JSON allows")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise UnreadableJson(f"{text} is not a finite number")
+    return value
+
+
+def _read_text(path: str | os.PathLike) -> str:
+    try:
+        with open(path, "rb") as stream:
+            data = stream.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise UnreadableJson(f"cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise UnreadableJson(f"larger than {MAX_FILE_BYTES} bytes: not a file of this suite")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UnreadableJson(
+            f"not UTF-8 text: byte {exc.start} is {data[exc.start]:#04x}"
+        ) from None
+
+
+def load_json(path: str | os.PathLike) -> Any:
+    """The parsed contents of the JSON file ``path`` (UnreadableJson if there are none)."""
+    text = _read_text(path)
+    try:
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except json.JSONDecodeError as exc:
+        raise UnreadableJson(
+            f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+    except RecursionError:
+        raise UnreadableJson("nested deeper than Python's JSON parser allows") from None
+    except UnreadableJson:
+        raise
+    except ValueError as exc:
+        # Python 3.11+ refuses to convert integers of more than 4300 digits.
+        if "digits" in str(exc):
+            raise UnreadableJson("holds an integer of more than 4300 digits") from None
+        raise UnreadableJson(f"not JSON: {exc}") from None
+
+
+def describe(value: Any) -> str:
+    """A short, safe rendering of a JSON value for messages: a scalar as JSON (cut to 60
+    characters), a list or object by kind (their contents may be huge or deep)."""
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 1 << 100:
+        return f"an integer of {value.bit_length()} bits"
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def kind_text(kind: type | tuple) -> str:
+    """JSON kinds in words: (str, NULL) -> 'str or null'."""
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(_KIND_NAMES.get(k, k.__name__) for k in kinds)
+
+
+def is_kind(value: Any, kind: type | tuple) -> bool:
+    """Whether a parsed JSON value is of ``kind`` (a type or a tuple of types)."""
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    # JSON's true and false are Python ints too: only a bool kind takes them.
+    return isinstance(value, kinds) and (bool in kinds or not isinstance(value, bool))

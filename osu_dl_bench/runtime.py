@@ -357,13 +357,24 @@ def run_guarded(body: Callable[[], int]) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         _abort_if_others_wait()
         return 1
-    except Exception:
+    except Exception as exc:
+        if _is_collective_error(exc):
+            # The ranks passed one call inconsistent arguments (MPI's "erroneous
+            # program"): the user's mistake, refused before anything was copied.
+            return _usage_error_exit(UsageError(str(exc)))
         rank = world_rank()
         sys.stderr.write(f"[rank {rank}] unhandled error, aborting the job:\n")
         traceback.print_exc()
         sys.stderr.flush()
         _abort_if_others_wait(always=True)
         return 1
+
+
+def _is_collective_error(exc: Exception) -> bool:
+    """Whether ``exc`` is the collectives library's refusal of a call's arguments (read
+    from sys.modules: importing the library here would start MPI before init_mpi)."""
+    errors = sys.modules.get("osu_dl_bench.collectives.errors")
+    return errors is not None and isinstance(exc, errors.CollectiveError)
 
 
 def _usage_error_exit(exc: UsageError) -> int:

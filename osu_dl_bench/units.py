@@ -11,10 +11,14 @@ _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMG]?)(?:I?B)?\s*$", re.IGNORECASE)
 
 
+# More digits than any byte count needs; Python refuses to convert beyond 4300 anyway.
+_MAX_DIGITS = 30
+
+
 def parse_size(text: str) -> int:
     """Parse '8', '64K', '16M' or '1G' into bytes (powers of 1024)."""
     match = _SIZE.match(text)
-    if not match:
+    if not match or len(match.group(1)) > _MAX_DIGITS:
         raise UsageError(f"bad size {text!r}: expected a whole number with an optional K, M or G")
     return int(match.group(1)) * _SUFFIX[match.group(2).upper()]
 

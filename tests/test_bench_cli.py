@@ -108,7 +108,13 @@ def test_corrupted_result_fails_validation_and_keeps_records(tmp_path):
         (3, ["bench", "latency"], "latency needs exactly 2 processes, got 3"),
         (2, ["bench", "gather", "-l", "-k", "rotate"], "-l with -k rotate is not supported"),
         (2, ["bench", "nosuch"], "invalid choice: 'nosuch'"),
-        (2, ["bench", "allreduce", "-i", "-3"], "expected a whole number >= 0"),
+        (2, ["bench", "allreduce", "-i", "-3"], "expected a whole number from 1 to 10000000"),
+        (2, ["bench", "allreduce", "-i", "100000000000"], "from 1 to 10000000"),
+        (2, ["bench", "allreduce", "-x", "10000001"], "from 0 to 10000000, got '10000001'"),
+        (2, ["bench", "allreduce", "-m", "0:0"], "-m 0:0: no size holds one element"),
+        (2, ["bench", "allreduce", "-m", "1:4G"], "-m 1:4G: sizes above 1G are refused"),
+        (2, ["bench", "allreduce", "-a", "ring:seg=abc"], "ring: seg expects a size such as 256K"),
+        (2, ["bench", "allreduce", "-a", "ring:seg=1"], "seg expects 0 (whole blocks) or a size"),
     ],
 )
 def test_bad_input_gives_one_message_and_exit_2_everywhere(nprocs, argv, message):
@@ -203,3 +209,17 @@ def test_unhandled_error_aborts_instead_of_hanging():
     )
     assert res.returncode != 0
     assert "unhandled error, aborting the job" in res.stderr
+
+
+@pytest.mark.parametrize("where", ["directory", "proc"])
+def test_an_unwritable_output_is_refused_before_measuring(tmp_path, where):
+    out = tmp_path / "out.csv"
+    if where == "directory":
+        out.mkdir()
+    else:
+        out = "/proc/osu-dl-bench-out.csv"
+    res = run_cli(2, ["bench", "allreduce", "-m", "8:64", "-i", "2", "-x", "0", "-o", str(out)])
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert f"-o {out}: " in res.stderr and "Traceback" not in res.stderr
+    assert _rows(res.stdout) == []  # nothing was measured
+    assert [p.name for p in tmp_path.iterdir()] == (["out.csv"] if where == "directory" else [])

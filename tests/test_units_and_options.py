@@ -1,12 +1,14 @@
 """Option parsing, sizes and the per-collective facts: pure Python, no MPI job."""
 
 import argparse
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from osu_dl_bench.bench import records
 from osu_dl_bench.bench.options import add_bench_arguments, config_from_args, parse_root
 from osu_dl_bench.collectives import SPECS, CallShape
 from osu_dl_bench.collectives.dtypes import ELEMENT_TYPES, element_type
@@ -103,3 +105,77 @@ def test_bus_bandwidth_factors_follow_nccl_tests():
     assert SPECS["allgather"].busbw_factor(4) == pytest.approx(0.75)
     assert SPECS["bcast"].busbw_factor(4) == 1.0
     assert SPECS["allgather"].algbw_bytes(1024, 4) == 4096
+
+
+def test_a_size_of_thousands_of_digits_is_a_usage_error():
+    with pytest.raises(UsageError, match="bad size"):
+        parse_size("9" * 5000)
+
+
+@pytest.mark.parametrize("text", ["1:2G", "1:1025M", "1:99999999999999999999G"])
+def test_message_sizes_above_1g_are_refused_before_anything_is_allocated(text):
+    with pytest.raises(UsageError, match=f"-m {text}: sizes above 1G are refused"):
+        _config("allreduce", "-m", text)
+
+
+def test_a_collective_needs_a_size_that_holds_an_element():
+    with pytest.raises(UsageError, match="-m 0:0: no size holds one element"):
+        _config("allreduce", "-m", "0:0")
+    assert _config("latency", "-m", "0:0").sizes() == [0]  # OSU's zero-byte latency
+    assert _config("barrier", "-m", "0:0").sizes() == [0]
+
+
+@pytest.mark.parametrize(
+    "flag,text",
+    [("-i", "0"), ("-i", "10000001"), ("-i", "1e3"), ("-x", "-1"), ("-x", "100000000000")],
+)
+def test_iterations_and_warmup_are_capped(capsys, flag, text):
+    with pytest.raises(SystemExit):
+        _config("allreduce", flag, text)
+    least = 1 if flag == "-i" else 0
+    assert (
+        f"expected a whole number from {least} to 10000000, got {text!r}" in capsys.readouterr().err
+    )
+
+
+def test_the_largest_iteration_counts_are_accepted():
+    assert _config("allreduce", "-i", "10000000", "-x", "0").iterations_for(8) == (10_000_000, 0)
+
+
+def _entries(path):
+    return sorted(p.name for p in path.iterdir())
+
+
+def test_an_output_path_that_is_a_directory_is_refused_leaving_nothing(tmp_path):
+    (tmp_path / "out.csv").mkdir()
+    with pytest.raises(UsageError, match="is a directory"):
+        records.check_output_path(str(tmp_path / "out.csv"))
+    assert _entries(tmp_path) == ["out.csv"]
+
+
+def test_an_output_path_under_a_file_is_refused(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UsageError, match="is not a directory"):
+        records.check_output_path(str(tmp_path / "file" / "out.csv"))
+
+
+def test_an_output_directory_that_cannot_be_written_is_refused():
+    # /proc refuses new files even to root.
+    with pytest.raises(UsageError, match="-o /proc/out.csv: cannot create files in /proc"):
+        records.check_output_path("/proc/out.csv")
+
+
+def test_a_writable_output_path_passes_and_the_probe_leaves_nothing(tmp_path):
+    records.check_output_path(str(tmp_path / "out.json"))
+    assert _entries(tmp_path) == []
+
+
+def test_a_failed_write_leaves_no_temporary_file(tmp_path, monkeypatch):
+    def broken(self, path, *args, **kwargs):
+        Path(path).write_text("[{")  # half written when the disk fills
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(records.pd.DataFrame, "to_json", broken)
+    with pytest.raises(OSError):
+        records.write_records(str(tmp_path / "out.json"), [], {})
+    assert _entries(tmp_path) == []

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.runtime import DEFAULT_THREAD_LEVEL, THREAD_LEVELS
-from osu_dl_bench.units import doubling_sizes, parse_size
+from osu_dl_bench.units import doubling_sizes, format_size, parse_size
 
 # Declared here, not in collectives.buffers: options are parsed before MPI is loaded.
 DEVICE_HELP = (
@@ -37,6 +38,12 @@ DEFAULT_WARMUP = {"small": 100, "large": 10}
 P2P_ITERATIONS = {"latency": (10000, 1000), "bw": (100, 20), "bibw": (100, 20)}
 P2P_WARMUP = {"latency": (1000, 100), "bw": (10, 2), "bibw": (10, 2)}
 BW_WINDOW = 64
+# -i and -x: beyond ten million calls a run outlasts any job, and the per-iteration times
+# (8 bytes each) would take memory before the first call.
+MAX_ITERATIONS = 10**7
+# -m of bench and sweep: each rank allocates send and receive buffers of this size (p times
+# it for allgather and alltoall), so a typo such as 1:1024G fails here, not in the kernel.
+MAX_MESSAGE_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -102,13 +109,26 @@ class BenchConfig:
 
 
 def parse_size_range(text: str, default_min: int) -> tuple[int, int]:
-    """-m [MIN:]MAX -> (MIN, MAX) in bytes."""
+    """-m [MIN:]MAX -> (MIN, MAX) in bytes, MAX at most MAX_MESSAGE_BYTES."""
     lo_text, sep, hi_text = text.rpartition(":")
     lo = parse_size(lo_text) if sep and lo_text else default_min
     hi = parse_size(hi_text)
     if lo > hi:
         raise UsageError(f"-m {text}: minimum size {lo} is larger than maximum size {hi}")
+    if hi > MAX_MESSAGE_BYTES:
+        raise UsageError(
+            f"-m {text}: sizes above {format_size(MAX_MESSAGE_BYTES)} are refused "
+            f"(every rank allocates buffers of that size), got {format_size(hi)}"
+        )
     return lo, hi
+
+
+def check_holds_an_element(text: str, hi: int, itemsize: int = 1) -> None:
+    """Refuse -m where no size holds one element (OSU drops such sizes: nothing would run);
+    without the element type at hand, itemsize 1 refuses only all-zero ranges."""
+    if hi < itemsize:
+        unit = f" of {itemsize} B" if itemsize > 1 else ""
+        raise UsageError(f"-m {text}: no size holds one element{unit}: nothing would be measured")
 
 
 def parse_root(text: str) -> RootPolicy:
@@ -119,6 +139,21 @@ def parse_root(text: str) -> RootPolicy:
     if kind == "fixed" and value.isdigit():
         return RootPolicy(rotate=False, fixed=int(value))
     raise UsageError(f"-k {text}: expected fixed:N (N >= 0) or rotate")
+
+
+def _whole_number(least: int, most: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``least`` to ``most``."""
+
+    def parse(text: str) -> int:
+        digits = text.strip().lstrip("+-")
+        value = int(text) if digits.isdigit() and len(digits) <= 20 else least - 1
+        if not least <= value <= most:
+            raise argparse.ArgumentTypeError(
+                f"expected a whole number from {least} to {most}, got {text!r}"
+            )
+        return value
+
+    return parse
 
 
 def _non_negative(text: str) -> int:
@@ -144,14 +179,14 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-i",
         "--iterations",
-        type=_non_negative,
+        type=_whole_number(1, MAX_ITERATIONS),
         default=None,
         help="timed iterations (default 1000 up to 8K, then 100)",
     )
     parser.add_argument(
         "-x",
         "--warmup",
-        type=_non_negative,
+        type=_whole_number(0, MAX_ITERATIONS),
         default=None,
         help="warm-up iterations (default 100 up to 8K, then 10)",
     )
@@ -215,10 +250,10 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     """Build and check a BenchConfig from parsed arguments (no MPI needed)."""
     point_to_point = args.benchmark in POINT_TO_POINT
-    default_range = "0:4M" if point_to_point else "1:1M"
-    lo, hi = parse_size_range(
-        args.message_size or default_range, default_min=0 if point_to_point else 1
-    )
+    size_text = args.message_size or ("0:4M" if point_to_point else "1:1M")
+    lo, hi = parse_size_range(size_text, default_min=0 if point_to_point else 1)
+    if not point_to_point and args.benchmark != "barrier":
+        check_holds_an_element(size_text, hi)
     return BenchConfig(
         benchmark=args.benchmark,
         min_size=lo,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -63,9 +65,28 @@ def check_output_path(path: str | None) -> None:
             import pyarrow  # noqa: F401
         except ImportError as exc:
             raise UsageError(f"-o {path}: .parquet needs pyarrow (pip install pyarrow)") from exc
-    parent = Path(path).resolve().parent
+    target = Path(path)
+    if target.is_dir():
+        raise UsageError(f"-o {path}: is a directory: expected a file name")
+    parent = target.resolve().parent
+    if parent.exists() and not parent.is_dir():
+        raise UsageError(f"-o {path}: {parent} is not a directory")
     if not parent.is_dir():
         raise UsageError(f"-o {path}: directory {parent} does not exist")
+    _probe_directory(path, parent)
+
+
+def _probe_directory(path: str, parent: Path) -> None:
+    """Create and remove a file where write_records will put its temporary file: the one
+    test of permissions that also holds for root, read-only mounts and /proc."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".osu-dl-bench-probe-", dir=parent)
+    except OSError as exc:
+        raise UsageError(
+            f"-o {path}: cannot create files in {parent}: {exc.strerror or exc}"
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def records_frame(records: list[BenchRecord], metadata: dict[str, str]) -> pd.DataFrame:
@@ -78,16 +99,25 @@ def write_records(path: str, records: list[BenchRecord], metadata: dict[str, str
     """Write records atomically (temp file + rename), so a crash never leaves half a file."""
     frame = records_frame(records, metadata)
     frame["iter_max_us"] = frame["iter_max_us"].map(list)
-    suffix = Path(path).suffix.lower()
     tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        _write_frame(frame, tmp, Path(path).suffix.lower())
+        os.replace(tmp, path)
+    except BaseException:
+        # A full disk or an interrupt: the previous file stays, and no half-written one.
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _write_frame(frame: pd.DataFrame, path: str, suffix: str) -> None:
     if suffix == ".csv":
         frame["iter_max_us"] = frame["iter_max_us"].map(lambda xs: " ".join(f"{x:.3f}" for x in xs))
-        frame.to_csv(tmp, index=False)
+        frame.to_csv(path, index=False)
     elif suffix == ".json":
-        frame.to_json(tmp, orient="records", indent=1)
+        frame.to_json(path, orient="records", indent=1)
     else:
-        frame.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+        frame.to_parquet(path, index=False)
 
 
 def read_records(path: str) -> pd.DataFrame:

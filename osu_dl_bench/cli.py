@@ -175,6 +175,21 @@ def _add_model(sub) -> None:
     add_model_arguments(parser)
 
 
+def _cmd_clean(args: argparse.Namespace) -> int:
+    from osu_dl_bench.clean import run_clean
+
+    return run_clean(args)  # no MPI: it tidies up after jobs that are gone
+
+
+def _add_clean(sub) -> None:
+    from osu_dl_bench.clean import add_clean_arguments
+
+    parser = sub.add_parser(
+        "clean", help="remove MPICH shared-memory segments that killed or aborted jobs left"
+    )
+    add_clean_arguments(parser)
+
+
 COMMANDS: dict[str, tuple[Callable, Callable[[argparse.Namespace], int]]] = {
     "bench": (_add_bench, _cmd_bench),
     "list": (_add_list, _cmd_list),
@@ -184,6 +199,7 @@ COMMANDS: dict[str, tuple[Callable, Callable[[argparse.Namespace], int]]] = {
     "plot": (_add_plot, _cmd_plot),
     "train": (_add_train, _cmd_train),
     "model": (_add_model, _cmd_model),
+    "clean": (_add_clean, _cmd_clean),
 }
 
 

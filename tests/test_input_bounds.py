@@ -3,10 +3,15 @@ parameters (wherever a variant is named), table and platform files, bench option
 the clean command's choice of stale shared-memory segments."""
 
 import json
+import mmap
+import os
+import subprocess
+import sys
+import time
 
 import pytest
 
-from osu_dl_bench import jsonfile
+from osu_dl_bench import clean, jsonfile
 from osu_dl_bench.collectives import algorithms, all_algorithms, lookup
 from osu_dl_bench.collectives.registry import Algorithm, Split, parse_variant, whole_message
 from osu_dl_bench.errors import UsageError
@@ -231,3 +236,87 @@ def test_platform_json_that_python_cannot_hold_is_a_platform_error(tmp_path, cas
     with pytest.raises(PlatformError, match=expected) as info:
         load_platform(path)
     assert str(info.value).startswith(f"platform {path}: (file): ")
+
+
+# --- osu-dl-bench clean -------------------------------------------------------------------
+
+HOUR_AGO = time.time() - 3600
+
+
+def _segment(directory, name="mpich_shm_deadbeef_0", mtime=HOUR_AGO):
+    """A file shaped like a segment MPICH left behind: ours, a page long, an hour old."""
+    path = directory / name
+    path.write_bytes(b"\0" * mmap.PAGESIZE)
+    os.utime(path, (mtime, mtime))
+    return path
+
+
+def _stale(directory):
+    return [s.path.name for s in clean.stale_segments(directory, os.getuid(), min_age_s=60)]
+
+
+def test_a_segment_no_process_holds_is_stale_and_removed(tmp_path):
+    path = _segment(tmp_path)
+    assert _stale(tmp_path) == [path.name]
+    failures = clean.remove(clean.stale_segments(tmp_path, os.getuid(), min_age_s=60))
+    assert failures == [] and not path.exists()
+
+
+def test_a_segment_a_live_process_has_open_is_kept(tmp_path):
+    path = _segment(tmp_path)
+    with open(path, "rb"):
+        assert _stale(tmp_path) == []
+    assert _stale(tmp_path) == [path.name]
+
+
+def test_a_segment_a_live_process_has_mapped_is_kept(tmp_path):
+    path = _segment(tmp_path)
+    with open(path, "r+b") as stream:
+        mapping = mmap.mmap(stream.fileno(), 0)
+    try:  # the file is closed: only /proc/PID/maps shows it
+        assert _stale(tmp_path) == []
+    finally:
+        mapping.close()
+    assert _stale(tmp_path) == [path.name]
+
+
+def test_young_segments_and_other_files_are_kept(tmp_path):
+    _segment(tmp_path, mtime=time.time())  # its job may be about to map it
+    _segment(tmp_path, name="ucx_shm_posix_1234")
+    _segment(tmp_path, name="mpich_notes")
+    assert _stale(tmp_path) == []
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="only root can give a file to another user")
+def test_another_users_segment_is_kept(tmp_path):
+    os.chown(_segment(tmp_path), 4242, -1)
+    assert _stale(tmp_path) == []
+
+
+def _clean_cli(*args):
+    """osu-dl-bench clean in a fresh interpreter; also says whether MPI was loaded."""
+    code = (
+        "import sys\nfrom osu_dl_bench.cli import main\n"
+        f"rc = main({list(args)!r})\n"
+        "print('MPI loaded' if 'mpi4py.MPI' in sys.modules else 'no MPI')\nsys.exit(rc)"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_dry_run_lists_and_removes_nothing_and_needs_no_mpi(tmp_path):
+    path = _segment(tmp_path)
+    res = _clean_cli("clean", "--dry-run", "--dir", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    assert f"would remove {path} (" in res.stdout and path.exists()
+    assert res.stdout.rstrip().endswith("no MPI")
+    res = _clean_cli("clean", "--dir", str(tmp_path))
+    assert res.returncode == 0 and f"removed {path} (" in res.stdout and not path.exists()
+
+
+def test_clean_refuses_a_missing_directory_and_a_negative_age(tmp_path):
+    res = _clean_cli("clean", "--dir", str(tmp_path / "nothere"))
+    assert res.returncode == 2 and "--dir" in res.stderr and "Traceback" not in res.stderr
+    res = _clean_cli("clean", "--min-age", "-1")
+    assert res.returncode == 2 and "--min-age" in res.stderr

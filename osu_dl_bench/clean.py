@@ -1,0 +1,164 @@
+"""``osu-dl-bench clean``: remove the shared-memory segments that killed or aborted MPICH
+jobs left in /dev/shm.
+
+MPICH's shared-memory transport keeps each job's segment in a file named
+``mpich_shm_<id>_<n>`` and removes it at MPI_Finalize; a job that ends any other way
+(killed, MPI_Abort, a crash) leaves it there, holding memory until the next reboot.
+A segment counts as stale only when it is this user's, older than ``--min-age`` (a job
+creates it moments before mapping it), and no live process has it open or mapped: every
+readable /proc/PID/fd and /proc/PID/maps is checked. No MPI is loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import stat
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from osu_dl_bench.errors import UsageError
+
+SHM_DIR = Path("/dev/shm")
+PREFIX = "mpich_shm_"
+# Older than the moment between a job creating its segment and mapping it, with room for
+# a loaded machine; a segment that young is never taken for stale.
+MIN_AGE_S = 60.0
+_PROC = Path("/proc")
+_DELETED = " (deleted)"
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A candidate segment file."""
+
+    path: Path
+    size: int
+    age_s: float
+
+
+def _candidates(directory: Path, uid: int, now: float) -> list[Segment]:
+    """This user's regular files named like MPICH segments (symbolic links never)."""
+    found = []
+    for entry in sorted(directory.iterdir()):
+        if not entry.name.startswith(PREFIX):
+            continue
+        try:
+            info = entry.lstat()
+        except OSError:
+            continue  # removed meanwhile
+        if stat.S_ISREG(info.st_mode) and info.st_uid == uid:
+            # Creating and sizing the segment set its mtime: its age is at least that.
+            found.append(Segment(entry, info.st_size, now - info.st_mtime))
+    return found
+
+
+def _mapped_paths(maps: Path) -> set[str]:
+    """The files a process has mapped, from its /proc/PID/maps."""
+    paths = set()
+    for line in maps.read_text(errors="replace").splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and fields[5].startswith("/"):
+            paths.add(fields[5].removesuffix(_DELETED))
+    return paths
+
+
+def _open_paths(fd_dir: Path) -> set[str]:
+    """The files a process has open, from its /proc/PID/fd."""
+    paths = set()
+    for fd in fd_dir.iterdir():
+        try:
+            paths.add(os.readlink(fd).removesuffix(_DELETED))
+        except OSError:
+            continue  # closed meanwhile
+    return paths
+
+
+def paths_in_use() -> set[str]:
+    """Every file some live process that we may inspect has open or mapped."""
+    used: set[str] = set()
+    for proc in _PROC.iterdir():
+        if not proc.name.isdigit():
+            continue
+        for read, where in ((_mapped_paths, proc / "maps"), (_open_paths, proc / "fd")):
+            try:
+                used |= read(where)
+            except OSError:
+                continue  # the process ended, or is another user's (it cannot use ours)
+    return used
+
+
+def stale_segments(directory: Path, uid: int, min_age_s: float = MIN_AGE_S) -> list[Segment]:
+    """``uid``'s MPICH segments in ``directory`` that no live process holds and that are
+    at least ``min_age_s`` old."""
+    old = [s for s in _candidates(Path(directory), uid, time.time()) if s.age_s >= min_age_s]
+    if not old:
+        return []
+    used = paths_in_use()
+    return [s for s in old if os.path.realpath(s.path) not in used and str(s.path) not in used]
+
+
+def remove(segments: list[Segment]) -> list[tuple[Segment, str]]:
+    """Unlink each segment; returns those that could not be removed, with the reason."""
+    failures = []
+    for segment in segments:
+        try:
+            segment.path.unlink()
+        except FileNotFoundError:
+            continue  # someone else cleaned it
+        except OSError as exc:
+            failures.append((segment, exc.strerror or str(exc)))
+    return failures
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / (1 << 20):.1f} MiB"
+
+
+def _age(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 10**9:
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
+    return value
+
+
+def add_clean_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the clean options."""
+    parser.add_argument(
+        "--dry-run", action="store_true", help="list what would be removed, remove nothing"
+    )
+    parser.add_argument(
+        "--min-age",
+        type=_age,
+        default=MIN_AGE_S,
+        metavar="SECONDS",
+        help=f"leave younger segments alone (default {MIN_AGE_S:g} s)",
+    )
+    parser.add_argument(
+        "--dir", default=str(SHM_DIR), help=f"where MPICH keeps its segments (default {SHM_DIR})"
+    )
+
+
+def run_clean(args: argparse.Namespace) -> int:
+    """Remove (or with --dry-run list) the stale segments; 1 if some could not be removed."""
+    directory = Path(args.dir)
+    if not directory.is_dir():
+        raise UsageError(f"--dir {args.dir}: not a directory")
+    stale = stale_segments(directory, os.getuid(), args.min_age)
+    failures = [] if args.dry_run else remove(stale)
+    failed = {f[0].path for f in failures}
+    verb = "would remove" if args.dry_run else "removed"
+    for segment in stale:
+        if segment.path not in failed:
+            print(f"{verb} {segment.path} ({_mib(segment.size)})")
+    for segment, reason in failures:
+        print(f"cannot remove {segment.path}: {reason}", file=sys.stderr)
+    total = sum(s.size for s in stale if s.path not in failed)
+    done = len(stale) - len(failures)
+    print(f"# {done} stale MPICH segment{'s' * (done != 1)} in {directory}, {_mib(total)}")
+    return 1 if failures else 0

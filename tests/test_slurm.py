@@ -269,6 +269,125 @@ def test_srun_inside_an_allocation_is_held_to_its_tasks(tmp_path):
     assert "--np 4: this allocation (Slurm job 5) has only 2 tasks" in res.stderr
 
 
+# --- hostile values never reach a shell --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "option,value",
+    [
+        ("--sbatch-args", "--qos=x\ntouch {marker}"),
+        ("--launcher-args", "--mpi=pmix\rtouch {marker}"),
+        ("-a", "native\n$(touch {marker})"),
+        ("-o", "{run}\ntouch {marker}"),
+        ("--partition", "p1\x1b]0;title\x07"),
+        ("-T", "float32\ttouch"),
+        ("--op", "sum\x7f"),
+        ("--time", "10\n"),
+        ("--collectives", "allreduce\u2028touch {marker}"),
+    ],
+)
+def test_control_characters_are_refused_before_anything_is_written(tmp_path, option, value):
+    run, marker = tmp_path / "run", tmp_path / "pwned"
+    value = value.format(marker=marker, run=run)
+    argv = ["sweep", "--submit", "--dry-run", "--np", "2", "-o", str(run), option, value]
+    res = _cli(argv, {"PATH": str(tmp_path / "empty")})
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert f"osu-dl-bench: error: {option} {value!r}: control character" in res.stderr
+    assert res.stderr.count("osu-dl-bench: error:") == 1 and "Traceback" not in res.stderr
+    assert list(tmp_path.iterdir()) == [], "a refused command created files"
+
+
+def test_a_nul_byte_is_refused_too():
+    # No command line can carry one (argv strings end at NUL); a caller of the parser can.
+    with pytest.raises(UsageError, match=r"--sbatch-args 'x\\x00y': control character"):
+        _config("--submit", "--np", "2", "-o", "run", "--sbatch-args", "x\x00y")
+
+
+def test_the_provenance_comment_stays_one_line(monkeypatch):
+    hostile = ["sweep", "--submit", "-a", "native\ntouch /tmp/x", "-o", "r\r\x1b[2J\u2028y"]
+    monkeypatch.setattr(sys, "argv", ["osu-dl-bench", *hostile])
+    cfg = _config("--submit", "--np", "2", "-o", "run")
+    template = slurm.read_template()
+    text = slurm.sweep_script(cfg, slurm.batch_request(cfg), template)
+    assert len(text.splitlines()) == len(template.splitlines()) + 1
+    note = text.splitlines()[1]
+    assert note.startswith("# Written by `osu-dl-bench sweep --submit -a ")
+    assert "native\\ntouch /tmp/x" in note and "r\\r\\x1b[2J\\u2028y" in note
+
+
+def _fake_commands(tmp_path: Path, names: dict[str, str]) -> Path:
+    """A directory of stand-in commands, each a shell script body."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, body in names.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    return bin_dir
+
+
+# Values with spaces, quotes and shell syntax: legal (no control characters), and inert.
+LAUNCHER_ARGS = "--export=ALL,X='a b' --label \"$(touch {m})\" ; touch {m} `touch {m}` |x"
+SBATCH_ARGS = "--comment='a b' $(touch {m}) ; touch {m} `touch {m}` && rm -rf {m}"
+
+
+def test_shell_syntax_in_values_reaches_the_job_as_text(tmp_path):
+    marker, run = tmp_path / "pwned", tmp_path / "run"
+    launcher_args = LAUNCHER_ARGS.format(m=marker)
+    argv = ["sweep", "--submit", "--dry-run", "--np", "2", "-m", "8:64", "-o", str(run)]
+    argv += ["-a", "native,ring:seg=4K", "--launcher-args", launcher_args]
+    argv += ["--sbatch-args", SBATCH_ARGS.format(m=marker)]
+    res = _cli(argv, {"PATH": str(tmp_path / "empty")})
+    assert res.returncode == 0, res.stdout + res.stderr
+    script = run / "sweep.sbatch"
+    text = script.read_text()
+    assert run_with_timeout(["bash", "-n", str(script)], 30).returncode == 0
+    assert len(text.splitlines()) == len(slurm.read_template().splitlines()) + 1
+    assert not any(
+        line.lstrip().startswith(("touch", ";", "$(", "`")) for line in text.splitlines()
+    )
+
+    # Run the script itself, with a stand-in venv whose osu-dl-bench records its arguments.
+    args_file = tmp_path / "args"
+    fake = _fake_commands(tmp_path, {"osu-dl-bench": f"printf '%s\\0' \"$@\" > '{args_file}'"})
+    (tmp_path / "activate").write_text(f'PATH="{fake}:$PATH"\n')
+    venv_line = f"VENV={shlex.quote(slurm.current_venv())}"
+    assert venv_line in text
+    script.write_text(text.replace(venv_line, f"VENV={shlex.quote(str(tmp_path / 'venv'))}"))
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "activate").write_text((tmp_path / "activate").read_text())
+    job = {"SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "1", "SLURM_TASKS_PER_NODE": "2"}
+    ran = run_with_timeout(["bash", str(script)], 30, {**os.environ, **job}, cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert not marker.exists(), "a value was run as a command"
+    got = args_file.read_bytes().split(b"\0")[:-1]
+    passed = [a.decode() for a in got]
+    assert f"--launcher-args={shlex.join(shlex.split(launcher_args))}" in passed
+    assert passed[:6] == ["sweep", "--launcher", "srun", "--np", "2", "-o"]
+
+
+def test_sbatch_gets_its_arguments_as_text_not_through_a_shell(tmp_path):
+    marker, run = tmp_path / "pwned", tmp_path / "run"
+    sbatch_args = SBATCH_ARGS.format(m=marker)
+    calls = tmp_path / "calls"
+    fake = _fake_commands(
+        tmp_path,
+        {
+            "sbatch": f"printf '%s\\0' \"$@\" >> '{calls}'; echo 42",
+            "sinfo": "echo 'debug*|n1|8'",
+            "scontrol": f"printf '%s\\0' \"$@\" >> '{calls}'",
+        },
+    )
+    argv = ["sweep", "--submit", "--np", "2", "-m", "8:64", "-o", str(run)]
+    res = _cli([*argv, "--sbatch-args", sbatch_args], {"PATH": str(fake)})
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "submitted Slurm batch job 42" in res.stdout
+    assert not marker.exists(), "a value was run as a command"
+    recorded = [a.decode() for a in calls.read_bytes().split(b"\0")[:-1]]
+    script = str(run.resolve() / "sweep.sbatch")
+    sbatch = ["--parsable", "--hold", *shlex.split(sbatch_args), script]
+    assert recorded == [*sbatch, "release", "42"]
+
+
 # --- a real Slurm ------------------------------------------------------------------------
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.sweep.options import SweepConfig, command_line
+from osu_dl_bench.sweep.options import CONTROL_CHARACTERS, SweepConfig, command_line
 
 TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "scripts" / "sbatch"
 SWEEP_TEMPLATE = TEMPLATE_DIR / "sweep.sbatch"
@@ -132,8 +132,14 @@ def sweep_script(cfg: SweepConfig, request: BatchRequest, template: str) -> str:
     }
     script = render_script(template, directives, variables)
     shebang, _, body = script.partition("\n")
-    note = f"# Written by `{command_line()}` from {SWEEP_TEMPLATE.name}."
+    note = f"# Written by `{one_line(command_line())}` from {SWEEP_TEMPLATE.name}."
     return f"{shebang}\n{note}\n{body}"
+
+
+def one_line(text: str) -> str:
+    """Text with its control characters written as escapes (\\n, \\x1b), so that it stays
+    inside one comment line of a script whatever the command line held."""
+    return CONTROL_CHARACTERS.sub(lambda found: repr(found[0])[1:-1], text)
 
 
 def read_template(path: Path = SWEEP_TEMPLATE) -> str:

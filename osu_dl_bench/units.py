@@ -19,7 +19,8 @@ def parse_size(text: str) -> int:
     """Parse '8', '64K', '16M' or '1G' into bytes (powers of 1024)."""
     match = _SIZE.match(text)
     if not match or len(match.group(1)) > _MAX_DIGITS:
-        raise UsageError(f"bad size {text!r}: expected a whole number with an optional K, M or G")
+        shown = text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
+        raise UsageError(f"bad size {shown!r}: expected a whole number with an optional K, M or G")
     return int(match.group(1)) * _SUFFIX[match.group(2).upper()]
 
 

@@ -115,6 +115,7 @@ def test_corrupted_result_fails_validation_and_keeps_records(tmp_path):
         (2, ["bench", "allreduce", "-m", "1:4G"], "-m 1:4G: sizes above 1G are refused"),
         (2, ["bench", "allreduce", "-a", "ring:seg=abc"], "ring: seg expects a size such as 256K"),
         (2, ["bench", "allreduce", "-a", "ring:seg=1"], "seg expects 0 (whole blocks) or a size"),
+        (2, ["bench", "allreduce", "-m", "1:2"], "-m 1:2: no size holds one element of 4 B"),
     ],
 )
 def test_bad_input_gives_one_message_and_exit_2_everywhere(nprocs, argv, message):

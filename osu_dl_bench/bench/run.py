@@ -6,7 +6,7 @@ from mpi4py import MPI
 
 from osu_dl_bench.bench import report
 from osu_dl_bench.bench.harness import Setting, measure_collective, plan_variants
-from osu_dl_bench.bench.options import BenchConfig
+from osu_dl_bench.bench.options import BenchConfig, check_holds_an_element
 from osu_dl_bench.bench.p2p import check_pair, measure_point_to_point
 from osu_dl_bench.bench.records import BenchRecord, write_records
 from osu_dl_bench.collectives import SPECS, CallContext, Variant
@@ -16,12 +16,16 @@ from osu_dl_bench.collectives.ops import reduce_op
 from osu_dl_bench.errors import UsageError, ValidationFailure
 from osu_dl_bench.runtime import agree_on_errors, collect_metadata, discover_topology
 from osu_dl_bench.tuning.selector import Selector, parse_bench_algorithms
+from osu_dl_bench.units import format_size
 
 
 def _setting(cfg: BenchConfig, nprocs: int) -> Setting:
     """Resolve names into objects, checking everything that depends on the job size."""
     etype = element_type(cfg.dtype)
     spec = SPECS.get(cfg.benchmark)
+    if spec is not None and spec.name != "barrier":
+        sizes = f"{format_size(cfg.min_size)}:{format_size(cfg.max_size)}"
+        check_holds_an_element(sizes, cfg.max_size, etype.dtype.itemsize)
     op = None
     if spec is not None and spec.reduces:
         op = reduce_op(cfg.op)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from osu_dl_bench.bench.options import COLLECTIVES, DEVICE_HELP, parse_size_range
+from osu_dl_bench.bench.options import COLLECTIVES, DEVICE_HELP, parse_allocated_sizes
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.runtime import DEFAULT_THREAD_LEVEL, THREAD_LEVELS, slurm_job
 from osu_dl_bench.sweep.store import RunStore
@@ -47,6 +47,17 @@ DEFAULT_TIME_LIMIT = "01:00:00"
 _TIME_LIMIT = re.compile(r"(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2})")
 # Options that only shape the batch job of --submit.
 _BATCH_OPTIONS = ("nodes", "ntasks_per_node", "time", "partition", "sbatch_args")
+# Characters that end or rewrite a line of a shell script: C0 controls (newline, CR, NUL,
+# tab, escape), DEL, C1 controls and Unicode's line separators.
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# How each option is spelled in messages, where it is not --DEST.
+_FLAGS = {
+    "output": "-o",
+    "message_size": "-m",
+    "algorithms": "-a",
+    "dtype": "-T",
+    "device": "-d",
+}
 
 
 @dataclass(frozen=True)
@@ -352,9 +363,25 @@ def _check_batch_options(args: argparse.Namespace) -> None:
         )
 
 
+def check_script_values(args: argparse.Namespace) -> None:
+    """Refuse control characters in every option value, since a batch script carries them
+    all (the command line in its provenance comment, most also in its commands): a
+    newline would end the script's line and start a command of the value's choosing."""
+    for dest, value in vars(args).items():
+        found = CONTROL_CHARACTERS.search(value) if isinstance(value, str) else None
+        if found:
+            flag = _FLAGS.get(dest, "--" + dest.replace("_", "-"))
+            raise UsageError(
+                f"{flag} {value!r}: control character {found[0]!r} refused, since the "
+                "value would go into a batch script"
+            )
+
+
 def config_from_args(args: argparse.Namespace) -> SweepConfig:
     """Build and check a SweepConfig from parsed arguments (no MPI needed)."""
-    lo, hi = parse_size_range(args.message_size, default_min=1)
+    if args.submit:
+        check_script_values(args)  # first: other messages would echo the value raw
+    lo, hi = parse_allocated_sizes(args.message_size, default_min=1)
     if args.np is None and not args.inside:
         raise UsageError("--np is required to launch jobs, e.g. --np 2,4 (or run with --inside)")
     _check_batch_options(args)
@@ -415,12 +442,18 @@ def check_local_process_counts(cfg: SweepConfig) -> None:
         )
 
 
-def check_run_dir(cfg: SweepConfig) -> None:
-    """A run directory must be new or empty unless --resume continues it."""
+def check_output_dir(cfg: SweepConfig) -> None:
+    """-o names a directory, or nothing yet."""
     path = Path(cfg.output)
     if path.exists() and not path.is_dir():
         raise UsageError(f"-o {cfg.output}: exists and is not a directory")
-    store = RunStore(path)
+
+
+def check_run_dir(cfg: SweepConfig) -> None:
+    """A run directory must be new or empty unless --resume continues it (rows that
+    cannot be used are counted in a warning here, once per sweep)."""
+    check_output_dir(cfg)
+    store = RunStore(cfg.output)
     if not store.results_path.exists():
         return
     frame = store.load()  # a UsageError if it is not a sweep's results file

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from osu_dl_bench.errors import UsageError
 from osu_dl_bench.sweep import runinfo, slurm
 from osu_dl_bench.sweep.launch import (
     check_not_in_mpi_job,
@@ -30,9 +31,14 @@ from osu_dl_bench.sweep.launch import (
     job_environment,
     planner_command,
 )
-from osu_dl_bench.sweep.options import SweepConfig, check_local_process_counts, check_run_dir
+from osu_dl_bench.sweep.options import (
+    SweepConfig,
+    check_local_process_counts,
+    check_output_dir,
+    check_run_dir,
+)
 from osu_dl_bench.sweep.progress import Progress, decode_event, format_duration, plan_lines
-from osu_dl_bench.sweep.store import RunStore
+from osu_dl_bench.sweep.store import RunLock, RunStore, StoreError
 
 # The planner imports the registry (and torch, for Gloo): slow, but never minutes.
 PLANNER_TIMEOUT = 600.0
@@ -194,44 +200,66 @@ def run_sweep(cfg: SweepConfig) -> int:
     if cfg.submit:
         return submit_sweep(cfg)
     check_local_process_counts(cfg)
-    check_run_dir(cfg)
     for nprocs in cfg.nprocs:
         job_command(cfg, nprocs)  # a missing launcher is a usage error, found now
-    try:
-        plans = run_planner(cfg)
-        if cfg.dry_run:
-            print("\n".join(plan_lines(list(plans.values()))))
-            return 0
-        return _launch_all(cfg, plans)
-    except JobFailed as exc:
-        return exc.code or 1
+    with contextlib.ExitStack() as held:
+        # An existing directory is held before it is read: a sweep still writing into it
+        # is refused, not raced. A new one is made (and held) only once the plan is good.
+        lock = _hold_existing(cfg, held) if not cfg.dry_run else None
+        check_run_dir(cfg)
+        try:
+            plans = run_planner(cfg)
+            if cfg.dry_run:
+                print("\n".join(plan_lines(list(plans.values()))))
+                return 0
+            if lock is None:
+                held.enter_context(RunStore(cfg.output).lock())
+                check_run_dir(cfg)  # another sweep may have filled it meanwhile
+            return _launch_all(cfg, plans)
+        except JobFailed as exc:
+            return exc.code or 1
+
+
+def _hold_existing(cfg: SweepConfig, held: contextlib.ExitStack) -> RunLock | None:
+    """The run directory's lock, if the directory exists (None if it does not yet)."""
+    check_output_dir(cfg)
+    store = RunStore(cfg.output)
+    return held.enter_context(store.lock()) if store.path.is_dir() else None
 
 
 def submit_sweep(cfg: SweepConfig) -> int:
     """--submit: check the options (the planner) and the cluster here, then write the batch
-    script into the run directory and submit it; with --dry-run only write and print it."""
-    check_run_dir(cfg)
-    request = slurm.batch_request(cfg)
-    template = slurm.read_template()
-    if not cfg.dry_run:
-        slurm.require_commands()
-        slurm.check_fits(request, slurm.query_nodes())
-    try:
-        plans = run_planner(cfg)
-    except JobFailed as exc:
-        return exc.code or 1
-    store = RunStore(cfg.output)
-    store.create()
-    script = store.path.resolve() / slurm.SCRIPT_NAME
-    script.write_text(slurm.sweep_script(cfg, request, template))
-    if cfg.dry_run:
-        print("\n".join(plan_lines(list(plans.values()))))
-        print(f"# batch script (not submitted: --dry-run): {script}\n{script.read_text()}", end="")
-        return 0
-    # Held until the submission is recorded: the job writes metadata.json too, and two
-    # read-modify-writes at once could lose one of them.
-    job_id = slurm.submit_held(script, cfg.sbatch_args)
-    runinfo.record_submission(store, job_id, str(script))
+    script into the run directory and submit it; with --dry-run only write and print it.
+    Nothing is created before every check has passed."""
+    with contextlib.ExitStack() as held:
+        lock = _hold_existing(cfg, held)
+        check_run_dir(cfg)
+        request = slurm.batch_request(cfg)
+        text = slurm.sweep_script(cfg, request, slurm.read_template())
+        if not cfg.dry_run:
+            slurm.require_commands()
+            slurm.check_fits(request, slurm.query_nodes())
+        try:
+            plans = run_planner(cfg)
+        except JobFailed as exc:
+            return exc.code or 1
+        store = RunStore(cfg.output)
+        if lock is None:
+            held.enter_context(store.lock())
+        script = store.path.resolve() / slurm.SCRIPT_NAME
+        try:
+            script.write_text(text)
+        except OSError as exc:
+            raise StoreError(f"cannot write {script} ({exc.strerror or exc})") from None
+        if cfg.dry_run:
+            print("\n".join(plan_lines(list(plans.values()))))
+            print(f"# batch script (not submitted: --dry-run): {script}\n{text}", end="")
+            return 0
+        # Held until the submission is recorded: the job writes metadata.json too, and two
+        # read-modify-writes at once could lose one of them.
+        job_id = slurm.submit_held(script, cfg.sbatch_args)
+        runinfo.record_submission(store, job_id, str(script))
+    # Released after the run directory is: the job's sweep takes its lock when it starts.
     slurm.release(job_id)
     print(_submission_lines(cfg, request, job_id, script), flush=True)
     return 0
@@ -268,6 +296,20 @@ def _terminate_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _mark_incomplete(store: RunStore) -> None:
+    """Record that the sweep stopped early. The error that stopped it has been (or is
+    about to be) reported; if this fails as well (the same full disk), it is only
+    mentioned, so the first error stays the one reported."""
+    try:
+        runinfo.record_completion(store, complete=False)
+    except UsageError as second:
+        print(
+            f"osu-dl-bench: note: could not also mark the run incomplete: {second}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 def _launch_all(cfg: SweepConfig, plans: dict[int, dict[str, Any]]) -> int:
     store = RunStore(cfg.output)
     store.create()
@@ -285,10 +327,11 @@ def _launch_all(cfg: SweepConfig, plans: dict[int, dict[str, Any]]) -> int:
             "rerun with --resume",
             file=sys.stderr,
         )
-        runinfo.record_completion(store, complete=False)
+        _mark_incomplete(store)
         return 130
-    except JobFailed:
-        runinfo.record_completion(store, complete=False)
+    except Exception:
+        progress.clear()
+        _mark_incomplete(store)
         raise
     finally:
         progress.close()

@@ -113,7 +113,7 @@ def finish_run(store: RunStore, complete: bool) -> list[str]:
     tell the user where the results are."""
     parquet = store.write_parquet()
     record_completion(store, complete, parquet=parquet is not None)
-    rows = len(store.load())
+    rows = len(store.read()[0])  # dropped rows were reported when the sweep began
     lines = [f"# {rows} results in {store.results_path}"]
     if parquet is not None:
         lines.append(f"# also {parquet}")

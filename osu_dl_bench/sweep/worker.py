@@ -9,7 +9,9 @@ result is stored as validation=fail and turns into exit 1 once every point is do
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -29,7 +31,7 @@ from osu_dl_bench.runtime import (
 from osu_dl_bench.sweep import runinfo
 from osu_dl_bench.sweep.launch import expected_layout
 from osu_dl_bench.sweep.measure import PointTiming, measure_point, prepare_inputs
-from osu_dl_bench.sweep.options import SweepConfig, check_run_dir
+from osu_dl_bench.sweep.options import SweepConfig, check_output_dir, check_run_dir
 from osu_dl_bench.sweep.plan import (
     CollectivePlan,
     JobPlan,
@@ -160,10 +162,16 @@ class Job:
         )
         timing = measure_point(self.comm, calls, inputs, self.cfg.budget)
         points = sweep_points(self.cfg, setting, plan, n, variants, timing)
-        if self.comm.Get_rank() == 0:
-            self.store.append(points)
+        on_rank0(self.comm, lambda: self.store.append(points))
         self.report.point(points, time.perf_counter() - start)
         return list(zip(points, timing.wrong, strict=True))
+
+
+def on_rank0(comm: MPI.Comm, write: Callable[[], Any]) -> Any:
+    """Rank 0 writes to the run directory (its result; None elsewhere); a failed write (a
+    full disk) stops every rank of ``comm`` with its message, so none waits for rank 0
+    in the next collective."""
+    return agree_on_errors(comm, lambda: write() if comm.Get_rank() == 0 else None)
 
 
 def _job_entry(
@@ -201,11 +209,8 @@ def _sweep_one_count(world: MPI.Comm, job: Job) -> list[tuple[SweepPoint, int]]:
     if cfg.dry_run:
         return []
     meta, started = collect_metadata(topo), utc_now()
-    rank0 = comm.Get_rank() == 0
-    if rank0:
-        runinfo.record_job(
-            job.store, topo.nprocs, _job_entry(world, topo, meta, plan, started=started)
-        )
+    entry = _job_entry(world, topo, meta, plan, started=started)
+    on_rank0(comm, lambda: runinfo.record_job(job.store, topo.nprocs, entry))
     failures: list[tuple[SweepPoint, int]] = []
     measured = 0
     for cplan in plans:
@@ -216,20 +221,17 @@ def _sweep_one_count(world: MPI.Comm, job: Job) -> list[tuple[SweepPoint, int]]:
                 if wrong:
                     job.report.failure(point, wrong)
                     failures.append((point, wrong))
-    if rank0:
-        entry = _job_entry(
-            world,
-            topo,
-            meta,
-            plan,
-            started=started,
-            finished=utc_now(),
-            points_measured=measured,
-            validation_failures=[
-                {**_failure_key(p), "wrong_elements": wrong} for p, wrong in failures
-            ],
-        )
-        runinfo.record_job(job.store, topo.nprocs, entry)
+    entry = _job_entry(
+        world,
+        topo,
+        meta,
+        plan,
+        started=started,
+        finished=utc_now(),
+        points_measured=measured,
+        validation_failures=[{**_failure_key(p), "wrong_elements": wrong} for p, wrong in failures],
+    )
+    on_rank0(comm, lambda: runinfo.record_job(job.store, topo.nprocs, entry))
     return failures
 
 
@@ -253,6 +255,15 @@ def _wait_politely(world: MPI.Comm) -> None:
         time.sleep(0.005)
 
 
+def _share_stop(world: MPI.Comm, stopped: UsageError | None) -> None:
+    """Raise, on every rank, the error that stopped a smaller process count (a full disk):
+    the ranks that waited for it would otherwise wait for the next count forever. Rank 0
+    takes part in every count, so it knows."""
+    message = world.bcast(str(stopped) if stopped else None, root=0)
+    if message:
+        raise UsageError(message, agreed=True)
+
+
 def _checked_setting(cfg: SweepConfig, world_size: int) -> Setting:
     too_big = [p for p in cfg.nprocs if p > world_size]
     if too_big:
@@ -260,12 +271,18 @@ def _checked_setting(cfg: SweepConfig, world_size: int) -> Setting:
     return resolve_setting(cfg)
 
 
-def _open_run_dir(world: MPI.Comm, cfg: SweepConfig, store: RunStore) -> set:
-    """Rank 0 checks and opens the run directory; every rank gets the finished points."""
+def _open_run_dir(
+    world: MPI.Comm, cfg: SweepConfig, store: RunStore, held: contextlib.ExitStack
+) -> set:
+    """Rank 0 checks and opens the run directory, and holds its lock in ``held`` unless
+    the orchestrator does; every rank gets the finished points."""
 
     def step() -> set | None:
         if world.Get_rank() != 0:
             return None
+        if not (cfg.orchestrated or cfg.dry_run):
+            check_output_dir(cfg)
+            held.enter_context(store.lock())
         if not cfg.orchestrated:
             check_run_dir(cfg)  # the orchestrator did it before launching
         done = finished_points(store)
@@ -284,20 +301,35 @@ def run_inside(world: MPI.Comm, cfg: SweepConfig) -> int:
         cfg = replace(cfg, nprocs=(world.Get_size(),))
     setting = agree_on_errors(world, lambda: _checked_setting(cfg, world.Get_size()))
     store = RunStore(cfg.output)
-    done = _open_run_dir(world, cfg, store)
+    with contextlib.ExitStack() as held:
+        done = _open_run_dir(world, cfg, store, held)
+        return _sweep_counts(world, cfg, setting, store, done)
+
+
+def _sweep_counts(
+    world: MPI.Comm, cfg: SweepConfig, setting: Setting, store: RunStore, done: set
+) -> int:
+    """Every --np count in turn, then the verdict; returns the exit code."""
     report = Reporter(world, cfg.orchestrated)
     failures: list[tuple[SweepPoint, int]] = []
     for nprocs in cfg.nprocs:
         comm = _first_ranks(world, nprocs)
+        stopped: UsageError | None = None
         # Sub-communicators are not freed: bound algorithms may still hold them.
         if comm != MPI.COMM_NULL:
-            failures += _sweep_one_count(world, Job(comm, cfg, setting, store, done, report))
+            try:
+                failures += _sweep_one_count(world, Job(comm, cfg, setting, store, done, report))
+            except UsageError as exc:
+                if not exc.agreed:
+                    raise
+                stopped = exc  # agreed by this count's ranks: the others must hear it too
         _wait_politely(world)
+        _share_stop(world, stopped)
     # Rank 0 took part in every process count, so its list is the whole story.
     failed = world.bcast(len(failures), root=0)
     report.event("done", failures=failed)
-    if world.Get_rank() == 0 and not (cfg.orchestrated or cfg.dry_run):
-        for text in runinfo.finish_run(store, complete=True):
+    if not (cfg.orchestrated or cfg.dry_run):
+        for text in on_rank0(world, lambda: runinfo.finish_run(store, complete=True)) or []:
             report.line(text)
     if failed:
         raise ValidationFailure(

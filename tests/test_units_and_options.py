@@ -9,7 +9,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from osu_dl_bench.bench import records
-from osu_dl_bench.bench.options import add_bench_arguments, config_from_args, parse_root
+from osu_dl_bench.bench.options import (
+    add_bench_arguments,
+    config_from_args,
+    host_memory_bytes,
+    parse_root,
+    parse_size_range,
+)
 from osu_dl_bench.collectives import SPECS, CallShape
 from osu_dl_bench.collectives.dtypes import ELEMENT_TYPES, element_type
 from osu_dl_bench.collectives.ops import REDUCE_OPS, reduce_op
@@ -112,10 +118,16 @@ def test_a_size_of_thousands_of_digits_is_a_usage_error():
         parse_size("9" * 5000)
 
 
-@pytest.mark.parametrize("text", ["1:2G", "1:1025M", "1:99999999999999999999G"])
-def test_message_sizes_above_1g_are_refused_before_anything_is_allocated(text):
-    with pytest.raises(UsageError, match=f"-m {text}: sizes above 1G are refused"):
+@pytest.mark.parametrize("text", ["1:1024G", f"1:{host_memory_bytes() + 1}", "1:99999999999999G"])
+def test_sizes_past_this_hosts_memory_are_refused_before_anything_is_allocated(text):
+    with pytest.raises(UsageError, match=f"-m {text}: sizes above .* are refused"):
         _config("allreduce", "-m", text)
+
+
+def test_sizes_that_are_only_modelled_may_exceed_this_hosts_memory():
+    assert parse_size_range("8:4G", 8) == (8, 4 << 30)
+    with pytest.raises(UsageError, match="sizes above"):
+        parse_size_range("8:99999999999999999G", 8)
 
 
 def test_a_collective_needs_a_size_that_holds_an_element():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -41,9 +42,16 @@ BW_WINDOW = 64
 # -i and -x: beyond ten million calls a run outlasts any job, and the per-iteration times
 # (8 bytes each) would take memory before the first call.
 MAX_ITERATIONS = 10**7
-# -m of bench and sweep: each rank allocates send and receive buffers of this size (p times
-# it for allgather and alltoall), so a typo such as 1:1024G fails here, not in the kernel.
-MAX_MESSAGE_BYTES = 1 << 30
+# Sizes nothing can describe (a typo such as 1:99999999999G): refused by every -m.
+MAX_SIZE_BYTES = 1 << 50
+
+
+def host_memory_bytes() -> int:
+    """This host's physical memory (MAX_SIZE_BYTES where the system does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return MAX_SIZE_BYTES
 
 
 @dataclass(frozen=True)
@@ -108,19 +116,28 @@ class BenchConfig:
         return iters, warm
 
 
-def parse_size_range(text: str, default_min: int) -> tuple[int, int]:
-    """-m [MIN:]MAX -> (MIN, MAX) in bytes, MAX at most MAX_MESSAGE_BYTES."""
+def parse_size_range(
+    text: str, default_min: int, most: int = MAX_SIZE_BYTES, why: str = ""
+) -> tuple[int, int]:
+    """-m [MIN:]MAX -> (MIN, MAX) in bytes, MAX at most ``most`` (``why`` says why)."""
     lo_text, sep, hi_text = text.rpartition(":")
     lo = parse_size(lo_text) if sep and lo_text else default_min
     hi = parse_size(hi_text)
     if lo > hi:
         raise UsageError(f"-m {text}: minimum size {lo} is larger than maximum size {hi}")
-    if hi > MAX_MESSAGE_BYTES:
+    if hi > most:
         raise UsageError(
-            f"-m {text}: sizes above {format_size(MAX_MESSAGE_BYTES)} are refused "
-            f"(every rank allocates buffers of that size), got {format_size(hi)}"
+            f"-m {text}: sizes above {format_size(most)} are refused{why}, got {format_size(hi)}"
         )
     return lo, hi
+
+
+def parse_allocated_sizes(text: str, default_min: int) -> tuple[int, int]:
+    """-m of the commands that allocate buffers of each size on every rank (bench, sweep):
+    a size past this host's memory fails here, not in the kernel's allocator."""
+    return parse_size_range(
+        text, default_min, host_memory_bytes(), " (every rank allocates buffers of that size)"
+    )
 
 
 def check_holds_an_element(text: str, hi: int, itemsize: int = 1) -> None:
@@ -251,7 +268,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     """Build and check a BenchConfig from parsed arguments (no MPI needed)."""
     point_to_point = args.benchmark in POINT_TO_POINT
     size_text = args.message_size or ("0:4M" if point_to_point else "1:1M")
-    lo, hi = parse_size_range(size_text, default_min=0 if point_to_point else 1)
+    lo, hi = parse_allocated_sizes(size_text, default_min=0 if point_to_point else 1)
     if not point_to_point and args.benchmark != "barrier":
         check_holds_an_element(size_text, hi)
     return BenchConfig(

@@ -1,12 +1,17 @@
 """``osu-dl-bench train`` under real mpiexec, each job with a hard timeout: equivalence with
-1-process training at p = 1, 2, 3, digits accuracy on 2 ranks, kill-and-resume bit for
-bit, a tuning table driving the choice, and bad input exiting 2 on every rank."""
+1-process training at p = 1, 2, 3 (float64, so the bound holds on every CPU), a wrong
+allreduce on one rank failing it, the validation matrix script at p = 3, digits accuracy
+on 2 ranks, kill-and-resume bit for bit, a tuning table driving the choice, and bad input
+exiting 2 on every rank."""
 
 import importlib.util
 import json
+import sys
 
 import pytest
-from mpirun import run_cli, run_mpi
+from mpirun import REPO, mpi_env, run_cli, run_mpi, run_with_timeout
+
+from osu_dl_bench.train.options import FLOAT64_TOLERANCE
 
 _MISSING = [m for m in ("torch", "sklearn") if importlib.util.find_spec(m) is None]
 pytestmark = pytest.mark.skipif(
@@ -29,7 +34,9 @@ def _assert_matches_one_process(res, summary, steps: int) -> None:
     assert res.returncode == 0, res.stderr
     validation = summary["validation"]
     assert validation["passed"] and validation["steps"] == steps
-    assert validation["max_abs_diff"] <= 1e-5
+    assert validation["dtype"] == "float64" and validation["tolerance"] == FLOAT64_TOLERANCE
+    assert validation["max_abs_diff"] <= FLOAT64_TOLERANCE
+    assert {b["dtype"] for b in summary["buckets"]} == {"float64"}
     assert "validation: max |p-rank - 1-process parameter|" in res.stdout and "PASS" in res.stdout
 
 
@@ -68,6 +75,46 @@ def test_two_ranks_match_one_process_and_reach_95_percent_on_digits(tmp_path):
     throughput = summary["throughput"]
     assert throughput["total_mean"] > 0 and throughput["per_rank_ci"] >= 0
     assert summary["communication"]["busy_ms"] > 0 and summary["nprocs"] == 2
+
+
+def test_an_allreduce_wrong_in_one_element_on_one_rank_fails_validation(tmp_path):
+    # Rank 2 (not the one holding the reference) adds 1e-8 to one element of bucket 1
+    # after each reduction: lr x 1e-8 per step, far below float32 rounding's old 1e-5.
+    wrong = {"OSU_DL_BENCH_TRAIN_WRONG_ALLREDUCE": "2:1:1e-8"}
+    argv = ["--steps", "6", "-b", "60", "--validate", "--no-overlap", *SMALL_BUCKETS]
+    res, summary = _train(3, tmp_path, *argv, env=wrong)
+    assert res.returncode == 1, res.stderr
+    validation = summary["validation"]
+    assert not validation["passed"] and validation["rank"] == 2
+    diff = validation["max_abs_diff"]
+    assert FLOAT64_TOLERANCE < diff < 1e-6
+    message = [line for line in res.stdout.splitlines() if "VALIDATION FAILED" in line]
+    assert len(message) == 1
+    assert f"by {diff:.3g} > tolerance {FLOAT64_TOLERANCE:.3g} (rank 2, " in message[0]
+    assert validation["parameter"] in message[0] and "after 6 steps in float64" in message[0]
+
+
+def test_validation_matrix_script_at_three_ranks(tmp_path):
+    # One mpiexec job, several cases: odd p, overlap on and off, fp16 compression, and a
+    # bcast that needs a power-of-two p (the trainer refuses it: N/A with its reason).
+    out = tmp_path / "rows.json"
+    cmd = [sys.executable, str(REPO / "scripts" / "validate_training_matrix.py")]
+    cmd += ["--nprocs", "3", "--allreduce", "rabenseifner,cma", "--fp16"]
+    cmd += ["--bcast", "scatter_ring_allgather,scatter_rd_allgather", "--json", str(out)]
+    res = run_with_timeout(cmd, TIMEOUT, mpi_env())
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = json.loads(out.read_text())
+    cases = {(r["allreduce"], r["bcast"], r["overlap"], r["fp16"]) for r in rows}
+    assert len(cases) == len(rows) == 10 and "# 8 PASS, 0 FAIL, 2 N/A" in res.stdout
+    for row in rows:
+        if row["bcast"] == "scatter_rd_allgather":
+            assert row["result"] == "N/A" and "power-of-two" in row["note"]
+            continue
+        assert row["result"] == "PASS" and row["p"] == 3, row
+        if row["fp16"]:  # compression error is real: above float64's bound, within its own
+            assert FLOAT64_TOLERANCE < row["diff"] <= row["tolerance"]
+        else:
+            assert row["diff"] <= row["tolerance"] == FLOAT64_TOLERANCE
 
 
 def _params(path):

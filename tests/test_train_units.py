@@ -33,7 +33,10 @@ def _args(*argv: str):
         (["--model", "resnet", "--depth", "12"], "expected 10, 18, 26"),
         (["--resume"], "need --checkpoint-dir"),
         (["--epochs", "0"], "--epochs must be at least 1"),
-        (["--lr", "-1"], "must be positive"),
+        (["--lr", "-1"], "--lr must be a positive finite number"),
+        (["--lr", "nan"], "--lr must be a positive finite number"),
+        (["--momentum", "nan"], "--momentum must be a finite number"),
+        (["--weight-decay", "inf"], "--weight-decay must be a finite number"),
         (["--table", "/nonexistent/t.json"], "no such file"),
         (["--bucket-cap", "lots"], "bad size"),
     ],
@@ -269,3 +272,76 @@ def test_buckets_in_registered_memory_hold_the_gradients():
     model(torch.ones(3, 8)).sum().backward()
     # backward accumulated into the .grad views, i.e. into the registered buffers
     assert all(bucket.array.any() for bucket in buckets)
+
+
+# --- validation in float64 ------------------------------------------------------------------
+
+
+def test_validate_trains_in_float64_with_a_float64_tolerance():
+    from osu_dl_bench.train.options import FLOAT64_TOLERANCE
+
+    plain, checked = config_from_args(_args()), config_from_args(_args("--validate"))
+    assert plain.compute_dtype == "float32" and checked.compute_dtype == "float64"
+    assert checked.tolerance is None  # derived from the run (validate.tolerance_for)
+    assert 1e-12 < FLOAT64_TOLERANCE <= 1e-9
+    with pytest.raises(UsageError, match="--tolerance applies only with --validate"):
+        config_from_args(_args("--tolerance", "1e-6"))
+    for bad in ("nan", "inf", "0", "-1e-9"):
+        with pytest.raises(UsageError, match="--tolerance must be a positive finite number"):
+            config_from_args(_args("--validate", f"--tolerance={bad}"))
+
+
+@needs_torch
+def test_tolerance_is_stated_per_mode_and_fp16_scales_with_the_parameters():
+    from osu_dl_bench.train.options import FLOAT64_TOLERANCE, FP16_RELATIVE_TOLERANCE
+    from osu_dl_bench.train.validate import tolerance_for
+
+    cfg = config_from_args(_args("--validate"))
+    assert tolerance_for(cfg, scale=3.0) == FLOAT64_TOLERANCE
+    fp16 = replace(cfg, fp16_compress=True)
+    assert tolerance_for(fp16, scale=3.0) == pytest.approx(3.0 * FP16_RELATIVE_TOLERANCE)
+    # The fp16 bound never drops below float64's (parameters all near zero).
+    assert tolerance_for(fp16, scale=0.0) == FLOAT64_TOLERANCE
+    assert tolerance_for(replace(fp16, tolerance=0.5), scale=3.0) == 0.5
+
+
+@needs_torch
+def test_comparison_names_the_worst_element_and_treats_nan_as_worst():
+    import torch
+
+    from osu_dl_bench.train.validate import worst_element
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2)).double()
+    reference = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
+    assert worst_element(model, reference) == (0.0, "0.weight[0, 0]")
+    with torch.no_grad():
+        model[1].weight[1, 2] += 1e-9
+        model[0].bias[3] += 1e-10
+    diff, where = worst_element(model, reference)
+    assert where == "1.weight[1, 2]" and diff == pytest.approx(1e-9, rel=1e-6)
+    with torch.no_grad():
+        model[0].bias[1] = float("nan")
+    diff, where = worst_element(model, reference)
+    assert np.isnan(diff) and where == "0.bias[1]"
+
+
+def test_wrong_allreduce_hook_parses_and_perturbs_one_element():
+    from osu_dl_bench.train.comm_hooks import (
+        WRONG_ALLREDUCE_ENV,
+        parse_wrong_allreduce,
+        perturb_first_element,
+    )
+
+    assert parse_wrong_allreduce("") is None
+    assert parse_wrong_allreduce("1:0") == (1, 0, 1e-6)
+    assert parse_wrong_allreduce(" 2:1:1e-3 ") == (2, 1, 1e-3)
+    for bad in ("1", "a:0", "1:0:x", "1:0:nan", "-1:0", "1:0:0"):
+        with pytest.raises(UsageError, match=WRONG_ALLREDUCE_ENV):
+            parse_wrong_allreduce(bad)
+    calls = []
+    reduce = perturb_first_element(lambda buf: calls.append(buf.copy()), 0.25)
+    buffer = np.ones(4)
+    reduce(buffer)
+    assert len(calls) == 1 and np.array_equal(calls[0], np.ones(4))  # after the reduce
+    assert buffer.tolist() == [1.25, 1.0, 1.0, 1.0]

@@ -81,11 +81,14 @@ def make_buckets(
     cap: int,
     first_cap: int,
     zeros: Callable[[int, np.dtype], np.ndarray] | None = None,
+    plan_itemsize: int | None = None,
 ) -> list[GradBucket]:
     """Plan buckets over ``params`` and point every ``.grad`` into its bucket's buffer;
     ``zeros(count, dtype)`` allocates the buffers (e.g. in registered memory, which the
-    node's other ranks can read directly), else torch does."""
-    sizes = [(p.numel() * p.element_size(), str(p.dtype)) for p in params]
+    node's other ranks can read directly), else torch does. ``plan_itemsize``: plan as
+    if every element had that many bytes (the float64 copy of a float32 run keeps its
+    buckets)."""
+    sizes = [(p.numel() * (plan_itemsize or p.element_size()), str(p.dtype)) for p in params]
     buckets = []
     for number, indices in enumerate(plan_buckets(sizes, cap, first_cap)):
         members = [params[i] for i in indices]

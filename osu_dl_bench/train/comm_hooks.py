@@ -1,19 +1,27 @@
 """Gradient reductions with one signature, ``reduce(buffer)``: in place, the buffer
 becomes the mean over ranks. Wrappers compose, as PyTorch's DDP communication hooks do
 (torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py): ``fp16_compress`` wraps
-any reduction.
+any reduction. ``perturb_first_element`` is a deliberately wrong one, for tests of
+``--validate`` only.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
 
 from osu_dl_bench.collectives.ops import reduce_op
 from osu_dl_bench.collectives.registry import CollectiveCall
+from osu_dl_bench.errors import UsageError
 
 GradReduce = Callable[[np.ndarray], None]
+# Test hook, never for real runs: 'RANK:BUCKET[:DELTA]' makes rank RANK add DELTA (1e-6)
+# to the first element of gradient bucket BUCKET after each of its reductions, i.e. an
+# allreduce that is wrong in one element on one rank; --validate must then fail.
+WRONG_ALLREDUCE_ENV = "OSU_DL_BENCH_TRAIN_WRONG_ALLREDUCE"
+DEFAULT_WRONG_DELTA = 1e-6
 
 
 def mean_allreduce(call: CollectiveCall, nprocs: int) -> GradReduce:
@@ -41,5 +49,34 @@ def fp16_compress(inner: GradReduce, scratch: np.ndarray) -> GradReduce:
         np.copyto(scratch, buffer, casting="same_kind")
         inner(scratch)
         np.copyto(buffer, scratch)
+
+    return reduce
+
+
+def parse_wrong_allreduce(text: str) -> tuple[int, int, float] | None:
+    """WRONG_ALLREDUCE_ENV's 'RANK:BUCKET[:DELTA]' -> (rank, bucket, delta); '' -> None."""
+    if not text.strip():
+        return None
+    fields = [f.strip() for f in text.strip().split(":")]
+    try:
+        if len(fields) not in (2, 3) or not all(f.isdigit() for f in fields[:2]):
+            raise ValueError
+        delta = float(fields[2]) if len(fields) == 3 else DEFAULT_WRONG_DELTA
+        if not math.isfinite(delta) or delta == 0:
+            raise ValueError
+    except ValueError:
+        raise UsageError(
+            f"{WRONG_ALLREDUCE_ENV}={text!r}: expected RANK:BUCKET[:DELTA] with a finite "
+            f"non-zero DELTA, e.g. 1:0:1e-6 (a test hook)"
+        ) from None
+    return int(fields[0]), int(fields[1]), delta
+
+
+def perturb_first_element(inner: GradReduce, delta: float) -> GradReduce:
+    """``inner``, then ``delta`` added to the buffer's first element (test hook)."""
+
+    def reduce(buffer: np.ndarray) -> None:
+        inner(buffer)
+        buffer[0] += delta
 
     return reduce

@@ -83,9 +83,16 @@ def _synthetic(cfg: TrainConfig) -> DataSplits:
     return DataSplits(images, None, InputShape(3, cfg.image_size, cfg.num_classes), "synthetic")
 
 
+def _images_as(images: Images, dtype: torch.dtype) -> Images:
+    return Images(images.x.to(dtype), images.y, images.length)
+
+
 def load_data(cfg: TrainConfig) -> DataSplits:
-    """The data set ``cfg.data``."""
-    return _digits(cfg.seed) if cfg.data == "digits" else _synthetic(cfg)
+    """The data set ``cfg.data``, its images in ``cfg.compute_dtype``."""
+    splits = _digits(cfg.seed) if cfg.data == "digits" else _synthetic(cfg)
+    dtype = getattr(torch, cfg.compute_dtype)
+    test = None if splits.test is None else _images_as(splits.test, dtype)
+    return DataSplits(_images_as(splits.train, dtype), test, splits.shape, splits.name)
 
 
 @lru_cache(maxsize=2)

@@ -56,11 +56,15 @@ class CommRecord:
 
 @dataclass(frozen=True)
 class ValidationRecord:
-    """p-rank vs 1-process parameters after ``steps`` steps."""
+    """p-rank vs 1-process parameters after ``steps`` steps: the worst element over every
+    rank's replica, where it is, and the tolerance it is held to."""
 
     max_abs_diff: float
     tolerance: float
     steps: int
+    rank: int = 0
+    parameter: str = ""
+    dtype: str = "float64"
 
     @property
     def passed(self) -> bool:

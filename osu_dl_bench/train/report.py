@@ -28,6 +28,12 @@ def _algorithms(plans: list[dict[str, Any]]) -> str:
     return ", ".join(f"{alg} x{n} ({how})" for (alg, how), n in counts.items())
 
 
+def _dtype(cfg: dict[str, Any]) -> str:
+    if cfg.get("validate"):
+        return "float64 (--validate: buckets planned and chosen by their float32 sizes)"
+    return "float32"
+
+
 def header_lines(s: TrainSummary) -> list[str]:
     """What is trained, how it is split and which algorithms carry it."""
     cfg = s.config
@@ -39,7 +45,7 @@ def header_lines(s: TrainSummary) -> list[str]:
         f"({s.train_samples} train{test}), p={s.nprocs} ({s.nodes} node(s) x {s.ppn} ppn)",
         f"# global batch {cfg['batch_size']} ({local} per rank), steps {s.start_step}.."
         f"{s.total_steps}, SGD lr {cfg['lr']} momentum {cfg['momentum']}, "
-        f"torch threads {s.threads}",
+        f"torch threads {s.threads}, {_dtype(cfg)}",
         f"# start-up bcast: {_algorithms(s.bcasts)}",
         f"# {len(s.buckets)} gradient bucket(s) in reverse parameter order "
         f"(cap {format_size(cfg['bucket_cap'])}, first {format_size(cfg['first_bucket'])}): "
@@ -87,6 +93,7 @@ def footer_lines(s: TrainSummary) -> list[str]:
     if v is not None:
         lines.append(
             f"# validation: max |p-rank - 1-process parameter| = {v.max_abs_diff:.3g} after "
-            f"{v.steps} steps (tolerance {v.tolerance:g}): {'PASS' if v.passed else 'FAIL'}"
+            f"{v.steps} steps in {v.dtype} (rank {v.rank}, {v.parameter}; tolerance "
+            f"{v.tolerance:.3g}): {'PASS' if v.passed else 'FAIL'}"
         )
     return lines

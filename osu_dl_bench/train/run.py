@@ -19,13 +19,15 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from osu_dl_bench.errors import UsageError, ValidationFailure
 from osu_dl_bench.runtime import collect_metadata
 from osu_dl_bench.train import checkpoint as ckpt
+from osu_dl_bench.train.comm_hooks import WRONG_ALLREDUCE_ENV, parse_wrong_allreduce
 from osu_dl_bench.train.comm_thread import CommThread
 from osu_dl_bench.train.data import DataSplits, ShardedSampler, eval_shard, load_data
-from osu_dl_bench.train.models import build_model, has_batch_norm, parameter_count
+from osu_dl_bench.train.models import InputShape, build_model, has_batch_norm, parameter_count
 from osu_dl_bench.train.options import TrainConfig
 from osu_dl_bench.train.progress import ProgressBar, progress_enabled
 from osu_dl_bench.train.records import (
@@ -39,7 +41,7 @@ from osu_dl_bench.train.records import (
 from osu_dl_bench.train.report import EPOCH_HEADER, epoch_line, footer_lines, header_lines
 from osu_dl_bench.train.session import Session
 from osu_dl_bench.train.trainer import DataParallelTrainer, StepStats, evaluate
-from osu_dl_bench.train.validate import Reference
+from osu_dl_bench.train.validate import Divergence, Reference, compare, tolerance_for
 
 
 @dataclass
@@ -77,7 +79,7 @@ class _Run:
     total_steps: int
     start_step: int = 0
     reference: Reference | None = None
-    validation_diff: float | None = None
+    divergence: Divergence | None = None
     fault: tuple[int, int] | None = None
     bar: ProgressBar | None = None
     tally: _Tally = field(default_factory=_Tally)
@@ -100,6 +102,11 @@ def _say(run: _Run, *lines: str) -> None:
         print("\n".join(lines), flush=True)
 
 
+def _model(cfg: TrainConfig, shape: InputShape) -> nn.Module:
+    """The model in ``cfg.compute_dtype`` (float64 under --validate)."""
+    return build_model(cfg, shape).to(getattr(torch, cfg.compute_dtype))
+
+
 def _build(cfg: TrainConfig, session: Session) -> _Run:
     """Data, sampler, model and trainer (collective: binds the buckets' algorithms)."""
     cfg.local_batch(session.nprocs)  # UsageError on every rank alike
@@ -113,13 +120,14 @@ def _build(cfg: TrainConfig, session: Session) -> _Run:
         )
     # Seeded by rank, so replicas start different and the broadcast has work to do.
     torch.manual_seed(cfg.seed + session.rank)
-    model = build_model(cfg, data.shape)
+    model = _model(cfg, data.shape)
     if cfg.validate and has_batch_norm(model):
         raise UsageError(
             f"--validate needs a model without batch norm (per-rank batch statistics "
             f"differ from 1-process ones): {cfg.model} has it; use --model cnn"
         )
-    trainer = DataParallelTrainer(model, cfg, session)
+    wrong = parse_wrong_allreduce(os.environ.get(WRONG_ALLREDUCE_ENV, ""))
+    trainer = DataParallelTrainer(model, cfg, session, wrong)
     total = cfg.steps or cfg.epochs * sampler.steps_per_epoch
     fault = ckpt.parse_fault(os.environ.get(ckpt.FAULT_ENV, ""))
     return _Run(cfg, session, data, sampler, trainer, total, fault=fault)
@@ -196,8 +204,8 @@ def _train(run: _Run) -> None:
         done = step + 1
         if run.bar is not None:
             run.bar.update(done, stats.loss_sum / stats.samples)
-        if run.reference is not None:
-            _reference_step(run, step)
+        if cfg.validate:
+            _validation_step(run, step)
         if cfg.checkpoint_every and done % cfg.checkpoint_every == 0:
             _save(run, done)
         ckpt.maybe_fault(run.fault, run.rank, done)
@@ -209,21 +217,30 @@ def _validation_steps(run: _Run) -> int:
     return min(run.cfg.validate_steps, run.total_steps - run.start_step)
 
 
-def _reference_step(run: _Run, step: int) -> None:
-    """Rank 0: the 1-process step on the global batch; compare once N steps are done."""
-    run.reference.step(*run.data.train.take(run.sampler.global_indices(step)))
+def _compare(run: _Run) -> None:
+    """Collective: every replica against rank 0's reference, which is then freed."""
+    run.divergence = compare(run.session, run.reference, run.trainer.model)
+    run.reference = None
+
+
+def _validation_step(run: _Run, step: int) -> None:
+    """Rank 0: the 1-process step on the global batch; all: compare after N steps."""
+    if step + 1 - run.start_step > _validation_steps(run):
+        return
+    if run.reference is not None:
+        run.reference.step(*run.data.train.take(run.sampler.global_indices(step)))
     if step + 1 - run.start_step == _validation_steps(run):
-        run.validation_diff = run.reference.max_abs_diff(run.trainer.model)
-        run.reference = None  # its job is done: free the copy
+        _compare(run)
 
 
 def _validation(run: _Run) -> ValidationRecord | None:
-    """Rank 0's comparison with its 1-process reference, broadcast to every rank."""
-    if not run.cfg.validate:
+    """The comparison's verdict (every rank holds it)."""
+    d = run.divergence
+    if d is None:
         return None
-    diff = np.array([run.validation_diff or 0.0])
-    run.session.bcast(diff)
-    return ValidationRecord(float(diff[0]), run.cfg.tolerance, _validation_steps(run))
+    tolerance = tolerance_for(run.cfg, d.scale)
+    steps, dtype = _validation_steps(run), run.cfg.compute_dtype
+    return ValidationRecord(d.max_abs_diff, tolerance, steps, d.rank, d.where, dtype)
 
 
 def _describe(run: _Run, threads: int) -> TrainSummary:
@@ -290,8 +307,10 @@ def _start(run: _Run) -> float:
         _resume(run)
     seconds = run.trainer.broadcast_state(root=0)
     if cfg.validate and run.rank == 0:
-        build = partial(build_model, cfg, run.data.shape)
+        build = partial(_model, cfg, run.data.shape)
         run.reference = Reference(cfg, build, run.trainer.model, run.trainer.optimizer)
+    if cfg.validate and _validation_steps(run) == 0:
+        _compare(run)  # resumed at the end: the broadcast state is what is checked
     return seconds
 
 
@@ -309,10 +328,12 @@ def _execute(world: Any, cfg: TrainConfig, thread: CommThread) -> int:
     _say(run, *footer_lines(summary))
     _write_outputs(run, summary)
     session.close()
-    if summary.validation is not None and not summary.validation.passed:
+    v = summary.validation
+    if v is not None and not v.passed:
         raise ValidationFailure(
             f"VALIDATION FAILED: parameters differ from 1-process training by "
-            f"{summary.validation.max_abs_diff:.3g} > {cfg.tolerance:g}"
+            f"{v.max_abs_diff:.3g} > tolerance {v.tolerance:.3g} (rank {v.rank}, "
+            f"{v.parameter}, after {v.steps} steps in {v.dtype})"
         )
     return 0
 

@@ -70,19 +70,24 @@ class Session:
         """Ranks in the trainer's communicator."""
         return self.comm.Get_size()
 
-    def choose(self, collective: str, array: np.ndarray) -> BoundCollective:
-        """The policy's algorithm for a call on ``array`` (call on the thread)."""
-        return self.policy.choose(collective, array.nbytes, array.dtype.name)
+    def choose(
+        self, collective: str, array: np.ndarray, nbytes: int | None = None
+    ) -> BoundCollective:
+        """The policy's algorithm for a call on ``array``, chosen as for ``nbytes`` if
+        given, else its size (call on the thread)."""
+        size = array.nbytes if nbytes is None else nbytes
+        return self.policy.choose(collective, size, array.dtype.name)
 
     def allreduce_sum(self, array: np.ndarray) -> None:
         """Sum ``array`` over ranks, in place."""
         self.thread.run(lambda: self.choose("allreduce", array).call(None, array, _SUM, 0))
 
-    def bcast(self, array: np.ndarray, root: int = 0) -> BoundCollective:
-        """Broadcast ``array`` from ``root`` in place; returns the algorithm used."""
+    def bcast(self, array: np.ndarray, root: int = 0, nbytes: int | None = None) -> BoundCollective:
+        """Broadcast ``array`` from ``root`` in place (algorithm chosen as for ``nbytes``,
+        as ``choose``); returns the algorithm used."""
 
         def run() -> BoundCollective:
-            bound = self.choose("bcast", array)
+            bound = self.choose("bcast", array, nbytes)
             bound.call(None, array, None, root)
             return bound
 

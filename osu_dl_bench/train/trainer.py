@@ -16,8 +16,15 @@ import torch
 from torch import nn
 
 from osu_dl_bench.collectives.buffers import array_module
+from osu_dl_bench.errors import UsageError
 from osu_dl_bench.train.buckets import GradBucket, flatten_state, make_buckets
-from osu_dl_bench.train.comm_hooks import GradReduce, fp16_compress, mean_allreduce
+from osu_dl_bench.train.comm_hooks import (
+    WRONG_ALLREDUCE_ENV,
+    GradReduce,
+    fp16_compress,
+    mean_allreduce,
+    perturb_first_element,
+)
 from osu_dl_bench.train.options import TrainConfig
 from osu_dl_bench.train.reducer import GradientReducer, StepComm
 from osu_dl_bench.train.session import Session
@@ -54,19 +61,33 @@ def make_optimizer(cfg: TrainConfig, model: nn.Module) -> torch.optim.Optimizer:
     )
 
 
+# Under --validate the model is the float64 copy of a float32 run: buckets are planned and
+# algorithms chosen by the float32 sizes, so the layout and the tuning table's picks are
+# those of the run being validated.
+_TRAINED_ITEMSIZE = np.dtype(np.float32).itemsize
+
+
+def selection_nbytes(array: np.ndarray, validate: bool) -> int:
+    """Bytes the policy chooses an algorithm by (float64 counts as float32 under
+    --validate)."""
+    if validate and array.dtype == np.float64:
+        return array.size * _TRAINED_ITEMSIZE
+    return array.nbytes
+
+
 def _bucket_reduce(
-    session: Session, bucket: GradBucket, fp16: bool, buffers: str = "cpu"
+    session: Session, bucket: GradBucket, cfg: TrainConfig
 ) -> tuple[GradReduce, CallPlan]:
     """The bucket's reduction through the policy; fp16 wraps it (runs on the thread), its
-    scratch allocated as the buckets are (``buffers``)."""
+    scratch allocated as the buckets are (``cfg.buffers``)."""
     nprocs = session.nprocs
-    if fp16:
-        scratch = array_module(buffers).empty(bucket.array.size, np.float16)
+    if cfg.fp16_compress:
+        scratch = array_module(cfg.buffers).empty(bucket.array.size, np.float16)
         bound = session.choose("allreduce", scratch)
         reduce = fp16_compress(mean_allreduce(bound.call, nprocs), scratch)
     else:
         scratch = bucket.array
-        bound = session.choose("allreduce", scratch)
+        bound = session.choose("allreduce", scratch, selection_nbytes(scratch, cfg.validate))
         reduce = mean_allreduce(bound.call, nprocs)
     plan = CallPlan(
         bucket.index, scratch.nbytes, scratch.dtype.name, bound.label, bound.how, len(bucket.params)
@@ -74,26 +95,44 @@ def _bucket_reduce(
     return reduce, plan
 
 
+def _check_wrong(wrong: tuple[int, int, float] | None, nprocs: int, buckets: int) -> None:
+    """UsageError (on every rank alike) if the test hook names no rank or bucket: a hook
+    that silently perturbs nothing would make its test pass for the wrong reason."""
+    if wrong is not None and not (wrong[0] < nprocs and wrong[1] < buckets):
+        raise UsageError(
+            f"{WRONG_ALLREDUCE_ENV}: rank {wrong[0]}, bucket {wrong[1]} do not exist "
+            f"(p={nprocs}, {buckets} bucket(s))"
+        )
+
+
 class DataParallelTrainer:
     """A replica of ``model`` kept equal to rank 0's by broadcast and averaged gradients."""
 
-    def __init__(self, model: nn.Module, cfg: TrainConfig, session: Session) -> None:
-        self.model, self.session = model, session
+    def __init__(
+        self,
+        model: nn.Module,
+        cfg: TrainConfig,
+        session: Session,
+        wrong: tuple[int, int, float] | None = None,
+    ) -> None:
+        """``wrong``: (rank, bucket, delta) of the WRONG_ALLREDUCE_ENV test hook."""
+        self.model, self.session, self.validate = model, session, cfg.validate
         # Flat before the optimizer sees the parameters (it keeps the same objects).
         self.state_flats = flatten_state([*model.parameters(), *model.buffers()])
         self.optimizer = make_optimizer(cfg, model)
         trainable = [p for p in model.parameters() if p.requires_grad]
         zeros = None if cfg.buffers == "cpu" else array_module(cfg.buffers).zeros
-        self.buckets = make_buckets(trainable, cfg.bucket_cap, cfg.first_bucket, zeros)
-        pairs = session.thread.run(
-            lambda: [
-                _bucket_reduce(session, b, cfg.fp16_compress, cfg.buffers) for b in self.buckets
-            ]
+        itemsize = _TRAINED_ITEMSIZE if cfg.validate else None
+        self.buckets = make_buckets(
+            trainable, cfg.bucket_cap, cfg.first_bucket, zeros, plan_itemsize=itemsize
         )
+        _check_wrong(wrong, session.nprocs, len(self.buckets))
+        pairs = session.thread.run(lambda: [_bucket_reduce(session, b, cfg) for b in self.buckets])
         self.bucket_plans = [plan for _, plan in pairs]
-        self.reducer = GradientReducer(
-            self.buckets, [r for r, _ in pairs], session.thread, cfg.overlap
-        )
+        reduces = [r for r, _ in pairs]
+        if wrong is not None and wrong[0] == session.rank:
+            reduces[wrong[1]] = perturb_first_element(reduces[wrong[1]], wrong[2])
+        self.reducer = GradientReducer(self.buckets, reduces, session.thread, cfg.overlap)
         self.bcast_plans: list[CallPlan] = []
 
     def broadcast_state(self, root: int = 0) -> float:
@@ -102,7 +141,7 @@ class DataParallelTrainer:
         self.bcast_plans = []
         for index, flat in enumerate(self.state_flats):
             array = flat.numpy()
-            bound = self.session.bcast(array, root)
+            bound = self.session.bcast(array, root, selection_nbytes(array, self.validate))
             self.bcast_plans.append(
                 CallPlan(index, array.nbytes, array.dtype.name, bound.label, bound.how, 0)
             )

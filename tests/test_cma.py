@@ -2,16 +2,20 @@
 Their results on p = 1..6 are checked with every other algorithm (test_algorithms_multirank,
 test_shm_hierarchical); here also on registered buffers, where they read peers' mappings."""
 
+import errno
 import os
+import subprocess
 import sys
 
 import numpy as np
 import pytest
-from mpirun import driver_summary, run_mpi
+from mpi4py import MPI
+from mpirun import REPO, driver_summary, run_mpi
 
 from osu_dl_bench.collectives import cma, registered, shm
 from osu_dl_bench.collectives.buffers import array_module
 from osu_dl_bench.collectives.common import LinkCost, Machine
+from osu_dl_bench.errors import UsageError
 
 MACHINE = Machine(LinkCost(1e-6, 1e-10, 1e-10), LinkCost(5e-6, 1e-9, 1e-10), ppn=4)
 DRIVER = "tests/drivers/check_algorithms.py"
@@ -68,6 +72,75 @@ def test_a_refused_self_read_makes_cma_unavailable(monkeypatch):
     assert reason is not None and "refuses process_vm_readv" in reason
 
 
+# --- privileges: prctl(PR_SET_PTRACER) only when a cma algorithm is bound ---------------
+
+# Counts the process's prctl calls made through ctypes (as cma makes them) while it
+# imports the package, runs `list` and binds non-cma algorithms under ptrace_scope 1; then
+# binds cma, which must call it (the spy answers 0 instead of calling prctl).
+_PRCTL_SPY = """
+import ctypes, sys
+calls = []
+original = ctypes.CDLL.__getitem__
+def spy(self, name):
+    if name != "prctl":
+        return original(self, name)
+    return lambda *args: calls.append(args) or 0
+ctypes.CDLL.__getitem__ = spy
+from osu_dl_bench import cli
+from osu_dl_bench.collectives import cma, native, shm
+from mpi4py import MPI
+cli.main(["list"])
+scope = open(sys.argv[1], "w"); scope.write("1\\n"); scope.close()
+cma._PTRACE_SCOPE = cma.Path(sys.argv[1])
+shm.allreduce(MPI.COMM_SELF)
+shm.bcast(MPI.COMM_SELF)
+print("PRCTL before cma", len(calls), file=sys.stderr)
+cma.allreduce(MPI.COMM_SELF)
+cma.bcast(MPI.COMM_SELF)
+print("PRCTL after cma", len(calls), calls[0][0] if calls else None, file=sys.stderr)
+"""
+
+
+@needs_cma
+def test_only_binding_cma_calls_prctl(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-c", _PRCTL_SPY, str(tmp_path / "ptrace_scope")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "PRCTL before cma 0\n" in result.stderr
+    assert f"PRCTL after cma 1 {cma._PR_SET_PTRACER}\n" in result.stderr  # once per process
+
+
+@needs_cma
+@pytest.mark.parametrize(("scope", "calls"), [("0", 0), ("1", 1), (None, 0)])
+def test_binding_cma_sets_the_ptracer_only_under_yama_scope_1(tmp_path, monkeypatch, scope, calls):
+    scope_file = tmp_path / "ptrace_scope"
+    if scope is not None:
+        scope_file.write_text(scope + "\n")
+    made = []
+    monkeypatch.setattr(cma, "_PTRACE_SCOPE", scope_file)
+    monkeypatch.setattr(cma, "_PTRACER_SET", False)
+    monkeypatch.setattr(cma, "_set_ptracer_any", lambda: made.append(1) or 0)
+    cma.allreduce(MPI.COMM_SELF)
+    cma.bcast(MPI.COMM_SELF)
+    assert len(made) == calls
+
+
+@needs_cma
+def test_a_refused_prctl_fails_the_bind_with_its_reason(tmp_path, monkeypatch):
+    scope_file = tmp_path / "ptrace_scope"
+    scope_file.write_text("1\n")
+    monkeypatch.setattr(cma, "_PTRACE_SCOPE", scope_file)
+    monkeypatch.setattr(cma, "_PTRACER_SET", False)
+    monkeypatch.setattr(cma, "_set_ptracer_any", lambda: errno.EINVAL)
+    with pytest.raises(UsageError, match=r"PR_SET_PTRACER_ANY\) failed: Invalid argument"):
+        cma.allreduce(MPI.COMM_SELF)
+
+
 # --- registered buffers (collectives.registered, buffer kind cpu-registered) -------------
 
 needs_registered = pytest.mark.skipif(
@@ -121,6 +194,42 @@ def test_peer_maps_see_the_same_memory_or_answer_none():
     assert maps.bytes_of(os.getpid(), 10_000, 1) is None  # no such descriptor
     assert maps.last_error.startswith(f"/proc/{os.getpid()}/fd/10000: ")
     assert maps.bytes_of(os.getpid(), region.fd, region.serial) is not raw  # limit 1: remapped
+
+
+@needs_registered
+def test_registered_memory_cannot_shrink_or_grow():
+    """Sealed: a peer that opens the file through /proc cannot truncate it under the owner
+    (whose next load would die with SIGBUS)."""
+    array = registered.zeros(1000, np.float64)
+    region, _ = registered.region_of(array)
+    peer = os.open(f"/proc/{os.getpid()}/fd/{region.fd}", os.O_RDWR)  # as a peer would
+    try:
+        for fd in (region.fd, peer):
+            for size in (0, region.nbytes - 8, region.nbytes + 4096):
+                with pytest.raises(PermissionError) as caught:
+                    os.ftruncate(fd, size)
+                assert caught.value.errno == errno.EPERM
+    finally:
+        os.close(peer)
+    assert os.fstat(region.fd).st_size == region.nbytes
+    array[-1] = 7.0  # still mapped and whole
+    assert array[-1] == 7.0
+
+
+@needs_registered
+def test_peer_mappings_are_read_only_unless_asked_writable():
+    array = registered.zeros(16, np.int64)
+    region, _ = registered.region_of(array)
+    maps = registered.PeerMaps()
+    seen = maps.bytes_of(os.getpid(), region.fd, region.serial)
+    assert not seen.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        seen.view(np.int64)[0] = 1
+    with pytest.raises(TypeError):
+        seen.base[0] = 1  # the mmap itself refuses stores
+    written = maps.bytes_of(os.getpid(), region.fd, region.serial, writable=True)
+    written.view(np.int64)[2] = 9
+    assert array[2] == 9 and seen.view(np.int64)[2] == 9
 
 
 @needs_cma

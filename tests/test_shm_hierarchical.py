@@ -64,10 +64,12 @@ def _registered(collective: str, names: list[str]) -> list[str]:
     return [name for name in names if name in have]
 
 
-def _validated_run(nprocs: int, collective: str, variants: list[str], *extra: str) -> str:
+def _validated_run(
+    nprocs: int, collective: str, variants: list[str], *extra: str, sizes: str = "8:1K"
+) -> str:
     res = run_cli(
         nprocs,
-        ["bench", collective, "-a", ",".join(variants), "-m", "8:1K", "-c", "-i", "1"]
+        ["bench", collective, "-a", ",".join(variants), "-m", sizes, "-c", "-i", "1"]
         + ["-x", "0", *extra],
         timeout=240,
     )
@@ -81,8 +83,8 @@ def test_every_inner_allreduce_and_small_chunks():
     # Three one-rank nodes: a non-power-of-two number of leaders.
     out = _validated_run(3, "allreduce", variants, "--ranks-per-node", "1", "-T", "int32")
     assert out.count("# Algorithm: hierarchical:inner=") == len(inners)
-    # Chunks of 1 element (float64) and of 40 bytes: many chunks per message, in place.
-    out = _validated_run(3, "allreduce", ["shm:chunk=3", "shm:chunk=40"], "-T", "float64", "-l")
+    # The smallest chunk -a takes (4K): up to 16 chunks per message, in place.
+    out = _validated_run(3, "allreduce", ["shm:chunk=4K"], "-T", "float64", "-l", sizes="8:64K")
     assert "Fail" not in out and out.count("Pass") > 0
 
 
@@ -92,7 +94,7 @@ def test_every_inner_bcast_every_root():
     # Nodes of 2+1 ranks: roots that are and are not leaders, on either node.
     out = _validated_run(3, "bcast", variants, "--ranks-per-node", "2", "-k", "rotate")
     assert out.count("# Algorithm: hierarchical:inner=") == len(inners)
-    out = _validated_run(3, "bcast", ["shm:chunk=3", "shm:chunk=40"], "-k", "rotate")
+    out = _validated_run(3, "bcast", ["shm:chunk=4K"], "-k", "rotate", sizes="8:64K")
     assert "Fail" not in out and out.count("Pass") > 0
 
 

@@ -28,12 +28,23 @@ with memcpy instead of a system call per block. Each rank decides per peer, so r
 and private buffers mix in one call. This is the zero-copy path of NCCL's registered
 buffers and of XPMEM-based MPI collectives.
 
-Constraints: all ranks on one node and host buffers; allreduce needs a commutative op
-(block results are combined in peer order, not rank order). Registered only on Linux where
-the kernel lets a process read its peers (kernel.yama.ptrace_scope at most 1; each process
-allows its peers with prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY) as MPI libraries do);
-otherwise ``registry.UNAVAILABLE_BACKENDS['cma']`` says why. Binding probes one read from
-a peer and fails with that reason on every rank if the kernel refuses it.
+Mismatched calls: the kernel copies whatever addresses a peer publishes, so a rank that
+passed fewer bytes than its peers would have them read and write past its buffer. Each
+rank publishes its buffers' byte counts, element types and root beside their addresses
+(shm.signature) and, after the sync that publishes them, checks every peer's before any
+copy: on a mismatch every rank raises the same errors.CountMismatch and nothing is copied.
+The table is exchanged on every call anyway, so this costs nothing; an empty call now
+syncs once too, since a peer may have passed a non-empty buffer. Every copy is also
+bounded by the published length (a mapping by the array's span in its region).
+
+Constraints: all ranks on one node and contiguous host buffers; allreduce needs a
+commutative op (block results are combined in peer order, not rank order). Registered only
+on Linux where the kernel lets a process read its peers (kernel.yama.ptrace_scope at most
+1); otherwise ``registry.UNAVAILABLE_BACKENDS['cma']`` says why. Under ptrace_scope 1 only
+ancestors may read a process, so binding a cma algorithm (not importing the package) calls
+prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY), as Open MPI's smsc/cma component
+(smsc_cma_component.c) does. Binding then probes one read from a peer and fails with the
+reason on every rank if prctl or the kernel refuses.
 Source: the process_vm_readv(2) and prctl(2) manual pages.
 """
 
@@ -64,10 +75,14 @@ from osu_dl_bench.collectives.registry import (
     register,
 )
 from osu_dl_bench.collectives.shm import (
+    SIGNATURE_WORDS,
+    CallHeader,
     SharedWindow,
     check_chunk,
+    check_signatures,
     one_node_comm,
     refuse_several_nodes,
+    signature,
 )
 from osu_dl_bench.errors import UsageError
 
@@ -77,10 +92,14 @@ CHUNK_GRID = (128 << 10, 512 << 10, 2 << 20)
 _PTRACE_SCOPE = Path("/proc/sys/kernel/yama/ptrace_scope")
 _PR_SET_PTRACER = 0x59616D61
 _PR_SET_PTRACER_ANY = ctypes.c_ulong(-1).value
-# The address table, per local rank: its pid, then for its send and its receive buffer:
-# address, registered memory file (-1: private memory), the region's serial, offset in it.
-_SLOTS = 9
-_SEND, _RECV = 1, 5
+# The address table, per local rank and call: its pid, then for its send and its receive
+# buffer: address, registered memory file (-1: private memory), the region's serial, offset
+# in it, length in bytes; then the call's signature (shm.signature).
+_SEND, _RECV = 1, 6
+_FD, _SERIAL, _OFFSET, _NBYTES = 1, 2, 3, 4  # after a buffer's address
+_SIGNATURE = 11
+_WORDS = _SIGNATURE + SIGNATURE_WORDS
+_PTRACER_SET = False  # prctl done in this process (it lasts for the process)
 
 
 class _IoVec(ctypes.Structure):
@@ -98,6 +117,32 @@ def unavailable_reason() -> str | None:
         if scope not in ("0", "1"):
             return f"kernel.yama.ptrace_scope={scope} forbids reading peer processes (needs <= 1)"
     return _self_read_refused()
+
+
+def _ptrace_scope() -> str | None:
+    """Yama's kernel.yama.ptrace_scope, or None without Yama."""
+    return _PTRACE_SCOPE.read_text().strip() if _PTRACE_SCOPE.exists() else None
+
+
+def _set_ptracer_any() -> int:
+    """prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY): 0, else the errno of its failure."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PTRACER, ctypes.c_ulong(_PR_SET_PTRACER_ANY), 0, 0, 0) == 0:
+        return 0
+    return ctypes.get_errno() or errno.EPERM
+
+
+def allow_peer_reads() -> str | None:
+    """Let this user's other processes read this one where Yama's ptrace_scope is 1 (only
+    ancestors may otherwise); None if done or not needed, else why prctl failed."""
+    global _PTRACER_SET
+    if _PTRACER_SET or _ptrace_scope() != "1":
+        return None
+    code = _set_ptracer_any()
+    if code:
+        return f"prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY) failed: {os.strerror(code)}"
+    _PTRACER_SET = True
+    return None
 
 
 def _self_read_refused() -> str | None:
@@ -126,8 +171,6 @@ class Kernel:
             function = getattr(libc, name)
             function.argtypes = [*signature, ctypes.POINTER(_IoVec), ctypes.c_ulong, ctypes.c_ulong]
             function.restype = ctypes.c_ssize_t
-        # Under ptrace_scope 1 only ancestors may read a process, unless it says otherwise.
-        libc.prctl(_PR_SET_PTRACER, ctypes.c_ulong(_PR_SET_PTRACER_ANY), 0, 0, 0)
 
     def read(self, pid: int, remote: int, local: np.ndarray) -> None:
         """Copy ``local.nbytes`` bytes at address ``remote`` of process ``pid`` into ``local``."""
@@ -151,53 +194,64 @@ class Kernel:
 
 
 class AddressTable:
-    """Each local rank's pid and buffer addresses, published through a shared window."""
+    """Each local rank's pid, buffer addresses and call signature, published per call
+    through a shared window's headers (shm.CallHeader)."""
 
     def __init__(self, local: MPI.Comm) -> None:
         self.size, self.rank = local.Get_size(), local.Get_rank()
         self.maps = PeerMaps()
-        self.window = SharedWindow(local, lambda r: 1)
-        self.window.reserve(_SLOTS * 8)
-        self._slots = [self.window.area(r, 0, np.dtype(np.int64)) for r in range(self.size)]
-        self._slots[self.rank][0] = os.getpid()
-        self.window.sync()
-        self.pids = [int(slots[0]) for slots in self._slots]
+        self.window = SharedWindow(local, lambda r: 0, CallHeader.header_words(_WORDS))
+        self.calls = CallHeader(self.window, _WORDS)
+        self._pid = os.getpid()
+        self._rows: list[list[int]] = []  # every rank's row of the current call
 
-    def publish(self, send: np.ndarray, recv: np.ndarray) -> None:
-        """Make this rank's buffer addresses visible to its peers (collective: syncs)."""
-        mine = self._slots[self.rank]
-        for first, array in ((_SEND, send), (_RECV, recv)):
+    def publish(self, send: np.ndarray, recv: np.ndarray, words: list[int]) -> None:
+        """Make this rank's buffers and call signature ``words`` visible to its peers, and
+        read theirs (collective: syncs)."""
+        row = [self._pid]
+        for array in (send, recv):
             found = region_of(array)
             region, offset = found if found is not None else (None, 0)
-            mine[first] = array.ctypes.data
-            mine[first + 1] = -1 if region is None else region.fd
-            mine[first + 2] = 0 if region is None else region.serial
-            mine[first + 3] = offset
+            fd, serial = (-1, 0) if region is None else (region.fd, region.serial)
+            row += [array.ctypes.data, fd, serial, offset, array.nbytes]
+        self.calls.publish(row + words)
         self.window.sync()
+        self._rows = self.calls.rows()
 
-    def send_address(self, rank: int) -> int:
-        """Address of local rank ``rank``'s send buffer in the current call."""
-        return int(self._slots[rank][_SEND])
+    def check(self, what: str) -> None:
+        """Raise CountMismatch on every rank if the ranks' signatures disagree."""
+        check_signatures(what, [row[_SIGNATURE:] for row in self._rows])
 
-    def recv_address(self, rank: int) -> int:
-        """Address of local rank ``rank``'s receive buffer in the current call."""
-        return int(self._slots[rank][_RECV])
+    def pid(self, rank: int) -> int:
+        """Process id of local rank ``rank``."""
+        return self._rows[rank][0]
 
-    def mapped(self, rank: int, send: bool, byte_start: int, like: np.ndarray) -> Any:
-        """Bytes [byte_start, + like.nbytes) of local rank ``rank``'s send (or receive)
-        buffer, mapped here as an array of like's dtype; None unless that buffer is
-        registered (collectives.registered) and this process may map it."""
-        slots = self._slots[rank]
+    def address(self, rank: int, send: bool, byte_start: int, nbytes: int) -> int:
+        """Address of bytes [byte_start, + nbytes) of local rank ``rank``'s send (or
+        receive) buffer in the current call."""
         first = _SEND if send else _RECV
-        fd = int(slots[first + 1])
+        row = self._rows[rank]
+        _check_within(row[first + _NBYTES], byte_start, nbytes, rank)
+        return row[first] + byte_start
+
+    def mapped(
+        self, rank: int, send: bool, byte_start: int, like: np.ndarray, writable: bool = False
+    ) -> Any:
+        """Bytes [byte_start, + like.nbytes) of local rank ``rank``'s send (or receive)
+        buffer, mapped here (read-only unless ``writable``) as an array of like's dtype;
+        None unless that buffer is registered (collectives.registered) and this process
+        may map it."""
+        first = _SEND if send else _RECV
+        row = self._rows[rank]
+        fd, span = row[first + _FD], row[first + _NBYTES]
+        _check_within(span, byte_start, like.nbytes, rank)
         if fd < 0 or rank == self.rank:
             return None
-        raw = self.maps.bytes_of(self.pids[rank], fd, int(slots[first + 2]))
-        if raw is None:
-            return None
-        lo = int(slots[first + 3]) + byte_start
-        if lo + like.nbytes > len(raw):
-            return None  # ranks disagree on the size: as with private buffers, no check here
+        raw = self.maps.bytes_of(row[0], fd, row[first + _SERIAL], writable)
+        offset = row[first + _OFFSET]
+        if raw is None or offset + span > len(raw):
+            return None  # not the region the peer allocated: the kernel copy is bounded
+        lo = offset + byte_start
         return raw[lo : lo + like.nbytes].view(like.dtype)
 
     def sync(self) -> None:
@@ -205,28 +259,45 @@ class AddressTable:
         self.window.sync()
 
 
-def _probe(table: AddressTable, kernel: Kernel, comm: MPI.Comm) -> None:
-    """Read a word from the next rank; if the kernel refuses on any rank, fail on all."""
+def _check_within(span: int, byte_start: int, nbytes: int, rank: int) -> None:
+    """Every copy stays inside the peer's published buffer (the per-call check makes this
+    hold; a failure here is a bug of the algorithm, not of the caller)."""
+    if byte_start < 0 or byte_start + nbytes > span:
+        raise IndexError(
+            f"cma: bytes [{byte_start}, {byte_start + nbytes}) lie outside rank {rank}'s "
+            f"{span}-byte buffer"
+        )
+
+
+def _probe(table: AddressTable, kernel: Kernel, comm: MPI.Comm, refused: str | None) -> None:
+    """Read a word from the next rank; if prctl (``refused``: why) or the kernel refuses on
+    any rank, fail on all."""
     mine = np.full(1, table.rank, np.int64)
     got = np.empty(1, np.int64)
-    table.publish(mine, mine)
+    table.publish(mine, mine, _own_signature(mine))
     peer = (table.rank + 1) % table.size
-    error = ""
+    error = refused or ""
     try:
-        kernel.read(table.pids[peer], table.send_address(peer), got)
+        if not error:
+            kernel.read(table.pid(peer), table.address(peer, True, 0, got.nbytes), got)
     except OSError as exc:
         error = str(exc)
     failed = comm.allreduce(1 if error else 0)  # small int: once per bind, not per call
     table.sync()
     if failed:
         raise UsageError(
-            f"cma: the kernel refused a single-copy read between ranks"
+            f"cma: a single-copy read between ranks was refused"
             f"{f' ({error})' if error else ' on another rank'}; "
             "check kernel.yama.ptrace_scope (needs <= 1) and the container's seccomp profile"
         )
 
 
 _MAPPING_WARNED = False
+
+
+def _own_signature(array: np.ndarray) -> list[int]:
+    """The signature of a probe, which every rank makes alike."""
+    return signature(None, array, None, 0, True, True)
 
 
 def _probe_mapping(table: AddressTable, comm: MPI.Comm) -> None:
@@ -238,7 +309,7 @@ def _probe_mapping(table: AddressTable, comm: MPI.Comm) -> None:
         return
     mine = registered_zeros(1, np.int64)
     mine[0] = table.rank + 1
-    table.publish(mine, mine)
+    table.publish(mine, mine, _own_signature(mine))
     peer = (table.rank + 1) % table.size
     seen = table.mapped(peer, True, 0, mine)
     works = seen is not None and int(seen[0]) == peer + 1
@@ -265,7 +336,9 @@ class _Bound:
         # Local ranks other than this one, starting after it (spreads the load); fixed
         # per communicator, so computed once here rather than on every call.
         self.peers = tuple((me + i) % p for i in range(1, p))
-        _probe(self.table, self.kernel, comm)
+        # Before the probe's sync: no peer reads this process before it allowed them.
+        refused = allow_peer_reads()
+        _probe(self.table, self.kernel, comm, refused)
         _probe_mapping(self.table, comm)
 
 
@@ -290,11 +363,12 @@ def _reduce_chunk(
     table, acc = b.table, recv[start:stop]
 
     def peer_input(peer: int, into: Any) -> Any:
-        mapped = table.mapped(peer, True, _byte_offset(src, start), into)
+        byte_start = _byte_offset(src, start)
+        mapped = table.mapped(peer, True, byte_start, into)
         if mapped is not None:
             return mapped
-        address = table.send_address(peer) + _byte_offset(src, start)
-        b.kernel.read(table.pids[peer], address, into)
+        address = table.address(peer, True, byte_start, into.nbytes)
+        b.kernel.read(table.pid(peer), address, into)
         return into
 
     rest = b.peers
@@ -310,12 +384,13 @@ def run_allreduce(b: _Bound, send: Any, recv: np.ndarray, op: ReduceOp, chunk: i
     table = b.table
     src = recv if send is None else send
     n = len(recv)
-    if n == 0:
-        return
     if table.size == 1:
         recv[...] = src
         return
-    table.publish(src, recv)
+    table.publish(src, recv, signature(send, recv, None, 0, True, True))
+    table.check("allreduce (cma)")
+    if n == 0:
+        return
     bounds = block_bounds(n, table.size)
     lo, hi = bounds[table.rank], bounds[table.rank + 1]
     step = max(1, chunk // recv.itemsize)
@@ -333,21 +408,26 @@ def run_allreduce(b: _Bound, send: Any, recv: np.ndarray, op: ReduceOp, chunk: i
 
 def _pull(b: _Bound, peer: int, byte_start: int, into: np.ndarray) -> None:
     """into = bytes [byte_start, ...) of the peer's receive buffer (mapped, or the kernel)."""
-    mapped = b.table.mapped(peer, False, byte_start, into)
+    table = b.table
+    mapped = table.mapped(peer, False, byte_start, into)
     if mapped is not None:
         np.copyto(into, mapped)
     else:
-        b.kernel.read(b.table.pids[peer], b.table.recv_address(peer) + byte_start, into)
+        address = table.address(peer, False, byte_start, into.nbytes)
+        b.kernel.read(table.pid(peer), address, into)
 
 
 def run_bcast(b: _Bound, buf: np.ndarray, root: int) -> None:
     """Single-copy bcast of ``buf`` from local rank ``root``: the root writes one block into
     each peer while the peers read the other blocks from it."""
-    table, kernel = b.table, b.kernel
+    table = b.table
     n, p, me = len(buf), table.size, table.rank
-    if n == 0 or p == 1:
+    if p == 1:
         return
-    table.publish(buf, buf)
+    table.publish(buf, buf, signature(None, buf, root, 0, me != root, True))
+    table.check("bcast (cma)")
+    if n == 0:
+        return
     bounds = block_bounds(n, p)
 
     def block(index: int) -> np.ndarray:
@@ -358,11 +438,7 @@ def run_bcast(b: _Bound, buf: np.ndarray, root: int) -> None:
             index = (peer - root) % p
             part, start = block(index), _byte_offset(buf, bounds[index])
             if len(part):
-                mapped = table.mapped(peer, False, start, part)
-                if mapped is not None:
-                    np.copyto(mapped, part)
-                else:
-                    kernel.write(table.pids[peer], table.recv_address(peer) + start, part)
+                _push(b, peer, start, part)
     else:
         written_by_root = (me - root) % p
         for index in range(p):
@@ -370,6 +446,17 @@ def run_bcast(b: _Bound, buf: np.ndarray, root: int) -> None:
             if index != written_by_root and len(part):
                 _pull(b, root, _byte_offset(buf, bounds[index]), part)
     table.sync()
+
+
+def _push(b: _Bound, peer: int, byte_start: int, part: np.ndarray) -> None:
+    """Bytes [byte_start, ...) of the peer's buffer = part (mapped writable, or the kernel)."""
+    table = b.table
+    mapped = table.mapped(peer, False, byte_start, part, writable=True)
+    if mapped is not None:
+        np.copyto(mapped, part)
+    else:
+        address = table.address(peer, False, byte_start, part.nbytes)
+        b.kernel.write(table.pid(peer), address, part)
 
 
 def allreduce_cost(machine: Machine, p: int, n_bytes: int, chunk: int = DEFAULT_CHUNK) -> float:

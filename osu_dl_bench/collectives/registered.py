@@ -10,12 +10,16 @@ buffers (ncclMemAlloc + ncclCommRegister) and XPMEM-based MPI paths do: the appl
 allocates its communication buffers (a trainer's gradient buckets) from the library.
 
 A region is released (its file closed) when the last array using it is freed; a peer that
-still maps it keeps the pages until its own mapping is dropped. Sources: memfd_create(2),
-proc(5) (/proc/PID/fd), mmap(2).
+still maps it keeps the pages until its own mapping is dropped. Its size is sealed
+(F_SEAL_SHRINK, F_SEAL_GROW): a peer that opened the file cannot truncate it under the
+owner, whose next load would die with SIGBUS. Peers map it read-only unless they must
+write into it (PeerMaps.bytes_of). Sources: memfd_create(2), fcntl(2) (file seals), proc(5)
+(/proc/PID/fd), mmap(2).
 """
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import math
 import mmap
@@ -57,6 +61,8 @@ def unavailable_reason() -> str | None:
         return f"needs Linux (memfd_create and /proc/PID/fd), this is {sys.platform}"
     if not hasattr(os, "memfd_create"):
         return "this Python has no os.memfd_create"
+    if not hasattr(fcntl, "F_ADD_SEALS"):
+        return "this Python has no fcntl.F_ADD_SEALS (file seals)"
     if not os.path.isdir("/proc/self/fd"):
         return "/proc is not mounted"
     return None
@@ -82,9 +88,12 @@ def empty(shape: Any, dtype: Any = np.float64) -> np.ndarray:
     dtype = np.dtype(dtype)
     count = _element_count(shape)
     nbytes = max(count * dtype.itemsize, 1)
-    fd = os.memfd_create("osu-dl-bench", os.MFD_CLOEXEC)
+    fd = os.memfd_create("osu-dl-bench", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         os.ftruncate(fd, nbytes)
+        # Peers open this file through /proc: none may change its size under our mapping.
+        seals = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
         memory = mmap.mmap(fd, nbytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
     except OSError:
         os.close(fd)
@@ -140,25 +149,26 @@ ARRAYS = _HostRegistered()
 
 
 class PeerMaps:
-    """Peers' registered regions mapped into this process, one per (pid, fd): a new
-    serial on the same descriptor (the peer freed a region and reused the number)
+    """Peers' registered regions mapped into this process, one per (pid, fd, writable): a
+    new serial on the same descriptor (the peer freed a region and reused the number)
     replaces the old mapping, so freed regions are not kept alive here."""
 
     def __init__(self, limit: int = PEER_MAP_LIMIT) -> None:
-        self._maps: OrderedDict[tuple[int, int], tuple[int, np.ndarray | None]] = OrderedDict()
+        # (pid, fd, writable) -> (serial, mapping or None if it could not be mapped)
+        self._maps: OrderedDict[tuple, tuple[int, np.ndarray | None]] = OrderedDict()
         self._limit = limit
         self.last_error: str | None = None  # why the latest mapping failed, for messages
 
-    def bytes_of(self, pid: int, fd: int, serial: int) -> np.ndarray | None:
-        """The peer's region as bytes, or None if it cannot be mapped (then the caller
-        copies through the kernel instead)."""
-        key = (pid, fd)
+    def bytes_of(self, pid: int, fd: int, serial: int, writable: bool = False) -> np.ndarray | None:
+        """The peer's region as bytes, read-only unless ``writable``, or None if it cannot
+        be mapped (then the caller copies through the kernel instead)."""
+        key = (pid, fd, writable)
         known = self._maps.get(key)
         if known is not None and known[0] == serial:
             self._maps.move_to_end(key)
             return known[1]
         try:
-            mapped = _map_peer(pid, fd)
+            mapped = _map_peer(pid, fd, writable)
         except (OSError, ValueError) as exc:
             mapped, self.last_error = None, f"/proc/{pid}/fd/{fd}: {exc}"
         # Replaced or dropped, not closed: a view made by a running call keeps it mapped.
@@ -169,12 +179,16 @@ class PeerMaps:
         return mapped
 
 
-def _map_peer(pid: int, fd: int) -> np.ndarray:
-    """The peer's memory file mapped here, as bytes (OSError or ValueError if it cannot)."""
-    handle = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDWR)
+def _map_peer(pid: int, fd: int, writable: bool) -> np.ndarray:
+    """The peer's memory file mapped here, as bytes, read-only (a store raises) unless
+    ``writable`` (OSError or ValueError if it cannot be mapped)."""
+    flags, prot = os.O_RDONLY, mmap.PROT_READ
+    if writable:
+        flags, prot = os.O_RDWR, mmap.PROT_READ | mmap.PROT_WRITE
+    handle = os.open(f"/proc/{pid}/fd/{fd}", flags)
     try:
         size = os.fstat(handle).st_size
-        memory = mmap.mmap(handle, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        memory = mmap.mmap(handle, size, mmap.MAP_SHARED, prot)
     finally:
         os.close(handle)
     return np.frombuffer(memory, np.uint8)

@@ -39,7 +39,8 @@ and wait at different sync points. So every rank publishes what it was passed (s
 before any byte reaches a receive buffer; on a mismatch every rank raises the same
 ``errors.CountMismatch``. The first sync exists anyway, so steady-state calls pay nothing;
 what must precede it is bounded by the window as it is (a rank whose first chunk does not
-fit copies nothing in, and the window grows after the check, when all ranks agree).
+fit copies nothing in, and the window grows after the check, when all ranks agree). An
+empty call syncs once too: a peer may have passed a non-empty buffer.
 
 Constraints: all ranks on one node (ctx.nodes == 1) and host (cpu) buffers; any op (the
 reduction keeps rank order). ``NodeAllreduce`` and ``NodeBcast`` also serve the intra-node
@@ -93,6 +94,7 @@ class SharedWindow:
         self._header_words = header_words
         self._header_bytes = -(-header_words * 8 // mmap.PAGESIZE) * mmap.PAGESIZE
         self.capacity = 0
+        self.generation = 0  # counts allocations: views made before one are stale
         self._win: MPI.Win | None = None
         self._segments: dict[int, np.ndarray] = {}
         self._views: dict[tuple[int, int, np.dtype], np.ndarray] = {}
@@ -111,6 +113,7 @@ class SharedWindow:
             self._win.Unlock_all()
             self._win.Free()
         self.capacity = capacity
+        self.generation += 1
         own = self._areas[self.rank] * capacity + self._header_bytes
         self._win = MPI.Win.Allocate_shared(own, 1, comm=self.local)
         self._win.Lock_all(MPI.MODE_NOCHECK)
@@ -150,9 +153,11 @@ class SharedWindow:
 
 # What a rank passed to a call, as the int64 words of its signature: receive buffer bytes
 # and element type (numpy's type character), send buffer bytes and element type (the
-# receive buffer's when there is none), chunk, root (-1: none here), FLAGS.
+# receive buffer's when there is none), chunk, root (_NO_ROOT: none, or not on this node),
+# FLAGS.
 SIGNATURE_WORDS = 7
 _RECV_BYTES, _RECV_TYPE, _SEND_BYTES, _SEND_TYPE, _CHUNK, _ROOT, _FLAGS = range(7)
+_NO_ROOT = -(1 << 62)  # not a rank a caller could pass, negative ones included
 _READ_ONLY = 1  # a receive buffer the call writes is read-only
 _STRIDED = 2  # a buffer is not one contiguous block (where the algorithm needs one)
 
@@ -172,7 +177,7 @@ def signature(
         source.nbytes,
         ord(source.dtype.char),
         chunk,
-        -1 if root is None else root,
+        _NO_ROOT if root is None else root,
         flags,
     ]
 
@@ -189,15 +194,43 @@ def _type_name(code: int) -> str:
     return np.dtype(chr(code)).name
 
 
+def _root_name(root: int) -> str:
+    return "none" if root == _NO_ROOT else str(root)
+
+
 def _first_mismatch(rows: Sequence[Sequence[int]]) -> str | None:
     """The first disagreement: roots, then byte counts and element types against the root
-    (rank 0 if none is here), then each rank's own buffers, chunks and flags."""
+    (rank 0 if there is none), then each rank's own buffers, chunk and flags."""
     first = rows[0]
-    for rank, row in enumerate(rows):
-        if row[_ROOT] != first[_ROOT]:
-            return f"rank {rank} passed root {row[_ROOT]}, rank 0 passed root {first[_ROOT]}"
-    ref = max(first[_ROOT], 0)
-    label = f"rank {ref} (the root)" if first[_ROOT] >= 0 else f"rank {ref}"
+    alike = rows.count(first) == len(rows)  # the usual case: one row's checks suffice
+    message = _root_mismatch(rows, alike) or (None if alike else _size_mismatch(rows))
+    if message:
+        return message
+    for rank, row in enumerate(rows[:1] if alike else rows):
+        message = _own_mismatch(row, first)
+        if message:
+            return f"rank {rank} {message}"
+    return None
+
+
+def _root_mismatch(rows: Sequence[Sequence[int]], alike: bool) -> str | None:
+    root = rows[0][_ROOT]
+    for rank, row in enumerate(() if alike else rows):
+        if row[_ROOT] != root:
+            return (
+                f"rank {rank} passed root {_root_name(row[_ROOT])}, "
+                f"rank 0 passed root {_root_name(root)}"
+            )
+    if root != _NO_ROOT and not 0 <= root < len(rows):
+        return f"every rank passed root {root}, which is not a rank (there are {len(rows)})"
+    return None
+
+
+def _size_mismatch(rows: Sequence[Sequence[int]]) -> str | None:
+    """Byte counts, then element types, against the root's (rank 0's if none is here)."""
+    root = rows[0][_ROOT]
+    ref = 0 if root == _NO_ROOT else root
+    label = f"rank {ref}" if root == _NO_ROOT else f"rank {ref} (the root)"
     theirs = rows[ref]
     for rank, row in enumerate(rows):
         if row[_RECV_BYTES] != theirs[_RECV_BYTES]:
@@ -211,10 +244,6 @@ def _first_mismatch(rows: Sequence[Sequence[int]]) -> str | None:
                 f"rank {rank} passed {_type_name(row[_RECV_TYPE])} elements, "
                 f"{label} passed {_type_name(theirs[_RECV_TYPE])}"
             )
-    for rank, row in enumerate(rows):
-        message = _own_mismatch(row, first)
-        if message:
-            return f"rank {rank} {message}"
     return None
 
 
@@ -248,6 +277,17 @@ class CallHeader:
     def __init__(self, window: SharedWindow, words: int) -> None:
         self.window, self.words = window, words
         self.parity = 0
+        self._generation = -1  # of the window the views below were made on
+        self._views: list[list[np.ndarray]] = []  # per parity, per rank: its row
+
+    def _rows_of(self, parity: int) -> list[np.ndarray]:
+        if self._generation != self.window.generation:
+            words, ranks = self.words, range(self.window.size)
+            self._views = [
+                [self.window.header(r)[p * words : (p + 1) * words] for r in ranks] for p in (0, 1)
+            ]
+            self._generation = self.window.generation
+        return self._views[parity]
 
     @staticmethod
     def header_words(words: int) -> int:
@@ -257,14 +297,11 @@ class CallHeader:
     def publish(self, values: Sequence[int]) -> None:
         """Write this rank's row of the next call (its peers read it after a sync)."""
         self.parity ^= 1
-        lo = self.parity * self.words
-        self.window.header(self.window.rank)[lo : lo + len(values)] = values
+        self._rows_of(self.parity)[self.window.rank][: len(values)] = values
 
     def rows(self) -> list[list[int]]:
         """Every local rank's row of the current call (after the sync that follows publish)."""
-        lo = self.parity * self.words
-        header = self.window.header
-        return [header(r)[lo : lo + self.words].tolist() for r in range(self.window.size)]
+        return [row.tolist() for row in self._rows_of(self.parity)]
 
 
 class NodeAllreduce:

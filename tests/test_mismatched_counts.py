@@ -1,0 +1,40 @@
+"""Ranks that pass one cma or shm collective call different counts (the classic MPI
+mistake) get the same CountMismatch on every rank, nothing is copied and no byte around
+the buffers changes; the CLI ends such a run with a non-zero exit and no hang."""
+
+import pytest
+from mpirun import MPIEXEC, driver_summary, mpi_env, run_mpi, run_with_timeout
+
+from osu_dl_bench.collectives import cma, registered
+
+DRIVER = "tests/drivers/mismatched_counts.py"
+DEVICES = "cpu" + (",cpu-registered,mixed" if registered.unavailable_reason() is None else "")
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_every_rank_refuses_mismatched_calls_and_nothing_is_copied(nprocs):
+    """cma and shm, allreduce (in place and not) and bcast (root first and last), on
+    private, registered and mixed buffers: all cases in one launch."""
+    result = run_mpi(nprocs, [DRIVER, "--devices", DEVICES], timeout=300)
+    summary = driver_summary(result)
+    assert summary["failed"] == 0, "\n".join(summary["failures"])
+    assert summary["passed"] > 0
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "collective"),
+    [("shm", "allreduce"), ("shm", "bcast")]
+    + [("cma", c) for c in ("allreduce", "bcast") if cma.unavailable_reason() is None],
+)
+def test_cli_run_with_mismatched_sizes_fails_on_every_rank(algorithm, collective):
+    """Two ranks given different -m (mpiexec's MPMD form): the job ends non-zero, with the
+    message naming both byte counts, instead of exiting 0 with a corrupted peer."""
+    bench = ["-m", "osu_dl_bench", "bench", collective, "-a", algorithm, "-i", "2", "-x", "0"]
+    import sys
+
+    cmd = [MPIEXEC, "-n", "1", sys.executable, *bench, "-m", "8K:8K"]
+    cmd += [":", "-n", "1", sys.executable, *bench, "-m", "4K:4K"]
+    result = run_with_timeout(cmd, 120, mpi_env())
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert "rank 1 passed 4096 bytes, rank 0" in result.stderr, result.stderr[-3000:]
+    assert "8192 bytes" in result.stderr

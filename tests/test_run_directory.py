@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from mpirun import mpi_env, run_cli, run_with_timeout
+from mpirun import MPIEXEC, mpi_env, run_cli, run_with_timeout
 from test_sweep import difference, expected_rows, stored_rows
 from test_tuning_support import model_points, write_run
 
@@ -184,7 +184,7 @@ def test_a_metadata_failure_after_a_failed_job_does_not_hide_the_first(
         raise orchestrate.JobFailed(2)
 
     def disk_full(store, complete, **fields):
-        raise StoreError(f"cannot write {store.path / 'metadata.json'} (No space left on device)")
+        raise StoreError(f"cannot write {store.path / 'metadata.json'} (full)", "make room")
 
     monkeypatch.setattr(orchestrate, "_run_jobs", job_fails)
     monkeypatch.setattr(runinfo, "record_session", lambda *args, **kwargs: None)
@@ -195,6 +195,7 @@ def test_a_metadata_failure_after_a_failed_job_does_not_hide_the_first(
     err = capsys.readouterr().err
     assert "osu-dl-bench: error:" not in err
     assert "osu-dl-bench: note: could not also mark the run incomplete: cannot write" in err
+    assert err.rstrip().endswith("metadata.json (full)")  # no second piece of advice
 
 
 def _sweep_config(run_dir: Path):
@@ -218,21 +219,27 @@ def _private_mount() -> list[str] | None:
     return cmd if probe.returncode == 0 else None
 
 
-def test_a_full_disk_stops_the_sweep_with_one_error_and_resume_completes_it(tmp_path):
+def _on_a_tiny_disk(cmd: list[str], run_dir: Path) -> subprocess.CompletedProcess:
+    """Run ``cmd -o DIR`` with DIR on a 12 KiB tmpfs (metadata.json, its replacement and
+    two pages of results), then copy what it left to run_dir: the tmpfs goes with the
+    namespace. Skips the test where no mount namespace can be had."""
     unshare = _private_mount()
     if unshare is None:
         pytest.skip("no mount namespace here (unshare --mount) for a tiny tmpfs")
-    run_dir, mount = tmp_path / "run", tmp_path / "disk"
+    mount = run_dir.with_name(run_dir.name + "-disk")
     mount.mkdir()
-    args = ["--np", "2", "--collectives", "allreduce", "-m", "8:256", "--budget", "0.02"]
-    sweep = [sys.executable, "-m", "osu_dl_bench", "sweep", *args]
-    # 12 KiB: metadata.json, its replacement and two pages of results. Whatever the sweep
-    # leaves is copied out, since the tmpfs goes with the namespace.
     script = (
         f'mount -t tmpfs -o size=12k tmpfs "{mount}" && "$@" -o "{mount}"; code=$?; '
         f'cp -a "{mount}" "{run_dir}"; exit $code'
     )
-    full = run_with_timeout([*unshare, "sh", "-c", script, "sh", *sweep], 300, mpi_env())
+    return run_with_timeout([*unshare, "sh", "-c", script, "sh", *cmd], 300, mpi_env())
+
+
+def test_a_full_disk_stops_the_sweep_with_one_error_and_resume_completes_it(tmp_path):
+    run_dir = tmp_path / "run"
+    args = ["--np", "2", "--collectives", "allreduce", "-m", "8:256", "--budget", "0.02"]
+    sweep = [sys.executable, "-m", "osu_dl_bench", "sweep", *args]
+    full = _on_a_tiny_disk(sweep, run_dir)
     assert full.returncode == 2, full.stdout + full.stderr
     assert full.stderr.count("osu-dl-bench: error:") == 1, full.stderr
     assert "Traceback" not in full.stderr and "MPI_Abort" not in full.stderr, full.stderr
@@ -257,3 +264,13 @@ def test_a_full_disk_stops_the_sweep_with_one_error_and_resume_completes_it(tmp_
     assert not after[["median_us", "q1_us", "q3_us", "busbw_gbs"]].isna().any().any()
     assert stored_rows(before) == rows[: len(before)], "resume rewrote earlier results"
     assert json.loads((run_dir / "metadata.json").read_text())["complete"] is True
+
+
+def test_a_full_disk_inside_a_job_stops_the_ranks_waiting_for_a_smaller_count(tmp_path):
+    # Rank 2 waits while ranks 0 and 1 measure --np 2; the disk fills meanwhile.
+    args = ["sweep", "--inside", "--np", "2,3", "--collectives", "allreduce", "-m", "8:256"]
+    job = [MPIEXEC, "-n", "3", sys.executable, "-m", "osu_dl_bench", *args, "--budget", "0.02"]
+    full = _on_a_tiny_disk(job, tmp_path / "run")  # a hang fails here, after its timeout
+    assert full.returncode == 2, full.stdout + full.stderr
+    assert full.stderr.count("osu-dl-bench: error:") == 1, full.stderr
+    assert "No space left on device" in full.stderr and "Traceback" not in full.stderr

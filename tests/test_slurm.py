@@ -388,6 +388,23 @@ def test_sbatch_gets_its_arguments_as_text_not_through_a_shell(tmp_path):
     assert recorded == [*sbatch, "release", "42"]
 
 
+def test_a_submission_sbatch_refuses_leaves_no_run_directory(tmp_path):
+    run = tmp_path / "run"
+    fake = _fake_commands(
+        tmp_path,
+        {
+            "sbatch": "echo \"sbatch: error: unrecognized option '$3'\" >&2; exit 1",
+            "sinfo": "echo 'debug*|n1|8'",
+            "scontrol": "exit 0",
+        },
+    )
+    argv = ["sweep", "--submit", "--np", "2", "-m", "8:64", "-o", str(run)]
+    res = _cli([*argv, "--sbatch-args=--bogus"], {"PATH": str(fake)})
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "unrecognized option '--bogus'" in res.stderr and "Traceback" not in res.stderr
+    assert not run.exists()
+
+
 # --- a real Slurm ------------------------------------------------------------------------
 
 

@@ -6,7 +6,9 @@ Sequence: MPI-free checks here; a one-process planner checks the rest against th
 registry and counts the points; then each job (``sweep --inside --orchestrated``) runs
 in turn, its rank 0 appending results and printing event lines that drive the progress
 bar. A job's validation failures do not stop the sweep (exit 1 at the end); a job that
-dies stops it, keeping every point stored so far for --resume.
+dies stops it, keeping every point stored so far for --resume. The run directory's lock
+is held from before its results are read until the sweep ends, so a second sweep into
+it is refused.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from osu_dl_bench.sweep.options import (
     check_run_dir,
 )
 from osu_dl_bench.sweep.progress import Progress, decode_event, format_duration, plan_lines
-from osu_dl_bench.sweep.store import RunLock, RunStore, StoreError
+from osu_dl_bench.sweep.store import LOCK, RunLock, RunStore, StoreError
 
 # The planner imports the registry (and torch, for Gloo): slow, but never minutes.
 PLANNER_TIMEOUT = 600.0
@@ -232,7 +234,7 @@ def submit_sweep(cfg: SweepConfig) -> int:
     script into the run directory and submit it; with --dry-run only write and print it.
     Nothing is created before every check has passed."""
     with contextlib.ExitStack() as held:
-        lock = _hold_existing(cfg, held)
+        existing = _hold_existing(cfg, held)
         check_run_dir(cfg)
         request = slurm.batch_request(cfg)
         text = slurm.sweep_script(cfg, request, slurm.read_template())
@@ -244,25 +246,46 @@ def submit_sweep(cfg: SweepConfig) -> int:
         except JobFailed as exc:
             return exc.code or 1
         store = RunStore(cfg.output)
-        if lock is None:
+        if existing is None:
             held.enter_context(store.lock())
-        script = store.path.resolve() / slurm.SCRIPT_NAME
-        try:
-            script.write_text(text)
-        except OSError as exc:
-            raise StoreError(f"cannot write {script} ({exc.strerror or exc})") from None
+        script = _write_script(store, text)
         if cfg.dry_run:
             print("\n".join(plan_lines(list(plans.values()))))
             print(f"# batch script (not submitted: --dry-run): {script}\n{text}", end="")
             return 0
-        # Held until the submission is recorded: the job writes metadata.json too, and two
-        # read-modify-writes at once could lose one of them.
-        job_id = slurm.submit_held(script, cfg.sbatch_args)
-        runinfo.record_submission(store, job_id, str(script))
+        job_id = _submit_held(cfg, store, script, created=existing is None)
     # Released after the run directory is: the job's sweep takes its lock when it starts.
     slurm.release(job_id)
     print(_submission_lines(cfg, request, job_id, script), flush=True)
     return 0
+
+
+def _write_script(store: RunStore, text: str) -> Path:
+    """The batch script, written into the run directory."""
+    script = store.path.resolve() / slurm.SCRIPT_NAME
+    try:
+        script.write_text(text)
+    except OSError as exc:
+        raise StoreError(f"cannot write {script} ({exc.strerror or exc})") from None
+    return script
+
+
+def _submit_held(cfg: SweepConfig, store: RunStore, script: Path, created: bool) -> str:
+    """sbatch the script on hold and record the job; the job id. If sbatch refuses it (an
+    option in --sbatch-args), a run directory made for it is removed again."""
+    try:
+        job_id = slurm.submit_held(script, cfg.sbatch_args)
+    except UsageError:
+        if created:
+            for leftover in (script, store.path / LOCK):
+                leftover.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                store.path.rmdir()
+        raise
+    # Held until the submission is recorded: the job writes metadata.json too, and two
+    # read-modify-writes at once could lose one of them.
+    runinfo.record_submission(store, job_id, str(script))
+    return job_id
 
 
 def _submission_lines(
@@ -303,8 +326,9 @@ def _mark_incomplete(store: RunStore) -> None:
     try:
         runinfo.record_completion(store, complete=False)
     except UsageError as second:
+        failure = second.failure if isinstance(second, StoreError) else second
         print(
-            f"osu-dl-bench: note: could not also mark the run incomplete: {second}",
+            f"osu-dl-bench: note: could not also mark the run incomplete: {failure}",
             file=sys.stderr,
             flush=True,
         )

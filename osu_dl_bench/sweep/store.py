@@ -100,7 +100,12 @@ INT_FIELDS = tuple(f.name for f in fields(SweepPoint) if f.type == "int")
 
 class StoreError(UsageError):
     """The run directory cannot be written (a full disk, a file size limit, permissions):
-    a clean message and exit 2 on every rank, like bad input."""
+    a clean message and exit 2 on every rank, like bad input. ``failure`` is what failed,
+    without the advice (for mentioning it after another error)."""
+
+    def __init__(self, failure: str, advice: str = "") -> None:
+        super().__init__(f"{failure}: {advice}" if advice else failure)
+        self.failure = failure
 
 
 class RunStore:
@@ -250,8 +255,8 @@ class RunLock:
 def _write_error(path: Path, exc: OSError) -> StoreError:
     """The message for a write that failed: what is kept and how to go on."""
     return StoreError(
-        f"cannot write {path} ({exc.strerror or exc}): the results stored before it are "
-        "kept; make room and rerun with --resume"
+        f"cannot write {path} ({exc.strerror or exc})",
+        "the results stored before it are kept; make room and rerun with --resume",
     )
 
 

@@ -3,8 +3,10 @@
 For each process count p of --np, the first p ranks of the job measure every pending
 (collective, size) point while the others wait without spinning; rank 0 appends each
 point's rows to the run directory as soon as they are measured, so a killed job loses at
-most the point in flight. Bad input raises UsageError on every rank (exit 2); a wrong
-result is stored as validation=fail and turns into exit 1 once every point is done.
+most the point in flight. Bad input raises UsageError on every rank (exit 2), and so
+does a write to the run directory that fails (a full disk): rank 0 shares its error, so
+no rank waits for it. A wrong result is stored as validation=fail and turns into exit 1
+once every point is done.
 """
 
 from __future__ import annotations
@@ -171,7 +173,16 @@ def on_rank0(comm: MPI.Comm, write: Callable[[], Any]) -> Any:
     """Rank 0 writes to the run directory (its result; None elsewhere); a failed write (a
     full disk) stops every rank of ``comm`` with its message, so none waits for rank 0
     in the next collective."""
-    return agree_on_errors(comm, lambda: write() if comm.Get_rank() == 0 else None)
+    result, message = None, None
+    if comm.Get_rank() == 0:
+        try:
+            result = write()
+        except UsageError as exc:
+            message = str(exc)
+    message = comm.bcast(message, root=0)
+    if message:
+        raise UsageError(message, agreed=True)
+    return result
 
 
 def _job_entry(

@@ -137,9 +137,18 @@ def test_killed_rank_resumes_to_the_same_parameters_bit_for_bit(tmp_path):
     assert crash.returncode != 0 and "exiting after step 6" in crash.stderr
     assert (tmp_path / "b" / "latest").read_text().strip() == "step-00000004"
     assert not resumed.exists()
+    half_written = tmp_path / "b" / "step-00000008.partial"  # as a crash mid-save leaves it
+    half_written.mkdir()
+    (half_written / "rng-rank1.pt").write_bytes(b"stale")
     res, summary = _train(2, tmp_path, *run, "--resume")
     assert res.returncode == 0, res.stderr
     assert summary["start_step"] == 4 and "resumed after step 4" in res.stdout
+    assert "removed 1 leftover(s) of an interrupted checkpoint save" in res.stdout
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == [
+        "latest",
+        "step-00000008",
+        "step-00000012",
+    ]
     a, b = _params(whole), _params(resumed)
     assert a.keys() == b.keys()
     for key in a:

@@ -345,3 +345,130 @@ def test_wrong_allreduce_hook_parses_and_perturbs_one_element():
     reduce(buffer)
     assert len(calls) == 1 and np.array_equal(calls[0], np.ones(4))  # after the reduce
     assert buffer.tolist() == [1.25, 1.0, 1.0, 1.0]
+
+
+# --- checkpoint durability and loading --------------------------------------------------------
+
+
+def _meta(step: int, batch: int = 4):
+    from osu_dl_bench.train.checkpoint import CheckpointMeta
+
+    return CheckpointMeta(step=step, nprocs=1, global_batch=batch, model="cnn", data="digits")
+
+
+def _save(root, step: int, state=None, keep: int = 2):
+    from osu_dl_bench.train import checkpoint as ckpt
+
+    return ckpt.save_checkpoint(root, _meta(step), 0, lambda: state or {}, lambda: None, keep)
+
+
+@needs_torch
+def test_checkpoint_round_trips_model_and_optimizer_state(tmp_path):
+    import torch
+
+    from osu_dl_bench.train import checkpoint as ckpt
+
+    model = torch.nn.Linear(4, 3).double()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.ones(2, 4, dtype=torch.float64)).sum().backward()
+    optimizer.step()  # momentum buffers exist now
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+    path = _save(tmp_path, 3, state)
+    step, loaded = ckpt.load_checkpoint(ckpt.latest_checkpoint(tmp_path), _meta(0), 0)
+    assert step == 3 and path.name == "step-00000003"
+    for key, value in state["model"].items():
+        assert loaded["model"][key].dtype == torch.float64
+        assert torch.equal(loaded["model"][key], value)
+    momentum = [s["momentum_buffer"] for s in optimizer.state_dict()["state"].values()]
+    restored = [s["momentum_buffer"] for s in loaded["optimizer"]["state"].values()]
+    assert len(momentum) == 2 and all(map(torch.equal, momentum, restored))
+
+
+@needs_torch
+def test_leftovers_of_a_crash_mid_write_are_pruned_at_start_and_on_save(tmp_path):
+    from osu_dl_bench.train import checkpoint as ckpt
+
+    _save(tmp_path, 4)
+    (tmp_path / "step-00000008.partial").mkdir()  # a crash before the rename
+    (tmp_path / "step-00000008.partial" / "state.pt").write_bytes(b"half")
+    (tmp_path / ".latest.tmp").write_text("step-000")  # a crash before replacing 'latest'
+    (tmp_path / "notes.txt").write_text("mine")  # not ours: kept
+    assert ckpt.prune_leftovers(tmp_path) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "notes.txt", "step-00000004"]
+    (tmp_path / "step-00000012.partial").mkdir()
+    _save(tmp_path, 8)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["latest", "notes.txt", "step-00000004", "step-00000008"]
+    assert ckpt.prune_leftovers(tmp_path / "missing") == 0
+
+
+@needs_torch
+def test_renames_are_followed_by_an_fsync_of_their_directory(tmp_path, monkeypatch):
+    import os
+    import stat
+
+    events = []
+    replace, fsync = os.replace, os.fsync
+
+    def logged_replace(src, dst):
+        replace(src, dst)
+        events.append(("replace", os.path.dirname(os.path.abspath(dst))))
+
+    def logged_fsync(fd):
+        fsync(fd)
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+
+    monkeypatch.setattr(os, "replace", logged_replace)
+    monkeypatch.setattr(os, "fsync", logged_fsync)
+    _save(tmp_path, 4)
+    renames = [i for i, e in enumerate(events) if e[0] == "replace"]
+    assert len(renames) == 5  # rng, state, meta into the partial; the partial; 'latest'
+    for index in renames:
+        assert events[index + 1] == ("fsync", events[index][1]), events
+
+
+class _Payload:
+    """Unpickling this calls os.mkdir(marker): what a hostile checkpoint would do."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        import os
+
+        return (os.mkdir, (self.marker,))
+
+
+@needs_torch
+def test_checkpoint_loading_refuses_pickled_objects_and_bad_pointers(tmp_path):
+    import torch
+
+    from osu_dl_bench.train import checkpoint as ckpt
+
+    path = _save(tmp_path, 4, {"model": {}})
+    marker = tmp_path / "payload-ran"
+    torch.save({"model": _Payload(marker)}, path / "state.pt")
+    with pytest.raises(UsageError, match="state.pt.*weights_only"):
+        ckpt.load_checkpoint(path, _meta(0), 0)
+    assert not marker.exists()
+    (path / "state.pt").write_bytes(b"truncated")
+    with pytest.raises(UsageError, match="state.pt.*cannot be read"):
+        ckpt.load_checkpoint(path, _meta(0), 0)
+    (path / "meta.json").write_text("{")
+    with pytest.raises(UsageError, match="meta.json.*not JSON"):
+        ckpt.load_checkpoint(path, _meta(0), 0)
+    for pointer in ("../outside", "/etc", "step-1"):
+        (tmp_path / "latest").write_text(pointer)
+        with pytest.raises(UsageError, match="expected step-NNNNNNNN"):
+            ckpt.latest_checkpoint(tmp_path)
+
+
+def test_train_refuses_torch_older_than_the_floor(monkeypatch):
+    from osu_dl_bench.train import options
+
+    monkeypatch.setattr(options, "_installed_version", lambda name: "2.5.1+cpu")
+    with pytest.raises(UsageError, match="torch >= 2.10.*found 2.5.1"):
+        options.require_libraries(config_from_args(_args()))
+    monkeypatch.setattr(options, "_installed_version", lambda name: "2.10.0")
+    options.require_libraries(config_from_args(_args()))

@@ -9,16 +9,21 @@ Layout under the checkpoint directory::
 
 Writing is atomic: every rank writes into ``step-N.partial`` (each file via a temporary
 name and os.replace), a barrier, then rank 0 renames the directory to ``step-N`` and
-replaces ``latest``. A crash at any point leaves ``latest`` naming a complete checkpoint.
-The sampler needs only the step (its batches are a function of it: train.data).
-Files are read with ``torch.load(weights_only=True)``: plain tensors and containers.
+replaces ``latest``. Each rename is followed by an fsync of the directory holding it, so
+after a power loss too ``latest`` names a complete checkpoint. What a crash mid-write
+leaves (``step-*.partial`` directories, ``.latest.tmp``) is pruned when a run starts and after
+each save. The sampler needs only the step (its batches are a function of it:
+train.data). Files are read with ``torch.load(weights_only=True)`` (torch >= 2.10, whose
+loader has no known way around it): tensors and plain containers only, no code runs.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
+import re
 import shutil
 import sys
 from collections.abc import Callable
@@ -37,6 +42,7 @@ VERSION = 1
 LATEST = "latest"
 FAULT_ENV = "OSU_DL_BENCH_TRAIN_FAULT"
 FAULT_EXIT_CODE = 75
+_STEP_NAME = re.compile(r"step-\d{8}")
 
 
 @dataclass(frozen=True)
@@ -57,14 +63,26 @@ def _name(step: int) -> str:
     return f"step-{step:08d}"
 
 
+def _fsync_dir(path: Path) -> None:
+    """Make the entries of directory ``path`` durable: a rename lives in the directory,
+    and fsyncing the file alone leaves it to the file system's whim."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
-    """``write(tmp)`` then rename over ``path``, with the data on disk before the rename."""
+    """``write(tmp)`` then rename over ``path``, the data on disk before the rename and
+    the rename on disk before returning."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     write(tmp)
     with open(tmp, "rb+") as handle:
         os.fsync(handle.fileno())
     os.replace(tmp, path)
+    _fsync_dir(path.parent)
 
 
 def rng_state() -> dict[str, Any]:
@@ -110,8 +128,12 @@ def save_checkpoint(
         if final.exists():  # left by a run that crashed after renaming, before 'latest'
             shutil.rmtree(final)
         os.replace(partial, final)
+        _fsync_dir(root)
         write_atomic(root / LATEST, lambda p: p.write_text(final.name + "\n"))
         _prune(root, keep)
+        # Safe while training goes on: no rank can start the next save before rank 0
+        # has joined the next step's gradient allreduce.
+        prune_leftovers(root)
     return final
 
 
@@ -122,12 +144,34 @@ def _prune(root: Path, keep: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def prune_leftovers(directory: str | os.PathLike) -> int:
+    """Remove what a crash mid-write left in ``directory`` (rank 0, while no rank is
+    saving): ``step-*.partial`` directories and the temporary of ``latest`` (only names
+    this module writes: the directory may hold the user's files too). How many went."""
+    root = Path(directory)
+    if not root.is_dir():
+        return 0
+    leftovers = [*root.glob("step-*.partial"), *root.glob(f".{LATEST}.tmp")]
+    for path in leftovers:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    if leftovers:
+        _fsync_dir(root)
+    return len(leftovers)
+
+
 def latest_checkpoint(directory: str | os.PathLike) -> Path | None:
     """The newest complete checkpoint, or None if there is none."""
     pointer = Path(directory) / LATEST
     if not pointer.is_file():
         return None
-    path = Path(directory) / pointer.read_text().strip()
+    name = pointer.read_text().strip()
+    if not _STEP_NAME.fullmatch(name):
+        # Only our own names: the pointer must not lead out of the directory.
+        raise UsageError(f"checkpoint {pointer} holds {name[:80]!r}: expected step-NNNNNNNN")
+    path = Path(directory) / name
     if not (path / "meta.json").is_file():
         raise UsageError(f"checkpoint {pointer} names {path.name}, which is incomplete")
     return path
@@ -136,18 +180,43 @@ def latest_checkpoint(directory: str | os.PathLike) -> Path | None:
 def load_checkpoint(path: Path, expected: CheckpointMeta, rank: int) -> tuple[int, dict]:
     """(step, state) of the checkpoint at ``path`` after checking it fits this run; this
     rank's RNG states are restored."""
-    meta = json.loads((path / "meta.json").read_text())
-    if meta.get("format") != FORMAT or meta.get("version") != VERSION:
-        raise UsageError(f"{path}: not a version-{VERSION} {FORMAT}")
+    meta = _read_meta(path / "meta.json")
     for key in ("nprocs", "global_batch", "model", "data"):
-        if meta[key] != getattr(expected, key):
+        if meta.get(key) != getattr(expected, key):
             raise UsageError(
-                f"{path} was written with {key}={meta[key]}, this run has "
+                f"{path} was written with {key}={meta.get(key)}, this run has "
                 f"{getattr(expected, key)}: resume with the same settings"
             )
-    state = torch.load(path / "state.pt", map_location="cpu", weights_only=True)
-    set_rng_state(torch.load(path / f"rng-rank{rank}.pt", weights_only=True))
+    state = _load(path / "state.pt")
+    set_rng_state(_load(path / f"rng-rank{rank}.pt"))
     return int(meta["step"]), state
+
+
+def _read_meta(file: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"{file}: not JSON or unreadable ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION:
+        raise UsageError(f"{file.parent}: not a version-{VERSION} {FORMAT}")
+    if not isinstance(meta.get("step"), int) or meta["step"] < 0:
+        raise UsageError(f"{file}: step {meta.get('step')!r} is not a count of steps")
+    return meta
+
+
+def _load(file: Path) -> Any:
+    """``torch.load(weights_only=True)``; a refused or unreadable file is a UsageError."""
+    try:
+        return torch.load(file, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UsageError(
+            f"{file}: refused by torch.load(weights_only=True), which builds only tensors "
+            f"and plain containers ({first})"
+        ) from None
+    except Exception as exc:  # damaged bytes make the unpickler raise anything (IndexError)
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UsageError(f"{file} cannot be read: {first}") from None
 
 
 def parse_fault(text: str) -> tuple[int, int] | None:

@@ -9,9 +9,11 @@ collective runs.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import importlib.util
 import math
 import os
+import re
 from dataclasses import dataclass
 
 from osu_dl_bench.errors import UsageError
@@ -28,6 +30,9 @@ DEFAULT_FIRST_BUCKET = 1 << 20
 # The trainer's communication thread issues every MPI call, so SERIALIZED is enough, and
 # MULTIPLE would slow MPICH down (runtime.DEFAULT_THREAD_LEVEL explains why).
 THREAD_LEVEL = "serialized"
+# Checkpoints are loaded with torch.load(weights_only=True); releases before 2.10 had
+# known ways for a crafted file around it. pyproject.toml's extras state the same floor.
+TORCH_FLOOR = (2, 10)
 TORCH_EXTRA = "pip install 'osu-dl-bench[train]' (on CPU-only machines: pip install torch==2.13.0)"
 SKLEARN_EXTRA = "pip install 'osu-dl-bench[train]' (or: pip install scikit-learn)"
 PROGRESS = ("auto", "on", "off")
@@ -290,11 +295,33 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return cfg
 
 
+def _installed_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None  # importable but not installed as a distribution: not ours to judge
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """(2, 13, 0) of '2.13.0+cpu'; the leading numbers only."""
+    numbers = re.match(r"\d+(\.\d+)*", version)
+    return tuple(int(n) for n in numbers.group().split(".")) if numbers else ()
+
+
 def require_libraries(cfg: TrainConfig) -> None:
     """UsageError naming the extra to install if torch (or scikit-learn for digits) is
-    missing. Looks them up without importing them (torch takes seconds to import)."""
+    missing, or torch is older than TORCH_FLOOR. Looks them up without importing them
+    (torch takes seconds to import)."""
     if importlib.util.find_spec("torch") is None:
         raise UsageError(f"train needs PyTorch, which is not installed: {TORCH_EXTRA}")
+    version = _installed_version("torch")
+    if version is not None and _release(version) < TORCH_FLOOR:
+        floor = ".".join(map(str, TORCH_FLOOR))
+        raise UsageError(
+            f"train needs torch >= {floor} (checkpoints are read with weights_only=True, "
+            f"which older releases let crafted files get around): found {version}; "
+            f"{TORCH_EXTRA}"
+        )
     if cfg.data == "digits" and importlib.util.find_spec("sklearn") is None:
         raise UsageError(
             f"--data digits needs scikit-learn (its bundled digits set): {SKLEARN_EXTRA}"

@@ -138,6 +138,15 @@ def _meta(run: _Run, step: int) -> ckpt.CheckpointMeta:
     return ckpt.CheckpointMeta(step, run.session.nprocs, cfg.batch_size, cfg.model, cfg.data)
 
 
+def _prune_leftovers(run: _Run) -> None:
+    """Rank 0 removes what an interrupted save left, before any rank saves again."""
+    if run.rank == 0:
+        removed = ckpt.prune_leftovers(run.cfg.checkpoint_dir)
+        if removed:
+            _say(run, f"# removed {removed} leftover(s) of an interrupted checkpoint save")
+    run.session.barrier()
+
+
 def _resume(run: _Run) -> None:
     """Load the newest checkpoint into the replica (every rank reads the same files)."""
 
@@ -303,6 +312,8 @@ def _write_outputs(run: _Run, summary: TrainSummary) -> None:
 def _start(run: _Run) -> float:
     """Resume if asked, broadcast rank 0's state, start the reference; bcast seconds."""
     cfg = run.cfg
+    if cfg.checkpoint_every or cfg.resume:
+        _prune_leftovers(run)
     if cfg.resume:
         _resume(run)
     seconds = run.trainer.broadcast_state(root=0)

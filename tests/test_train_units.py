@@ -331,6 +331,7 @@ def test_wrong_allreduce_hook_parses_and_perturbs_one_element():
         WRONG_ALLREDUCE_ENV,
         parse_wrong_allreduce,
         perturb_first_element,
+        wrong_allreduce_hook,
     )
 
     assert parse_wrong_allreduce("") is None
@@ -339,6 +340,11 @@ def test_wrong_allreduce_hook_parses_and_perturbs_one_element():
     for bad in ("1", "a:0", "1:0:x", "1:0:nan", "-1:0", "1:0:0"):
         with pytest.raises(UsageError, match=WRONG_ALLREDUCE_ENV):
             parse_wrong_allreduce(bad)
+    hook = {WRONG_ALLREDUCE_ENV: "0:0"}
+    assert wrong_allreduce_hook(hook, validate=True) == (0, 0, 1e-6)
+    assert wrong_allreduce_hook({}, validate=False) is None
+    with pytest.raises(UsageError, match="a test hook for --validate: unset it"):
+        wrong_allreduce_hook(hook, validate=False)
     calls = []
     reduce = perturb_first_element(lambda buf: calls.append(buf.copy()), 0.25)
     buffer = np.ones(4)

@@ -8,7 +8,7 @@ any reduction. ``perturb_first_element`` is a deliberately wrong one, for tests 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -70,6 +70,17 @@ def parse_wrong_allreduce(text: str) -> tuple[int, int, float] | None:
             f"non-zero DELTA, e.g. 1:0:1e-6 (a test hook)"
         ) from None
     return int(fields[0]), int(fields[1]), delta
+
+
+def wrong_allreduce_hook(
+    environ: Mapping[str, str], validate: bool
+) -> tuple[int, int, float] | None:
+    """The hook's setting in ``environ``; a UsageError unless under --validate."""
+    wrong = parse_wrong_allreduce(environ.get(WRONG_ALLREDUCE_ENV, ""))
+    if wrong is not None and not validate:
+        # Left set by accident, it would corrupt a real run without a word.
+        raise UsageError(f"{WRONG_ALLREDUCE_ENV} is a test hook for --validate: unset it")
+    return wrong
 
 
 def perturb_first_element(inner: GradReduce, delta: float) -> GradReduce:

@@ -24,7 +24,7 @@ from torch import nn
 from osu_dl_bench.errors import UsageError, ValidationFailure
 from osu_dl_bench.runtime import collect_metadata
 from osu_dl_bench.train import checkpoint as ckpt
-from osu_dl_bench.train.comm_hooks import WRONG_ALLREDUCE_ENV, parse_wrong_allreduce
+from osu_dl_bench.train.comm_hooks import wrong_allreduce_hook
 from osu_dl_bench.train.comm_thread import CommThread
 from osu_dl_bench.train.data import DataSplits, ShardedSampler, eval_shard, load_data
 from osu_dl_bench.train.models import InputShape, build_model, has_batch_norm, parameter_count
@@ -126,7 +126,7 @@ def _build(cfg: TrainConfig, session: Session) -> _Run:
             f"--validate needs a model without batch norm (per-rank batch statistics "
             f"differ from 1-process ones): {cfg.model} has it; use --model cnn"
         )
-    wrong = parse_wrong_allreduce(os.environ.get(WRONG_ALLREDUCE_ENV, ""))
+    wrong = wrong_allreduce_hook(os.environ, cfg.validate)
     trainer = DataParallelTrainer(model, cfg, session, wrong)
     total = cfg.steps or cfg.epochs * sampler.steps_per_epoch
     fault = ckpt.parse_fault(os.environ.get(ckpt.FAULT_ENV, ""))

@@ -339,6 +339,22 @@ def agree_on_errors(comm, step: Callable[[], object]) -> object:
     return result
 
 
+def agree_on_settings(comm, settings: Mapping[str, object]) -> None:
+    """Raise one agreed UsageError on every rank unless every rank holds the same
+    ``settings`` (option name -> value): ranks started with different sizes, types or
+    algorithms (an MPMD launch, a table that differs between nodes) would otherwise make
+    different calls and wait for each other forever, or overrun each other's buffers."""
+    everyone = comm.allgather(dict(settings))
+    for rank, theirs in enumerate(everyone):
+        for name, value in everyone[0].items():
+            if theirs.get(name) != value:
+                raise UsageError(
+                    f"rank {rank} runs with {name} {theirs.get(name)!r}, rank 0 with "
+                    f"{value!r}: every rank must be given the same command",
+                    agreed=True,
+                )
+
+
 def run_guarded(body: Callable[[], int]) -> int:
     """Run an MPI entry point: usage errors -> one message from rank 0, exit 2 on every
     rank (an error only some ranks met -> message from each of them, MPI_Abort);

@@ -63,3 +63,11 @@ def test_an_error_one_rank_meets_after_start_up_is_said_by_it_and_aborts_the_job
 def test_a_single_process_error_needs_no_mpi():
     proc = run_with_timeout([*CLI, "bench", "allreduce", "-i", "abc"], 60)
     assert proc.returncode == 2 and proc.stderr.count("osu-dl-bench: error:") == 1
+
+
+def test_ranks_given_different_sizes_stop_with_one_message_instead_of_hanging():
+    bench = ["bench", "allreduce", "-a", "cma,native", "-i", "2", "-x", "0"]
+    proc = _mpmd((2, [*bench, "-m", "1:16"]), (1, [*bench, "-m", "1:8"]))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.count("osu-dl-bench: error:") == 1, proc.stderr
+    assert "rank 2 runs with max_size 8, rank 0 with 16" in proc.stderr

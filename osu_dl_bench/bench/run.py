@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from mpi4py import MPI
 
 from osu_dl_bench.bench import report
@@ -14,7 +16,12 @@ from osu_dl_bench.collectives.buffers import array_module
 from osu_dl_bench.collectives.dtypes import element_type
 from osu_dl_bench.collectives.ops import reduce_op
 from osu_dl_bench.errors import UsageError, ValidationFailure
-from osu_dl_bench.runtime import agree_on_errors, collect_metadata, discover_topology
+from osu_dl_bench.runtime import (
+    agree_on_errors,
+    agree_on_settings,
+    collect_metadata,
+    discover_topology,
+)
 from osu_dl_bench.tuning.selector import Selector, parse_bench_algorithms
 from osu_dl_bench.units import format_size
 
@@ -47,6 +54,13 @@ def _setting(cfg: BenchConfig, nprocs: int) -> Setting:
     return Setting(spec, etype, op, array_module(cfg.device))
 
 
+def _settings_every_rank_shares(cfg: BenchConfig) -> dict[str, object]:
+    """The options that decide which calls a rank makes (-o is rank 0's alone)."""
+    shared = asdict(cfg)
+    shared.pop("output")
+    return shared
+
+
 def _variants(cfg: BenchConfig, ctx: CallContext) -> list[Variant]:
     """-a's variants; 'tuned' is the runtime selector over --table, bound like any other."""
     return parse_bench_algorithms(
@@ -75,6 +89,7 @@ def _validation_error(records: list[BenchRecord]) -> ValidationFailure | None:
 def run_bench(comm: MPI.Comm, cfg: BenchConfig) -> int:
     """Run one bench configuration; returns the exit code (raises on bad input)."""
     nprocs = comm.Get_size()
+    agree_on_settings(comm, _settings_every_rank_shares(cfg))
     setting = agree_on_errors(comm, lambda: _setting(cfg, nprocs))
     topo = discover_topology(comm, cfg.ranks_per_node)
     metadata = collect_metadata(topo).as_dict()
@@ -84,6 +99,7 @@ def run_bench(comm: MPI.Comm, cfg: BenchConfig) -> int:
         ctx = CallContext(nprocs, setting.etype, setting.op, cfg.device, topo.nodes, topo.ppn)
         # -a tuned reads --table on every rank: one rank that cannot read it fails all.
         plan = plan_variants(agree_on_errors(comm, lambda: _variants(cfg, ctx)), ctx)
+        agree_on_settings(comm, {"-a": [v.label for v in plan.eligible]})
         variants, skipped = plan.eligible, plan.skipped
     for variant, reason in skipped:
         _print(comm, f"# {variant.label}: skipped: {reason}")

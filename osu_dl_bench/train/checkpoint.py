@@ -209,14 +209,23 @@ def _load(file: Path) -> Any:
     try:
         return torch.load(file, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        # torch's first line is a preamble (suggesting weights_only=False, which would
+        # run the file's code); the second names what was refused.
         raise UsageError(
             f"{file}: refused by torch.load(weights_only=True), which builds only tensors "
-            f"and plain containers ({first})"
+            f"and plain containers ({_line(exc, 1)})"
         ) from None
     except Exception as exc:  # damaged bytes make the unpickler raise anything (IndexError)
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise UsageError(f"{file} cannot be read: {first}") from None
+        raise UsageError(f"{file} cannot be read: {_line(exc, 0)}") from None
+
+
+def _line(exc: Exception, index: int) -> str:
+    """Line ``index`` (else the last) of the exception's non-empty lines, at most 200
+    characters."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    return lines[min(index, len(lines) - 1)][:200]
 
 
 def parse_fault(text: str) -> tuple[int, int] | None:

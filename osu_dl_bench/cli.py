@@ -138,16 +138,23 @@ def _add_plot(sub) -> None:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from osu_dl_bench.runtime import init_mpi
-    from osu_dl_bench.train.options import THREAD_LEVEL, config_from_args, require_libraries
+    from osu_dl_bench.runtime import agree_on_errors, agree_on_settings, init_mpi
+    from osu_dl_bench.train.options import (
+        THREAD_LEVEL,
+        config_from_args,
+        require_libraries,
+        settings_every_rank_shares,
+    )
 
     cfg = config_from_args(args)
     require_libraries(cfg)  # before MPI: a missing extra is one message and exit 2
     mpi = init_mpi(THREAD_LEVEL)
-    cfg.local_batch(mpi.COMM_WORLD.Get_size())  # same verdict on every rank, before torch loads
+    world = mpi.COMM_WORLD
+    agree_on_settings(world, agree_on_errors(world, lambda: settings_every_rank_shares(cfg)))
+    cfg.local_batch(world.Get_size())  # same verdict on every rank, before torch loads
     from osu_dl_bench.train.run import run_train
 
-    return run_train(mpi.COMM_WORLD, cfg)
+    return run_train(world, cfg)
 
 
 def _add_train(sub) -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
 
+import pytest
 from mpirun import MPIEXEC, REPO, mpi_env, run_mpi, run_with_timeout
 
 from osu_dl_bench.runtime import joint_error
@@ -78,3 +80,17 @@ def test_ranks_given_different_sizes_stop_with_one_message_instead_of_hanging():
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.count("osu-dl-bench: error:") == 1, proc.stderr
     assert "rank 2 runs with max_size 8, rank 0 with 16" in proc.stderr
+
+
+def test_training_refuses_ranks_whose_tables_differ(tmp_path: Path):
+    pytest.importorskip("torch")
+    table = json.loads((REPO / "tuning_tables" / "reference-cpu-mpich-1node.json").read_text())
+    first, second = tmp_path / "a", tmp_path / "b"
+    for directory, name in ((first, "node a"), (second, "node b")):
+        directory.mkdir()
+        (directory / "t.json").write_text(json.dumps({**table, "name": name}))
+    train = ["train", "--steps", "2", "-b", "8", "--table", "t.json"]
+    proc = _mpmd((1, train, first), (1, train, second))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.count("osu-dl-bench: error:") == 1, proc.stderr
+    assert "rank 1 runs with table 't.json (sha256 " in proc.stderr

@@ -9,12 +9,14 @@ collective runs.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.metadata
 import importlib.util
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.units import parse_size
@@ -327,3 +329,25 @@ def require_libraries(cfg: TrainConfig) -> None:
         raise UsageError(
             f"--data digits needs scikit-learn (its bundled digits set): {SKLEARN_EXTRA}"
         )
+
+
+# Options a rank may hold alone: where rank 0 writes, how a rank shows progress, its
+# own thread count and checkpoint path (node-local disks differ).
+_RANK_OWN_OPTIONS = ("json", "save_params", "progress", "threads", "checkpoint_dir")
+
+
+def settings_every_rank_shares(cfg: TrainConfig) -> dict[str, object]:
+    """The options (and the table's bytes) that decide which calls a rank makes: ranks
+    that differ would wait for each other or pick different algorithms for one call."""
+    shared = {k: v for k, v in asdict(cfg).items() if k not in _RANK_OWN_OPTIONS}
+    if cfg.table:
+        shared["table"] = f"{cfg.table} (sha256 {_file_digest(cfg.table)})"
+    return shared
+
+
+def _file_digest(path: str) -> str:
+    """SHA-256 of a file's bytes, or UsageError naming the file."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    except OSError as exc:
+        raise UsageError(f"--table {path}: cannot read: {exc.strerror or exc}") from None

@@ -62,6 +62,13 @@ def test_an_error_every_rank_meets_prints_once_and_exits_2():
     assert proc.stderr.count("osu-dl-bench: error: bad input seen on rank any") == 1
 
 
+def test_a_collective_refusing_mismatched_arguments_on_every_rank_exits_2_once():
+    proc = run_mpi(2, [DRIVER, "count-mismatch"], timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.count("osu-dl-bench: error: allreduce (cma): rank 1 passed") == 1
+    assert "Traceback" not in proc.stderr
+
+
 def test_an_error_one_rank_meets_after_start_up_is_said_by_it_and_aborts_the_job():
     proc = run_mpi(3, [DRIVER, "one-rank"], timeout=60)
     assert proc.returncode != 0, proc.stdout + proc.stderr

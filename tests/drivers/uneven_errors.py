@@ -1,5 +1,6 @@
 """An error met by some ranks only, after MPI started: run as
-``python uneven_errors.py MODE`` under mpiexec (MODE: one-rank, every-rank)."""
+``python uneven_errors.py MODE`` under mpiexec (MODE: one-rank, every-rank, or
+count-mismatch: every rank's collective refuses its arguments)."""
 
 import sys
 
@@ -12,6 +13,10 @@ runtime.SETTLE_SECONDS = 3.0  # keep the test short; ranks of one error meet in 
 def body() -> int:
     comm = runtime.init_mpi("single").COMM_WORLD
     rank = comm.Get_rank()
+    if sys.argv[1] == "count-mismatch":
+        from osu_dl_bench.collectives.errors import CountMismatch
+
+        raise CountMismatch("allreduce (cma): rank 1 passed 4096 bytes, rank 0 passed 8192")
     if sys.argv[1] == "every-rank" or rank == 1:
         raise UsageError(f"bad input seen on rank {rank if sys.argv[1] == 'one-rank' else 'any'}")
     comm.Barrier()  # where the others wait for rank 1 forever unless the job is aborted

@@ -3,7 +3,7 @@
     python scripts/bench_collectives.py [--np 2] [--rounds 6] [--budget 3]
                                          [--out results/collectives-p2]
 
-Issue 3's comparison. "Native" is the fastest of native at thread level single and at
+"Native" is the fastest of native at thread level single and at
 multiple (MPICH's large-message allreduce differs between the two) and on registered
 buffers, so each round launches three jobs: thread level single on private buffers
 (``-d cpu``), multiple on private buffers, and single on registered buffers

@@ -4,7 +4,7 @@
 
 Both time the call the same way (untimed barrier, timer around the call, mean per rank,
 averaged across ranks), interleaved round by round because this machine's speed swings.
-Prints medians over rounds, the extra microseconds and the ratio. Targets (issue 2):
+Prints medians over rounds, the extra microseconds and the ratio. Targets:
 <= 1.0 us extra at 8 B and <= 5% extra at 64 KiB and above.
 """
 

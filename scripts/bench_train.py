@@ -5,7 +5,7 @@ registered memory, where cma reads the peers' buckets directly), and PyTorch DDP
     python scripts/bench_train.py [--np 2] [--rounds 5] [--steps 10] [--table T.json]
                                   [--out results/train_p2]
 
-Issue 5's comparison. One MPI job (launched by this script) builds every configuration
+One MPI job (launched by this script) builds every configuration
 on the same model, batch and data, then measures them interleaved: in each round every
 configuration runs ``--warmup`` untimed and ``--steps`` timed steps, in an order rotated
 from round to round, because the machine's speed swings up to 3x over minutes. A

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The performance model's figures (issue 6), measured on this machine:
+# The performance model's figures, measured on this machine:
 #   1. accuracy at p = 2, 3, 4: a fresh allreduce + bcast sweep (8 B - 16 MiB, every
 #      algorithm), each p's sweep between two calibration jobs of p ranks (the node's
 #      contention state with p ranks active; appended: the fit keeps one state per p and

@@ -6,7 +6,7 @@ For every (collective, p) of RUN_DIR and every measured size, the runtime select
 choice (from TABLE) is looked up among that run's interleaved measurements and compared,
 by median over rounds, with the best candidate measured there and with native (twins,
 variants whose chunk or segment size has no effect at a size, count as one: older sweeps
-timed them apart, and the best of equal codes is only the luckiest draw). Issue 4's
+timed them apart, and the best of equal codes is only the luckiest draw). The
 targets: chosen <= 1.05 x best everywhere (median of the ratios <= 1.03) and chosen
 <= 1.05 x native everywhere. Prints a per-size table and a verdict per (collective, p).
 """

@@ -100,7 +100,7 @@ def largest_power_of_two_at_most(p: int) -> int:
     return 1 << (p.bit_length() - 1)
 
 
-# --- cost model (Thakur, Rabenseifner and Gropp, IJHPCA 2005; REFERENCE.md section 5) ---
+# --- cost model (Thakur, Rabenseifner and Gropp, IJHPCA 2005) ---
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ registry.lookup when the variant is bound and run with its default parameters on
 communicator of the leaders (the shm and hierarchical algorithms themselves are refused).
 
 allreduce ``hierarchical``, per chunk (Horovod's hierarchical allreduce, with shared memory
-inside nodes instead of NCCL; REFERENCE.md section 6):
+inside nodes instead of NCCL; Sergeev and Del Balso, arXiv:1802.05799):
   1. intra-node reduce-scatter: local rank r reduces slice r of the node's inputs into the
      node's result area (shm.NodeAllreduce);
   2. the leaders allreduce the result area in place with ``inner``;
@@ -21,7 +21,7 @@ inside nodes instead of NCCL; REFERENCE.md section 6):
   Needs a commutative op: when nodes are not blocks of consecutive ranks the leaders
   combine partial results out of rank order. Host (cpu) buffers (shared memory).
 bcast ``hierarchical``, per chunk (the seed design of Awan et al.: inter-node among the
-leaders, then intra-node; REFERENCE.md section 6):
+leaders, then intra-node; Awan et al., EuroMPI 2016 and PPoPP 2017):
   1. on the root's node the root writes the chunk into the node's shared area; if the root
      is not its node's leader, a node sync lets the leader see it (the leader forwards
      straight from shared memory: no extra message);

@@ -130,7 +130,7 @@ class Algorithm:
     # Values the sweep tries for each parameter.
     grid: Mapping[str, tuple[int | str, ...]] = field(default_factory=dict)
     # cost(machine, p, n_bytes, **params) -> seconds, machine a common.Machine
-    # (REFERENCE.md section 5).
+    # (Thakur, Rabenseifner and Gropp, IJHPCA 2005).
     cost: Callable[..., float] | None = None
     # Raises UsageError for parameter values that can never work (an unknown inner name),
     # so `-a` fails before anything runs.

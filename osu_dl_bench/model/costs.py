@@ -1,6 +1,6 @@
 """Predicted seconds of a registered variant on a platform: the algorithm's own cost
-formula (``Algorithm.cost``, REFERENCE.md section 5) evaluated with the platform's
-parameters.
+formula (``Algorithm.cost``; Thakur, Rabenseifner and Gropp, IJHPCA 2005) evaluated with
+the platform's parameters.
 
 How the parameters enter:
 

@@ -24,7 +24,7 @@ from osu_dl_bench.sweep.store import RunStore
 from osu_dl_bench.units import doubling_sizes, split_variant_texts
 
 LAUNCHERS = ("mpiexec", "srun")
-# srun's default PMI for the mpich wheel (issue 7: Open MPI needs --mpi=pmix instead).
+# srun's default PMI for the mpich wheel (Open MPI needs --mpi=pmix instead).
 SRUN_DEFAULT_ARGS = ("--mpi=pmi2",)
 DEFAULT_COLLECTIVES = ("allreduce", "bcast")
 DEFAULT_SIZES = "8:16M"
@@ -424,7 +424,7 @@ def check_local_process_counts(cfg: SweepConfig) -> None:
     if cfg.launcher == "srun":
         job = slurm_job()
         # Asking a Slurm allocation for more tasks than it has leaves the step pending
-        # forever, not failed (issue 7).
+        # forever, not failed.
         if job is not None and job.ntasks and largest > job.ntasks:
             raise UsageError(
                 f"--np {largest}: this allocation (Slurm job {job.job_id}) has only "

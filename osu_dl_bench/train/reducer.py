@@ -1,7 +1,7 @@
 """Gradient averaging overlapped with backward: per-parameter autograd hooks, buckets
 launched in order on the communication thread, and the accounting of hidden time.
 
-Per step (PyTorch DDP's design, REFERENCE.md section 6):
+Per step (PyTorch DDP's design, Li et al., VLDB 2020):
   1. ``start_step`` zeroes the bucket buffers and re-arms the per-bucket counters;
   2. during backward, ``register_post_accumulate_grad_hook`` tells us a parameter's
      gradient is final; when a bucket's last one is, the bucket is ready; ready buckets

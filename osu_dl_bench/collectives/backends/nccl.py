@@ -3,7 +3,7 @@
 - allreduce ``nccl`` and bcast ``nccl``: ncclAllReduce / ncclBcast on one NCCL
   communicator per MPI communicator, built from a unique id that rank 0 makes
   (ncclGetUniqueId) and broadcasts over MPI (ncclCommInitRank on every rank).
-- bcast ``nccl_hierarchical``, the seed design (Awan et al.; REFERENCE.md section 6): NCCL
+- bcast ``nccl_hierarchical``, the seed design (Awan et al., PPoPP 2017): NCCL
   inside a node, MPI across nodes among the node leaders (collectives.topology.split_nodes,
   so ``--ranks-per-node`` emulation applies):
     1. on the root's node, NCCL bcast from the root;

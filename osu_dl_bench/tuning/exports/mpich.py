@@ -1,5 +1,5 @@
 """Export for MPICH's collective selection (MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE;
-grammar in MPICH's src/mpi/coll/src/csel.c, REFERENCE.md section 4).
+grammar in MPICH's src/mpi/coll/src/csel.c).
 
 The file replaces MPICH's whole MPIR-level tree, so it is MPICH's default tree
 (mpich_default.py) with the subtrees of the exported collectives replaced:

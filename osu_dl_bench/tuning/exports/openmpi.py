@@ -1,6 +1,6 @@
 """Export for Open MPI's coll/tuned component: the classic dynamic-rules file and the
-Open MPI 6.0 JSON form (formats and ids: REFERENCE.md section 4, Open MPI's
-coll_tuned_dynamic_file.c and coll_base_functions.h).
+Open MPI 6.0 JSON form (formats and ids: Open MPI's coll_tuned_dynamic_file.c and
+coll_base_functions.h).
 
 Only algorithms Open MPI has are exported, mapped by name; anything else (and native)
 becomes algorithm 0, which lets Open MPI's fixed decision choose. Classic-file semantics

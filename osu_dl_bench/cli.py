@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from osu_dl_bench import __version__
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.runtime import launcher_rank, run_guarded
+from osu_dl_bench.runtime import launcher_rank, run_guarded, set_command
 
 
 class _Parser(argparse.ArgumentParser):
@@ -225,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         args = build_parser().parse_args(argv)
+        set_command(args.command)
         return COMMANDS[args.command][1](args)
 
     code = run_guarded(body)

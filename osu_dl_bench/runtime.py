@@ -8,7 +8,9 @@ before any module that imports it (the CLI imports those lazily for that reason)
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import os
+import stat
 import sys
 import time
 import traceback
@@ -88,6 +90,18 @@ SETTLE_SECONDS = 10.0
 # A duplicate of COMM_WORLD made at start-up, on which ranks agree about errors: its
 # traffic can never match a collective the others are blocked in on another communicator.
 _errors_comm = None
+# The subcommand this process runs (set by the CLI), compared across ranks at start-up:
+# ranks of one MPMD launch running different commands would make unmatched calls.
+_command: str | None = None
+
+# Environment variables that change which calls a rank makes, compared with the options.
+SHARED_ENVIRONMENT = ("OSU_DL_BENCH_RANKS_PER_NODE", "OSU_DL_BENCH_FORCE_ALGORITHM")
+
+
+def set_command(name: str) -> None:
+    """Name the subcommand this process runs, for the start-up agreement."""
+    global _command
+    _command = name
 
 
 def init_mpi(thread_level: str = DEFAULT_THREAD_LEVEL, pending: UsageError | None = None):
@@ -118,9 +132,22 @@ def _agree_at_start_up(mpi, pending: UsageError | None) -> None:
     if _errors_comm is not None or not mpi.Is_initialized() or mpi.Is_finalized():
         return
     _errors_comm = mpi.COMM_WORLD.Dup()
-    message = joint_error(_errors_comm.allgather(str(pending) if pending else None))
+    everyone = _errors_comm.allgather((str(pending) if pending else None, _command))
+    message = joint_error([m for m, _ in everyone]) or _different_commands(everyone)
     if message:
         raise UsageError(message, agreed=True)
+
+
+def _different_commands(everyone: list[tuple[str | None, str | None]]) -> str | None:
+    """A message naming the first rank that runs another command than rank 0, if any."""
+    first = everyone[0][1]
+    for rank, (_, command) in enumerate(everyone):
+        if command != first:
+            return (
+                f"rank {rank} runs {command or 'no osu-dl-bench command'}, rank 0 runs "
+                f"{first or 'no osu-dl-bench command'}: every rank must run the same command"
+            )
+    return None
 
 
 def joint_error(messages: list[str | None]) -> str | None:
@@ -339,12 +366,29 @@ def agree_on_errors(comm, step: Callable[[], object]) -> object:
     return result
 
 
+def file_fingerprint(path: str, option: str) -> str:
+    """``path`` with the SHA-256 of its bytes, for comparing a file across ranks (nodes
+    may hold different copies under one name); UsageError naming ``option`` if it is not
+    a regular file this rank can read (a FIFO would block the read forever)."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise UsageError(f"{option} {path}: expected a regular file")
+        with open(path, "rb") as handle:
+            digest = hashlib.sha256()
+            while block := handle.read(1 << 20):
+                digest.update(block)
+    except OSError as exc:
+        raise UsageError(f"{option} {path}: cannot read: {exc.strerror or exc}") from None
+    return f"{path} (sha256 {digest.hexdigest()[:16]})"
+
+
 def agree_on_settings(comm, settings: Mapping[str, object]) -> None:
     """Raise one agreed UsageError on every rank unless every rank holds the same
     ``settings`` (option name -> value): ranks started with different sizes, types or
     algorithms (an MPMD launch, a table that differs between nodes) would otherwise make
     different calls and wait for each other forever, or overrun each other's buffers."""
-    everyone = comm.allgather(dict(settings))
+    shared = {**settings, **{f"${name}": os.environ.get(name) for name in SHARED_ENVIRONMENT}}
+    everyone = comm.allgather(shared)
     for rank, theirs in enumerate(everyone):
         for name, value in everyone[0].items():
             if theirs.get(name) != value:

@@ -45,7 +45,7 @@ def test_a_table_only_rank_0_can_read_fails_every_rank_with_one_message(tmp_path
     proc = _mpmd((1, bench, readable), (2, bench, unreadable))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.count("osu-dl-bench: error:") == 1, proc.stderr
-    assert "rank 1 (and 1 other rank): tuning table t.json" in proc.stderr
+    assert "rank 1 (and 1 other rank): --table t.json: cannot read: No such file" in proc.stderr
 
 
 def test_an_option_only_one_rank_refuses_before_mpi_starts_fails_every_rank():
@@ -101,3 +101,54 @@ def test_training_refuses_ranks_whose_tables_differ(tmp_path: Path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.count("osu-dl-bench: error:") == 1, proc.stderr
     assert "rank 1 runs with table 't.json (sha256 " in proc.stderr
+
+
+def test_bench_tables_that_differ_between_ranks_are_refused_before_any_call(tmp_path: Path):
+    # Each copy would pick another algorithm for the same call: today's main hung.
+    table = json.loads((REPO / "tuning_tables" / "reference-cpu-mpich-1node.json").read_text())
+    first, second = tmp_path / "a", tmp_path / "b"
+    for directory, name in ((first, "node a"), (second, "node b")):
+        directory.mkdir()
+        (directory / "t.json").write_text(json.dumps({**table, "name": name}))
+    bench = ["bench", "allreduce", "-a", "tuned", "--table", "t.json", "-m", "8:64", "-i", "5"]
+    proc = _mpmd((1, bench, first), (1, bench, second))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.count("osu-dl-bench: error:") == 1, proc.stderr
+    assert "rank 1 runs with table 't.json (sha256 " in proc.stderr
+
+
+def test_an_emulated_layout_set_on_one_rank_only_is_refused():
+    bench = ["bench", "allreduce", "-a", "hierarchical,shm", "-m", "8K:8K", "-i", "5"]
+    cmd = [MPIEXEC, "-n", "1", "-env", "OSU_DL_BENCH_RANKS_PER_NODE", "1", *CLI, *bench]
+    cmd += [":", "-n", "1", *CLI, *bench]
+    proc = run_with_timeout(cmd, 90, mpi_env())
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "rank 1 runs with $OSU_DL_BENCH_RANKS_PER_NODE None, rank 0 with '1'" in proc.stderr
+
+
+def test_ranks_running_different_commands_are_refused_at_start_up():
+    proc = _mpmd((1, ["bench", "allreduce", "-m", "8:8", "-i", "5"]), (1, ["list"]))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "rank 1 runs list, rank 0 runs bench: every rank must run" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_full_disk_under_bench_o_stops_every_rank_with_one_message(tmp_path: Path):
+    unshare = shutil.which("unshare")
+    probe = unshare and run_with_timeout([unshare, "--mount", "true"], 30).returncode == 0
+    if not probe:
+        pytest.skip("no mount namespace here (unshare --mount) for a tiny tmpfs")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    bench = [MPIEXEC, "-n", "2", *CLI, "bench", "allreduce", "-m", "8:64K", "-i", "50"]
+    script = (
+        f'mount -t tmpfs -o size=16k tmpfs "{disk}" && head -c 8000 /dev/zero > "{disk}/fill"'
+        f' && "$@" -o "{disk}/r.csv"; code=$?; cp "{disk}/r.csv" "{tmp_path}/kept.csv"; exit $code'
+    )
+    proc = run_with_timeout([unshare, "--mount", "sh", "-c", script, "sh", *bench], 120, mpi_env())
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.count("osu-dl-bench: error:") == 1, proc.stderr
+    assert "r.csv: cannot write (No space left on device)" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    kept = (tmp_path / "kept.csv").read_text().splitlines()
+    assert len(kept) > 1 and kept[0].startswith("collective,")  # the sizes before stay

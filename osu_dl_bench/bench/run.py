@@ -21,6 +21,7 @@ from osu_dl_bench.runtime import (
     agree_on_settings,
     collect_metadata,
     discover_topology,
+    file_fingerprint,
 )
 from osu_dl_bench.tuning.selector import Selector, parse_bench_algorithms
 from osu_dl_bench.units import format_size
@@ -55,10 +56,30 @@ def _setting(cfg: BenchConfig, nprocs: int) -> Setting:
 
 
 def _settings_every_rank_shares(cfg: BenchConfig) -> dict[str, object]:
-    """The options that decide which calls a rank makes (-o is rank 0's alone)."""
+    """The options (and the table's bytes) that decide which calls a rank makes (-o is
+    rank 0's alone)."""
     shared = asdict(cfg)
     shared.pop("output")
+    if cfg.table:
+        shared["table"] = file_fingerprint(cfg.table, "--table")
     return shared
+
+
+def _save(comm: MPI.Comm, path: str, records: list[BenchRecord], metadata: dict) -> None:
+    """Rank 0 rewrites -o; every rank learns whether that worked, so a full disk stops
+    the whole job with one message instead of a traceback and an abort."""
+    error = None
+    if comm.Get_rank() == 0:
+        try:
+            write_records(path, records, metadata)
+        except OSError as exc:
+            error = (
+                f"-o {path}: cannot write ({exc.strerror or exc}); the file keeps the "
+                "sizes measured before this one"
+            )
+    error = comm.bcast(error, root=0)
+    if error:
+        raise UsageError(error, agreed=True)
 
 
 def _variants(cfg: BenchConfig, ctx: CallContext) -> list[Variant]:
@@ -89,7 +110,7 @@ def _validation_error(records: list[BenchRecord]) -> ValidationFailure | None:
 def run_bench(comm: MPI.Comm, cfg: BenchConfig) -> int:
     """Run one bench configuration; returns the exit code (raises on bad input)."""
     nprocs = comm.Get_size()
-    agree_on_settings(comm, _settings_every_rank_shares(cfg))
+    agree_on_settings(comm, agree_on_errors(comm, lambda: _settings_every_rank_shares(cfg)))
     setting = agree_on_errors(comm, lambda: _setting(cfg, nprocs))
     topo = discover_topology(comm, cfg.ranks_per_node)
     metadata = collect_metadata(topo).as_dict()
@@ -120,8 +141,8 @@ def run_bench(comm: MPI.Comm, cfg: BenchConfig) -> int:
         records.extend(size_records)
         if stream:
             _print(comm, report.row(cfg, size_records[0]))
-        if cfg.output and comm.Get_rank() == 0:
-            write_records(cfg.output, records, metadata)  # after every size: nothing is lost
+        if cfg.output:
+            _save(comm, cfg.output, records, metadata)  # after every size: nothing is lost
         failure = _validation_error(size_records)
         if failure:
             break

@@ -9,16 +9,17 @@ collective runs.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib.metadata
 import importlib.util
 import math
 import os
 import re
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.runtime import file_fingerprint
 from osu_dl_bench.units import parse_size
 
 # Model names (osu_dl_bench.train.models builds them; a test checks the two agree).
@@ -133,23 +134,33 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     model = parser.add_argument_group("model and data")
     model.add_argument("--model", choices=MODELS, default="cnn", help="default cnn")
     model.add_argument("--data", choices=DATASETS, default=None, help="default: by model")
-    model.add_argument("--depth", type=int, default=18, help="resnet depth 10, 18, 26, ... (18)")
-    model.add_argument("--width", type=int, default=64, help="resnet base channels (64)")
-    model.add_argument("--image-size", type=int, default=224, metavar="N", help="synthetic (224)")
     model.add_argument(
-        "--num-classes", type=int, default=1000, metavar="N", help="synthetic (1000)"
+        "--depth", type=int, default=18, help="resnet depth 10, 18, 26, ... 202 (18)"
+    )
+    model.add_argument("--width", type=int, default=64, help="resnet base channels, 1..1024 (64)")
+    model.add_argument(
+        "--image-size", type=int, default=224, metavar="N", help="synthetic, 8..1024 (224)"
     )
     model.add_argument(
-        "--synthetic-batches", type=int, default=10, metavar="N", help="steps per epoch (10)"
+        "--num-classes", type=int, default=1000, metavar="N", help="synthetic, 1..100000 (1000)"
+    )
+    model.add_argument(
+        "--synthetic-batches",
+        type=int,
+        default=10,
+        metavar="N",
+        help="steps per epoch, 1..100000 (10)",
     )
     opt = parser.add_argument_group("optimisation")
-    opt.add_argument("-b", "--batch-size", type=int, default=64, help="global batch (64)")
-    opt.add_argument("--epochs", type=int, default=6, help="(6)")
-    opt.add_argument("--steps", type=int, default=None, help="total steps (overrides epochs)")
-    opt.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (0.1)")
-    opt.add_argument("--momentum", type=float, default=0.9, help="(0.9)")
-    opt.add_argument("--weight-decay", type=float, default=0.0, help="(0)")
-    opt.add_argument("--seed", type=int, default=0, help="data order, split, init (0)")
+    opt.add_argument("-b", "--batch-size", type=int, default=64, help="global batch, 1..65536 (64)")
+    opt.add_argument("--epochs", type=int, default=6, help="1..10000 (6)")
+    opt.add_argument(
+        "--steps", type=int, default=None, help="total steps, 1..1e7 (overrides epochs)"
+    )
+    opt.add_argument("--lr", type=float, default=0.1, help="SGD learning rate, in (0, 1000] (0.1)")
+    opt.add_argument("--momentum", type=float, default=0.9, help="in [0, 1) (0.9)")
+    opt.add_argument("--weight-decay", type=float, default=0.0, help="in [0, 1] (0)")
+    opt.add_argument("--seed", type=int, default=0, help="data order, split, init; 0..2**32-1 (0)")
     opt.add_argument("--threads", type=int, default=None, help="torch threads (cores / ppn)")
     comm = parser.add_argument_group("communication")
     comm.add_argument("--allreduce", default=None, metavar="ALG", help="fixed, e.g. ring:seg=1M")
@@ -205,13 +216,52 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _at_least(name: str, value: int | float | None, low: int | float) -> None:
+# Bounds a deep-learning user would not reach, yet small enough that a typo fails here
+# with one message instead of as an overflow or an allocation failure mid-run.
+# (option, low, high); int options only.
+INT_BOUNDS = {
+    "batch_size": (1, 1 << 16),
+    "epochs": (1, 10_000),
+    "steps": (1, 10_000_000),
+    "depth": (10, 202),
+    "width": (1, 1024),
+    "image_size": (8, 1024),
+    "num_classes": (1, 100_000),
+    "synthetic_batches": (1, 100_000),
+    "threads": (1, 4096),
+    "batches_per_iter": (1, 100_000),
+    "keep_checkpoints": (1, 1000),
+    "validate_steps": (1, 10_000_000),
+    "warmup_steps": (0, 10_000_000),
+    "checkpoint_every": (0, 10_000_000),
+}
+# numpy's and torch's seeds: numpy.random.seed takes 0 .. 2**32 - 1.
+SEED_MAX = 2**32 - 1
+LR_MAX = 1e3  # beyond it SGD overflows float32 parameters within a few steps
+# One global batch of synthetic images is held in memory (train.data): float32, 3 channels.
+SYNTHETIC_BATCH_MAX_BYTES = 8 << 30
+
+
+def _bounds(name: str) -> str:
+    low, high = INT_BOUNDS[name]
+    return f"{low}..{high}"
+
+
+def _within(name: str, value: int | None, low: int, high: int) -> None:
     if value is None:
         return
-    if not math.isfinite(value):
-        raise UsageError(f"{name} must be a finite number: got {value}")
-    if value < low:
-        raise UsageError(f"{name} must be at least {low}: got {value}")
+    if not low <= value <= high:
+        raise UsageError(f"{name}: expected an integer in {low}..{high}: got {value}")
+
+
+def _real_within(
+    name: str, value: float, low: float, high: float, low_open: bool, high_open: bool
+) -> None:
+    above = value > low if low_open else value >= low
+    below = value < high if high_open else value <= high
+    if not (math.isfinite(value) and above and below):
+        interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        raise UsageError(f"{name}: expected a finite number in {interval}: got {value}")
 
 
 def _check_tolerance(cfg: TrainConfig) -> None:
@@ -224,25 +274,28 @@ def _check_tolerance(cfg: TrainConfig) -> None:
         raise UsageError(f"--tolerance must be a positive finite number: got {cfg.tolerance}")
 
 
+def _check_numbers(cfg: TrainConfig) -> None:
+    for name, (low, high) in INT_BOUNDS.items():
+        _within(f"--{name.replace('_', '-')}", getattr(cfg, name), low, high)
+    _within("--seed", cfg.seed, 0, SEED_MAX)
+    _real_within("--lr", cfg.lr, 0, LR_MAX, low_open=True, high_open=False)
+    _real_within("--momentum", cfg.momentum, 0, 1, low_open=False, high_open=True)
+    _real_within("--weight-decay", cfg.weight_decay, 0, 1, low_open=False, high_open=False)
+    if cfg.data == "synthetic":
+        nbytes = cfg.batch_size * 3 * cfg.image_size**2 * 4
+        if nbytes > SYNTHETIC_BATCH_MAX_BYTES:
+            raise UsageError(
+                f"-b {cfg.batch_size} x --image-size {cfg.image_size}: one synthetic batch "
+                f"(b x 3 x N x N float32) is {nbytes / 2**30:.1f} GiB: expected at most "
+                f"{SYNTHETIC_BATCH_MAX_BYTES >> 30} GiB"
+            )
+
+
 def _check(cfg: TrainConfig) -> None:
     """Argument checks that need neither MPI nor torch (same verdict on every rank)."""
-    for name in ("batch_size", "epochs", "width", "image_size", "num_classes"):
-        _at_least(f"--{name.replace('_', '-')}", getattr(cfg, name), 1)
-    for name in (
-        "steps",
-        "threads",
-        "synthetic_batches",
-        "batches_per_iter",
-        "keep_checkpoints",
-        "validate_steps",
-    ):
-        _at_least(f"--{name.replace('_', '-')}", getattr(cfg, name), 1)
-    for name in ("warmup_steps", "checkpoint_every", "momentum", "weight_decay"):
-        _at_least(f"--{name.replace('_', '-')}", getattr(cfg, name), 0)
-    if not (math.isfinite(cfg.lr) and cfg.lr > 0):
-        raise UsageError(f"--lr must be a positive finite number: got {cfg.lr}")
+    _check_numbers(cfg)
     _check_tolerance(cfg)
-    if cfg.model == "resnet" and (cfg.depth < 10 or (cfg.depth - 2) % 8):
+    if cfg.model == "resnet" and (cfg.depth - 2) % 8:
         raise UsageError(
             f"--depth {cfg.depth}: expected 10, 18, 26, ... (2 + 8 k: k basic blocks in each "
             "of 4 stages)"
@@ -253,6 +306,49 @@ def _check(cfg: TrainConfig) -> None:
         raise UsageError("--resume and --checkpoint-every need --checkpoint-dir")
     if cfg.table and not os.path.isfile(cfg.table):
         raise UsageError(f"--table {cfg.table}: no such file")
+
+
+def _probe(option: str, path: str, directory: Path) -> None:
+    """Create and remove a file in ``directory``: the one test of permissions that also
+    holds for root, read-only mounts and /proc."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".osu-dl-bench-probe-", dir=directory)
+    except OSError as exc:
+        raise UsageError(
+            f"{option} {path}: cannot create files in {directory}: {exc.strerror or exc}"
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def _check_output_file(option: str, path: str | None) -> None:
+    if path is None:
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise UsageError(f"{option} {path}: is a directory: expected a file name")
+    parent = target.resolve().parent
+    if not parent.is_dir():
+        raise UsageError(f"{option} {path}: directory {parent} does not exist")
+    _probe(option, path, parent)
+
+
+def check_output_paths(cfg: TrainConfig, rank: int) -> None:
+    """UsageError naming the option unless this rank can write what it will write at the
+    end (rank 0: --json, --save-params) and its checkpoints (every rank), so that no run
+    trains to lose its result."""
+    if rank == 0:
+        _check_output_file("--json", cfg.json)
+        _check_output_file("--save-params", cfg.save_params)
+    if cfg.checkpoint_dir and cfg.checkpoint_every:  # --resume alone only reads
+        root = Path(cfg.checkpoint_dir)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(
+                f"--checkpoint-dir {root}: cannot create it: {exc.strerror or exc}"
+            ) from None
+        _probe("--checkpoint-dir", str(root), root)
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -341,13 +437,5 @@ def settings_every_rank_shares(cfg: TrainConfig) -> dict[str, object]:
     that differ would wait for each other or pick different algorithms for one call."""
     shared = {k: v for k, v in asdict(cfg).items() if k not in _RANK_OWN_OPTIONS}
     if cfg.table:
-        shared["table"] = f"{cfg.table} (sha256 {_file_digest(cfg.table)})"
+        shared["table"] = file_fingerprint(cfg.table, "--table")
     return shared
-
-
-def _file_digest(path: str) -> str:
-    """SHA-256 of a file's bytes, or UsageError naming the file."""
-    try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
-    except OSError as exc:
-        raise UsageError(f"--table {path}: cannot read: {exc.strerror or exc}") from None

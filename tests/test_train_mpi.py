@@ -221,6 +221,8 @@ _REPORTING = (
         (2, [], "sys.modules['torch'] = None", "pip install 'osu-dl-bench[train]'"),
         (2, ["--table", "TABLE"], "", "has no entry for bcast on cpu"),
         (2, ["--allreduce", "nosuch"], "", "unknown algorithm 'nosuch' for allreduce"),
+        # Checked before training (rank 0 writes it), refused on every rank.
+        (2, ["--json", "/proc/x.json"], "", "--json /proc/x.json: cannot create files in"),
     ],
 )
 def test_bad_input_exits_2_on_every_rank(tmp_path, nprocs, argv, prelude, message):

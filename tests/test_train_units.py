@@ -3,7 +3,10 @@ ordering, records, options and checkpoint files. Multi-rank runs: test_train_mpi
 
 import argparse
 import importlib.util
+import pickle
+import re
 import threading
+import warnings
 from dataclasses import replace
 
 import numpy as np
@@ -18,10 +21,14 @@ needs_torch = pytest.mark.skipif(
 )
 
 
-def _args(*argv: str):
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser()
     add_train_arguments(parser)
-    return parser.parse_args(list(argv))
+    return parser
+
+
+def _args(*argv: str):
+    return _parser().parse_args(list(argv))
 
 
 # --- options ------------------------------------------------------------------------------
@@ -32,11 +39,27 @@ def _args(*argv: str):
     [
         (["--model", "resnet", "--depth", "12"], "expected 10, 18, 26"),
         (["--resume"], "need --checkpoint-dir"),
-        (["--epochs", "0"], "--epochs must be at least 1"),
-        (["--lr", "-1"], "--lr must be a positive finite number"),
-        (["--lr", "nan"], "--lr must be a positive finite number"),
-        (["--momentum", "nan"], "--momentum must be a finite number"),
-        (["--weight-decay", "inf"], "--weight-decay must be a finite number"),
+        (["--epochs", "0"], "--epochs: expected an integer in 1..10000: got 0"),
+        (["--lr", "-1"], r"--lr: expected a finite number in \(0, 1000\]: got -1"),
+        (["--lr", "nan"], r"--lr: expected a finite number in \(0, 1000\]: got nan"),
+        (["--lr", "1e308"], r"--lr: expected .*\(0, 1000\]: got 1e\+308"),
+        (["--momentum", "nan"], r"--momentum: expected a finite number in \[0, 1\)"),
+        (["--momentum", "5"], r"--momentum: expected a finite number in \[0, 1\): got 5"),
+        (["--momentum", "1"], r"--momentum: expected .*\[0, 1\): got 1"),
+        (["--weight-decay", "inf"], r"--weight-decay: expected a finite number in \[0, 1\]"),
+        (["--weight-decay", "2"], r"--weight-decay: expected .*\[0, 1\]: got 2"),
+        (["--seed", "-1"], "--seed: expected an integer in 0..4294967295: got -1"),
+        (["--seed", "99999999999999999999999"], "--seed: expected an integer in 0..4294967295"),
+        (["--model", "resnet", "--image-size", "99999999"], "--image-size: .* 8..1024: got"),
+        (["--image-size", "4"], "--image-size: expected an integer in 8..1024: got 4"),
+        (["--model", "resnet", "--depth", "99999994"], "--depth: .* 10..202: got 99999994"),
+        (["--width", "99999"], "--width: expected an integer in 1..1024"),
+        (["--num-classes", "0"], "--num-classes: expected an integer in 1..100000: got 0"),
+        (["--synthetic-batches", "10000000"], "--synthetic-batches: .* 1..100000"),
+        (["-b", "99999999"], "--batch-size: expected an integer in 1..65536"),
+        (["--epochs", "99999999"], "--epochs: expected an integer in 1..10000"),
+        (["--steps", "0"], "--steps: expected an integer in 1..10000000: got 0"),
+        (["--model", "resnet", "-b", "65536", "--image-size", "1024"], "GiB: expected at most"),
         (["--table", "/nonexistent/t.json"], "no such file"),
         (["--bucket-cap", "lots"], "bad size"),
     ],
@@ -44,6 +67,41 @@ def _args(*argv: str):
 def test_bad_options_are_usage_errors(argv, message):
     with pytest.raises(UsageError, match=message):
         config_from_args(_args(*argv))
+
+
+def test_help_states_the_bounds():
+    text = _parser().format_help()
+    for bound in ("8..1024", "1..65536", "(0, 1000]", "[0, 1)", "0..2**32-1", "202"):
+        assert bound in text, bound
+
+
+@pytest.mark.parametrize(
+    "option,path,message",
+    [
+        ("--json", "/proc/x.json", "--json /proc/x.json: cannot create files in /proc"),
+        ("--save-params", "/nonexistent/p.pt", "--save-params .*: directory .* does not exist"),
+        ("--json", "/tmp", "--json /tmp: is a directory"),
+    ],
+)
+def test_unwritable_outputs_are_refused_before_training(option, path, message):
+    from osu_dl_bench.train.options import check_output_paths
+
+    cfg = config_from_args(_args(option, path))
+    with pytest.raises(UsageError, match=message):
+        check_output_paths(cfg, rank=0)
+    check_output_paths(cfg, rank=1)  # only rank 0 writes them
+
+
+def test_checkpoint_dir_must_be_creatable_and_writable(tmp_path):
+    from osu_dl_bench.train.options import check_output_paths
+
+    cfg = config_from_args(_args("--checkpoint-dir", "/proc/ck", "--checkpoint-every", "2"))
+    with pytest.raises(UsageError, match="--checkpoint-dir /proc/ck: cannot create it"):
+        check_output_paths(cfg, rank=1)
+    made = tmp_path / "a" / "b"
+    cfg = config_from_args(_args("--checkpoint-dir", str(made), "--checkpoint-every", "2"))
+    check_output_paths(cfg, rank=1)
+    assert made.is_dir() and not list(made.iterdir())
 
 
 def test_data_defaults_follow_the_model_and_batch_must_split_evenly():
@@ -455,9 +513,24 @@ def test_checkpoint_loading_refuses_pickled_objects_and_bad_pointers(tmp_path):
     path = _save(tmp_path, 4, {"model": {}})
     marker = tmp_path / "payload-ran"
     torch.save({"model": _Payload(marker)}, path / "state.pt")
-    with pytest.raises(UsageError, match="state.pt.*weights_only.*GLOBAL .*mkdir") as info:
-        ckpt.load_checkpoint(path, _meta(0), 0)
-    assert not marker.exists() and "weights_only=False" not in str(info.value)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's warnings are ours to silence
+        with pytest.raises(UsageError) as info:
+            ckpt.load_checkpoint(path, _meta(0), 0)
+    assert re.fullmatch(
+        r"checkpoint \S+state\.pt: refused by torch\.load\(weights_only=True\): it needs "
+        r"posix\.mkdir, which a checkpoint of this trainer never holds",
+        str(info.value),
+    )
+    assert not marker.exists()
+    # A bare pickle (protocol 4, no zip): torch warns and advises filing an issue.
+    (path / "state.pt").write_bytes(pickle.dumps(_Payload(marker), protocol=4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UsageError, match="refused.*weights_only=True.*opcode") as info:
+            ckpt.load_checkpoint(path, _meta(0), 0)
+    assert "issue" not in str(info.value) and "\n" not in str(info.value)
+    assert not marker.exists()
     (path / "state.pt").write_bytes(b"truncated")
     with pytest.raises(UsageError, match="state.pt.*cannot be read"):
         ckpt.load_checkpoint(path, _meta(0), 0)
@@ -468,6 +541,22 @@ def test_checkpoint_loading_refuses_pickled_objects_and_bad_pointers(tmp_path):
         (tmp_path / "latest").write_text(pointer)
         with pytest.raises(UsageError, match="expected step-NNNNNNNN"):
             ckpt.latest_checkpoint(tmp_path)
+    secret = tmp_path / "secret"
+    secret.write_text("root:SECRET:0:0\n")
+    (tmp_path / "latest").unlink()
+    (tmp_path / "latest").symlink_to(secret)
+    with pytest.raises(UsageError, match="latest is a symbolic link") as info:
+        ckpt.latest_checkpoint(tmp_path)
+    assert "SECRET" not in str(info.value)
+    (tmp_path / "latest").unlink()
+    (tmp_path / "latest").write_text("x" * 30 + "SECRET" * 20)
+    with pytest.raises(UsageError, match="over 64 bytes") as info:
+        ckpt.latest_checkpoint(tmp_path)
+    assert "SECRET" not in str(info.value)
+    (tmp_path / "latest").write_text("y" * 30 + "SECRET")
+    with pytest.raises(UsageError, match="holds 'y{24}'...: expected") as info:
+        ckpt.latest_checkpoint(tmp_path)
+    assert "SECRET" not in str(info.value)
 
 
 def test_train_refuses_torch_older_than_the_floor(monkeypatch):

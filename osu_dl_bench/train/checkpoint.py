@@ -26,6 +26,7 @@ import random
 import re
 import shutil
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -162,15 +163,40 @@ def prune_leftovers(directory: str | os.PathLike) -> int:
     return len(leftovers)
 
 
+# 'latest' holds "step-NNNNNNNN\n": anything much longer is not ours and is not shown.
+_POINTER_MAX_BYTES = 64
+
+
+def _read_pointer(pointer: Path) -> str:
+    """The text of ``latest``, refusing a symlink (it could lead to any file, whose
+    contents an error message would then show) and anything over _POINTER_MAX_BYTES."""
+    if pointer.is_symlink():
+        raise UsageError(f"checkpoint {pointer} is a symbolic link: expected a small file")
+    try:
+        fd = os.open(pointer, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as handle:
+            data = handle.read(_POINTER_MAX_BYTES + 1)
+    except OSError as exc:
+        raise UsageError(f"checkpoint {pointer}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > _POINTER_MAX_BYTES:
+        raise UsageError(
+            f"checkpoint {pointer} is over {_POINTER_MAX_BYTES} bytes: expected the name of "
+            "a checkpoint, step-NNNNNNNN"
+        )
+    return data.decode("utf-8", errors="replace").strip()
+
+
 def latest_checkpoint(directory: str | os.PathLike) -> Path | None:
     """The newest complete checkpoint, or None if there is none."""
     pointer = Path(directory) / LATEST
-    if not pointer.is_file():
+    if not (pointer.is_file() or pointer.is_symlink()):
         return None
-    name = pointer.read_text().strip()
+    name = _read_pointer(pointer)
     if not _STEP_NAME.fullmatch(name):
-        # Only our own names: the pointer must not lead out of the directory.
-        raise UsageError(f"checkpoint {pointer} holds {name[:80]!r}: expected step-NNNNNNNN")
+        # Only our own names: the pointer must not lead out of the directory. A short
+        # repr only: the file is not ours.
+        shown = repr(name[:24]) + ("..." if len(name) > 24 else "")
+        raise UsageError(f"checkpoint {pointer} holds {shown}: expected step-NNNNNNNN")
     path = Path(directory) / name
     if not (path / "meta.json").is_file():
         raise UsageError(f"checkpoint {pointer} names {path.name}, which is incomplete")
@@ -205,27 +231,36 @@ def _read_meta(file: Path) -> dict[str, Any]:
 
 
 def _load(file: Path) -> Any:
-    """``torch.load(weights_only=True)``; a refused or unreadable file is a UsageError."""
+    """``torch.load(weights_only=True)``; a refused or unreadable file is a UsageError
+    of one line of ours (torch's text advises weights_only=False, which runs the file)."""
     try:
-        return torch.load(file, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            # e.g. "Detected pickle protocol 4": noise beside the refusal that follows.
+            warnings.simplefilter("ignore")
+            return torch.load(file, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        # torch's first line is a preamble (suggesting weights_only=False, which would
-        # run the file's code); the second names what was refused.
         raise UsageError(
-            f"{file}: refused by torch.load(weights_only=True), which builds only tensors "
-            f"and plain containers ({_line(exc, 1)})"
+            f"checkpoint {file}: refused by torch.load(weights_only=True): {_refused(exc)}"
         ) from None
     except Exception as exc:  # damaged bytes make the unpickler raise anything (IndexError)
-        raise UsageError(f"{file} cannot be read: {_line(exc, 0)}") from None
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+        raise UsageError(
+            f"checkpoint {file} cannot be read: {type(exc).__name__}: {first[:120]}"
+        ) from None
 
 
-def _line(exc: Exception, index: int) -> str:
-    """Line ``index`` (else the last) of the exception's non-empty lines, at most 200
-    characters."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    if not lines:
-        return type(exc).__name__
-    return lines[min(index, len(lines) - 1)][:200]
+def _refused(exc: Exception) -> str:
+    """What torch's weights_only unpickler refused, in our words."""
+    text = str(exc)
+    needed = re.search(r"GLOBAL ([\w.]+)", text)
+    if needed:
+        return f"it needs {needed.group(1)[:100]}, which a checkpoint of this trainer never holds"
+    operand = re.search(r"Unsupported operand (\d+)", text)
+    if operand:
+        return (
+            f"it holds pickle opcode {operand.group(1)}, which no checkpoint of this trainer holds"
+        )
+    return "it holds more than tensors and plain containers"
 
 
 def parse_fault(text: str) -> tuple[int, int] | None:

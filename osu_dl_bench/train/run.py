@@ -28,7 +28,7 @@ from osu_dl_bench.train.comm_hooks import wrong_allreduce_hook
 from osu_dl_bench.train.comm_thread import CommThread
 from osu_dl_bench.train.data import DataSplits, ShardedSampler, eval_shard, load_data
 from osu_dl_bench.train.models import InputShape, build_model, has_batch_norm, parameter_count
-from osu_dl_bench.train.options import TrainConfig
+from osu_dl_bench.train.options import TrainConfig, check_output_paths
 from osu_dl_bench.train.progress import ProgressBar, progress_enabled
 from osu_dl_bench.train.records import (
     EpochRecord,
@@ -327,6 +327,8 @@ def _start(run: _Run) -> float:
 
 def _execute(world: Any, cfg: TrainConfig, thread: CommThread) -> int:
     session = Session.open(world, cfg, thread)
+    # Before training, so that an unwritable --json does not lose a finished run.
+    session.agree(lambda: check_output_paths(cfg, session.rank))
     threads = _threads(cfg, session.topology.ppn)
     torch.set_num_threads(threads)
     run = _build(cfg, session)

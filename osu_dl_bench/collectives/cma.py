@@ -30,10 +30,10 @@ buffers and of XPMEM-based MPI collectives.
 
 Mismatched calls: the kernel copies whatever addresses a peer publishes, so a rank that
 passed fewer bytes than its peers would have them read and write past its buffer. Each
-rank publishes its buffers' byte counts, element types and root beside their addresses
-(shm.signature) and, after the sync that publishes them, checks every peer's before any
+rank publishes its buffers' byte counts, element types, root and op beside their
+addresses (shm.signature) and, after the sync that publishes them, checks every peer's before any
 copy: on a mismatch every rank raises the same errors.CountMismatch and nothing is copied.
-The table is exchanged on every call anyway, so this costs nothing; an empty call now
+The table is exchanged on every call anyway, so this costs little; an empty call now
 syncs once too, since a peer may have passed a non-empty buffer. Every copy is also
 bounded by the published length (a mapping by the array's span in its region).
 
@@ -53,6 +53,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import struct
 import sys
 from pathlib import Path
 from typing import Any
@@ -78,8 +79,10 @@ from osu_dl_bench.collectives.shm import (
     SIGNATURE_WORDS,
     CallHeader,
     SharedWindow,
+    Signature,
     check_chunk,
     check_signatures,
+    flat,
     one_node_comm,
     refuse_several_nodes,
     signature,
@@ -99,6 +102,7 @@ _SEND, _RECV = 1, 6
 _FD, _SERIAL, _OFFSET, _NBYTES = 1, 2, 3, 4  # after a buffer's address
 _SIGNATURE = 11
 _WORDS = _SIGNATURE + SIGNATURE_WORDS
+_ADDRESS_ROW = struct.Struct(f"={_SIGNATURE}q")  # the words before the signature
 _PTRACER_SET = False  # prctl done in this process (it lasts for the process)
 
 
@@ -204,9 +208,10 @@ class AddressTable:
         self.calls = CallHeader(self.window, _WORDS)
         self._pid = os.getpid()
         self._rows: list[list[int]] = []  # every rank's row of the current call
+        self._mine: Signature | None = None  # this rank's signature of the current call
 
-    def publish(self, send: np.ndarray, recv: np.ndarray, words: list[int]) -> None:
-        """Make this rank's buffers and call signature ``words`` visible to its peers, and
+    def publish(self, send: np.ndarray, recv: np.ndarray, mine: Signature) -> None:
+        """Make this rank's buffers and call signature ``mine`` visible to its peers, and
         read theirs (collective: syncs)."""
         row = [self._pid]
         for array in (send, recv):
@@ -214,13 +219,15 @@ class AddressTable:
             region, offset = found if found is not None else (None, 0)
             fd, serial = (-1, 0) if region is None else (region.fd, region.serial)
             row += [array.ctypes.data, fd, serial, offset, array.nbytes]
-        self.calls.publish(row + words)
+        self.calls.publish(_ADDRESS_ROW.pack(*row))
+        self.calls.publish(mine.raw, _SIGNATURE)
+        self._mine = mine
         self.window.sync()
         self._rows = self.calls.rows()
 
     def check(self, what: str) -> None:
         """Raise CountMismatch on every rank if the ranks' signatures disagree."""
-        check_signatures(what, [row[_SIGNATURE:] for row in self._rows])
+        check_signatures(what, self.calls, self._mine, _SIGNATURE)
 
     def pid(self, rank: int) -> int:
         """Process id of local rank ``rank``."""
@@ -295,7 +302,7 @@ def _probe(table: AddressTable, kernel: Kernel, comm: MPI.Comm, refused: str | N
 _MAPPING_WARNED = False
 
 
-def _own_signature(array: np.ndarray) -> list[int]:
+def _own_signature(array: np.ndarray) -> Signature:
     """The signature of a probe, which every rank makes alike."""
     return signature(None, array, None, 0, True, True)
 
@@ -382,12 +389,15 @@ def _reduce_chunk(
 def run_allreduce(b: _Bound, send: Any, recv: np.ndarray, op: ReduceOp, chunk: int) -> None:
     """Single-copy allreduce of ``send`` (None: in place) into ``recv``."""
     table = b.table
+    mine = signature(send, recv, None, 0, True, True, op)
+    # 1-D views: blocks are cut by len(); a non-contiguous buffer stays as it is, refused.
+    send, recv = None if send is None else flat(send), flat(recv)
     src = recv if send is None else send
     n = len(recv)
     if table.size == 1:
         recv[...] = src
         return
-    table.publish(src, recv, signature(send, recv, None, 0, True, True))
+    table.publish(src, recv, mine)
     table.check("allreduce (cma)")
     if n == 0:
         return
@@ -421,10 +431,12 @@ def run_bcast(b: _Bound, buf: np.ndarray, root: int) -> None:
     """Single-copy bcast of ``buf`` from local rank ``root``: the root writes one block into
     each peer while the peers read the other blocks from it."""
     table = b.table
+    mine = signature(None, buf, root, 0, table.rank != root, True)
+    buf = flat(buf)
     n, p, me = len(buf), table.size, table.rank
     if p == 1:
         return
-    table.publish(buf, buf, signature(None, buf, root, 0, me != root, True))
+    table.publish(buf, buf, mine)
     table.check("bcast (cma)")
     if n == 0:
         return

@@ -8,4 +8,6 @@ class CollectiveError(ValueError):
 class CountMismatch(CollectiveError):
     """Ranks passed one collective call different byte counts (or element types, roots,
     or buffers it cannot use): MPI calls it an erroneous program; MPICH's own collectives
-    stop with "Message truncated". Raised on every rank with the same message."""
+    stop with "Message truncated". Raised on every rank with the same message, after the
+    ranks exchanged what they passed: a rank that catches it (as a ValueError) leaves no
+    peer waiting for it."""

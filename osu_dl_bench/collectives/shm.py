@@ -31,16 +31,21 @@ stores before it visible to loads after it (MPI_Win_sync plus a process synchron
 the unified memory model of the MPI standard's one-sided chapter). Both are cheap under
 MPICH (Win.Sync is a memory barrier; the barrier is its shared-memory one).
 
-Mismatched calls: ranks that pass one call different byte counts, element types, chunks
-or roots (an erroneous MPI program; MPICH's own collectives stop with "Message
-truncated") would read and write the window and each other's data at different offsets
-and wait at different sync points. So every rank publishes what it was passed (see
-``signature``) in its segment's header and checks every peer's at the call's first sync,
-before any byte reaches a receive buffer; on a mismatch every rank raises the same
-``errors.CountMismatch``. The first sync exists anyway, so steady-state calls pay nothing;
-what must precede it is bounded by the window as it is (a rank whose first chunk does not
-fit copies nothing in, and the window grows after the check, when all ranks agree). An
-empty call syncs once too: a peer may have passed a non-empty buffer.
+Mismatched calls: ranks that pass one call different byte counts, element types (byte
+order included), chunks, roots or ops (an erroneous MPI program; MPICH's own collectives
+stop with "Message truncated") would read and write the window and each other's data at
+different offsets and wait at different sync points. So every rank publishes what it was
+passed (see ``signature``) in its segment's header and checks every peer's at the call's
+first sync, before any byte reaches a receive buffer; on a mismatch every rank raises the
+same ``errors.CountMismatch``. The first sync exists anyway; the check adds a cached
+signature (one dict look-up), one 64-byte write and a byte comparison per rank (about
+1.5 us at p = 2). Nothing a rank can fail on is raised before that sync (a root past int64
+is a flag of the signature), so no rank is left waiting there. What must precede it is
+bounded by the window as it is (a rank whose first chunk does not fit copies nothing in,
+and the window grows after the check, when all ranks agree). An empty call syncs once too:
+a peer may have passed a non-empty buffer. Buffers of any shape are used as flat views of
+their elements (N-D ones must be C-contiguous), so ranks that pass the same elements in
+different shapes agree.
 
 Constraints: all ranks on one node (ctx.nodes == 1) and host (cpu) buffers; any op (the
 reduction keeps rank order). ``NodeAllreduce`` and ``NodeBcast`` also serve the intra-node
@@ -51,7 +56,11 @@ from __future__ import annotations
 
 import math
 import mmap
+import operator
+import sys
+import zlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -152,55 +161,155 @@ class SharedWindow:
 
 
 # What a rank passed to a call, as the int64 words of its signature: receive buffer bytes
-# and element type (numpy's type character), send buffer bytes and element type (the
-# receive buffer's when there is none), chunk, root (_NO_ROOT: none, or not on this node),
-# FLAGS.
-SIGNATURE_WORDS = 7
-_RECV_BYTES, _RECV_TYPE, _SEND_BYTES, _SEND_TYPE, _CHUNK, _ROOT, _FLAGS = range(7)
-_NO_ROOT = -(1 << 62)  # not a rank a caller could pass, negative ones included
+# and element type (numpy's dtype.str, byte order included, as 8 ASCII bytes), send buffer
+# bytes and element type (the receive buffer's when there is none), chunk, root (0 without
+# one: FLAGS say whether there is one), FLAGS, op (its name as ASCII bytes; 0: none).
+# Everything a rank could fail on is encoded here rather than raised before the sync, so
+# its peers never wait there for it; the failure is raised on every rank after it.
+SIGNATURE_WORDS = 8
+_RECV_BYTES, _RECV_TYPE, _SEND_BYTES, _SEND_TYPE, _CHUNK, _ROOT, _FLAGS, _OP = range(8)
 _READ_ONLY = 1  # a receive buffer the call writes is read-only
 _STRIDED = 2  # a buffer is not one contiguous block (where the algorithm needs one)
+_HAS_ROOT = 4  # the call has a root on this node (the ROOT word)
+_BAD_ROOT = 8  # the root is no int64 (the ROOT word is 0)
+_OBJECTS = 16  # a buffer holds Python objects (their addresses mean nothing to a peer)
+_INT64 = (-(1 << 63), 1 << 63)
+_SIGNATURES: dict[tuple, Signature] = {}  # per call arguments: steady-state calls repeat them
+_SIGNATURE_CACHE = 1024
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A call's signature: its int64 words as bytes, and the fewest local ranks for which
+    it is valid by itself (a root must be one of them; sys.maxsize: never valid)."""
+
+    raw: bytes
+    ranks_needed: int
+
+
+def word(text: str) -> int:
+    """Up to 8 ASCII characters as one int64 (a longer text: its first 4 and a CRC)."""
+    raw = text.encode("ascii", "replace")
+    if len(raw) > 8:
+        raw = raw[:4] + zlib.crc32(raw).to_bytes(4, "little")
+    return int.from_bytes(raw.ljust(8, b"\0"), "little", signed=True)
+
+
+def _text(code: int) -> str:
+    return code.to_bytes(8, "little", signed=True).rstrip(b"\0").decode("ascii", "replace")
+
+
+def flat(array: Any) -> Any:
+    """A 1-D view of ``array`` (the algorithms chunk by len()); a non-contiguous N-D array
+    as it is (its signature refuses it: reshaping it would copy)."""
+    if array.ndim == 1 or not array.flags.c_contiguous:
+        return array
+    return array.reshape(-1)
 
 
 def signature(
-    send: Any, recv: Any, root: int | None, chunk: int, writes: bool, contiguous: bool
-) -> list[int]:
+    send: Any,
+    recv: Any,
+    root: Any,
+    chunk: int,
+    writes: bool,
+    contiguous: bool,
+    op: Any = None,
+) -> Signature:
     """The words a rank publishes about a call: ``writes`` if the call writes ``recv`` on
-    this rank, ``contiguous`` if the algorithm needs contiguous buffers."""
+    this rank, ``contiguous`` if the algorithm needs contiguous buffers (N-D buffers always
+    do). Never raises for any ``root``."""
     source = recv if send is None else send
-    flags = _READ_ONLY if writes and not recv.flags.writeable else 0
-    if contiguous and not (recv.flags.c_contiguous and source.flags.c_contiguous):
-        flags |= _STRIDED
-    return [
-        recv.nbytes,
-        ord(recv.dtype.char),
-        source.nbytes,
-        ord(source.dtype.char),
+    rflags, sflags = recv.flags, source.flags
+    key = (
+        recv.shape,
+        recv.dtype,
+        rflags.writeable,
+        rflags.c_contiguous,
+        None if send is None else (send.shape, send.dtype, sflags.c_contiguous),
         chunk,
-        _NO_ROOT if root is None else root,
+        root if type(root) is int else repr(root),
+        writes,
+        contiguous,
+        None if op is None else op.name,
+    )
+    found = _SIGNATURES.get(key)
+    if found is None:
+        found = _signature(source, recv, root, chunk, writes, contiguous, op)
+        if len(_SIGNATURES) >= _SIGNATURE_CACHE:
+            _SIGNATURES.clear()
+        _SIGNATURES[key] = found
+    return found
+
+
+def _signature(
+    source: Any, recv: Any, root: Any, chunk: int, writes: bool, contiguous: bool, op: Any
+) -> Signature:
+    flags = _READ_ONLY if writes and not recv.flags.writeable else 0
+    for array in (recv, source):
+        if (contiguous or array.ndim > 1) and not array.flags.c_contiguous:
+            flags |= _STRIDED
+        if array.dtype.hasobject:
+            flags |= _OBJECTS
+    code = 0
+    if root is not None:
+        flags |= _HAS_ROOT
+        try:
+            code = operator.index(root)
+        except TypeError:
+            code = _INT64[1]
+        if not _INT64[0] <= code < _INT64[1]:
+            flags, code = flags | _BAD_ROOT, 0
+    words = [
+        recv.nbytes,
+        word(recv.dtype.str),
+        source.nbytes,
+        word(source.dtype.str),
+        chunk,
+        code,
         flags,
+        0 if op is None else word(op.name),
     ]
+    needed = code + 1 if flags & _HAS_ROOT else 0
+    if flags & ~_HAS_ROOT or needed < 1 and flags & _HAS_ROOT:
+        needed = sys.maxsize
+    return Signature(np.array(words, np.int64).tobytes(), needed)
 
 
-def check_signatures(what: str, rows: Sequence[Sequence[int]]) -> None:
-    """Raise CountMismatch naming the first disagreement among the local ranks' signatures
-    (every rank sees the same rows, so every rank raises the same message)."""
-    message = _first_mismatch(rows)
+def check_signatures(what: str, calls: CallHeader, mine: Signature, start: int = 0) -> None:
+    """Raise CountMismatch naming the first disagreement among the local ranks' signatures,
+    published in ``calls`` at word ``start`` (``mine``: this rank's): every rank sees the
+    same rows, so every rank raises the same message. The message is built only then."""
+    if mine.ranks_needed <= calls.window.size and calls.all_equal(mine.raw, start):
+        return
+    message = _first_mismatch(calls.rows(start, start + SIGNATURE_WORDS))
     if message:
         raise CountMismatch(f"{what}: {message}")
 
 
 def _type_name(code: int) -> str:
-    return np.dtype(chr(code)).name
+    try:
+        dtype = np.dtype(_text(code))
+    except (TypeError, ValueError):
+        return "an unknown type"
+    if dtype.isnative or dtype.byteorder == "|":
+        return dtype.name
+    return f"{dtype.name} ({'big' if dtype.byteorder == '>' else 'little'}-endian)"
 
 
-def _root_name(root: int) -> str:
-    return "none" if root == _NO_ROOT else str(root)
+def _root_of(row: Sequence[int]) -> tuple[int, int]:
+    return row[_FLAGS] & (_HAS_ROOT | _BAD_ROOT), row[_ROOT]
+
+
+def _root_name(row: Sequence[int]) -> str:
+    if not row[_FLAGS] & _HAS_ROOT:
+        return "none"
+    return "beyond int64" if row[_FLAGS] & _BAD_ROOT else str(row[_ROOT])
 
 
 def _first_mismatch(rows: Sequence[Sequence[int]]) -> str | None:
     """The first disagreement: roots, then byte counts and element types against the root
-    (rank 0 if there is none), then each rank's own buffers, chunk and flags."""
+    (rank 0 if there is none), then each rank's own buffers, chunk, op and flags."""
     first = rows[0]
     alike = rows.count(first) == len(rows)  # the usual case: one row's checks suffice
     message = _root_mismatch(rows, alike) or (None if alike else _size_mismatch(rows))
@@ -214,23 +323,25 @@ def _first_mismatch(rows: Sequence[Sequence[int]]) -> str | None:
 
 
 def _root_mismatch(rows: Sequence[Sequence[int]], alike: bool) -> str | None:
-    root = rows[0][_ROOT]
+    first = rows[0]
     for rank, row in enumerate(() if alike else rows):
-        if row[_ROOT] != root:
-            return (
-                f"rank {rank} passed root {_root_name(row[_ROOT])}, "
-                f"rank 0 passed root {_root_name(root)}"
-            )
-    if root != _NO_ROOT and not 0 <= root < len(rows):
-        return f"every rank passed root {root}, which is not a rank (there are {len(rows)})"
+        if _root_of(row) != _root_of(first):
+            theirs, ours = _root_name(row), _root_name(first)
+            return f"rank {rank} passed root {theirs}, rank 0 passed root {ours}"
+    has, root = _root_of(first)
+    if has and (has & _BAD_ROOT or not 0 <= root < len(rows)):
+        return (
+            f"every rank passed root {_root_name(first)}, which is not a rank "
+            f"(there are {len(rows)})"
+        )
     return None
 
 
 def _size_mismatch(rows: Sequence[Sequence[int]]) -> str | None:
     """Byte counts, then element types, against the root's (rank 0's if none is here)."""
-    root = rows[0][_ROOT]
-    ref = 0 if root == _NO_ROOT else root
-    label = f"rank {ref}" if root == _NO_ROOT else f"rank {ref} (the root)"
+    has, root = _root_of(rows[0])
+    ref = root if has else 0
+    label = f"rank {ref} (the root)" if has else f"rank {ref}"
     theirs = rows[ref]
     for rank, row in enumerate(rows):
         if row[_RECV_BYTES] != theirs[_RECV_BYTES]:
@@ -248,7 +359,7 @@ def _size_mismatch(rows: Sequence[Sequence[int]]) -> str | None:
 
 
 def _own_mismatch(row: Sequence[int], first: Sequence[int]) -> str | None:
-    """What is wrong with one rank's buffers, or its chunk against rank 0's."""
+    """What is wrong with one rank's buffers, or its chunk or op against rank 0's."""
     if row[_SEND_BYTES] != row[_RECV_BYTES]:
         return (
             f"passed a send buffer of {row[_SEND_BYTES]} bytes and a receive buffer of "
@@ -261,10 +372,14 @@ def _own_mismatch(row: Sequence[int], first: Sequence[int]) -> str | None:
         )
     if row[_CHUNK] != first[_CHUNK]:
         return f"uses chunks of {row[_CHUNK]} bytes, rank 0 of {first[_CHUNK]}"
+    if row[_OP] != first[_OP]:
+        return f"passed op {_text(row[_OP])}, rank 0 passed op {_text(first[_OP])}"
     if row[_FLAGS] & _READ_ONLY:
         return "passed a read-only receive buffer"
     if row[_FLAGS] & _STRIDED:
         return "passed a non-contiguous buffer (this algorithm copies contiguous bytes)"
+    if row[_FLAGS] & _OBJECTS:
+        return "passed Python objects (their addresses mean nothing to another process)"
     return None
 
 
@@ -279,6 +394,10 @@ class CallHeader:
         self.parity = 0
         self._generation = -1  # of the window the views below were made on
         self._views: list[list[np.ndarray]] = []  # per parity, per rank: its row
+        # The same rows as bytes: writing and comparing a memoryview costs a fraction of
+        # numpy's indexing, and steady-state calls do nothing else with them.
+        self._bytes: list[list[memoryview]] = []
+        self._slices: dict[tuple[int, int, int], list[memoryview]] = {}  # of _bytes
 
     def _rows_of(self, parity: int) -> list[np.ndarray]:
         if self._generation != self.window.generation:
@@ -286,6 +405,8 @@ class CallHeader:
             self._views = [
                 [self.window.header(r)[p * words : (p + 1) * words] for r in ranks] for p in (0, 1)
             ]
+            self._bytes = [[memoryview(row).cast("B") for row in rows] for rows in self._views]
+            self._slices = {}
             self._generation = self.window.generation
         return self._views[parity]
 
@@ -294,14 +415,30 @@ class CallHeader:
         """Header size a window needs for rows of ``words`` words."""
         return 2 * words
 
-    def publish(self, values: Sequence[int]) -> None:
-        """Write this rank's row of the next call (its peers read it after a sync)."""
-        self.parity ^= 1
-        self._rows_of(self.parity)[self.window.rank][: len(values)] = values
+    def publish(self, raw: bytes, start: int = 0) -> None:
+        """Write ``raw`` (int64 words) into this rank's row of the next call from word
+        ``start`` on (its peers read it after a sync); a call's first write is at word 0."""
+        if not start:
+            self.parity ^= 1
+            self._rows_of(self.parity)
+        lo = 8 * start
+        self._bytes[self.parity][self.window.rank][lo : lo + len(raw)] = raw
 
-    def rows(self) -> list[list[int]]:
-        """Every local rank's row of the current call (after the sync that follows publish)."""
-        return [row.tolist() for row in self._rows_of(self.parity)]
+    def rows(self, start: int = 0, stop: int | None = None) -> list[list[int]]:
+        """Every local rank's words [start, stop) of the current call (after the sync that
+        follows publish)."""
+        return [row[start:stop].tolist() for row in self._rows_of(self.parity)]
+
+    def all_equal(self, raw: bytes, start: int = 0) -> bool:
+        """Whether every local rank's row of the current call holds ``raw`` at ``start``."""
+        key = (self.parity, start, len(raw))
+        views = self._slices.get(key)
+        if views is None:
+            lo = 8 * start
+            views = [row[lo : lo + len(raw)] for row in self._bytes[self.parity]]
+            self._slices[key] = views
+        # map and count loop in C: a generator would cost more than the comparisons.
+        return [*map(memoryview.tobytes, views)].count(raw) == len(views)
 
 
 class NodeAllreduce:
@@ -327,6 +464,9 @@ class NodeAllreduce:
 
     def run(self, send: Any, recv: Any, op: ReduceOp) -> None:
         """``recv = op(inputs of all local ranks)``, then ``inter`` on the leader if set."""
+        mine = signature(send, recv, None, self.chunk, True, False, op)
+        send = None if send is None else flat(send)
+        recv = flat(recv)
         n = len(recv)
         src = recv if send is None else send
         step = max(1, self.chunk // recv.itemsize)
@@ -336,12 +476,14 @@ class NodeAllreduce:
         head = min(n, step)
         # Both buffers' element sizes: a send buffer of another type must not overflow the
         # area before the check has caught it.
+        # A rank whose buffers are refused (mine.ranks_needed) copies nothing in either.
         ready = head * max(recv.itemsize, src.itemsize) <= self.window.capacity
-        self.calls.publish(signature(send, recv, None, self.chunk, True, False))
+        ready = ready and mine.ranks_needed <= self.size and recv.ndim == src.ndim == 1
+        self.calls.publish(mine.raw)
         if ready:
             self._copy_in(src[:head])
         self.window.sync()
-        check_signatures(self.what, self.calls.rows())
+        check_signatures(self.what, self.calls, mine)
         if n == 0:
             return
         if not ready:  # all ranks alike: they passed the same sizes
@@ -414,6 +556,8 @@ class NodeBcast:
     def run(self, buf: Any, root: int | None, inter: BcastStep | None = None) -> None:
         """Copy ``buf`` of local rank ``root`` (None: not on this node, ``inter`` brings the
         data to the leader) to every local rank."""
+        mine = signature(None, buf, root, self.chunk, root != self.rank, False)
+        buf = flat(buf)
         n = len(buf)
         step = max(1, self.chunk // buf.itemsize)
         if self.size == 1:
@@ -423,11 +567,12 @@ class NodeBcast:
                     inter(buf[lo : lo + step])
             return
         head = buf[:step]
-        ready = head.nbytes <= self.window.capacity
-        self.calls.publish(signature(None, buf, root, self.chunk, root != self.rank, False))
+        ready = head.nbytes <= self.window.capacity and mine.ranks_needed <= self.size
+        ready = ready and buf.ndim == 1
+        self.calls.publish(mine.raw)
         area = self._start(head, 0, root, inter) if ready and n else None
         self.window.sync()
-        check_signatures(self.what, self.calls.rows())
+        check_signatures(self.what, self.calls, mine)
         if n == 0:
             return
         if not ready:  # all ranks alike: they passed the same sizes

@@ -4,8 +4,9 @@ Run under mpiexec by tests/test_mismatched_counts.py. In every case every rank m
 CountMismatch with the same message, naming the rank at fault and both byte counts (or
 element types, roots, buffers); no byte of any buffer, nor of the canaries around it, may
 change (nothing is copied); and the binding must stay usable: a matching call right after
-gives the right result. Ends with one ``SUMMARY {json}`` line from rank 0, as
-tests/drivers/check_algorithms.py does.
+gives the right result. Calls whose ranks agree on all that matters (shapes of the same
+element count, 2-D buffers) must instead return the right result. Ends with one
+``SUMMARY {json}`` line from rank 0, as tests/drivers/check_algorithms.py does.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ class Case:
     roots: tuple[int, ...] | None = None
     strided: int = -1  # this rank passes a strided view
     readonly: int = -1  # this rank passes a read-only (receive) buffer
+    shapes: tuple[tuple[int, ...], ...] | None = None  # per rank, of the same element count
+    ops: tuple[str, ...] | None = None  # per rank (allreduce)
+    huge_roots: tuple[int, ...] | None = None  # per rank, roots past int64 (bcast)
 
 
 def _nbytes(count: int, dtype: str = "float64") -> int:
@@ -98,6 +102,15 @@ def allreduce_cases(p: int, algorithm: str) -> list[Case]:
         )
     )
     cases.append(Case("rank 1 read-only", (N,) * p, "rank 1 passed a read-only", readonly=1))
+    cases += _type_and_shape_cases(p, 0, "rank 0")
+    cases.append(
+        Case(
+            "rank 1 another op",
+            (N,) * p,
+            "rank 1 passed op max, rank 0 passed op sum",
+            ops=tuple("max" if r == 1 else "sum" for r in range(p)),
+        )
+    )
     if algorithm == "cma":
         cases.append(Case("rank 1 strided", (N,) * p, "rank 1 passed a non-contiguous", strided=1))
     return cases
@@ -147,6 +160,28 @@ def bcast_cases(p: int, algorithm: str) -> list[Case]:
                 readonly=peer,
             )
         )
+        cases += _type_and_shape_cases(p, root, label, (root,) * p)
+        huge = 1 << 63
+        cases.append(
+            Case(
+                f"a peer names root 2^63, root {root}",
+                (N,) * p,
+                f"rank {peer} passed root beyond int64, rank 0 passed root {root}"
+                if peer
+                else f"rank 1 passed root {root}, rank 0 passed root beyond int64",
+                roots=(root,) * p,
+                huge_roots=tuple(huge if r == peer else root for r in range(p)),
+            )
+        )
+        low = -(1 << 62)  # was the marker of "no root"
+        cases.append(
+            Case(
+                f"every rank names root -2^62, root {root}",
+                (N,) * p,
+                f"every rank passed root {low}, which is not a rank (there are {p})",
+                roots=(low,) * p,
+            )
+        )
         cases.append(
             Case(
                 f"every rank names root {p + root}",
@@ -166,6 +201,26 @@ def bcast_cases(p: int, algorithm: str) -> list[Case]:
                 )
             )
     return cases
+
+
+def _type_and_shape_cases(
+    p: int, ref: int, label: str, roots: tuple[int, ...] | None = None
+) -> list[Case]:
+    """Rank ``ref`` (rank 0 or the root) big-endian; then shapes that must work."""
+    named = 1 if ref == 0 else 0  # the first rank whose type differs from rank ref's
+    endian = Case(
+        "the reference rank big-endian",
+        (N,) * p,
+        f"rank {named} passed float64 elements, {label} passed float64 (big-endian)",
+        dtypes=tuple(">f8" if r == ref else "float64" for r in range(p)),
+        roots=roots,
+    )
+    flat_2d = tuple((N, 1) if r == 0 else (N,) for r in range(p))
+    return [
+        endian,
+        Case("rank 0 2-D, the others 1-D", (N,) * p, "", roots=roots, shapes=flat_2d),
+        Case("every rank 2-D", (N,) * p, "", roots=roots, shapes=((1, N),) * p),
+    ]
 
 
 def _fill(array: np.ndarray, base: float) -> None:
@@ -189,6 +244,12 @@ class Buffers:
         self.where = slice(lo, lo + span, 2 if strided else 1)
         self.recv = self.backing[self.where]
 
+    def reshape(self, shape: tuple[int, ...]) -> None:
+        """Pass the buffers to the call in ``shape`` (the same elements)."""
+        self.recv = self.recv.reshape(shape)
+        if self.send is not None:
+            self.send = self.send.reshape(shape)
+
     def snapshot(self) -> np.ndarray:
         """Every byte of the backing array, canaries included."""
         return self.backing.view(np.uint8).copy()
@@ -211,13 +272,15 @@ def _buffers(xp, case: Case, me: int, collective: str) -> Buffers:
         _fill(bufs.recv, 7.0 if me == root else -50.0)
     if case.readonly == me:
         bufs.recv.flags.writeable = False
+    if case.shapes:
+        bufs.reshape(case.shapes[me])
     return bufs
 
 
-def _outcome(call, bufs: Buffers, root: int) -> str:
+def _outcome(call, bufs: Buffers, root: int, op=SUM) -> str:
     """'raised: MESSAGE' for a CountMismatch, else what happened instead."""
     try:
-        call(bufs.send, bufs.recv, SUM, root)
+        call(bufs.send, bufs.recv, op, root)
     except CountMismatch as exc:
         return f"raised: {exc}"
     except Exception as exc:  # noqa: BLE001  (any other error is a failure to report)
@@ -225,10 +288,13 @@ def _outcome(call, bufs: Buffers, root: int) -> str:
     return "returned"
 
 
-def _matching_call_ok(call, xp, me: int, p: int, collective: str, in_place: bool) -> bool:
-    """A call every rank makes alike right after the mismatched one: right result, no
-    canary touched."""
-    case = Case("matching", (N,) * p, "", sends=None if in_place else (N,) * p, roots=(0,) * p)
+def _matching_call_ok(
+    call, xp, me: int, p: int, collective: str, in_place: bool, shapes=None
+) -> bool:
+    """A call every rank makes alike (but for ``shapes``) right after the mismatched one:
+    right result, no canary touched."""
+    sends = None if in_place else (N,) * p
+    case = Case("matching", (N,) * p, "", sends=sends, roots=(0,) * p, shapes=shapes)
     bufs = _buffers(xp, case, me, collective)
     # What the call must leave: its send buffer, the canaries, the result in recv.
     wanted = np.array(bufs.backing, copy=True)
@@ -269,10 +335,27 @@ def run(args) -> list[dict]:
         for kind in args.devices:
             xp = _device(kind, me)
             for case in cases:
+                if not case.expected:  # ranks that agree: the call must just work
+                    for in_place in (True, False):
+                        ok = _matching_call_ok(call, xp, me, p, collective, in_place, case.shapes)
+                        records.append(
+                            {
+                                "case": f"{collective} {label} -d {kind}: {case.name}"
+                                f"{', in place' if in_place else ', out of place'}",
+                                "expected": "",
+                                "outcome": "returned",
+                                "unchanged": ok,
+                                "after": True,
+                            }
+                        )
+                    continue
                 bufs = _buffers(xp, case, me, collective)
                 before = bufs.snapshot()
                 root = case.roots[me] if case.roots else 0
-                outcome = _outcome(call, bufs, root)
+                if case.huge_roots:
+                    root = case.huge_roots[me]
+                op = reduce_op(case.ops[me]) if case.ops else SUM
+                outcome = _outcome(call, bufs, root, op)
                 records.append(
                     {
                         "case": f"{collective} {label} -d {kind}: {case.name}",
@@ -295,6 +378,10 @@ def verdicts(per_rank: list[list[dict]]) -> dict:
         if len(outcomes) != 1:
             problems.append(f"ranks disagree: {[row['outcome'] for row in rows]}")
         for rank, row in enumerate(rows):
+            if not expected:
+                if row["outcome"] != "returned" or not row["unchanged"]:
+                    problems.append(f"rank {rank}: {row['outcome']}, wrong result or canaries")
+                continue
             if not row["outcome"].startswith("raised: ") or expected not in row["outcome"]:
                 problems.append(f"rank {rank}: {row['outcome']!r}, expected {expected!r}")
             if not row["unchanged"]:

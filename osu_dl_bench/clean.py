@@ -27,7 +27,6 @@ PREFIX = "mpich_shm_"
 # a loaded machine; a segment that young is never taken for stale.
 MIN_AGE_S = 60.0
 _PROC = Path("/proc")
-_DELETED = " (deleted)"
 
 
 @dataclass(frozen=True)
@@ -37,6 +36,8 @@ class Segment:
     path: Path
     size: int
     age_s: float
+    dev: int
+    ino: int
 
 
 def _candidates(directory: Path, uid: int, now: float) -> list[Segment]:
@@ -51,38 +52,47 @@ def _candidates(directory: Path, uid: int, now: float) -> list[Segment]:
             continue  # removed meanwhile
         if stat.S_ISREG(info.st_mode) and info.st_uid == uid:
             # Creating and sizing the segment set its mtime: its age is at least that.
-            found.append(Segment(entry, info.st_size, now - info.st_mtime))
+            found.append(
+                Segment(entry, info.st_size, now - info.st_mtime, info.st_dev, info.st_ino)
+            )
     return found
 
 
-def _mapped_paths(maps: Path) -> set[str]:
-    """The files a process has mapped, from its /proc/PID/maps."""
-    paths = set()
+def _mapped_files(maps: Path) -> set[tuple[int, int]]:
+    """The (device, inode) of each file a process has mapped, from its /proc/PID/maps."""
+    files = set()
     for line in maps.read_text(errors="replace").splitlines():
         fields = line.split(maxsplit=5)
-        if len(fields) == 6 and fields[5].startswith("/"):
-            paths.add(fields[5].removesuffix(_DELETED))
-    return paths
+        if len(fields) < 5 or fields[4] == "0":
+            continue  # anonymous memory
+        major, _, minor = fields[3].partition(":")
+        try:
+            files.add((os.makedev(int(major, 16), int(minor, 16)), int(fields[4])))
+        except ValueError:
+            continue
+    return files
 
 
-def _open_paths(fd_dir: Path) -> set[str]:
-    """The files a process has open, from its /proc/PID/fd."""
-    paths = set()
+def _open_files(fd_dir: Path) -> set[tuple[int, int]]:
+    """The (device, inode) of each file a process has open, from its /proc/PID/fd."""
+    files = set()
     for fd in fd_dir.iterdir():
         try:
-            paths.add(os.readlink(fd).removesuffix(_DELETED))
+            info = os.stat(fd)  # follows the link to the open file itself
         except OSError:
             continue  # closed meanwhile
-    return paths
+        files.add((info.st_dev, info.st_ino))
+    return files
 
 
-def paths_in_use() -> set[str]:
-    """Every file some live process that we may inspect has open or mapped."""
-    used: set[str] = set()
+def files_in_use() -> set[tuple[int, int]]:
+    """(device, inode) of every file some live process that we may inspect has open or
+    mapped: a path string differs for one file seen through a bind mount, link or symlink."""
+    used: set[tuple[int, int]] = set()
     for proc in _PROC.iterdir():
         if not proc.name.isdigit():
             continue
-        for read, where in ((_mapped_paths, proc / "maps"), (_open_paths, proc / "fd")):
+        for read, where in ((_mapped_files, proc / "maps"), (_open_files, proc / "fd")):
             try:
                 used |= read(where)
             except OSError:
@@ -96,8 +106,8 @@ def stale_segments(directory: Path, uid: int, min_age_s: float = MIN_AGE_S) -> l
     old = [s for s in _candidates(Path(directory), uid, time.time()) if s.age_s >= min_age_s]
     if not old:
         return []
-    used = paths_in_use()
-    return [s for s in old if os.path.realpath(s.path) not in used and str(s.path) not in used]
+    used = files_in_use()
+    return [s for s in old if (s.dev, s.ino) not in used]
 
 
 def remove(segments: list[Segment]) -> list[tuple[Segment, str]]:

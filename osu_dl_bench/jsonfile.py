@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 from typing import Any
 
 # Far above any table or platform written (the shipped reference table is 128 KiB), and
@@ -37,7 +38,14 @@ def _finite_float(text: str) -> float:
 
 def _read_text(path: str | os.PathLike) -> str:
     try:
-        with open(path, "rb") as stream:
+        # A FIFO or device would block the read forever or never end: regular files only.
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise UnreadableJson("not a regular file")
+        # O_NONBLOCK: a FIFO swapped in after the check must not block the open either.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as stream:
+            if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+                raise UnreadableJson("not a regular file")
             data = stream.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise UnreadableJson(f"cannot read: {exc.strerror or exc}") from None

@@ -155,7 +155,7 @@ def parse_root(text: str) -> RootPolicy:
     kind, _, value = text.partition(":")
     if kind == "fixed" and value.isdigit():
         return RootPolicy(rotate=False, fixed=int(value))
-    raise UsageError(f"-k {text}: expected fixed:N (N >= 0) or rotate")
+    raise UsageError(f"-k {text!r}: expected fixed:N (N >= 0) or rotate")
 
 
 def _whole_number(least: int, most: int) -> Callable[[str], int]:
@@ -180,6 +180,16 @@ def _non_negative(text: str) -> int:
         value = -1
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
     return value
 
 
@@ -253,7 +263,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--ranks-per-node",
-        type=_non_negative,
+        type=_positive,
         default=None,
         help="emulate nodes of K ranks on one host (also OSU_DL_BENCH_RANKS_PER_NODE)",
     )
@@ -271,6 +281,10 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     lo, hi = parse_allocated_sizes(size_text, default_min=0 if point_to_point else 1)
     if not point_to_point and args.benchmark != "barrier":
         check_holds_an_element(size_text, hi)
+    if not args.algorithm.replace(",", "").strip():
+        raise UsageError(
+            f"-a {args.algorithm!r}: expected NAME[,NAME] or all, got {args.algorithm!r}"
+        )
     return BenchConfig(
         benchmark=args.benchmark,
         min_size=lo,

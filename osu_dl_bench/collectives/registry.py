@@ -354,6 +354,9 @@ def parse_variant(collective: str, text: str) -> Variant:
         key, sep, value = item.partition("=")
         if not sep:
             raise UsageError(f"bad parameter {item!r} in {text!r}: expected NAME=VALUE")
+        if key.strip() in params:
+            # Keeping the last silently would measure something other than was asked.
+            raise UsageError(f"parameter {key.strip()} given twice in {text!r}")
         params[key.strip()] = algo.parse_param(key.strip(), value)
     return algo.variant(**params)
 
@@ -388,4 +391,9 @@ def parse_variants(collective: str, text: str) -> list[Variant]:
     specs = split_variant_texts(text)
     if not specs:
         raise UsageError("no algorithm named in -a")
-    return [parse_variant(collective, s) for s in specs]
+    # One variant named twice would be measured twice: keep its first mention.
+    unique: dict[str, Variant] = {}
+    for spec in specs:
+        variant = parse_variant(collective, spec)
+        unique.setdefault(variant.label, variant)
+    return list(unique.values())

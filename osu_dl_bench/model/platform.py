@@ -209,7 +209,7 @@ def _number(path: str, obj: dict, key: str, where: str, minimum: float = 0.0) ->
         raise PlatformError(
             path,
             f"{where}.{key}",
-            f"expected a finite number >= {minimum:g}, got {describe(value)}",
+            f"expected a number from {minimum:g} to {_MAX_NUMBER:g}, got {describe(value)}",
         )
     return float(value)
 
@@ -234,7 +234,8 @@ def _optional(path: str, obj: dict, fields: dict[str, Any], where: str) -> None:
 
 def _pieces(path: str, items: Any, where: str, keys: tuple[str, ...]) -> tuple[Piece, ...]:
     if not isinstance(items, list) or not items:
-        raise PlatformError(path, where, f"expected a non-empty list, got {describe(items)}")
+        got = "an empty list" if items == [] else describe(items)
+        raise PlatformError(path, where, f"expected a non-empty list, got {got}")
     pieces, last = [], -1
     for i, item in enumerate(items):
         here = f"{where}[{i}]"
@@ -346,9 +347,10 @@ def resolve_platform_path(name_or_path: str | os.PathLike) -> Path:
     path = Path(name_or_path)
     if path.is_dir():
         path = path / "platform.json"
-    if path.is_file():
-        return path
     shipped = shipped_platforms()
+    # Something there that is no regular file (a FIFO): the reader says so.
+    if path.is_file() or (path.exists() and str(name_or_path) not in shipped):
+        return path
     if str(name_or_path) in shipped:
         return shipped[str(name_or_path)]
     raise UsageError(

@@ -13,6 +13,7 @@ import os
 import re
 import shlex
 import sys
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -363,16 +364,32 @@ def _check_batch_options(args: argparse.Namespace) -> None:
         )
 
 
+def _script_breaking(value: str) -> str | None:
+    """The first character that breaks a script line or hides what it says: controls, and
+    format characters (bidi overrides such as U+202E make the script read otherwise)."""
+    found = CONTROL_CHARACTERS.search(value)
+    if found:
+        return found[0]
+    return next((c for c in value if unicodedata.category(c) == "Cf"), None)
+
+
+def _escaped(value: str) -> str:
+    """repr with format characters escaped too (repr prints them raw)."""
+    return "".join(
+        f"\\u{ord(c):04x}" if unicodedata.category(c) == "Cf" else c for c in repr(value)
+    )
+
+
 def check_script_values(args: argparse.Namespace) -> None:
     """Refuse control characters in every option value, since a batch script carries them
     all (the command line in its provenance comment, most also in its commands): a
     newline would end the script's line and start a command of the value's choosing."""
     for dest, value in vars(args).items():
-        found = CONTROL_CHARACTERS.search(value) if isinstance(value, str) else None
+        found = _script_breaking(value) if isinstance(value, str) else None
         if found:
             flag = _FLAGS.get(dest, "--" + dest.replace("_", "-"))
             raise UsageError(
-                f"{flag} {value!r}: control character {found[0]!r} refused, since the "
+                f"{flag} {_escaped(value)}: control character {_escaped(found)} refused, since the "
                 "value would go into a batch script"
             )
 

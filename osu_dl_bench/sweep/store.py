@@ -24,6 +24,7 @@ import csv
 import fcntl
 import io
 import json
+import math
 import os
 import socket
 import sys
@@ -347,6 +348,11 @@ def _typed(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple[int, str]]]:
         raw = frame[name]
         if name in NUMBER_FIELDS:
             frame[name] = pd.to_numeric(raw, errors="coerce")
+            # An infinite statistic would rank or divide as a real time: drop it like NaN.
+            infinite = frame[name].isin([math.inf, -math.inf])
+            for number in frame.index[infinite]:
+                reasons.setdefault(number, f"{name} {str(raw[number])!r} is not a finite number")
+            frame[name] = frame[name].where(~infinite)
         if name in INT_FIELDS:
             frame[name] = frame[name].where(frame[name] % 1 == 0)
         for number in frame.index[frame[name].isna()]:

@@ -196,8 +196,15 @@ class TuningTable:
     def write(self, path: str | os.PathLike) -> Path:
         """Write the table as indented JSON."""
         target = Path(path)
+        try:
+            # JSON has no Infinity or NaN, and load_table refuses them: never write one.
+            text = json.dumps(self.as_dict(), indent=1, allow_nan=False)
+        except ValueError:
+            raise TableError(
+                target, "(table)", "holds a number that is not a finite number"
+            ) from None
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(json.dumps(self.as_dict(), indent=1) + "\n")
+        target.write_text(text + "\n")
         return target
 
 

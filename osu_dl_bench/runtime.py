@@ -14,6 +14,7 @@ import stat
 import sys
 import time
 import traceback
+import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 
@@ -451,7 +452,18 @@ def _usage_error_exit(exc: UsageError) -> int:
 
 
 def _say_error(message: str) -> None:
-    print(f"osu-dl-bench: error: {message}", file=sys.stderr, flush=True)
+    print(f"osu-dl-bench: error: {printable(message)}", file=sys.stderr, flush=True)
+
+
+def printable(text: str) -> str:
+    """``text`` with terminal controls escaped (a path or value echoed in a message could
+    otherwise move the cursor, recolour or reorder what the user reads); newlines stay."""
+    return "".join(ch if ch == "\n" or not _is_control(ch) else ascii(ch)[1:-1] for ch in text)
+
+
+def _is_control(ch: str) -> bool:
+    """C0/C1 controls, DEL and Unicode format characters (bidi overrides among them)."""
+    return unicodedata.category(ch) in ("Cc", "Cf")
 
 
 def _settle(exc: UsageError) -> str | None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from mpirun import MPIEXEC, REPO, mpi_env, run_mpi, run_with_timeout
 
-from osu_dl_bench.runtime import joint_error
+from osu_dl_bench.runtime import joint_error, printable
 
 DRIVER = str(REPO / "tests" / "drivers" / "uneven_errors.py")
 CLI = [sys.executable, "-m", "osu_dl_bench.cli"]
@@ -152,3 +152,12 @@ def test_a_full_disk_under_bench_o_stops_every_rank_with_one_message(tmp_path: P
     assert "Traceback" not in proc.stderr
     kept = (tmp_path / "kept.csv").read_text().splitlines()
     assert len(kept) > 1 and kept[0].startswith("collective,")  # the sizes before stay
+
+
+def test_error_messages_escape_terminal_controls_in_echoed_values():
+    assert (
+        printable("-o a\x1b[31mb\u202ec\x07: bad\nnext") == "-o a\\x1b[31mb\\u202ec\\x07: bad\nnext"
+    )
+    proc = run_with_timeout([*CLI, "bench", "allreduce", "-o", "/nonexist\x1b[2J/x.csv"], 60)
+    assert proc.returncode == 2 and "\x1b" not in proc.stderr
+    assert "-o /nonexist\\x1b[2J/x.csv: directory" in proc.stderr

@@ -183,7 +183,8 @@ def _non_negative(text: str) -> int:
     return value
 
 
-def _positive(text: str) -> int:
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number >= 1."""
     try:
         value = int(text)
     except ValueError:
@@ -263,7 +264,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--ranks-per-node",
-        type=_positive,
+        type=positive_int,
         default=None,
         help="emulate nodes of K ranks on one host (also OSU_DL_BENCH_RANKS_PER_NODE)",
     )

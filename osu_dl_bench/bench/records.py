@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import pandas as pd
 
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.paths import check_writable_file
 
 OUTPUT_SUFFIXES = (".csv", ".json", ".parquet")
 
@@ -65,28 +65,7 @@ def check_output_path(path: str | None) -> None:
             import pyarrow  # noqa: F401
         except ImportError as exc:
             raise UsageError(f"-o {path}: .parquet needs pyarrow (pip install pyarrow)") from exc
-    target = Path(path)
-    if target.is_dir():
-        raise UsageError(f"-o {path}: is a directory: expected a file name")
-    parent = target.resolve().parent
-    if parent.exists() and not parent.is_dir():
-        raise UsageError(f"-o {path}: {parent} is not a directory")
-    if not parent.is_dir():
-        raise UsageError(f"-o {path}: directory {parent} does not exist")
-    _probe_directory(path, parent)
-
-
-def _probe_directory(path: str, parent: Path) -> None:
-    """Create and remove a file where write_records will put its temporary file: the one
-    test of permissions that also holds for root, read-only mounts and /proc."""
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".osu-dl-bench-probe-", dir=parent)
-    except OSError as exc:
-        raise UsageError(
-            f"-o {path}: cannot create files in {parent}: {exc.strerror or exc}"
-        ) from None
-    os.close(fd)
-    os.unlink(probe)
+    check_writable_file("-o", path)
 
 
 def records_frame(records: list[BenchRecord], metadata: dict[str, str]) -> pd.DataFrame:

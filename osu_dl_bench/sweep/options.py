@@ -18,7 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from osu_dl_bench.bench.options import COLLECTIVES, DEVICE_HELP, parse_allocated_sizes
+from osu_dl_bench.bench.options import (
+    COLLECTIVES,
+    DEVICE_HELP,
+    parse_allocated_sizes,
+    positive_int,
+)
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.runtime import DEFAULT_THREAD_LEVEL, THREAD_LEVELS, slurm_job
 from osu_dl_bench.sweep.store import RunStore
@@ -164,16 +169,6 @@ class SweepConfig:
         return argv
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
-
-
 def _seconds_up_to(limit: float) -> Callable[[str], float]:
     """An argparse type: seconds in (0, limit]."""
 
@@ -256,7 +251,7 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-d", "--device", default="cpu", help=DEVICE_HELP)
     parser.add_argument(
         "--ranks-per-node",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         metavar="K",
         help="emulate nodes of K ranks on one host (for the hierarchical algorithms)",
@@ -320,11 +315,11 @@ def _add_batch_arguments(parser: argparse.ArgumentParser) -> None:
         "RUN_DIR and submit it; with --dry-run only write and print it",
     )
     group.add_argument(
-        "--nodes", type=_positive_int, default=None, metavar="N", help="nodes (default 1)"
+        "--nodes", type=positive_int, default=None, metavar="N", help="nodes (default 1)"
     )
     group.add_argument(
         "--ntasks-per-node",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         metavar="K",
         help="tasks per node (default: the largest --np spread over the nodes)",

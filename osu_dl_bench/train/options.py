@@ -14,11 +14,11 @@ import importlib.util
 import math
 import os
 import re
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.paths import check_writable_file, probe_directory
 from osu_dl_bench.runtime import file_fingerprint
 from osu_dl_bench.units import parse_size
 
@@ -308,38 +308,13 @@ def _check(cfg: TrainConfig) -> None:
         raise UsageError(f"--table {cfg.table}: no such file")
 
 
-def _probe(option: str, path: str, directory: Path) -> None:
-    """Create and remove a file in ``directory``: the one test of permissions that also
-    holds for root, read-only mounts and /proc."""
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".osu-dl-bench-probe-", dir=directory)
-    except OSError as exc:
-        raise UsageError(
-            f"{option} {path}: cannot create files in {directory}: {exc.strerror or exc}"
-        ) from None
-    os.close(fd)
-    os.unlink(probe)
-
-
-def _check_output_file(option: str, path: str | None) -> None:
-    if path is None:
-        return
-    target = Path(path)
-    if target.is_dir():
-        raise UsageError(f"{option} {path}: is a directory: expected a file name")
-    parent = target.resolve().parent
-    if not parent.is_dir():
-        raise UsageError(f"{option} {path}: directory {parent} does not exist")
-    _probe(option, path, parent)
-
-
 def check_output_paths(cfg: TrainConfig, rank: int) -> None:
     """UsageError naming the option unless this rank can write what it will write at the
     end (rank 0: --json, --save-params) and its checkpoints (every rank), so that no run
     trains to lose its result."""
     if rank == 0:
-        _check_output_file("--json", cfg.json)
-        _check_output_file("--save-params", cfg.save_params)
+        check_writable_file("--json", cfg.json)
+        check_writable_file("--save-params", cfg.save_params)
     if cfg.checkpoint_dir and cfg.checkpoint_every:  # --resume alone only reads
         root = Path(cfg.checkpoint_dir)
         try:
@@ -348,7 +323,7 @@ def check_output_paths(cfg: TrainConfig, rank: int) -> None:
             raise UsageError(
                 f"--checkpoint-dir {root}: cannot create it: {exc.strerror or exc}"
             ) from None
-        _probe("--checkpoint-dir", str(root), root)
+        probe_directory("--checkpoint-dir", str(root), root)
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:

@@ -27,6 +27,17 @@ def _mpmd(*parts: tuple, timeout: float = 90):
     return run_with_timeout(cmd, timeout, mpi_env())
 
 
+def _two_copies_that_differ(tmp_path: Path) -> tuple[Path, Path]:
+    """Directories a and b, each with a valid t.json that differs from the other's: the
+    table of two nodes whose copies went out of step."""
+    table = json.loads((REPO / "tuning_tables" / "reference-cpu-mpich-1node.json").read_text())
+    first, second = tmp_path / "a", tmp_path / "b"
+    for directory, name in ((first, "node a"), (second, "node b")):
+        directory.mkdir()
+        (directory / "t.json").write_text(json.dumps({**table, "name": name}))
+    return first, second
+
+
 def test_joint_error_names_the_rank_unless_every_rank_agrees():
     assert joint_error([None, None]) is None
     assert joint_error(["x", "x", "x"]) == "x"
@@ -91,11 +102,7 @@ def test_ranks_given_different_sizes_stop_with_one_message_instead_of_hanging():
 
 def test_training_refuses_ranks_whose_tables_differ(tmp_path: Path):
     pytest.importorskip("torch")
-    table = json.loads((REPO / "tuning_tables" / "reference-cpu-mpich-1node.json").read_text())
-    first, second = tmp_path / "a", tmp_path / "b"
-    for directory, name in ((first, "node a"), (second, "node b")):
-        directory.mkdir()
-        (directory / "t.json").write_text(json.dumps({**table, "name": name}))
+    first, second = _two_copies_that_differ(tmp_path)
     train = ["train", "--steps", "2", "-b", "8", "--table", "t.json"]
     proc = _mpmd((1, train, first), (1, train, second))
     assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -105,11 +112,7 @@ def test_training_refuses_ranks_whose_tables_differ(tmp_path: Path):
 
 def test_bench_tables_that_differ_between_ranks_are_refused_before_any_call(tmp_path: Path):
     # Each copy would pick another algorithm for the same call: today's main hung.
-    table = json.loads((REPO / "tuning_tables" / "reference-cpu-mpich-1node.json").read_text())
-    first, second = tmp_path / "a", tmp_path / "b"
-    for directory, name in ((first, "node a"), (second, "node b")):
-        directory.mkdir()
-        (directory / "t.json").write_text(json.dumps({**table, "name": name}))
+    first, second = _two_copies_that_differ(tmp_path)
     bench = ["bench", "allreduce", "-a", "tuned", "--table", "t.json", "-m", "8:64", "-i", "5"]
     proc = _mpmd((1, bench, first), (1, bench, second))
     assert proc.returncode == 2, proc.stdout + proc.stderr

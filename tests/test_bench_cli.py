@@ -196,9 +196,15 @@ def test_thread_level_option_is_honoured(tmp_path):
 
 
 def test_several_algorithms_print_consecutive_tables():
-    res = run_cli(2, ["bench", "allreduce", "-m", "8:32", "-a", "native,native", "-i", "5"])
+    res = run_cli(2, ["bench", "allreduce", "-m", "8:32", "-a", "native,ring", "-i", "5"])
     assert res.returncode == 0, res.stderr
     assert res.stdout.count("# Size") == 2
+
+
+def test_an_algorithm_named_twice_is_measured_once():
+    res = run_cli(2, ["bench", "allreduce", "-m", "8:32", "-a", "native,native", "-i", "5"])
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("# Size") == 1
 
 
 def test_unhandled_error_aborts_instead_of_hanging():

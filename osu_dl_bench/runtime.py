@@ -424,11 +424,22 @@ def run_guarded(body: Callable[[], int]) -> int:
             # program"): the user's mistake, refused before anything was copied.
             return _usage_error_exit(UsageError(str(exc)))
         rank = world_rank()
-        sys.stderr.write(f"[rank {rank}] unhandled error, aborting the job:\n")
-        traceback.print_exc()
-        sys.stderr.flush()
+        if _is_mpi_error(exc):
+            # The library refused a call (a truncated message: ranks passed one call
+            # different counts): its own words say what; our stack adds nothing.
+            _say_error(f"rank {rank}: the MPI library failed a call: {exc}; aborting the job")
+        else:
+            sys.stderr.write(f"[rank {rank}] unhandled error, aborting the job:\n")
+            traceback.print_exc()
+            sys.stderr.flush()
         _abort_if_others_wait(always=True)
         return 1
+
+
+def _is_mpi_error(exc: Exception) -> bool:
+    """Whether ``exc`` is an error the MPI library returned (mpi4py's MPI.Exception)."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    return mpi is not None and isinstance(exc, mpi.Exception)
 
 
 def _is_collective_error(exc: Exception) -> bool:

@@ -80,6 +80,13 @@ def test_a_collective_refusing_mismatched_arguments_on_every_rank_exits_2_once()
     assert "Traceback" not in proc.stderr
 
 
+def test_an_mpi_library_error_is_one_line_per_failing_rank_without_traceback():
+    proc = run_mpi(2, [DRIVER, "truncated"], timeout=60)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert "rank 0: the MPI library failed a call: Message truncated" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_an_error_one_rank_meets_after_start_up_is_said_by_it_and_aborts_the_job():
     proc = run_mpi(3, [DRIVER, "one-rank"], timeout=60)
     assert proc.returncode != 0, proc.stdout + proc.stderr

@@ -1,6 +1,7 @@
 """An error met by some ranks only, after MPI started: run as
 ``python uneven_errors.py MODE`` under mpiexec (MODE: one-rank, every-rank, or
-count-mismatch: every rank's collective refuses its arguments)."""
+count-mismatch: every rank's collective refuses its arguments; truncated: MPI's own bcast
+given different counts)."""
 
 import sys
 
@@ -13,6 +14,11 @@ runtime.SETTLE_SECONDS = 3.0  # keep the test short; ranks of one error meet in 
 def body() -> int:
     comm = runtime.init_mpi("single").COMM_WORLD
     rank = comm.Get_rank()
+    if sys.argv[1] == "truncated":
+        import numpy as np
+
+        comm.Bcast(np.zeros(8 if rank == 0 else 16, np.float32), root=1)
+        return 0
     if sys.argv[1] == "count-mismatch":
         from osu_dl_bench.collectives.errors import CountMismatch
 

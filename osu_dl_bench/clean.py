@@ -2,7 +2,8 @@
 jobs left in /dev/shm.
 
 MPICH's shared-memory transport keeps each job's segment in a file named
-``mpich_shm_<id>_<n>`` and removes it at MPI_Finalize; a job that ends any other way
+``mpich_shm_<id>_<n>`` (shared windows and their set-up use ``mpich_shar_tmp<X>``) and
+removes it at MPI_Finalize; a job that ends any other way
 (killed, MPI_Abort, a crash) leaves it there, holding memory until the next reboot.
 A segment counts as stale only when it is this user's, older than ``--min-age`` (a job
 creates it moments before mapping it), and no live process has it open or mapped: every
@@ -22,7 +23,8 @@ from pathlib import Path
 from osu_dl_bench.errors import UsageError
 
 SHM_DIR = Path("/dev/shm")
-PREFIX = "mpich_shm_"
+# The names MPICH gives its segment files (seen after killed jobs of the mpich wheel).
+PREFIXES = ("mpich_shm_", "mpich_shar_tmp")
 # Older than the moment between a job creating its segment and mapping it, with room for
 # a loaded machine; a segment that young is never taken for stale.
 MIN_AGE_S = 60.0
@@ -44,7 +46,7 @@ def _candidates(directory: Path, uid: int, now: float) -> list[Segment]:
     """This user's regular files named like MPICH segments (symbolic links never)."""
     found = []
     for entry in sorted(directory.iterdir()):
-        if not entry.name.startswith(PREFIX):
+        if not entry.name.startswith(PREFIXES):
             continue
         try:
             info = entry.lstat()

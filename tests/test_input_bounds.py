@@ -262,6 +262,12 @@ def test_a_segment_no_process_holds_is_stale_and_removed(tmp_path):
     assert failures == [] and not path.exists()
 
 
+def test_both_kinds_of_mpich_segment_file_are_found_and_nothing_else(tmp_path):
+    found = {_segment(tmp_path).name, _segment(tmp_path, "mpich_shar_tmpAb12Cd").name}
+    _segment(tmp_path, "someone_elses_file")
+    assert sorted(_stale(tmp_path)) == sorted(found)
+
+
 def test_a_segment_a_live_process_has_open_is_kept(tmp_path):
     path = _segment(tmp_path)
     with open(path, "rb"):

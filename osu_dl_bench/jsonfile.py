@@ -36,7 +36,9 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def _read_text(path: str | os.PathLike) -> str:
+def read_regular_file(path: str | os.PathLike) -> bytes:
+    """The bytes of ``path``, a regular file of at most MAX_FILE_BYTES (UnreadableJson
+    naming why not): the one bounded, never-blocking read of the suite's input files."""
     try:
         # A FIFO or device would block the read forever or never end: regular files only.
         if not stat.S_ISREG(os.stat(path).st_mode):
@@ -51,6 +53,11 @@ def _read_text(path: str | os.PathLike) -> str:
         raise UnreadableJson(f"cannot read: {exc.strerror or exc}") from None
     if len(data) > MAX_FILE_BYTES:
         raise UnreadableJson(f"larger than {MAX_FILE_BYTES} bytes: not a file of this suite")
+    return data
+
+
+def _read_text(path: str | os.PathLike) -> str:
+    data = read_regular_file(path)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

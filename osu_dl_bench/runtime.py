@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import os
-import stat
 import sys
 import time
 import traceback
@@ -371,16 +370,13 @@ def file_fingerprint(path: str, option: str) -> str:
     """``path`` with the SHA-256 of its bytes, for comparing a file across ranks (nodes
     may hold different copies under one name); UsageError naming ``option`` if it is not
     a regular file this rank can read (a FIFO would block the read forever)."""
+    from osu_dl_bench.jsonfile import UnreadableJson, read_regular_file
+
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            raise UsageError(f"{option} {path}: expected a regular file")
-        with open(path, "rb") as handle:
-            digest = hashlib.sha256()
-            while block := handle.read(1 << 20):
-                digest.update(block)
-    except OSError as exc:
-        raise UsageError(f"{option} {path}: cannot read: {exc.strerror or exc}") from None
-    return f"{path} (sha256 {digest.hexdigest()[:16]})"
+        data = read_regular_file(path)
+    except UnreadableJson as exc:
+        raise UsageError(f"{option} {path}: {exc}") from None
+    return f"{path} (sha256 {hashlib.sha256(data).hexdigest()[:16]})"
 
 
 def agree_on_settings(comm, settings: Mapping[str, object]) -> None:

@@ -173,16 +173,6 @@ def _whole_number(least: int, most: int) -> Callable[[str], int]:
     return parse
 
 
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
-    return value
-
-
 def positive_int(text: str) -> int:
     """An argparse type: a whole number >= 1."""
     try:

@@ -242,11 +242,6 @@ LR_MAX = 1e3  # beyond it SGD overflows float32 parameters within a few steps
 SYNTHETIC_BATCH_MAX_BYTES = 8 << 30
 
 
-def _bounds(name: str) -> str:
-    low, high = INT_BOUNDS[name]
-    return f"{low}..{high}"
-
-
 def _within(name: str, value: int | None, low: int, high: int) -> None:
     if value is None:
         return

@@ -27,15 +27,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from osu_dl_bench.bench.options import config_from_args
-    from osu_dl_bench.bench.records import check_output_path
+    from osu_dl_bench.measurement.options import config_from_args
+    from osu_dl_bench.measurement.records import check_output_path
     from osu_dl_bench.runtime import init_mpi
 
     cfg = config_from_args(args)
     if launcher_rank() == 0:  # only rank 0 writes -o
         check_output_path(cfg.output)
     mpi = init_mpi(cfg.thread_level)
-    from osu_dl_bench.bench.run import run_bench
+    from osu_dl_bench.commands.bench import run_bench
 
     return run_bench(mpi.COMM_WORLD, cfg)
 
@@ -44,7 +44,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     from osu_dl_bench.runtime import init_mpi
 
     init_mpi()
-    from osu_dl_bench.listing import algorithm_listing
+    from osu_dl_bench.commands.listing import algorithm_listing
 
     if launcher_rank() == 0:
         print(algorithm_listing(args.collective))
@@ -52,24 +52,24 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from osu_dl_bench.sweep.options import config_from_args
+    from osu_dl_bench.jobs.options import config_from_args
 
     cfg = config_from_args(args)
     if not (cfg.inside or cfg.plan_only):
         # The orchestrator launches one MPI job per process count and never loads MPI.
-        from osu_dl_bench.sweep.orchestrate import run_sweep
+        from osu_dl_bench.jobs.orchestrate import run_sweep
 
         return run_sweep(cfg)
     from osu_dl_bench.runtime import init_mpi
 
     mpi = init_mpi(cfg.thread_level)
-    from osu_dl_bench.sweep.worker import run_inside, run_plan_only
+    from osu_dl_bench.jobs.worker import run_inside, run_plan_only
 
     return run_plan_only(cfg) if cfg.plan_only else run_inside(mpi.COMM_WORLD, cfg)
 
 
 def _add_sweep(sub) -> None:
-    from osu_dl_bench.sweep.options import add_sweep_arguments
+    from osu_dl_bench.jobs.options import add_sweep_arguments
 
     parser = sub.add_parser(
         "sweep", help="collectives x algorithms x sizes x process counts into a run directory"
@@ -78,7 +78,7 @@ def _add_sweep(sub) -> None:
 
 
 def _add_bench(sub) -> None:
-    from osu_dl_bench.bench.options import add_bench_arguments
+    from osu_dl_bench.measurement.options import add_bench_arguments
 
     parser = sub.add_parser("bench", help="OSU-style benchmark of a collective or p2p test")
     add_bench_arguments(parser)
@@ -93,13 +93,13 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     from osu_dl_bench.runtime import init_mpi
 
     init_mpi()  # the registry, which the table is checked against, loads mpi4py
-    from osu_dl_bench.tuning.commands import run_tune
+    from osu_dl_bench.commands.tune import run_tune
 
     return run_tune(args)
 
 
 def _add_tune(sub) -> None:
-    from osu_dl_bench.tuning.options import add_tune_arguments
+    from osu_dl_bench.commands.tune_options import add_tune_arguments
 
     parser = sub.add_parser("tune", help="tuning table (+ summary, exports) from a run directory")
     add_tune_arguments(parser)
@@ -109,13 +109,13 @@ def _cmd_select(args: argparse.Namespace) -> int:
     from osu_dl_bench.runtime import init_mpi
 
     init_mpi()
-    from osu_dl_bench.tuning.commands import run_select
+    from osu_dl_bench.commands.tune import run_select
 
     return run_select(args)
 
 
 def _add_select(sub) -> None:
-    from osu_dl_bench.tuning.options import add_select_arguments
+    from osu_dl_bench.commands.tune_options import add_select_arguments
 
     parser = sub.add_parser("select", help="what the runtime selector would pick, and why")
     add_select_arguments(parser)
@@ -125,13 +125,13 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     from osu_dl_bench.runtime import init_mpi
 
     init_mpi()
-    from osu_dl_bench.plots import run_plot
+    from osu_dl_bench.commands.plot import run_plot
 
     return run_plot(args)
 
 
 def _add_plot(sub) -> None:
-    from osu_dl_bench.plots import add_plot_arguments
+    from osu_dl_bench.commands.plot import add_plot_arguments
 
     parser = sub.add_parser("plot", help="PNG plots of a run directory (and its tuning table)")
     add_plot_arguments(parser)
@@ -168,13 +168,13 @@ def _cmd_model(args: argparse.Namespace) -> int:
     from osu_dl_bench.runtime import init_mpi
 
     init_mpi()  # the registry, whose cost formulas the model evaluates, loads mpi4py
-    from osu_dl_bench.model.commands import run_model
+    from osu_dl_bench.commands.model import run_model
 
     return run_model(args)
 
 
 def _add_model(sub) -> None:
-    from osu_dl_bench.model.options import add_model_arguments
+    from osu_dl_bench.commands.model_options import add_model_arguments
 
     parser = sub.add_parser(
         "model", help="performance model: fit, accuracy vs a sweep, predict at scale, train"
@@ -183,13 +183,13 @@ def _add_model(sub) -> None:
 
 
 def _cmd_clean(args: argparse.Namespace) -> int:
-    from osu_dl_bench.clean import run_clean
+    from osu_dl_bench.commands.clean import run_clean
 
     return run_clean(args)  # no MPI: it tidies up after jobs that are gone
 
 
 def _add_clean(sub) -> None:
-    from osu_dl_bench.clean import add_clean_arguments
+    from osu_dl_bench.commands.clean import add_clean_arguments
 
     parser = sub.add_parser(
         "clean", help="remove MPICH shared-memory segments that killed or aborted jobs left"

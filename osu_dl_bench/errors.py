@@ -1,17 +1,8 @@
 """Exceptions shared by every layer of the suite."""
 
+from collectives.errors import UsageError
 
-class UsageError(ValueError):
-    """Bad input from the user: one message (rank 0) and exit code 2 on every rank.
-
-    ``agreed`` is set once every rank of the job is known to have failed (an agreement
-    step exchanged the verdicts); an error raised on some ranks only is not agreed, and
-    the entry point settles it with the others or aborts the job.
-    """
-
-    def __init__(self, message: str, *, agreed: bool = False) -> None:
-        super().__init__(message)
-        self.agreed = agreed
+__all__ = ["UsageError", "ValidationFailure"]
 
 
 class ValidationFailure(RuntimeError):

@@ -231,7 +231,7 @@ def discover_topology(comm, ranks_per_node: int | None = None) -> Topology:
     the hierarchical algorithms bound afterwards."""
     from mpi4py import MPI
 
-    from osu_dl_bench.collectives.topology import (
+    from collectives.topology import (
         emulated_ranks_per_node,
         set_emulated_ranks_per_node,
         split_nodes,
@@ -441,7 +441,7 @@ def _is_mpi_error(exc: Exception) -> bool:
 def _is_collective_error(exc: Exception) -> bool:
     """Whether ``exc`` is the collectives library's refusal of a call's arguments (read
     from sys.modules: importing the library here would start MPI before init_mpi)."""
-    errors = sys.modules.get("osu_dl_bench.collectives.errors")
+    errors = sys.modules.get("collectives.errors")
     return errors is not None and isinstance(exc, errors.CollectiveError)
 
 

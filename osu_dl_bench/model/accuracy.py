@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from osu_dl_bench.collectives.registry import parse_variant
+from collectives.registry import parse_variant
+from collectives.units import format_size
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.model.costs import Layout, predict_seconds
 from osu_dl_bench.model.platform import Platform
-from osu_dl_bench.units import format_size
 
 LARGE_BYTES = 64 << 10
 _NEEDED = ("collective", "algorithm", "size_bytes", "nprocs", "nodes", "ppn", "median_us")

@@ -91,7 +91,7 @@ def _kinds(comm, size: int, send: list, recv: list):
     """kind -> (body(i), seconds per sample factor) for this size and process count."""
     from mpi4py import MPI
 
-    from osu_dl_bench.bench.p2p import _latency_round  # OSU's ping-pong round, reused as is
+    from osu_dl_bench.measurement.p2p import _latency_round  # OSU's ping-pong round, reused as is
 
     rank, p, depth = comm.Get_rank(), comm.Get_size(), len(send)
     right, left = (rank + 1) % p, (rank - 1) % p
@@ -199,10 +199,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the calibration job (p >= 2 ranks on one node)."""
-    from osu_dl_bench.bench.options import parse_size_range
+    from collectives.units import doubling_sizes
     from osu_dl_bench.errors import UsageError
+    from osu_dl_bench.measurement.options import parse_size_range
     from osu_dl_bench.runtime import init_mpi, run_guarded
-    from osu_dl_bench.units import doubling_sizes
 
     def body() -> int:
         args = _parse(argv)

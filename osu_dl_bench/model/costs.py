@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from osu_dl_bench.collectives import SPECS, Variant
-from osu_dl_bench.collectives.common import LinkCost, Machine
-from osu_dl_bench.collectives.registry import parse_variant
+from collectives import SPECS, Variant
+from collectives.common import LinkCost, Machine
+from collectives.registry import parse_variant
 from osu_dl_bench.model.mpich_native import flag_wave, native_label, release_gather_seconds
 from osu_dl_bench.model.platform import Link, Platform
 

@@ -37,7 +37,7 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from osu_dl_bench.collectives.common import (
+from collectives.common import (
     LinkCost,
     is_power_of_two,
     largest_power_of_two_at_most,
@@ -69,7 +69,7 @@ _CONDITION = re.compile(r"^(\w+?)(<=|<|=)(.+)$")
 
 @lru_cache(maxsize=1)
 def _tree() -> dict[str, Any]:
-    from osu_dl_bench.tuning.exports.mpich_default import default_tree
+    from osu_dl_bench.selection.exports.mpich_default import default_tree
 
     return default_tree()
 

@@ -11,22 +11,22 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
+from collectives import SPECS, CallContext, Variant, algorithms
+from collectives.dtypes import element_type
+from collectives.ops import reduce_op
+from collectives.units import format_size
 from osu_dl_bench import __version__
-from osu_dl_bench.collectives import SPECS, CallContext, Variant, algorithms
-from osu_dl_bench.collectives.dtypes import element_type
-from osu_dl_bench.collectives.ops import reduce_op
 from osu_dl_bench.model.costs import Layout, predict_seconds
 from osu_dl_bench.model.platform import Platform
 from osu_dl_bench.runtime import utc_now
-from osu_dl_bench.tuning.table import (
+from osu_dl_bench.selection.table import (
     Choice,
     Entry,
     EntryKey,
     TuningTable,
     table_header,
 )
-from osu_dl_bench.tuning.tune import merge_ranges
-from osu_dl_bench.units import format_size
+from osu_dl_bench.selection.tune import merge_ranges
 
 RULE = "predicted: the variant with the lowest predicted time (alpha-beta-gamma model)"
 

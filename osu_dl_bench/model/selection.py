@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from osu_dl_bench.collectives.buffers import is_host
+from collectives.buffers import is_host
 from osu_dl_bench.model.costs import Layout, predict_seconds
 from osu_dl_bench.model.platform import Platform
 from osu_dl_bench.model.predict import eligible_variants
-from osu_dl_bench.tuning.selector import Query
-from osu_dl_bench.tuning.table import Choice
+from osu_dl_bench.selection.selector import Query
+from osu_dl_bench.selection.table import Choice
 
 
 class PlatformModel:

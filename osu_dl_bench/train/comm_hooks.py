@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from osu_dl_bench.collectives.ops import reduce_op
-from osu_dl_bench.collectives.registry import CollectiveCall
+from collectives.ops import reduce_op
+from collectives.registry import CollectiveCall
 from osu_dl_bench.errors import UsageError
 
 GradReduce = Callable[[np.ndarray], None]

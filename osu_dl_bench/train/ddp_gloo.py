@@ -17,7 +17,7 @@ import time
 import torch
 from torch import nn
 
-from osu_dl_bench.collectives.backends import bcast_bytes
+from collectives.backends import bcast_bytes
 from osu_dl_bench.train.options import TrainConfig
 from osu_dl_bench.train.reducer import StepComm
 from osu_dl_bench.train.session import Session

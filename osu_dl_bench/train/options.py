@@ -17,10 +17,10 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from collectives.units import parse_size
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.paths import check_writable_file, probe_directory
 from osu_dl_bench.runtime import file_fingerprint
-from osu_dl_bench.units import parse_size
 
 # Model names (osu_dl_bench.train.models builds them; a test checks the two agree).
 MODELS = ("cnn", "resnet")

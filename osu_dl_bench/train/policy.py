@@ -5,7 +5,7 @@ a registry variant bound on the trainer's communicator. Two policies, composed:
 
 - ``FixedPolicy``: the algorithm named on the command line (``--allreduce ring``), for
   the collectives given; anything else goes to its fallback;
-- ``SelectorPolicy``: the adapter to the runtime selector (osu_dl_bench.tuning), which
+- ``SelectorPolicy``: the adapter to the runtime selector (osu_dl_bench.selection), which
   picks per (collective, comm size, ppn, nodes, bytes, buffer kind) from a tuning table,
   honours OSU_DL_BENCH_FORCE_ALGORITHM, and is native without a table.
 
@@ -20,14 +20,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from osu_dl_bench.collectives import SPECS, CallContext, Variant, lookup
-from osu_dl_bench.collectives.dtypes import element_type
-from osu_dl_bench.collectives.ops import reduce_op
-from osu_dl_bench.collectives.registry import CollectiveCall, parse_variant
+from collectives import SPECS, CallContext, Variant, lookup
+from collectives.dtypes import element_type
+from collectives.ops import reduce_op
+from collectives.registry import CollectiveCall, parse_variant
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.runtime import Topology
+from osu_dl_bench.selection.selector import Query, Selector
 from osu_dl_bench.train.options import TrainConfig
-from osu_dl_bench.tuning.selector import Query, Selector
 
 # The collectives a tuning table must cover unless fixed on the command line: the
 # gradient allreduce and the start-up broadcast. Others (metrics) fall back to native.

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from collectives.units import format_size
 from osu_dl_bench.train.records import EpochRecord, TrainSummary
-from osu_dl_bench.units import format_size
 
 EPOCH_HEADER = (
     f"# {'epoch':>5} {'steps':>6} {'train_loss':>11} {'train_acc':>10} "

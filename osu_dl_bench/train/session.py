@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from osu_dl_bench.collectives.ops import reduce_op
+from collectives.ops import reduce_op
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.runtime import Topology, agree_on_errors, discover_topology, thread_level_name
 from osu_dl_bench.train.comm_thread import CommThread

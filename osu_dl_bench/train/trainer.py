@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from osu_dl_bench.collectives.buffers import array_module
+from collectives.buffers import array_module
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.train.buckets import GradBucket, flatten_state, make_buckets
 from osu_dl_bench.train.comm_hooks import (

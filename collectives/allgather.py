@@ -1,0 +1,102 @@
+"""Allgather algorithms (n = bytes of the whole result, p processes, lg = ceil(log2)):
+
+- ring: (p-1) a + (p-1)/p n b; any p.
+- recursive_doubling: lg p a + (p-1)/p n b; power-of-two p.
+- bruck: lg p a + (p-1)/p n b plus a local rotation; any p (Bruck et al. 1997).
+"""
+
+from __future__ import annotations
+
+from mpi4py import MPI
+
+from collectives.common import (
+    TAG_DATA,
+    Machine,
+    Scratch,
+    equal_blocks,
+    lg,
+    private_comm,
+)
+from collectives.primitives import (
+    identity,
+    recursive_doubling_allgather,
+    ring_allgather,
+)
+from collectives.registry import POWER_OF_TWO, register
+
+
+def _ring_cost(m: Machine, p: int, n: float) -> float:
+    link = m.flat(p)
+    return (p - 1) * link.alpha + (p - 1) / p * n * link.beta
+
+
+def _log_cost(m: Machine, p: int, n: float) -> float:
+    link = m.flat(p)
+    return lg(p) * link.alpha + (p - 1) / p * n * link.beta
+
+
+def _in_blocks(schedule, comm: MPI.Comm):
+    """An allgather whose schedule works on p equal blocks of the receive buffer."""
+    comm = private_comm(comm)
+    rank, p = comm.Get_rank(), comm.Get_size()
+
+    def call(send, recv, op, root):
+        block = len(recv) // p
+        if send is not None:
+            recv[rank * block : (rank + 1) * block] = send
+        schedule(comm, recv, equal_blocks(block, p), rank)
+
+    return call
+
+
+@register("allgather", "ring", summary="ring, p-1 steps", cost=_ring_cost)
+def ring(comm: MPI.Comm):
+    """Bind the ring allgather."""
+    return _in_blocks(
+        lambda c, buf, bounds, rank: ring_allgather(c, buf, bounds, rank, identity, rank), comm
+    )
+
+
+@register(
+    "allgather",
+    "recursive_doubling",
+    summary="recursive doubling, lg p steps",
+    requires=(POWER_OF_TWO,),
+    cost=_log_cost,
+)
+def recursive_doubling(comm: MPI.Comm):
+    """Bind the recursive-doubling allgather."""
+    return _in_blocks(
+        lambda c, buf, bounds, rank: recursive_doubling_allgather(c, buf, bounds, rank, identity),
+        comm,
+    )
+
+
+@register("allgather", "bruck", summary="Bruck's algorithm, lg p steps for any p", cost=_log_cost)
+def bruck(comm: MPI.Comm):
+    """Bind Bruck's allgather."""
+    comm = private_comm(comm)
+    rank, p, scratch = comm.Get_rank(), comm.Get_size(), Scratch()
+
+    def call(send, recv, op, root):
+        block = len(recv) // p
+        work = scratch.get("work", block * p, recv)
+        # work holds the blocks of ranks rank, rank+1, ... in that order.
+        work[:block] = recv[rank * block : (rank + 1) * block] if send is None else send
+        dist = 1
+        while dist < p:
+            count = min(dist, p - dist) * block
+            comm.Sendrecv(
+                work[:count],
+                (rank - dist) % p,
+                TAG_DATA,
+                work[dist * block : dist * block + count],
+                (rank + dist) % p,
+                TAG_DATA,
+            )
+            dist <<= 1
+        split = (p - rank) * block
+        recv[rank * block :] = work[:split]
+        recv[: rank * block] = work[split:]
+
+    return call

@@ -1,0 +1,275 @@
+"""``nccl``: NVIDIA NCCL through cupy.cuda.nccl, on GPU (cupy) buffers. Kept thin.
+
+- allreduce ``nccl`` and bcast ``nccl``: ncclAllReduce / ncclBcast on one NCCL
+  communicator per MPI communicator, built from a unique id that rank 0 makes
+  (ncclGetUniqueId) and broadcasts over MPI (ncclCommInitRank on every rank).
+- bcast ``nccl_hierarchical``, the seed design (Awan et al., PPoPP 2017): NCCL
+  inside a node, MPI across nodes among the node leaders (collectives.topology.split_nodes,
+  so ``--ranks-per-node`` emulation applies):
+    1. on the root's node, NCCL bcast from the root;
+    2. the leaders bcast from the root's node with MPI_Bcast, staged through host memory
+       (mpi4py cannot ask whether the MPI library is CUDA-aware; staging is always right);
+    3. on every other node, NCCL bcast from the leader.
+
+Every call waits for its stream, so it is blocking like an MPI call and can be timed alike.
+bcast moves bytes (ncclUint8), so it takes every dtype. At bind time each process selects
+the GPU ``local rank % device count`` (local rank from the launcher), since NCCL needs one
+GPU per rank of a node.
+
+Constraints: GPU (cuda) buffers; at most one rank per GPU of a node; allreduce only on
+NCCL's types (float16/32/64, int8, uint8, int32, uint32, int64, uint64: no int16) and ops
+(sum, prod, max, min: no bitwise ops). Cost: not modelled (``cost=None``): NCCL picks its
+own algorithm and protocol (src/graph/tuning.cc), so it is measured.
+
+Registered only where cupy imports, a CUDA device is present and cupy has NCCL; otherwise
+``registry.UNAVAILABLE_BACKENDS['nccl']`` says why. Sources: cupy_backends/cuda/libs/nccl.pyx
+(NcclCommunicator, get_unique_id: a tuple of 128 signed chars in older cupy, bytes in
+newer), the NCCL API documentation (ncclCommInitRank, ncclAllReduce, ncclBcast).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from collectives.backends import bcast_bytes, cached_on_comm
+from collectives.buffers import cuda_unavailable_reason
+from collectives.common import Scratch
+from collectives.registry import (
+    GPU_BUFFERS,
+    UNAVAILABLE_BACKENDS,
+    CallContext,
+    Requirement,
+    register,
+)
+from collectives.topology import NodeComms, split_nodes
+
+BACKEND = "nccl"
+CUPY_MISSING = "cupy is not installed (pip install 'osu-dl-bench[cuda]')"
+# numpy dtype name -> cupy.cuda.nccl constant (ncclDataType_t); NCCL has no 16-bit integer.
+NCCL_DTYPES = {
+    "float16": "NCCL_FLOAT16",
+    "float32": "NCCL_FLOAT32",
+    "float64": "NCCL_FLOAT64",
+    "int8": "NCCL_INT8",
+    "uint8": "NCCL_UINT8",
+    "int32": "NCCL_INT32",
+    "uint32": "NCCL_UINT32",
+    "int64": "NCCL_INT64",
+    "uint64": "NCCL_UINT64",
+}
+# Our op name -> cupy.cuda.nccl constant (ncclRedOp_t).
+NCCL_OPS = {"sum": "NCCL_SUM", "prod": "NCCL_PROD", "max": "NCCL_MAX", "min": "NCCL_MIN"}
+# Launchers' node-local rank variables (MPICH Hydra, Open MPI, Slurm): read without MPI calls,
+# since a bind may happen on a sub-communicator only.
+_LOCAL_RANK_VARS = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")
+
+NCCL_DTYPE = Requirement(
+    "needs a dtype NCCL reduces (float16/32/64, int8, uint8, int32, uint32, int64, uint64)",
+    lambda c: c.etype.name in NCCL_DTYPES,
+)
+NCCL_OP = Requirement(
+    "needs an op NCCL has (sum, prod, max, min)", lambda c: c.op is None or c.op.name in NCCL_OPS
+)
+
+
+def unavailable_reason() -> str | None:
+    """None if cupy, a CUDA device and NCCL are usable here, else why not (cupy is looked up
+    before it is imported, so a machine without it pays nothing)."""
+    if importlib.util.find_spec("cupy") is None:
+        return CUPY_MISSING
+    reason = cuda_unavailable_reason()
+    if reason:
+        return reason
+    try:
+        from cupy.cuda import nccl
+    except ImportError as exc:
+        return f"cupy has no NCCL: {exc}"
+    return None if getattr(nccl, "available", False) else "cupy was built without NCCL"
+
+
+@functools.cache
+def _device_count() -> int:
+    import cupy
+
+    return cupy.cuda.runtime.getDeviceCount()
+
+
+def _gpu_per_rank(ctx: CallContext) -> bool:
+    return ctx.ranks_per_node <= _device_count()
+
+
+ONE_GPU_PER_RANK = Requirement("needs at most one rank per GPU of a node", _gpu_per_rank)
+
+
+def _use_local_device() -> None:
+    """Select GPU ``local rank % device count`` (NCCL fails on two ranks sharing one GPU)."""
+    import cupy
+
+    for var in _LOCAL_RANK_VARS:
+        value = os.environ.get(var, "")
+        if value.isdigit():
+            cupy.cuda.Device(int(value) % _device_count()).use()
+            return
+
+
+# --- the NCCL communicator, one per MPI communicator ---
+
+
+def _uid_to_bytes(uid: Any) -> bytes:
+    # Older cupy returns a tuple of signed chars, newer bytes; a leading flag says which.
+    if isinstance(uid, tuple):
+        return b"\1" + np.array(uid, np.int8).tobytes()
+    return b"\0" + bytes(uid)
+
+
+def _uid_from_bytes(data: bytes) -> Any:
+    if data[:1] == b"\1":
+        return tuple(np.frombuffer(data[1:], np.int8).tolist())
+    return data[1:]
+
+
+def _new_nccl_comm(comm: MPI.Comm) -> Any:
+    """ncclCommInitRank over the ranks of ``comm`` (collective over ``comm``)."""
+    from cupy.cuda import nccl
+
+    _use_local_device()
+    rank = comm.Get_rank()
+    uid = _uid_to_bytes(nccl.get_unique_id()) if rank == 0 else None
+    uid = _uid_from_bytes(bcast_bytes(comm, uid))
+    return nccl.NcclCommunicator(comm.Get_size(), uid, rank)
+
+
+def nccl_communicator(comm: MPI.Comm) -> Any:
+    """The NCCL communicator of ``comm``, created on first use (collectively) and cached."""
+    return cached_on_comm(comm, BACKEND, _new_nccl_comm)
+
+
+def _stream() -> Any:
+    import cupy
+
+    return cupy.cuda.get_current_stream()
+
+
+# --- the algorithms ---
+
+
+def allreduce(comm: MPI.Comm) -> Callable:
+    """Bind ncclAllReduce (in place when ``send`` is None)."""
+    from cupy.cuda import nccl
+
+    nc = nccl_communicator(comm)
+    dtypes = {name: getattr(nccl, const) for name, const in NCCL_DTYPES.items()}
+    ops = {name: getattr(nccl, const) for name, const in NCCL_OPS.items()}
+
+    def call(send, recv, op, root):
+        if recv.size == 0:
+            return  # nothing to reduce; an empty array has no device pointer
+        src = recv if send is None else send
+        stream = _stream()
+        nc.allReduce(
+            src.data.ptr,
+            recv.data.ptr,
+            recv.size,
+            dtypes[recv.dtype.name],
+            ops[op.name],
+            stream.ptr,
+        )
+        stream.synchronize()
+
+    return call
+
+
+def bcast(comm: MPI.Comm) -> Callable:
+    """Bind ncclBcast on the bytes of ``recv``."""
+    from cupy.cuda import nccl
+
+    nc = nccl_communicator(comm)
+
+    def call(send, recv, op, root):
+        if recv.nbytes == 0:
+            return
+        stream = _stream()
+        nc.bcast(recv.data.ptr, recv.nbytes, nccl.NCCL_UINT8, root, stream.ptr)
+        stream.synchronize()
+
+    return call
+
+
+def _rank_places(comm: MPI.Comm, nodes: NodeComms) -> np.ndarray:
+    """Row r: (node index, local rank) of rank r of ``comm``."""
+    mine = np.array([nodes.node, nodes.local.Get_rank()], dtype=np.int64)
+    places = np.empty((comm.Get_size(), 2), dtype=np.int64)
+    comm.Allgather(mine, places)
+    return places
+
+
+def hierarchical_bcast(comm: MPI.Comm) -> Callable:
+    """Bind the two-level bcast: NCCL inside nodes, MPI among node leaders."""
+    from cupy.cuda import nccl
+
+    nodes = split_nodes(comm)
+    local = nccl_communicator(nodes.local)
+    places = _rank_places(comm, nodes)
+    staging = Scratch()
+
+    def leaders_step(recv_bytes: Any, on_root_node: bool, root_node: int, stream: Any) -> None:
+        host = staging.get("host", recv_bytes.size, np.empty(0, np.uint8))
+        if on_root_node:
+            stream.synchronize()  # step 1 must have landed before it is read
+            recv_bytes.get(out=host)
+        nodes.leaders.Bcast(host, root_node)  # leader rank among leaders = node index
+        if not on_root_node:
+            recv_bytes.set(host, stream=stream)
+
+    def call(send, recv, op, root):
+        if recv.nbytes == 0:
+            return
+        root_node, root_local = (int(x) for x in places[root])
+        on_root_node = nodes.node == root_node
+        recv_bytes, stream = recv.view(np.uint8), _stream()
+        if on_root_node:
+            local.bcast(recv.data.ptr, recv.nbytes, nccl.NCCL_UINT8, root_local, stream.ptr)
+        if nodes.is_leader and nodes.nodes > 1:
+            leaders_step(recv_bytes, on_root_node, root_node, stream)
+        if not on_root_node:
+            local.bcast(recv.data.ptr, recv.nbytes, nccl.NCCL_UINT8, 0, stream.ptr)
+        stream.synchronize()
+
+    return call
+
+
+_SUMMARY = "NCCL through cupy.cuda.nccl"
+
+
+def register_backend() -> None:
+    """Register the nccl algorithms if cupy, a GPU and NCCL are present, else say why not."""
+    reason = unavailable_reason()
+    if reason:
+        UNAVAILABLE_BACKENDS[BACKEND] = reason
+        return
+    gpu = (GPU_BUFFERS, ONE_GPU_PER_RANK)
+    register(
+        "allreduce",
+        "nccl",
+        backend=BACKEND,
+        summary=_SUMMARY,
+        requires=(*gpu, NCCL_DTYPE, NCCL_OP),
+    )(allreduce)
+    register("bcast", "nccl", backend=BACKEND, summary=_SUMMARY, requires=gpu)(bcast)
+    register(
+        "bcast",
+        "nccl_hierarchical",
+        backend=BACKEND,
+        summary="NCCL inside a node, MPI across node leaders (Awan et al.)",
+        requires=gpu,
+    )(hierarchical_bcast)
+
+
+register_backend()

@@ -1,0 +1,251 @@
+"""What the ``model`` actions do (options: model.options). They run as one process, not an
+MPI job (``fit`` launches its calibration job itself), so they print directly."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from collectives.units import doubling_sizes, format_size
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.model.calibrate import CALIBRATION_CSV
+from osu_dl_bench.model.costs import Layout
+from osu_dl_bench.model.platform import Platform, load_platform, with_inter
+from osu_dl_bench.model.platform_fit import PLATFORM_FILE, fit_platform
+
+MODULE = "osu_dl_bench.model.calibrate"
+
+
+def _emit(text: str, output: str | None) -> None:
+    print(text, end="" if text.endswith("\n") else "\n")
+    if output:
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        Path(output).write_text(text if text.endswith("\n") else text + "\n")
+        print(f"# wrote {output}")
+
+
+def platform_from_args(args: argparse.Namespace, default: str | None = None) -> Platform:
+    """--platform (or ``default``), with --inter's inter-node link if given."""
+    name = args.platform or default
+    if name is None:
+        raise UsageError("--platform: expected a platform file, run directory or shipped name")
+    platform = load_platform(name)
+    if args.inter:
+        platform = with_inter(platform, load_platform(args.inter))
+    return platform
+
+
+def _require_inter(platform: Platform, layout: Layout) -> None:
+    """Across nodes the inter-node link must be known (measured or named)."""
+    if layout.nodes > 1 and not platform.inter.measured and not platform.assumed:
+        raise UsageError(
+            f"platform {platform.path}: its inter-node link is not measured "
+            f"({platform.inter.note}); predicting {layout.nodes} nodes needs --inter NAME "
+            "(a shipped interconnect such as ib-hdr200) or an assumed platform"
+        )
+
+
+# --- fit --------------------------------------------------------------------------------
+
+
+def calibration_counts(text: str) -> list[int]:
+    """--np's process counts (the sweep's syntax), each >= 2: a calibration needs peers."""
+    from osu_dl_bench.jobs.options import parse_process_counts
+
+    counts = list(parse_process_counts(text))
+    if min(counts) < 2:
+        raise UsageError(f"--np {text!r}: expected process counts >= 2, such as 2,3,4")
+    return counts
+
+
+def _calibrate(args: argparse.Namespace, run_dir: Path, counts: list[int]) -> None:
+    """One calibration job per process count, appended one after the other."""
+    from osu_dl_bench.jobs.launch import check_not_in_mpi_job, find_mpiexec
+
+    check_not_in_mpi_job()
+    for index, nprocs in enumerate(counts):
+        cmd = [find_mpiexec(), "-n", str(nprocs), sys.executable, "-m", MODULE]
+        cmd += [str(run_dir), "-m", args.message_size, "--rounds", str(args.rounds)]
+        cmd += ["--append"] if args.append or index > 0 else []
+        _run_job(cmd, args.timeout)
+
+
+def _run_job(cmd: list[str], timeout: float) -> None:
+    import subprocess
+
+    from osu_dl_bench.jobs.orchestrate import stop_job
+
+    print(f"# calibrating: {' '.join(cmd)}", flush=True)
+    proc = subprocess.Popen(cmd)
+    try:
+        returncode = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        # SIGTERM through the launcher reaches the ranks; killing mpiexec alone would not.
+        stop_job(proc)
+        raise UsageError(f"the calibration job did not finish within {timeout:.0f} s") from None
+    except KeyboardInterrupt:
+        stop_job(proc)
+        raise
+    if returncode != 0:
+        raise UsageError(f"the calibration job failed (exit {returncode}): {' '.join(cmd)}")
+
+
+def run_fit(args: argparse.Namespace) -> int:
+    """Calibrate if needed, fit, write RUN_DIR/platform.json and print the parameters."""
+    run_dir = Path(args.run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UsageError(f"RUN_DIR {run_dir}: expected a directory, got a file")
+    counts = calibration_counts(args.np)
+    has_calibration = (run_dir / CALIBRATION_CSV).exists()
+    if args.calibrate == "never" and not has_calibration:
+        raise UsageError(f"{run_dir}: no {CALIBRATION_CSV} and --calibrate never")
+    if args.calibrate == "always" or not has_calibration:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        _calibrate(args, run_dir, counts)
+    platform, _ = fit_platform(run_dir, args.name)
+    path = platform.write(run_dir / PLATFORM_FILE)
+    print(platform_text(platform))
+    print(f"# wrote {path}")
+    return 0
+
+
+def _link_lines(link) -> list[str]:
+    lines = []
+    for piece in link.alpha_beta:
+        alpha, beta = piece.values
+        bw = f"{1e-9 / beta:.2f} GB/s" if beta else "inf"
+        lines.append(
+            f"  from {format_size(piece.min_bytes):>5}: alpha {alpha * 1e6:7.3f} us, "
+            f"beta {beta * 1e9:.4f} ns/B ({bw})"
+        )
+    for name, pieces in (("gamma", link.gamma), ("gamma of native", link.gamma_native)):
+        for piece in pieces or ():
+            value = piece.values[0] * 1e9
+            lines.append(f"  from {format_size(piece.min_bytes):>5}: {name} {value:.4f} ns/B")
+    return lines
+
+
+def _state_lines(platform: Platform) -> list[str]:
+    lines = []
+    for state in platform.states:
+        barrier = "-" if state.barrier_s is None else f"{state.barrier_s * 1e6:.3f} us"
+        lines.append(
+            f"contention state, {state.ranks} ranks per node active: software overhead "
+            f"{state.software_overhead_s * 1e6:.3f} us per step, barrier {barrier}"
+        )
+        lines += _link_lines(state.intra)
+    return lines
+
+
+def platform_text(platform: Platform) -> str:
+    """The parameters in readable units."""
+    lines = [f"# platform {platform.name}: {platform.source}"]
+    for cls in ("intra", "inter"):
+        link = getattr(platform, cls)
+        lines.append(f"{cls}: {'measured' if link.measured else 'NOT measured'}; {link.note}")
+        lines += _link_lines(link)
+    lines.append(f"software overhead per step: {platform.software_overhead_s * 1e6:.3f} us")
+    lines.append(f"cores per node: {platform.cores_per_node or 'not limited'}")
+    return "\n".join(lines + _state_lines(platform))
+
+
+# --- accuracy ---------------------------------------------------------------------------
+
+
+def run_accuracy(args: argparse.Namespace) -> int:
+    """Compare every measured point with its prediction; the last line is the average."""
+    from osu_dl_bench.model import accuracy
+
+    source = Path(args.run_dir)
+    default = source if source.is_dir() else source.parent
+    if not args.platform and not (default / PLATFORM_FILE).exists():
+        raise UsageError(
+            f"{default}: no {PLATFORM_FILE}: run 'osu-dl-bench model fit {default}' first "
+            "or name one with --platform"
+        )
+    platform = platform_from_args(args, str(default / PLATFORM_FILE))
+    result = accuracy.compare(platform, accuracy.load_measurements(source))
+    plot = Path(args.plot) if args.plot else default / "plots" / "model_accuracy.png"
+    written = accuracy.plot(result, plot)
+    if args.csv:
+        result.to_csv(args.csv, index=False)
+    text = accuracy.report(result, platform)
+    head, last = text.rstrip("\n").rsplit("\n", 1)
+    print(f"{head}\n# plot: {written}")
+    if args.output:
+        Path(args.output).write_text(text)
+        print(f"# wrote {args.output}")
+    print(last)  # the average accuracy stays the last line
+    return 0
+
+
+# --- predict ----------------------------------------------------------------------------
+
+
+def _layout(nprocs: int, ppn: int | None) -> Layout:
+    if nprocs < 1:
+        raise UsageError(f"--np: expected a process count >= 1, got {nprocs}")
+    if ppn is not None and ppn < 1:
+        raise UsageError(f"--ppn: expected ranks per node >= 1, got {ppn}")
+    ppn = min(ppn or nprocs, nprocs)
+    return Layout(nprocs, -(-nprocs // ppn), ppn)
+
+
+def _collective_list(text: str) -> list[str]:
+    from osu_dl_bench.jobs.options import parse_collectives
+
+    return list(parse_collectives(text))
+
+
+def _sizes(text: str) -> list[int]:
+    from osu_dl_bench.measurement.options import parse_size_range
+
+    return doubling_sizes(*parse_size_range(text, 8))
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    """Print each algorithm's predicted time per size; write the predicted table."""
+    from osu_dl_bench.model.predict import predicted_table, prediction_text
+    from osu_dl_bench.selection.summary import table_summary
+
+    layout = _layout(args.np, args.ppn)
+    collectives, sizes = _collective_list(args.collectives), _sizes(args.message_size)
+    if args.output and not args.output.endswith(".json"):
+        raise UsageError(f"-o {args.output}: expected a file ending in .json")
+    platform = platform_from_args(args)
+    _require_inter(platform, layout)
+    name = Path(args.output).stem if args.output else f"predicted-{layout.nprocs}"
+    table, predictions = predicted_table(platform, layout, collectives, sizes, name)
+    print(
+        f"# predicted for p={layout.nprocs} ({layout.nodes} nodes x {layout.ranks_per_node} "
+        f"ppn) on platform {platform.name}{' (ASSUMED values)' if platform.assumed else ''}"
+    )
+    print(f"# {platform.source}")
+    for collective in collectives:
+        print(prediction_text(collective, predictions[collective]))
+    print(table_summary(table), end="")
+    if args.output:
+        print(f"# wrote {table.write(args.output)}")
+    return 0
+
+
+# --- train ------------------------------------------------------------------------------
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """Predicted vs measured step time at p, then predicted scaling on a named platform."""
+    from osu_dl_bench.train.oracle_report import train_report
+
+    platform = platform_from_args(args)
+    scale = load_platform(args.scale_platform)
+    _emit(train_report(args, platform, scale), args.output)
+    return 0
+
+
+ACTIONS = {"fit": run_fit, "accuracy": run_accuracy, "predict": run_predict, "train": run_train}
+
+
+def run_model(args: argparse.Namespace) -> int:
+    """Dispatch ``osu-dl-bench model ACTION``."""
+    return ACTIONS[args.model_command](args)

@@ -1,0 +1,84 @@
+"""What the ``tune`` and ``select`` subcommands do (options: tuning.options). They run as
+one process, not an MPI job, so they print directly."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from collectives import SPECS
+from collectives.buffers import DEVICES
+from collectives.units import parse_size
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.selection.exports import parse_exports, write_exports
+from osu_dl_bench.selection.names import TABLE_DIR
+from osu_dl_bench.selection.selector import Query, Selector, default_context, parse_force
+from osu_dl_bench.selection.summary import table_summary
+from osu_dl_bench.selection.tune import build_table
+
+
+def _table_path(args: argparse.Namespace) -> Path:
+    path = Path(args.output or Path(TABLE_DIR) / f"{Path(args.run_dir).resolve().name}.json")
+    if path.suffix != ".json":
+        raise UsageError(f"-o {path}: expected a file ending in .json")
+    return path
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    """Build the table, write it with its summary and exports, print the summary."""
+    path = _table_path(args)
+    libraries = parse_exports(args.export)
+    base = path.with_suffix("")
+    table, warnings = build_table(args.run_dir, base.name, args.dtype, args.op)
+    table.write(path)
+    summary = table_summary(table)
+    summary_path = base.with_name(base.name + ".summary.txt")
+    summary_path.write_text(summary)
+    print(summary, end="")
+    written = [path, summary_path]
+    for library, paths, notes in write_exports(table, base, libraries):
+        written += paths
+        warnings += [f"{library} export: {note}" for note in notes]
+    for warning in warnings:
+        print(f"# warning: {warning}")
+    print("\n".join(f"# wrote {p}" for p in written))
+    return 0
+
+
+def _collectives(args: argparse.Namespace, selector: Selector) -> list[str]:
+    if args.collective:
+        if args.collective not in SPECS:
+            raise UsageError(f"--collective {args.collective}: expected one of {', '.join(SPECS)}")
+        return [args.collective]
+    present = {e.key.collective for e in selector.table.entries} if selector.table else set()
+    return [c for c in SPECS if c in present] or ["allreduce"]
+
+
+def _model(args: argparse.Namespace):
+    """The performance model as the selector's hook, when --platform names a platform."""
+    if not getattr(args, "platform", None):
+        return None
+    # Imported here: only --platform needs the model package (it sits above tuning).
+    from osu_dl_bench.model.platform import load_platform
+    from osu_dl_bench.model.selection import platform_model
+
+    return platform_model(load_platform(args.platform))
+
+
+def run_select(args: argparse.Namespace) -> int:
+    """Print what the selector would pick for each collective and size, and why."""
+    if args.np < 1 or args.nodes < 1:
+        raise UsageError(f"--np and --nodes must be >= 1, got {args.np} and {args.nodes}")
+    if args.device not in DEVICES:
+        raise UsageError(f"-d {args.device}: expected one of {', '.join(DEVICES)}")
+    force = None if args.force is None else parse_force(args.force, "--force")
+    selector = Selector.from_file(args.table, force, _model(args), force_source="--force")
+    sizes = [parse_size(s) for s in args.size.split(",") if s.strip()]
+    blocks = []
+    for collective in _collectives(args, selector):
+        for size in sizes:
+            query = Query(collective, args.np, size, args.device, args.nodes, args.ppn)
+            context = default_context(query, args.dtype, args.op)
+            blocks.append(selector.explain(query, context))
+    print("\n\n".join(blocks))
+    return 0

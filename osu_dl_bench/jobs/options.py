@@ -1,0 +1,482 @@
+"""The sweep subcommand's options, parsed once into a SweepConfig and checked without MPI.
+
+Everything here runs in the orchestrator, which must never load MPI (importing anything
+under ``collectives`` does), so only checks that need no MPI library live
+here; the others (algorithm names, datatype, op, device) run in the planner and in every
+job (see ``plan``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import sys
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from collectives.units import doubling_sizes, split_variant_texts
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.measurement.options import (
+    COLLECTIVES,
+    DEVICE_HELP,
+    parse_allocated_sizes,
+    positive_int,
+)
+from osu_dl_bench.measurement.store import RunStore
+from osu_dl_bench.runtime import DEFAULT_THREAD_LEVEL, THREAD_LEVELS, slurm_job
+
+LAUNCHERS = ("mpiexec", "srun")
+# srun's default PMI for the mpich wheel (Open MPI needs --mpi=pmix instead).
+SRUN_DEFAULT_ARGS = ("--mpi=pmi2",)
+DEFAULT_COLLECTIVES = ("allreduce", "bcast")
+DEFAULT_SIZES = "8:16M"
+# Seconds of timed rounds per (p, collective, size) point, whatever the number of
+# candidates: 88 points (allreduce and bcast, 8 B-16 MiB, p = 2 and 4) stay well under
+# the issue's 10 minutes on 2 cores, since the budget does not grow when the machine slows.
+DEFAULT_BUDGET = 2.0
+MAX_BUDGET = 3600.0
+# A job that reports nothing for this long is stopped: the slowest point seen (16 MiB,
+# 16 candidates, p = 4 on 2 busy cores) takes well under a minute.
+DEFAULT_STALL_TIMEOUT = 900.0
+MAX_STALL_TIMEOUT = 86400.0
+MAX_PROCESSES = 4096
+# More ranks than this per core on one host measure the scheduler, not the collective.
+MAX_RANKS_PER_CORE = 16
+# The batch job's time limit when --submit is given no --time: the 88-point reference
+# sweep takes about 3 minutes on 2 cores, so an hour leaves room for bigger ones.
+DEFAULT_TIME_LIMIT = "01:00:00"
+# Slurm's time formats: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
+_TIME_LIMIT = re.compile(r"(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2})")
+# Options that only shape the batch job of --submit.
+_BATCH_OPTIONS = ("nodes", "ntasks_per_node", "time", "partition", "sbatch_args")
+# Characters that end or rewrite a line of a shell script: C0 controls (newline, CR, NUL,
+# tab, escape), DEL, C1 controls and Unicode's line separators.
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# How each option is spelled in messages, where it is not --DEST.
+_FLAGS = {
+    "output": "-o",
+    "message_size": "-m",
+    "algorithms": "-a",
+    "dtype": "-T",
+    "device": "-d",
+}
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """Every option of one sweep."""
+
+    nprocs: tuple[int, ...]  # empty: the job's size (--inside only)
+    collectives: tuple[str, ...]
+    min_size: int
+    max_size: int
+    algorithms: str
+    dtype: str
+    op: str
+    device: str
+    ranks_per_node: int | None
+    output: str
+    resume: bool
+    budget: float
+    launcher: str
+    launcher_args: tuple[str, ...]
+    inside: bool
+    dry_run: bool
+    thread_level: str
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT
+    # --submit: write the sweep's sbatch script into the run directory and submit it.
+    submit: bool = False
+    nodes: int | None = None
+    ntasks_per_node: int | None = None
+    time_limit: str = DEFAULT_TIME_LIMIT
+    partition: str | None = None
+    sbatch_args: tuple[str, ...] = ()
+    # Hidden: set on the jobs the orchestrator launches (progress events instead of text;
+    # session metadata and Parquet are left to the orchestrator) and on its planner.
+    orchestrated: bool = False
+    plan_only: bool = False
+
+    def sizes(self) -> list[int]:
+        """Message sizes in bytes: MIN, 2 MIN, ... up to MAX (OSU's doubling loop)."""
+        return doubling_sizes(self.min_size, self.max_size)
+
+    def element_counts(self, collective: str, itemsize: int) -> list[int]:
+        """Element count per size; sizes below one element are dropped, as in OSU."""
+        if collective == "barrier":
+            return [0]
+        counts = [size // itemsize for size in self.sizes()]
+        return sorted({n for n in counts if n > 0})
+
+    def worker_argv(self, nprocs: tuple[int, ...], mode: str) -> list[str]:
+        """Arguments of ``python -m osu_dl_bench`` for a launched job ('--inside') or the
+        planner ('--plan-only'); the run directory already exists, hence --resume."""
+        argv = [
+            "-m",
+            "osu_dl_bench",
+            "sweep",
+            mode,
+            "--orchestrated",
+            "--resume",
+            "--np",
+            ",".join(map(str, nprocs)),
+            *self._measurement_argv(),
+            "-o",
+            str(Path(self.output).resolve()),
+        ]
+        if self.ranks_per_node:
+            argv += ["--ranks-per-node", str(self.ranks_per_node)]
+        return argv
+
+    def _measurement_argv(self) -> list[str]:
+        """The options that say what to measure and how, as every job must get them."""
+        return [
+            "--collectives",
+            ",".join(self.collectives),
+            "-m",
+            f"{self.min_size}:{self.max_size}",
+            "-a",
+            self.algorithms,
+            "-T",
+            self.dtype,
+            "--op",
+            self.op,
+            "-d",
+            self.device,
+            "--budget",
+            repr(self.budget),
+            "--thread-level",
+            self.thread_level,
+        ]
+
+    def batch_argv(self) -> list[str]:
+        """The options a submitted batch job passes on to ``sweep --launcher srun``, apart
+        from --np and -o, which its script sets."""
+        argv = [
+            *self._measurement_argv(),
+            "--stall-timeout",
+            f"{self.stall_timeout:g}",
+        ]
+        if self.ranks_per_node:
+            argv += ["--ranks-per-node", str(self.ranks_per_node)]
+        if self.launcher_args:
+            argv.append(f"--launcher-args={shlex.join(self.launcher_args)}")
+        if self.resume:
+            argv.append("--resume")
+        return argv
+
+
+def _seconds_up_to(limit: float) -> Callable[[str], float]:
+    """An argparse type: seconds in (0, limit]."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not 0 < value <= limit:
+            raise argparse.ArgumentTypeError(f"expected seconds in (0, {limit:g}], got {text!r}")
+        return value
+
+    return parse
+
+
+def parse_process_counts(text: str) -> tuple[int, ...]:
+    """--np '2,4' or '2-4,8' -> sorted distinct counts, each in 1..MAX_PROCESSES."""
+    counts: set[int] = set()
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        lo_text, dash, hi_text = item.partition("-")
+        if not lo_text.isdigit() or (dash and not hi_text.isdigit()):
+            raise UsageError(f"--np {text}: expected counts like 2,4 or 2-4, got {item!r}")
+        lo = int(lo_text)
+        hi = int(hi_text) if dash else lo
+        if lo < 1 or hi < lo:
+            raise UsageError(f"--np {text}: process counts must be >= 1 and ranges ascending")
+        if hi > MAX_PROCESSES:
+            raise UsageError(f"--np {text}: {hi} processes is above the limit of {MAX_PROCESSES}")
+        counts.update(range(lo, hi + 1))
+    if not counts:
+        raise UsageError(f"--np {text!r}: no process count given")
+    return tuple(sorted(counts))
+
+
+def parse_collectives(text: str) -> tuple[str, ...]:
+    """--collectives 'allreduce,bcast' or 'all' -> distinct names in the order given."""
+    names = list(COLLECTIVES) if text.strip() == "all" else [t.strip() for t in text.split(",")]
+    names = list(dict.fromkeys(n for n in names if n))
+    unknown = [n for n in names if n not in COLLECTIVES]
+    if unknown:
+        raise UsageError(
+            f"--collectives: unknown collective {unknown[0]!r}: expected some of "
+            f"{', '.join(COLLECTIVES)} or all"
+        )
+    if not names:
+        raise UsageError("--collectives: no collective named")
+    return tuple(names)
+
+
+def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the sweep options on a (sub)parser."""
+    parser.add_argument("-o", "--output", required=True, metavar="RUN_DIR", help="run directory")
+    parser.add_argument(
+        "--np",
+        default=None,
+        metavar="LIST",
+        help="process counts, e.g. 2,4 or 2-4 (one job each; --inside: default the job's size)",
+    )
+    parser.add_argument(
+        "--collectives",
+        default=",".join(DEFAULT_COLLECTIVES),
+        help=f"comma list or all (default {','.join(DEFAULT_COLLECTIVES)})",
+    )
+    parser.add_argument(
+        "-m",
+        "--message-size",
+        default=DEFAULT_SIZES,
+        metavar="[MIN:]MAX",
+        help=f"message sizes in bytes, doubling, K/M/G suffixes (default {DEFAULT_SIZES})",
+    )
+    parser.add_argument(
+        "-a",
+        "--algorithms",
+        default="all",
+        help="all (default) or NAME[,NAME...]: a bare name sweeps its parameter grid, "
+        "NAME:k=v one variant; names a collective lacks are ignored for it",
+    )
+    parser.add_argument("-T", "--type", dest="dtype", default="float32", help="element type")
+    parser.add_argument("--op", default="sum", help="reduction op (default sum)")
+    parser.add_argument("-d", "--device", default="cpu", help=DEVICE_HELP)
+    parser.add_argument(
+        "--ranks-per-node",
+        type=positive_int,
+        default=None,
+        metavar="K",
+        help="emulate nodes of K ranks on one host (for the hierarchical algorithms)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=_seconds_up_to(MAX_BUDGET),
+        default=DEFAULT_BUDGET,
+        metavar="SECONDS",
+        help=f"timed seconds per (p, collective, size) point, all candidates together "
+        f"(default {DEFAULT_BUDGET:g})",
+    )
+    parser.add_argument("--resume", action="store_true", help="continue RUN_DIR, skip its points")
+    parser.add_argument(
+        "--launcher",
+        choices=LAUNCHERS,
+        default=None,
+        help="how each process count's job starts (default mpiexec, with --submit srun; "
+        "srun adds --mpi=pmi2)",
+    )
+    parser.add_argument(
+        "--launcher-args",
+        default="",
+        metavar="ARGS",
+        help="extra launcher arguments, e.g. --launcher-args='--mpi=pmix -N 2'",
+    )
+    parser.add_argument(
+        "--inside",
+        action="store_true",
+        help="sweep inside the current MPI job (run under mpiexec/srun) instead of launching",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print what would be measured and skipped, then exit"
+    )
+    parser.add_argument(
+        "--thread-level",
+        default=DEFAULT_THREAD_LEVEL,
+        choices=THREAD_LEVELS,
+        help="MPI thread level (default single)",
+    )
+    parser.add_argument(
+        "--stall-timeout",
+        type=_seconds_up_to(MAX_STALL_TIMEOUT),
+        default=DEFAULT_STALL_TIMEOUT,
+        metavar="SECONDS",
+        help=f"stop a job that reports no progress for this long "
+        f"(default {DEFAULT_STALL_TIMEOUT:g})",
+    )
+    _add_batch_arguments(parser)
+    parser.add_argument("--orchestrated", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--plan-only", action="store_true", help=argparse.SUPPRESS)
+
+
+def _add_batch_arguments(parser: argparse.ArgumentParser) -> None:
+    """The --submit option and the shape of its batch job."""
+    group = parser.add_argument_group("Slurm batch job (--submit)")
+    group.add_argument(
+        "--submit",
+        action="store_true",
+        help="write the sweep's sbatch script (scripts/sbatch/sweep.sbatch filled in) into "
+        "RUN_DIR and submit it; with --dry-run only write and print it",
+    )
+    group.add_argument(
+        "--nodes", type=positive_int, default=None, metavar="N", help="nodes (default 1)"
+    )
+    group.add_argument(
+        "--ntasks-per-node",
+        type=positive_int,
+        default=None,
+        metavar="K",
+        help="tasks per node (default: the largest --np spread over the nodes)",
+    )
+    group.add_argument(
+        "--time",
+        default=None,
+        help=f"time limit, e.g. 30 or 02:00:00 (default {DEFAULT_TIME_LIMIT})",
+    )
+    group.add_argument("--partition", default=None, help="partition (default: the cluster's)")
+    group.add_argument(
+        "--sbatch-args",
+        default="",
+        metavar="ARGS",
+        help="extra sbatch arguments, e.g. --sbatch-args='--account=proj --qos=short'",
+    )
+
+
+def _check_batch_options(args: argparse.Namespace) -> None:
+    """Batch-job options belong to --submit, which launches with srun and not --inside."""
+    if not args.submit:
+        given = [n for n in _BATCH_OPTIONS if getattr(args, n) not in (None, "")]
+        if given:
+            flag = "--" + given[0].replace("_", "-")
+            raise UsageError(f"{flag} shapes the batch job of --submit: add --submit or drop it")
+        return
+    if args.inside:
+        raise UsageError("--submit starts a batch job that launches its own steps: drop --inside")
+    if args.launcher not in (None, "srun"):
+        raise UsageError(
+            f"--submit runs the sweep in a Slurm batch job, whose steps start with srun: "
+            f"expected --launcher srun or none, got --launcher {args.launcher}"
+        )
+    if args.time is not None and not _TIME_LIMIT.fullmatch(args.time):
+        raise UsageError(
+            f"--time {args.time}: expected a Slurm time limit such as 30, 02:00:00 or 1-12:00:00"
+        )
+
+
+def _script_breaking(value: str) -> str | None:
+    """The first character that breaks a script line or hides what it says: controls, and
+    format characters (bidi overrides such as U+202E make the script read otherwise)."""
+    found = CONTROL_CHARACTERS.search(value)
+    if found:
+        return found[0]
+    return next((c for c in value if unicodedata.category(c) == "Cf"), None)
+
+
+def _escaped(value: str) -> str:
+    """repr with format characters escaped too (repr prints them raw)."""
+    return "".join(
+        f"\\u{ord(c):04x}" if unicodedata.category(c) == "Cf" else c for c in repr(value)
+    )
+
+
+def check_script_values(args: argparse.Namespace) -> None:
+    """Refuse control characters in every option value, since a batch script carries them
+    all (the command line in its provenance comment, most also in its commands): a
+    newline would end the script's line and start a command of the value's choosing."""
+    for dest, value in vars(args).items():
+        found = _script_breaking(value) if isinstance(value, str) else None
+        if found:
+            flag = _FLAGS.get(dest, "--" + dest.replace("_", "-"))
+            raise UsageError(
+                f"{flag} {_escaped(value)}: control character {_escaped(found)} refused, since the "
+                "value would go into a batch script"
+            )
+
+
+def config_from_args(args: argparse.Namespace) -> SweepConfig:
+    """Build and check a SweepConfig from parsed arguments (no MPI needed)."""
+    if args.submit:
+        check_script_values(args)  # first: other messages would echo the value raw
+    lo, hi = parse_allocated_sizes(args.message_size, default_min=1)
+    if args.np is None and not args.inside:
+        raise UsageError("--np is required to launch jobs, e.g. --np 2,4 (or run with --inside)")
+    _check_batch_options(args)
+    cfg = SweepConfig(
+        nprocs=parse_process_counts(args.np) if args.np is not None else (),
+        collectives=parse_collectives(args.collectives),
+        min_size=lo,
+        max_size=hi,
+        algorithms=args.algorithms,
+        dtype=args.dtype,
+        op=args.op,
+        device=args.device,
+        ranks_per_node=args.ranks_per_node,
+        output=args.output,
+        resume=args.resume,
+        budget=args.budget,
+        launcher=args.launcher or ("srun" if args.submit else "mpiexec"),
+        launcher_args=tuple(shlex.split(args.launcher_args)),
+        inside=args.inside,
+        dry_run=args.dry_run,
+        thread_level=args.thread_level,
+        stall_timeout=args.stall_timeout,
+        orchestrated=args.orchestrated,
+        plan_only=args.plan_only,
+        submit=args.submit,
+        nodes=args.nodes,
+        ntasks_per_node=args.ntasks_per_node,
+        time_limit=args.time or DEFAULT_TIME_LIMIT,
+        partition=args.partition,
+        sbatch_args=tuple(shlex.split(args.sbatch_args)),
+    )
+    if not split_variant_texts(cfg.algorithms):
+        raise UsageError("-a: no algorithm named")
+    return cfg
+
+
+def check_local_process_counts(cfg: SweepConfig) -> None:
+    """Refuse --np beyond what this host (mpiexec) or allocation (srun) can run."""
+    largest = max(cfg.nprocs)
+    if cfg.launcher == "srun":
+        job = slurm_job()
+        # Asking a Slurm allocation for more tasks than it has leaves the step pending
+        # forever, not failed.
+        if job is not None and job.ntasks and largest > job.ntasks:
+            raise UsageError(
+                f"--np {largest}: this allocation (Slurm job {job.job_id}) has only "
+                f"{job.ntasks} tasks"
+            )
+        return
+    if cfg.launcher_args:
+        return  # hosts given to mpiexec: the cluster decides
+    cores = os.cpu_count() or 1
+    limit = MAX_RANKS_PER_CORE * cores
+    if largest > limit:
+        raise UsageError(
+            f"--np {largest}: more than {limit} processes ({MAX_RANKS_PER_CORE} per core) on "
+            f"this host's {cores} cores; give mpiexec hosts with --launcher-args or use srun"
+        )
+
+
+def check_output_dir(cfg: SweepConfig) -> None:
+    """-o names a directory, or nothing yet."""
+    path = Path(cfg.output)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"-o {cfg.output}: exists and is not a directory")
+
+
+def check_run_dir(cfg: SweepConfig) -> None:
+    """A run directory must be new or empty unless --resume continues it (rows that
+    cannot be used are counted in a warning here, once per sweep)."""
+    check_output_dir(cfg)
+    store = RunStore(cfg.output)
+    if not store.results_path.exists():
+        return
+    frame = store.load()  # a UsageError if it is not a sweep's results file
+    if len(frame) and not cfg.resume:
+        raise UsageError(
+            f"-o {cfg.output} already holds {len(frame)} results: add --resume to continue "
+            "that sweep, or choose a new directory"
+        )
+
+
+def command_line() -> str:
+    """This command line, quoted so it can be pasted back into a shell."""
+    # argv[0] is __main__.py under `python -m`: name the console script either way.
+    return shlex.join(["osu-dl-bench", *sys.argv[1:]])

@@ -1,0 +1,367 @@
+"""``osu-dl-bench sweep`` without --inside: plan, then launch one MPI job per process count
+and follow its progress. This process never loads MPI: a process that has initialised
+MPI cannot reliably start other MPI jobs, and under Slurm it would be a task of its own.
+
+Sequence: MPI-free checks here; a one-process planner checks the rest against the
+registry and counts the points; then each job (``sweep --inside --orchestrated``) runs
+in turn, its rank 0 appending results and printing event lines that drive the progress
+bar. A job's validation failures do not stop the sweep (exit 1 at the end); a job that
+dies stops it, keeping every point stored so far for --resume. The run directory's lock
+is held from before its results are read until the sweep ends, so a second sweep into
+it is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.jobs import runinfo, slurm
+from osu_dl_bench.jobs.launch import (
+    check_not_in_mpi_job,
+    job_command,
+    job_environment,
+    planner_command,
+)
+from osu_dl_bench.jobs.options import (
+    SweepConfig,
+    check_local_process_counts,
+    check_output_dir,
+    check_run_dir,
+)
+from osu_dl_bench.jobs.progress import Progress, decode_event, format_duration, plan_lines
+from osu_dl_bench.measurement.store import LOCK, RunLock, RunStore, StoreError
+
+# The planner imports the registry (and torch, for Gloo): slow, but never minutes.
+PLANNER_TIMEOUT = 600.0
+# Grace period for a job to end after SIGTERM before it is killed.
+STOP_GRACE = 10.0
+
+
+class JobFailed(Exception):
+    """A child process ended with an exit code that stops the sweep."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"exit code {code}")
+        self.code = code
+
+
+def run_planner(cfg: SweepConfig) -> dict[int, dict[str, Any]]:
+    """Each process count's plan event; its errors reach stderr once, from the planner."""
+    try:
+        proc = subprocess.run(
+            planner_command(cfg),
+            stdout=subprocess.PIPE,
+            text=True,
+            timeout=PLANNER_TIMEOUT,
+            env=job_environment(cfg, 1),
+        )
+    except subprocess.TimeoutExpired:
+        print(
+            f"osu-dl-bench: error: the planner did not finish within {PLANNER_TIMEOUT:g} s",
+            file=sys.stderr,
+        )
+        raise JobFailed(1) from None
+    if proc.returncode != 0:
+        raise JobFailed(proc.returncode)
+    events = (decode_event(line) for line in proc.stdout.splitlines())
+    return {e["nprocs"]: e for e in events if e and e["event"] == "plan"}
+
+
+@dataclass
+class JobOutcome:
+    """How a job ended: its exit code, whether it finished its points, and the point it
+    was measuring when it stalled (None if it did not)."""
+
+    code: int
+    finished: bool
+    failures: int
+    stalled_at: str | None = None
+
+
+def stop_job(proc: subprocess.Popen) -> None:
+    """Terminate a job (mpiexec and srun pass SIGTERM on to the ranks), then kill it."""
+    proc.terminate()
+    try:
+        proc.wait(STOP_GRACE)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _pump(stream: IO[str], lines: queue.Queue) -> None:
+    """Copy a job's output lines into a queue (None at the end), so the reader can time out."""
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
+
+
+def follow_job(
+    proc: subprocess.Popen, nprocs: int, progress: Progress, stall_timeout: float
+) -> JobOutcome:
+    """Pass a job's ordinary lines through, turn its events into progress, and stop it if
+    it reports nothing for ``stall_timeout`` seconds (a hung algorithm must not hang the
+    sweep)."""
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
+    done: dict[str, Any] | None = None
+    current = "start-up"
+    try:
+        while (line := lines.get(timeout=stall_timeout)) is not None:
+            event = decode_event(line.rstrip("\n"))
+            if event is None:
+                progress.clear()
+                sys.stdout.write(line)
+                sys.stdout.flush()
+            elif event["event"] == "plan":
+                progress.replan(nprocs, event["todo"])
+            elif event["event"] == "measuring":
+                current = f"{event['collective']} {event['size_bytes']} B"
+            elif event["event"] == "point":
+                progress.advance()
+            elif event["event"] == "done":
+                done = event
+    except queue.Empty:
+        stop_job(proc)
+        return JobOutcome(proc.returncode, False, 0, stalled_at=current)
+    except BaseException:
+        stop_job(proc)
+        raise
+    return JobOutcome(proc.wait(), done is not None, done["failures"] if done else 0)
+
+
+def run_job(cfg: SweepConfig, nprocs: int, progress: Progress) -> JobOutcome:
+    """Launch the job of one process count and follow it until it ends."""
+    proc = subprocess.Popen(
+        job_command(cfg, nprocs),
+        stdout=subprocess.PIPE,
+        text=True,
+        bufsize=1,
+        env=job_environment(cfg, nprocs),
+    )
+    return follow_job(proc, nprocs, progress, cfg.stall_timeout)
+
+
+def _explain_failure(cfg: SweepConfig, nprocs: int, outcome: JobOutcome) -> None:
+    """One message for a job that stopped the sweep (a usage error explained itself)."""
+    if outcome.stalled_at is not None:
+        what = (
+            f"reported nothing for {cfg.stall_timeout:g} s while measuring "
+            f"{outcome.stalled_at} (a hung algorithm? leave it out with -a) and was stopped"
+        )
+    elif outcome.code != 2:
+        what = f"ended with exit code {outcome.code} before finishing"
+    else:
+        return
+    print(
+        f"osu-dl-bench: error: the job for --np {nprocs} {what}; the points measured so "
+        f"far are kept in {cfg.output}: rerun with --resume",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _launcher_label(cfg: SweepConfig) -> str:
+    return " ".join([cfg.launcher, *cfg.launcher_args])
+
+
+def _run_jobs(
+    cfg: SweepConfig, plans: dict[int, dict[str, Any]], progress: Progress, store: RunStore
+) -> int:
+    """Every job in turn; the exit code of the sweep."""
+    code = 0
+    recorded = store.read_metadata().get("jobs", {})
+    for nprocs in cfg.nprocs:
+        if not plans[nprocs]["todo"] and str(nprocs) in recorded:
+            continue  # resumed and complete: its job entry already says what ran
+        outcome = run_job(cfg, nprocs, progress)
+        if outcome.code == 0:
+            continue
+        if outcome.finished:
+            code = 1  # wrong results, already reported and stored: keep going
+            continue
+        progress.clear()
+        _explain_failure(cfg, nprocs, outcome)
+        raise JobFailed(outcome.code if outcome.stalled_at is None else 1)
+    return code
+
+
+def run_sweep(cfg: SweepConfig) -> int:
+    """The sweep command without --inside; returns the exit code."""
+    check_not_in_mpi_job()
+    if cfg.submit:
+        return submit_sweep(cfg)
+    check_local_process_counts(cfg)
+    for nprocs in cfg.nprocs:
+        job_command(cfg, nprocs)  # a missing launcher is a usage error, found now
+    with contextlib.ExitStack() as held:
+        # An existing directory is held before it is read: a sweep still writing into it
+        # is refused, not raced. A new one is made (and held) only once the plan is good.
+        lock = _hold_existing(cfg, held) if not cfg.dry_run else None
+        check_run_dir(cfg)
+        try:
+            plans = run_planner(cfg)
+            if cfg.dry_run:
+                print("\n".join(plan_lines(list(plans.values()))))
+                return 0
+            if lock is None:
+                held.enter_context(RunStore(cfg.output).lock())
+                check_run_dir(cfg)  # another sweep may have filled it meanwhile
+            return _launch_all(cfg, plans)
+        except JobFailed as exc:
+            return exc.code or 1
+
+
+def _hold_existing(cfg: SweepConfig, held: contextlib.ExitStack) -> RunLock | None:
+    """The run directory's lock, if the directory exists (None if it does not yet)."""
+    check_output_dir(cfg)
+    store = RunStore(cfg.output)
+    return held.enter_context(store.lock()) if store.path.is_dir() else None
+
+
+def submit_sweep(cfg: SweepConfig) -> int:
+    """--submit: check the options (the planner) and the cluster here, then write the batch
+    script into the run directory and submit it; with --dry-run only write and print it.
+    Nothing is created before every check has passed."""
+    with contextlib.ExitStack() as held:
+        existing = _hold_existing(cfg, held)
+        check_run_dir(cfg)
+        request = slurm.batch_request(cfg)
+        text = slurm.sweep_script(cfg, request, slurm.read_template())
+        if not cfg.dry_run:
+            slurm.require_commands()
+            slurm.check_fits(request, slurm.query_nodes())
+        try:
+            plans = run_planner(cfg)
+        except JobFailed as exc:
+            return exc.code or 1
+        store = RunStore(cfg.output)
+        if existing is None:
+            held.enter_context(store.lock())
+        script = _write_script(store, text)
+        if cfg.dry_run:
+            print("\n".join(plan_lines(list(plans.values()))))
+            print(f"# batch script (not submitted: --dry-run): {script}\n{text}", end="")
+            return 0
+        job_id = _submit_held(cfg, store, script, created=existing is None)
+    # Released after the run directory is: the job's sweep takes its lock when it starts.
+    slurm.release(job_id)
+    print(_submission_lines(cfg, request, job_id, script), flush=True)
+    return 0
+
+
+def _write_script(store: RunStore, text: str) -> Path:
+    """The batch script, written into the run directory."""
+    script = store.path.resolve() / slurm.SCRIPT_NAME
+    try:
+        script.write_text(text)
+    except OSError as exc:
+        raise StoreError(f"cannot write {script} ({exc.strerror or exc})") from None
+    return script
+
+
+def _submit_held(cfg: SweepConfig, store: RunStore, script: Path, created: bool) -> str:
+    """sbatch the script on hold and record the job; the job id. If sbatch refuses it (an
+    option in --sbatch-args), a run directory made for it is removed again."""
+    try:
+        job_id = slurm.submit_held(script, cfg.sbatch_args)
+    except UsageError:
+        if created:
+            for leftover in (script, store.path / LOCK):
+                leftover.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                store.path.rmdir()
+        raise
+    # Held until the submission is recorded: the job writes metadata.json too, and two
+    # read-modify-writes at once could lose one of them.
+    runinfo.record_submission(store, job_id, str(script))
+    return job_id
+
+
+def _submission_lines(
+    cfg: SweepConfig, request: slurm.BatchRequest, job_id: str, script: Path
+) -> str:
+    """What was submitted and where its results and log will be."""
+    run_dir = script.parent
+    log = run_dir / slurm.LOG_NAME.replace("%j", job_id)
+    return (
+        f"submitted Slurm batch job {job_id}: {request.nodes} node(s) x "
+        f"{request.ntasks_per_node} tasks, --np {','.join(map(str, cfg.nprocs))}\n"
+        f"script:  {script}\n"
+        f"results: {run_dir / 'results.csv'} and {run_dir / 'metadata.json'}\n"
+        f"log:     {log}\n"
+        f"follow it with: squeue -j {job_id}"
+    )
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (timeout, scancel, a batch system's kill) raises KeyboardInterrupt, so the
+    running job is stopped too instead of being orphaned."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _mark_incomplete(store: RunStore) -> None:
+    """Record that the sweep stopped early. The error that stopped it has been (or is
+    about to be) reported; if this fails as well (the same full disk), it is only
+    mentioned, so the first error stays the one reported."""
+    try:
+        runinfo.record_completion(store, complete=False)
+    except UsageError as second:
+        failure = second.failure if isinstance(second, StoreError) else second
+        print(
+            f"osu-dl-bench: note: could not also mark the run incomplete: {failure}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _launch_all(cfg: SweepConfig, plans: dict[int, dict[str, Any]]) -> int:
+    store = RunStore(cfg.output)
+    store.create()
+    runinfo.record_session(store, cfg, launcher=_launcher_label(cfg))
+    progress = Progress({p: plan["todo"] for p, plan in plans.items()})
+    start = time.monotonic()
+    progress.show(force=True)
+    try:
+        with _terminate_as_interrupt():
+            code = _run_jobs(cfg, plans, progress, store)
+    except KeyboardInterrupt:
+        progress.clear()
+        print(
+            f"\ninterrupted: the points measured so far are kept in {cfg.output}; "
+            "rerun with --resume",
+            file=sys.stderr,
+        )
+        _mark_incomplete(store)
+        return 130
+    except Exception:
+        progress.clear()
+        _mark_incomplete(store)
+        raise
+    finally:
+        progress.close()
+    lines = runinfo.finish_run(store, complete=True)
+    lines.insert(
+        0, f"# {progress.done} points measured in {format_duration(time.monotonic() - start)}"
+    )
+    print("\n".join(lines), flush=True)
+    return code

@@ -1,0 +1,202 @@
+"""What a sweep measures: each collective's variants from the registry (parameter grids
+expanded), their eligibility at a process count, and the points still to measure.
+
+Never names an algorithm: everything comes from the registry, whatever is registered.
+Needs the registry, hence the MPI library, but no communication: the planner process
+and every job run it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from collectives import (
+    SPECS,
+    CallContext,
+    CollectiveSpec,
+    Variant,
+    algorithms,
+    distinct_variants,
+)
+from collectives.buffers import array_module
+from collectives.dtypes import ElementType, element_type
+from collectives.ops import ReduceOp, reduce_op
+from collectives.registry import lookup, parse_variant
+from collectives.units import split_variant_texts
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.jobs.options import SweepConfig
+from osu_dl_bench.measurement.harness import plan_variants
+from osu_dl_bench.measurement.store import POINT_KEY, RunStore
+
+
+def _distinct(variants: list[Variant]) -> list[Variant]:
+    """One variant per label (a grid may repeat the default, -a may repeat a name)."""
+    first: dict[str, Variant] = {}
+    for variant in variants:
+        first.setdefault(variant.label, variant)
+    return list(first.values())
+
+
+def variants_for(collective: str, algorithm_texts: list[str]) -> list[Variant]:
+    """-a items -> this collective's variants. 'all' or a bare name sweeps grids;
+    'NAME:k=v' is one variant; names this collective lacks are ignored."""
+    known = {a.name: a for a in algorithms(collective)}
+    variants: list[Variant] = []
+    if "all" in algorithm_texts:
+        variants += [v for a in known.values() for v in a.grid_variants()]
+    for text in algorithm_texts:
+        name, colon, _ = (t.strip() for t in text.partition(":"))
+        if name in known and colon:
+            variants.append(parse_variant(collective, text))
+        elif name in known and "all" not in algorithm_texts:
+            variants += known[name].grid_variants()
+    return _distinct(variants)
+
+
+def _check_names(collectives: tuple[str, ...], algorithm_texts: list[str]) -> None:
+    """Every name of -a must belong to some selected collective."""
+    for text in algorithm_texts:
+        name = text.partition(":")[0].strip()
+        if name == "all":
+            continue
+        if not any(name in {a.name for a in algorithms(c)} for c in collectives):
+            # lookup's message lists the names of the first collective
+            lookup(collectives[0], name)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What stays fixed over a sweep: element type, op, array module, variants."""
+
+    etype: ElementType
+    op: ReduceOp | None
+    xp: Any
+    variants: dict[str, list[Variant]]  # collective -> its selected variants
+
+    def op_for(self, spec: CollectiveSpec) -> ReduceOp | None:
+        """The op for reductions, None for the others."""
+        return self.op if spec.reduces else None
+
+    def op_name(self, spec: CollectiveSpec) -> str | None:
+        """The op's name as stored in results (None for collectives that do not reduce)."""
+        op = self.op_for(spec)
+        return op.name if op else None
+
+
+def resolve_setting(cfg: SweepConfig) -> Setting:
+    """Resolve and check every name of the config; a UsageError says what is wrong."""
+    etype = element_type(cfg.dtype)
+    reducing = [c for c in cfg.collectives if SPECS[c].reduces]
+    op = reduce_op(cfg.op)
+    if reducing:
+        op.check_dtype(etype)
+    if not any(cfg.element_counts(c, etype.itemsize) for c in cfg.collectives):
+        raise UsageError(
+            f"-m {cfg.min_size}:{cfg.max_size}: no size holds one {etype.name} element "
+            f"({etype.itemsize} B)"
+        )
+    texts = split_variant_texts(cfg.algorithms)
+    _check_names(cfg.collectives, texts)
+    variants = {c: variants_for(c, texts) for c in cfg.collectives}
+    empty = [c for c, vs in variants.items() if not vs]
+    if empty:
+        raise UsageError(
+            f"-a {cfg.algorithms}: names no algorithm of {', '.join(empty)} "
+            f"(see osu-dl-bench list {empty[0]})"
+        )
+    return Setting(etype, op, array_module(cfg.device), variants)
+
+
+@dataclass(frozen=True)
+class CollectivePlan:
+    """One collective in one job's layout: sizes, runnable and skipped variants."""
+
+    spec: CollectiveSpec
+    counts: list[int]
+    eligible: list[Variant]
+    skipped: list[tuple[Variant, str]]
+    nprocs: int
+    nodes: int
+    ppn: int
+
+
+def plan_collectives(
+    cfg: SweepConfig, setting: Setting, nprocs: int, nodes: int, ppn: int
+) -> list[CollectivePlan]:
+    """Each collective's plan in one job's layout (process count, nodes, ranks per node)."""
+    plans = []
+    for name in cfg.collectives:
+        spec = SPECS[name]
+        ctx = CallContext(nprocs, setting.etype, setting.op_for(spec), cfg.device, nodes, ppn)
+        plan = plan_variants(setting.variants[name], ctx)
+        counts = cfg.element_counts(name, setting.etype.itemsize)
+        plans.append(CollectivePlan(spec, counts, plan.eligible, plan.skipped, nprocs, nodes, ppn))
+    return plans
+
+
+def point_key(
+    cfg: SweepConfig, setting: Setting, plan: CollectivePlan, variant: Variant, n: int
+) -> tuple:
+    """The store's key (POINT_KEY order) of one candidate at one point."""
+    fields = {
+        "nprocs": plan.nprocs,
+        "nodes": plan.nodes,
+        "ppn": plan.ppn,
+        "collective": plan.spec.name,
+        "backend": variant.algorithm.backend,
+        "algorithm": variant.label,
+        "dtype": setting.etype.name,
+        "op": setting.op_name(plan.spec),
+        "device": cfg.device,
+        "size_bytes": n * setting.etype.itemsize,
+    }
+    return tuple(fields[k] for k in POINT_KEY)
+
+
+def finished_points(store: RunStore) -> set[tuple]:
+    """The stored points' keys (POINT_KEY order)."""
+    return store.finished_points()
+
+
+def pending(
+    cfg: SweepConfig, setting: Setting, plan: CollectivePlan, n: int, done: set
+) -> list[Variant]:
+    """The eligible variants with no stored result at this point, less twins (variants
+    whose chunk or segment size has no effect at this size run the same code: timing
+    them twice costs time and lets noise pick between equals)."""
+    distinct = distinct_variants(plan.eligible, plan.nprocs, n, setting.etype.itemsize)
+    return [v for v in distinct if point_key(cfg, setting, plan, v, n) not in done]
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """Points of one process count: how many in all, and how many still to measure."""
+
+    nprocs: int
+    points: int
+    todo: int
+    skipped: list[dict[str, str]]
+
+
+def job_plan(
+    cfg: SweepConfig, setting: Setting, nprocs: int, plans: list[CollectivePlan], done: set
+) -> JobPlan:
+    """Count the points (one per collective and size with an eligible candidate)."""
+    points = todo = 0
+    for plan in plans:
+        if not plan.eligible:
+            continue
+        points += len(plan.counts)
+        todo += sum(1 for n in plan.counts if pending(cfg, setting, plan, n, done))
+    skipped = [
+        {
+            "collective": plan.spec.name,
+            "backend": v.algorithm.backend,
+            "algorithm": v.label,
+            "reason": reason,
+        }
+        for plan in plans
+        for v, reason in plan.skipped
+    ]
+    return JobPlan(nprocs, points, todo, skipped)

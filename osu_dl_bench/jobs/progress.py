@@ -1,0 +1,166 @@
+"""What a sweep shows: the event lines a job's rank 0 prints for the orchestrator, the
+orchestrator's progress bar (points done / total, elapsed, ETA) and the text lines of
+plans and points. No MPI here.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from collectives.units import format_size
+from osu_dl_bench.measurement.store import SweepPoint
+
+# Event lines start with this marker; every other line of a job is passed through.
+EVENT_PREFIX = "@osu-dl-bench-sweep "
+
+
+def encode_event(kind: str, **fields: Any) -> str:
+    """One event as a line: the marker, then JSON."""
+    return EVENT_PREFIX + json.dumps({"event": kind, **fields}, separators=(",", ":"))
+
+
+def decode_event(line: str) -> dict[str, Any] | None:
+    """The event carried by a line, or None for an ordinary line."""
+    if not line.startswith(EVENT_PREFIX):
+        return None
+    try:
+        event = json.loads(line[len(EVENT_PREFIX) :])
+    except json.JSONDecodeError:
+        return None
+    return event if isinstance(event, dict) and "event" in event else None
+
+
+def format_duration(seconds: float) -> str:
+    """'0:42', '12:05' or '2:03:00'."""
+    seconds = max(0, round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+class Progress:
+    """Points done out of a total that jobs refine as they report their own plans.
+
+    On a terminal it redraws one line; otherwise (logs, CI) it writes a line at most every
+    ``interval`` seconds, and always the last one.
+    """
+
+    def __init__(
+        self,
+        todo: dict[int, int],
+        stream: TextIO = sys.stderr,
+        interactive: bool | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        interval: float = 10.0,
+    ) -> None:
+        self.todo = dict(todo)  # process count -> points still to measure
+        self.done = 0
+        self.stream = stream
+        self.interactive = stream.isatty() if interactive is None else interactive
+        self.clock = clock
+        self.start = clock()
+        self.interval = interval
+        self._last_shown: float | None = None
+        self._shown_state: tuple[int, int] | None = None
+        self._drawn = False
+
+    @property
+    def total(self) -> int:
+        """Points this session measures (its estimate, until every job has reported)."""
+        return max(self.done, sum(self.todo.values()))
+
+    def replan(self, nprocs: int, todo: int) -> None:
+        """A job's own count of its points replaces the planner's estimate."""
+        self.todo[nprocs] = todo
+
+    def advance(self) -> None:
+        """One more point measured."""
+        self.done += 1
+        self.show()
+
+    def eta_seconds(self) -> float | None:
+        """Remaining time at the average pace so far (points share one budget each)."""
+        if not self.done:
+            return None
+        return (self.clock() - self.start) / self.done * (self.total - self.done)
+
+    def render(self, width: int = 24) -> str:
+        """'[######------]  12/88 points  0:45 elapsed  ETA 2:13'."""
+        total = self.total
+        filled = width * self.done // total if total else width
+        eta = self.eta_seconds()
+        return (
+            f"[{'#' * filled}{'-' * (width - filled)}] {self.done:>4}/{total} points  "
+            f"{format_duration(self.clock() - self.start)} elapsed  "
+            f"ETA {'?' if eta is None else format_duration(eta)}"
+        )
+
+    def show(self, force: bool = False) -> None:
+        """Draw the bar (rate-limited when not on a terminal)."""
+        now = self.clock()
+        if self.interactive:
+            self.stream.write("\r" + self.render())
+            self._drawn = True
+        elif (
+            force
+            or self._last_shown is None
+            or now - self._last_shown >= self.interval
+            or self.done == self.total
+        ):
+            self.stream.write(self.render() + "\n")
+            self._last_shown, self._shown_state = now, (self.done, self.total)
+        self.stream.flush()
+
+    def clear(self) -> None:
+        """Erase the bar so an ordinary line can be printed (terminal only)."""
+        if self.interactive and self._drawn:
+            self.stream.write("\r\x1b[2K")
+            self.stream.flush()
+            self._drawn = False
+
+    def close(self) -> None:
+        """Leave the final state on its own line."""
+        if self.interactive:
+            self.show()
+            self.stream.write("\n")
+            self.stream.flush()
+        elif self._shown_state != (self.done, self.total):
+            self.show(force=True)
+
+
+def point_line(points: list[SweepPoint], seconds: float) -> str:
+    """'p=2 allreduce 8B: 3 candidates, 40x1000, best native 3.21 us (spread 0.10), 2.1 s'."""
+    first = points[0]
+    best = min(points, key=lambda pt: pt.median_us)
+    return (
+        f"p={first.nprocs} {first.collective} {format_size(first.size_bytes)}B: "
+        f"{len(points)} candidates, {first.rounds}x{first.iterations}, best {best.algorithm} "
+        f"{best.median_us:.2f} us (spread {best.spread_us:.2f}), {seconds:.1f} s"
+    )
+
+
+def skipped_lines(nprocs: int, skipped: list[dict[str, str]]) -> list[str]:
+    """One line per skipped algorithm (its grid variants share the reason)."""
+    grouped: dict[tuple[str, str, str], int] = {}
+    for item in skipped:
+        name = item["algorithm"].partition(":")[0]
+        key = (item["collective"], name, item["reason"])
+        grouped[key] = grouped.get(key, 0) + 1
+    return [
+        f"# p={nprocs} {coll} {name}{f' ({k} variants)' if k > 1 else ''}: skipped: {reason}"
+        for (coll, name, reason), k in grouped.items()
+    ]
+
+
+def plan_lines(plans: list[dict[str, Any]]) -> list[str]:
+    """The dry run's text: points per process count, skipped algorithms, the total."""
+    lines = []
+    for plan in plans:
+        lines.append(f"# p={plan['nprocs']}: {plan['todo']} of {plan['points']} points to measure")
+        lines += skipped_lines(plan["nprocs"], plan["skipped"])
+    lines.append(f"# total: {sum(p['todo'] for p in plans)} points to measure")
+    return lines

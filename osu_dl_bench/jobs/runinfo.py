@@ -1,0 +1,122 @@
+"""The run directory's metadata.json: what the sweep was asked (written by whoever starts
+the sweep) and what each job found (MPI library, hosts, nodes, ppn; written by the job's
+rank 0). Jobs run one after the other, so read-modify-write is safe. No MPI here.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from osu_dl_bench import __version__
+from osu_dl_bench.jobs.options import SweepConfig, command_line
+from osu_dl_bench.measurement.store import RunStore
+from osu_dl_bench.runtime import slurm_job, utc_now
+
+# The array library behind each buffer kind (-d).
+ARRAY_MODULES = {"cpu": "numpy", "cpu-registered": "numpy (registered memory)", "cuda": "cupy"}
+_SLURM_VARS = {
+    "slurm_job_id": "SLURM_JOB_ID",
+    "slurm_nodes": "SLURM_JOB_NUM_NODES",
+    "slurm_tasks_per_node": "SLURM_TASKS_PER_NODE",
+    "slurm_step_id": "SLURM_STEP_ID",
+}
+
+
+def slurm_fields() -> dict[str, Any]:
+    """The Slurm job's id and shape, when running under Slurm."""
+    fields: dict[str, Any] = {
+        key: os.environ[var] for key, var in _SLURM_VARS.items() if os.environ.get(var)
+    }
+    job = slurm_job()
+    if job is not None:
+        fields.update(slurm_ntasks=job.ntasks, slurm_ntasks_per_node=job.ntasks_per_node)
+    return fields
+
+
+def session_fields(cfg: SweepConfig, launcher: str) -> dict[str, Any]:
+    """What this invocation asked for."""
+    return {
+        "package_version": __version__,
+        "command": command_line(),
+        "date": utc_now(),
+        "launcher": launcher,
+        "buffer_kind": cfg.device,
+        "array_module": ARRAY_MODULES.get(cfg.device, cfg.device),
+        "dtype": cfg.dtype,
+        "op": cfg.op,
+        "collectives": list(cfg.collectives),
+        "nprocs": list(cfg.nprocs),
+        "min_size": cfg.min_size,
+        "max_size": cfg.max_size,
+        "algorithms": cfg.algorithms,
+        "budget_s": cfg.budget,
+        "ranks_per_node": cfg.ranks_per_node,
+        "thread_level": cfg.thread_level,
+        **slurm_fields(),
+    }
+
+
+def record_session(store: RunStore, cfg: SweepConfig, launcher: str) -> None:
+    """Start (or, with --resume, continue) the metadata with this invocation."""
+    metadata = store.read_metadata()
+    session = session_fields(cfg, launcher)
+    history = metadata.get("sessions", [])
+    history.append({k: session[k] for k in ("command", "date", "launcher")})
+    metadata.update(session, sessions=history, complete=False)
+    metadata.setdefault("jobs", {})
+    store.write_metadata(metadata)
+
+
+def record_submission(store: RunStore, job_id: str, script: str) -> None:
+    """Note a batch job submitted to run this sweep (before it starts, or between resumes)."""
+    metadata = store.read_metadata()
+    submissions = metadata.setdefault("submissions", [])
+    submissions.append(
+        {"slurm_job_id": job_id, "script": script, "command": command_line(), "date": utc_now()}
+    )
+    store.write_metadata(metadata)
+
+
+def record_job(store: RunStore, nprocs: int, job: dict[str, Any]) -> None:
+    """Store one job's entry under jobs[nprocs] and refresh the run-wide fields (library
+    and version of the latest job, all hosts, the largest nodes and ppn)."""
+    metadata = store.read_metadata()
+    jobs = metadata.setdefault("jobs", {})
+    earlier = jobs.get(str(nprocs), {})
+    previous = earlier.pop("previous", [])
+    if earlier and earlier.get("started") != job.get("started"):
+        # A resumed process count keeps what the earlier sessions ran on.
+        previous.append(earlier)
+    jobs[str(nprocs)] = {**job, "previous": previous} if previous else job
+    entries = list(jobs.values())
+    metadata.update(
+        mpi_library=job["mpi_library"],
+        mpi_version=job["mpi_version"],
+        mpi4py_version=job["mpi4py_version"],
+        hosts=sorted({h for e in entries for h in e.get("hosts", [])}),
+        nodes=max(e.get("nodes", 0) for e in entries),
+        ppn=max(e.get("ppn", 0) for e in entries),
+    )
+    store.write_metadata(metadata)
+
+
+def record_completion(store: RunStore, complete: bool, **fields: Any) -> None:
+    """Mark the sweep finished (every planned point stored) or not, with a date."""
+    metadata = store.read_metadata()
+    metadata.update(complete=complete, finished=utc_now(), **fields)
+    store.write_metadata(metadata)
+
+
+def finish_run(store: RunStore, complete: bool) -> list[str]:
+    """Write Parquet (when pyarrow is present) and the completion mark; the lines that
+    tell the user where the results are."""
+    parquet = store.write_parquet()
+    record_completion(store, complete, parquet=parquet is not None)
+    rows = len(store.read()[0])  # dropped rows were reported when the sweep began
+    lines = [f"# {rows} results in {store.results_path}"]
+    if parquet is not None:
+        lines.append(f"# also {parquet}")
+    else:
+        lines.append("# results.parquet not written: pyarrow is not installed")
+    return lines

@@ -1,0 +1,362 @@
+"""The sweep inside one MPI job (``osu-dl-bench sweep --inside``), and the planner.
+
+For each process count p of --np, the first p ranks of the job measure every pending
+(collective, size) point while the others wait without spinning; rank 0 appends each
+point's rows to the run directory as soon as they are measured, so a killed job loses at
+most the point in flight. Bad input raises UsageError on every rank (exit 2), and so
+does a write to the run directory that fails (a full disk): rank 0 shares its error, so
+no rank waits for it. A wrong result is stored as validation=fail and turns into exit 1
+once every point is done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from mpi4py import MPI
+
+from collectives import Variant
+from collectives.registry import CollectiveCall
+from osu_dl_bench.errors import UsageError, ValidationFailure
+from osu_dl_bench.jobs import runinfo
+from osu_dl_bench.jobs.launch import expected_layout
+from osu_dl_bench.jobs.options import SweepConfig, check_output_dir, check_run_dir
+from osu_dl_bench.jobs.plan import (
+    CollectivePlan,
+    JobPlan,
+    Setting,
+    finished_points,
+    job_plan,
+    pending,
+    plan_collectives,
+    resolve_setting,
+)
+from osu_dl_bench.jobs.progress import encode_event, point_line, skipped_lines
+from osu_dl_bench.measurement.budget import PointTiming, measure_point, prepare_inputs
+from osu_dl_bench.measurement.schedule import round_stats
+from osu_dl_bench.measurement.store import RunStore, SweepPoint
+from osu_dl_bench.runtime import (
+    RunMetadata,
+    Topology,
+    agree_on_errors,
+    collect_metadata,
+    discover_topology,
+    utc_now,
+)
+
+
+def sweep_points(
+    cfg: SweepConfig,
+    setting: Setting,
+    plan: CollectivePlan,
+    n: int,
+    variants: list[Variant],
+    timing: PointTiming,
+) -> list[SweepPoint]:
+    """One record per candidate of a measured point (bandwidths from the median)."""
+    spec, size = plan.spec, n * setting.etype.itemsize
+    points = []
+    for variant, stats, wrong in zip(
+        variants, round_stats(timing.times), timing.wrong, strict=True
+    ):
+        seconds = stats.median_us * 1e-6
+        algbw = spec.algbw_bytes(size, plan.nprocs) / seconds / 1e9 if seconds > 0 else 0.0
+        points.append(
+            SweepPoint(
+                collective=spec.name,
+                backend=variant.algorithm.backend,
+                algorithm=variant.label,
+                dtype=setting.etype.name,
+                op=setting.op_name(spec),
+                device=cfg.device,
+                size_bytes=size,
+                count=n,
+                nprocs=plan.nprocs,
+                nodes=plan.nodes,
+                ppn=plan.ppn,
+                rounds=timing.schedule.rounds,
+                iterations=timing.schedule.iterations,
+                algbw_gbs=algbw,
+                busbw_gbs=algbw * spec.busbw_factor(plan.nprocs),
+                validation="fail" if wrong else "pass",
+                **asdict(stats),
+            )
+        )
+    return points
+
+
+class Reporter:
+    """What rank 0 says: event lines for the orchestrator, or text for a person."""
+
+    def __init__(self, comm: MPI.Comm, orchestrated: bool) -> None:
+        self.enabled = comm.Get_rank() == 0
+        self.orchestrated = orchestrated
+
+    def line(self, text: str) -> None:
+        """Print one line from rank 0."""
+        if self.enabled:
+            print(text, flush=True)
+
+    def event(self, kind: str, **fields: Any) -> None:
+        """Tell the orchestrator (nothing otherwise)."""
+        if self.orchestrated:
+            self.line(encode_event(kind, **fields))
+
+    def job(self, plan: JobPlan) -> None:
+        """Skipped algorithms once per job, and the job's point count."""
+        for text in skipped_lines(plan.nprocs, plan.skipped):
+            self.line(text)
+        self.event("plan", **asdict(plan))
+        if not self.orchestrated:
+            self.line(f"# p={plan.nprocs}: {plan.todo} of {plan.points} points to measure")
+
+    def point(self, points: list[SweepPoint], seconds: float) -> None:
+        """One measured point."""
+        if self.orchestrated:
+            self.event("point", nprocs=points[0].nprocs, seconds=round(seconds, 3))
+        else:
+            self.line(point_line(points, seconds))
+
+    def failure(self, point: SweepPoint, wrong: int) -> None:
+        """A wrong result, as bench reports it."""
+        self.line(
+            f"DATA VALIDATION ERROR: p={point.nprocs} {point.collective} ({point.algorithm}) "
+            f"had {wrong} wrong elements on message size {point.size_bytes}"
+        )
+
+
+@dataclass
+class Job:
+    """One process count's state while it is swept."""
+
+    comm: MPI.Comm
+    cfg: SweepConfig
+    setting: Setting
+    store: RunStore
+    done: set
+    report: Reporter
+    bound: dict[tuple[str, str], CollectiveCall] = field(default_factory=dict)
+
+    def call_of(self, collective: str, variant: Variant) -> CollectiveCall:
+        """Bind each variant once per job (binding may duplicate communicators)."""
+        key = (collective, variant.label)
+        if key not in self.bound:
+            self.bound[key] = variant.bind(self.comm)
+        return self.bound[key]
+
+    def measure(self, plan: CollectivePlan, n: int) -> list[tuple[SweepPoint, int]]:
+        """Measure the pending candidates of one point and store them; (point, wrong) pairs."""
+        variants = pending(self.cfg, self.setting, plan, n, self.done)
+        if not variants:
+            return []
+        setting, start = self.setting, time.perf_counter()
+        size = n * setting.etype.itemsize
+        self.report.event(
+            "measuring", collective=plan.spec.name, size_bytes=size, candidates=len(variants)
+        )
+        calls = [self.call_of(plan.spec.name, v) for v in variants]
+        inputs = prepare_inputs(
+            self.comm, plan.spec, setting.etype, setting.op_for(plan.spec), setting.xp, n
+        )
+        timing = measure_point(self.comm, calls, inputs, self.cfg.budget)
+        points = sweep_points(self.cfg, setting, plan, n, variants, timing)
+        on_rank0(self.comm, lambda: self.store.append(points))
+        self.report.point(points, time.perf_counter() - start)
+        return list(zip(points, timing.wrong, strict=True))
+
+
+def on_rank0(comm: MPI.Comm, write: Callable[[], Any]) -> Any:
+    """Rank 0 writes to the run directory (its result; None elsewhere); a failed write (a
+    full disk) stops every rank of ``comm`` with its message, so none waits for rank 0
+    in the next collective."""
+    result, message = None, None
+    if comm.Get_rank() == 0:
+        try:
+            result = write()
+        except UsageError as exc:
+            message = str(exc)
+    message = comm.bcast(message, root=0)
+    if message:
+        raise UsageError(message, agreed=True)
+    return result
+
+
+def _job_entry(
+    world: MPI.Comm, topo: Topology, meta: RunMetadata, plan: JobPlan, **fields: Any
+) -> dict[str, Any]:
+    """The metadata of one process count's job."""
+    return {
+        "nprocs": topo.nprocs,
+        "job_size": world.Get_size(),
+        "nodes": topo.nodes,
+        "ppn": topo.ppn,
+        "emulated_nodes": topo.emulated,
+        "hosts": list(topo.hostnames),
+        "mpi_library": meta.mpi_library,
+        "mpi_version": meta.mpi_version,
+        "mpi4py_version": meta.mpi4py_version,
+        "thread_level": meta.thread_level,
+        "mpich_posix_cvars": meta.mpich_posix_cvars,
+        "command": meta.command,
+        "points_planned": plan.points,
+        "points_to_measure": plan.todo,
+        "skipped": plan.skipped,
+        **runinfo.slurm_fields(),
+        **fields,
+    }
+
+
+def _sweep_one_count(world: MPI.Comm, job: Job) -> list[tuple[SweepPoint, int]]:
+    """Every pending point at this communicator's size; returns the failed candidates."""
+    cfg, setting, comm = job.cfg, job.setting, job.comm
+    topo = discover_topology(comm, cfg.ranks_per_node)
+    plans = plan_collectives(cfg, setting, topo.nprocs, topo.nodes, topo.ppn)
+    plan = job_plan(cfg, setting, topo.nprocs, plans, job.done)
+    job.report.job(plan)
+    if cfg.dry_run:
+        return []
+    meta, started = collect_metadata(topo), utc_now()
+    entry = _job_entry(world, topo, meta, plan, started=started)
+    on_rank0(comm, lambda: runinfo.record_job(job.store, topo.nprocs, entry))
+    failures: list[tuple[SweepPoint, int]] = []
+    measured = 0
+    for cplan in plans:
+        for n in cplan.counts:
+            results = job.measure(cplan, n)
+            measured += bool(results)
+            for point, wrong in results:
+                if wrong:
+                    job.report.failure(point, wrong)
+                    failures.append((point, wrong))
+    entry = _job_entry(
+        world,
+        topo,
+        meta,
+        plan,
+        started=started,
+        finished=utc_now(),
+        points_measured=measured,
+        validation_failures=[{**_failure_key(p), "wrong_elements": wrong} for p, wrong in failures],
+    )
+    on_rank0(comm, lambda: runinfo.record_job(job.store, topo.nprocs, entry))
+    return failures
+
+
+def _failure_key(point: SweepPoint) -> dict[str, Any]:
+    return {k: getattr(point, k) for k in ("collective", "algorithm", "size_bytes")}
+
+
+def _first_ranks(world: MPI.Comm, nprocs: int) -> MPI.Comm:
+    """The first nprocs ranks of the job (COMM_NULL on the others)."""
+    if nprocs == world.Get_size():
+        return world
+    rank = world.Get_rank()
+    return world.Split(0 if rank < nprocs else MPI.UNDEFINED, rank)
+
+
+def _wait_politely(world: MPI.Comm) -> None:
+    """A barrier that sleeps instead of spinning: ranks idle while a smaller process count
+    is measured must not steal its cores."""
+    request = world.Ibarrier()
+    while not request.Test():
+        time.sleep(0.005)
+
+
+def _share_stop(world: MPI.Comm, stopped: UsageError | None) -> None:
+    """Raise, on every rank, the error that stopped a smaller process count (a full disk):
+    the ranks that waited for it would otherwise wait for the next count forever. Rank 0
+    takes part in every count, so it knows."""
+    message = world.bcast(str(stopped) if stopped else None, root=0)
+    if message:
+        raise UsageError(message, agreed=True)
+
+
+def _checked_setting(cfg: SweepConfig, world_size: int) -> Setting:
+    too_big = [p for p in cfg.nprocs if p > world_size]
+    if too_big:
+        raise UsageError(f"--np {too_big[0]}: only {world_size} processes in this job")
+    return resolve_setting(cfg)
+
+
+def _open_run_dir(
+    world: MPI.Comm, cfg: SweepConfig, store: RunStore, held: contextlib.ExitStack
+) -> set:
+    """Rank 0 checks and opens the run directory, and holds its lock in ``held`` unless
+    the orchestrator does; every rank gets the finished points."""
+
+    def step() -> set | None:
+        if world.Get_rank() != 0:
+            return None
+        if not (cfg.orchestrated or cfg.dry_run):
+            check_output_dir(cfg)
+            held.enter_context(store.lock())
+        if not cfg.orchestrated:
+            check_run_dir(cfg)  # the orchestrator did it before launching
+        done = finished_points(store)
+        if not cfg.dry_run:
+            store.create()
+            if not cfg.orchestrated:
+                runinfo.record_session(store, cfg, launcher="inside")
+        return done
+
+    return world.bcast(agree_on_errors(world, step), root=0)
+
+
+def run_inside(world: MPI.Comm, cfg: SweepConfig) -> int:
+    """Sweep every --np count inside this job; returns the exit code."""
+    if not cfg.nprocs:
+        cfg = replace(cfg, nprocs=(world.Get_size(),))
+    setting = agree_on_errors(world, lambda: _checked_setting(cfg, world.Get_size()))
+    store = RunStore(cfg.output)
+    with contextlib.ExitStack() as held:
+        done = _open_run_dir(world, cfg, store, held)
+        return _sweep_counts(world, cfg, setting, store, done)
+
+
+def _sweep_counts(
+    world: MPI.Comm, cfg: SweepConfig, setting: Setting, store: RunStore, done: set
+) -> int:
+    """Every --np count in turn, then the verdict; returns the exit code."""
+    report = Reporter(world, cfg.orchestrated)
+    failures: list[tuple[SweepPoint, int]] = []
+    for nprocs in cfg.nprocs:
+        comm = _first_ranks(world, nprocs)
+        stopped: UsageError | None = None
+        # Sub-communicators are not freed: bound algorithms may still hold them.
+        if comm != MPI.COMM_NULL:
+            try:
+                failures += _sweep_one_count(world, Job(comm, cfg, setting, store, done, report))
+            except UsageError as exc:
+                if not exc.agreed:
+                    raise
+                stopped = exc  # agreed by this count's ranks: the others must hear it too
+        _wait_politely(world)
+        _share_stop(world, stopped)
+    # Rank 0 took part in every process count, so its list is the whole story.
+    failed = world.bcast(len(failures), root=0)
+    report.event("done", failures=failed)
+    if not (cfg.orchestrated or cfg.dry_run):
+        for text in on_rank0(world, lambda: runinfo.finish_run(store, complete=True)) or []:
+            report.line(text)
+    if failed:
+        raise ValidationFailure(
+            f"DATA VALIDATION ERROR: {failed} results failed validation; they are "
+            f"stored with validation=fail in {store.results_path}"
+        )
+    return 0
+
+
+def run_plan_only(cfg: SweepConfig) -> int:
+    """The planner: check the options against the registry and print each process count's
+    expected plan as events (one process, no communication)."""
+    setting = resolve_setting(cfg)
+    done = finished_points(RunStore(cfg.output))
+    for nprocs in cfg.nprocs:
+        plans = plan_collectives(cfg, setting, nprocs, *expected_layout(cfg, nprocs))
+        plan = job_plan(cfg, setting, nprocs, plans, done)
+        print(encode_event("plan", **asdict(plan)), flush=True)
+    return 0

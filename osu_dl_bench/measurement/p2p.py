@@ -1,0 +1,148 @@
+"""OSU's point-to-point tests between ranks 0 and 1: latency, bw and bibw.
+
+latency (osu_latency.c): ping-pong, one-way latency = round trip / 2.
+bw (osu_bw.c): rank 0 posts a window of 64 non-blocking sends, rank 1 the receives and a
+4-byte acknowledgement; bandwidth = size * window / time, in MB/s with 1 MB = 1e6 B.
+bibw (osu_bibw.c): both ranks send and receive a window at once; 2 * size * window / time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+from mpi4py import MPI
+
+from collectives.specs import input_values
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.measurement.harness import Setting, count_wrong
+from osu_dl_bench.measurement.options import BW_WINDOW, BenchConfig
+from osu_dl_bench.measurement.records import BenchRecord
+from osu_dl_bench.runtime import Topology
+
+TAG = 1
+ACK_TAG = 2
+
+
+def check_pair(nprocs: int, benchmark: str) -> None:
+    """OSU's point-to-point tests need exactly two processes."""
+    if nprocs != 2:
+        raise UsageError(f"{benchmark} needs exactly 2 processes, got {nprocs}")
+
+
+def _latency_round(comm: MPI.Comm, send, recv) -> None:
+    if comm.Get_rank() == 0:
+        comm.Send(send, 1, TAG)
+        comm.Recv(recv, 1, TAG)
+    else:
+        comm.Recv(recv, 0, TAG)
+        comm.Send(send, 0, TAG)
+
+
+def _bw_round(comm: MPI.Comm, send, recv, ack) -> None:
+    if comm.Get_rank() == 0:
+        MPI.Request.Waitall([comm.Isend(send, 1, TAG) for _ in range(BW_WINDOW)])
+        comm.Recv(ack, 1, ACK_TAG)
+    else:
+        MPI.Request.Waitall([comm.Irecv(recv, 0, TAG) for _ in range(BW_WINDOW)])
+        comm.Send(ack, 0, ACK_TAG)
+
+
+def _bibw_round(comm: MPI.Comm, send, recv, ack) -> None:
+    peer = 1 - comm.Get_rank()
+    requests = [comm.Irecv(recv, peer, TAG) for _ in range(BW_WINDOW)]
+    requests += [comm.Isend(send, peer, TAG) for _ in range(BW_WINDOW)]
+    MPI.Request.Waitall(requests)
+
+
+def _one_round(comm: MPI.Comm, benchmark: str, send, recv, ack) -> None:
+    if benchmark == "latency":
+        _latency_round(comm, send, recv)
+    elif benchmark == "bw":
+        _bw_round(comm, send, recv, ack)
+    else:
+        _bibw_round(comm, send, recv, ack)
+
+
+def measure_point_to_point(
+    comm: MPI.Comm, cfg: BenchConfig, setting: Setting, topo: Topology
+) -> Iterator[list[BenchRecord]]:
+    """Yield one record per size; times are taken on rank 0 and shared with all ranks."""
+    check_pair(comm.Get_size(), cfg.benchmark)
+    rank, dtype = comm.Get_rank(), setting.etype.dtype
+    ack = np.zeros(1, np.int32)
+    for size in cfg.sizes():
+        n = size // setting.etype.itemsize
+        if size and not n:
+            continue
+        iterations, warmup = cfg.iterations_for(size)
+        send = setting.xp.asarray(input_values(rank, 0, n, dtype, None, 2))
+        recv = setting.xp.zeros(n, dtype)
+        times = np.zeros(iterations)
+        comm.Barrier()
+        for it in range(warmup + iterations):
+            start = MPI.Wtime()
+            _one_round(comm, cfg.benchmark, send, recv, ack)
+            if it >= warmup:
+                times[it - warmup] = MPI.Wtime() - start
+        comm.Bcast(times, 0)
+        wrong = None
+        if cfg.validate:
+            expected = input_values(1 - rank, 0, n, dtype, None, 2)
+            mine = (
+                0
+                if cfg.benchmark == "bw" and rank == 0
+                else count_wrong(recv, expected, setting.etype)
+            )
+            wrong = int(comm.allreduce(mine))
+        yield [_p2p_record(cfg, setting, topo, size, n, times, iterations, wrong)]
+
+
+def _p2p_record(
+    cfg: BenchConfig,
+    setting: Setting,
+    topo: Topology,
+    size: int,
+    n: int,
+    times: np.ndarray,
+    iterations: int,
+    wrong: int | None,
+) -> BenchRecord:
+    if cfg.benchmark == "latency":
+        per_message = times / 2  # a round trip carries the message twice
+        bandwidth = None
+    else:
+        messages = BW_WINDOW * (2 if cfg.benchmark == "bibw" else 1)
+        per_message = times / messages
+        total = times.sum()
+        bandwidth = size * messages * iterations / total / 1e6 if total > 0 else 0.0
+    us = per_message * 1e6
+    avg = float(us.mean()) if us.size else 0.0
+    gbs = size / (avg * 1e-6) / 1e9 if avg > 0 else 0.0
+    return BenchRecord(
+        collective=cfg.benchmark,
+        algorithm="native",
+        backend="mpi",
+        dtype=setting.etype.name,
+        op=None,
+        size_bytes=size,
+        count=n,
+        nprocs=topo.nprocs,
+        nodes=topo.nodes,
+        ppn=topo.ppn,
+        device=cfg.device,
+        in_place=False,
+        root=None,
+        avg_us=avg,
+        min_us=float(us.min()) if us.size else 0.0,
+        max_us=float(us.max()) if us.size else 0.0,
+        p50_us=float(np.percentile(us, 50)) if us.size else 0.0,
+        p99_us=float(np.percentile(us, 99)) if us.size else 0.0,
+        iterations=iterations,
+        algbw_gbs=gbs,
+        busbw_gbs=gbs,
+        validation=None if wrong is None else ("fail" if wrong else "pass"),
+        wrong_elements=wrong,
+        bandwidth_mbs=bandwidth,
+        iter_max_us=tuple(round(float(t), 3) for t in us),
+    )

@@ -1,0 +1,104 @@
+"""OSU-format text tables (rank 0 prints them; this module only formats).
+
+Layout from OSU's c/util/osu_util.c: the size left-justified in 10 characters, every
+other field right-justified in 20 with 2 decimals, the iteration count in 12.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from collectives.dtypes import element_type
+from osu_dl_bench import __version__
+from osu_dl_bench.measurement.options import BenchConfig
+from osu_dl_bench.measurement.records import BenchRecord
+
+SIZE_WIDTH = 10
+FIELD_WIDTH = 20
+ITER_WIDTH = 12
+TITLES = {
+    "allreduce": "Allreduce Latency",
+    "bcast": "Broadcast Latency",
+    "reduce": "Reduce Latency",
+    "allgather": "Allgather Latency",
+    "reduce_scatter": "Reduce_scatter Latency",
+    "alltoall": "All-to-All Personalized Exchange Latency",
+    "gather": "Gather Latency",
+    "scatter": "Scatter Latency",
+    "barrier": "Barrier Latency",
+    "latency": "Latency",
+    "bw": "Bandwidth",
+    "bibw": "Bi-Directional Bandwidth",
+}
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: its heading, width and how to format a record's value."""
+
+    heading: str
+    width: int
+    value: Callable[[BenchRecord], str]
+
+
+def _num(field: str) -> Callable[[BenchRecord], str]:
+    return lambda r: f"{getattr(r, field):.2f}"
+
+
+def columns(cfg: BenchConfig) -> list[Column]:
+    """The columns a configuration prints, in OSU's order, then ours."""
+    if cfg.benchmark == "latency":
+        return [Column("Latency (us)", FIELD_WIDTH, _num("avg_us"))]
+    if cfg.benchmark in ("bw", "bibw"):
+        return [Column("Bandwidth (MB/s)", FIELD_WIDTH, _num("bandwidth_mbs"))]
+    cols = [Column("Avg Latency(us)", FIELD_WIDTH, _num("avg_us"))]
+    if cfg.full:
+        cols += [
+            Column("Min Latency(us)", FIELD_WIDTH, _num("min_us")),
+            Column("Max Latency(us)", FIELD_WIDTH, _num("max_us")),
+            Column("Iterations", ITER_WIDTH, lambda r: str(r.iterations)),
+        ]
+    if cfg.percentiles:
+        cols += [
+            Column("P50 Tail Lat(us)", FIELD_WIDTH, _num("p50_us")),
+            Column("P99 Tail Lat(us)", FIELD_WIDTH, _num("p99_us")),
+        ]
+    if cfg.benchmark != "barrier":
+        cols += [
+            Column("algbw(GB/s)", FIELD_WIDTH, _num("algbw_gbs")),
+            Column("busbw(GB/s)", FIELD_WIDTH, _num("busbw_gbs")),
+        ]
+    return cols
+
+
+def _validation_column() -> Column:
+    return Column("Validation", ITER_WIDTH, lambda r: (r.validation or "").capitalize())
+
+
+def header_lines(cfg: BenchConfig, algorithm: str, backend: str, nprocs: int) -> list[str]:
+    """The '#' lines above a table: OSU's title and datatype, then ours, then the columns."""
+    etype = element_type(cfg.dtype)
+    lines = [
+        f"# OSU MPI {TITLES[cfg.benchmark]} Test (osu-dl-bench v{__version__})",
+        f"# Datatype: {etype.mpi_name}.",
+        f"# Algorithm: {algorithm}  Backend: {backend}  Processes: {nprocs}"
+        + (f"  Op: {cfg.op}" if cfg.benchmark in ("allreduce", "reduce", "reduce_scatter") else "")
+        + (
+            f"  Root: {cfg.root}"
+            if cfg.benchmark in ("bcast", "reduce", "gather", "scatter")
+            else ""
+        )
+        + ("  In-place: yes" if cfg.in_place else ""),
+    ]
+    cols = columns(cfg) + ([_validation_column()] if cfg.validate else [])
+    size_heading = "# Size" if cfg.benchmark != "barrier" else "#"
+    lines.append(f"{size_heading:<{SIZE_WIDTH}}" + "".join(f"{c.heading:>{c.width}}" for c in cols))
+    return lines
+
+
+def row(cfg: BenchConfig, record: BenchRecord) -> str:
+    """One table row."""
+    cols = columns(cfg) + ([_validation_column()] if cfg.validate else [])
+    size = "" if cfg.benchmark == "barrier" else str(record.size_bytes)
+    return f"{size:<{SIZE_WIDTH}}" + "".join(f"{c.value(record):>{c.width}}" for c in cols)

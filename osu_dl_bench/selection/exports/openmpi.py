@@ -1,0 +1,158 @@
+"""Export for Open MPI's coll/tuned component: the classic dynamic-rules file and the
+Open MPI 6.0 JSON form (formats and ids: Open MPI's coll_tuned_dynamic_file.c and
+coll_base_functions.h).
+
+Only algorithms Open MPI has are exported, mapped by name; anything else (and native)
+becomes algorithm 0, which lets Open MPI's fixed decision choose. Classic-file semantics
+(Open MPI 5.x): a rule for comm size N applies from N up to the next listed size, the
+first row of every size list starts at message size 0, and a row applies from its message
+size up to the next row. The comm sizes written reproduce the selector's nearest-entry
+rule (see common.comm_bounds).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from osu_dl_bench import __version__
+from osu_dl_bench.selection.exports.common import (
+    CommBounds,
+    Rule,
+    comm_bounds,
+    entries_per_comm_size,
+    library_rules,
+    provenance_lines,
+    range_text,
+)
+from osu_dl_bench.selection.table import Choice, TuningTable
+
+# COLLTYPE ids (coll_base_functions.h).
+COLLECTIVE_IDS = {"allreduce": 2, "bcast": 7}
+# Our algorithm name -> (Open MPI algorithm id, its name in coll_tuned_<coll>_algorithm).
+ALGORITHMS: dict[str, dict[str, tuple[int, str]]] = {
+    "allreduce": {
+        "reduce_bcast": (2, "nonoverlapping"),  # reduce followed by bcast
+        "recursive_doubling": (3, "recursive_doubling"),
+        "ring": (4, "ring"),
+        "rabenseifner": (6, "rabenseifner"),
+    },
+    "bcast": {
+        "chain": (2, "chain"),
+        "binomial": (6, "binomial"),
+        "scatter_rd_allgather": (8, "scatter_allgather"),  # binomial scatter + RD allgather
+        "scatter_ring_allgather": (9, "scatter_allgather_ring"),
+    },
+}
+OPEN_MPI_DECIDES = (0, "ignore")
+# Our single pipelined chain is Open MPI's chain with one chain (fan-out 1).
+CHAIN_FANOUT = 1
+
+
+def _target(collective: str, choice: Choice) -> tuple[tuple[int, str, int, int], str] | None:
+    """(alg id, alg name, fan-in/out, segment size) for a choice, or None if unmapped."""
+    if choice.backend != "mpi" or choice.algorithm not in ALGORITHMS[collective]:
+        return None
+    alg, name = ALGORITHMS[collective][choice.algorithm]
+    params = dict(choice.params)
+    if choice.algorithm == "chain":
+        return (alg, name, CHAIN_FANOUT, int(params.get("seg", 0))), choice.label
+    return (alg, name, 0, 0), choice.label
+
+
+def _rules(table: TuningTable, warn: list[str]) -> dict[str, list[tuple[CommBounds, list]]]:
+    """collective -> [(comm bounds, rules)] for every collective Open MPI can take."""
+    exported = {}
+    for collective in COLLECTIVE_IDS:
+        entries = entries_per_comm_size(table, collective, warn)
+        if not entries:
+            continue
+        bounds = comm_bounds([e.key.nprocs for e in entries])
+        fallback = ((*OPEN_MPI_DECIDES, 0, 0), "Open MPI decides")
+        exported[collective] = [
+            (
+                b,
+                library_rules(
+                    e, lambda c, coll=collective: _target(coll, c), fallback, warn, "Open MPI"
+                ),
+            )
+            for b, e in zip(bounds, entries, strict=True)
+        ]
+    return exported
+
+
+def _rule_line(rule: Rule) -> str:
+    alg, _, fanout, segsize = rule.target
+    return (
+        f"{rule.min_bytes:<12} {alg} {fanout} {segsize}"
+        f"   # {range_text(rule.min_bytes, rule.max_bytes)}: {rule.note}"
+    )
+
+
+def classic_text(table: TuningTable, warn: list[str], filename: str = "FILE") -> str:
+    """The classic dynamic-rules file."""
+    exported = _rules(table, warn)
+    lines = [
+        f"# Open MPI coll/tuned dynamic rules (classic format), written by osu-dl-bench "
+        f"{__version__}",
+        *(f"# {line}" for line in provenance_lines(table)),
+        "# use: mpirun --mca coll_tuned_use_dynamic_rules 1 "
+        f"--mca coll_tuned_dynamic_rules_filename {filename} ...",
+        "# comm size N: applies from N up to the next listed size; a rule applies from its",
+        "# message size up to the next; algorithm 0 lets Open MPI decide. Open MPI 6.0: use the",
+        "# .openmpi.json file.",
+        *(f"# not exported: {w}" for w in warn),
+        f"{len(exported)}   # collectives",
+    ]
+    for collective, per_size in exported.items():
+        lines.append(f"{COLLECTIVE_IDS[collective]}   # {collective}")
+        lines.append(f"{len(per_size)}   # comm sizes")
+        for bounds, rules in per_size:
+            lines.append(f"{bounds.lo}   # comm size {_bounds_text(bounds)}")
+            lines.append(f"{len(rules)}   # message sizes")
+            lines += [_rule_line(r) for r in rules]
+    return "\n".join(lines) + "\n"
+
+
+def _bounds_text(bounds: CommBounds) -> str:
+    upto = "and above" if bounds.hi is None else f"to {bounds.hi}"
+    return f"{bounds.lo} {upto} (measured at p={bounds.nprocs})"
+
+
+def _json_rule(rule: Rule) -> dict[str, Any]:
+    _, name, fanout, segsize = rule.target
+    out: dict[str, Any] = {"msg_size_min": rule.min_bytes}
+    if rule.max_bytes is not None:
+        out["msg_size_max"] = rule.max_bytes - 1  # inclusive in Open MPI
+    out["alg"] = name
+    if fanout:
+        out["faninout"] = fanout
+    if segsize:
+        out["seg_size"] = segsize
+    return out
+
+
+def json_document(table: TuningTable, warn: list[str]) -> dict[str, Any]:
+    """The Open MPI 6.0 JSON rules."""
+    collectives = {}
+    for collective, per_size in _rules(table, warn).items():
+        collectives[collective] = [
+            {
+                "comm_size_min": bounds.lo,
+                **({} if bounds.hi is None else {"comm_size_max": bounds.hi}),
+                "rules": [_json_rule(r) for r in rules],
+            }
+            for bounds, rules in per_size
+        ]
+    return {"rule_file_version": 3, "module": "tuned", "collectives": collectives}
+
+
+def export(table: TuningTable, base: Path) -> tuple[list[Path], list[str]]:
+    """Write BASE.openmpi.rules and BASE.openmpi.json; returns the paths and warnings."""
+    warn: list[str] = []
+    rules_path = base.with_name(base.name + ".openmpi.rules")
+    json_path = base.with_name(base.name + ".openmpi.json")
+    rules_path.write_text(classic_text(table, warn, rules_path.name))
+    json_path.write_text(json.dumps(json_document(table, []), indent=1) + "\n")
+    return [rules_path, json_path], warn

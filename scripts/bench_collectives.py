@@ -46,13 +46,13 @@ def worker(thread_level: str, device: str, round_index: int, out: str, budget: f
     mpi = init_mpi(thread_level)
     import numpy as np
 
-    from osu_dl_bench.bench.harness import plan_variants
-    from osu_dl_bench.collectives import SPECS, CallContext, algorithms
-    from osu_dl_bench.collectives.buffers import array_module
-    from osu_dl_bench.collectives.dtypes import element_type
-    from osu_dl_bench.collectives.ops import reduce_op
+    from collectives import SPECS, CallContext, algorithms
+    from collectives.buffers import array_module
+    from collectives.dtypes import element_type
+    from collectives.ops import reduce_op
+    from osu_dl_bench.measurement.budget import measure_point, prepare_inputs
+    from osu_dl_bench.measurement.harness import plan_variants
     from osu_dl_bench.runtime import discover_topology
-    from osu_dl_bench.sweep.measure import measure_point, prepare_inputs
 
     comm = mpi.COMM_WORLD
     topo = discover_topology(comm)

@@ -19,11 +19,11 @@ MPI = init_mpi("single")
 
 import numpy as np  # noqa: E402
 
-from osu_dl_bench.bench.harness import Setting, measure_collective  # noqa: E402
-from osu_dl_bench.bench.options import BenchConfig  # noqa: E402
-from osu_dl_bench.collectives import SPECS, lookup  # noqa: E402
-from osu_dl_bench.collectives.dtypes import element_type  # noqa: E402
-from osu_dl_bench.collectives.ops import reduce_op  # noqa: E402
+from collectives import SPECS, lookup  # noqa: E402
+from collectives.dtypes import element_type  # noqa: E402
+from collectives.ops import reduce_op  # noqa: E402
+from osu_dl_bench.measurement.harness import Setting, measure_collective  # noqa: E402
+from osu_dl_bench.measurement.options import BenchConfig  # noqa: E402
 from osu_dl_bench.runtime import discover_topology  # noqa: E402
 
 SIZES = (8, 65536, 1 << 20, 16 << 20)

@@ -52,7 +52,7 @@ def _config(args: argparse.Namespace):
 
 def _fixed_policies(session) -> tuple[list[tuple[str, object]], list[str]]:
     """(label, policy) per eligible allreduce algorithm, and why the others are skipped."""
-    from osu_dl_bench.collectives import algorithms
+    from collectives import algorithms
     from osu_dl_bench.train.policy import FixedPolicy, call_context
 
     ctx = call_context(session.topology, "allreduce", "float32")
@@ -101,7 +101,7 @@ def _trainers(session, cfg, data, table: str | None) -> tuple[dict, list[str]]:
     """Every configuration on its own replica of the same model, state broadcast."""
     import torch
 
-    from osu_dl_bench.collectives import registered
+    from collectives import registered
     from osu_dl_bench.train.ddp_gloo import DDPGlooTrainer
     from osu_dl_bench.train.models import build_model
     from osu_dl_bench.train.trainer import DataParallelTrainer

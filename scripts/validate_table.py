@@ -29,9 +29,9 @@ def main() -> int:
     from osu_dl_bench.runtime import init_mpi
 
     init_mpi()
-    from osu_dl_bench.sweep.store import RunStore
-    from osu_dl_bench.tuning.selector import Query, Selector, default_context
-    from osu_dl_bench.tuning.tune import point_representatives, without_twins
+    from osu_dl_bench.measurement.store import RunStore
+    from osu_dl_bench.selection.selector import Query, Selector, default_context
+    from osu_dl_bench.selection.tune import point_representatives, without_twins
 
     selector = Selector.from_file(args.table)
     frame = RunStore(args.run_dir).load()

@@ -39,7 +39,7 @@ BATCH = 60  # divisible by every p in 2..6
 
 
 def _names(choice: str | list[str], collective: str) -> list[str]:
-    from osu_dl_bench.collectives import algorithms
+    from collectives import algorithms
 
     return [a.name for a in algorithms(collective)] if choice == "all" else list(choice)
 
@@ -76,7 +76,7 @@ def _cases(plan: dict, nprocs: int) -> list[dict]:
 @contextlib.contextmanager
 def _emulated_nodes(ranks_per_node: int | None):
     """K-rank emulated nodes on this host for one case (read when the trainer starts)."""
-    from osu_dl_bench.collectives.topology import RANKS_PER_NODE_ENV
+    from collectives.topology import RANKS_PER_NODE_ENV
 
     before = os.environ.pop(RANKS_PER_NODE_ENV, None)
     if ranks_per_node:

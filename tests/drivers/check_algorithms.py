@@ -3,7 +3,7 @@
 Run under mpiexec by tests/test_algorithms_multirank.py. It loops over collectives,
 algorithms, dtypes, ops, sizes, roots and in-place, reports each failing case and ends
 with one ``SUMMARY {json}`` line from rank 0. Expected results come from the inputs
-(osu_dl_bench.collectives.specs), never from an MPI call, so native is checked too.
+(collectives.specs), never from an MPI call, so native is checked too.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from osu_dl_bench.runtime import init_mpi, run_guarded
 MPI = init_mpi("single")
 
 
-from osu_dl_bench.bench.harness import count_wrong  # noqa: E402
-from osu_dl_bench.collectives import SPECS, CallContext, CallShape, algorithms  # noqa: E402
-from osu_dl_bench.collectives.buffers import array_module  # noqa: E402
-from osu_dl_bench.collectives.dtypes import element_type  # noqa: E402
-from osu_dl_bench.collectives.ops import reduce_op  # noqa: E402
+from collectives import SPECS, CallContext, CallShape, algorithms  # noqa: E402
+from collectives.buffers import array_module  # noqa: E402
+from collectives.dtypes import element_type  # noqa: E402
+from collectives.ops import reduce_op  # noqa: E402
+from osu_dl_bench.measurement.harness import count_wrong  # noqa: E402
 from osu_dl_bench.runtime import discover_topology  # noqa: E402
 
 
@@ -36,7 +36,7 @@ def _cases(args, spec, nprocs):
 def _forbid_kernel_copies(forbid: bool) -> None:
     """With ``forbid``, a cma kernel copy raises: on registered buffers every peer block
     must be reached through its mapping (the bind-time probe runs before this)."""
-    from osu_dl_bench.collectives import cma
+    from collectives import cma
 
     def refuse(*args):
         raise RuntimeError("cma copied through the kernel although every buffer is registered")

@@ -22,9 +22,9 @@ from osu_dl_bench.runtime import init_mpi, run_guarded
 
 MPI = init_mpi("single")
 
-from osu_dl_bench.collectives import cma, registered, shm  # noqa: E402
-from osu_dl_bench.collectives.errors import CountMismatch  # noqa: E402
-from osu_dl_bench.collectives.ops import reduce_op  # noqa: E402
+from collectives import cma, registered, shm  # noqa: E402
+from collectives.errors import CountMismatch  # noqa: E402
+from collectives.ops import reduce_op  # noqa: E402
 
 MARGIN = 64  # canary elements before, between and after the buffers
 CANARY = 0x5A

@@ -21,10 +21,10 @@ import numpy as np  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from osu_dl_bench.bench.harness import count_wrong  # noqa: E402
-from osu_dl_bench.collectives import CallContext, algorithms  # noqa: E402
-from osu_dl_bench.collectives.dtypes import element_type  # noqa: E402
-from osu_dl_bench.collectives.ops import reduce_op  # noqa: E402
+from collectives import CallContext, algorithms  # noqa: E402
+from collectives.dtypes import element_type  # noqa: E402
+from collectives.ops import reduce_op  # noqa: E402
+from osu_dl_bench.measurement.harness import count_wrong  # noqa: E402
 from osu_dl_bench.runtime import discover_topology  # noqa: E402
 
 DTYPES = ("float32", "float64", "float16", "int32", "int64")

@@ -20,7 +20,7 @@ def body() -> int:
         comm.Bcast(np.zeros(8 if rank == 0 else 16, np.float32), root=1)
         return 0
     if sys.argv[1] == "count-mismatch":
-        from osu_dl_bench.collectives.errors import CountMismatch
+        from collectives.errors import CountMismatch
 
         raise CountMismatch("allreduce (cma): rank 1 passed 4096 bytes, rank 0 passed 8192")
     if sys.argv[1] == "every-rank" or rank == 1:

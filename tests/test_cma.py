@@ -12,9 +12,9 @@ import pytest
 from mpi4py import MPI
 from mpirun import REPO, driver_summary, run_mpi
 
-from osu_dl_bench.collectives import cma, registered, shm
-from osu_dl_bench.collectives.buffers import array_module
-from osu_dl_bench.collectives.common import LinkCost, Machine
+from collectives import cma, registered, shm
+from collectives.buffers import array_module
+from collectives.common import LinkCost, Machine
 from osu_dl_bench.errors import UsageError
 
 MACHINE = Machine(LinkCost(1e-6, 1e-10, 1e-10), LinkCost(5e-6, 1e-9, 1e-10), ppn=4)
@@ -87,7 +87,7 @@ def spy(self, name):
     return lambda *args: calls.append(args) or 0
 ctypes.CDLL.__getitem__ = spy
 from osu_dl_bench import cli
-from osu_dl_bench.collectives import cma, native, shm
+from collectives import cma, native, shm
 from mpi4py import MPI
 cli.main(["list"])
 scope = open(sys.argv[1], "w"); scope.write("1\\n"); scope.close()

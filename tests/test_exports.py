@@ -23,10 +23,10 @@ from test_tuning_support import (  # noqa: F401  (registered is a fixture)
     write_run,
 )
 
-from osu_dl_bench.tuning import Query, Selector, build_table
-from osu_dl_bench.tuning.exports import parse_exports, write_exports
-from osu_dl_bench.tuning.exports.common import comm_bounds
-from osu_dl_bench.tuning.exports.mpich_default import default_tree
+from osu_dl_bench.selection import Query, Selector, build_table
+from osu_dl_bench.selection.exports import parse_exports, write_exports
+from osu_dl_bench.selection.exports.common import comm_bounds
+from osu_dl_bench.selection.exports.mpich_default import default_tree
 
 pytestmark = pytest.mark.usefixtures("registered")
 # The allreduce sizes the fingerprint runs use, one per range of the table below.

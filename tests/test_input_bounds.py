@@ -11,13 +11,14 @@ import time
 
 import pytest
 
-from osu_dl_bench import clean, jsonfile
-from osu_dl_bench.collectives import algorithms, all_algorithms, lookup
-from osu_dl_bench.collectives.registry import Algorithm, Split, parse_variant, whole_message
+from collectives import algorithms, all_algorithms, lookup
+from collectives.registry import Algorithm, Split, parse_variant, whole_message
+from osu_dl_bench import jsonfile
+from osu_dl_bench.commands import clean
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.model.platform import PlatformError, load_platform, shipped_platforms
-from osu_dl_bench.tuning.selector import Selector
-from osu_dl_bench.tuning.table import TableError, load_table
+from osu_dl_bench.selection.selector import Selector
+from osu_dl_bench.selection.table import TableError, load_table
 
 # --- algorithm parameters -----------------------------------------------------------------
 

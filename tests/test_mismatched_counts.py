@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from mpirun import MPIEXEC, driver_summary, mpi_env, run_mpi, run_with_timeout
 
-from osu_dl_bench.collectives import cma, registered, shm
-from osu_dl_bench.collectives.ops import reduce_op
+from collectives import cma, registered, shm
+from collectives.ops import reduce_op
 
 DRIVER = "tests/drivers/mismatched_counts.py"
 DEVICES = "cpu" + (",cpu-registered,mixed" if registered.unavailable_reason() is None else "")

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 from mpirun import mpi_env, run_with_timeout
 
-from osu_dl_bench.collectives.common import LinkCost, Machine
-from osu_dl_bench.collectives.registry import parse_variant
+from collectives.common import LinkCost, Machine
+from collectives.registry import parse_variant
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.model import accuracy
 from osu_dl_bench.model.costs import Layout, oversubscription, predict_seconds
@@ -31,9 +31,9 @@ from osu_dl_bench.model.platform import (
 from osu_dl_bench.model.platform_fit import fit_platform
 from osu_dl_bench.model.predict import predicted_table
 from osu_dl_bench.model.selection import platform_model
-from osu_dl_bench.model.training import Compute, predict_step
-from osu_dl_bench.tuning.selector import Query, Selector
-from osu_dl_bench.tuning.table import load_table
+from osu_dl_bench.selection.selector import Query, Selector
+from osu_dl_bench.selection.table import load_table
+from osu_dl_bench.train.oracle import Compute, predict_step
 
 ALPHA, BETA, GAMMA, OVERHEAD = 2e-6, 1e-10, 5e-11, 1e-6
 SIZES = 2.0 ** np.arange(3, 25)

@@ -6,8 +6,8 @@ from test_tuning_support import model_points, registered, write_run  # noqa: F40
 
 pytest.importorskip("matplotlib")
 
-from osu_dl_bench.plots import plot_run  # noqa: E402
-from osu_dl_bench.tuning import build_table  # noqa: E402
+from osu_dl_bench.commands.plot import plot_run  # noqa: E402
+from osu_dl_bench.selection import build_table  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("registered")
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -14,15 +14,15 @@ import pytest
 from test_input_bounds import _platform, _segment, _stale, _write
 from test_tuning_support import model_points, write_run
 
+from collectives.registry import parse_variant, parse_variants
 from osu_dl_bench import jsonfile
-from osu_dl_bench.bench.options import add_bench_arguments, config_from_args, parse_root
-from osu_dl_bench.collectives.registry import parse_variant, parse_variants
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.jobs.options import check_script_values
+from osu_dl_bench.measurement.options import add_bench_arguments, config_from_args, parse_root
+from osu_dl_bench.measurement.store import RunStore
 from osu_dl_bench.model.platform import PlatformError, load_platform
-from osu_dl_bench.sweep.options import check_script_values
-from osu_dl_bench.sweep.store import RunStore
-from osu_dl_bench.tuning import build_table
-from osu_dl_bench.tuning.table import TableError, load_table
+from osu_dl_bench.selection import build_table
+from osu_dl_bench.selection.table import TableError, load_table
 
 CLI = [sys.executable, "-m", "osu_dl_bench.cli"]
 

@@ -16,9 +16,9 @@ from test_sweep import difference, expected_rows, stored_rows
 from test_tuning_support import model_points, write_run
 
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.sweep import orchestrate, runinfo
-from osu_dl_bench.sweep.store import SWEEP_FIELDS, RunStore, StoreError, SweepPoint
-from osu_dl_bench.tuning import build_table
+from osu_dl_bench.jobs import orchestrate, runinfo
+from osu_dl_bench.measurement.store import SWEEP_FIELDS, RunStore, StoreError, SweepPoint
+from osu_dl_bench.selection import build_table
 
 HEADER = ",".join(SWEEP_FIELDS)
 
@@ -200,7 +200,7 @@ def test_a_metadata_failure_after_a_failed_job_does_not_hide_the_first(
 
 def _sweep_config(run_dir: Path):
     from osu_dl_bench.cli import build_parser
-    from osu_dl_bench.sweep.options import config_from_args
+    from osu_dl_bench.jobs.options import config_from_args
 
     return config_from_args(build_parser().parse_args(["sweep", "--np", "2", "-o", str(run_dir)]))
 

@@ -5,8 +5,8 @@ ranks (real mpiexec, hard timeouts)."""
 import pytest
 from mpirun import driver_summary, run_cli, run_mpi
 
-from osu_dl_bench.collectives import algorithms, cma, hierarchical, shm
-from osu_dl_bench.collectives.common import LinkCost, Machine
+from collectives import algorithms, cma, hierarchical, shm
+from collectives.common import LinkCost, Machine
 from osu_dl_bench.errors import UsageError
 
 DRIVER = "tests/drivers/check_algorithms.py"

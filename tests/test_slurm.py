@@ -20,13 +20,13 @@ import pytest
 from mpirun import REPO, mpi_env, run_with_timeout
 from test_sweep import difference, expected_rows, stored_rows
 
+from collectives.units import doubling_sizes
 from osu_dl_bench.cli import build_parser
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.jobs import runinfo, slurm
+from osu_dl_bench.jobs.options import config_from_args
+from osu_dl_bench.measurement.store import RunStore
 from osu_dl_bench.runtime import local_rank_count, parse_tasks_per_node, slurm_job
-from osu_dl_bench.sweep import runinfo, slurm
-from osu_dl_bench.sweep.options import config_from_args
-from osu_dl_bench.sweep.store import RunStore
-from osu_dl_bench.units import doubling_sizes
 
 SBATCH_DIR = REPO / "scripts" / "sbatch"
 # Seconds a job may take from submission to its end: the sweep below takes ~20 s and the

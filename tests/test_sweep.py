@@ -19,19 +19,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 from mpirun import REPO, mpi_env, run_cli, run_mpi, run_with_timeout
 
-from osu_dl_bench.collectives import SPECS, CallContext, algorithms, distinct_variants
-from osu_dl_bench.collectives.dtypes import element_type
-from osu_dl_bench.collectives.ops import reduce_op
-from osu_dl_bench.collectives.registry import Algorithm
+from collectives import SPECS, CallContext, algorithms, distinct_variants
+from collectives.dtypes import element_type
+from collectives.ops import reduce_op
+from collectives.registry import Algorithm
+from collectives.units import split_variant_texts
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.sweep.options import (
+from osu_dl_bench.jobs.options import (
     parse_collectives,
     parse_process_counts,
 )
-from osu_dl_bench.sweep.orchestrate import follow_job
-from osu_dl_bench.sweep.plan import finished_points, variants_for
-from osu_dl_bench.sweep.progress import Progress, decode_event, encode_event
-from osu_dl_bench.sweep.schedule import (
+from osu_dl_bench.jobs.orchestrate import follow_job
+from osu_dl_bench.jobs.plan import finished_points, variants_for
+from osu_dl_bench.jobs.progress import Progress, decode_event, encode_event
+from osu_dl_bench.measurement.schedule import (
     MAX_ITERATIONS,
     MAX_ROUNDS,
     MIN_ROUNDS,
@@ -41,8 +42,7 @@ from osu_dl_bench.sweep.schedule import (
     rotation,
     round_stats,
 )
-from osu_dl_bench.sweep.store import SWEEP_FIELDS, RunStore, SweepPoint
-from osu_dl_bench.units import split_variant_texts
+from osu_dl_bench.measurement.store import SWEEP_FIELDS, RunStore, SweepPoint
 
 SIZES = [8 << k for k in range(7)]  # 8 B .. 512 B
 TINY = ["--budget", "0.02"]
@@ -224,8 +224,8 @@ def test_a_silent_job_is_stopped_and_its_point_named():
 def test_orchestrator_never_loads_mpi(tmp_path):
     code = (
         "import sys, argparse\n"
-        "from osu_dl_bench.sweep import orchestrate, launch\n"
-        "from osu_dl_bench.sweep.options import add_sweep_arguments, config_from_args\n"
+        "from osu_dl_bench.jobs import orchestrate, launch\n"
+        "from osu_dl_bench.jobs.options import add_sweep_arguments, config_from_args\n"
         "p = argparse.ArgumentParser(); add_sweep_arguments(p)\n"
         f"cfg = config_from_args(p.parse_args(['--np', '2,4', '-o', {str(tmp_path)!r}]))\n"
         "launch.job_command(cfg, 2); launch.job_environment(cfg, 4)\n"
@@ -519,8 +519,8 @@ GRID_DRIVER = """
 import sys
 from osu_dl_bench.runtime import init_mpi
 init_mpi()
-from osu_dl_bench.collectives import lookup
-from osu_dl_bench.collectives.registry import POWER_OF_TWO, register
+from collectives import lookup
+from collectives.registry import POWER_OF_TWO, register
 native = lookup("allreduce", "native").factory
 register(
     "allreduce", "zz_sweep_grid", defaults={"seg": 1024, "mode": "a"},

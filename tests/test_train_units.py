@@ -317,7 +317,7 @@ def test_every_model_name_is_built_and_runs_on_digits():
 def test_buckets_in_registered_memory_hold_the_gradients():
     import torch
 
-    from osu_dl_bench.collectives import registered
+    from collectives import registered
     from osu_dl_bench.train.buckets import make_buckets
 
     if registered.unavailable_reason():

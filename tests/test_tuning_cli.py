@@ -6,8 +6,8 @@ import pytest
 from mpirun import run_cli
 from test_tuning_support import NEEDED, label, model_points, point, write_run
 
-from osu_dl_bench.collectives import algorithms
-from osu_dl_bench.tuning import build_table
+from collectives import algorithms
+from osu_dl_bench.selection import build_table
 
 # These tests run the real command, which sees only the algorithms really registered.
 _MISSING = [

@@ -11,14 +11,14 @@ from test_tuning_support import (  # noqa: F401  (registered is a fixture)
     registered,
 )
 
-from osu_dl_bench.collectives import SPECS, Algorithm, CallContext, CallShape
-from osu_dl_bench.collectives import registry as _registry
-from osu_dl_bench.collectives.dtypes import element_type
-from osu_dl_bench.collectives.ops import reduce_op
-from osu_dl_bench.collectives.registry import POWER_OF_TWO
+from collectives import SPECS, Algorithm, CallContext, CallShape
+from collectives import registry as _registry
+from collectives.dtypes import element_type
+from collectives.ops import reduce_op
+from collectives.registry import POWER_OF_TWO
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.tuning import FORCE_ENV, Choice, Query, Selector, parse_force
-from osu_dl_bench.tuning.selector import message_bytes, parse_bench_algorithms
+from osu_dl_bench.selection import FORCE_ENV, Choice, Query, Selector, parse_force
+from osu_dl_bench.selection.selector import message_bytes, parse_bench_algorithms
 
 pytestmark = pytest.mark.usefixtures("registered")
 NATIVE = Choice("mpi", "native")

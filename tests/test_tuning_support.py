@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from osu_dl_bench.collectives import SPECS, Algorithm, algorithms
-from osu_dl_bench.collectives import registry as _registry
-from osu_dl_bench.collectives.registry import parse_variant
-from osu_dl_bench.sweep.store import RunStore, SweepPoint
-from osu_dl_bench.tuning.table import Choice, Entry, EntryKey, SizeRange, TuningTable
+from collectives import SPECS, Algorithm, algorithms
+from collectives import registry as _registry
+from collectives.registry import parse_variant
+from osu_dl_bench.measurement.store import RunStore, SweepPoint
+from osu_dl_bench.selection.table import Choice, Entry, EntryKey, SizeRange, TuningTable
 
 # Algorithms the tests name; registered by other modules of the project. A stand-in (the
 # native factory, no parameters) fills in for any that a checkout does not have yet.

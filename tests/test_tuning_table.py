@@ -14,11 +14,11 @@ from test_tuning_support import (  # noqa: F401  (registered is a fixture)
     write_run,
 )
 
-from osu_dl_bench.collectives import algorithms
+from collectives import algorithms
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.tuning import SCHEMA_VERSION, TableError, build_table, load_table
-from osu_dl_bench.tuning.table import Choice, table_from_dict
-from osu_dl_bench.tuning.tune import Measured, beats_native, decide, merge_ranges
+from osu_dl_bench.selection import SCHEMA_VERSION, TableError, build_table, load_table
+from osu_dl_bench.selection.table import Choice, table_from_dict
+from osu_dl_bench.selection.tune import Measured, beats_native, decide, merge_ranges
 
 pytestmark = pytest.mark.usefixtures("registered")
 
@@ -315,8 +315,8 @@ def test_twins_count_as_one_candidate(tmp_path):
     ],
 )
 def test_distinct_variants_keep_the_largest_of_twins(name, grid, p, count, kept):
-    from osu_dl_bench.collectives import distinct_variants, lookup
-    from osu_dl_bench.units import format_size
+    from collectives import distinct_variants, lookup
+    from collectives.units import format_size
 
     collective = "bcast" if name == "chain" else "allreduce"
     algorithm = lookup(collective, name)
@@ -326,7 +326,7 @@ def test_distinct_variants_keep_the_largest_of_twins(name, grid, p, count, kept)
 
 
 def test_a_piece_under_one_element_is_one_element_except_for_the_ring():
-    from osu_dl_bench.collectives import Variant, distinct_variants, lookup
+    from collectives import Variant, distinct_variants, lookup
     from osu_dl_bench.errors import UsageError
 
     # Pieces this small are refused by the parameters' bounds (4K..1G); the variants are

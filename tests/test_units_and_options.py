@@ -8,20 +8,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from osu_dl_bench.bench import records
-from osu_dl_bench.bench.options import (
+from collectives import SPECS, CallShape
+from collectives.dtypes import ELEMENT_TYPES, element_type
+from collectives.ops import REDUCE_OPS, reduce_op
+from collectives.specs import input_values
+from collectives.units import format_size, parse_size
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.measurement import records
+from osu_dl_bench.measurement.options import (
     add_bench_arguments,
     config_from_args,
     host_memory_bytes,
     parse_root,
     parse_size_range,
 )
-from osu_dl_bench.collectives import SPECS, CallShape
-from osu_dl_bench.collectives.dtypes import ELEMENT_TYPES, element_type
-from osu_dl_bench.collectives.ops import REDUCE_OPS, reduce_op
-from osu_dl_bench.collectives.specs import input_values
-from osu_dl_bench.errors import UsageError
-from osu_dl_bench.units import format_size, parse_size
 
 
 def _config(*argv):

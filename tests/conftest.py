@@ -2,7 +2,23 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from support import exports, tuning  # noqa: E402  (found through the path set above)
+
+
+@pytest.fixture
+def registered(monkeypatch):
+    """Every algorithm the tuning tests name is registered (stand-ins removed afterwards)."""
+    return tuning.register_stand_ins(monkeypatch)
+
+
+@pytest.fixture
+def winning_table(tmp_path):
+    """A built table whose winners Open MPI and MPICH both have."""
+    return exports.winning_table(tmp_path)
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from osu_dl_bench.runtime import OVERSUBSCRIBED_CVARS
 
-REPO = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
 MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
 
 
@@ -20,6 +21,8 @@ def mpi_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for test jobs: the MPICH settings that keep oversubscribed runs fast."""
     env = dict(os.environ)
     env.update(OVERSUBSCRIBED_CVARS)
+    # Drivers and test files run as scripts import mpirun and support from tests/.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), env.get("PYTHONPATH")]))
     env.update(extra or {})
     return env
 

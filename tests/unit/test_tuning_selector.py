@@ -4,11 +4,10 @@ forcing, explain(), per-call binding and the bench's 'tuned' variant (one proces
 import numpy as np
 import pytest
 from mpi4py import MPI
-from test_tuning_support import (  # noqa: F401  (registered is a fixture)
+from support.tuning import (
     label,
     make_entry,
     make_table,
-    registered,
 )
 
 from collectives import SPECS, Algorithm, CallContext, CallShape

@@ -2,7 +2,7 @@
 
 import pytest
 from mpirun import run_cli
-from test_tuning_support import model_points, registered, write_run  # noqa: F401
+from support.tuning import model_points, write_run
 
 pytest.importorskip("matplotlib")
 

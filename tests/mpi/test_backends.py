@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from mpirun import REPO, driver_summary, mpi_env, run_cli, run_mpi
 
-from osu_dl_bench.bench.options import COLLECTIVES
+from osu_dl_bench.measurement.options import COLLECTIVES
 
 DRIVER = "tests/drivers/check_algorithms.py"
 THIS = str(Path(__file__).resolve())
@@ -83,8 +83,8 @@ EXIT_SCRIPT = """
 import numpy as np
 from osu_dl_bench.runtime import init_mpi
 MPI = init_mpi()
-from osu_dl_bench.collectives import lookup
-from osu_dl_bench.collectives.ops import reduce_op
+from collectives import lookup
+from collectives.ops import reduce_op
 world = MPI.COMM_WORLD
 half = world.Split(world.Get_rank() % 2, world.Get_rank())
 x = np.ones(1 << 16, np.float32)
@@ -168,7 +168,7 @@ def _rows_of_backend(listing: str, backend: str) -> list[str]:
 
 
 def test_list_reports_nccl_availability():
-    from osu_dl_bench.collectives.backends import nccl
+    from collectives.backends import nccl
 
     listing = _list_output()
     reason = nccl.unavailable_reason()
@@ -180,7 +180,7 @@ def test_list_reports_nccl_availability():
 
 
 def test_list_reports_gloo_unavailable_without_torch():
-    from osu_dl_bench.collectives.backends import gloo
+    from collectives.backends import gloo
 
     listing = _list_output(hide="torch")
     assert f"backend gloo: not available here: {gloo.TORCH_MISSING}" in listing
@@ -199,7 +199,7 @@ def test_list_names_gloo_for_every_collective_when_torch_is_installed():
 
 
 def _nccl_unavailable() -> str | None:
-    from osu_dl_bench.collectives.backends import nccl
+    from collectives.backends import nccl
 
     return nccl.unavailable_reason()
 
@@ -348,10 +348,10 @@ def _check_device_algorithm(comm, algo, topo) -> tuple[int, int, list[str]]:
     """Run one algorithm over every case on cupy buffers: (passed, skipped, failures)."""
     import cupy
 
-    from osu_dl_bench.bench.harness import count_wrong
-    from osu_dl_bench.collectives import SPECS, CallContext, CallShape
-    from osu_dl_bench.collectives.dtypes import element_type
-    from osu_dl_bench.collectives.ops import reduce_op
+    from collectives import SPECS, CallContext, CallShape
+    from collectives.dtypes import element_type
+    from collectives.ops import reduce_op
+    from osu_dl_bench.measurement.harness import count_wrong
 
     spec, variant = SPECS[algo.collective], algo.variant()
     call, nprocs = variant.bind(comm), comm.Get_size()
@@ -383,8 +383,8 @@ def _device_driver_main() -> int:
     from osu_dl_bench.runtime import init_mpi
 
     MPI = init_mpi("single")
-    from osu_dl_bench.collectives import all_algorithms
-    from osu_dl_bench.collectives.registry import UNAVAILABLE_BACKENDS
+    from collectives import all_algorithms
+    from collectives.registry import UNAVAILABLE_BACKENDS
     from osu_dl_bench.runtime import discover_topology
 
     comm = MPI.COMM_WORLD

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from mpirun import run_cli
 
-from osu_dl_bench.bench.records import RECORD_FIELDS
+from osu_dl_bench.measurement.records import RECORD_FIELDS
 
 ROW = re.compile(r"^(\d+)\s+(\S.*)$")
 

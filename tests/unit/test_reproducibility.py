@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "reproducibility.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reproducibility.py"
 
 
 @pytest.fixture(scope="module")

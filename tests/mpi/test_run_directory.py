@@ -12,102 +12,26 @@ from pathlib import Path
 
 import pytest
 from mpirun import MPIEXEC, mpi_env, run_cli, run_with_timeout
-from test_sweep import difference, expected_rows, stored_rows
-from test_tuning_support import model_points, write_run
+from support.sweep import (
+    cut_last_row,
+    difference,
+    expected_rows,
+    stored_rows,
+    stored_run,
+)
+from support.tuning import model_points, write_run
 
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.jobs import orchestrate, runinfo
-from osu_dl_bench.measurement.store import SWEEP_FIELDS, RunStore, StoreError, SweepPoint
+from osu_dl_bench.measurement.store import SWEEP_FIELDS, RunStore
 from osu_dl_bench.selection import build_table
 
 HEADER = ",".join(SWEEP_FIELDS)
 
 
-def _point(size: int, median: float = 10.0, algorithm: str = "native") -> SweepPoint:
-    values = {f: 1 for f in SWEEP_FIELDS} | {"collective": "allreduce", "backend": "mpi"}
-    values |= {"algorithm": algorithm, "dtype": "float32", "op": "sum", "device": "cpu"}
-    return SweepPoint(**values | {"size_bytes": size, "median_us": median, "validation": "pass"})
-
-
-def _stored(tmp_path: Path, sizes: list[int]) -> RunStore:
-    store = RunStore(tmp_path / "run")
-    store.create()
-    store.append([_point(s) for s in sizes])
-    return store
-
-
-def _cut(path: Path, keep: int) -> None:
-    """Cut the file as a full disk does: ``keep`` bytes into its last row."""
-    text = path.read_bytes()
-    last = text.rstrip(b"\n").rfind(b"\n") + 1
-    path.write_bytes(text[: last + keep])
-
-
-def test_a_cut_last_row_is_dropped_and_cut_off_before_appending(tmp_path, capsys):
-    store = _stored(tmp_path, [8, 16, 32])
-    _cut(store.results_path, keep=60)  # past the key fields: the statistics are missing
-    frame = store.load()
-    assert sorted(frame["size_bytes"]) == [8, 16]
-    warning = capsys.readouterr().err
-    assert "osu-dl-bench: warning:" in warning and "dropped 1 row" in warning
-    assert f"{store.results_path}: dropped 1 row that cannot be used (line 4: cut short)" in (
-        warning
-    )
-    assert (1, 1, 1, "allreduce", "mpi", "native", "float32", "sum", "cpu", 32) not in (
-        store.finished_points()
-    )
-
-    store.append([_point(32), _point(64)])  # --resume measures the cut row again
-    frame, notes = store.read()
-    assert notes == [] and sorted(frame["size_bytes"]) == [8, 16, 32, 64]
-    assert len(store.results_path.read_text().splitlines()) == 5
-
-
-def test_a_file_cut_inside_its_header_counts_as_empty(tmp_path):
-    store = RunStore(tmp_path)
-    store.results_path.write_text(HEADER[:30])
-    frame, notes = store.read()
-    assert frame.empty and list(frame.columns) == list(SWEEP_FIELDS) and notes
-    store.append([_point(8)])
-    assert store.read()[0]["size_bytes"].tolist() == [8]
-
-
-def _damaged(tmp_path: Path) -> RunStore:
-    """Good rows around: a cut row with a whole row appended onto it (what --resume used
-    to write), a row without statistics, and one with text where a number belongs."""
-    store = _stored(tmp_path, [8])
-    good = store.results_path.read_text().splitlines()[1]
-    fields = good.split(",")
-    lines = [
-        ",".join(fields[:5]) + good,  # 5 + 22 - 1 fields
-        ",".join(fields[:11] + ["nan"] * 4 + fields[15:]).replace(",8,", ",16,", 1),
-        ",".join(fields[:12] + ["abc"] + fields[13:]).replace(",8,", ",32,", 1),
-        good.replace(",8,", ",64,", 1),
-    ]
-    with store.results_path.open("a") as handle:
-        handle.write("\n".join(lines) + "\n")
-    return store
-
-
-def test_rows_of_the_wrong_shape_or_without_statistics_are_dropped_and_counted(tmp_path):
-    store = _damaged(tmp_path)
-    frame, notes = store.read()
-    assert frame["size_bytes"].tolist() == [8, 64]
-    assert frame["median_us"].dtype.kind == "f" and frame["nprocs"].dtype.kind == "i"
-    assert len(notes) == 1 and "dropped 3 rows" in notes[0]
-    for text in (
-        "line 3: 26 fields, expected 22",
-        "line 4: no median_us",
-        "line 5: q1_us 'abc' is not a number",
-    ):
-        assert text in notes[0]
-    assert {key[-1] for key in store.finished_points()} == {8, 64}
-
-
 def test_tune_reads_a_damaged_run_directory_and_warns(tmp_path):
     run = write_run(tmp_path / "run", model_points(nprocs_list=(2,)))
     results = RunStore(run).results_path
-    _cut(results, keep=40)
+    cut_last_row(results, keep=40)
     table, warnings = build_table(run)
     assert table.entries and any("dropped 1 row" in w for w in warnings)
     res = run_cli(1, ["tune", str(run), "-o", str(tmp_path / "t.json")], timeout=120)
@@ -134,29 +58,9 @@ def test_unreadable_results_are_one_clean_error_naming_file_and_line(tmp_path, c
     assert f"{store.results_path} {message}" in res.stderr
 
 
-def test_a_broken_metadata_file_is_a_clean_error(tmp_path):
-    store = RunStore(tmp_path)
-    (tmp_path / "metadata.json").write_text('{\n "jobs": {\n')
-    with pytest.raises(UsageError, match=r"metadata.json line 3: not JSON"):
-        store.read_metadata()
-
-
-# --- one sweep at a time -------------------------------------------------------------------
-
-
-def test_a_held_run_directory_refuses_a_second_lock_naming_the_holder(tmp_path):
-    store = RunStore(tmp_path / "run")
-    with store.lock():
-        with pytest.raises(UsageError) as refused:
-            store.lock()
-        assert str(store.path) in str(refused.value)
-        assert f"pid {os.getpid()}" in str(refused.value)
-    store.lock().release()  # free again once released
-
-
 @pytest.mark.parametrize("mode", ["orchestrator", "inside", "submit"])
 def test_a_second_sweep_into_a_directory_in_use_is_refused(tmp_path, mode):
-    store = _stored(tmp_path, [8])
+    store = stored_run(tmp_path, [8])
     before = store.results_path.read_bytes()
     argv = ["sweep", "--np", "2", "--collectives", "allreduce", "-m", "8:16", "--budget", "0.02"]
     argv += ["--resume", "-o", str(store.path)]
@@ -172,40 +76,6 @@ def test_a_second_sweep_into_a_directory_in_use_is_refused(tmp_path, mode):
     assert f"{store.path} is in use by another sweep (pid {os.getpid()}" in res.stderr
     assert store.results_path.read_bytes() == before
     assert not (store.path / "sweep.sbatch").exists()
-
-
-# --- the failure path keeps the first error --------------------------------------------------
-
-
-def test_a_metadata_failure_after_a_failed_job_does_not_hide_the_first(
-    tmp_path, monkeypatch, capsys
-):
-    def job_fails(*args):
-        raise orchestrate.JobFailed(2)
-
-    def disk_full(store, complete, **fields):
-        raise StoreError(f"cannot write {store.path / 'metadata.json'} (full)", "make room")
-
-    monkeypatch.setattr(orchestrate, "_run_jobs", job_fails)
-    monkeypatch.setattr(runinfo, "record_session", lambda *args, **kwargs: None)
-    monkeypatch.setattr(runinfo, "record_completion", disk_full)
-    cfg = _sweep_config(tmp_path / "run")
-    with pytest.raises(orchestrate.JobFailed):
-        orchestrate._launch_all(cfg, {2: {"todo": 1}})
-    err = capsys.readouterr().err
-    assert "osu-dl-bench: error:" not in err
-    assert "osu-dl-bench: note: could not also mark the run incomplete: cannot write" in err
-    assert err.rstrip().endswith("metadata.json (full)")  # no second piece of advice
-
-
-def _sweep_config(run_dir: Path):
-    from osu_dl_bench.cli import build_parser
-    from osu_dl_bench.jobs.options import config_from_args
-
-    return config_from_args(build_parser().parse_args(["sweep", "--np", "2", "-o", str(run_dir)]))
-
-
-# --- a full disk in a real sweep -----------------------------------------------------------
 
 
 def _private_mount() -> list[str] | None:

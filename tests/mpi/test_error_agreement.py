@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from mpirun import MPIEXEC, REPO, mpi_env, run_mpi, run_with_timeout
 
-from osu_dl_bench.runtime import joint_error, printable
+from osu_dl_bench.runtime import printable
 
 DRIVER = str(REPO / "tests" / "drivers" / "uneven_errors.py")
 CLI = [sys.executable, "-m", "osu_dl_bench.cli"]
@@ -36,14 +36,6 @@ def _two_copies_that_differ(tmp_path: Path) -> tuple[Path, Path]:
         directory.mkdir()
         (directory / "t.json").write_text(json.dumps({**table, "name": name}))
     return first, second
-
-
-def test_joint_error_names_the_rank_unless_every_rank_agrees():
-    assert joint_error([None, None]) is None
-    assert joint_error(["x", "x", "x"]) == "x"
-    assert joint_error([None, "bad table"]) == "rank 1: bad table"
-    assert joint_error([None, "a", "b", None]) == "rank 1 (and 1 other rank): a"
-    assert joint_error(["a", "b", "c"]) == "rank 0 (and 2 other ranks): a"
 
 
 def test_a_table_only_rank_0_can_read_fails_every_rank_with_one_message(tmp_path: Path):

@@ -5,18 +5,17 @@ the clean command's choice of stale shared-memory segments."""
 import json
 import mmap
 import os
-import subprocess
-import sys
 import time
 
 import pytest
+from support.files import fake_segment, platform_json, stale_names, write_file
 
 from collectives import algorithms, all_algorithms, lookup
 from collectives.registry import Algorithm, Split, parse_variant, whole_message
 from osu_dl_bench import jsonfile
 from osu_dl_bench.commands import clean
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.model.platform import PlatformError, load_platform, shipped_platforms
+from osu_dl_bench.model.platform import PlatformError, load_platform
 from osu_dl_bench.selection.selector import Selector
 from osu_dl_bench.selection.table import TableError, load_table
 
@@ -88,9 +87,6 @@ def test_a_registration_whose_grid_breaks_its_bounds_fails_at_once():
             grid={"chunk": (1, 4096)},
             split=Split("chunk", whole_message),
         )
-
-
-# --- tuning table and platform files ------------------------------------------------------
 
 
 def _choice(name, params):
@@ -168,20 +164,12 @@ def _hostile_texts(valid: str) -> list:
     ]
 
 
-def _write(path, content):
-    if isinstance(content, bytes):
-        path.write_bytes(content)
-    else:
-        path.write_text(content)
-    return path
-
-
 @pytest.mark.parametrize("case", range(6))
 def test_table_json_that_python_cannot_hold_is_a_table_error(tmp_path, case):
     valid = json.dumps(_table())
-    assert "1.0" in valid and load_table(_write(tmp_path / "ok.json", valid)).entries
+    assert "1.0" in valid and load_table(write_file(tmp_path / "ok.json", valid)).entries
     content, expected = _hostile_texts(valid)[case]
-    path = _write(tmp_path / "t.json", content)
+    path = write_file(tmp_path / "t.json", content)
     with pytest.raises(TableError, match=expected) as info:
         load_table(path)
     assert str(info.value).startswith(f"tuning table {path}: (file): ")
@@ -189,16 +177,14 @@ def test_table_json_that_python_cannot_hold_is_a_table_error(tmp_path, case):
 
 def test_a_table_larger_than_the_limit_is_not_read(tmp_path, monkeypatch):
     monkeypatch.setattr(jsonfile, "MAX_FILE_BYTES", 1000)
-    path = _write(tmp_path / "t.json", json.dumps(_table()) + " " * 1000)
+    path = write_file(tmp_path / "t.json", json.dumps(_table()) + " " * 1000)
     with pytest.raises(TableError, match="larger than 1000 bytes"):
         load_table(path)
 
 
-def _platform():
-    return json.loads(shipped_platforms()["ib-edr100"].read_text())
-
-
 INTRA = ("links", "intra")
+
+
 PIECE0 = (*INTRA, "alpha_beta", 0)
 
 
@@ -221,9 +207,9 @@ PIECE0 = (*INTRA, "alpha_beta", 0)
 def test_platform_fields_of_the_wrong_type_or_out_of_bounds_name_the_file(
     tmp_path, change, expected
 ):
-    data = _platform()
+    data = platform_json()
     change(data)
-    path = _write(tmp_path / "p.json", json.dumps(data))
+    path = write_file(tmp_path / "p.json", json.dumps(data))
     with pytest.raises(PlatformError, match=expected) as info:
         load_platform(path)
     assert str(info.value).startswith(f"platform {path}: ")
@@ -231,99 +217,53 @@ def test_platform_fields_of_the_wrong_type_or_out_of_bounds_name_the_file(
 
 @pytest.mark.parametrize("case", range(6))
 def test_platform_json_that_python_cannot_hold_is_a_platform_error(tmp_path, case):
-    valid = json.dumps(_platform()).replace("1e-06", "1.0", 1)
+    valid = json.dumps(platform_json()).replace("1e-06", "1.0", 1)
     content, expected = _hostile_texts(valid)[case]
-    path = _write(tmp_path / "p.json", content)
+    path = write_file(tmp_path / "p.json", content)
     with pytest.raises(PlatformError, match=expected) as info:
         load_platform(path)
     assert str(info.value).startswith(f"platform {path}: (file): ")
 
 
-# --- osu-dl-bench clean -------------------------------------------------------------------
-
-HOUR_AGO = time.time() - 3600
-
-
-def _segment(directory, name="mpich_shm_deadbeef_0", mtime=HOUR_AGO):
-    """A file shaped like a segment MPICH left behind: ours, a page long, an hour old."""
-    path = directory / name
-    path.write_bytes(b"\0" * mmap.PAGESIZE)
-    os.utime(path, (mtime, mtime))
-    return path
-
-
-def _stale(directory):
-    return [s.path.name for s in clean.stale_segments(directory, os.getuid(), min_age_s=60)]
-
-
 def test_a_segment_no_process_holds_is_stale_and_removed(tmp_path):
-    path = _segment(tmp_path)
-    assert _stale(tmp_path) == [path.name]
+    path = fake_segment(tmp_path)
+    assert stale_names(tmp_path) == [path.name]
     failures = clean.remove(clean.stale_segments(tmp_path, os.getuid(), min_age_s=60))
     assert failures == [] and not path.exists()
 
 
 def test_both_kinds_of_mpich_segment_file_are_found_and_nothing_else(tmp_path):
-    found = {_segment(tmp_path).name, _segment(tmp_path, "mpich_shar_tmpAb12Cd").name}
-    _segment(tmp_path, "someone_elses_file")
-    assert sorted(_stale(tmp_path)) == sorted(found)
+    found = {fake_segment(tmp_path).name, fake_segment(tmp_path, "mpich_shar_tmpAb12Cd").name}
+    fake_segment(tmp_path, "someone_elses_file")
+    assert sorted(stale_names(tmp_path)) == sorted(found)
 
 
 def test_a_segment_a_live_process_has_open_is_kept(tmp_path):
-    path = _segment(tmp_path)
+    path = fake_segment(tmp_path)
     with open(path, "rb"):
-        assert _stale(tmp_path) == []
-    assert _stale(tmp_path) == [path.name]
+        assert stale_names(tmp_path) == []
+    assert stale_names(tmp_path) == [path.name]
 
 
 def test_a_segment_a_live_process_has_mapped_is_kept(tmp_path):
-    path = _segment(tmp_path)
+    path = fake_segment(tmp_path)
     with open(path, "r+b") as stream:
         mapping = mmap.mmap(stream.fileno(), 0)
     try:  # the file is closed: only /proc/PID/maps shows it
-        assert _stale(tmp_path) == []
+        assert stale_names(tmp_path) == []
     finally:
         mapping.close()
-    assert _stale(tmp_path) == [path.name]
+    assert stale_names(tmp_path) == [path.name]
 
 
 def test_young_segments_and_other_files_are_kept(tmp_path):
-    _segment(tmp_path, mtime=time.time())  # its job may be about to map it
-    _segment(tmp_path, name="ucx_shm_posix_1234")
-    _segment(tmp_path, name="mpich_notes")
-    assert _stale(tmp_path) == []
+    fake_segment(tmp_path, mtime=time.time())  # its job may be about to map it
+    fake_segment(tmp_path, name="ucx_shm_posix_1234")
+    fake_segment(tmp_path, name="mpich_notes")
+    assert stale_names(tmp_path) == []
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="only root can give a file to another user")
 def test_another_users_segment_is_kept(tmp_path):
-    os.chown(_segment(tmp_path), 4242, -1)
-    assert _stale(tmp_path) == []
-
-
-def _clean_cli(*args):
-    """osu-dl-bench clean in a fresh interpreter; also says whether MPI was loaded."""
-    code = (
-        "import sys\nfrom osu_dl_bench.cli import main\n"
-        f"rc = main({list(args)!r})\n"
-        "print('MPI loaded' if 'mpi4py.MPI' in sys.modules else 'no MPI')\nsys.exit(rc)"
-    )
-    return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
-    )
-
-
-def test_dry_run_lists_and_removes_nothing_and_needs_no_mpi(tmp_path):
-    path = _segment(tmp_path)
-    res = _clean_cli("clean", "--dry-run", "--dir", str(tmp_path))
-    assert res.returncode == 0, res.stderr
-    assert f"would remove {path} (" in res.stdout and path.exists()
-    assert res.stdout.rstrip().endswith("no MPI")
-    res = _clean_cli("clean", "--dir", str(tmp_path))
-    assert res.returncode == 0 and f"removed {path} (" in res.stdout and not path.exists()
-
-
-def test_clean_refuses_a_missing_directory_and_a_negative_age(tmp_path):
-    res = _clean_cli("clean", "--dir", str(tmp_path / "nothere"))
-    assert res.returncode == 2 and "--dir" in res.stderr and "Traceback" not in res.stderr
-    res = _clean_cli("clean", "--min-age", "-1")
-    assert res.returncode == 2 and "--min-age" in res.stderr
+    os.chown(fake_segment(tmp_path), 4242, -1)
+    assert stale_names(tmp_path) == []

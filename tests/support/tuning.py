@@ -13,7 +13,6 @@ import math
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from collectives import SPECS, Algorithm, algorithms
 from collectives import registry as _registry
@@ -64,8 +63,7 @@ MODELS = {
 }
 
 
-@pytest.fixture
-def registered(monkeypatch):
+def register_stand_ins(monkeypatch):
     """Make sure every algorithm of NEEDED is registered (stand-ins removed afterwards)."""
     native = {c: _registry.lookup(c, "native") for c in NEEDED}
     for collective, names in NEEDED.items():

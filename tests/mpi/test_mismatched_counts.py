@@ -4,12 +4,10 @@ the buffers changes; the CLI ends such a run with a non-zero exit and no hang.""
 
 import sys
 
-import numpy as np
 import pytest
 from mpirun import MPIEXEC, driver_summary, mpi_env, run_mpi, run_with_timeout
 
-from collectives import cma, registered, shm
-from collectives.ops import reduce_op
+from collectives import cma, registered
 
 DRIVER = "tests/drivers/mismatched_counts.py"
 DEVICES = "cpu" + (",cpu-registered,mixed" if registered.unavailable_reason() is None else "")
@@ -41,22 +39,3 @@ def test_cli_run_with_mismatched_sizes_fails_on_every_rank(algorithm, collective
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.count("osu-dl-bench: error:") == 1, result.stderr
     assert "rank 1 runs with min_size 4096, rank 0 with 8192" in result.stderr
-
-
-@pytest.mark.parametrize("root", [1 << 63, -(1 << 63) - 1, -(1 << 62), "0", 2.5])
-def test_a_signature_encodes_any_root_without_raising(root):
-    """A root a rank cannot publish as an int64 becomes a flag, never an exception before
-    the sync its peers wait at; none of them counts as a valid root."""
-    mine = shm.signature(None, np.ones(4), root, 4096, True, False)
-    assert mine.ranks_needed > 1 << 20
-
-
-def test_a_signature_tells_byte_orders_shapes_and_ops_apart():
-    """Big- and little-endian float64 differ; shapes of the same elements do not; ops do."""
-    words = [
-        shm.signature(None, np.ones(6, ">f8"), None, 0, True, False).raw,
-        shm.signature(None, np.ones(6, "<f8"), None, 0, True, False).raw,
-        shm.signature(None, np.ones((3, 2), "<f8"), None, 0, True, False).raw,
-        shm.signature(None, np.ones(6), None, 0, True, False, reduce_op("max")).raw,
-    ]
-    assert words[0] != words[1] and words[1] == words[2] and words[3] != words[1]

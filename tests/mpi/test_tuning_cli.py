@@ -4,7 +4,7 @@ import re
 
 import pytest
 from mpirun import run_cli
-from test_tuning_support import NEEDED, label, model_points, point, write_run
+from support.tuning import NEEDED, label, model_points, point, write_run
 
 from collectives import algorithms
 from osu_dl_bench.selection import build_table

@@ -1,0 +1,1 @@
+"""Helpers the unit and MPI tests share (tests/ is on sys.path: see conftest.py)."""

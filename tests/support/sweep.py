@@ -1,0 +1,78 @@
+"""Sweep rows, run directories and sweep options as the tests build them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from collectives import SPECS, CallContext, distinct_variants
+from collectives.dtypes import element_type
+from collectives.ops import reduce_op
+from osu_dl_bench.cli import build_parser
+from osu_dl_bench.jobs.options import (
+    config_from_args,
+)
+from osu_dl_bench.jobs.plan import variants_for
+from osu_dl_bench.measurement.store import (
+    SWEEP_FIELDS,
+    RunStore,
+    SweepPoint,
+)
+
+
+def one_host_context(p: int, collective: str) -> CallContext:
+    """The eligibility context of a float32 sum sweep on one host."""
+    op = reduce_op("sum") if SPECS[collective].reduces else None
+    return CallContext(p, element_type("float32"), op, "cpu", 1, p)
+
+
+def expected_rows(nprocs_list, collectives, sizes, algorithm_texts=("all",)) -> set[tuple]:
+    """(p, collective, algorithm, size) of every eligible registered variant, one host,
+    less twins (float32: a size of s bytes is s // 4 elements)."""
+    rows = set()
+    for p in nprocs_list:
+        for coll in collectives:
+            ctx = one_host_context(p, coll)
+            eligible = [
+                v
+                for v in variants_for(coll, list(algorithm_texts))
+                if v.ineligible_reason(ctx) is None
+            ]
+            for s in sizes:
+                rows |= {(p, coll, v.label, s) for v in distinct_variants(eligible, p, s // 4, 4)}
+    return rows
+
+
+def difference(got: set, want: set) -> str:
+    """What a failed set comparison should show (the registry may change under a test)."""
+    return f"unexpected {sorted(got - want)[:5]}, missing {sorted(want - got)[:5]}"
+
+
+def stored_rows(frame: pd.DataFrame) -> list[tuple]:
+    cols = ["nprocs", "collective", "algorithm", "size_bytes"]
+    return [tuple(r) for r in frame[cols].itertuples(index=False)]
+
+
+def sweep_point(size: int, median: float = 10.0, algorithm: str = "native") -> SweepPoint:
+    values = {f: 1 for f in SWEEP_FIELDS} | {"collective": "allreduce", "backend": "mpi"}
+    values |= {"algorithm": algorithm, "dtype": "float32", "op": "sum", "device": "cpu"}
+    return SweepPoint(**values | {"size_bytes": size, "median_us": median, "validation": "pass"})
+
+
+def stored_run(tmp_path: Path, sizes: list[int]) -> RunStore:
+    store = RunStore(tmp_path / "run")
+    store.create()
+    store.append([sweep_point(s) for s in sizes])
+    return store
+
+
+def cut_last_row(path: Path, keep: int) -> None:
+    """Cut the file as a full disk does: ``keep`` bytes into its last row."""
+    text = path.read_bytes()
+    last = text.rstrip(b"\n").rfind(b"\n") + 1
+    path.write_bytes(text[: last + keep])
+
+
+def sweep_config(*argv: str):
+    return config_from_args(build_parser().parse_args(["sweep", *argv]))

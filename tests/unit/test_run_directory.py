@@ -1,0 +1,126 @@
+"""Run directories that went wrong: rows cut by a full disk, rows of the wrong shape, a
+second sweep into a directory in use, and a full disk in the middle of a real sweep."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from support.sweep import (
+    cut_last_row,
+    stored_run,
+    sweep_point,
+)
+
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.jobs import orchestrate, runinfo
+from osu_dl_bench.measurement.store import SWEEP_FIELDS, RunStore, StoreError
+
+HEADER = ",".join(SWEEP_FIELDS)
+
+
+def test_a_cut_last_row_is_dropped_and_cut_off_before_appending(tmp_path, capsys):
+    store = stored_run(tmp_path, [8, 16, 32])
+    cut_last_row(store.results_path, keep=60)  # past the key fields: the statistics are missing
+    frame = store.load()
+    assert sorted(frame["size_bytes"]) == [8, 16]
+    warning = capsys.readouterr().err
+    assert "osu-dl-bench: warning:" in warning and "dropped 1 row" in warning
+    assert f"{store.results_path}: dropped 1 row that cannot be used (line 4: cut short)" in (
+        warning
+    )
+    assert (1, 1, 1, "allreduce", "mpi", "native", "float32", "sum", "cpu", 32) not in (
+        store.finished_points()
+    )
+
+    store.append([sweep_point(32), sweep_point(64)])  # --resume measures the cut row again
+    frame, notes = store.read()
+    assert notes == [] and sorted(frame["size_bytes"]) == [8, 16, 32, 64]
+    assert len(store.results_path.read_text().splitlines()) == 5
+
+
+def test_a_file_cut_inside_its_header_counts_as_empty(tmp_path):
+    store = RunStore(tmp_path)
+    store.results_path.write_text(HEADER[:30])
+    frame, notes = store.read()
+    assert frame.empty and list(frame.columns) == list(SWEEP_FIELDS) and notes
+    store.append([sweep_point(8)])
+    assert store.read()[0]["size_bytes"].tolist() == [8]
+
+
+def _damaged(tmp_path: Path) -> RunStore:
+    """Good rows around: a cut row with a whole row appended onto it (what --resume used
+    to write), a row without statistics, and one with text where a number belongs."""
+    store = stored_run(tmp_path, [8])
+    good = store.results_path.read_text().splitlines()[1]
+    fields = good.split(",")
+    lines = [
+        ",".join(fields[:5]) + good,  # 5 + 22 - 1 fields
+        ",".join(fields[:11] + ["nan"] * 4 + fields[15:]).replace(",8,", ",16,", 1),
+        ",".join(fields[:12] + ["abc"] + fields[13:]).replace(",8,", ",32,", 1),
+        good.replace(",8,", ",64,", 1),
+    ]
+    with store.results_path.open("a") as handle:
+        handle.write("\n".join(lines) + "\n")
+    return store
+
+
+def test_rows_of_the_wrong_shape_or_without_statistics_are_dropped_and_counted(tmp_path):
+    store = _damaged(tmp_path)
+    frame, notes = store.read()
+    assert frame["size_bytes"].tolist() == [8, 64]
+    assert frame["median_us"].dtype.kind == "f" and frame["nprocs"].dtype.kind == "i"
+    assert len(notes) == 1 and "dropped 3 rows" in notes[0]
+    for text in (
+        "line 3: 26 fields, expected 22",
+        "line 4: no median_us",
+        "line 5: q1_us 'abc' is not a number",
+    ):
+        assert text in notes[0]
+    assert {key[-1] for key in store.finished_points()} == {8, 64}
+
+
+def test_a_broken_metadata_file_is_a_clean_error(tmp_path):
+    store = RunStore(tmp_path)
+    (tmp_path / "metadata.json").write_text('{\n "jobs": {\n')
+    with pytest.raises(UsageError, match=r"metadata.json line 3: not JSON"):
+        store.read_metadata()
+
+
+def test_a_held_run_directory_refuses_a_second_lock_naming_the_holder(tmp_path):
+    store = RunStore(tmp_path / "run")
+    with store.lock():
+        with pytest.raises(UsageError) as refused:
+            store.lock()
+        assert str(store.path) in str(refused.value)
+        assert f"pid {os.getpid()}" in str(refused.value)
+    store.lock().release()  # free again once released
+
+
+def test_a_metadata_failure_after_a_failed_job_does_not_hide_the_first(
+    tmp_path, monkeypatch, capsys
+):
+    def job_fails(*args):
+        raise orchestrate.JobFailed(2)
+
+    def disk_full(store, complete, **fields):
+        raise StoreError(f"cannot write {store.path / 'metadata.json'} (full)", "make room")
+
+    monkeypatch.setattr(orchestrate, "_run_jobs", job_fails)
+    monkeypatch.setattr(runinfo, "record_session", lambda *args, **kwargs: None)
+    monkeypatch.setattr(runinfo, "record_completion", disk_full)
+    cfg = _sweep_config(tmp_path / "run")
+    with pytest.raises(orchestrate.JobFailed):
+        orchestrate._launch_all(cfg, {2: {"todo": 1}})
+    err = capsys.readouterr().err
+    assert "osu-dl-bench: error:" not in err
+    assert "osu-dl-bench: note: could not also mark the run incomplete: cannot write" in err
+    assert err.rstrip().endswith("metadata.json (full)")  # no second piece of advice
+
+
+def _sweep_config(run_dir: Path):
+    from osu_dl_bench.cli import build_parser
+    from osu_dl_bench.jobs.options import config_from_args
+
+    return config_from_args(build_parser().parse_args(["sweep", "--np", "2", "-o", str(run_dir)]))

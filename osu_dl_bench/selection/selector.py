@@ -1,26 +1,30 @@
 """The runtime selector: per call, the algorithm a tuning table chose for
 (collective, comm size, ppn, nodes, bytes, buffer kind).
 
-Order of precedence:
+Order of precedence, the one decision chain of bench ``-a tuned``, ``select`` and the
+trainer (forced -> fixed -> table -> model -> native):
 
 1. a forced algorithm (``force=`` or ``OSU_DL_BENCH_FORCE_ALGORITHM``, e.g.
    ``allreduce=ring,bcast=chain:seg=256K``);
-2. the table entry of the call's shape; outside the table's comm shapes the nearest
+2. a fixed algorithm (``fixed=``: the trainer's ``--allreduce`` and ``--bcast``), which
+   is an error where it cannot run, not a silent fallback;
+3. the table entry of the call's shape; outside the table's comm shapes the nearest
    entry (closest comm size, then nodes, then ppn; ties to the smaller comm size) unless
    the ``model`` hook (the analytical model, osu_dl_bench.model.selection) answers;
    outside the measured sizes the first or last range, which reach 0 and infinity; a
    call on registered buffers (``cpu-registered``) takes the ``cpu`` entries when the
    table has none of its own (HOST_FALLBACK);
-3. with no table, the ``model`` hook if given;
-4. native, with no table (and no model) or no entry for the collective and buffer kind.
+4. with no table, the ``model`` hook if given;
+5. native, with no table (and no model) or no entry for the collective and buffer kind.
 
 Whatever is chosen must be eligible in the call's context (``Variant.ineligible_reason``);
 if it is not, native runs instead. ``bind`` precomputes everything per communicator so a
-call costs one bisect over the range starts.
+call costs one dict lookup; every variant is bound once per communicator (``BoundCalls``).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 from bisect import bisect_right
@@ -148,6 +152,21 @@ def _is_exact(entry: Entry, query: Query) -> bool:
     return _distance(entry, query)[:3] == (0, 0, 0)
 
 
+class BoundCalls:
+    """Each variant bound once per communicator and reused. Binding is collective (it may
+    duplicate the communicator): every rank binds the same variants in the same order."""
+
+    def __init__(self) -> None:
+        self._calls: dict[tuple, CollectiveCall] = {}
+
+    def get(self, comm: Any, variant: Variant) -> CollectiveCall:
+        """The bound call of ``variant`` on ``comm``, binding it on first use."""
+        key = (comm.py2f(), variant.algorithm.collective, variant.label)
+        if key not in self._calls:
+            self._calls[key] = variant.bind(comm)
+        return self._calls[key]
+
+
 class Selector:
     """Chooses an algorithm per call from a tuning table (or native without one)."""
 
@@ -157,12 +176,15 @@ class Selector:
         force: Mapping[str, str] | None = None,
         model: Model | None = None,
         force_source: str = "the caller",
+        fixed: Mapping[str, Variant] | None = None,
     ) -> None:
         self.table = table
         self.model = model
         self.force_source = FORCE_ENV if force is None else force_source
         texts = parse_force(os.environ.get(FORCE_ENV, "")) if force is None else force
         self.forced = self._forced_variants(texts)
+        self.fixed = dict(fixed or {})
+        self.calls = BoundCalls()
         self._entries: dict[tuple[str, str], list[Entry]] = {}
         for entry in table.entries if table else ():
             self._entries.setdefault((entry.key.collective, entry.key.device), []).append(entry)
@@ -185,6 +207,13 @@ class Selector:
     ) -> Selector:
         """A selector over the table in ``path`` (None: no table, native unless forced)."""
         return cls(load_table(path) if path else None, force, model, force_source)
+
+    def with_fixed(self, fixed: Mapping[str, Variant]) -> Selector:
+        """This selector with ``fixed`` algorithms as the chain's second step."""
+        chosen = copy.copy(self)
+        chosen.fixed = {**self.fixed, **fixed}
+        chosen._bound = {}
+        return chosen
 
     @property
     def source(self) -> str:
@@ -248,6 +277,8 @@ class Selector:
         if query.collective in self.forced:
             forced = self.forced[query.collective]
             decision = Decision(forced, "forced", f"forced by {self.force_source}")
+        elif query.collective in self.fixed:
+            return _fixed(self.fixed[query.collective], context)
         elif self.table is None:
             decision = self._from_model(query) or Decision(
                 lookup(query.collective, "native").variant(), "native", "no table"
@@ -285,20 +316,20 @@ class Selector:
         query = Query(
             collective, comm.Get_size(), 0, context.device, context.nodes, context.ranks_per_node
         )
-        if collective not in self.forced and self.table is None and self.model is not None:
+        chosen = collective in self.forced or collective in self.fixed
+        if not chosen and self.table is None and self.model is not None:
             return self._bind_per_size(comm, query, context)
-        forced_or_untabled = collective in self.forced or self.table is None
-        entry = None if forced_or_untabled else self.entry_for(query)
+        entry = None if chosen or self.table is None else self.entry_for(query)
         if entry is None:
-            # Forced, no table, or no entry: one decision holds for every size.
-            return self.decide(query, context).variant.bind(comm)
+            # Forced, fixed, no table, or no entry: one decision holds for every size.
+            return self.calls.get(comm, self.decide(query, context).variant)
         if self.model is not None and not _is_exact(entry, query):
             return self._bind_per_size(comm, query, context)
         decisions = [
             _eligible(Decision(r.choice.variant(collective), "table", ""), collective, context)
             for r in entry.ranges
         ]
-        calls = _bind_distinct(comm, [d.variant for d in decisions])
+        calls = [self.calls.get(comm, d.variant) for d in decisions]
         if len({id(c) for c in calls}) == 1:
             return calls[0]  # one algorithm at every size: no lookup per call
         starts = [r.min_bytes for r in entry.ranges]
@@ -323,16 +354,13 @@ class Selector:
         bound on first use: safe, since every rank sees the same sizes in the same order."""
         size_of = message_bytes(query.collective, query.nprocs)
         by_size: dict[int, CollectiveCall] = {}
-        by_label: dict[str, CollectiveCall] = {}
 
         def call(send, recv, op, root):
             nbytes = size_of(send, recv)
             target = by_size.get(nbytes)
             if target is None:
                 variant = self.decide(replace(query, nbytes=nbytes), context).variant
-                if variant.label not in by_label:
-                    by_label[variant.label] = variant.bind(comm)
-                target = by_size[nbytes] = by_label[variant.label]
+                target = by_size[nbytes] = self.calls.get(comm, variant)
             target(send, recv, op, root)
 
         return call
@@ -362,13 +390,16 @@ def _context_key(context: CallContext) -> tuple:
     )
 
 
-def _bind_distinct(comm: Any, variants: list[Variant]) -> list[CollectiveCall]:
-    """Bind each distinct variant once, in list order (the same on every rank)."""
-    bound: dict[str, CollectiveCall] = {}
-    for variant in variants:
-        if variant.label not in bound:
-            bound[variant.label] = variant.bind(comm)
-    return [bound[v.label] for v in variants]
+def _fixed(variant: Variant, context: CallContext) -> Decision:
+    """The fixed variant's decision; a UsageError where it cannot run (asked for by name,
+    so replacing it by native would measure something other than was asked)."""
+    reason = variant.ineligible_reason(context)
+    if reason:
+        raise UsageError(
+            f"--{variant.algorithm.collective} {variant.label} cannot run here "
+            f"({context.etype.name}, p={context.nprocs}): it {reason}"
+        )
+    return Decision(variant, "fixed", "fixed by the caller")
 
 
 def _eligible(decision: Decision, collective: str, context: CallContext) -> Decision:

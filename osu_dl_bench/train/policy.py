@@ -1,13 +1,13 @@
 """Which algorithm runs each of the trainer's collective calls.
 
 A ``CollectivePolicy`` answers ``choose(collective, nbytes, dtype) -> BoundCollective``:
-a registry variant bound on the trainer's communicator. Two policies, composed:
+a registry variant bound on the trainer's communicator:
 
-- ``FixedPolicy``: the algorithm named on the command line (``--allreduce ring``), for
-  the collectives given; anything else goes to its fallback;
-- ``SelectorPolicy``: the adapter to the runtime selector (osu_dl_bench.selection), which
-  picks per (collective, comm size, ppn, nodes, bytes, buffer kind) from a tuning table,
-  honours OSU_DL_BENCH_FORCE_ALGORITHM, and is native without a table.
+- ``SelectorPolicy``: the runtime selector (osu_dl_bench.selection) and its one decision
+  chain: OSU_DL_BENCH_FORCE_ALGORITHM, then the algorithms fixed on the command line
+  (``--allreduce ring``), then the tuning table per (collective, comm size, ppn, nodes,
+  bytes, buffer kind), then native;
+- ``FixedPolicy``: a selector policy with some collectives fixed.
 
 ``choose`` binds (which may duplicate communicators), so it is collective over the
 communicator: every rank must ask the same questions in the same order, which the trainer
@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from collectives import SPECS, CallContext, Variant, lookup
+from collectives import SPECS, CallContext, Variant
 from collectives.dtypes import element_type
 from collectives.ops import reduce_op
 from collectives.registry import CollectiveCall, parse_variant
@@ -62,22 +62,10 @@ def call_context(
     )
 
 
-class _Binder:
-    """Binds each (collective, variant) once on a communicator and reuses the call."""
-
-    def __init__(self, comm: Any) -> None:
-        self.comm = comm
-        self._calls: dict[tuple[str, str], CollectiveCall] = {}
-
-    def bind(self, variant: Variant, how: str) -> BoundCollective:
-        key = (variant.algorithm.collective, variant.label)
-        if key not in self._calls:
-            self._calls[key] = variant.bind(self.comm)
-        return BoundCollective(variant.label, how, self._calls[key])
-
-
 class SelectorPolicy:
-    """The runtime selector as a policy (native for everything without a table)."""
+    """The runtime selector's decision chain as a policy: forced, fixed (--allreduce,
+    --bcast), the table, the model, native. Each variant is bound once (the selector's
+    ``BoundCalls``)."""
 
     def __init__(
         self,
@@ -87,13 +75,12 @@ class SelectorPolicy:
         required: tuple[str, ...] = (),
         device: str = "cpu",
     ) -> None:
-        self.selector, self.topology, self.device = selector, topology, device
-        self._binder = _Binder(comm)
+        self.comm, self.selector, self.topology, self.device = comm, selector, topology, device
         for collective in required:
             self._require_entry(collective)
 
     def _require_entry(self, collective: str) -> None:
-        if collective in self.selector.forced:
+        if collective in self.selector.forced or collective in self.selector.fixed:
             return
         if self.selector.entry_for(self._query(collective, 0)) is None:
             raise UsageError(
@@ -110,39 +97,24 @@ class SelectorPolicy:
         """The selector's decision for this call, bound."""
         context = call_context(self.topology, collective, dtype, self.device)
         decision = self.selector.decide(self._query(collective, nbytes), context)
-        return self._binder.bind(decision.variant, decision.how)
+        call = self.selector.calls.get(self.comm, decision.variant)
+        return BoundCollective(decision.label, decision.how, call)
 
 
-class FixedPolicy:
-    """Fixed algorithms for some collectives; the fallback (or native) for the others."""
+class FixedPolicy(SelectorPolicy):
+    """Fixed algorithms for some collectives (the chain's fixed step); the fallback
+    policy's selector (native without one) decides the others."""
 
     def __init__(
         self,
         comm: Any,
         topology: Topology,
         variants: Mapping[str, Variant],
-        fallback: CollectivePolicy | None = None,
+        fallback: SelectorPolicy | None = None,
         device: str = "cpu",
     ) -> None:
-        self.variants, self.topology, self.fallback = dict(variants), topology, fallback
-        self.device = device
-        self._binder = _Binder(comm)
-
-    def choose(self, collective: str, nbytes: int, dtype: str = "float32") -> BoundCollective:
-        """The fixed variant of ``collective`` (UsageError if it cannot run here)."""
-        if collective not in self.variants:
-            if self.fallback is not None:
-                return self.fallback.choose(collective, nbytes, dtype)
-            return self._binder.bind(lookup(collective, "native").variant(), "native")
-        variant = self.variants[collective]
-        context = call_context(self.topology, collective, dtype, self.device)
-        reason = variant.ineligible_reason(context)
-        if reason:
-            raise UsageError(
-                f"--{collective} {variant.label} cannot run here ({dtype}, "
-                f"p={self.topology.nprocs}): it {reason}"
-            )
-        return self._binder.bind(variant, "fixed")
+        base = fallback.selector if fallback is not None else Selector(force={})
+        super().__init__(comm, topology, base.with_fixed(variants), device=device)
 
 
 def fixed_variants(cfg: TrainConfig) -> dict[str, Variant]:
@@ -151,11 +123,10 @@ def fixed_variants(cfg: TrainConfig) -> dict[str, Variant]:
     return {c: parse_variant(c, text) for c, text in texts.items() if text}
 
 
-def build_policy(cfg: TrainConfig, comm: Any, topology: Topology) -> FixedPolicy:
+def build_policy(cfg: TrainConfig, comm: Any, topology: Topology) -> SelectorPolicy:
     """Fixed algorithms first, then the selector over ``cfg.table`` (native without one).
     Collective over ``comm`` (binding)."""
     fixed = fixed_variants(cfg)
     selector = Selector.from_file(cfg.table)
     required = tuple(c for c in TABLE_COLLECTIVES if c not in fixed) if cfg.table else ()
-    selected = SelectorPolicy(comm, topology, selector, required, cfg.buffers)
-    return FixedPolicy(comm, topology, fixed, selected, cfg.buffers)
+    return SelectorPolicy(comm, topology, selector.with_fixed(fixed), required, cfg.buffers)

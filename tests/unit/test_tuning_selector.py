@@ -231,3 +231,44 @@ def test_the_tuned_variant_is_an_ordinary_variant(monkeypatch, selector):
     assert calls == [("only_one", 12)] and (recv == 1).all()
     made = parse_bench_algorithms("bcast", "native,tuned,chain:seg=64K,binomial", lambda: variant)
     assert [v.label for v in made] == ["native", "tuned", "chain:seg=64K", "binomial"]
+
+
+def test_the_chain_is_forced_then_fixed_then_table(selector):
+    ring = _registry.parse_variant("allreduce", "ring")
+    fixed = selector.with_fixed({"allreduce": ring})
+    assert fixed.decide(_q(2, 8)).how == "fixed" and fixed.decide(_q(2, 8)).label == ring.label
+    assert selector.decide(_q(2, 8)).how == "table", "with_fixed must not change the original"
+    forced = Selector(selector.table, force={"allreduce": "recursive_doubling"}).with_fixed(
+        {"allreduce": ring}
+    )
+    assert forced.decide(_q(2, 8)).how == "forced"
+    assert fixed.decide(_q(2, 8, collective="bcast")).how == "native"  # not fixed: the table's
+
+
+def test_a_fixed_algorithm_that_cannot_run_here_is_an_error_not_native(selector):
+    rabenseifner = _registry.parse_variant("allreduce", "rabenseifner")
+    fixed = selector.with_fixed({"allreduce": rabenseifner})
+    ctx = CallContext(2, element_type("float32"), _non_commutative(), "cpu", 1, 2)
+    with pytest.raises(UsageError, match="--allreduce rabenseifner cannot run here"):
+        fixed.decide(_q(2, 8), ctx)
+
+
+def test_each_variant_is_bound_once_per_communicator(selector, monkeypatch):
+    bound = []
+    native = _registry.lookup("allreduce", "native")
+
+    def counting_factory(comm):
+        bound.append(comm)
+        return native.factory(comm)
+
+    monkeypatch.setitem(
+        _registry._REGISTRY,
+        ("allreduce", "counted"),
+        Algorithm("allreduce", "counted", counting_factory),
+    )
+    counted = _registry.parse_variant("allreduce", "counted")
+    comm = MPI.COMM_SELF
+    assert selector.calls.get(comm, counted) is selector.calls.get(comm, counted)
+    ctx = CallContext(1, element_type("float32"), reduce_op("sum"), "cpu", 1, 1)
+    selector.with_fixed({"allreduce": counted}).bind(comm, "allreduce", ctx)
+    assert len(bound) == 1, "the fixed selector shares its parent's bound calls"

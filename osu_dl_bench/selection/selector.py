@@ -37,7 +37,7 @@ from collectives import SPECS, Algorithm, CallContext, Variant, lookup
 from collectives.dtypes import element_type
 from collectives.ops import reduce_op
 from collectives.registry import CollectiveCall, parse_variant, parse_variants
-from collectives.units import format_size
+from collectives.units import format_size, split_variant_texts
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.selection.names import FORCE_ENV
 from osu_dl_bench.selection.table import Choice, Entry, SizeRange, TuningTable, load_table
@@ -439,17 +439,10 @@ def _log2(n: int) -> float:
 def parse_bench_algorithms(
     collective: str, text: str, make_tuned: Callable[[], Variant]
 ) -> list[Variant]:
-    """The bench's -a list where 'tuned' stands for the selector (``make_tuned()``)."""
-    variants: list[Variant] = []
-    pending: list[str] = []
-    for item in text.split(","):
-        if item.strip() != TUNED:
-            pending.append(item)
-            continue
-        if any(p.strip() for p in pending):
-            variants += parse_variants(collective, ",".join(pending))
-        pending = []
-        variants.append(make_tuned())
-    if any(p.strip() for p in pending):
-        variants += parse_variants(collective, ",".join(pending))
-    return variants
+    """The bench's -a list where 'tuned' stands for the selector (``make_tuned()``); a
+    variant named twice is measured once."""
+    variants: dict[str, Variant] = {}
+    for item in split_variant_texts(text):
+        for variant in [make_tuned()] if item == TUNED else parse_variants(collective, item):
+            variants.setdefault(variant.label, variant)
+    return list(variants.values())

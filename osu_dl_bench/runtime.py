@@ -17,6 +17,7 @@ import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 
+from collectives.shape import JobShape
 from osu_dl_bench import __version__
 from osu_dl_bench.errors import UsageError, ValidationFailure
 
@@ -223,6 +224,11 @@ class Topology:
     ppn: int
     hostnames: tuple[str, ...]
     emulated: bool = False
+
+    @property
+    def shape(self) -> JobShape:
+        """The job's shape (ranks, nodes, ranks per node)."""
+        return JobShape(self.nprocs, self.nodes, self.ppn)
 
 
 def discover_topology(comm, ranks_per_node: int | None = None) -> Topology:

@@ -7,10 +7,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from collectives.shape import JobShape
 from collectives.units import doubling_sizes, format_size
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.model.calibrate import CALIBRATION_CSV
-from osu_dl_bench.model.costs import Layout
 from osu_dl_bench.model.platform import Platform, load_platform, with_inter
 from osu_dl_bench.model.platform_fit import PLATFORM_FILE, fit_platform
 
@@ -36,7 +36,7 @@ def platform_from_args(args: argparse.Namespace, default: str | None = None) -> 
     return platform
 
 
-def _require_inter(platform: Platform, layout: Layout) -> None:
+def _require_inter(platform: Platform, layout: JobShape) -> None:
     """Across nodes the inter-node link must be known (measured or named)."""
     if layout.nodes > 1 and not platform.inter.measured and not platform.assumed:
         raise UsageError(
@@ -183,13 +183,13 @@ def run_accuracy(args: argparse.Namespace) -> int:
 # --- predict ----------------------------------------------------------------------------
 
 
-def _layout(nprocs: int, ppn: int | None) -> Layout:
+def _layout(nprocs: int, ppn: int | None) -> JobShape:
     if nprocs < 1:
         raise UsageError(f"--np: expected a process count >= 1, got {nprocs}")
     if ppn is not None and ppn < 1:
         raise UsageError(f"--ppn: expected ranks per node >= 1, got {ppn}")
     ppn = min(ppn or nprocs, nprocs)
-    return Layout(nprocs, -(-nprocs // ppn), ppn)
+    return JobShape(nprocs, -(-nprocs // ppn), ppn)
 
 
 def _collective_list(text: str) -> list[str]:

@@ -17,9 +17,10 @@ import numpy as np
 import pandas as pd
 
 from collectives.registry import parse_variant
+from collectives.shape import JobShape
 from collectives.units import format_size
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.model.costs import Layout, predict_seconds
+from osu_dl_bench.model.costs import predict_seconds
 from osu_dl_bench.model.platform import Platform
 
 LARGE_BYTES = 64 << 10
@@ -47,7 +48,7 @@ def _prediction(platform: Platform, row) -> float | None:
         variant = parse_variant(row.collective, row.algorithm)
     except UsageError:
         return None  # a backend missing here (gloo without torch): not modelled anyway
-    layout = Layout(int(row.nprocs), int(row.nodes), int(row.ppn))
+    layout = JobShape(int(row.nprocs), int(row.nodes), int(row.ppn))
     seconds = predict_seconds(platform, row.collective, variant, layout, int(row.size_bytes))
     return None if seconds is None else seconds * 1e6
 

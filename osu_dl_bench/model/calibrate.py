@@ -91,7 +91,7 @@ def _kinds(comm, size: int, send: list, recv: list):
     """kind -> (body(i), seconds per sample factor) for this size and process count."""
     from mpi4py import MPI
 
-    from osu_dl_bench.measurement.p2p import _latency_round  # OSU's ping-pong round, reused as is
+    from osu_dl_bench.measurement.p2p import latency_round  # OSU's ping-pong round, reused as is
 
     rank, p, depth = comm.Get_rank(), comm.Get_size(), len(send)
     right, left = (rank + 1) % p, (rank - 1) % p
@@ -100,7 +100,7 @@ def _kinds(comm, size: int, send: list, recv: list):
         comm.Sendrecv(send[i % depth], right, 11, recv[i % depth], left, 11)
 
     def pingpong(i: int) -> None:
-        _latency_round(comm, send[i % depth], recv[i % depth])
+        latency_round(comm, send[i % depth], recv[i % depth])
 
     def reduce(i: int) -> None:
         np.add(recv[i % depth], send[i % depth], out=recv[i % depth])

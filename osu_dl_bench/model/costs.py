@@ -33,30 +33,17 @@ from dataclasses import dataclass
 from collectives import SPECS, Variant
 from collectives.common import LinkCost, Machine
 from collectives.registry import parse_variant
+from collectives.shape import JobShape
 from osu_dl_bench.model.mpich_native import flag_wave, native_label, release_gather_seconds
 from osu_dl_bench.model.platform import Link, Platform
 
 
-@dataclass(frozen=True)
-class Layout:
-    """The job's shape: p ranks on ``nodes`` nodes of ``ppn`` ranks."""
-
-    nprocs: int
-    nodes: int = 1
-    ppn: int | None = None
-
-    @property
-    def ranks_per_node(self) -> int:
-        """ppn, or the ranks spread evenly over the nodes."""
-        return self.ppn or -(-self.nprocs // max(self.nodes, 1))
-
-
-def local_ranks(layout: Layout) -> int:
+def local_ranks(layout: JobShape) -> int:
     """Ranks sharing one node."""
     return min(layout.ranks_per_node, layout.nprocs)
 
 
-def oversubscription(platform: Platform, layout: Layout) -> float:
+def oversubscription(platform: Platform, layout: JobShape) -> float:
     """How many times a node's ranks outnumber its cores (at least 1)."""
     cores = platform.cores_per_node
     return max(1.0, local_ranks(layout) / cores) if cores else 1.0
@@ -73,7 +60,7 @@ class NodeState:
     ranks: int = 1  # of the measured state
 
 
-def node_state(platform: Platform, layout: Layout, symmetric: bool = True) -> NodeState:
+def node_state(platform: Platform, layout: JobShape, symmetric: bool = True) -> NodeState:
     """The measured contention state for the layout's ranks per node (``symmetric``: every
     rank active in every step; else the fewest ranks measured), scaled by the time-sharing
     its extra ranks add (module docstring)."""
@@ -82,7 +69,7 @@ def node_state(platform: Platform, layout: Layout, symmetric: bool = True) -> No
         return NodeState(
             platform.intra, platform.software_overhead_s, None, oversubscription(platform, layout)
         )
-    measured = oversubscription(platform, Layout(state.ranks))
+    measured = oversubscription(platform, JobShape(state.ranks))
     return NodeState(
         state.intra,
         state.software_overhead_s,
@@ -98,7 +85,7 @@ def _link_cost(link: Link, nbytes: float, native: bool, overhead: float, slowdow
 
 
 def machine_for(
-    platform: Platform, layout: Layout, nbytes: float, native: bool, symmetric: bool = True
+    platform: Platform, layout: JobShape, nbytes: float, native: bool, symmetric: bool = True
 ) -> Machine:
     """The cost model's Machine for a call of ``nbytes``: native pays the library's own
     reduction and no Python overhead; our algorithms numpy's reduction and the overhead."""
@@ -113,7 +100,7 @@ def machine_for(
 
 
 def modelled_variant(
-    collective: str, variant: Variant, layout: Layout, nbytes: int, posix: bool = True
+    collective: str, variant: Variant, layout: JobShape, nbytes: int, posix: bool = True
 ):
     """(variant whose formula applies, is_native) or None when the model has no formula;
     ``posix``: MPICH's shared-memory collectives answer on one node (not oversubscribed)."""
@@ -132,7 +119,7 @@ def _is_mpi_native(variant: Variant) -> bool:
 
 
 def _release_gather(
-    platform: Platform, collective: str, layout: Layout, nbytes: int
+    platform: Platform, collective: str, layout: JobShape, nbytes: int
 ) -> float | None:
     """MPICH's shared-memory allreduce or bcast (one node, not oversubscribed)."""
     symmetric = not SPECS[collective].rooted
@@ -145,7 +132,7 @@ def _release_gather(
 
 
 def predict_seconds(
-    platform: Platform, collective: str, variant: Variant, layout: Layout, nbytes: int
+    platform: Platform, collective: str, variant: Variant, layout: JobShape, nbytes: int
 ) -> float | None:
     """Predicted seconds of one call, or None if the variant is not modelled."""
     posix = oversubscription(platform, layout) <= 1.0

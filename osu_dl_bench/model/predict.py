@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from collectives import SPECS, CallContext, Variant, algorithms
 from collectives.dtypes import element_type
 from collectives.ops import reduce_op
+from collectives.shape import JobShape
 from collectives.units import format_size
 from osu_dl_bench import __version__
-from osu_dl_bench.model.costs import Layout, predict_seconds
+from osu_dl_bench.model.costs import predict_seconds
 from osu_dl_bench.model.platform import Platform
 from osu_dl_bench.runtime import utc_now
 from osu_dl_bench.selection.table import (
@@ -40,7 +41,7 @@ class Prediction:
     seconds: float | None
 
 
-def context(collective: str, layout: Layout, device: str = "cpu") -> CallContext:
+def context(collective: str, layout: JobShape, device: str = "cpu") -> CallContext:
     """The call context eligibility is judged in (float32, sum)."""
     op = reduce_op("sum") if SPECS[collective].reduces else None
     return CallContext(
@@ -48,7 +49,7 @@ def context(collective: str, layout: Layout, device: str = "cpu") -> CallContext
     )
 
 
-def eligible_variants(collective: str, layout: Layout) -> list[Variant]:
+def eligible_variants(collective: str, layout: JobShape) -> list[Variant]:
     """Every grid variant of the collective that can run in the layout (MPI backend)."""
     ctx = context(collective, layout)
     found = []
@@ -60,7 +61,7 @@ def eligible_variants(collective: str, layout: Layout) -> list[Variant]:
 
 
 def predict_all(
-    platform: Platform, collective: str, layout: Layout, sizes: list[int]
+    platform: Platform, collective: str, layout: JobShape, sizes: list[int]
 ) -> dict[int, list[Prediction]]:
     """size -> predictions of every eligible variant."""
     variants = eligible_variants(collective, layout)
@@ -95,7 +96,7 @@ def _point(size: int, preds: list[Prediction]) -> tuple[Choice, dict]:
 
 
 def predicted_entry(
-    collective: str, layout: Layout, by_size: dict[int, list[Prediction]]
+    collective: str, layout: JobShape, by_size: dict[int, list[Prediction]]
 ) -> Entry | None:
     """The table entry of one collective (None if nothing is modelled)."""
     per_size, points = [], []
@@ -111,7 +112,7 @@ def predicted_entry(
 
 
 def predicted_table(
-    platform: Platform, layout: Layout, collectives: list[str], sizes: list[int], name: str
+    platform: Platform, layout: JobShape, collectives: list[str], sizes: list[int], name: str
 ) -> tuple[TuningTable, dict[str, dict[int, list[Prediction]]]]:
     """The predicted table and every prediction behind it."""
     predictions = {c: predict_all(platform, c, layout, sizes) for c in collectives}

@@ -6,7 +6,8 @@ from __future__ import annotations
 from functools import lru_cache
 
 from collectives.buffers import is_host
-from osu_dl_bench.model.costs import Layout, predict_seconds
+from collectives.shape import JobShape
+from osu_dl_bench.model.costs import predict_seconds
 from osu_dl_bench.model.platform import Platform
 from osu_dl_bench.model.predict import eligible_variants
 from osu_dl_bench.selection.selector import Query
@@ -22,7 +23,7 @@ class PlatformModel:
         self._best = lru_cache(maxsize=4096)(self._fastest)
 
     def _fastest(self, collective: str, nprocs: int, nodes: int, ppn: int, nbytes: int):
-        layout = Layout(nprocs, nodes, ppn)
+        layout = JobShape(nprocs, nodes, ppn)
         if nodes > 1 and not self.platform.inter.measured and not self.platform.assumed:
             return None  # the inter-node link is unknown: leave it to the table
         timed = [

@@ -37,6 +37,7 @@ from collectives import SPECS, Algorithm, CallContext, Variant, lookup
 from collectives.dtypes import element_type
 from collectives.ops import reduce_op
 from collectives.registry import CollectiveCall, parse_variant, parse_variants
+from collectives.shape import JobShape
 from collectives.units import format_size, split_variant_texts
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.selection.names import FORCE_ENV
@@ -59,9 +60,14 @@ class Query:
     ppn: int | None = None
 
     @property
+    def shape(self) -> JobShape:
+        """The job's shape this call runs in."""
+        return JobShape(self.nprocs, self.nodes, self.ppn)
+
+    @property
     def ranks_per_node(self) -> int:
         """ppn, or the ranks spread evenly over the nodes when not given."""
-        return self.ppn if self.ppn else -(-self.nprocs // max(self.nodes, 1))
+        return self.shape.ranks_per_node
 
 
 # model(query) -> a choice, or None to use the nearest measured entry.
@@ -291,8 +297,7 @@ class Selector:
         """What the selector would pick for a query, and why, in a few lines."""
         decision = self.decide(query, context)
         lines = [
-            f"{query.collective}, size {format_size(query.nbytes)}, p={query.nprocs} "
-            f"({_nodes(query.nodes)} x {query.ranks_per_node} ppn), {query.device}:",
+            f"{query.collective}, size {format_size(query.nbytes)}, {query.shape}, {query.device}:",
             f"  source: {self.source}",
             f"  how: {decision.how}: {decision.reason}",
         ]
@@ -426,10 +431,6 @@ def _evidence(entry: Entry | None, nbytes: int) -> str:
     if point.get("native_median_us") is not None:
         text += f" vs native {point['native_median_us']:.2f} us ({point['speedup']:.2f}x)"
     return f"{text}; {point.get('reason', '')}".rstrip("; ")
-
-
-def _nodes(count: int) -> str:
-    return f"{count} node{'' if count == 1 else 's'}"
 
 
 def _log2(n: int) -> float:

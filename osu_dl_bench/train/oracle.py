@@ -32,7 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from collectives.registry import parse_variant
-from osu_dl_bench.model.costs import Layout, predict_seconds
+from collectives.shape import JobShape
+from osu_dl_bench.model.costs import predict_seconds
 from osu_dl_bench.model.platform import Platform
 from osu_dl_bench.model.predict import eligible_variants
 
@@ -144,7 +145,7 @@ def measure_compute(net, shape, local_batch: int, threads: int, steps: int = 5) 
 
 
 def bucket_seconds(
-    platform: Platform, layout: Layout, buckets: tuple[int, ...], algorithm: str | None
+    platform: Platform, layout: JobShape, buckets: tuple[int, ...], algorithm: str | None
 ) -> list[float]:
     """Predicted allreduce seconds of each bucket (``algorithm`` None: the fastest)."""
     if algorithm is not None:

@@ -9,9 +9,9 @@ import os
 import statistics
 from pathlib import Path
 
+from collectives.shape import JobShape
 from collectives.units import format_size
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.model.costs import Layout
 from osu_dl_bench.model.platform import Platform
 from osu_dl_bench.train.oracle import (
     bucket_seconds,
@@ -67,7 +67,7 @@ def _variant_of(label: str) -> tuple[str | None, bool] | None:
 
 
 def _comparison(platform, compute, stats, nprocs, measured, batch) -> tuple[list[str], list]:
-    layout = Layout(nprocs, 1, nprocs)
+    layout = JobShape(nprocs, 1, nprocs)
     labels = list(measured) or ["native", "native/no-overlap", "tuned"]
     lines = [
         f"{'config':<38}{'predicted ms':>13}{'(comm, exposed)':>18}{'measured ms':>13}"
@@ -105,7 +105,7 @@ def _scaling(scale: Platform, compute, stats, nps: list[int], ppn: int, local: i
     ]
     base = None
     for nprocs in nps:
-        layout = Layout(nprocs, -(-nprocs // ppn), min(ppn, nprocs))
+        layout = JobShape(nprocs, -(-nprocs // ppn), min(ppn, nprocs))
         comm = bucket_seconds(scale, layout, stats.bucket_bytes, None)
         step = predict_step(compute, stats.bucket_bytes, comm, True, nprocs)
         rate = local * nprocs / step.step

@@ -11,9 +11,10 @@ import pytest
 
 from collectives.common import LinkCost, Machine
 from collectives.registry import parse_variant
+from collectives.shape import JobShape
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.model import accuracy
-from osu_dl_bench.model.costs import Layout, oversubscription, predict_seconds
+from osu_dl_bench.model.costs import oversubscription, predict_seconds
 from osu_dl_bench.model.fit import fit_pieces, robust_line
 from osu_dl_bench.model.mpich_native import kary_depth, native_label
 from osu_dl_bench.model.platform import (
@@ -127,18 +128,20 @@ def _ring(p: int, alpha: float, beta: float, gamma: float, n: int) -> float:
 
 def test_each_process_count_takes_its_measured_contention_state():
     platform, ring, n = _state_platform(), parse_variant("allreduce", "ring:seg=0"), 1 << 20
-    got2 = predict_seconds(platform, "allreduce", ring, Layout(2), n)
+    got2 = predict_seconds(platform, "allreduce", ring, JobShape(2), n)
     assert got2 == pytest.approx(_ring(2, ALPHA + OVERHEAD, BETA, GAMMA, n))
     # Measured at 3 ranks: those parameters as they are, no further slowdown.
-    got3 = predict_seconds(platform, "allreduce", ring, Layout(3), n)
+    got3 = predict_seconds(platform, "allreduce", ring, JobShape(3), n)
     assert got3 == pytest.approx(_ring(3, 5 * ALPHA + 3 * OVERHEAD, 2 * BETA, GAMMA, n))
     # Beyond the measured states: the nearest one, time-shared further (6/2 over 3/2).
-    got6 = predict_seconds(platform, "allreduce", ring, Layout(6), n)
+    got6 = predict_seconds(platform, "allreduce", ring, JobShape(6), n)
     slow = 2.0
     expected = _ring(6, slow * (5 * ALPHA + 3 * OVERHEAD), slow * 2 * BETA, slow * GAMMA, n)
     assert got6 == pytest.approx(expected)
     # A rooted collective takes the fewest-ranks state, time-shared (3 ranks / 2 cores).
-    binomial = predict_seconds(platform, "bcast", parse_variant("bcast", "binomial"), Layout(3), n)
+    binomial = predict_seconds(
+        platform, "bcast", parse_variant("bcast", "binomial"), JobShape(3), n
+    )
     assert binomial == pytest.approx(2 * 1.5 * (ALPHA + OVERHEAD + n * BETA))
 
 
@@ -157,17 +160,17 @@ def test_a_rooted_algorithm_that_keeps_every_rank_busy_takes_the_full_state():
         ppn=3,
     )
     expected = variant.algorithm.cost(machine, 3, n)
-    assert predict_seconds(platform, "bcast", variant, Layout(3), n) == pytest.approx(expected)
+    assert predict_seconds(platform, "bcast", variant, JobShape(3), n) == pytest.approx(expected)
 
 
 def test_native_on_one_node_is_mpich_release_gather_timed_by_the_barrier():
     platform, n = _state_platform(), 1 << 20
     native = predict_seconds(
-        platform, "allreduce", parse_variant("allreduce", "native"), Layout(2), n
+        platform, "allreduce", parse_variant("allreduce", "native"), JobShape(2), n
     )
     cells, wave = n // 8192, 2e-6 / 2  # one gather and one release wave per barrier
     assert native == pytest.approx(cells * 2 * wave + 2 * n * BETA + n * GAMMA)
-    bcast = predict_seconds(platform, "bcast", parse_variant("bcast", "native"), Layout(2), n)
+    bcast = predict_seconds(platform, "bcast", parse_variant("bcast", "native"), JobShape(2), n)
     assert bcast == pytest.approx(cells * wave + (n + 8192) * BETA)
     assert [kary_depth(p, 4) for p in (1, 2, 5, 6, 21, 22)] == [0, 1, 1, 2, 2, 3]
 
@@ -175,7 +178,7 @@ def test_native_on_one_node_is_mpich_release_gather_timed_by_the_barrier():
 def test_ring_allreduce_cost_is_the_textbook_formula():
     p, n = 4, 1 << 20
     ring = parse_variant("allreduce", "ring")
-    got = predict_seconds(_platform(), "allreduce", ring, Layout(p), n)
+    got = predict_seconds(_platform(), "allreduce", ring, JobShape(p), n)
     alpha = ALPHA + OVERHEAD  # our Python algorithms pay the overhead per step
     steps = 2 * (p - 1) * alpha + 2 * (p - 1) / p * n * BETA + (p - 1) / p * n * GAMMA
     assert got == pytest.approx(steps + n * BETA)  # + the out-of-place copy of the input
@@ -187,7 +190,7 @@ def test_native_is_costed_as_mpich_default_choice_without_python_overhead():
     assert native_label("bcast", 4, 1 << 20) == "binomial"
     # One node: MPICH's shared-memory (release_gather) collectives answer first.
     assert native_label("allreduce", 4, 1 << 20, posix=True) == "reduce_bcast"
-    platform, layout = _platform(cores=2), Layout(4)  # oversubscribed: MPICH's MPIR tree
+    platform, layout = _platform(cores=2), JobShape(4)  # oversubscribed: MPICH's MPIR tree
     native = predict_seconds(
         platform, "allreduce", parse_variant("allreduce", "native"), layout, 1 << 20
     )
@@ -202,13 +205,13 @@ def test_native_is_costed_as_mpich_default_choice_without_python_overhead():
 
 
 def test_oversubscribed_nodes_slow_every_term_down():
-    assert oversubscription(_platform(cores=2), Layout(4)) == 2.0
-    assert oversubscription(_platform(cores=2), Layout(2)) == 1.0
-    assert oversubscription(_platform(cores=None), Layout(64)) == 1.0
+    assert oversubscription(_platform(cores=2), JobShape(4)) == 2.0
+    assert oversubscription(_platform(cores=2), JobShape(2)) == 1.0
+    assert oversubscription(_platform(cores=None), JobShape(64)) == 1.0
 
 
 def test_predicted_table_validates_and_the_selector_uses_it(tmp_path):
-    layout = Layout(1024, 128, 8)
+    layout = JobShape(1024, 128, 8)
     table, _ = predicted_table(_platform(), layout, ["allreduce", "bcast"], [8, 1 << 20], "t")
     path = table.write(tmp_path / "predicted.json")
     loaded = load_table(path)
@@ -233,7 +236,7 @@ def test_accuracy_is_one_minus_relative_error():
             platform,
             "allreduce",
             parse_variant("allreduce", "ring:seg=0"),
-            Layout(2, 1, 2),
+            JobShape(2, 1, 2),
             1 << 20,
         )
         * 1e6

@@ -164,6 +164,22 @@ def _add_train(sub) -> None:
     add_train_arguments(parser)
 
 
+def _cmd_train_bench(args: argparse.Namespace) -> int:
+    from osu_dl_bench.commands.train_bench import run_train_bench
+
+    return run_train_bench(args)  # MPI only inside the job it launches (--worker)
+
+
+def _add_train_bench(sub) -> None:
+    from osu_dl_bench.commands.train_bench_options import add_train_bench_arguments
+
+    parser = sub.add_parser(
+        "train-bench",
+        help="training throughput: our trainer (fixed, native, tuned) vs PyTorch DDP over Gloo",
+    )
+    add_train_bench_arguments(parser)
+
+
 def _cmd_model(args: argparse.Namespace) -> int:
     from osu_dl_bench.runtime import init_mpi
 
@@ -205,6 +221,7 @@ COMMANDS: dict[str, tuple[Callable, Callable[[argparse.Namespace], int]]] = {
     "select": (_add_select, _cmd_select),
     "plot": (_add_plot, _cmd_plot),
     "train": (_add_train, _cmd_train),
+    "train-bench": (_add_train_bench, _cmd_train_bench),
     "model": (_add_model, _cmd_model),
     "clean": (_add_clean, _cmd_clean),
 }

@@ -8,7 +8,7 @@
 #      -> results/model_accuracy_p2_p3_p4.txt, results/plots/model_accuracy.png
 #   2. the predicted tuning table for 1024 ranks, 8 per node, on the shipped (assumed)
 #      InfiniBand HDR platform -> results/predicted-1024x8.{json,txt}
-#   3. training: a fresh bench_train.py measurement at p = 2, then `model train` (compute
+#   3. training: a fresh train-bench measurement at p = 2, then `model train` (compute
 #      measured once, communication predicted per bucket) -> results/model_train_p2.txt
 # Each result file starts with the command that produced it.
 #   scripts/model_accuracy.sh [RUN_DIR]     (default runs/model-DATE; BUDGET=s per point)
@@ -45,7 +45,7 @@ cp "$run/platform.json" "$out/model-platform-reference.json"
 with_command "$out/predicted-1024x8.txt" osu-dl-bench model predict --np 1024 --ppn 8 \
     --platform ib-hdr200 -m 8:256M -o "$out/predicted-1024x8.json"
 
-python scripts/bench_train.py --np 2 --table tuning_tables/reference-cpu-mpich-1node.json \
+osu-dl-bench train-bench --np 2 --table tuning_tables/reference-cpu-mpich-1node.json \
     --out "$run/train_p2"
 with_command "$out/model_train_p2.txt" osu-dl-bench model train --platform "$run" \
     --measured "$run/train_p2.json" --scale-platform ib-hdr200

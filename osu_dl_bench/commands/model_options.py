@@ -86,7 +86,7 @@ def _train(sub) -> None:
     parser = sub.add_parser("train", help="predicted training step time, measured vs scaled")
     _platform_args(parser, required=True)
     parser.add_argument(
-        "--measured", default=None, help="bench_train.py JSON to compare with (its model and p)"
+        "--measured", default=None, help="train-bench JSON to compare with (its model and p)"
     )
     parser.add_argument("--scale-platform", default=DEFAULT_SCALE_PLATFORM, metavar="NAME|FILE")
     parser.add_argument("--scale-np", default=DEFAULT_SCALE_NP, help="process counts to predict")

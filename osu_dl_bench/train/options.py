@@ -63,7 +63,7 @@ FP16_RELATIVE_TOLERANCE = 2.0**-5
 def add_benchmark_workload_arguments(
     parser: argparse.ArgumentParser, batch_help: str, threads_help: str, model_help: str = ""
 ) -> None:
-    """The synthetic-image workload of scripts/bench_train.py, which ``model train``
+    """The synthetic-image workload of ``train-bench``, which ``model train``
     predicts: declared once, so both describe the same model by default."""
     parser.add_argument("--model", default="resnet", choices=MODELS, help=model_help or None)
     parser.add_argument("--depth", type=int, default=10)

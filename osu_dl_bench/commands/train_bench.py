@@ -1,17 +1,19 @@
-"""Training throughput at p = 2: our trainer with native MPI allreduce, with each fixed
-algorithm of the registry, with the tuned selector (also with the gradient buckets in
-registered memory, where cma reads the peers' buckets directly), and PyTorch DDP over Gloo.
+"""``osu-dl-bench train-bench``: training throughput of our trainer with native MPI
+allreduce, with each fixed algorithm of the registry, with the tuned selector (also with
+the gradient buckets in registered memory, where cma reads the peers' buckets directly),
+and of PyTorch DDP over Gloo.
 
-    python scripts/bench_train.py [--np 2] [--rounds 5] [--steps 10] [--table T.json]
-                                  [--out results/train_p2]
+    osu-dl-bench train-bench [--np 2] [--rounds 5] [--steps 8] [--table T.json]
+                             [--out results/train_p2] [--timeout 3600]
 
-One MPI job (launched by this script) builds every configuration
-on the same model, batch and data, then measures them interleaved: in each round every
-configuration runs ``--warmup`` untimed and ``--steps`` timed steps, in an order rotated
-from round to round, because the machine's speed swings up to 3x over minutes. A
-measurement is the global batch times the steps over the slowest rank's time. Reported:
-medians over rounds, and per-round ratios against DDP-Gloo and against native (median
-[min..max]). Writes OUT.json (every measurement and the summary) and OUT.txt (the table).
+The command launches one MPI job (itself again, with --worker) that builds every
+configuration on the same model, batch and data, then measures them interleaved: in each
+round every configuration runs ``--warmup`` untimed and ``--steps`` timed steps, in an
+order rotated from round to round, because the machine's speed swings up to 3x over
+minutes. A measurement is the global batch times the steps over the slowest rank's time.
+Reported: medians over rounds, and per-round ratios against DDP-Gloo and against native
+(median [min..max]). Writes OUT.json (every measurement and the summary) and OUT.txt
+(the table).
 """
 
 from __future__ import annotations
@@ -25,12 +27,58 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
-from osu_dl_bench.train.options import add_benchmark_workload_arguments
+from osu_dl_bench.commands.train_bench_options import job_config, worker_argv
 
 DDP = "ddp-gloo"
 TUNED = "tuned"
-TARGET = 1.1  # tuned / DDP-Gloo, from the issue
+TARGET = 1.1  # tuned / DDP-Gloo: the throughput the tuned trainer is expected to reach
+
+
+def run_train_bench(args: argparse.Namespace) -> int:
+    """Launch the measuring job, or (with --worker, inside it) measure."""
+    if args.worker:
+        return _run_worker(args)
+    from osu_dl_bench.train.options import require_libraries
+
+    require_libraries(_config(args))  # one message and exit 2 before any job starts
+    return launch_job(job_command(args), args.timeout)
+
+
+def job_command(args: argparse.Namespace) -> list[str]:
+    """'mpiexec -n NP python -m osu_dl_bench train-bench --worker OPTIONS'."""
+    from osu_dl_bench.jobs.launch import find_mpiexec
+
+    return [find_mpiexec(), "-n", str(args.np), sys.executable, "-m", "osu_dl_bench"] + (
+        worker_argv(args)
+    )
+
+
+def launch_job(cmd: list[str], timeout: float) -> int:
+    """Run the job to its end and return its exit code; stop it past ``timeout`` seconds
+    (exit 1) or on Ctrl-C (exit 130), so a hung job never hangs the command."""
+    from osu_dl_bench.jobs.orchestrate import stop_job
+
+    proc = subprocess.Popen(cmd)
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        stop_job(proc)  # SIGTERM through the launcher reaches the ranks
+        print(
+            f"osu-dl-bench: error: the train-bench job did not finish within {timeout:g} s "
+            "(--timeout) and was stopped",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 1
+    except KeyboardInterrupt:
+        stop_job(proc)
+        print("\ninterrupted: the train-bench job was stopped", file=sys.stderr, flush=True)
+        return 130
+
+
+# --- inside the job ---------------------------------------------------------------------
 
 
 def _config(args: argparse.Namespace):
@@ -147,12 +195,17 @@ def _trainers(session, cfg, data, table: str | None) -> tuple[dict, list[str]]:
     return trainers, skipped
 
 
+def rotated_order(labels: list[str], round_index: int) -> list[str]:
+    """The configurations in the order of one round: shifted by one from round to round."""
+    shift = round_index % len(labels)
+    return labels[shift:] + labels[:shift]
+
+
 def _rounds(args, session, trainers, data, sampler) -> list[dict]:
     """Every configuration once per round, the order rotated from round to round."""
-    labels, rows = list(trainers), []
+    rows = []
     for index in range(args.rounds):
-        shift = index % len(labels)
-        for label in labels[shift:] + labels[:shift]:
+        for label in rotated_order(list(trainers), index):
             offset = index * (args.warmup + args.steps)
             rate = _measure(
                 session, trainers[label], data, sampler, args.warmup, args.steps, offset
@@ -163,7 +216,7 @@ def _rounds(args, session, trainers, data, sampler) -> list[dict]:
     return rows
 
 
-def worker(args: argparse.Namespace) -> None:
+def _run_worker(args: argparse.Namespace) -> int:
     """Inside mpiexec: build every configuration, measure them in rotated rounds."""
     from osu_dl_bench.runtime import init_mpi
     from osu_dl_bench.train.options import THREAD_LEVEL
@@ -186,10 +239,15 @@ def worker(args: argparse.Namespace) -> None:
         rows = _rounds(args, session, trainers, data, sampler)
         if session.rank == 0:
             _write(args, cfg, session, rows, skipped, trainers)
+    return 0
 
 
-def _ratio_text(rows: list[dict], label: str, base: str) -> tuple[str, float | None]:
-    by_round = {}
+# --- the report -------------------------------------------------------------------------
+
+
+def ratio_text(rows: list[dict], label: str, base: str) -> tuple[str, float | None]:
+    """('median [min..max]' of label / base over the rounds both ran, the median)."""
+    by_round: dict[Any, dict[str, float]] = {}
     for row in rows:
         by_round.setdefault(row["round"], {})[row["config"]] = row["img_per_s"]
     ratios = [r[label] / r[base] for r in by_round.values() if label in r and base in r]
@@ -199,8 +257,8 @@ def _ratio_text(rows: list[dict], label: str, base: str) -> tuple[str, float | N
     return f"{median:.2f} [{min(ratios):.2f}..{max(ratios):.2f}]", median
 
 
-def _verdict(summary: dict) -> tuple[str, float | None]:
-    """The issue's target, judged on the better of the tuned rows (with and without overlap)."""
+def verdict(summary: dict) -> tuple[str, float | None]:
+    """The target, judged on the best of the tuned rows (with and without overlap)."""
     tuned = {k: v["vs_ddp"] for k, v in summary.items() if k.startswith(TUNED) and v["vs_ddp"]}
     if not tuned:
         return "no tuned configuration measured", None
@@ -209,14 +267,14 @@ def _verdict(summary: dict) -> tuple[str, float | None]:
     return f"{best} / {DDP} = {tuned[best]:.2f} (median of per-round ratios): {met}", tuned[best]
 
 
-def _table(args, cfg, nprocs: int, params: int, rows: list[dict], skipped: list[str]):
+def report_table(
+    args, cfg, nprocs: int, params: int, threads: int, rows: list[dict], skipped: list[str]
+) -> tuple[str, dict]:
     """(text, per-configuration summary) of the measurements."""
-    import torch
-
     lines = [
         f"# training throughput at p={nprocs}: {cfg.model} depth {cfg.depth} width "
         f"{cfg.width} ({params:,} parameters), {cfg.image_size}x{cfg.image_size} synthetic "
-        f"images, global batch {cfg.batch_size}, torch threads {torch.get_num_threads()}",
+        f"images, global batch {cfg.batch_size}, torch threads {threads}",
         f"# {args.rounds} rounds, configurations interleaved (order rotated per round), "
         f"{args.warmup} warm-up + {args.steps} timed steps each; img/s = global batch x steps "
         f"/ slowest rank's time; ratios: median [min..max] of per-round ratios",
@@ -225,68 +283,37 @@ def _table(args, cfg, nprocs: int, params: int, rows: list[dict], skipped: list[
     summary = {}
     for label in dict.fromkeys(r["config"] for r in rows):
         median = statistics.median(r["img_per_s"] for r in rows if r["config"] == label)
-        vs_ddp, ddp_ratio = _ratio_text(rows, label, DDP)
-        vs_native, _ = _ratio_text(rows, label, "native")
+        vs_ddp, ddp_ratio = ratio_text(rows, label, DDP)
+        vs_native, _ = ratio_text(rows, label, "native")
         summary[label] = {"median_img_per_s": median, "vs_ddp": ddp_ratio}
         lines.append(f"{label:<38}{median:>16.1f}{vs_ddp:>24}{vs_native:>24}")
     lines += [f"# {s}" for s in skipped]
-    verdict, _ = _verdict(summary)
-    lines.append(f"# target tuned >= {TARGET}x {DDP}: {verdict}")
+    lines.append(f"# target tuned >= {TARGET}x {DDP}: {verdict(summary)[0]}")
     return "\n".join(lines), summary
 
 
 def _write(args, cfg, session, rows, skipped, trainers) -> None:
     """Rank 0: print the table, write OUT.txt and OUT.json."""
+    import torch
+
     from osu_dl_bench.runtime import collect_metadata
     from osu_dl_bench.train.models import parameter_count
 
     params = parameter_count(trainers[DDP].model)
-    text, summary = _table(args, cfg, session.nprocs, params, rows, skipped)
+    threads = torch.get_num_threads()
+    text, summary = report_table(args, cfg, session.nprocs, params, threads, rows, skipped)
     print(text, flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{out}.txt").write_text(text + "\n")
     payload = {
-        "config": vars(args),
+        "config": job_config(args),
         "parameters": params,
         "rows": rows,
         "summary": summary,
         "skipped": skipped,
-        "target": {"tuned_vs_ddp": TARGET, "measured": _verdict(summary)[1]},
+        "target": {"tuned_vs_ddp": TARGET, "measured": verdict(summary)[1]},
         "metadata": collect_metadata(session.topology).as_dict(),
     }
     Path(f"{out}.json").write_text(json.dumps(payload, indent=1) + "\n")
     print(f"# wrote {out}.txt and {out}.json", flush=True)
-
-
-def orchestrate(args: argparse.Namespace, argv: list[str]) -> int:
-    """Launch the measuring job under mpiexec (this script again, with --worker)."""
-    mpiexec = Path(sys.executable).parent / "mpiexec"
-    cmd = [str(mpiexec), "-n", str(args.np), sys.executable, __file__, "--worker", *argv]
-    return subprocess.run(cmd, check=False).returncode
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--np", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=8, help="timed steps per measurement")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps before each")
-    parser.add_argument("--table", default=None, help="tuning table for the 'tuned' row")
-    add_benchmark_workload_arguments(parser, "global batch", "torch threads per rank")
-    parser.add_argument("--out", default="results/train_p2")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    args = _parser().parse_args(argv)
-    if args.worker:
-        worker(args)
-        return 0
-    return orchestrate(args, argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,0 +1,92 @@
+"""Options of ``osu-dl-bench train-bench``, and the argument list that passes them on to the
+job it launches. No MPI, no torch here."""
+
+from __future__ import annotations
+
+import argparse
+
+from osu_dl_bench.train.options import add_benchmark_workload_arguments
+
+# A whole comparison at p = 2 on the reference machine takes about two minutes; an hour
+# leaves room for larger models and busier hosts and still ends a hung job.
+DEFAULT_TIMEOUT_S = 3600.0
+
+# (flag, attribute) of every option the launched job needs, in the order it gets them.
+PASSED_ON = (
+    ("--np", "np"),
+    ("--rounds", "rounds"),
+    ("--steps", "steps"),
+    ("--warmup", "warmup"),
+    ("--table", "table"),
+    ("--model", "model"),
+    ("--depth", "depth"),
+    ("--width", "width"),
+    ("--image-size", "image_size"),
+    ("--num-classes", "num_classes"),
+    ("--batch-size", "batch_size"),
+    ("--threads", "threads"),
+    ("--out", "out"),
+)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    return value
+
+
+def add_train_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    """Every option of train-bench (the hidden --worker marks the launched job)."""
+    parser.add_argument("--np", type=_positive, default=2, help="ranks of the job (default 2)")
+    parser.add_argument("--rounds", type=_positive, default=5)
+    parser.add_argument("--steps", type=_positive, default=8, help="timed steps per measurement")
+    parser.add_argument("--warmup", type=_non_negative, default=2, help="untimed steps before each")
+    parser.add_argument("--table", default=None, help="tuning table for the 'tuned' row")
+    add_benchmark_workload_arguments(parser, "global batch", "torch threads per rank")
+    parser.add_argument("--out", default="results/train_p2", help="writes OUT.txt and OUT.json")
+    parser.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=DEFAULT_TIMEOUT_S,
+        help=f"stop the job if it runs longer (default {DEFAULT_TIMEOUT_S:g} s)",
+    )
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+
+
+def worker_argv(args: argparse.Namespace) -> list[str]:
+    """The arguments of ``python -m osu_dl_bench`` for the job: the same options, --worker."""
+    argv = ["train-bench", "--worker"]
+    for flag, name in PASSED_ON:
+        value = getattr(args, name)
+        if value is not None:
+            argv += [flag, str(value)]
+    return argv
+
+
+def job_config(args: argparse.Namespace) -> dict[str, object]:
+    """The options as the JSON output records them."""
+    return {name: getattr(args, name) for _, name in PASSED_ON}

@@ -9,7 +9,7 @@ buffers, so each round launches three jobs: thread level single on private buffe
 (``-d cpu``), multiple on private buffers, and single on registered buffers
 (``-d cpu-registered``: memory the node's ranks can map, where the cma algorithms read
 their peers with plain loads). Ours is reported twice, per buffer kind. Each job
-measures every eligible algorithm the way the sweep does (sweep.measure.measure_point):
+measures every eligible algorithm the way the sweep does (measurement.kernel.measure_budget):
 validated once, then interleaved rounds in rotated order, each round running every
 candidate several times (warm, as OSU's loop), for ``--budget`` seconds per size. Per
 job and size the statistic is the median over rounds of the round's mean per-iteration
@@ -50,8 +50,7 @@ def worker(thread_level: str, device: str, round_index: int, out: str, budget: f
     from collectives.buffers import array_module
     from collectives.dtypes import element_type
     from collectives.ops import reduce_op
-    from osu_dl_bench.measurement.budget import measure_point, prepare_inputs
-    from osu_dl_bench.measurement.harness import plan_variants
+    from osu_dl_bench.measurement.kernel import measure_budget, plan_variants, prepare_inputs
     from osu_dl_bench.runtime import discover_topology
 
     comm = mpi.COMM_WORLD
@@ -68,7 +67,7 @@ def worker(thread_level: str, device: str, round_index: int, out: str, budget: f
         point_op = op if spec.reduces else None
         for size in SIZES:
             inputs = prepare_inputs(comm, spec, etype, point_op, xp, size // etype.dtype.itemsize)
-            timing = measure_point(comm, calls, inputs, budget)
+            timing = measure_budget(comm, calls, inputs, budget)
             # A round's time: the mean over its iterations; the job's: the median round.
             medians = np.median(timing.times.mean(axis=2), axis=0) * 1e6
             rows += [

@@ -26,7 +26,7 @@ from collectives.registry import lookup, parse_variant
 from collectives.units import split_variant_texts
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.options import SweepConfig
-from osu_dl_bench.measurement.harness import plan_variants
+from osu_dl_bench.measurement.kernel import plan_variants
 from osu_dl_bench.measurement.store import POINT_KEY, RunStore
 
 

@@ -20,7 +20,6 @@ from typing import Any
 from mpi4py import MPI
 
 from collectives import Variant
-from collectives.registry import CollectiveCall
 from osu_dl_bench.errors import UsageError, ValidationFailure
 from osu_dl_bench.jobs import runinfo
 from osu_dl_bench.jobs.launch import expected_layout
@@ -36,7 +35,7 @@ from osu_dl_bench.jobs.plan import (
     resolve_setting,
 )
 from osu_dl_bench.jobs.progress import encode_event, point_line, skipped_lines
-from osu_dl_bench.measurement.budget import PointTiming, measure_point, prepare_inputs
+from osu_dl_bench.measurement.kernel import Binder, BudgetTiming, measure_budget, prepare_inputs
 from osu_dl_bench.measurement.schedule import round_stats
 from osu_dl_bench.measurement.store import RunStore, SweepPoint
 from osu_dl_bench.runtime import (
@@ -55,7 +54,7 @@ def sweep_points(
     plan: CollectivePlan,
     n: int,
     variants: list[Variant],
-    timing: PointTiming,
+    timing: BudgetTiming,
 ) -> list[SweepPoint]:
     """One record per candidate of a measured point (bandwidths from the median)."""
     spec, size = plan.spec, n * setting.etype.itemsize
@@ -139,14 +138,10 @@ class Job:
     store: RunStore
     done: set
     report: Reporter
-    bound: dict[tuple[str, str], CollectiveCall] = field(default_factory=dict)
+    binder: Binder = field(init=False)
 
-    def call_of(self, collective: str, variant: Variant) -> CollectiveCall:
-        """Bind each variant once per job (binding may duplicate communicators)."""
-        key = (collective, variant.label)
-        if key not in self.bound:
-            self.bound[key] = variant.bind(self.comm)
-        return self.bound[key]
+    def __post_init__(self) -> None:
+        self.binder = Binder(self.comm)  # each variant bound once per job
 
     def measure(self, plan: CollectivePlan, n: int) -> list[tuple[SweepPoint, int]]:
         """Measure the pending candidates of one point and store them; (point, wrong) pairs."""
@@ -158,11 +153,11 @@ class Job:
         self.report.event(
             "measuring", collective=plan.spec.name, size_bytes=size, candidates=len(variants)
         )
-        calls = [self.call_of(plan.spec.name, v) for v in variants]
+        calls = self.binder.calls(variants)
         inputs = prepare_inputs(
             self.comm, plan.spec, setting.etype, setting.op_for(plan.spec), setting.xp, n
         )
-        timing = measure_point(self.comm, calls, inputs, self.cfg.budget)
+        timing = measure_budget(self.comm, calls, inputs, self.cfg.budget)
         points = sweep_points(self.cfg, setting, plan, n, variants, timing)
         on_rank0(self.comm, lambda: self.store.append(points))
         self.report.point(points, time.perf_counter() - start)

@@ -4,6 +4,8 @@ latency (osu_latency.c): ping-pong, one-way latency = round trip / 2.
 bw (osu_bw.c): rank 0 posts a window of 64 non-blocking sends, rank 1 the receives and a
 4-byte acknowledgement; bandwidth = size * window / time, in MB/s with 1 MB = 1e6 B.
 bibw (osu_bibw.c): both ranks send and receive a window at once; 2 * size * window / time.
+Rounds run back to back through the kernel's loop (kernel.timed_round) with no barrier
+between them, as in OSU's point-to-point loops.
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ from collections.abc import Iterator
 import numpy as np
 from mpi4py import MPI
 
+from collectives import Buffers
+from collectives.registry import CollectiveCall
 from collectives.specs import input_values
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.measurement.harness import Setting, count_wrong
+from osu_dl_bench.measurement.harness import Setting
+from osu_dl_bench.measurement.kernel import count_wrong, timed_round
 from osu_dl_bench.measurement.options import BW_WINDOW, BenchConfig
 from osu_dl_bench.measurement.records import BenchRecord
 from osu_dl_bench.runtime import Topology
@@ -30,7 +35,8 @@ def check_pair(nprocs: int, benchmark: str) -> None:
         raise UsageError(f"{benchmark} needs exactly 2 processes, got {nprocs}")
 
 
-def _latency_round(comm: MPI.Comm, send, recv) -> None:
+def latency_round(comm: MPI.Comm, send, recv) -> None:
+    """One ping-pong between ranks 0 and 1 (osu_latency.c's loop body)."""
     if comm.Get_rank() == 0:
         comm.Send(send, 1, TAG)
         comm.Recv(recv, 1, TAG)
@@ -55,13 +61,16 @@ def _bibw_round(comm: MPI.Comm, send, recv, ack) -> None:
     MPI.Request.Waitall(requests)
 
 
-def _one_round(comm: MPI.Comm, benchmark: str, send, recv, ack) -> None:
+def _round_call(comm: MPI.Comm, benchmark: str, ack: np.ndarray) -> CollectiveCall:
+    """One OSU round in the kernel's call signature (op and root unused)."""
     if benchmark == "latency":
-        _latency_round(comm, send, recv)
-    elif benchmark == "bw":
-        _bw_round(comm, send, recv, ack)
-    else:
-        _bibw_round(comm, send, recv, ack)
+        return lambda send, recv, op, root: latency_round(comm, send, recv)
+    window_round = _bw_round if benchmark == "bw" else _bibw_round
+    return lambda send, recv, op, root: window_round(comm, send, recv, ack)
+
+
+def _no_barrier() -> None:
+    """OSU's point-to-point loops have no barrier between iterations."""
 
 
 def measure_point_to_point(
@@ -70,7 +79,7 @@ def measure_point_to_point(
     """Yield one record per size; times are taken on rank 0 and shared with all ranks."""
     check_pair(comm.Get_size(), cfg.benchmark)
     rank, dtype = comm.Get_rank(), setting.etype.dtype
-    ack = np.zeros(1, np.int32)
+    calls = [_round_call(comm, cfg.benchmark, np.zeros(1, np.int32))]
     for size in cfg.sizes():
         n = size // setting.etype.itemsize
         if size and not n:
@@ -78,13 +87,11 @@ def measure_point_to_point(
         iterations, warmup = cfg.iterations_for(size)
         send = setting.xp.asarray(input_values(rank, 0, n, dtype, None, 2))
         recv = setting.xp.zeros(n, dtype)
-        times = np.zeros(iterations)
+        bufs, warm, timed = Buffers(send, recv), np.zeros((1, warmup)), np.zeros((1, iterations))
         comm.Barrier()
-        for it in range(warmup + iterations):
-            start = MPI.Wtime()
-            _one_round(comm, cfg.benchmark, send, recv, ack)
-            if it >= warmup:
-                times[it - warmup] = MPI.Wtime() - start
+        timed_round(_no_barrier, calls, [0], bufs, None, [0] * warmup, warm)
+        timed_round(_no_barrier, calls, [0], bufs, None, [0] * iterations, timed)
+        times = timed[0]
         comm.Bcast(times, 0)
         wrong = None
         if cfg.validate:

@@ -22,7 +22,7 @@ from collectives import SPECS, CallContext, CallShape, algorithms  # noqa: E402
 from collectives.buffers import array_module  # noqa: E402
 from collectives.dtypes import element_type  # noqa: E402
 from collectives.ops import reduce_op  # noqa: E402
-from osu_dl_bench.measurement.harness import count_wrong  # noqa: E402
+from osu_dl_bench.measurement.kernel import count_wrong  # noqa: E402
 from osu_dl_bench.runtime import discover_topology  # noqa: E402
 
 

@@ -24,7 +24,7 @@ from hypothesis import strategies as st  # noqa: E402
 from collectives import CallContext, algorithms  # noqa: E402
 from collectives.dtypes import element_type  # noqa: E402
 from collectives.ops import reduce_op  # noqa: E402
-from osu_dl_bench.measurement.harness import count_wrong  # noqa: E402
+from osu_dl_bench.measurement.kernel import count_wrong  # noqa: E402
 from osu_dl_bench.runtime import discover_topology  # noqa: E402
 
 DTYPES = ("float32", "float64", "float16", "int32", "int64")

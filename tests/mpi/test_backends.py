@@ -351,7 +351,7 @@ def _check_device_algorithm(comm, algo, topo) -> tuple[int, int, list[str]]:
     from collectives import SPECS, CallContext, CallShape
     from collectives.dtypes import element_type
     from collectives.ops import reduce_op
-    from osu_dl_bench.measurement.harness import count_wrong
+    from osu_dl_bench.measurement.kernel import count_wrong
 
     spec, variant = SPECS[algo.collective], algo.variant()
     call, nprocs = variant.bind(comm), comm.Get_size()

@@ -1,0 +1,363 @@
+"""The one measuring kernel: how bench and sweep prepare a collective's inputs, bind its
+candidates, check their output, reset their buffers and time them. Returns raw numbers;
+never prints or writes.
+
+Every call is timed as in OSU (c/mpi/collective/blocking/osu_allreduce.c): an untimed
+barrier, then the timer wraps only the call (``timed_round``). Two modes use that loop:
+
+- OSU mode (``measure_osu``, bench): fixed warm-up and timed iterations, the candidates
+  interleaved within every iteration (A B C A B C ...) so a change in machine speed hits
+  them alike. OSU's statistics: each rank averages its own iteration times, and
+  min/avg/max are taken across ranks of those means; we also keep every iteration's
+  maximum across ranks, the honest latency of a collective (open-mpi/ompi #11022), and
+  report its P50 and P99.
+- Time-budget mode (``measure_budget``, sweep): each candidate checked once (which also
+  warms it up), a calibration pass fixing the iterations per round, then timed rounds in
+  rotated order (A B C, B C A, C A B, ...) until the budget is spent. This machine's speed
+  alternates by up to 3x between two states: rounds expose every candidate to the same
+  states, and the median over rounds ignores the minority state. A round's time is the
+  mean of its iterations' maxima across ranks (see store.SweepPoint).
+
+All candidates of a point share one set of buffers (the same pages for everyone, and
+memory that does not grow with the candidates); a check restores the inputs first.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from collectives import Buffers, CallContext, CallShape, CollectiveSpec, Variant
+from collectives.buffers import to_host
+from collectives.dtypes import ElementType
+from collectives.ops import ReduceOp
+from collectives.registry import CollectiveCall
+from osu_dl_bench.measurement.schedule import (
+    CALIBRATION_SHARE,
+    MAX_ROUNDS,
+    Schedule,
+    another_round,
+    iterations_for,
+    next_calibration_count,
+    rotation,
+)
+
+# Test-only hook: "corrupt" changes one element of the last rank's result, to prove a
+# wrong result is reported; "raise" raises on the last rank (bench), to prove one rank's
+# error aborts the job.
+FAULT_ENV = "OSU_DL_BENCH_INJECT_FAULT"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The variants that will run and the ones skipped, with the reason."""
+
+    eligible: list[Variant]
+    skipped: list[tuple[Variant, str]]
+
+
+def plan_variants(variants: list[Variant], ctx: CallContext) -> Plan:
+    """Split variants into eligible ones and skipped ones with their reasons."""
+    eligible, skipped = [], []
+    for variant in variants:
+        reason = variant.ineligible_reason(ctx)
+        if reason is None:
+            eligible.append(variant)
+        else:
+            skipped.append((variant, reason))
+    return Plan(eligible, skipped)
+
+
+@dataclass
+class Binder:
+    """Binds each variant once per communicator: binding may duplicate communicators or
+    build scratch, so it is not repeated for every size."""
+
+    comm: MPI.Comm
+    bound: dict[tuple[str, str], CollectiveCall] = field(default_factory=dict)
+
+    def calls(self, variants: Sequence[Variant]) -> list[CollectiveCall]:
+        """The per-call functions of ``variants``, in their order."""
+        for variant in variants:
+            key = (variant.algorithm.collective, variant.label)
+            if key not in self.bound:
+                self.bound[key] = variant.bind(self.comm)
+        return [self.bound[(v.algorithm.collective, v.label)] for v in variants]
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """This rank's buffers for one point, shared by every candidate."""
+
+    spec: CollectiveSpec
+    shape: CallShape
+    etype: ElementType
+    op: ReduceOp | None
+    xp: Any
+    bufs: Buffers
+
+    def reset(self) -> None:
+        """Restore the inputs and zero the outputs, as freshly allocated and filled."""
+        for buf in (self.bufs.send, self.bufs.recv):
+            if buf is not None:
+                buf[...] = 0
+        self.spec.fill(self.bufs, self.shape, self.op)
+
+    def at_root(self, root: int) -> Inputs:
+        """The same point laid out for another root (fresh buffers)."""
+        if root == self.shape.root:
+            return self
+        shape = CallShape(
+            self.shape.n, self.shape.nprocs, self.shape.rank, root, self.shape.in_place
+        )
+        return _filled(self.spec, shape, self.etype, self.op, self.xp)
+
+    def expected(self) -> np.ndarray:
+        """The output this rank should hold after one call."""
+        return self.spec.expected(self.shape, self.etype.dtype, self.op)
+
+
+def _filled(
+    spec: CollectiveSpec, shape: CallShape, etype: ElementType, op: ReduceOp | None, xp: Any
+) -> Inputs:
+    bufs = spec.allocate(xp, etype.dtype, shape)
+    spec.fill(bufs, shape, op)
+    return Inputs(spec, shape, etype, op, xp, bufs)
+
+
+def prepare_inputs(
+    comm: MPI.Comm,
+    spec: CollectiveSpec,
+    etype: ElementType,
+    op: ReduceOp | None,
+    xp: Any,
+    n: int,
+    root: int = 0,
+    in_place: bool = False,
+) -> Inputs:
+    """Allocate and fill this rank's buffers for n elements."""
+    shape = CallShape(n, comm.Get_size(), comm.Get_rank(), root, in_place)
+    return _filled(spec, shape, etype, op, xp)
+
+
+def count_wrong(actual: Any, expected: np.ndarray, etype: ElementType) -> int:
+    """Elements of ``actual`` that differ from ``expected`` beyond the dtype's tolerance."""
+    got = to_host(actual)
+    if etype.is_integer:
+        return int(np.count_nonzero(got != expected))
+    got64, want64 = got.astype(np.float64), expected.astype(np.float64)
+    return int(np.count_nonzero(np.abs(got64 - want64) > etype.rtol * np.abs(want64)))
+
+
+def validate(comm: MPI.Comm, calls: Sequence[CollectiveCall], inputs: Inputs) -> list[int]:
+    """Each candidate once on restored inputs: wrong elements, summed over ranks."""
+    rank, nprocs, shape = comm.Get_rank(), comm.Get_size(), inputs.shape
+    expected = inputs.expected()
+    wrong = np.zeros(len(calls), dtype=np.int64)
+    for j, call in enumerate(calls):
+        inputs.reset()
+        comm.Barrier()
+        call(inputs.bufs.send, inputs.bufs.recv, inputs.op, shape.root)
+        output = inputs.spec.output(inputs.bufs, shape)
+        if output is None:
+            continue
+        if os.environ.get(FAULT_ENV) == "corrupt" and rank == nprocs - 1 and len(output):
+            output[-1] = output[-1] + 1
+        wrong[j] = count_wrong(output, expected, inputs.etype)
+    comm.Allreduce(MPI.IN_PLACE, wrong, MPI.SUM)
+    return [int(w) for w in wrong]
+
+
+def validate_at_roots(
+    comm: MPI.Comm, calls: Sequence[CollectiveCall], inputs: Inputs, roots: Sequence[int]
+) -> list[int]:
+    """``validate`` once per root, wrong elements summed over roots."""
+    wrong = [0] * len(calls)
+    for root in roots:
+        per_root = validate(comm, calls, inputs.at_root(root))
+        wrong = [a + b for a, b in zip(wrong, per_root, strict=True)]
+    return wrong
+
+
+def timed_round(
+    barrier: Callable[[], Any],
+    calls: Sequence[CollectiveCall],
+    order: Sequence[int],
+    bufs: Buffers,
+    op: ReduceOp | None,
+    roots: Sequence[int],
+    times: np.ndarray,
+) -> None:
+    """The hot loop: candidates in ``order``, each called once per root, every call after
+    an untimed ``barrier()``; the seconds of call i of candidate j go to times[j, i]."""
+    wtime = MPI.Wtime
+    send, recv = bufs.send, bufs.recv
+    for j in order:
+        call, row = calls[j], times[j]
+        for i, root in enumerate(roots):
+            barrier()
+            start = wtime()
+            call(send, recv, op, root)
+            row[i] = wtime() - start
+
+
+def slowest_rank(comm: MPI.Comm, times: np.ndarray) -> np.ndarray:
+    """Element-wise maximum of ``times`` across ranks (a new array)."""
+    result = np.empty_like(times)
+    comm.Allreduce(np.ascontiguousarray(times), result, MPI.MAX)
+    return result
+
+
+# --- OSU mode ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OsuStats:
+    """One candidate's OSU statistics, in microseconds."""
+
+    avg_us: float
+    min_us: float
+    max_us: float
+    p50_us: float
+    p99_us: float
+    iter_max_us: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class OsuTiming:
+    """What OSU mode produced for every candidate of one point."""
+
+    stats: list[OsuStats]
+    wrong: list[int] | None  # None when not checked
+
+
+def _interleaved(
+    comm: MPI.Comm, calls: Sequence[CollectiveCall], inputs: Inputs, roots: Sequence[int]
+) -> np.ndarray:
+    """times[candidate, iteration]: candidates interleaved within every iteration (one
+    candidate needs no interleaving: its iterations run as one block)."""
+    times = np.zeros((len(calls), len(roots)))
+    order, barrier = range(len(calls)), comm.Barrier
+    block = len(roots) if len(calls) == 1 else 1
+    for first in range(0, len(roots), block):
+        last = first + block
+        timed_round(
+            barrier, calls, order, inputs.bufs, inputs.op, roots[first:last], times[:, first:last]
+        )
+    return times
+
+
+def osu_stats(comm: MPI.Comm, times: np.ndarray) -> OsuStats:
+    """OSU's min/avg/max of per-rank means, and percentiles of per-iteration maxima."""
+    mean = np.array([times.mean() if times.size else 0.0])
+    lo, hi, total = np.empty(1), np.empty(1), np.empty(1)
+    comm.Allreduce(mean, lo, MPI.MIN)
+    comm.Allreduce(mean, hi, MPI.MAX)
+    comm.Allreduce(mean, total, MPI.SUM)
+    iter_max_us = slowest_rank(comm, times) * 1e6
+    has = iter_max_us.size > 0
+    return OsuStats(
+        avg_us=float(total[0] / comm.Get_size() * 1e6),
+        min_us=float(lo[0] * 1e6),
+        max_us=float(hi[0] * 1e6),
+        p50_us=float(np.percentile(iter_max_us, 50)) if has else 0.0,
+        p99_us=float(np.percentile(iter_max_us, 99)) if has else 0.0,
+        iter_max_us=tuple(round(float(t), 3) for t in iter_max_us),
+    )
+
+
+def measure_osu(
+    comm: MPI.Comm,
+    calls: Sequence[CollectiveCall],
+    inputs: Inputs,
+    warmup_roots: Sequence[int],
+    timed_roots: Sequence[int],
+    check_roots: Sequence[int] | None = None,
+) -> OsuTiming:
+    """OSU mode: one untimed call per warm-up root and one timed call per timed root, then
+    (when ``check_roots`` is given) each candidate checked at every such root."""
+    _interleaved(comm, calls, inputs, warmup_roots)
+    times = _interleaved(comm, calls, inputs, timed_roots)
+    stats = [osu_stats(comm, row) for row in times]
+    wrong = None if check_roots is None else validate_at_roots(comm, calls, inputs, check_roots)
+    return OsuTiming(stats, wrong)
+
+
+# --- Time-budget mode -------------------------------------------------------------------
+
+
+def _pass_seconds(
+    comm: MPI.Comm, calls: Sequence[CollectiveCall], inputs: Inputs, count: int
+) -> float:
+    """Wall time of ``count`` iterations of every candidate, the slowest rank's."""
+    scratch = np.zeros((len(calls), count))
+    roots = [inputs.shape.root] * count
+    comm.Barrier()
+    start = MPI.Wtime()
+    timed_round(comm.Barrier, calls, range(len(calls)), inputs.bufs, inputs.op, roots, scratch)
+    elapsed = np.array([MPI.Wtime() - start])
+    comm.Allreduce(MPI.IN_PLACE, elapsed, MPI.MAX)
+    return float(elapsed[0])
+
+
+def calibrate(
+    comm: MPI.Comm, calls: Sequence[CollectiveCall], inputs: Inputs, budget: float
+) -> int:
+    """Iterations per round: time growing passes until one takes a share of the budget;
+    every rank reaches the same count (times are maxima across ranks)."""
+    target = CALIBRATION_SHARE * budget
+    count = 1
+    while True:
+        seconds = _pass_seconds(comm, calls, inputs, count)
+        following = next_calibration_count(count, seconds, target)
+        if following is None:
+            return iterations_for(seconds / count, budget)
+        count = following
+
+
+def timed_rounds(
+    comm: MPI.Comm,
+    calls: Sequence[CollectiveCall],
+    inputs: Inputs,
+    iterations: int,
+    budget: float,
+) -> np.ndarray:
+    """times[round, candidate, iteration] in seconds, the maximum across ranks. Rounds go
+    on while the budget lasts (schedule.another_round); rank 0's clock decides, so every
+    rank stops after the same round."""
+    times = np.zeros((MAX_ROUNDS, len(calls), iterations))
+    roots = [inputs.shape.root] * iterations
+    barrier, more = comm.Barrier, np.ones(1, dtype=np.int8)
+    start, rounds = MPI.Wtime(), 0
+    while more[0]:
+        order = rotation(rounds, len(calls))
+        timed_round(barrier, calls, order, inputs.bufs, inputs.op, roots, times[rounds])
+        rounds += 1
+        more[0] = another_round(rounds, MPI.Wtime() - start, budget)
+        comm.Bcast(more, root=0)
+    # One reduction after the point, so the timed loop has no extra traffic.
+    return slowest_rank(comm, times[:rounds])
+
+
+@dataclass(frozen=True)
+class BudgetTiming:
+    """What time-budget mode produced for one point, before it becomes records."""
+
+    wrong: list[int]
+    schedule: Schedule  # as run
+    times: np.ndarray  # (rounds, candidates, iterations), seconds, max across ranks
+
+
+def measure_budget(
+    comm: MPI.Comm, calls: Sequence[CollectiveCall], inputs: Inputs, budget: float
+) -> BudgetTiming:
+    """Time-budget mode: check every candidate once (its warm-up), calibrate, time rounds."""
+    wrong = validate(comm, calls, inputs)
+    iterations = calibrate(comm, calls, inputs, budget)
+    times = timed_rounds(comm, calls, inputs, iterations, budget)
+    return BudgetTiming(wrong, Schedule(len(times), iterations), times)

@@ -1,3 +1,3 @@
-"""Measurement: the timing kernels (OSU mode and time-budget mode), validation of every
-candidate's output, records and run directories. Imports only the collectives and the
-suite's base modules (runtime, errors, paths, jsonfile)."""
+"""Measurement: the one timing kernel (kernel.py: OSU mode for bench, time-budget mode for
+the sweep), validation of every candidate's output, records and run directories. Imports
+only the collectives and the suite's base modules (runtime, errors, paths, jsonfile)."""

@@ -4,7 +4,6 @@ MPI job (``fit`` launches its calibration job itself), so they print directly.""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from collectives.shape import JobShape
@@ -61,34 +60,30 @@ def calibration_counts(text: str) -> list[int]:
 
 def _calibrate(args: argparse.Namespace, run_dir: Path, counts: list[int]) -> None:
     """One calibration job per process count, appended one after the other."""
-    from osu_dl_bench.jobs.launch import check_not_in_mpi_job, find_mpiexec
+    from osu_dl_bench.jobs.launch import check_not_in_mpi_job, mpi_command
 
     check_not_in_mpi_job()
     for index, nprocs in enumerate(counts):
-        cmd = [find_mpiexec(), "-n", str(nprocs), sys.executable, "-m", MODULE]
-        cmd += [str(run_dir), "-m", args.message_size, "--rounds", str(args.rounds)]
-        cmd += ["--append"] if args.append or index > 0 else []
-        _run_job(cmd, args.timeout)
+        argv = ["-m", MODULE, str(run_dir), "-m", args.message_size]
+        argv += ["--rounds", str(args.rounds)]
+        argv += ["--append"] if args.append or index > 0 else []
+        _run_job(mpi_command(nprocs, argv), nprocs, args.timeout)
 
 
-def _run_job(cmd: list[str], timeout: float) -> None:
+def _run_job(cmd: list[str], nprocs: int, timeout: float) -> None:
+    """Run one calibration job, its output passed through, within ``timeout`` seconds."""
     import subprocess
 
-    from osu_dl_bench.jobs.orchestrate import stop_job
+    from osu_dl_bench.jobs import launch
 
     print(f"# calibrating: {' '.join(cmd)}", flush=True)
-    proc = subprocess.Popen(cmd)
+    env = launch.mpi_environment(nprocs)
     try:
-        returncode = proc.wait(timeout)
+        job = launch.run(cmd, timeout, env=env, stdout=None, stderr=None)
     except subprocess.TimeoutExpired:
-        # SIGTERM through the launcher reaches the ranks; killing mpiexec alone would not.
-        stop_job(proc)
         raise UsageError(f"the calibration job did not finish within {timeout:.0f} s") from None
-    except KeyboardInterrupt:
-        stop_job(proc)
-        raise
-    if returncode != 0:
-        raise UsageError(f"the calibration job failed (exit {returncode}): {' '.join(cmd)}")
+    if job.returncode != 0:
+        raise UsageError(f"the calibration job failed (exit {job.returncode}): {' '.join(cmd)}")
 
 
 def run_fit(args: argparse.Namespace) -> int:

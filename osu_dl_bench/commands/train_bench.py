@@ -48,23 +48,19 @@ def run_train_bench(args: argparse.Namespace) -> int:
 
 def job_command(args: argparse.Namespace) -> list[str]:
     """'mpiexec -n NP python -m osu_dl_bench train-bench --worker OPTIONS'."""
-    from osu_dl_bench.jobs.launch import find_mpiexec
+    from osu_dl_bench.jobs.launch import mpi_command
 
-    return [find_mpiexec(), "-n", str(args.np), sys.executable, "-m", "osu_dl_bench"] + (
-        worker_argv(args)
-    )
+    return mpi_command(args.np, ["-m", "osu_dl_bench", *worker_argv(args)])
 
 
 def launch_job(cmd: list[str], timeout: float) -> int:
     """Run the job to its end and return its exit code; stop it past ``timeout`` seconds
     (exit 1) or on Ctrl-C (exit 130), so a hung job never hangs the command."""
-    from osu_dl_bench.jobs.orchestrate import stop_job
+    from osu_dl_bench.jobs import launch
 
-    proc = subprocess.Popen(cmd)
     try:
-        return proc.wait(timeout)
+        return launch.run(cmd, timeout, stdout=None, stderr=None).returncode
     except subprocess.TimeoutExpired:
-        stop_job(proc)  # SIGTERM through the launcher reaches the ranks
         print(
             f"osu-dl-bench: error: the train-bench job did not finish within {timeout:g} s "
             "(--timeout) and was stopped",
@@ -73,7 +69,6 @@ def launch_job(cmd: list[str], timeout: float) -> int:
         )
         return 1
     except KeyboardInterrupt:
-        stop_job(proc)
         print("\ninterrupted: the train-bench job was stopped", file=sys.stderr, flush=True)
         return 130
 

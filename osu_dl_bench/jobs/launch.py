@@ -1,21 +1,42 @@
-"""How the orchestrator starts one MPI job per process count: the launcher's command line,
-the job's environment and the node layout it expects. No MPI here.
+"""The one way to start, follow and stop an MPI job (the sweep, ``model fit``, the scripts
+and the tests use it), and the sweep's jobs built on it. No MPI here.
+
+A job runs in a session of its own, so its launcher is the leader of a process group
+that holds every process it starts on this host (mpiexec's proxies and ranks; srun
+forwards signals to its remote tasks itself). ``stop`` signals that group: SIGTERM, then
+SIGKILL to whatever is left after a grace period. ``follow`` passes a job's output lines
+on and stops the job when it writes nothing for a stall timeout: a hung job is reported,
+never waited out. ``run`` is for jobs with a hard time limit whose output is kept.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import queue
 import shutil
+import signal
+import subprocess
 import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.options import SRUN_DEFAULT_ARGS, SweepConfig
 from osu_dl_bench.runtime import OVERSUBSCRIBED_CVARS, slurm_job
 
+LAUNCHERS = ("mpiexec", "srun")
+# Seconds a job has to end after SIGTERM before what is left of it is killed.
+STOP_GRACE = 10.0
 # Variables a process manager sets in the ranks it starts (srun's PMI2 included).
 _MPI_JOB_VARS = ("PMI_RANK", "PMI_FD", "PMIX_RANK", "OMPI_COMM_WORLD_RANK")
+
+
+# --- command line and environment ---------------------------------------------------------
 
 
 def check_not_in_mpi_job() -> None:
@@ -41,19 +62,156 @@ def find_mpiexec() -> str:
     return found
 
 
-def launcher_prefix(cfg: SweepConfig, nprocs: int) -> list[str]:
+def launcher_prefix(
+    nprocs: int, launcher: str = "mpiexec", launcher_args: Sequence[str] = ()
+) -> list[str]:
     """'mpiexec -n N [ARGS]' or 'srun -n N --mpi=pmi2 [ARGS]' (later srun options win)."""
-    if cfg.launcher == "srun":
+    if launcher == "srun":
         srun = shutil.which("srun")
         if not srun:
             raise UsageError("--launcher srun: srun is not on PATH (is Slurm installed here?)")
-        return [srun, "-n", str(nprocs), *SRUN_DEFAULT_ARGS, *cfg.launcher_args]
-    return [find_mpiexec(), "-n", str(nprocs), *cfg.launcher_args]
+        return [srun, "-n", str(nprocs), *SRUN_DEFAULT_ARGS, *launcher_args]
+    if launcher != "mpiexec":
+        raise UsageError(f"--launcher {launcher}: expected one of {', '.join(LAUNCHERS)}")
+    return [find_mpiexec(), "-n", str(nprocs), *launcher_args]
+
+
+def mpi_command(
+    nprocs: int, argv: Sequence[str], launcher: str = "mpiexec", launcher_args: Sequence[str] = ()
+) -> list[str]:
+    """The command of a job of ``nprocs`` ranks each running ``python ARGV...``."""
+    return [*launcher_prefix(nprocs, launcher, launcher_args), sys.executable, *argv]
+
+
+def mpi_environment(
+    local_ranks: int | None = None, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """This process's environment for a job, plus MPICH's no-busy-poll settings (unless
+    set already) when ``local_ranks`` outnumber this host's cores, then ``extra``.
+
+    runtime.init_mpi sets those settings itself only when the launcher announces the
+    local rank count, which srun does not always do."""
+    env = dict(os.environ)
+    if local_ranks is not None and local_ranks > (os.cpu_count() or 1):
+        for name, value in OVERSUBSCRIBED_CVARS.items():
+            env.setdefault(name, value)
+    env.update(extra or {})
+    return env
+
+
+# --- start, follow, stop ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How a followed job ended: its exit code (negative: the signal that ended it) and
+    whether it was stopped for writing nothing for the stall timeout."""
+
+    code: int
+    stalled: bool = False
+
+
+def start(
+    cmd: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+    stdout: int | IO | None = subprocess.PIPE,
+    stderr: int | IO | None = None,
+) -> subprocess.Popen:
+    """Start a job in a session of its own (``stop`` then reaches every process it starts)
+    with stdin closed; its output, as text, goes to ``stdout``/``stderr`` (PIPE to read
+    it, None to pass it through, STDOUT to merge stderr into stdout)."""
+    return subprocess.Popen(
+        list(cmd),
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        text=True,
+        errors="replace",
+        bufsize=1,
+        env=None if env is None else dict(env),
+        cwd=cwd,
+        start_new_session=True,
+    )
+
+
+def _signal_job(proc: subprocess.Popen, signum: int) -> None:
+    """Send ``signum`` to the job's process group, or to the process alone if it leads
+    none (a process not started by ``start``)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signum)  # no such group unless proc.pid leads one
+        return
+    if proc.poll() is None:
+        proc.send_signal(signum)
+
+
+def stop(proc: subprocess.Popen, grace: float = STOP_GRACE) -> int:
+    """Stop a job: SIGTERM to its process group (mpiexec and srun pass it on to the
+    ranks), SIGKILL to whatever of the group is left after ``grace`` seconds; the
+    launcher's exit code."""
+    _signal_job(proc, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(grace)
+    _signal_job(proc, signal.SIGKILL)
+    return proc.wait()
+
+
+def _pump(stream: IO[str], lines: queue.Queue) -> None:
+    """Copy a job's output lines into a queue (None at the end), so the reader can time out."""
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
+
+
+def follow(proc: subprocess.Popen, stall_timeout: float, on_line: Callable[[str], object]) -> Ended:
+    """Hand each line the job writes to its stdout pipe to ``on_line`` until it ends; stop
+    it if it writes nothing (or does not exit after closing its output) for
+    ``stall_timeout`` seconds. Any exception, KeyboardInterrupt included, stops it too."""
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
+    try:
+        while (line := lines.get(timeout=stall_timeout)) is not None:
+            on_line(line)
+        return Ended(proc.wait(stall_timeout))
+    except (queue.Empty, subprocess.TimeoutExpired):
+        return Ended(stop(proc), stalled=True)
+    except BaseException:
+        stop(proc)
+        raise
+
+
+def run(
+    cmd: Sequence[str],
+    timeout: float | None,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+    stdout: int | IO | None = subprocess.PIPE,
+    stderr: int | IO | None = subprocess.PIPE,
+    grace: float = STOP_GRACE,
+) -> subprocess.CompletedProcess:
+    """Run a job to its end, as ``start`` does (output captured by default), within
+    ``timeout`` seconds (None: no limit). Past it the job is stopped and
+    subprocess.TimeoutExpired carries what it wrote; any exception stops it too."""
+    proc = start(cmd, env, cwd, stdout, stderr)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stop(proc, grace)
+        out, err = proc.communicate()
+        raise subprocess.TimeoutExpired(proc.args, timeout, out, err) from None
+    except BaseException:
+        stop(proc, grace)
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+# --- the sweep's jobs ---------------------------------------------------------------------
 
 
 def job_command(cfg: SweepConfig, nprocs: int) -> list[str]:
     """The whole command of the job that sweeps one process count."""
-    return [*launcher_prefix(cfg, nprocs), sys.executable, *cfg.worker_argv((nprocs,), "--inside")]
+    argv = cfg.worker_argv((nprocs,), "--inside")
+    return mpi_command(nprocs, argv, cfg.launcher, cfg.launcher_args)
 
 
 def planner_command(cfg: SweepConfig) -> list[str]:
@@ -75,12 +233,7 @@ def expected_layout(cfg: SweepConfig, nprocs: int) -> tuple[int, int]:
 
 
 def job_environment(cfg: SweepConfig, nprocs: int) -> dict[str, str]:
-    """The orchestrator's environment, plus MPICH's no-busy-poll settings when the job
-    oversubscribes its host: runtime.init_mpi sets them only when the launcher announces
-    the local rank count, which srun does not always do."""
-    env = dict(os.environ)
+    """The environment of the sweep's job of ``nprocs`` ranks: mpi_environment with the
+    ranks this host runs (all of them under mpiexec; under srun, one node's share)."""
     local = nprocs if cfg.launcher == "mpiexec" else expected_layout(cfg, nprocs)[1]
-    if local > (os.cpu_count() or 1):
-        for name, value in OVERSUBSCRIBED_CVARS.items():
-            env.setdefault(name, value)
-    return env
+    return mpi_environment(local)

@@ -14,19 +14,17 @@ it is refused.
 from __future__ import annotations
 
 import contextlib
-import queue
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.jobs import runinfo, slurm
+from osu_dl_bench.jobs import launch, runinfo, slurm
 from osu_dl_bench.jobs.launch import (
     check_not_in_mpi_job,
     job_command,
@@ -44,8 +42,6 @@ from osu_dl_bench.measurement.store import LOCK, RunLock, RunStore, StoreError
 
 # The planner imports the registry (and torch, for Gloo): slow, but never minutes.
 PLANNER_TIMEOUT = 600.0
-# Grace period for a job to end after SIGTERM before it is killed.
-STOP_GRACE = 10.0
 
 
 class JobFailed(Exception):
@@ -59,12 +55,8 @@ class JobFailed(Exception):
 def run_planner(cfg: SweepConfig) -> dict[int, dict[str, Any]]:
     """Each process count's plan event; its errors reach stderr once, from the planner."""
     try:
-        proc = subprocess.run(
-            planner_command(cfg),
-            stdout=subprocess.PIPE,
-            text=True,
-            timeout=PLANNER_TIMEOUT,
-            env=job_environment(cfg, 1),
+        proc = launch.run(
+            planner_command(cfg), PLANNER_TIMEOUT, env=job_environment(cfg, 1), stderr=None
         )
     except subprocess.TimeoutExpired:
         print(
@@ -89,21 +81,30 @@ class JobOutcome:
     stalled_at: str | None = None
 
 
-def stop_job(proc: subprocess.Popen) -> None:
-    """Terminate a job (mpiexec and srun pass SIGTERM on to the ranks), then kill it."""
-    proc.terminate()
-    try:
-        proc.wait(STOP_GRACE)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+class _JobLines:
+    """What a sweep job's output lines mean: ordinary lines pass through, events drive the
+    progress bar; the point being measured and the job's 'done' event are kept."""
 
+    def __init__(self, nprocs: int, progress: Progress) -> None:
+        self.nprocs, self.progress = nprocs, progress
+        self.measuring = "start-up"
+        self.done: dict[str, Any] | None = None
 
-def _pump(stream: IO[str], lines: queue.Queue) -> None:
-    """Copy a job's output lines into a queue (None at the end), so the reader can time out."""
-    for line in stream:
-        lines.put(line)
-    lines.put(None)
+    def take(self, line: str) -> None:
+        """Act on one line of the job's output."""
+        event = decode_event(line.rstrip("\n"))
+        if event is None:
+            self.progress.clear()
+            sys.stdout.write(line)
+            sys.stdout.flush()
+        elif event["event"] == "plan":
+            self.progress.replan(self.nprocs, event["todo"])
+        elif event["event"] == "measuring":
+            self.measuring = f"{event['collective']} {event['size_bytes']} B"
+        elif event["event"] == "point":
+            self.progress.advance()
+        elif event["event"] == "done":
+            self.done = event
 
 
 def follow_job(
@@ -112,43 +113,17 @@ def follow_job(
     """Pass a job's ordinary lines through, turn its events into progress, and stop it if
     it reports nothing for ``stall_timeout`` seconds (a hung algorithm must not hang the
     sweep)."""
-    lines: queue.Queue = queue.Queue()
-    threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
-    done: dict[str, Any] | None = None
-    current = "start-up"
-    try:
-        while (line := lines.get(timeout=stall_timeout)) is not None:
-            event = decode_event(line.rstrip("\n"))
-            if event is None:
-                progress.clear()
-                sys.stdout.write(line)
-                sys.stdout.flush()
-            elif event["event"] == "plan":
-                progress.replan(nprocs, event["todo"])
-            elif event["event"] == "measuring":
-                current = f"{event['collective']} {event['size_bytes']} B"
-            elif event["event"] == "point":
-                progress.advance()
-            elif event["event"] == "done":
-                done = event
-    except queue.Empty:
-        stop_job(proc)
-        return JobOutcome(proc.returncode, False, 0, stalled_at=current)
-    except BaseException:
-        stop_job(proc)
-        raise
-    return JobOutcome(proc.wait(), done is not None, done["failures"] if done else 0)
+    lines = _JobLines(nprocs, progress)
+    ended = launch.follow(proc, stall_timeout, lines.take)
+    if ended.stalled:
+        return JobOutcome(ended.code, False, 0, stalled_at=lines.measuring)
+    done = lines.done
+    return JobOutcome(ended.code, done is not None, done["failures"] if done else 0)
 
 
 def run_job(cfg: SweepConfig, nprocs: int, progress: Progress) -> JobOutcome:
     """Launch the job of one process count and follow it until it ends."""
-    proc = subprocess.Popen(
-        job_command(cfg, nprocs),
-        stdout=subprocess.PIPE,
-        text=True,
-        bufsize=1,
-        env=job_environment(cfg, nprocs),
-    )
+    proc = launch.start(job_command(cfg, nprocs), env=job_environment(cfg, nprocs))
     return follow_job(proc, nprocs, progress, cfg.stall_timeout)
 
 

@@ -1,0 +1,194 @@
+"""The job launcher's pure parts (command lines for mpiexec and srun, a job's environment)
+and its start/follow/stop/run on plain Python processes (no MPI job: tests/mpi has that)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.jobs import launch
+from osu_dl_bench.jobs.options import add_sweep_arguments, config_from_args
+from osu_dl_bench.runtime import OVERSUBSCRIBED_CVARS
+
+CORES = os.cpu_count() or 1
+
+
+@pytest.fixture
+def launchers(monkeypatch):
+    """mpiexec and srun found at fixed paths."""
+    paths = {"mpiexec": "/opt/mpi/bin/mpiexec", "srun": "/usr/bin/srun"}
+    monkeypatch.setattr(launch.shutil, "which", lambda name, path=None: paths.get(name))
+    return paths
+
+
+def _sweep_config(*argv: str):
+    parser = argparse.ArgumentParser()
+    add_sweep_arguments(parser)
+    return config_from_args(parser.parse_args([*argv, "-o", "run"]))
+
+
+def test_mpiexec_command_runs_this_python_with_its_arguments(launchers):
+    cmd = launch.mpi_command(3, ["-m", "pkg", "x"], launcher_args=["-bind-to", "core"])
+    assert cmd == [
+        launchers["mpiexec"],
+        *["-n", "3", "-bind-to", "core"],
+        *[sys.executable, "-m", "pkg", "x"],
+    ]
+
+
+def test_srun_command_asks_for_pmi2_before_the_users_options(launchers):
+    cmd = launch.mpi_command(4, ["-c", "pass"], "srun", ["--mpi=pmix", "-N", "2"])
+    assert cmd == [
+        launchers["srun"],
+        *["-n", "4", "--mpi=pmi2", "--mpi=pmix", "-N", "2"],  # the later --mpi wins
+        *[sys.executable, "-c", "pass"],
+    ]
+
+
+def test_a_missing_or_unknown_launcher_is_a_usage_error(monkeypatch):
+    monkeypatch.setattr(launch.shutil, "which", lambda name, path=None: None)
+    with pytest.raises(UsageError, match="srun is not on PATH"):
+        launch.mpi_command(2, [], "srun")
+    with pytest.raises(UsageError, match="no mpiexec next to this Python"):
+        launch.mpi_command(2, [])
+    with pytest.raises(UsageError, match="expected one of mpiexec, srun"):
+        launch.mpi_command(2, [], "mpirun")
+
+
+def test_oversubscribed_jobs_get_the_no_busy_poll_settings_unless_set(monkeypatch):
+    for name in OVERSUBSCRIBED_CVARS:
+        monkeypatch.delenv(name, raising=False)
+    chosen = next(iter(OVERSUBSCRIBED_CVARS))
+    monkeypatch.setenv(chosen, "auto")
+    env = launch.mpi_environment(CORES + 1)
+    assert env[chosen] == "auto"  # the user's choice stays
+    assert all(env[k] == v for k, v in OVERSUBSCRIBED_CVARS.items() if k != chosen)
+    fitting = launch.mpi_environment(CORES)
+    assert not set(OVERSUBSCRIBED_CVARS) - {chosen} & set(fitting)
+
+
+def test_extra_variables_come_last_and_the_rest_is_this_process_environment(monkeypatch):
+    monkeypatch.setenv("OSU_DL_BENCH_TEST_VAR", "mine")
+    env = launch.mpi_environment(None, {"OSU_DL_BENCH_TEST_VAR": "job", "X_NEW": "1"})
+    assert env["OSU_DL_BENCH_TEST_VAR"] == "job" and env["X_NEW"] == "1"
+    assert env["PATH"] == os.environ["PATH"]
+    assert os.environ["OSU_DL_BENCH_TEST_VAR"] == "mine"  # a copy, not this process's
+
+
+def test_the_sweep_job_is_the_inside_sweep_of_one_count_under_the_chosen_launcher(launchers):
+    cfg = _sweep_config("--np", "2,3", "--launcher", "srun", "--launcher-args=-N 1")
+    cmd = launch.job_command(cfg, 3)
+    assert cmd[:6] == [launchers["srun"], "-n", "3", "--mpi=pmi2", "-N", "1"]
+    assert cmd[6:10] == [sys.executable, "-m", "osu_dl_bench", "sweep"]
+    assert "--inside" in cmd and cmd[cmd.index("--np") + 1] == "3"
+    planner = launch.planner_command(cfg)
+    assert planner[0] == sys.executable and "--plan-only" in planner
+    assert planner[planner.index("--np") + 1] == "2,3"
+
+
+def test_the_sweep_job_environment_counts_the_ranks_on_this_host(monkeypatch):
+    for name in OVERSUBSCRIBED_CVARS:
+        monkeypatch.delenv(name, raising=False)
+    many = CORES * 4
+    local = launch.job_environment(_sweep_config("--np", str(many)), many)
+    assert set(OVERSUBSCRIBED_CVARS) <= set(local)
+    # srun on emulated nodes of one rank each: one rank per host, never oversubscribed
+    spread = _sweep_config("--np", str(many), "--launcher", "srun", "--ranks-per-node", "1")
+    assert not set(OVERSUBSCRIBED_CVARS) & set(launch.job_environment(spread, many))
+
+
+# --- start, follow, stop, run on plain processes ------------------------------------------
+
+# Prints its pid and a child's, then sleeps: the child stands for a rank.
+PARENT_AND_CHILD = (
+    "import subprocess, sys, time\n"
+    "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+    "print(child.pid, flush=True)\n"
+    "time.sleep(600)\n"
+)
+
+
+def _live(pid: int) -> bool:
+    """Whether pid is a process that has not ended (a zombie has)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def _gone(pid: int, seconds: float = 10) -> bool:
+    deadline = time.monotonic() + seconds
+    while _live(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _live(pid)
+
+
+def test_a_silent_job_is_stopped_with_everything_it_started():
+    proc = launch.start([sys.executable, "-c", PARENT_AND_CHILD])
+    lines: list[str] = []
+    start = time.monotonic()
+    ended = launch.follow(proc, 3.0, lines.append)
+    assert ended == launch.Ended(-signal.SIGTERM, stalled=True)
+    assert 3.0 <= time.monotonic() - start < 30
+    [child] = [int(line) for line in lines]
+    assert _gone(child), "a process the job started outlived it"
+
+
+def test_a_job_that_ends_is_followed_to_its_exit_code():
+    code = "print('a'); print('b'); raise SystemExit(3)"
+    proc = launch.start([sys.executable, "-c", code])
+    lines: list[str] = []
+    assert launch.follow(proc, 30.0, lines.append) == launch.Ended(3)
+    assert lines == ["a\n", "b\n"]
+
+
+def test_an_error_while_following_stops_the_job_and_propagates():
+    proc = launch.start(
+        [sys.executable, "-c", "print('x', flush=True); import time; time.sleep(600)"]
+    )
+
+    def refuse(line: str) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        launch.follow(proc, 30.0, refuse)
+    assert proc.returncode == -signal.SIGTERM
+
+
+def test_a_job_that_ignores_sigterm_is_killed_after_the_grace():
+    code = (
+        "import signal, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    proc = launch.start([sys.executable, "-c", code])
+    assert proc.stdout.readline() == "ready\n"
+    start = time.monotonic()
+    assert launch.stop(proc, grace=1.0) == -signal.SIGKILL
+    assert 1.0 <= time.monotonic() - start < 20
+
+
+def test_run_keeps_the_output_and_past_its_timeout_stops_the_whole_job():
+    done = launch.run([sys.executable, "-c", "import sys; print('out'); sys.exit(4)"], 30)
+    assert (done.returncode, done.stdout) == (4, "out\n")
+    with pytest.raises(subprocess.TimeoutExpired) as hung:
+        launch.run([sys.executable, "-c", PARENT_AND_CHILD], 3.0)
+    assert hung.value.timeout == 3.0
+    child = int(hung.value.output)
+    assert _gone(child), "a process the job started outlived its timeout"
+
+
+def test_stop_reaches_a_process_that_leads_no_group():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    # Signalled alone: were this test's own process group signalled, pytest would die.
+    assert launch.stop(proc, grace=5.0) == -signal.SIGTERM

@@ -180,6 +180,25 @@ def _add_train_bench(sub) -> None:
     add_train_bench_arguments(parser)
 
 
+def _cmd_compare(args: argparse.Namespace) -> int:
+    if args.table:
+        from osu_dl_bench.runtime import init_mpi
+
+        init_mpi()  # the registry, which the table is checked against, loads mpi4py
+    from osu_dl_bench.commands.compare import run_compare
+
+    return run_compare(args)
+
+
+def _add_compare(sub) -> None:
+    from osu_dl_bench.commands.compare_options import add_compare_arguments
+
+    parser = sub.add_parser(
+        "compare", help="two sweeps' agreement, and a tuning table's choices on another run"
+    )
+    add_compare_arguments(parser)
+
+
 def _cmd_model(args: argparse.Namespace) -> int:
     from osu_dl_bench.runtime import init_mpi
 
@@ -220,6 +239,7 @@ COMMANDS: dict[str, tuple[Callable, Callable[[argparse.Namespace], int]]] = {
     "tune": (_add_tune, _cmd_tune),
     "select": (_add_select, _cmd_select),
     "plot": (_add_plot, _cmd_plot),
+    "compare": (_add_compare, _cmd_compare),
     "train": (_add_train, _cmd_train),
     "train-bench": (_add_train_bench, _cmd_train_bench),
     "model": (_add_model, _cmd_model),

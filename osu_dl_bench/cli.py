@@ -199,6 +199,19 @@ def _add_compare(sub) -> None:
     add_compare_arguments(parser)
 
 
+def _cmd_merge(args: argparse.Namespace) -> int:
+    from osu_dl_bench.commands.merge import run_merge
+
+    return run_merge(args)  # no MPI: it copies rows and metadata
+
+
+def _add_merge(sub) -> None:
+    from osu_dl_bench.commands.merge import add_merge_arguments
+
+    parser = sub.add_parser("merge", help="several sweeps' run directories as one")
+    add_merge_arguments(parser)
+
+
 def _cmd_model(args: argparse.Namespace) -> int:
     from osu_dl_bench.runtime import init_mpi
 
@@ -240,6 +253,7 @@ COMMANDS: dict[str, tuple[Callable, Callable[[argparse.Namespace], int]]] = {
     "select": (_add_select, _cmd_select),
     "plot": (_add_plot, _cmd_plot),
     "compare": (_add_compare, _cmd_compare),
+    "merge": (_add_merge, _cmd_merge),
     "train": (_add_train, _cmd_train),
     "train-bench": (_add_train_bench, _cmd_train_bench),
     "model": (_add_model, _cmd_model),

@@ -35,9 +35,8 @@ for p in 2 3 4; do
         -o "$run/p$p"
     osu-dl-bench model fit "$run" --calibrate always --np "$p" --append
 done
-# One results.csv for the three jobs (same columns: the same sweep command).
-awk 'FNR == 1 && NR != 1 { next } { print }' "$run"/p2/results.csv "$run"/p3/results.csv \
-    "$run"/p4/results.csv > "$run/results.csv"
+# One run directory for the three sweeps, beside the calibrations.
+osu-dl-bench merge "$run"/p2 "$run"/p3 "$run"/p4 -o "$run"
 with_command "$out/model_accuracy_p2_p3_p4.txt" osu-dl-bench model accuracy "$run" \
     --plot "$out/plots/model_accuracy.png" --csv "$run/accuracy.csv"
 cp "$run/platform.json" "$out/model-platform-reference.json"

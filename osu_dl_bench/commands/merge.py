@@ -1,0 +1,149 @@
+"""``osu-dl-bench merge RUN_A RUN_B ... -o RUN``: several sweeps' run directories as one
+(for example one sweep per process count, each between calibration jobs, read by ``tune``,
+``plot`` or ``model accuracy`` together). No MPI.
+
+The rows are appended in the order the runs are given; a point measured in several runs
+keeps every row, and readers take the last one, as after ``sweep --resume``. The metadata
+is the last run's, with the jobs of all (a process count in several runs keeps the earlier
+jobs under ``previous``), every host, the largest nodes and ppn, and ``merged_from``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.measurement.store import (
+    METADATA,
+    POINT_KEY,
+    SCHEMA_VERSION,
+    SWEEP_FIELDS,
+    RunStore,
+    SweepPoint,
+)
+from osu_dl_bench.runtime import utc_now
+
+
+def add_merge_arguments(parser: argparse.ArgumentParser) -> None:
+    """RUN RUN [RUN ...] -o RUN."""
+    parser.add_argument("runs", metavar="RUN", nargs="+", help="sweeps' run directories")
+    parser.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="RUN",
+        help="the merged run directory: new, or without results.csv and metadata.json",
+    )
+
+
+def run_merge(args: argparse.Namespace) -> int:
+    """Write the merged run directory and say what it holds."""
+    sources = _sources(args.runs, args.output)
+    frames = [RunStore(path).load() for path in sources]
+    metadata = [RunStore(path).read_metadata() for path in sources]
+    merged = pd.concat(frames, ignore_index=True)
+    out = RunStore(args.output)
+    _check_output(out)
+    lock = out.lock()
+    try:
+        out.append(sweep_points(merged))
+        parquet = out.write_parquet()
+        combined = merged_metadata(sources, metadata, [len(f) for f in frames])
+        out.write_metadata({**combined, "parquet": parquet is not None})
+    finally:
+        lock.release()
+    repeated = int(merged.duplicated(list(POINT_KEY), keep="last").sum())
+    print(f"# {len(merged)} results from {len(sources)} runs in {out.results_path}")
+    if repeated:
+        print(
+            f"# {repeated} rows measure a point again: readers take the last run's row "
+            "(as after sweep --resume)"
+        )
+    return 0
+
+
+def _sources(runs: list[str], output: str) -> list[Path]:
+    """The runs to merge: at least two, distinct, each with results, none the output."""
+    paths = [Path(run) for run in runs]
+    if len(paths) < 2:
+        raise UsageError(f"merge: expected at least two run directories, got {len(paths)}")
+    resolved = [p.resolve() for p in paths]
+    if len(set(resolved)) != len(resolved):
+        raise UsageError("merge: a run directory is given twice")
+    if Path(output).resolve() in resolved:
+        raise UsageError(f"-o {output}: is one of the runs to merge; choose a new directory")
+    for path in paths:
+        if not RunStore(path).results_path.is_file():
+            raise UsageError(f"{path}: no results.csv (expected a sweep's run directory)")
+    return paths
+
+
+def _check_output(out: RunStore) -> None:
+    """The output may exist (it may hold calibrations, other files) but not a run's files."""
+    if out.path.exists() and not out.path.is_dir():
+        raise UsageError(f"-o {out.path}: expected a directory, got a file")
+    for name in (out.results_path.name, METADATA):
+        if (out.path / name).exists():
+            raise UsageError(
+                f"-o {out.path}: already holds {name}; merge into a new directory "
+                "(or one without a run's results)"
+            )
+
+
+def sweep_points(frame: pd.DataFrame) -> list[SweepPoint]:
+    """The rows as the store writes them (missing op and validation as None)."""
+    records = frame[list(SWEEP_FIELDS)].astype(object).to_dict("records")
+    return [SweepPoint(**{k: _none_if_missing(v) for k, v in row.items()}) for row in records]
+
+
+def _none_if_missing(value: Any) -> Any:
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def _merged_jobs(metadata: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every run's jobs by process count; a later run's job keeps the earlier ones under
+    ``previous``, as a resumed sweep does."""
+    jobs: dict[str, Any] = {}
+    for meta in metadata:
+        for nprocs, job in (meta.get("jobs") or {}).items():
+            earlier = jobs.get(nprocs)
+            if earlier is None:
+                jobs[nprocs] = job
+                continue
+            previous = [*earlier.pop("previous", []), earlier, *job.get("previous", [])]
+            jobs[nprocs] = {**job, "previous": previous}
+    return jobs
+
+
+def merged_metadata(
+    sources: list[Path], metadata: list[dict[str, Any]], rows: list[int]
+) -> dict[str, Any]:
+    """The last run's metadata, with every run's jobs and hosts, and where it came from."""
+    from osu_dl_bench.jobs.options import command_line
+
+    merged = {**metadata[-1], "schema_version": SCHEMA_VERSION}
+    jobs = _merged_jobs(metadata)
+    merged.update(
+        jobs=jobs,
+        hosts=sorted({h for meta in metadata for h in meta.get("hosts") or []}),
+        nodes=max((e.get("nodes", 0) for e in jobs.values()), default=merged.get("nodes")),
+        ppn=max((e.get("ppn", 0) for e in jobs.values()), default=merged.get("ppn")),
+        nprocs=sorted({int(p) for meta in metadata for p in meta.get("nprocs") or []}),
+        collectives=list(
+            dict.fromkeys(c for meta in metadata for c in meta.get("collectives") or [])
+        ),
+        sessions=[s for meta in metadata for s in meta.get("sessions") or []],
+        complete=all(meta.get("complete", False) for meta in metadata),
+        merged_from=[
+            {"run_dir": str(path), "rows": count, "command": meta.get("command")}
+            for path, meta, count in zip(sources, metadata, rows, strict=True)
+        ],
+        command=command_line(),
+        date=utc_now(),
+    )
+    return merged

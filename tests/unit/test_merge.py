@@ -1,0 +1,75 @@
+"""``osu-dl-bench merge``: run directories become one, rows in the order given (a point
+measured twice keeps the last run's row for readers), jobs and hosts of every run in the
+metadata, and outputs that would mix with a run's files refused."""
+
+import json
+
+import pytest
+from support.tuning import METADATA, model_points, write_run
+
+from osu_dl_bench.cli import main
+from osu_dl_bench.measurement.store import RunStore
+
+
+def _meta(nprocs, host, started):
+    job = {"nprocs": nprocs, "hosts": [host], "nodes": 1, "ppn": nprocs, "started": started}
+    return {**METADATA, "hosts": [host], "nprocs": [nprocs], "jobs": {str(nprocs): job}}
+
+
+def _runs(tmp_path):
+    p2 = write_run(tmp_path / "p2", model_points(nprocs_list=(2,)), _meta(2, "a", "t1"))
+    p4 = write_run(tmp_path / "p4", model_points(nprocs_list=(4,)), _meta(4, "b", "t2"))
+    again = write_run(tmp_path / "p2b", model_points(nprocs_list=(2,), seed=9), _meta(2, "c", "t3"))
+    return p2, p4, again
+
+
+def test_merged_rows_follow_the_runs_in_order(tmp_path):
+    p2, p4, _ = _runs(tmp_path)
+    assert main(["merge", str(p2), str(p4), "-o", str(tmp_path / "all")]) == 0
+    merged = RunStore(tmp_path / "all").load()
+    parts = [RunStore(p).load() for p in (p2, p4)]
+    assert len(merged) == sum(len(p) for p in parts)
+    assert merged["nprocs"].tolist() == [*parts[0]["nprocs"], *parts[1]["nprocs"]]
+    assert merged["median_us"].tolist() == [*parts[0]["median_us"], *parts[1]["median_us"]]
+    assert merged["op"].isna().sum() == sum(p["op"].isna().sum() for p in parts)  # bcast
+
+
+def test_the_metadata_holds_every_job_and_host(tmp_path, capsys):
+    p2, p4, again = _runs(tmp_path)
+    out = tmp_path / "all"
+    assert main(["merge", str(p2), str(p4), str(again), "-o", str(out)]) == 0
+    meta = json.loads((out / "metadata.json").read_text())
+    assert sorted(meta["jobs"]) == ["2", "4"] and meta["hosts"] == ["a", "b", "c"]
+    assert meta["jobs"]["2"]["started"] == "t3"  # the later run's job, the earlier kept
+    assert [j["started"] for j in meta["jobs"]["2"]["previous"]] == ["t1"]
+    assert meta["nprocs"] == [2, 4] and meta["ppn"] == 4
+    assert [m["run_dir"] for m in meta["merged_from"]] == [str(p2), str(p4), str(again)]
+    assert "rows measure a point again" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv,expected",
+    [
+        (["p2", "-o", "x"], "expected at least two run directories, got 1"),
+        (["p2", "p2", "-o", "x"], "a run directory is given twice"),
+        (["p2", "p4", "-o", "p4"], "-o p4: is one of the runs to merge"),
+        (["p2", "none", "-o", "x"], "none: no results.csv"),
+        (["p2", "p4", "-o", "p2b"], "-o p2b: already holds results.csv"),
+    ],
+)
+def test_outputs_that_would_mix_with_a_run_are_refused(
+    tmp_path, monkeypatch, capsys, argv, expected
+):
+    _runs(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert main(["merge", *argv]) == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_a_directory_with_other_files_takes_the_merge(tmp_path):
+    p2, p4, _ = _runs(tmp_path)
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "calibration.csv").write_text("kept\n")
+    assert main(["merge", str(p2), str(p4), "-o", str(out)]) == 0
+    assert (out / "calibration.csv").read_text() == "kept\n" and (out / "results.csv").exists()

@@ -1,6 +1,6 @@
 """What a sweep shows: the event lines a job's rank 0 prints for the orchestrator, the
-orchestrator's progress bar (points done / total, elapsed, ETA) and the text lines of
-plans and points. No MPI here.
+orchestrator's progress bar (tqdm: points done / total, elapsed, ETA) and the text lines
+of plans and points. No MPI here.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ import sys
 import time
 from collections.abc import Callable
 from typing import Any, TextIO
+
+from tqdm import tqdm
 
 from collectives.units import format_size
 from osu_dl_bench.measurement.store import SweepPoint
@@ -42,11 +44,19 @@ def format_duration(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
+# The bar and what it shows: points done / total, time elapsed, time left at the pace so far.
+BAR_FORMAT = "[{bar:24}] {n:>4}/{total} points  {elapsed} elapsed  ETA {remaining}"
+BAR_CHARS = "-#"  # tqdm's ascii: empty, full
+# A bar of fixed width, so the terminal's size plays no part: tqdm would trim the line to
+# the width and hide it past the height, and a terminal that reports 0 x 0 hides it.
+SCREEN = {"ncols": 120, "nrows": 20}
+
+
 class Progress:
     """Points done out of a total that jobs refine as they report their own plans.
 
-    On a terminal it redraws one line; otherwise (logs, CI) it writes a line at most every
-    ``interval`` seconds, and always the last one.
+    On a terminal tqdm redraws one line; otherwise (logs, CI) it writes a line at most
+    every ``interval`` seconds, and always the last one.
     """
 
     def __init__(
@@ -66,7 +76,17 @@ class Progress:
         self.interval = interval
         self._last_shown: float | None = None
         self._shown_state: tuple[int, int] | None = None
-        self._drawn = False
+        self._bar: tqdm | None = None
+        if self.interactive:
+            self._bar = tqdm(
+                total=self.total,
+                file=stream,
+                bar_format=BAR_FORMAT,
+                ascii=BAR_CHARS,
+                mininterval=0.2,
+                **SCREEN,
+                leave=True,
+            )
 
     @property
     def total(self) -> int:
@@ -76,11 +96,18 @@ class Progress:
     def replan(self, nprocs: int, todo: int) -> None:
         """A job's own count of its points replaces the planner's estimate."""
         self.todo[nprocs] = todo
+        if self._bar is not None:
+            self._bar.total = self.total
+            self._bar.refresh()
 
     def advance(self) -> None:
         """One more point measured."""
         self.done += 1
-        self.show()
+        if self._bar is not None:
+            self._bar.total = self.total
+            self._bar.update(1)
+        else:
+            self.show()
 
     def eta_seconds(self) -> float | None:
         """Remaining time at the average pace so far (points share one budget each)."""
@@ -88,46 +115,40 @@ class Progress:
             return None
         return (self.clock() - self.start) / self.done * (self.total - self.done)
 
-    def render(self, width: int = 24) -> str:
-        """'[######------]  12/88 points  0:45 elapsed  ETA 2:13'."""
-        total = self.total
-        filled = width * self.done // total if total else width
-        eta = self.eta_seconds()
-        return (
-            f"[{'#' * filled}{'-' * (width - filled)}] {self.done:>4}/{total} points  "
-            f"{format_duration(self.clock() - self.start)} elapsed  "
-            f"ETA {'?' if eta is None else format_duration(eta)}"
+    def render(self) -> str:
+        """'[######------]   12/88 points  00:45 elapsed  ETA 02:13'."""
+        elapsed = self.clock() - self.start
+        rate = self.done / elapsed if self.done and elapsed > 0 else None
+        return tqdm.format_meter(
+            self.done, self.total, elapsed, bar_format=BAR_FORMAT, ascii=BAR_CHARS, rate=rate
         )
 
     def show(self, force: bool = False) -> None:
         """Draw the bar (rate-limited when not on a terminal)."""
+        if self._bar is not None:
+            self._bar.refresh()
+            return
         now = self.clock()
-        if self.interactive:
-            self.stream.write("\r" + self.render())
-            self._drawn = True
-        elif (
+        if (
             force
             or self._last_shown is None
             or now - self._last_shown >= self.interval
             or self.done == self.total
         ):
             self.stream.write(self.render() + "\n")
+            self.stream.flush()
             self._last_shown, self._shown_state = now, (self.done, self.total)
-        self.stream.flush()
 
     def clear(self) -> None:
         """Erase the bar so an ordinary line can be printed (terminal only)."""
-        if self.interactive and self._drawn:
-            self.stream.write("\r\x1b[2K")
-            self.stream.flush()
-            self._drawn = False
+        if self._bar is not None:
+            self._bar.clear()
 
     def close(self) -> None:
         """Leave the final state on its own line."""
-        if self.interactive:
-            self.show()
-            self.stream.write("\n")
-            self.stream.flush()
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
         elif self._shown_state != (self.done, self.total):
             self.show(force=True)
 

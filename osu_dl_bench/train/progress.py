@@ -1,42 +1,62 @@
-"""Rank 0's progress bar on stderr (redrawn in place at most a few times a second)."""
+"""Rank 0's progress bar on stderr (tqdm, redrawn in place at most a few times a second)."""
 
 from __future__ import annotations
 
 import sys
-import time
 from typing import TextIO
+
+from tqdm import tqdm
 
 WIDTH = 30
 MIN_INTERVAL = 0.2
+# '[#####.....] 40/100 steps, loss 0.532' (tqdm puts ', ' before the postfix).
+BAR_FORMAT = f"[{{bar:{WIDTH}}}] {{n}}/{{total}} steps{{postfix}}"
+BAR_CHARS = ".#"  # tqdm's ascii: empty, full
+# A bar of fixed width, so the terminal's size plays no part: tqdm would trim the line to
+# the width and hide it past the height, and a terminal that reports 0 x 0 hides it.
+SCREEN = {"ncols": 120, "nrows": 20}
 
 
 class ProgressBar:
-    """``[#####.....] 40/100 steps, loss 0.532`` rewritten with carriage returns."""
+    """``[#####.....] 40/100 steps, loss 0.532`` rewritten in place by tqdm."""
 
     def __init__(self, total: int, enabled: bool, stream: TextIO | None = None) -> None:
         self.total, self.enabled = max(total, 1), enabled
         self.stream = stream or sys.stderr
-        self._last = 0.0
-        self._shown = False
+        self._bar: tqdm | None = None
+
+    def _open(self) -> tqdm:
+        # Opened on the first update: a bar made and never drawn would print on exit.
+        return tqdm(
+            total=self.total,
+            file=self.stream,
+            bar_format=BAR_FORMAT,
+            ascii=BAR_CHARS,
+            mininterval=MIN_INTERVAL,
+            **SCREEN,
+            leave=False,
+        )
 
     def update(self, done: int, loss: float) -> None:
         """Show ``done`` steps of ``total`` (throttled, always drawn at the end)."""
-        now = time.monotonic()
-        if not self.enabled or (now - self._last < MIN_INTERVAL and done < self.total):
+        if not self.enabled:
             return
-        self._last = now
-        filled = WIDTH * min(done, self.total) // self.total
-        bar = "#" * filled + "." * (WIDTH - filled)
-        self.stream.write(f"\r[{bar}] {done}/{self.total} steps, loss {loss:.4f}")
-        self.stream.flush()
-        self._shown = True
+        if self._bar is None:
+            self._bar = self._open()
+        self._bar.set_postfix_str(f"loss {loss:.4f}", refresh=False)
+        self._bar.update(min(done, self.total) - self._bar.n)
+        if done >= self.total:
+            self._bar.refresh()
 
     def clear(self) -> None:
         """Erase the bar so a line can be printed in its place."""
-        if self._shown:
-            self.stream.write("\r" + " " * (WIDTH + 50) + "\r")
-            self.stream.flush()
-            self._shown = False
+        if self._bar is None:
+            return
+        if self._bar.n >= self.total:
+            self._bar.close()  # finished: leave=False erases it for good
+            self._bar = None
+        else:
+            self._bar.clear()
 
 
 def progress_enabled(mode: str, rank: int, stream: TextIO | None = None) -> bool:

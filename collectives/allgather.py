@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from mpi4py import MPI
+from typing import TYPE_CHECKING
 
 from collectives.common import (
     TAG_DATA,
@@ -23,6 +23,9 @@ from collectives.primitives import (
     ring_allgather,
 )
 from collectives.registry import POWER_OF_TWO, register
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 
 def _ring_cost(m: Machine, p: int, n: float) -> float:

@@ -19,9 +19,7 @@ whole-vector message; the textbook formulas assume in-place buffers.
 
 from __future__ import annotations
 
-from typing import Any
-
-from mpi4py import MPI
+from typing import TYPE_CHECKING, Any
 
 from collectives.common import (
     TAG_FOLD,
@@ -45,6 +43,9 @@ from collectives.primitives import (
     ring_reduce_scatter,
 )
 from collectives.registry import COMMUTATIVE_OP, Split, largest_block, register
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 
 def _copy_in(m: Machine, n: float) -> float:

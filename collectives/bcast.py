@@ -14,8 +14,9 @@ Gropp 2005 and Awan et al.; n bytes, p processes, k segments, lg = ceil(log2)).
 
 from __future__ import annotations
 
-from mpi4py import MPI
+from typing import TYPE_CHECKING
 
+from collectives import mpi
 from collectives.common import TAG_DATA, Machine, block_bounds, lg, private_comm
 from collectives.errors import UsageError
 from collectives.primitives import (
@@ -26,6 +27,9 @@ from collectives.primitives import (
     ring_allgather,
 )
 from collectives.registry import POWER_OF_TWO, Split, register, whole_message
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 DEFAULT_SEG = 256 * 1024
 
@@ -97,7 +101,7 @@ def chain(comm: MPI.Comm, seg: int = DEFAULT_SEG):
                 recvs[index].Wait()
             if pos < p - 1:
                 sends.append(comm.Isend(segment, nxt, TAG_DATA))
-        MPI.Request.Waitall(sends)
+        mpi.Request.Waitall(sends)
 
     return call
 

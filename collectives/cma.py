@@ -56,10 +56,9 @@ import os
 import struct
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from mpi4py import MPI
 
 from collectives.common import Machine, Scratch, block_bounds, lg
 from collectives.errors import UsageError
@@ -88,6 +87,9 @@ from collectives.shm import (
     refuse_several_nodes,
     signature,
 )
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 NAME = "cma"
 DEFAULT_CHUNK = 512 << 10

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from mpi4py import MPI
 
 from collectives.ops import ReduceOp
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 # Tags of the algorithms' point-to-point traffic. They only need to differ between phases
 # of one algorithm: every algorithm runs on its own duplicate communicator.

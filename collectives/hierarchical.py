@@ -38,10 +38,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from mpi4py import MPI
 
 from collectives import shm
 from collectives.common import LinkCost, Machine, lg, private_comm
@@ -61,6 +60,9 @@ from collectives.registry import (
     register,
 )
 from collectives.topology import NodeComms, split_nodes
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 NAME = "hierarchical"
 DEFAULT_INNER = "native"
@@ -114,7 +116,7 @@ def _inner_guard(collective: str, inner: Variant, nodes: int) -> Callable[[Any, 
     verdicts: dict[tuple[np.dtype, str | None], str | None] = {}
 
     def check(dtype: np.dtype, op: ReduceOp | None) -> None:
-        key = (dtype, op and op.name)  # a ReduceOp is not hashable (it holds an MPI.Op)
+        key = (dtype, op and op.name)
         if key not in verdicts:
             ctx = CallContext(nodes, _element_type(dtype), op, "cpu", nodes, 1)
             verdicts[key] = inner.ineligible_reason(ctx)

@@ -1,30 +1,31 @@
 """``native``: the MPI library's own implementation of each collective.
 
 The per-call functions are kept as thin as possible (one Python call around the mpi4py
-call) because at 8 B the harness's overhead is what a user would see as latency.
+call) because at 8 B the harness's overhead is what a user would see as latency: MPI
+objects they need are read once, at bind time, which also loads MPI through
+collectives.mpi and with it the reduction ops' MPI.Op (``ReduceOp.mpi``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from mpi4py import MPI
-
+from collectives import mpi
 from collectives.registry import register
 
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
 _SUMMARY = "the MPI library's own algorithm selection"
-
-
-def _in_place(buf: Any) -> Any:
-    return MPI.IN_PLACE if buf is None else buf
 
 
 @register("allreduce", "native", summary=_SUMMARY)
 def allreduce(comm: MPI.Comm):
     """Bind MPI_Allreduce."""
+    in_place = mpi.IN_PLACE
 
     def call(send, recv, op, root):
-        comm.Allreduce(MPI.IN_PLACE if send is None else send, recv, op.mpi)
+        comm.Allreduce(in_place if send is None else send, recv, op.mpi)
 
     return call
 
@@ -42,9 +43,10 @@ def bcast(comm: MPI.Comm):
 @register("reduce", "native", summary=_SUMMARY)
 def reduce(comm: MPI.Comm):
     """Bind MPI_Reduce."""
+    in_place = mpi.IN_PLACE
 
     def call(send, recv, op, root):
-        comm.Reduce(_in_place(send), recv, op.mpi, root)
+        comm.Reduce(in_place if send is None else send, recv, op.mpi, root)
 
     return call
 
@@ -52,9 +54,10 @@ def reduce(comm: MPI.Comm):
 @register("allgather", "native", summary=_SUMMARY)
 def allgather(comm: MPI.Comm):
     """Bind MPI_Allgather."""
+    in_place = mpi.IN_PLACE
 
     def call(send, recv, op, root):
-        comm.Allgather(_in_place(send), recv)
+        comm.Allgather(in_place if send is None else send, recv)
 
     return call
 
@@ -62,9 +65,10 @@ def allgather(comm: MPI.Comm):
 @register("reduce_scatter", "native", summary=_SUMMARY)
 def reduce_scatter(comm: MPI.Comm):
     """Bind MPI_Reduce_scatter_block."""
+    in_place = mpi.IN_PLACE
 
     def call(send, recv, op, root):
-        comm.Reduce_scatter_block(_in_place(send), recv, op.mpi)
+        comm.Reduce_scatter_block(in_place if send is None else send, recv, op.mpi)
 
     return call
 
@@ -72,9 +76,10 @@ def reduce_scatter(comm: MPI.Comm):
 @register("alltoall", "native", summary=_SUMMARY)
 def alltoall(comm: MPI.Comm):
     """Bind MPI_Alltoall."""
+    in_place = mpi.IN_PLACE
 
     def call(send, recv, op, root):
-        comm.Alltoall(_in_place(send), recv)
+        comm.Alltoall(in_place if send is None else send, recv)
 
     return call
 
@@ -82,9 +87,10 @@ def alltoall(comm: MPI.Comm):
 @register("gather", "native", summary=_SUMMARY)
 def gather(comm: MPI.Comm):
     """Bind MPI_Gather."""
+    in_place = mpi.IN_PLACE
 
     def call(send, recv, op, root):
-        comm.Gather(_in_place(send), recv, root)
+        comm.Gather(in_place if send is None else send, recv, root)
 
     return call
 
@@ -92,9 +98,10 @@ def gather(comm: MPI.Comm):
 @register("scatter", "native", summary=_SUMMARY)
 def scatter(comm: MPI.Comm):
     """Bind MPI_Scatter."""
+    in_place = mpi.IN_PLACE
 
     def call(send, recv, op, root):
-        comm.Scatter(send, _in_place(recv), root)
+        comm.Scatter(send, in_place if recv is None else recv, root)
 
     return call
 

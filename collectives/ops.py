@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from mpi4py import MPI
 
+from collectives import mpi as lazy_mpi
 from collectives.dtypes import ElementType
 from collectives.errors import UsageError
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 
 @dataclass(frozen=True)
@@ -16,10 +20,21 @@ class ReduceOp:
     """A reduction: what MPI calls it and how our own algorithms apply it in place."""
 
     name: str
-    mpi: MPI.Op
+    # The op's name in mpi4py.MPI ("SUM"): MPI objects exist only once MPI is loaded.
+    mpi_name: str
     ufunc: np.ufunc
     commutative: bool = True
     integer_only: bool = False
+    # The MPI op, set when MPI is loaded through collectives.mpi (binding a native
+    # algorithm does that). A plain instance attribute, no property: the native calls read
+    # it on every call, and CPython specialises reads of plain attributes only.
+    mpi: MPI.Op = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        lazy_mpi.when_loaded(self._set_mpi_op)
+
+    def _set_mpi_op(self, loaded_mpi: Any) -> None:
+        object.__setattr__(self, "mpi", getattr(loaded_mpi, self.mpi_name))
 
     def check_dtype(self, etype: ElementType) -> None:
         """Raise UsageError if this op is not defined for the element type."""
@@ -32,13 +47,13 @@ class ReduceOp:
 REDUCE_OPS: dict[str, ReduceOp] = {
     op.name: op
     for op in (
-        ReduceOp("sum", MPI.SUM, np.add),
-        ReduceOp("prod", MPI.PROD, np.multiply),
-        ReduceOp("max", MPI.MAX, np.maximum),
-        ReduceOp("min", MPI.MIN, np.minimum),
-        ReduceOp("band", MPI.BAND, np.bitwise_and, integer_only=True),
-        ReduceOp("bor", MPI.BOR, np.bitwise_or, integer_only=True),
-        ReduceOp("bxor", MPI.BXOR, np.bitwise_xor, integer_only=True),
+        ReduceOp("sum", "SUM", np.add),
+        ReduceOp("prod", "PROD", np.multiply),
+        ReduceOp("max", "MAX", np.maximum),
+        ReduceOp("min", "MIN", np.minimum),
+        ReduceOp("band", "BAND", np.bitwise_and, integer_only=True),
+        ReduceOp("bor", "BOR", np.bitwise_or, integer_only=True),
+        ReduceOp("bxor", "BXOR", np.bitwise_xor, integer_only=True),
     )
 }
 

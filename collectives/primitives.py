@@ -10,12 +10,14 @@ buffer calls are used; reductions are in-place ufuncs on whole blocks.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mpi4py import MPI
-
+from collectives import mpi
 from collectives.common import TAG_DATA, reduce_into
 from collectives.ops import ReduceOp
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 RankOf = Callable[[int], int]
 Bounds = tuple[int, ...]
@@ -65,7 +67,7 @@ def ring_reduce_scatter(
         for start, request in zip(starts, recvs, strict=True):
             request.Wait()
             reduce_into(op, recv_block[start : start + seg], incoming[start : start + seg])
-        MPI.Request.Waitall(sends)
+        mpi.Request.Waitall(sends)
     return (pos + 1 + shift) % q
 
 

@@ -3,11 +3,14 @@ Commutative ops: with a root other than rank 0 the tree combines out of rank ord
 
 from __future__ import annotations
 
-from mpi4py import MPI
+from typing import TYPE_CHECKING
 
 from collectives.common import Machine, Scratch, lg, private_comm
 from collectives.primitives import binomial_reduce, relative_to
 from collectives.registry import COMMUTATIVE_OP, register
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 
 def _binomial_cost(m: Machine, p: int, n: float) -> float:

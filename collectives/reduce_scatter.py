@@ -6,11 +6,14 @@
 
 from __future__ import annotations
 
-from mpi4py import MPI
+from typing import TYPE_CHECKING
 
 from collectives.common import Machine, Scratch, equal_blocks, lg, private_comm
 from collectives.primitives import identity, recursive_halving, ring_reduce_scatter
 from collectives.registry import COMMUTATIVE_OP, POWER_OF_TWO, register
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 
 def _ring_cost(m: Machine, p: int, n: float) -> float:

@@ -61,11 +61,11 @@ import sys
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from mpi4py import MPI
 
+from collectives import mpi
 from collectives.common import LinkCost, Machine, block_bounds, lg, private_comm
 from collectives.errors import CountMismatch, UsageError
 from collectives.ops import ReduceOp
@@ -76,6 +76,9 @@ from collectives.registry import (
     register,
     whole_message,
 )
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 DEFAULT_CHUNK = 4 << 20
 CHUNK_GRID = (256 << 10, 1 << 20, 4 << 20, 16 << 20)
@@ -123,8 +126,8 @@ class SharedWindow:
         self.capacity = capacity
         self.generation += 1
         own = self._areas[self.rank] * capacity + self._header_bytes
-        self._win = MPI.Win.Allocate_shared(own, 1, comm=self.local)
-        self._win.Lock_all(MPI.MODE_NOCHECK)
+        self._win = mpi.Win.Allocate_shared(own, 1, comm=self.local)
+        self._win.Lock_all(mpi.MODE_NOCHECK)
         self._segments = {
             r: np.frombuffer(self._win.Shared_query(r)[0], np.uint8)
             for r, areas in enumerate(self._areas)
@@ -621,7 +624,7 @@ def check_chunk(chunk: Any, algorithm: str = "shm") -> int:
 def one_node_comm(comm: MPI.Comm) -> MPI.Comm | None:
     """A private duplicate of ``comm`` if all its ranks share memory, else None."""
     own = private_comm(comm)
-    node = own.Split_type(MPI.COMM_TYPE_SHARED, key=own.Get_rank())
+    node = own.Split_type(mpi.COMM_TYPE_SHARED, key=own.Get_rank())
     one_node = node.Get_size() == own.Get_size()
     node.Free()
     return own if one_node else None

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from mpi4py import MPI
+from collectives import mpi
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 RANKS_PER_NODE_ENV = "OSU_DL_BENCH_RANKS_PER_NODE"
 _emulated_ranks_per_node: int | None = None
@@ -54,9 +58,9 @@ def split_nodes(comm: MPI.Comm) -> NodeComms:
     if k:
         local = comm.Split(comm.Get_rank() // k, comm.Get_rank())
     else:
-        local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+        local = comm.Split_type(mpi.COMM_TYPE_SHARED, key=comm.Get_rank())
     is_leader = local.Get_rank() == 0
-    leaders = comm.Split(0 if is_leader else MPI.UNDEFINED, comm.Get_rank())
+    leaders = comm.Split(0 if is_leader else mpi.UNDEFINED, comm.Get_rank())
     # Every rank learns its node index from its leader's rank among the leaders.
     node = [leaders.Get_rank() if is_leader else 0]
     node = local.bcast(node[0], root=0)

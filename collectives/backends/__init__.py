@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import atexit
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from mpi4py import MPI
+
+from collectives import mpi
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 _KEYVALS: dict[str, int] = {}
 # (communicator, keyval) of every cached object still alive, in creation order.
@@ -40,7 +44,8 @@ def _release_all() -> None:
 
     Last created first; every rank created the objects of a communicator in the same order,
     since creation is collective, so the barriers of _release match up."""
-    if not MPI.Is_initialized() or MPI.Is_finalized():
+    # Nothing cached means nothing to release, and asking MPI would start it (collectives.mpi).
+    if not _LIVE or not mpi.Is_initialized() or mpi.Is_finalized():
         return
     for comm, keyval in reversed(list(_LIVE)):
         comm.Delete_attr(keyval)
@@ -55,7 +60,7 @@ def cached_on_comm(comm: MPI.Comm, name: str, create: Callable[[MPI.Comm], Any])
     on the same communicator.
     """
     if name not in _KEYVALS:
-        _KEYVALS[name] = MPI.Comm.Create_keyval(delete_fn=_release)
+        _KEYVALS[name] = mpi.Comm.Create_keyval(delete_fn=_release)
     keyval = _KEYVALS[name]
     value = comm.Get_attr(keyval)
     if value is None:

@@ -39,11 +39,11 @@ import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from mpi4py import MPI
 
+from collectives import mpi
 from collectives.backends import bcast_bytes, cached_on_comm
 from collectives.common import Scratch
 from collectives.registry import (
@@ -53,6 +53,9 @@ from collectives.registry import (
     Requirement,
     register,
 )
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 BACKEND = "gloo"
 TORCH_MISSING = (
@@ -107,7 +110,7 @@ def unavailable_reason() -> str | None:
 
 def _all_on_one_host(comm: MPI.Comm) -> bool:
     """True if every rank of ``comm`` shares this rank's host (the same on every rank)."""
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    local = comm.Split_type(mpi.COMM_TYPE_SHARED, key=comm.Get_rank())
     try:
         return local.Get_size() == comm.Get_size()
     finally:

@@ -33,10 +33,9 @@ import functools
 import importlib.util
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from mpi4py import MPI
 
 from collectives.backends import bcast_bytes, cached_on_comm
 from collectives.buffers import cuda_unavailable_reason
@@ -49,6 +48,9 @@ from collectives.registry import (
     register,
 )
 from collectives.topology import NodeComms, split_nodes
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 BACKEND = "nccl"
 CUPY_MISSING = "cupy is not installed (pip install 'osu-dl-bench[cuda]')"

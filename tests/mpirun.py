@@ -1,56 +1,53 @@
-"""Launch real ``mpiexec -n N`` jobs from tests, with a hard timeout so a deadlock fails."""
+"""Launch real ``mpiexec -n N`` jobs from tests through the package's job launcher
+(osu_dl_bench.jobs.launch), with a hard timeout so a deadlock fails."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
 import subprocess
-import sys
 from pathlib import Path
 
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.jobs import launch
 from osu_dl_bench.runtime import OVERSUBSCRIBED_CVARS
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
-MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+
+
+def _find_mpiexec() -> str | None:
+    try:
+        return launch.find_mpiexec()
+    except UsageError:
+        return None
+
+
+MPIEXEC = _find_mpiexec()
 
 
 def mpi_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for test jobs: the MPICH settings that keep oversubscribed runs fast."""
-    env = dict(os.environ)
-    env.update(OVERSUBSCRIBED_CVARS)
     # Drivers and test files run as scripts import mpirun and support from tests/.
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), env.get("PYTHONPATH")]))
-    env.update(extra or {})
-    return env
+    path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
+    return launch.mpi_environment(
+        extra={**OVERSUBSCRIBED_CVARS, "PYTHONPATH": path, **(extra or {})}
+    )
 
 
 def run_with_timeout(
     cmd: list[str], timeout: float, env: dict[str, str] | None = None, cwd: Path | None = REPO
 ) -> subprocess.CompletedProcess:
-    """Run ``cmd`` in its own process group; on timeout kill the whole group and fail
+    """Run ``cmd`` as a job of its own; on timeout stop its whole process group and fail
     with the command and its output, so a deadlock is a failure, never a hung suite."""
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=cwd,
-        start_new_session=True,
-    )
     try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
+        return launch.run(cmd, timeout, env=env, cwd=cwd)
+    except subprocess.TimeoutExpired as hung:
+        out, err = hung.output or "", hung.stderr or ""
         raise AssertionError(
             f"deadlock or hang: {' '.join(map(str, cmd))} did not finish within {timeout:.0f} s"
             f"\nstdout:\n{out[-3000:]}\nstderr:\n{err[-3000:]}"
         ) from None
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def run_mpi(
@@ -58,8 +55,7 @@ def run_mpi(
 ) -> subprocess.CompletedProcess:
     """Run ``mpiexec -n nprocs python args...``; a timeout kills the job and fails."""
     assert MPIEXEC, "mpiexec not found: install the mpich extra (pip install -e '.[mpich]')"
-    cmd = [MPIEXEC, "-n", str(nprocs), sys.executable, *args]
-    return run_with_timeout(cmd, timeout, mpi_env(env))
+    return run_with_timeout(launch.mpi_command(nprocs, args), timeout, mpi_env(env))
 
 
 def run_cli(nprocs: int, cli_args: list[str], **kwargs) -> subprocess.CompletedProcess:

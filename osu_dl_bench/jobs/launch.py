@@ -1,13 +1,15 @@
-"""The one way to start, follow and stop an MPI job (the sweep, ``model fit``, the scripts
-and the tests use it), and the sweep's jobs built on it. No MPI here.
+"""The one way to start, follow and stop an MPI job (the sweep, ``model fit``, train-bench,
+the scripts and the tests use it), and the sweep's jobs built on it. No MPI here.
 
-A job runs in a session of its own, so its launcher is the leader of a process group
-that holds every process it starts on this host (mpiexec's proxies and ranks; srun
-forwards signals to its remote tasks itself). ``stop`` signals that group: SIGTERM, then
-SIGKILL to whatever is left after a grace period. ``follow`` passes a job's output lines
-on and stops the job when it writes nothing for a stall timeout: a hung job is reported,
-never waited out. ``run`` is for jobs with a hard time limit whose output is kept.
-"""
+A job runs in a session of its own, so its launcher leads a process group of its own and
+``stop`` signals that group: SIGTERM, then SIGKILL to whatever is left after a grace
+period. What the launcher started inside the group (a script's helpers, a planner's
+children) goes with it. MPICH's mpiexec (Hydra, 5.0) starts its proxy and each rank in
+sessions of their own and passes the signal on to them, and its proxy ends the ranks
+when mpiexec dies; srun passes the signal on to its tasks. ``follow`` passes a job's
+output lines on and stops the job when it writes nothing for a stall timeout: a hung
+job is reported, never waited out. ``run`` is for jobs with a hard time limit whose
+output is kept."""
 
 from __future__ import annotations
 

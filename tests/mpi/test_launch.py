@@ -1,0 +1,78 @@
+"""The job launcher on a real mpiexec job: a job that prints, then hangs, is stopped by the
+stall timeout, and nothing of its process group outlives it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from mpirun import mpi_env
+
+from osu_dl_bench.jobs import launch
+
+STALL = 15.0  # long enough for two ranks to start MPI on two busy cores
+# Each rank prints its pid and that of a child it starts (a helper process that the MPI
+# launcher does not know of), starts MPI, says so and hangs: rank 0 in a receive that never
+# matches, rank 1 asleep. Each line is one f-string (one write): the ranks' output arrives
+# interleaved. SIGTERM is ignored, so only the SIGKILL after the grace ends the ranks.
+HANGING_JOB = (
+    "import os, signal, subprocess, sys, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+    "print(f'pid {os.getpid()}', flush=True)\n"
+    "print(f'pid {child.pid}', flush=True)\n"
+    "from mpi4py import MPI\n"
+    "comm = MPI.COMM_WORLD\n"
+    "print(f'ready {comm.rank}', flush=True)\n"
+    "comm.recv(source=1) if comm.rank == 0 else time.sleep(600)\n"
+)
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Pids of the live (not zombie) processes in process group ``pgid`` (Linux /proc)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(stat.parent.name))
+    return members
+
+
+def _wait_until_gone(pids: list[int], pgid: int, seconds: float = 10) -> list[int]:
+    """What is still alive of ``pids`` and the group after at most ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = sorted(_live(pids) | set(_group_members(pgid)))
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
+
+
+def _live(pids: list[int]) -> set[int]:
+    """Those of ``pids`` that are live (not zombie) processes."""
+    live = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z":
+            live.add(pid)
+    return live
+
+
+def test_a_job_that_prints_then_hangs_is_stopped_by_the_stall_timeout_group_and_all():
+    proc = launch.start(launch.mpi_command(2, ["-c", HANGING_JOB]), env=mpi_env())
+    lines: list[str] = []
+    start = time.monotonic()
+    ended = launch.follow(proc, STALL, lines.append)
+    took = time.monotonic() - start
+    assert ended.stalled and ended.code != 0, (ended, lines)
+    assert sorted(ln for ln in lines if ln.startswith("ready")) == ["ready 0\n", "ready 1\n"]
+    assert STALL <= took < STALL + launch.STOP_GRACE + 60, took
+    pids = [int(ln.split()[1]) for ln in lines if ln.startswith("pid ")]
+    assert len(pids) == 4, lines  # two ranks and their children
+    assert not _wait_until_gone(pids, proc.pid), "part of the job outlived its stop"

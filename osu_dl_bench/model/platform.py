@@ -21,7 +21,8 @@ Schema version 2 (version 1, the same without ``contention_states``, still loads
 ``alpha_beta`` and ``gamma`` are piecewise in the message size: each piece applies from its
 ``min_bytes`` up to the next one's (a piecewise Hockney model; the pieces are the regimes of
 the caches and of the MPI library's protocols). Shipped platforms (``platforms/*.json``)
-have ``"assumed": true`` and name their source.
+have ``"assumed": true`` and name their source. Loading checks the fields against the JSON
+Schema ``schemas/platform.json``, then the pieces' order and the states' rank counts.
 
 A contention state is the intra-node link as measured with ``ranks_per_node`` ranks of one
 node all active at once (a concurrent ring exchange, reductions on every rank): on a shared
@@ -42,13 +43,12 @@ from pathlib import Path
 from typing import Any
 
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.jsonfile import NULL, UnreadableJson, describe, is_kind, kind_text, load_json
+from osu_dl_bench.jsonfile import UnreadableJson, load_json
+from osu_dl_bench.selection.schema_check import first_problem, load_schema
 
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)  # 1: no contention states (the shipped assumed platforms)
+SCHEMA_VERSION = 2  # schemas/platform.json reads 1 too: no contention states (shipped ones)
 FORMAT = "osu-dl-bench platform"
 PLATFORM_DIR = Path(__file__).resolve().parent / "platforms"
-LINK_CLASSES = ("intra", "inter")
 
 
 class PlatformError(UsageError):
@@ -186,79 +186,29 @@ class Platform:
 
 # --- loading ----------------------------------------------------------------------------
 
-# Byte counts: what MPI's counts hold. Rank and core counts: what a C int holds.
-MAX_BYTES = (1 << 63) - 1
-MAX_RANKS = (1 << 31) - 1
-# Far beyond any time or rate (seconds, seconds per byte) and below float's overflow.
-_MAX_NUMBER = 1e300
-# Optional fields, checked when present: name -> the JSON kinds allowed.
-_TOP_FIELDS = {
-    "format": str,
-    "name": (str, NULL),
-    "title": str,
-    "assumed": bool,
-    "source": str,
-    "provenance": (dict, NULL),
-}
-_LINK_FIELDS = {"measured": bool, "note": str}
+# The fields' kinds and bounds are the JSON Schema schemas/platform.json; what relates
+# several fields (pieces in increasing order, distinct contention states) is checked here.
+SCHEMA = ("osu_dl_bench.model", "platform.json")
 
 
-def _number(path: str, obj: dict, key: str, where: str, minimum: float = 0.0) -> float:
-    value = obj.get(key)
-    if not is_kind(value, (int, float)) or not minimum <= value <= _MAX_NUMBER:
-        raise PlatformError(
-            path,
-            f"{where}.{key}",
-            f"expected a number from {minimum:g} to {_MAX_NUMBER:g}, got {describe(value)}",
-        )
-    return float(value)
-
-
-def _count(path: str, obj: dict, key: str, where: str, least: int, most: int) -> int:
-    value = obj.get(key)
-    if not is_kind(value, int) or not least <= value <= most:
-        here = f"{where}.{key}" if where else key
-        raise PlatformError(
-            path, here, f"expected a whole number from {least} to {most}, got {describe(value)}"
-        )
-    return value
-
-
-def _optional(path: str, obj: dict, fields: dict[str, Any], where: str) -> None:
-    """Each of ``fields`` present in obj must be of its kind."""
-    for key, kind in fields.items():
-        if key in obj and not is_kind(obj[key], kind):
-            here = f"{where}.{key}" if where else key
-            raise PlatformError(path, here, f"expected {kind_text(kind)}, got {describe(obj[key])}")
-
-
-def _pieces(path: str, items: Any, where: str, keys: tuple[str, ...]) -> tuple[Piece, ...]:
-    if not isinstance(items, list) or not items:
-        got = "an empty list" if items == [] else describe(items)
-        raise PlatformError(path, where, f"expected a non-empty list, got {got}")
+def _pieces(path: str, items: list, where: str, keys: tuple[str, ...]) -> tuple[Piece, ...]:
     pieces, last = [], -1
     for i, item in enumerate(items):
-        here = f"{where}[{i}]"
-        if not isinstance(item, dict):
-            raise PlatformError(path, here, f"expected an object, got {describe(item)}")
-        start = _count(path, item, "min_bytes", here, 0, MAX_BYTES)
+        start = item["min_bytes"]
         if (i == 0 and start != 0) or start <= last:
             raise PlatformError(
-                path, f"{here}.min_bytes", f"expected 0 first, then increasing, got {start}"
+                path, f"{where}[{i}].min_bytes", f"expected 0 first, then increasing, got {start}"
             )
-        pieces.append(Piece(start, tuple(_number(path, item, k, here) for k in keys)))
+        pieces.append(Piece(start, tuple(float(item[k]) for k in keys)))
         last = start
     return tuple(pieces)
 
 
-def _link(path: str, obj: Any, where: str) -> Link:
-    if not isinstance(obj, dict):
-        raise PlatformError(path, where, f"expected an object, got {describe(obj)}")
-    _optional(path, obj, _LINK_FIELDS, where)
+def _link(path: str, obj: dict, where: str) -> Link:
     native = obj.get("gamma_native")
     return Link(
-        _pieces(path, obj.get("alpha_beta"), f"{where}.alpha_beta", ("alpha_s", "beta_s_per_byte")),
-        _pieces(path, obj.get("gamma"), f"{where}.gamma", ("gamma_s_per_byte",)),
+        _pieces(path, obj["alpha_beta"], f"{where}.alpha_beta", ("alpha_s", "beta_s_per_byte")),
+        _pieces(path, obj["gamma"], f"{where}.gamma", ("gamma_s_per_byte",)),
         obj.get("measured", True),
         obj.get("note", ""),
         None
@@ -267,24 +217,18 @@ def _link(path: str, obj: Any, where: str) -> Link:
     )
 
 
-def _state(path: str, obj: Any, where: str) -> ContentionState:
-    if not isinstance(obj, dict):
-        raise PlatformError(path, where, f"expected an object, got {describe(obj)}")
+def _state(path: str, obj: dict, where: str) -> ContentionState:
     barrier = obj.get("barrier_s")
     return ContentionState(
-        _count(path, obj, "ranks_per_node", where, 1, MAX_RANKS),
-        _link(path, obj.get("intra"), f"{where}.intra"),
-        _number(path, obj, "software_overhead_s", where),
-        None if barrier is None else _number(path, obj, "barrier_s", where),
+        obj["ranks_per_node"],
+        _link(path, obj["intra"], f"{where}.intra"),
+        float(obj["software_overhead_s"]),
+        None if barrier is None else float(barrier),
     )
 
 
-def _states(path: str, items: Any) -> tuple[ContentionState, ...]:
-    if items is None:
-        return ()
-    if not isinstance(items, list):
-        raise PlatformError(path, "contention_states", f"expected a list, got {describe(items)}")
-    states = [_state(path, item, f"contention_states[{i}]") for i, item in enumerate(items)]
+def _states(path: str, items: list | None) -> tuple[ContentionState, ...]:
+    states = [_state(path, item, f"contention_states[{i}]") for i, item in enumerate(items or [])]
     ranks = [s.ranks for s in states]
     if len(set(ranks)) != len(ranks):
         raise PlatformError(
@@ -293,42 +237,18 @@ def _states(path: str, items: Any) -> tuple[ContentionState, ...]:
     return tuple(sorted(states, key=_ranks))
 
 
-def _check_top(path: str, data: Any) -> None:
-    """The top level: an object of a readable version, with the optional fields' kinds."""
-    if not isinstance(data, dict):
-        raise PlatformError(path, "(top level)", "expected a JSON object")
-    version = data.get("schema_version")
-    if not is_kind(version, int) or version not in READABLE_VERSIONS:
-        got = describe(version) if "schema_version" in data else "missing"
-        expected = " or ".join(str(v) for v in READABLE_VERSIONS)
-        raise PlatformError(path, "schema_version", f"expected {expected}, got {got}")
-    _optional(path, data, _TOP_FIELDS, "")
-    links = data.get("links")
-    if not isinstance(links, dict) or set(links) != set(LINK_CLASSES):
-        raise PlatformError(path, "links", f"expected the link classes {', '.join(LINK_CLASSES)}")
-
-
-def _cores(path: str, data: dict) -> int | None:
-    cores = data.get("cores_per_node")
-    if cores is not None and (not is_kind(cores, int) or not 1 <= cores <= MAX_RANKS):
-        raise PlatformError(
-            path,
-            "cores_per_node",
-            f"expected null or a whole number from 1 to {MAX_RANKS}, got {describe(cores)}",
-        )
-    return cores
-
-
 def platform_from_dict(data: Any, path: str = "<platform>") -> Platform:
     """Validate parsed JSON and build the platform (PlatformError on the first problem)."""
-    _check_top(path, data)
+    problem = first_problem(load_schema(*SCHEMA), data)
+    if problem is not None:
+        raise PlatformError(path, *problem)
     links = data["links"]
     return Platform(
         name=data.get("name") or Path(path).stem,
         intra=_link(path, links["intra"], "links.intra"),
         inter=_link(path, links["inter"], "links.inter"),
-        cores_per_node=_cores(path, data),
-        software_overhead_s=_number(path, data, "software_overhead_s", "(top level)"),
+        cores_per_node=data.get("cores_per_node"),
+        software_overhead_s=float(data["software_overhead_s"]),
         assumed=data.get("assumed", False),
         source=data.get("source", ""),
         provenance=dict(data.get("provenance") or {}),

@@ -117,7 +117,20 @@ def _set(path, value):
     return change
 
 
+def _drop(path):
+    """A change to a file's data: remove the field at ``path``."""
+
+    def change(data):
+        *parents, last = path
+        for key in parents:
+            data = data[key]
+        del data[last]
+
+    return change
+
+
 ENTRY, RANGE1, POINT0 = ("entries", 0), ("entries", 0, "ranges", 1), ("entries", 0, "points", 0)
+RANGE0 = (*ENTRY, "ranges", 0)
 
 
 @pytest.mark.parametrize(
@@ -127,18 +140,34 @@ ENTRY, RANGE1, POINT0 = ("entries", 0), ("entries", 0, "ranges", 1), ("entries",
         (_set((*RANGE1, "choice", "params", "seg"), "abc"), "seg expects a whole number of bytes"),
         (_set((*RANGE1, "min_bytes"), 10**40), "min_bytes: expected a whole number from 0 to"),
         (_set((*ENTRY, "nprocs"), 10**30), "nprocs: expected a whole number from 1 to"),
-        (_set((*ENTRY, "measured_bytes"), [-5, 8]), r"measured_bytes: expected \[min, max\]"),
+        (
+            _set((*ENTRY, "measured_bytes"), [-5, 8]),
+            r"measured_bytes\[0\]: expected a whole number.*, got -5",
+        ),
         (_set((*ENTRY, "measured_bytes"), [9, 8]), r"measured_bytes: expected \[min, max\]"),
-        (_set((*POINT0, "median_us"), -1), "median_us: expected a number >= 0, got -1"),
-        (_set((*POINT0, "speedup"), "x"), "speedup: expected a number >= 0 or null"),
+        (
+            _set((*POINT0, "median_us"), -1),
+            r"median_us: expected a number from 0 to 1e\+300, got -1",
+        ),
+        (_set((*POINT0, "speedup"), "x"), r"speedup: expected a number from 0 to 1e\+300, or null"),
         (_set((*POINT0, "native_median_us"), 2.0), "speedup: expected a number"),
-        (_set((*POINT0, "reason"), ["x"]), "reason: expected str, got a list"),
-        (_set(("name",), 5), "name: expected str, got 5"),
-        (_set(("created",), None), "created: expected str, got null"),
+        (_set((*POINT0, "reason"), ["x"]), "reason: expected a string, got a list"),
+        (_set(("name",), 5), "name: expected a string, got 5"),
+        (_set(("created",), None), "created: expected a string, got null"),
         (_set(("provenance",), [1]), "provenance: expected an object, got a list"),
         (_set(("provenance",), {"run": "x"}), "provenance.run: expected an object"),
         (_set(("measured_with",), "x"), "measured_with: expected an object"),
-        (_set(("measured_with",), {"dtype": 5}), "measured_with.dtype: expected str"),
+        (_set(("measured_with",), {"dtype": 5}), "measured_with.dtype: expected a string"),
+        # A count written as a float is no count (JSON Schema's drafts 6+ would take 2.0).
+        (_set((*ENTRY, "nodes"), 2.0), r"entries\[0\]\.nodes: expected a whole number .*, got 2.0"),
+        (_drop(("schema_version",)), "schema_version: expected 1, got nothing"),
+        (_drop((*RANGE1, "choice")), r"ranges\[1\]\.choice: expected a choice: .*, got nothing"),
+        (_set((*ENTRY, "ranges"), []), "ranges: expected a non-empty list of ranges, got an empty"),
+        (
+            _set((*RANGE0, "max_bytes"), None),
+            r"ranges\[0\]\.max_bytes: expected more than min_bytes 0 \(only the last range is",
+        ),
+        (_drop(("entries",)), "entries: expected a list of entries, got nothing"),
     ],
 )
 def test_table_fields_of_the_wrong_type_or_out_of_bounds_name_the_file(tmp_path, change, expected):
@@ -197,11 +226,18 @@ PIECE0 = (*INTRA, "alpha_beta", 0)
         (_set(("cores_per_node",), True), "cores_per_node: expected null or a whole number"),
         (_set(("cores_per_node",), 10**30), "cores_per_node: expected null or a whole number"),
         (_set((*INTRA, "measured"), "no"), "measured: expected true or false"),
-        (_set((*INTRA, "note"), [1]), "note: expected str, got a list"),
+        (_set((*INTRA, "note"), [1]), "note: expected a string, got a list"),
         (_set(("provenance",), [1, 2]), "provenance: expected an object or null, got a list"),
-        (_set(("name",), {"a": 1}), "name: expected str or null, got an object"),
+        (_set(("name",), {"a": 1}), "name: expected a string or null, got an object"),
         (_set(("assumed",), "yes"), "assumed: expected true or false"),
-        (_set(("source",), 3), "source: expected str, got 3"),
+        (_set(("source",), 3), "source: expected a string, got 3"),
+        (_set(("links", "wan"), {}), "links: expected an object with the link classes intra and"),
+        (_drop(("links", "inter")), r"links\.inter: expected a link \(an object\), got nothing"),
+        (_set(("software_overhead_s",), None), "software_overhead_s: expected a number from 0 to"),
+        (
+            _set((*INTRA, "gamma"), {}),
+            r"links\.intra\.gamma: expected a non-empty list, got an obj",
+        ),
     ],
 )
 def test_platform_fields_of_the_wrong_type_or_out_of_bounds_name_the_file(
@@ -213,6 +249,14 @@ def test_platform_fields_of_the_wrong_type_or_out_of_bounds_name_the_file(
     with pytest.raises(PlatformError, match=expected) as info:
         load_platform(path)
     assert str(info.value).startswith(f"platform {path}: ")
+
+
+def test_a_fitted_platform_with_contention_states_passes_the_schema():
+    from pathlib import Path
+
+    fitted = Path(__file__).resolve().parents[2] / "results" / "model-platform-reference.json"
+    platform = load_platform(fitted)
+    assert len(platform.states) >= 2 and platform.intra.gamma_native
 
 
 @pytest.mark.parametrize("case", range(6))

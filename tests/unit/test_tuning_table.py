@@ -187,3 +187,17 @@ def test_a_piece_under_one_element_is_one_element_except_for_the_ring():
     assert [v.params["seg"] for v in kept] == [0]
     with pytest.raises(UsageError, match="chain: seg expects a size from 4K to 1G, got 0"):
         chain.variant(seg=0)
+
+
+def test_the_shipped_tables_pass_the_table_schema_which_is_a_valid_schema():
+    from pathlib import Path
+
+    from osu_dl_bench.selection.schema_check import load_schema
+    from osu_dl_bench.selection.table import SCHEMA
+
+    assert load_schema(*SCHEMA).schema["properties"]["schema_version"]["const"] == 1
+    repo = Path(__file__).resolve().parents[2]
+    tables = [repo / "tuning_tables" / "reference-cpu-mpich-1node.json"]
+    tables.append(repo / "results" / "predicted-1024x8.json")  # the model's predicted table
+    for path in tables:
+        assert load_table(path).entries

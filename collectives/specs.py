@@ -89,6 +89,8 @@ class CollectiveSpec:
     """Everything the harness needs to run, time and check one collective."""
 
     name: str
+    # OSU's name for the test, as its table header says: "# OSU MPI {title} Test".
+    title: str
     reduces: bool
     rooted: bool
     # (n, p) -> element counts of the send and receive buffers.
@@ -218,6 +220,7 @@ SPECS: dict[str, CollectiveSpec] = {
     for spec in (
         CollectiveSpec(
             "allreduce",
+            title="Allreduce Latency",
             reduces=True,
             rooted=False,
             send_elems=_by_size,
@@ -230,6 +233,7 @@ SPECS: dict[str, CollectiveSpec] = {
         ),
         CollectiveSpec(
             "bcast",
+            title="Broadcast Latency",
             reduces=False,
             rooted=True,
             send_elems=lambda n, p: 0,
@@ -243,6 +247,7 @@ SPECS: dict[str, CollectiveSpec] = {
         ),
         CollectiveSpec(
             "reduce",
+            title="Reduce Latency",
             reduces=True,
             rooted=True,
             send_elems=_by_size,
@@ -256,6 +261,7 @@ SPECS: dict[str, CollectiveSpec] = {
         ),
         CollectiveSpec(
             "allgather",
+            title="Allgather Latency",
             reduces=False,
             rooted=False,
             send_elems=_by_size,
@@ -268,6 +274,7 @@ SPECS: dict[str, CollectiveSpec] = {
         ),
         CollectiveSpec(
             "reduce_scatter",
+            title="Reduce_scatter Latency",
             reduces=True,
             rooted=False,
             send_elems=_by_size_times_p,
@@ -282,6 +289,7 @@ SPECS: dict[str, CollectiveSpec] = {
         ),
         CollectiveSpec(
             "alltoall",
+            title="All-to-All Personalized Exchange Latency",
             reduces=False,
             rooted=False,
             send_elems=_by_size_times_p,
@@ -296,6 +304,7 @@ SPECS: dict[str, CollectiveSpec] = {
         ),
         CollectiveSpec(
             "gather",
+            title="Gather Latency",
             reduces=False,
             rooted=True,
             send_elems=_by_size,
@@ -309,6 +318,7 @@ SPECS: dict[str, CollectiveSpec] = {
         ),
         CollectiveSpec(
             "scatter",
+            title="Scatter Latency",
             reduces=False,
             rooted=True,
             send_elems=_by_size_times_p,
@@ -326,6 +336,7 @@ SPECS: dict[str, CollectiveSpec] = {
         ),
         CollectiveSpec(
             "barrier",
+            title="Barrier Latency",
             reduces=False,
             rooted=False,
             send_elems=lambda n, p: 0,

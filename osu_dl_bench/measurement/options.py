@@ -7,6 +7,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from collectives.specs import SPECS
 from collectives.units import doubling_sizes, format_size, parse_size
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.runtime import DEFAULT_THREAD_LEVEL, THREAD_LEVELS
@@ -18,17 +19,8 @@ DEVICE_HELP = (
     "cuda (cupy)"
 )
 
-COLLECTIVES = (
-    "allreduce",
-    "bcast",
-    "reduce",
-    "allgather",
-    "reduce_scatter",
-    "alltoall",
-    "gather",
-    "scatter",
-    "barrier",
-)
+# The collectives collectives.specs describes, in its order (reading it starts no MPI).
+COLLECTIVES = tuple(SPECS)
 POINT_TO_POINT = ("latency", "bw", "bibw")
 BENCHMARKS = COLLECTIVES + POINT_TO_POINT
 # OSU's defaults (c/util/osu_util.h): iterations and warm-up up to 8 KiB, then above it.

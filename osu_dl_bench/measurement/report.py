@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from collectives.dtypes import element_type
+from collectives.specs import SPECS
 from osu_dl_bench import __version__
 from osu_dl_bench.measurement.options import BenchConfig
 from osu_dl_bench.measurement.records import BenchRecord
@@ -18,15 +19,7 @@ SIZE_WIDTH = 10
 FIELD_WIDTH = 20
 ITER_WIDTH = 12
 TITLES = {
-    "allreduce": "Allreduce Latency",
-    "bcast": "Broadcast Latency",
-    "reduce": "Reduce Latency",
-    "allgather": "Allgather Latency",
-    "reduce_scatter": "Reduce_scatter Latency",
-    "alltoall": "All-to-All Personalized Exchange Latency",
-    "gather": "Gather Latency",
-    "scatter": "Scatter Latency",
-    "barrier": "Barrier Latency",
+    **{name: spec.title for name, spec in SPECS.items()},
     "latency": "Latency",
     "bw": "Bandwidth",
     "bibw": "Bi-Directional Bandwidth",
@@ -79,16 +72,13 @@ def _validation_column() -> Column:
 def header_lines(cfg: BenchConfig, algorithm: str, backend: str, nprocs: int) -> list[str]:
     """The '#' lines above a table: OSU's title and datatype, then ours, then the columns."""
     etype = element_type(cfg.dtype)
+    spec = SPECS.get(cfg.benchmark)  # None for the point-to-point tests
     lines = [
         f"# OSU MPI {TITLES[cfg.benchmark]} Test (osu-dl-bench v{__version__})",
         f"# Datatype: {etype.mpi_name}.",
         f"# Algorithm: {algorithm}  Backend: {backend}  Processes: {nprocs}"
-        + (f"  Op: {cfg.op}" if cfg.benchmark in ("allreduce", "reduce", "reduce_scatter") else "")
-        + (
-            f"  Root: {cfg.root}"
-            if cfg.benchmark in ("bcast", "reduce", "gather", "scatter")
-            else ""
-        )
+        + (f"  Op: {cfg.op}" if spec is not None and spec.reduces else "")
+        + (f"  Root: {cfg.root}" if spec is not None and spec.rooted else "")
         + ("  In-place: yes" if cfg.in_place else ""),
     ]
     cols = columns(cfg) + ([_validation_column()] if cfg.validate else [])

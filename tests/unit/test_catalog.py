@@ -1,11 +1,19 @@
 """The algorithm catalog is data: names, parameters, requirements, costs and library
 counterparts are read without starting MPI, and the commands derive their lists from it."""
 
+import argparse
 import json
 import subprocess
 import sys
 
+import pytest
+
 from collectives import registry
+from collectives.specs import SPECS
+from osu_dl_bench.jobs.options import parse_collectives
+from osu_dl_bench.measurement import options as bench_options
+from osu_dl_bench.measurement import report
+from osu_dl_bench.measurement.options import add_bench_arguments, config_from_args
 
 # Reads the whole catalog as `list`, the option help, the exports and the model do, then
 # says whether mpi4py.MPI (whose import starts MPI) got loaded on the way.
@@ -110,3 +118,30 @@ def test_list_command_shows_every_registered_algorithm_in_catalog_order():
     rows = [line.split()[:2] for line in done.stdout.splitlines()[1:]]
     listed = [row for row in rows if len(row) == 2 and row[0] in registry.SPECS]
     assert listed == [[a.collective, a.name] for a in registry.all_algorithms()]
+
+
+def _bench_config(benchmark: str):
+    parser = argparse.ArgumentParser()
+    add_bench_arguments(parser)
+    return config_from_args(parser.parse_args([benchmark]))
+
+
+def test_bench_and_sweep_offer_the_collectives_the_specs_describe():
+    offered = bench_options.BENCHMARKS
+    assert offered[: len(SPECS)] == tuple(SPECS)
+    assert parse_collectives("all") == tuple(SPECS)
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_a_collectives_table_header_comes_from_its_spec(name):
+    spec = SPECS[name]
+    header = report.header_lines(_bench_config(name), "native", "mpi", 4)
+    assert header[0].startswith(f"# OSU MPI {spec.title} Test (osu-dl-bench v")
+    assert ("  Op: " in header[2]) == spec.reduces
+    assert ("  Root: " in header[2]) == spec.rooted
+
+
+def test_point_to_point_headers_keep_their_osu_titles():
+    titles = [report.header_lines(_bench_config(t), "-", "mpi", 2)[0] for t in ("bw", "bibw")]
+    assert titles[0].startswith("# OSU MPI Bandwidth Test")
+    assert titles[1].startswith("# OSU MPI Bi-Directional Bandwidth Test")

@@ -22,19 +22,19 @@ from osu_dl_bench.train.oracle import (
     strategy_estimates,
 )
 
-# bench_train.py configurations -> (allreduce variant or None for the fastest, overlap).
+# train-bench configurations -> (allreduce variant or None for the fastest, overlap).
 _NOT_MODELLED = ("gloo", "ddp-gloo")
 
 
 def _measured(path: str | None) -> tuple[dict, dict[str, float]]:
-    """(config, label -> median img/s) of a bench_train.py JSON, or empty."""
+    """(config, label -> median img/s) of a train-bench JSON, or empty."""
     if not path:
         return {}, {}
     try:
         data = json.loads(Path(path).read_text())
         config, rows = data["config"], data["rows"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise UsageError(f"--measured {path}: expected bench_train.py's JSON: {exc}") from None
+        raise UsageError(f"--measured {path}: expected train-bench's JSON: {exc}") from None
     by_label: dict[str, list[float]] = {}
     for row in rows:
         by_label.setdefault(row["config"], []).append(float(row["img_per_s"]))
@@ -57,7 +57,7 @@ def _train_config(args: argparse.Namespace, measured: dict):
 
 
 def _variant_of(label: str) -> tuple[str | None, bool] | None:
-    """bench_train.py's label ('tuned/registered/no-overlap') -> (allreduce variant,
+    """train-bench's label ('tuned/registered/no-overlap') -> (allreduce variant,
     overlap); None if not modelled. Registered buckets are costed as private ones (the
     model's cma formula is the kernel-copy path)."""
     base, *suffixes = label.split("/")

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import pandas as pd
 
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.paths import check_writable_file
+from osu_dl_bench.paths import check_writable_file, write_atomic
 
 OUTPUT_SUFFIXES = (".csv", ".json", ".parquet")
 
@@ -75,18 +73,11 @@ def records_frame(records: list[BenchRecord], metadata: dict[str, str]) -> pd.Da
 
 
 def write_records(path: str, records: list[BenchRecord], metadata: dict[str, str]) -> None:
-    """Write records atomically (temp file + rename), so a crash never leaves half a file."""
+    """Write records atomically, so a crash or a full disk never leaves half a file."""
     frame = records_frame(records, metadata)
     frame["iter_max_us"] = frame["iter_max_us"].map(list)
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        _write_frame(frame, tmp, Path(path).suffix.lower())
-        os.replace(tmp, path)
-    except BaseException:
-        # A full disk or an interrupt: the previous file stays, and no half-written one.
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    suffix = Path(path).suffix.lower()
+    write_atomic(Path(path), lambda tmp: _write_frame(frame, str(tmp), suffix))
 
 
 def _write_frame(frame: pd.DataFrame, path: str, suffix: str) -> None:

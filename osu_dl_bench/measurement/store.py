@@ -35,6 +35,7 @@ from typing import Any
 import pandas as pd
 
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.paths import write_atomic
 
 SCHEMA_VERSION = 1
 RESULTS = "results.csv"
@@ -192,13 +193,10 @@ class RunStore:
     def write_metadata(self, metadata: dict[str, Any]) -> None:
         """Write the metadata file atomically (a failed write leaves the old one)."""
         path = self.path / METADATA
-        tmp = path.with_suffix(".json.tmp")
         text = json.dumps({"schema_version": SCHEMA_VERSION, **metadata}, indent=1)
         try:
-            tmp.write_text(text)
-            os.replace(tmp, path)
+            write_atomic(path, lambda tmp: tmp.write_text(text))
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
             raise _write_error(path, exc) from None
 
     def write_parquet(self) -> Path | None:

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.paths import fsync_directory, write_atomic
 from osu_dl_bench.runtime import utc_now
 
 FORMAT = "osu-dl-bench train checkpoint"
@@ -62,28 +63,6 @@ class CheckpointMeta:
 
 def _name(step: int) -> str:
     return f"step-{step:08d}"
-
-
-def _fsync_dir(path: Path) -> None:
-    """Make the entries of directory ``path`` durable: a rename lives in the directory,
-    and fsyncing the file alone leaves it to the file system's whim."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
-    """``write(tmp)`` then rename over ``path``, the data on disk before the rename and
-    the rename on disk before returning."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    write(tmp)
-    with open(tmp, "rb+") as handle:
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
 
 
 def rng_state() -> dict[str, Any]:
@@ -129,7 +108,7 @@ def save_checkpoint(
         if final.exists():  # left by a run that crashed after renaming, before 'latest'
             shutil.rmtree(final)
         os.replace(partial, final)
-        _fsync_dir(root)
+        fsync_directory(root)
         write_atomic(root / LATEST, lambda p: p.write_text(final.name + "\n"))
         _prune(root, keep)
         # Safe while training goes on: no rank can start the next save before rank 0
@@ -159,7 +138,7 @@ def prune_leftovers(directory: str | os.PathLike) -> int:
         else:
             path.unlink(missing_ok=True)
     if leftovers:
-        _fsync_dir(root)
+        fsync_directory(root)
     return len(leftovers)
 
 

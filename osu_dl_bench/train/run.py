@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from osu_dl_bench.errors import UsageError, ValidationFailure
+from osu_dl_bench.paths import write_atomic
 from osu_dl_bench.runtime import collect_metadata
 from osu_dl_bench.train import checkpoint as ckpt
 from osu_dl_bench.train.comm_hooks import wrong_allreduce_hook
@@ -299,13 +300,13 @@ def _write_outputs(run: _Run, summary: TrainSummary) -> None:
     if run.rank != 0:
         return
     if cfg.json:
-        ckpt.write_atomic(
+        write_atomic(
             Path(cfg.json), lambda p: p.write_text(json.dumps(summary.as_dict(), indent=1))
         )
         print(f"# wrote {cfg.json}", flush=True)
     if cfg.save_params:
         state = run.trainer.model.state_dict()
-        ckpt.write_atomic(Path(cfg.save_params), lambda p: torch.save(state, p))
+        write_atomic(Path(cfg.save_params), lambda p: torch.save(state, p))
         print(f"# wrote {cfg.save_params}", flush=True)
 
 

@@ -567,3 +567,19 @@ def test_train_refuses_torch_older_than_the_floor(monkeypatch):
         options.require_libraries(config_from_args(_args()))
     monkeypatch.setattr(options, "_installed_version", lambda name: "2.10.0")
     options.require_libraries(config_from_args(_args()))
+
+
+def test_the_atomic_writer_leaves_the_old_file_when_a_write_fails(tmp_path):
+    from osu_dl_bench.paths import write_atomic
+
+    target = tmp_path / "out.json"
+    write_atomic(target, lambda p: p.write_text("old"))
+
+    def full_disk(tmp):
+        tmp.write_text("half")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space"):
+        write_atomic(target, full_disk)
+    assert target.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"], "no temp file left"

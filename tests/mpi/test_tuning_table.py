@@ -90,8 +90,8 @@ def _choice(i):
     "where,key,value,field,message",
     [
         (dict, "schema_version", 2, "schema_version", "expected 1, got 2"),
-        (dict, "schema_version", None, "schema_version", "expected 1, got missing"),
-        (dict, "entries", None, "entries", "missing"),
+        (dict, "schema_version", None, "schema_version", "expected 1, got nothing"),
+        (dict, "entries", None, "entries", "expected a list of entries, got nothing"),
         (_entry0, "collective", "allgatherx", "entries[0].collective", "unknown collective"),
         (
             _entry0,
@@ -100,7 +100,13 @@ def _choice(i):
             "entries[0].device",
             "expected one of cpu, cpu-registered, cuda",
         ),
-        (_entry0, "nprocs", "4", "entries[0].nprocs", 'expected int, got "4"'),
+        (
+            _entry0,
+            "nprocs",
+            "4",
+            "entries[0].nprocs",
+            'expected a whole number from 1 to 2147483647, got "4"',
+        ),
         (_entry0, "nodes", 0, "entries[0].nodes", "expected a whole number from 1 to"),
         (
             _choice(1),
@@ -124,7 +130,7 @@ def _choice(i):
             "chosen",
             None,
             "entries[0].points[0].chosen",
-            "missing",
+            "expected a string, got nothing",
         ),
         (_range(-1), "max_bytes", 1 << 40, "entries[0].ranges[LAST].max_bytes", "must be open"),
     ],

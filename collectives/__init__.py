@@ -14,6 +14,7 @@ from typing import Any
 _HOMES = {
     "Algorithm": "registry",
     "CallContext": "registry",
+    "Counterpart": "registry",
     "Variant": "registry",
     "algorithms": "registry",
     "all_algorithms": "registry",

@@ -22,7 +22,7 @@ from collectives.primitives import (
     recursive_doubling_allgather,
     ring_allgather,
 )
-from collectives.registry import POWER_OF_TWO, register
+from collectives.registry import POWER_OF_TWO, Counterpart, register
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -52,7 +52,13 @@ def _in_blocks(schedule, comm: MPI.Comm):
     return call
 
 
-@register("allgather", "ring", summary="ring, p-1 steps", cost=_ring_cost)
+@register(
+    "allgather",
+    "ring",
+    summary="ring, p-1 steps",
+    cost=_ring_cost,
+    equivalents={"mpich": Counterpart("MPIR_Allgather_intra_ring")},
+)
 def ring(comm: MPI.Comm):
     """Bind the ring allgather."""
     return _in_blocks(
@@ -66,6 +72,7 @@ def ring(comm: MPI.Comm):
     summary="recursive doubling, lg p steps",
     requires=(POWER_OF_TWO,),
     cost=_log_cost,
+    equivalents={"mpich": Counterpart("MPIR_Allgather_intra_recursive_doubling")},
 )
 def recursive_doubling(comm: MPI.Comm):
     """Bind the recursive-doubling allgather."""
@@ -75,7 +82,13 @@ def recursive_doubling(comm: MPI.Comm):
     )
 
 
-@register("allgather", "bruck", summary="Bruck's algorithm, lg p steps for any p", cost=_log_cost)
+@register(
+    "allgather",
+    "bruck",
+    summary="Bruck's algorithm, lg p steps for any p",
+    cost=_log_cost,
+    equivalents={"mpich": Counterpart("MPIR_Allgather_intra_brucks")},
+)
 def bruck(comm: MPI.Comm):
     """Bind Bruck's allgather."""
     comm = private_comm(comm)

@@ -42,7 +42,7 @@ from collectives.primitives import (
     ring_allgather,
     ring_reduce_scatter,
 )
-from collectives.registry import COMMUTATIVE_OP, Split, largest_block, register
+from collectives.registry import COMMUTATIVE_OP, Counterpart, Split, largest_block, register
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -91,6 +91,11 @@ def _reduce_bcast_cost(m: Machine, p: int, n: float) -> float:
     grid={"seg": (0, 256 * 1024, 1024 * 1024)},
     split=Split("seg", largest_block, zero_means_whole=True),
     cost=_ring_cost,
+    equivalents={
+        "openmpi": Counterpart("ring", id=4),
+        # MPICH's ring sends whole blocks.
+        "mpich": Counterpart("MPIR_Allreduce_intra_ring", params={"seg": 0}),
+    },
 )
 def ring(comm: MPI.Comm, seg: int = 256 * 1024):
     """Bind the segmented ring allreduce (``seg`` bytes per segment, 0 = whole blocks)."""
@@ -188,6 +193,10 @@ def _halve_then_double(comm: MPI.Comm, op: ReduceOp, buf: Any, tmp: Any, fold: _
     "recursive_doubling",
     summary="exchange whole vectors with partners at distance 1, 2, 4, ...",
     cost=_recursive_doubling_cost,
+    equivalents={
+        "openmpi": Counterpart("recursive_doubling", id=3),
+        "mpich": Counterpart("MPIR_Allreduce_intra_recursive_doubling"),
+    },
 )
 def recursive_doubling(comm: MPI.Comm):
     """Bind the recursive-doubling allreduce (non-power-of-two p folded)."""
@@ -200,6 +209,10 @@ def recursive_doubling(comm: MPI.Comm):
     summary="recursive-halving reduce-scatter + recursive-doubling allgather",
     requires=(COMMUTATIVE_OP,),
     cost=_rabenseifner_cost,
+    equivalents={
+        "openmpi": Counterpart("rabenseifner", id=6),
+        "mpich": Counterpart("MPIR_Allreduce_intra_reduce_scatter_allgather"),
+    },
 )
 def rabenseifner(comm: MPI.Comm):
     """Bind Rabenseifner's allreduce (non-power-of-two p folded)."""
@@ -211,6 +224,12 @@ def rabenseifner(comm: MPI.Comm):
     "reduce_bcast",
     summary="binomial reduce to rank 0, binomial bcast",
     cost=_reduce_bcast_cost,
+    equivalents={
+        # Open MPI's reduce followed by bcast.
+        "openmpi": Counterpart("nonoverlapping", id=2),
+        # MPICH's one-node allreduce: a reduce up a tree of shared cells, then a bcast.
+        "mpich_posix": Counterpart("release_gather"),
+    },
 )
 def reduce_bcast(comm: MPI.Comm):
     """Bind binomial reduce + binomial bcast (rank order kept: rank 0 is the root)."""

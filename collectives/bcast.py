@@ -26,7 +26,7 @@ from collectives.primitives import (
     relative_to,
     ring_allgather,
 )
-from collectives.registry import POWER_OF_TWO, Split, register, whole_message
+from collectives.registry import POWER_OF_TWO, Counterpart, Split, register, whole_message
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -55,7 +55,16 @@ def _scatter_rd_cost(m: Machine, p: int, n: float) -> float:
     return 2 * lg(p) * link.alpha + 2 * (p - 1) / p * n * link.beta
 
 
-@register("bcast", "binomial", summary="binomial tree", cost=_binomial_cost)
+@register(
+    "bcast",
+    "binomial",
+    summary="binomial tree",
+    cost=_binomial_cost,
+    equivalents={
+        "openmpi": Counterpart("binomial", id=6),
+        "mpich": Counterpart("MPIR_Bcast_intra_binomial"),
+    },
+)
 def binomial(comm: MPI.Comm):
     """Bind the binomial-tree broadcast."""
     comm = private_comm(comm)
@@ -81,6 +90,8 @@ def _check_seg(seg: object) -> None:
     split=Split("seg", whole_message),
     cost=_chain_cost,
     check_params=lambda params: _check_seg(params["seg"]),
+    # Open MPI's chain with one chain (fan-out 1) is this single pipelined chain.
+    equivalents={"openmpi": Counterpart("chain", id=2, fanout=1, segment="seg")},
 )
 def chain(comm: MPI.Comm, seg: int = DEFAULT_SEG):
     """Bind the pipelined chain broadcast with ``seg``-byte segments."""
@@ -127,6 +138,10 @@ def _scatter_then(allgather_blocks, comm: MPI.Comm):
     summary="binomial scatter + ring allgather (van de Geijn)",
     all_ranks_busy=True,  # the allgather, most of the bytes, keeps every rank busy
     cost=_scatter_ring_cost,
+    equivalents={
+        "openmpi": Counterpart("scatter_allgather_ring", id=9),
+        "mpich": Counterpart("MPIR_Bcast_intra_scatter_ring_allgather"),
+    },
 )
 def scatter_ring_allgather(comm: MPI.Comm):
     """Bind scatter + ring allgather."""
@@ -142,6 +157,11 @@ def scatter_ring_allgather(comm: MPI.Comm):
     requires=(POWER_OF_TWO,),
     all_ranks_busy=True,
     cost=_scatter_rd_cost,
+    equivalents={
+        # Open MPI's binomial scatter + recursive-doubling allgather.
+        "openmpi": Counterpart("scatter_allgather", id=8),
+        "mpich": Counterpart("MPIR_Bcast_intra_scatter_recursive_doubling_allgather"),
+    },
 )
 def scatter_rd_allgather(comm: MPI.Comm):
     """Bind scatter + recursive-doubling allgather."""

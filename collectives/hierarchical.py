@@ -54,6 +54,7 @@ from collectives.registry import (
     SINGLE_NODE,
     Algorithm,
     CallContext,
+    Counterpart,
     Variant,
     algorithms,
     lookup,
@@ -242,6 +243,13 @@ def bcast_cost(machine: Machine, p: int, n_bytes: int, inner: str = DEFAULT_INNE
 # --- algorithms ---
 
 
+def _mpich_node_aware(name: str) -> Counterpart:
+    """MPICH's node-aware algorithm ``name``: a node step, MPICH's own algorithm among the
+    node leaders, a node step. MPICH runs it only on communicators it knows to span nodes
+    (comm_hierarchy=parent), a condition an exported file's rules do not state."""
+    return Counterpart(name, params={"inner": "native"}, exported=False)
+
+
 @register(
     "allreduce",
     NAME,
@@ -252,6 +260,7 @@ def bcast_cost(machine: Machine, p: int, n_bytes: int, inner: str = DEFAULT_INNE
     cost=allreduce_cost,
     check_params=lambda params: resolve_inner("allreduce", params["inner"]),
     param_reason=lambda ctx, params: inner_reason("allreduce", ctx, params),
+    equivalents={"mpich": _mpich_node_aware("MPIR_Allreduce_intra_smp")},
 )
 def allreduce(comm: MPI.Comm, inner: str = DEFAULT_INNER):
     """Bind the two-level allreduce, ``inner`` being the allreduce among node leaders."""
@@ -277,6 +286,7 @@ def allreduce(comm: MPI.Comm, inner: str = DEFAULT_INNER):
     cost=bcast_cost,
     check_params=lambda params: resolve_inner("bcast", params["inner"]),
     param_reason=lambda ctx, params: inner_reason("bcast", ctx, params),
+    equivalents={"mpich": _mpich_node_aware("MPIR_Bcast_intra_smp")},
 )
 def bcast(comm: MPI.Comm, inner: str = DEFAULT_INNER):
     """Bind the two-level bcast, ``inner`` being the bcast among node leaders."""

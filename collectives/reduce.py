@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from collectives.common import Machine, Scratch, lg, private_comm
 from collectives.primitives import binomial_reduce, relative_to
-from collectives.registry import COMMUTATIVE_OP, register
+from collectives.registry import COMMUTATIVE_OP, Counterpart, register
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -19,7 +19,12 @@ def _binomial_cost(m: Machine, p: int, n: float) -> float:
 
 
 @register(
-    "reduce", "binomial", summary="binomial tree", requires=(COMMUTATIVE_OP,), cost=_binomial_cost
+    "reduce",
+    "binomial",
+    summary="binomial tree",
+    requires=(COMMUTATIVE_OP,),
+    cost=_binomial_cost,
+    equivalents={"mpich": Counterpart("MPIR_Reduce_intra_binomial")},
 )
 def binomial(comm: MPI.Comm):
     """Bind the binomial-tree reduce."""

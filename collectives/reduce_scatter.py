@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from collectives.common import Machine, Scratch, equal_blocks, lg, private_comm
 from collectives.primitives import identity, recursive_halving, ring_reduce_scatter
-from collectives.registry import COMMUTATIVE_OP, POWER_OF_TWO, register
+from collectives.registry import COMMUTATIVE_OP, POWER_OF_TWO, Counterpart, register
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -48,7 +48,14 @@ def _in_blocks(schedule, comm: MPI.Comm):
 
 
 @register(
-    "reduce_scatter", "ring", summary="ring, p-1 steps", requires=(COMMUTATIVE_OP,), cost=_ring_cost
+    "reduce_scatter",
+    "ring",
+    summary="ring, p-1 steps",
+    requires=(COMMUTATIVE_OP,),
+    cost=_ring_cost,
+    # MPICH's pairwise exchange: the ring's p-1 steps and volume, with the partner at
+    # distance i in step i.
+    equivalents={"mpich": Counterpart("MPIR_Reduce_scatter_block_intra_pairwise")},
 )
 def ring(comm: MPI.Comm):
     """Bind the ring reduce-scatter."""
@@ -66,6 +73,7 @@ def ring(comm: MPI.Comm):
     summary="recursive halving, lg p steps",
     requires=(COMMUTATIVE_OP, POWER_OF_TWO),
     cost=_halving_cost,
+    equivalents={"mpich": Counterpart("MPIR_Reduce_scatter_block_intra_recursive_halving")},
 )
 def recursive_halving_(comm: MPI.Comm):
     """Bind the recursive-halving reduce-scatter."""

@@ -116,6 +116,35 @@ SEVERAL_NODES = Requirement(
 )
 
 
+# The MPI libraries whose own algorithms ours are matched with (Algorithm.equivalents):
+# Open MPI's coll/tuned component, MPICH's MPIR-level collectives and the POSIX
+# shared-memory collectives of MPICH's ch4 device, which answer first on one node.
+LIBRARIES = ("openmpi", "mpich", "mpich_posix")
+
+
+@dataclass(frozen=True)
+class Counterpart:
+    """An MPI library's own algorithm of the same design as a registered one."""
+
+    # The library's name for it: the value of Open MPI's coll_tuned_<coll>_algorithm,
+    # MPICH's MPIR function, MPICH ch4's MPIR_CVAR_<COLL>_POSIX_INTRA_ALGORITHM value.
+    name: str
+    # The library's number for it, where its rule files use numbers (Open MPI's coll/tuned
+    # ids, ompi/mca/coll/tuned/coll_tuned_<coll>_decision.c).
+    id: int | None = None
+    # Our parameters under which both run the same schedule (MPICH's ring does not
+    # segment: seg=0): the performance model costs the library's algorithm as this variant.
+    params: Mapping[str, int | str] = field(default_factory=dict)
+    # The library's fan-in/out for the algorithm (Open MPI's chain: the number of chains).
+    fanout: int = 0
+    # Our parameter that gives the library's segment size (Open MPI's chain: seg).
+    segment: str | None = None
+    # Whether a tuning table's choice of our algorithm is written into the library's
+    # selection file as this one: not where the library runs it only under a condition
+    # the file's rules cannot state.
+    exported: bool = True
+
+
 @dataclass(frozen=True)
 class Algorithm:
     """A registered algorithm of one collective."""
@@ -148,9 +177,13 @@ class Algorithm:
     # ranks. (Declared where it made the model more accurate on two separate sweeps; the
     # chain and the shm bcast, whose peers mostly wait on the root, fit the tree state.)
     all_ranks_busy: bool | None = None
+    # The MPI libraries' own algorithms of the same design, by library (LIBRARIES): the
+    # exports translate tuning tables with them, the model costs ``native`` with them.
+    equivalents: Mapping[str, Counterpart] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        # Defaults or a grid outside the parameters' own bounds are a registration bug.
+        # Defaults, a grid or counterparts outside the parameters' own bounds are a
+        # registration bug.
         try:
             for name in self.grid:
                 if name not in self.defaults:
@@ -159,8 +192,22 @@ class Algorithm:
                     self.param_value(name, value)
             for name, value in self.defaults.items():
                 self.param_value(name, value)
+            for library, counterpart in self.equivalents.items():
+                self._check_counterpart(library, counterpart)
         except UsageError as exc:
             raise ValueError(f"algorithm {self.name!r} of {self.collective}: {exc}") from None
+
+    def _check_counterpart(self, library: str, counterpart: Counterpart) -> None:
+        if library not in LIBRARIES:
+            raise UsageError(f"unknown library {library!r}: expected one of {LIBRARIES}")
+        if library == "openmpi" and counterpart.id is None:
+            raise UsageError("an Open MPI counterpart needs its coll/tuned id")
+        named = [*counterpart.params, *filter(None, [counterpart.segment])]
+        unknown = [name for name in named if name not in self.defaults]
+        if unknown:
+            raise UsageError(f"{library} counterpart names no parameter {', '.join(unknown)}")
+        for name, value in counterpart.params.items():
+            self.param_value(name, value)
 
     def param_value(self, name: str, value: Any) -> int | str:
         """``value`` checked against parameter ``name``: of its default's kind (a byte count
@@ -373,6 +420,26 @@ def lookup(collective: str, name: str) -> Algorithm:
         names = ", ".join(a.name for a in algorithms(collective))
         raise UsageError(f"unknown algorithm {name!r} for {collective}: expected one of {names}")
     return _REGISTRY[(collective, name)]
+
+
+def counterpart(collective: str, name: str, library: str) -> Counterpart | None:
+    """``library``'s algorithm of the same design as our algorithm ``name``, or None (none
+    declared, or ``name`` not registered here: a table from another machine may name it)."""
+    load_algorithms()
+    algo = _REGISTRY.get((collective, name))
+    return None if algo is None else algo.equivalents.get(library)
+
+
+def algorithm_like(
+    collective: str, library: str, name: str
+) -> tuple[Algorithm, Counterpart] | None:
+    """Our algorithm whose ``library`` counterpart is named ``name``, with that counterpart;
+    None if no registered algorithm declares it."""
+    for algo in algorithms(collective):
+        found = algo.equivalents.get(library)
+        if found is not None and found.name == name:
+            return algo, found
+    return None
 
 
 def parse_variant(collective: str, text: str) -> Variant:

@@ -72,6 +72,7 @@ from collectives.ops import ReduceOp
 from collectives.registry import (
     CPU_BUFFERS,
     SINGLE_NODE,
+    Counterpart,
     Split,
     register,
     whole_message,
@@ -710,6 +711,9 @@ def allreduce(comm: MPI.Comm, chunk: int = DEFAULT_CHUNK):
     split=Split("chunk", whole_message),
     cost=bcast_cost,
     check_params=lambda params: check_chunk(params["chunk"]),
+    # MPICH's one-node bcast: the root copies the message into shared cells, the others
+    # copy it out.
+    equivalents={"mpich_posix": Counterpart("release_gather")},
 )
 def bcast(comm: MPI.Comm, chunk: int = DEFAULT_CHUNK):
     """Bind the shared-memory bcast (every rank of ``comm`` on one node)."""

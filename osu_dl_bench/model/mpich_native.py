@@ -1,12 +1,13 @@
 """What ``native`` runs: the algorithm MPICH's default selection picks, as a registered
 variant, so native is costed with that algorithm's formula.
 
-The tree is MPICH's own (tuning.exports.mpich_default, MPICH 5.0.2's compiled-in
-generic.json), walked with the call's comm size, message size, count and op. MPIR names
-map to the registered algorithm of the same design; ``MPIR_*_smp`` (node-aware) maps to
-``hierarchical``. Names with no registered counterpart (Reduce's reduce-scatter + gather,
-Reduce-scatter's recursive doubling and non-commutative variants) leave native unmodelled
-(None).
+The tree is MPICH's own (selection.exports.mpich_default, MPICH 5.0.2's compiled-in
+generic.json), walked with the call's comm size, message size, count and op. An MPIR name
+maps to the registered algorithm that declares it as its MPICH counterpart
+(``Algorithm.equivalents["mpich"]``), with the parameters under which both run the same
+schedule; ``MPIR_*_smp`` (node-aware) is ``hierarchical:inner=native``. Names no algorithm
+declares (Reduce's reduce-scatter + gather, Reduce-scatter's recursive doubling and
+non-commutative variants) leave native unmodelled (None).
 
 On one node MPICH's ch4 device answers allreduce and bcast before this tree, with its
 POSIX shared-memory "release_gather" collectives (src/mpid/ch4/shm/posix/
@@ -42,24 +43,8 @@ from collectives.common import (
     is_power_of_two,
     largest_power_of_two_at_most,
 )
+from collectives.registry import algorithm_like, format_params
 
-# MPIR algorithm -> our variant label, per collective.
-MPIR_TO_OURS = {
-    "MPIR_Allreduce_intra_recursive_doubling": "recursive_doubling",
-    "MPIR_Allreduce_intra_reduce_scatter_allgather": "rabenseifner",
-    "MPIR_Allreduce_intra_ring": "ring:seg=0",
-    "MPIR_Allreduce_intra_smp": "hierarchical:inner=native",
-    "MPIR_Bcast_intra_binomial": "binomial",
-    "MPIR_Bcast_intra_scatter_recursive_doubling_allgather": "scatter_rd_allgather",
-    "MPIR_Bcast_intra_scatter_ring_allgather": "scatter_ring_allgather",
-    "MPIR_Bcast_intra_smp": "hierarchical:inner=native",
-    "MPIR_Reduce_intra_binomial": "binomial",
-    "MPIR_Allgather_intra_ring": "ring",
-    "MPIR_Allgather_intra_recursive_doubling": "recursive_doubling",
-    "MPIR_Allgather_intra_brucks": "bruck",
-    "MPIR_Reduce_scatter_block_intra_recursive_halving": "recursive_halving",
-    "MPIR_Reduce_scatter_block_intra_pairwise": "ring",
-}
 # Our collective -> MPICH's tree; reduce_scatter is MPI_Reduce_scatter_block here.
 _TREE_NAMES = {"reduce_scatter": "reduce_scatter_block"}
 # Collectives whose per-rank message is one block of a p-block buffer.
@@ -124,8 +109,9 @@ def mpich_algorithm(
     return _walk(tree, facts)
 
 
-# ch4 POSIX release_gather -> our variant of the same design (one node, not oversubscribed).
-POSIX_TO_OURS = {"allreduce": "reduce_bcast", "bcast": "shm"}
+# ch4's POSIX algorithm that answers allreduce and bcast first on one node (not
+# oversubscribed): MPIR_CVAR_{ALLREDUCE,BCAST}_POSIX_INTRA_ALGORITHM=auto picks it.
+POSIX_ALGORITHM = "release_gather"
 # MPICH's defaults for release_gather (module docstring).
 CELL_BYTES = 32768 // 4
 REDUCE_KVAL, BCAST_KVAL = 4, 64
@@ -150,7 +136,7 @@ def flag_wave(barrier_s: float, p: int) -> float:
 def release_gather_seconds(collective: str, link: LinkCost, wave: float, p: int, n: int):
     """MPICH's POSIX release_gather allreduce or bcast on one node (module docstring), or
     None for other collectives."""
-    if collective not in POSIX_TO_OURS:
+    if collective not in ("allreduce", "bcast"):
         return None
     if p <= 1:
         return 0.0
@@ -160,6 +146,16 @@ def release_gather_seconds(collective: str, link: LinkCost, wave: float, p: int,
         return cells * down * wave + (n + min(n, CELL_BYTES)) * link.beta
     reduce = up * min(REDUCE_KVAL, p - 1) * n * link.gamma
     return cells * (up + down) * wave + 2 * n * link.beta + reduce
+
+
+def _our_label(collective: str, library: str, name: str | None) -> str | None:
+    """The label of our variant that runs what ``library``'s algorithm ``name`` runs."""
+    found = algorithm_like(collective, library, name) if name else None
+    if found is None:
+        return None
+    algo, counterpart = found
+    params = format_params(counterpart.params)
+    return f"{algo.name}:{params}" if params else algo.name
 
 
 def native_label(
@@ -172,7 +168,9 @@ def native_label(
 ) -> str | None:
     """Our variant label for what native runs, or None if it has no registered twin;
     ``posix``: one node where MPICH's shared-memory collectives answer first."""
-    if posix and nodes == 1 and collective in POSIX_TO_OURS and nprocs > 1:
-        return POSIX_TO_OURS[collective]
+    if posix and nodes == 1 and nprocs > 1:
+        ours = _our_label(collective, "mpich_posix", POSIX_ALGORITHM)
+        if ours is not None:
+            return ours
     name = mpich_algorithm(collective, nprocs, nbytes, nodes, itemsize)
-    return MPIR_TO_OURS.get(name or "")
+    return _our_label(collective, "mpich", name)

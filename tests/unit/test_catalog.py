@@ -2,18 +2,24 @@
 counterparts are read without starting MPI, and the commands derive their lists from it."""
 
 import argparse
+import itertools
 import json
+import re
 import subprocess
 import sys
 
 import pytest
+from support.exports import export_files
+from support.tuning import make_entry, make_table
 
 from collectives import registry
+from collectives.registry import LIBRARIES, Algorithm, Counterpart, Split, largest_block
 from collectives.specs import SPECS
 from osu_dl_bench.jobs.options import parse_collectives
 from osu_dl_bench.measurement import options as bench_options
 from osu_dl_bench.measurement import report
 from osu_dl_bench.measurement.options import add_bench_arguments, config_from_args
+from osu_dl_bench.model.mpich_native import mpich_algorithm, native_label
 
 # Reads the whole catalog as `list`, the option help, the exports and the model do, then
 # says whether mpi4py.MPI (whose import starts MPI) got loaded on the way.
@@ -145,3 +151,97 @@ def test_point_to_point_headers_keep_their_osu_titles():
     titles = [report.header_lines(_bench_config(t), "-", "mpi", 2)[0] for t in ("bw", "bibw")]
     assert titles[0].startswith("# OSU MPI Bandwidth Test")
     assert titles[1].startswith("# OSU MPI Bi-Directional Bandwidth Test")
+
+
+def test_counterparts_are_declared_with_their_algorithms():
+    ring = registry.lookup("allreduce", "ring").equivalents
+    assert (ring["openmpi"].id, ring["openmpi"].name) == (4, "ring")
+    assert ring["mpich"] == Counterpart("MPIR_Allreduce_intra_ring", params={"seg": 0})
+    chain = registry.lookup("bcast", "chain").equivalents["openmpi"]
+    assert (chain.id, chain.fanout, chain.segment) == (2, 1, "seg")
+    smp = registry.lookup("allreduce", "hierarchical").equivalents["mpich"]
+    assert smp.params == {"inner": "native"} and not smp.exported
+
+
+def test_each_library_algorithm_stands_for_one_of_ours():
+    for collective in SPECS:
+        for library in LIBRARIES:
+            names = [
+                a.equivalents[library].name
+                for a in registry.algorithms(collective)
+                if library in a.equivalents
+            ]
+            assert len(names) == len(set(names)), (collective, library, names)
+            for name in names:
+                algo, found = registry.algorithm_like(collective, library, name)
+                assert algo.equivalents[library] is found
+
+
+@pytest.mark.parametrize(
+    ("equivalents", "complaint"),
+    [
+        ({"intel": Counterpart("x")}, "unknown library 'intel'"),
+        ({"openmpi": Counterpart("ring")}, "needs its coll/tuned id"),
+        ({"mpich": Counterpart("x", params={"chunk": 0})}, "names no parameter chunk"),
+        ({"mpich": Counterpart("x", params={"seg": 1})}, "seg expects 0 (whole blocks) or"),
+    ],
+)
+def test_a_counterpart_that_cannot_hold_is_a_registration_error(equivalents, complaint):
+    native = registry.lookup("allreduce", "native")
+    with pytest.raises(ValueError, match=re.escape(complaint)):
+        Algorithm(
+            "allreduce",
+            "mine",
+            native.factory,
+            defaults={"seg": 0},
+            split=Split("seg", largest_block, zero_means_whole=True),
+            equivalents=equivalents,
+        )
+
+
+def test_a_new_algorithm_reaches_both_exports_through_its_declaration(monkeypatch, tmp_path):
+    """An allreduce declared with counterparts is exported as them: the exporters know no
+    algorithm by name."""
+    native = registry.lookup("allreduce", "native")
+    mine = Algorithm(
+        "allreduce",
+        "segmented_ring",
+        native.factory,
+        defaults={"seg": 64 << 10},
+        equivalents={
+            "openmpi": Counterpart("segmented_ring", id=5, segment="seg"),
+            "mpich": Counterpart("MPIR_Allreduce_intra_k_reduce_scatter_allgather"),
+        },
+    )
+    monkeypatch.setitem(registry._REGISTRY, ("allreduce", "segmented_ring"), mine)
+    table = make_table(make_entry(4, [(0, "native"), (4096, "segmented_ring:seg=128K")]))
+    files, warnings = export_files(table, tmp_path)
+    rules = files["exp.openmpi.rules"].read_text()
+    assert "4096         5 0 131072   # [4K, inf): segmented_ring:seg=128K" in rules
+    mpich = json.loads(files["exp.mpich.json"].read_text())
+    sizes = mpich["collective=allreduce"]["comm_type=intra"]["comm_size=any"]
+    assert sizes["avg_msg_size=any"] == {
+        "algorithm=MPIR_Allreduce_intra_k_reduce_scatter_allgather": {}
+    }
+    assert not [w for w in warnings if "segmented_ring" in w]
+
+
+def test_the_model_costs_native_as_the_variant_its_counterpart_names():
+    # Whatever MPICH's default tree picks is costed as the algorithm that declares it, with
+    # the counterpart's parameters (MPIR_*_smp, picked at 0 B: hierarchical:inner=native).
+    modelled = set()
+    for collective in SPECS:
+        for p, n, nodes in itertools.product((3, 4, 7, 8), (0, 8, 1 << 12, 1 << 20), (1, 2)):
+            name = mpich_algorithm(collective, p, n, nodes)
+            found = registry.algorithm_like(collective, "mpich", name or "")
+            label = native_label(collective, p, n, nodes)
+            if found is None:
+                assert label is None
+                continue
+            algo, counterpart = found
+            assert registry.parse_variant(collective, label) == algo.variant(**counterpart.params)
+            modelled.add((collective, label))
+    assert ("allreduce", "hierarchical:inner=native") in modelled
+    assert len(modelled) >= 10
+    assert native_label("bcast", 4, 1 << 20, posix=True) == "shm"
+    assert native_label("reduce", 4, 8, posix=True) == "binomial"  # no POSIX counterpart

@@ -2,7 +2,9 @@
 grammar in MPICH's src/mpi/coll/src/csel.c).
 
 The file replaces MPICH's whole MPIR-level tree, so it is MPICH's default tree
-(mpich_default.py) with the subtrees of the exported collectives replaced:
+(mpich_default.py) with the subtrees of the exported collectives replaced by the table's
+choices, each written as the MPIR algorithm it declares as its counterpart where it
+registers (``Algorithm.equivalents["mpich"]``):
 ``collective=X -> comm_type=intra -> comm_size<=N ... comm_size=any -> avg_msg_size<=M ...
 avg_msg_size=any -> algorithm=MPIR_...``. Keys are tried in file order and every chain ends
 in an ``=any`` key. Where the table keeps native, or names an algorithm MPICH lacks, the
@@ -16,6 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from collectives.registry import counterpart
 from osu_dl_bench.selection.exports.common import (
     Rule,
     comm_bounds,
@@ -25,25 +28,18 @@ from osu_dl_bench.selection.exports.common import (
 from osu_dl_bench.selection.exports.mpich_default import default_tree
 from osu_dl_bench.selection.table import Choice, TuningTable
 
-ALGORITHMS: dict[str, dict[str, str]] = {
-    "allreduce": {
-        "ring": "MPIR_Allreduce_intra_ring",
-        "recursive_doubling": "MPIR_Allreduce_intra_recursive_doubling",
-        "rabenseifner": "MPIR_Allreduce_intra_reduce_scatter_allgather",
-    },
-    "bcast": {
-        "binomial": "MPIR_Bcast_intra_binomial",
-        "scatter_rd_allgather": "MPIR_Bcast_intra_scatter_recursive_doubling_allgather",
-        "scatter_ring_allgather": "MPIR_Bcast_intra_scatter_ring_allgather",
-    },
-}
+LIBRARY = "mpich"
+# The collectives this export writes; the others keep MPICH's default subtrees.
+COLLECTIVES = ("allreduce", "bcast")
 MPICH_DECIDES = "MPICH default"
 
 
 def _target(collective: str, choice: Choice) -> tuple[str, str] | None:
-    if choice.backend != "mpi" or choice.algorithm not in ALGORITHMS[collective]:
+    """The MPIR algorithm of a choice, or None if MPICH has no counterpart of it."""
+    found = counterpart(collective, choice.algorithm, LIBRARY) if choice.backend == "mpi" else None
+    if found is None or not found.exported:
         return None
-    return ALGORITHMS[collective][choice.algorithm], choice.label
+    return found.name, choice.label
 
 
 def _size_tree(rules: list[Rule], default_intra: dict[str, Any]) -> dict[str, Any]:
@@ -84,7 +80,7 @@ def _intra_tree(
 def document(table: TuningTable, warn: list[str]) -> dict[str, Any]:
     """MPICH's default tree with the table's collectives in it."""
     tree = default_tree()
-    for collective in ALGORITHMS:
+    for collective in COLLECTIVES:
         branch = tree[f"collective={collective}"]
         intra = _intra_tree(collective, table, branch["comm_type=intra"], warn)
         if intra is not None:

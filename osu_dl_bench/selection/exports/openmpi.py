@@ -2,8 +2,10 @@
 Open MPI 6.0 JSON form (formats and ids: Open MPI's coll_tuned_dynamic_file.c and
 coll_base_functions.h).
 
-Only algorithms Open MPI has are exported, mapped by name; anything else (and native)
-becomes algorithm 0, which lets Open MPI's fixed decision choose. Classic-file semantics
+Only algorithms Open MPI has are exported, as each declares its Open MPI counterpart where
+it registers (``Algorithm.equivalents["openmpi"]``: id, name, fan-in/out and the parameter
+giving the segment size); anything else (and native) becomes algorithm 0, which lets Open
+MPI's fixed decision choose. Classic-file semantics
 (Open MPI 5.x): a rule for comm size N applies from N up to the next listed size, the
 first row of every size list starts at message size 0, and a row applies from its message
 size up to the next row. The comm sizes written reproduce the selector's nearest-entry
@@ -16,6 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from collectives.registry import counterpart
 from osu_dl_bench import __version__
 from osu_dl_bench.selection.exports.common import (
     CommBounds,
@@ -28,37 +31,20 @@ from osu_dl_bench.selection.exports.common import (
 )
 from osu_dl_bench.selection.table import Choice, TuningTable
 
-# COLLTYPE ids (coll_base_functions.h).
+LIBRARY = "openmpi"
+# The collectives this export writes, with their COLLTYPE ids (coll_base_functions.h).
 COLLECTIVE_IDS = {"allreduce": 2, "bcast": 7}
-# Our algorithm name -> (Open MPI algorithm id, its name in coll_tuned_<coll>_algorithm).
-ALGORITHMS: dict[str, dict[str, tuple[int, str]]] = {
-    "allreduce": {
-        "reduce_bcast": (2, "nonoverlapping"),  # reduce followed by bcast
-        "recursive_doubling": (3, "recursive_doubling"),
-        "ring": (4, "ring"),
-        "rabenseifner": (6, "rabenseifner"),
-    },
-    "bcast": {
-        "chain": (2, "chain"),
-        "binomial": (6, "binomial"),
-        "scatter_rd_allgather": (8, "scatter_allgather"),  # binomial scatter + RD allgather
-        "scatter_ring_allgather": (9, "scatter_allgather_ring"),
-    },
-}
 OPEN_MPI_DECIDES = (0, "ignore")
-# Our single pipelined chain is Open MPI's chain with one chain (fan-out 1).
-CHAIN_FANOUT = 1
 
 
 def _target(collective: str, choice: Choice) -> tuple[tuple[int, str, int, int], str] | None:
-    """(alg id, alg name, fan-in/out, segment size) for a choice, or None if unmapped."""
-    if choice.backend != "mpi" or choice.algorithm not in ALGORITHMS[collective]:
+    """(alg id, alg name, fan-in/out, segment size) for a choice, or None if Open MPI has no
+    counterpart of it."""
+    found = counterpart(collective, choice.algorithm, LIBRARY) if choice.backend == "mpi" else None
+    if found is None or not found.exported or found.id is None:
         return None
-    alg, name = ALGORITHMS[collective][choice.algorithm]
-    params = dict(choice.params)
-    if choice.algorithm == "chain":
-        return (alg, name, CHAIN_FANOUT, int(params.get("seg", 0))), choice.label
-    return (alg, name, 0, 0), choice.label
+    segsize = int(dict(choice.params).get(found.segment, 0)) if found.segment else 0
+    return (found.id, found.name, found.fanout, segsize), choice.label
 
 
 def _rules(table: TuningTable, warn: list[str]) -> dict[str, list[tuple[CommBounds, list]]]:

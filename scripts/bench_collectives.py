@@ -1,7 +1,7 @@
 """Best of our algorithms against the MPI library's own, and against the memory-copy bound.
 
     python scripts/bench_collectives.py [--np 2] [--rounds 6] [--budget 3]
-                                         [--out results/collectives-p2]
+                                         [--out results/collectives-p2] [--timeout 900]
 
 "Native" is the fastest of native at thread level single and at
 multiple (MPICH's large-message allreduce differs between the two) and on registered
@@ -39,12 +39,10 @@ ITERATIONS = {1 << 20: 40, 4 << 20: 15, 16 << 20: 6}
 JOBS = (("single", "cpu"), ("multiple", "cpu"), ("single", "cpu-registered"))
 
 
-def worker(thread_level: str, device: str, round_index: int, out: str, budget: float) -> None:
+def worker(comm, thread_level: str, device: str, round_index: int, out: str, budget: float) -> int:
     """Inside mpiexec: measure every eligible variant and the memcpy bound; rank 0 appends."""
-    from osu_dl_bench.runtime import init_mpi
-
-    mpi = init_mpi(thread_level)
     import numpy as np
+    from mpi4py import MPI as mpi
 
     from collectives import SPECS, CallContext, algorithms
     from collectives.buffers import array_module
@@ -53,7 +51,6 @@ def worker(thread_level: str, device: str, round_index: int, out: str, budget: f
     from osu_dl_bench.measurement.kernel import measure_budget, plan_variants, prepare_inputs
     from osu_dl_bench.runtime import discover_topology
 
-    comm = mpi.COMM_WORLD
     topo = discover_topology(comm)
     etype, op = element_type("float32"), reduce_op("sum")
     xp = array_module(device)
@@ -101,6 +98,7 @@ def worker(thread_level: str, device: str, round_index: int, out: str, budget: f
     if comm.rank == 0:
         with open(out, "a") as handle:
             handle.writelines(json.dumps(row) + "\n" for row in rows)
+    return 0
 
 
 def _memcpy_us(comm, mpi, np, size: int) -> float:
@@ -120,7 +118,8 @@ def _memcpy_us(comm, mpi, np, size: int) -> float:
 
 def orchestrate(args: argparse.Namespace) -> None:
     """Launch each round's jobs (JOBS), then aggregate and print the comparison."""
-    mpiexec = Path(sys.executable).parent / "mpiexec"
+    from osu_dl_bench.jobs import launch
+
     raw = Path(tempfile.mkstemp(suffix=".jsonl")[1])
     for round_index in range(args.rounds):
         for level, device in JOBS:
@@ -129,26 +128,14 @@ def orchestrate(args: argparse.Namespace) -> None:
                 file=sys.stderr,
                 flush=True,
             )
-            subprocess.run(
-                [
-                    str(mpiexec),
-                    "-n",
-                    str(args.np),
-                    sys.executable,
-                    __file__,
-                    "--worker",
-                    level,
-                    "--device",
-                    device,
-                    "--round",
-                    str(round_index),
-                    "--raw",
-                    str(raw),
-                    "--budget",
-                    str(args.budget),
-                ],
-                check=True,
+            argv = [__file__, "--worker", level, "--device", device, "--round", str(round_index)]
+            argv += ["--raw", str(raw), "--budget", str(args.budget)]
+            cmd = launch.mpi_command(args.np, argv)
+            job = launch.run(
+                cmd, args.timeout, env=launch.mpi_environment(args.np), stdout=None, stderr=None
             )
+            if job.returncode != 0:
+                raise subprocess.CalledProcessError(job.returncode, cmd)
     rows = [json.loads(line) for line in raw.read_text().splitlines()]
     report = _aggregate(rows, args.rounds)
     print(report)
@@ -234,16 +221,21 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--budget", type=float, default=3.0, help="seconds per size and job")
     parser.add_argument("--out", default=None, help="write OUT.txt and OUT.jsonl")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per job (900)")
     parser.add_argument("--worker", choices=("single", "multiple"), help=argparse.SUPPRESS)
     parser.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
     parser.add_argument("--raw", help=argparse.SUPPRESS)
     parser.add_argument("--round", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.worker, args.device, args.round, args.raw, args.budget)
-    else:
-        os.environ.setdefault("PYTHONUNBUFFERED", "1")
-        orchestrate(args)
+        from osu_dl_bench.jobs.entry import run_in_job
+
+        def body(comm) -> int:
+            return worker(comm, args.worker, args.device, args.round, args.raw, args.budget)
+
+        raise SystemExit(run_in_job(body, args.worker))
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    orchestrate(args)
 
 
 if __name__ == "__main__":

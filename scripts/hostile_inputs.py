@@ -13,17 +13,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from osu_dl_bench.jobs import launch
+from osu_dl_bench.runtime import OVERSUBSCRIBED_CVARS
+
 REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 CLI = [sys.executable, "-m", "osu_dl_bench.cli"]
-MPIEXEC = str(BIN / "mpiexec") if (BIN / "mpiexec").exists() else "mpiexec"
+MPIEXEC = launch.find_mpiexec()
 TABLE = REPO / "tuning_tables" / "reference-cpu-mpich-1node.json"
 BENCH = ["bench", "allreduce", "-i", "5", "-x", "1"]
 SELECT = [*CLI, "select", "--np", "2", "--size", "8", "--table"]
@@ -149,26 +150,16 @@ def _cases(f: dict[str, Path]) -> list[Case]:
 
 def _run(case: Case, timeout: float, cwd: Path) -> tuple[int | None, str]:
     """(exit code or None if it hung, the first error line)."""
-    env = dict(os.environ, MPIR_CVAR_ALLREDUCE_POSIX_INTRA_ALGORITHM="mpir")
-    env["MPIR_CVAR_BCAST_POSIX_INTRA_ALGORITHM"] = "mpir"
-    proc = subprocess.Popen(
-        case.argv,
-        cwd=cwd,
-        env=env,
-        text=True,
-        start_new_session=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    # Up to 3 ranks on this host's cores: MPICH's busy-polling collectives off.
+    env = launch.mpi_environment(extra=OVERSUBSCRIBED_CVARS)
     try:
-        out, err = proc.communicate(timeout=timeout)
+        done = launch.run(case.argv, timeout, env=env, cwd=cwd)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
         return None, ""
+    out, err = done.stdout, done.stderr
     lines = [ln for ln in (err + out).splitlines() if "error" in ln.lower() or "FAIL" in ln]
     summary = [ln for ln in out.splitlines() if ln.startswith("SUMMARY")]
-    return proc.returncode, (summary or lines or [""])[0][:150]
+    return done.returncode, (summary or lines or [""])[0][:150]
 
 
 def main() -> int:

@@ -21,7 +21,6 @@ import contextlib
 import io
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -142,12 +141,8 @@ def _run_case(plan: dict, case: dict, scratch: Path, rank: int) -> dict:
     return {**row, **_outcome(case, code, summary, err.getvalue())} if rank == 0 else row
 
 
-def worker(plan_path: str, out_dir: str) -> int:
+def worker(comm, plan_path: str, out_dir: str) -> int:
     """Run the plan's cases at this job's p; rank 0 appends one JSON line per case."""
-    from osu_dl_bench.runtime import init_mpi
-    from osu_dl_bench.train.options import THREAD_LEVEL
-
-    comm = init_mpi(THREAD_LEVEL).COMM_WORLD
     plan, out = json.loads(Path(plan_path).read_text()), Path(out_dir)
     cases = _cases(plan, comm.Get_size())
     rank = comm.Get_rank()
@@ -166,40 +161,26 @@ def worker(plan_path: str, out_dir: str) -> int:
 
 
 def _env(nprocs: int) -> dict[str, str]:
-    from osu_dl_bench.runtime import OVERSUBSCRIBED_CVARS
+    """The job's environment (oversubscribed ranks that busy-poll starve each other)."""
+    from osu_dl_bench.jobs.launch import mpi_environment
 
-    env = dict(os.environ)
+    env = mpi_environment(nprocs)
     # The trainer asks MPI for thread level serialized itself; an override would break it.
     env.pop("MPI4PY_RC_THREAD_LEVEL", None)
-    if nprocs > (os.cpu_count() or 1):
-        # Oversubscribed ranks that busy-poll starve each other.
-        for name, value in OVERSUBSCRIBED_CVARS.items():
-            env.setdefault(name, value)
     return env
 
 
 def _launch(nprocs: int, plan_path: Path, out: Path, timeout: float) -> str:
     """One mpiexec job running every case at ``nprocs``; '' or why it ended badly."""
-    mpiexec = Path(sys.executable).parent / "mpiexec"
-    cmd = [str(mpiexec) if mpiexec.exists() else "mpiexec", "-n", str(nprocs)]
-    cmd += [sys.executable, __file__, "--worker", str(plan_path), str(out)]
-    proc = subprocess.Popen(
-        cmd,
-        env=_env(nprocs),
-        cwd=REPO,
-        start_new_session=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    from osu_dl_bench.jobs import launch
+
+    cmd = launch.mpi_command(nprocs, [__file__, "--worker", str(plan_path), str(out)])
     try:
-        log, _ = proc.communicate(timeout=timeout)
+        job = launch.run(cmd, timeout, env=_env(nprocs), cwd=REPO, stderr=subprocess.STDOUT)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the whole job: a hung case hangs every rank
-        proc.communicate()
         return f"timed out after {timeout:.0f} s"
-    (out / "job.log").write_text(log)
-    return "" if proc.returncode == 0 else f"job exit {proc.returncode} (see {out}/job.log)"
+    (out / "job.log").write_text(job.stdout)
+    return "" if job.returncode == 0 else f"job exit {job.returncode} (see {out}/job.log)"
 
 
 def _rows(nprocs: int, out: Path, problem: str) -> list[dict]:
@@ -258,7 +239,10 @@ def _parse_nprocs(text: str) -> list[int] | None:
 def main(argv: list[str]) -> int:
     """Launch one job per p, collect the rows, print (and write) the table."""
     if argv[:1] == ["--worker"]:
-        return worker(*argv[1:3])
+        from osu_dl_bench.jobs.entry import run_in_job
+        from osu_dl_bench.train.options import THREAD_LEVEL
+
+        return run_in_job(lambda comm: worker(comm, *argv[1:3]), THREAD_LEVEL)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nprocs", default=DEFAULT_NPROCS, help=f"({DEFAULT_NPROCS})")
     parser.add_argument("--allreduce", default="all", help="'all' or a comma-separated list")

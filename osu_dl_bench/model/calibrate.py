@@ -197,28 +197,30 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the calibration job (p >= 2 ranks on one node)."""
+def calibrate(comm, args: argparse.Namespace) -> int:
+    """Measure this job's ranks and write (rank 0) the calibration into args.run_dir."""
     from collectives.units import doubling_sizes
     from osu_dl_bench.errors import UsageError
     from osu_dl_bench.measurement.options import parse_size_range
-    from osu_dl_bench.runtime import init_mpi, run_guarded
 
-    def body() -> int:
-        args = _parse(argv)
-        sizes = doubling_sizes(*parse_size_range(args.message_size, 8))
-        comm = init_mpi().COMM_WORLD
-        if comm.Get_size() < 2:
-            raise UsageError(f"the calibration job needs at least 2 ranks, got {comm.Get_size()}")
-        meta = _metadata(comm)
-        if len(meta["hosts"]) != 1:
-            raise UsageError(f"the calibration job measures one node, got hosts {meta['hosts']}")
-        rows = measure(comm, sizes, max(1, args.rounds))
-        if comm.Get_rank() == 0:
-            write_calibration(Path(args.run_dir), rows, meta, args.append)
-        return 0
+    sizes = doubling_sizes(*parse_size_range(args.message_size, 8))
+    if comm.Get_size() < 2:
+        raise UsageError(f"the calibration job needs at least 2 ranks, got {comm.Get_size()}")
+    meta = _metadata(comm)
+    if len(meta["hosts"]) != 1:
+        raise UsageError(f"the calibration job measures one node, got hosts {meta['hosts']}")
+    rows = measure(comm, sizes, max(1, args.rounds))
+    if comm.Get_rank() == 0:
+        write_calibration(Path(args.run_dir), rows, meta, args.append)
+    return 0
 
-    return run_guarded(body)
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the calibration job (p >= 2 ranks on one node)."""
+    from osu_dl_bench.jobs.entry import run_in_job
+
+    args = _parse(argv)
+    return run_in_job(lambda comm: calibrate(comm, args))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,13 @@
 """The job launcher on a real mpiexec job: a job that prints, then hangs, is stopped by the
-stall timeout, and nothing of its process group outlives it."""
+stall timeout, and nothing of its process group outlives it; the in-job entry starts MPI at
+its level and turns errors into one message and one exit code on every rank."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
-from mpirun import mpi_env
+from mpirun import mpi_env, run_mpi
 
 from osu_dl_bench.jobs import launch
 
@@ -76,3 +77,52 @@ def test_a_job_that_prints_then_hangs_is_stopped_by_the_stall_timeout_group_and_
     pids = [int(ln.split()[1]) for ln in lines if ln.startswith("pid ")]
     assert len(pids) == 4, lines  # two ranks and their children
     assert not _wait_until_gone(pids, proc.pid), "part of the job outlived its stop"
+
+
+# One program, three bodies run through the in-job entry: by the first argument.
+ENTRY_PROGRAM = """
+import sys
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.jobs.entry import run_in_job
+from osu_dl_bench.runtime import thread_level_name
+
+
+def level(comm):
+    from mpi4py import MPI
+    print(f"rank {comm.rank} of {comm.size}: {thread_level_name(MPI.Query_thread())}", flush=True)
+    return 0
+
+
+def refuse(comm):
+    raise UsageError("no such thing")
+
+
+def crash(comm):
+    if comm.rank == 1:
+        raise RuntimeError("a bug on rank 1")
+    comm.barrier()  # rank 0 would wait here forever
+    return 0
+
+
+body = {"level": level, "refuse": refuse, "crash": crash}[sys.argv[1]]
+sys.exit(run_in_job(body, sys.argv[2] if len(sys.argv) > 2 else "single"))
+"""
+
+
+def test_the_in_job_entry_starts_mpi_at_the_level_asked_for():
+    done = run_mpi(2, ["-c", ENTRY_PROGRAM, "level", "serialized"], timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = sorted(done.stdout.splitlines())
+    assert lines == ["rank 0 of 2: serialized", "rank 1 of 2: serialized"], done.stdout
+
+
+def test_the_in_job_entry_turns_a_usage_error_into_one_message_and_exit_2():
+    done = run_mpi(2, ["-c", ENTRY_PROGRAM, "refuse"], timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.count("osu-dl-bench: error: no such thing") == 1, done.stderr
+
+
+def test_the_in_job_entry_aborts_the_job_on_one_ranks_bug():
+    done = run_mpi(2, ["-c", ENTRY_PROGRAM, "crash"], timeout=120)
+    assert done.returncode != 0
+    assert "a bug on rank 1" in done.stderr and "[rank 1] unhandled error" in done.stderr

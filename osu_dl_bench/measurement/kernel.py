@@ -192,18 +192,30 @@ def timed_round(
     op: ReduceOp | None,
     roots: Sequence[int],
     times: np.ndarray,
+    interleaved: bool = False,
 ) -> None:
-    """The hot loop: candidates in ``order``, each called once per root, every call after
-    an untimed ``barrier()``; the seconds of call i of candidate j go to times[j, i]."""
+    """The hot loop: the candidates in ``order``, each called once per root, every call after
+    an untimed ``barrier()`` with the timer around the call alone; the seconds of call i of
+    candidate j go to times[j, i]. Blocked (default): one candidate's calls back to back,
+    then the next one's; interleaved: one call of every candidate per root."""
     wtime = MPI.Wtime
     send, recv = bufs.send, bufs.recv
-    for j in order:
-        call, row = calls[j], times[j]
+
+    def timed(call: CollectiveCall, row: np.ndarray, i: int, root: int) -> None:
+        barrier()
+        start = wtime()
+        call(send, recv, op, root)
+        row[i] = wtime() - start
+
+    pairs = [(calls[j], times[j]) for j in order]
+    if interleaved:
         for i, root in enumerate(roots):
-            barrier()
-            start = wtime()
-            call(send, recv, op, root)
-            row[i] = wtime() - start
+            for call, row in pairs:
+                timed(call, row, i, root)
+    else:
+        for call, row in pairs:
+            for i, root in enumerate(roots):
+                timed(call, row, i, root)
 
 
 def slowest_rank(comm: MPI.Comm, times: np.ndarray) -> np.ndarray:
@@ -239,16 +251,10 @@ class OsuTiming:
 def _interleaved(
     comm: MPI.Comm, calls: Sequence[CollectiveCall], inputs: Inputs, roots: Sequence[int]
 ) -> np.ndarray:
-    """times[candidate, iteration]: candidates interleaved within every iteration (one
-    candidate needs no interleaving: its iterations run as one block)."""
+    """times[candidate, iteration], the candidates interleaved within every iteration."""
     times = np.zeros((len(calls), len(roots)))
-    order, barrier = range(len(calls)), comm.Barrier
-    block = len(roots) if len(calls) == 1 else 1
-    for first in range(0, len(roots), block):
-        last = first + block
-        timed_round(
-            barrier, calls, order, inputs.bufs, inputs.op, roots[first:last], times[:, first:last]
-        )
+    order = range(len(calls))
+    timed_round(comm.Barrier, calls, order, inputs.bufs, inputs.op, roots, times, interleaved=True)
     return times
 
 

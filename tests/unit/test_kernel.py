@@ -132,6 +132,16 @@ def test_timed_round_calls_in_order_after_a_barrier_each_and_fills_its_cells():
     assert (times >= 0).all()
 
 
+def test_an_interleaved_round_calls_every_candidate_once_per_root():
+    log = Log()
+    inputs = allreduce_inputs()
+    times = np.full((2, 2), -1.0)
+    calls = [log.call("A"), log.call("B")]
+    kernel.timed_round(lambda: None, calls, [1, 0], inputs.bufs, SUM, [3, 4], times, True)
+    assert log.events == [("B", 3), ("A", 3), ("B", 4), ("A", 4)]
+    assert (times >= 0).all()
+
+
 def test_osu_mode_interleaves_candidates_every_iteration():
     log = Log()
     inputs = allreduce_inputs()

@@ -1,6 +1,7 @@
-"""Slurm batch jobs of a sweep (``sweep --submit``): the batch script, filled in from
-``scripts/sbatch/sweep.sbatch`` so that the template stays the one source; the check that
-keeps a job from pending forever; and sbatch itself. No MPI here.
+"""Slurm batch jobs of a sweep (``sweep --submit``): the batch script, filled in from the
+package's ``sbatch/sweep.sbatch`` (the file scripts/sbatch/sweep.sbatch links to in a clone)
+so that the template stays the one source; the check that keeps a job from pending
+forever; and sbatch itself. No MPI here.
 
 A job that asks a node for more tasks than it has CPUs is not rejected by Slurm: it pends
 forever with reason PartitionConfig. So the request is compared with what ``sinfo``
@@ -17,12 +18,18 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.options import CONTROL_CHARACTERS, SweepConfig, command_line
 
-TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "scripts" / "sbatch"
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable  # Python 3.11+; annotations only
+
+# Package data, so that an installed package (not only a clone) has them.
+TEMPLATE_DIR = files(__package__) / "sbatch"
 SWEEP_TEMPLATE = TEMPLATE_DIR / "sweep.sbatch"
 SCRIPT_NAME = "sweep.sbatch"
 # The log of the batch job, next to its results (%j: the job id).
@@ -142,14 +149,14 @@ def one_line(text: str) -> str:
     return CONTROL_CHARACTERS.sub(lambda found: repr(found[0])[1:-1], text)
 
 
-def read_template(path: Path = SWEEP_TEMPLATE) -> str:
-    """The sbatch template's text; it lives in the source tree, next to the package."""
+def read_template(path: Traversable = SWEEP_TEMPLATE) -> str:
+    """The sbatch template's text (package data of osu_dl_bench.jobs)."""
     try:
-        return path.read_text()
+        return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise UsageError(
-            f"--submit: cannot read the sbatch template {path} ({exc.strerror}): install "
-            "osu-dl-bench from a clone (pip install -e .) so scripts/sbatch/ is beside it"
+            f"--submit: cannot read the sbatch template {path} ({exc.strerror}): "
+            "reinstall osu-dl-bench, whose package carries it"
         ) from None
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from collectives.common import (
-    TAG_DATA,
     Machine,
     Scratch,
     equal_blocks,
@@ -18,6 +17,7 @@ from collectives.common import (
     private_comm,
 )
 from collectives.primitives import (
+    bruck_allgather,
     identity,
     recursive_doubling_allgather,
     ring_allgather,
@@ -97,20 +97,9 @@ def bruck(comm: MPI.Comm):
     def call(send, recv, op, root):
         block = len(recv) // p
         work = scratch.get("work", block * p, recv)
-        # work holds the blocks of ranks rank, rank+1, ... in that order.
         work[:block] = recv[rank * block : (rank + 1) * block] if send is None else send
-        dist = 1
-        while dist < p:
-            count = min(dist, p - dist) * block
-            comm.Sendrecv(
-                work[:count],
-                (rank - dist) % p,
-                TAG_DATA,
-                work[dist * block : dist * block + count],
-                (rank + dist) % p,
-                TAG_DATA,
-            )
-            dist <<= 1
+        # work then holds the blocks of ranks rank, rank+1, ... in that order.
+        bruck_allgather(comm, work, block, rank, p, identity)
         split = (p - rank) * block
         recv[rank * block :] = work[:split]
         recv[: rank * block] = work[split:]

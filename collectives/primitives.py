@@ -132,6 +132,27 @@ def recursive_doubling_allgather(
         mask <<= 1
 
 
+def bruck_allgather(
+    comm: MPI.Comm, work: Any, block: int, pos: int, q: int, rank_of: RankOf
+) -> None:
+    """Bruck's allgather over q positions on ``work``, q blocks of ``block`` elements: block
+    0 holds this position's data on entry; on return block j holds that of position
+    (pos + j) % q, after ceil(lg q) exchanges at distances 1, 2, 4, ... (Bruck et al.,
+    IEEE TPDS 1997)."""
+    dist = 1
+    while dist < q:
+        count = min(dist, q - dist) * block
+        comm.Sendrecv(
+            work[:count],
+            rank_of((pos - dist) % q),
+            TAG_DATA,
+            work[dist * block : dist * block + count],
+            rank_of((pos + dist) % q),
+            TAG_DATA,
+        )
+        dist <<= 1
+
+
 def binomial_scatter(comm: MPI.Comm, buf: Any, bounds: Bounds, pos: int, rank_of: RankOf) -> None:
     """Binomial-tree scatter from position 0: position v ends with blocks v .. of its
     subtree (at least block v); block v belongs to position v."""

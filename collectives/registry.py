@@ -12,6 +12,7 @@ with the reason and can never be selected.
 from __future__ import annotations
 
 import itertools
+import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import import_module
@@ -344,22 +345,6 @@ def format_params(params: Mapping[str, int | str]) -> str:
 
 
 _REGISTRY: dict[tuple[str, str], Algorithm] = {}
-# The modules that register algorithms, imported on the first question to the registry
-# (so importing collectives.errors or collectives.units loads no algorithm, and no MPI).
-# Their order is the order `osu-dl-bench list` and `-a all` show.
-ALGORITHM_MODULES = (
-    "allgather",
-    "allreduce",
-    "bcast",
-    "cma",
-    "hierarchical",
-    "native",
-    "reduce",
-    "reduce_scatter",
-    "shm",
-    "backends.gloo",
-    "backends.nccl",
-)
 _loaded = False
 # Backends whose library or device is missing: name -> reason, for `osu-dl-bench list`.
 UNAVAILABLE_BACKENDS: dict[str, str] = {}
@@ -380,14 +365,29 @@ def register(collective: str, name: str, **fields: Any) -> Callable[[Factory], F
     return decorate
 
 
+def algorithm_modules(package: str = __package__) -> list[str]:
+    """The modules that may register algorithms: every module of ``package`` in name order,
+    then those of each subpackage (``backends``) in turn; names starting with '_' are left
+    out. A new algorithm file is found here, with no list to edit; the import order is the
+    registration order `osu-dl-bench list` and `-a all` show (after native)."""
+    found = list(pkgutil.iter_modules(import_module(package).__path__))
+    public = sorted((m for m in found if not m.name.startswith("_")), key=lambda m: m.name)
+    modules = [f"{package}.{m.name}" for m in public if not m.ispkg]
+    for sub in (m for m in public if m.ispkg):
+        modules += algorithm_modules(f"{package}.{sub.name}")
+    return modules
+
+
 def load_algorithms() -> None:
-    """Import every algorithm module once, registering its algorithms."""
+    """Import every module of the package once (algorithm_modules), registering its
+    algorithms; the first question to the registry does this, so importing collectives or
+    one of its modules loads no algorithm."""
     global _loaded
     if _loaded:
         return
     _loaded = True
-    for module in ALGORITHM_MODULES:
-        import_module(f"{__package__}.{module}")
+    for module in algorithm_modules():
+        import_module(module)
 
 
 def _native_first(algos: list[Algorithm]) -> list[Algorithm]:

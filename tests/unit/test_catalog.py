@@ -5,8 +5,10 @@ import argparse
 import itertools
 import json
 import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from support.exports import export_files
@@ -245,3 +247,53 @@ def test_the_model_costs_native_as_the_variant_its_counterpart_names():
     assert len(modelled) >= 10
     assert native_label("bcast", 4, 1 << 20, posix=True) == "shm"
     assert native_label("reduce", 4, 8, posix=True) == "binomial"  # no POSIX counterpart
+
+
+def test_every_public_module_is_found_in_name_order_subpackages_last(tmp_path, monkeypatch):
+    package = tmp_path / "algos"
+    for name in ("__init__", "b", "a", "_helper", "sub/__init__", "sub/c", "_hidden/__init__"):
+        (package / f"{name}.py").parent.mkdir(parents=True, exist_ok=True)
+        (package / f"{name}.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert registry.algorithm_modules("algos") == ["algos.a", "algos.b", "algos.sub.c"]
+
+
+# An allreduce algorithm in a file of its own, as a contributor would add it.
+_NEW_ALGORITHM_FILE = '''
+from collectives.registry import register
+
+
+@register("allreduce", "added_in_one_file", summary="an example")
+def added_in_one_file(comm):
+    """Bind nothing useful: only its registration is looked at."""
+    return lambda send, recv, op, root: None
+'''
+
+
+def test_an_algorithm_file_dropped_into_the_package_is_registered(tmp_path):
+    copy = tmp_path / "collectives"
+    shutil.copytree(
+        Path(registry.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    (copy / "allreduce_added.py").write_text(_NEW_ALGORITHM_FILE)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import json, sys; from collectives import registry; print(json.dumps("
+            "[[a.name for a in registry.algorithms('allreduce')], registry.__file__,"
+            " 'mpi4py.MPI' in sys.modules]))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    names, source, mpi_loaded = json.loads(done.stdout)
+    assert Path(source).parent == copy and not mpi_loaded
+    mine = [a.name for a in registry.algorithms("allreduce")]
+    # Registered in file-name order: after allreduce.py's algorithms, before shm's.
+    at = mine.index("reduce_bcast") + 1
+    assert names == [*mine[:at], "added_in_one_file", *mine[at:]]

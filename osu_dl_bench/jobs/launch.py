@@ -120,8 +120,8 @@ def start(
     stdout: int | IO | None = subprocess.PIPE,
     stderr: int | IO | None = None,
 ) -> subprocess.Popen:
-    """Start a job in a session of its own (``stop`` then reaches every process it starts)
-    with stdin closed; its output, as text, goes to ``stdout``/``stderr`` (PIPE to read
+    """Start a job in a session of its own (so ``stop`` can signal its process group), with
+    stdin closed; its output, as text, goes to ``stdout``/``stderr`` (PIPE to read
     it, None to pass it through, STDOUT to merge stderr into stdout)."""
     return subprocess.Popen(
         list(cmd),

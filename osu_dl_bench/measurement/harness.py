@@ -95,6 +95,7 @@ def measure_collective(
             n,
             cfg.root.fixed,
             cfg.in_place,
+            checked=cfg.validate,
         )
         timing = measure_osu(
             comm,

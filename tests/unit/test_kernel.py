@@ -69,6 +69,13 @@ def test_reset_restores_fresh_inputs_and_zero_outputs():
     assert inputs.bufs.send.any()
 
 
+def test_unchecked_inputs_keep_no_copy_and_cannot_be_reset():
+    inputs = kernel.prepare_inputs(COMM, SPECS["allreduce"], FLOAT32, SUM, np, 7, checked=False)
+    assert inputs.pristine is None
+    with pytest.raises(ValueError, match="checked=False"):
+        inputs.reset()
+
+
 def test_validate_counts_each_candidates_wrong_elements_on_restored_inputs():
     inputs = allreduce_inputs(n=9)
     # scribble_send ruins the shared send buffer; the next candidate still gets fresh inputs.

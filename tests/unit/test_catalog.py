@@ -15,6 +15,7 @@ from support.exports import export_files
 from support.tuning import make_entry, make_table
 
 from collectives import registry
+from collectives.common import LinkCost, Machine
 from collectives.registry import LIBRARIES, Algorithm, Counterpart, Split, largest_block
 from collectives.specs import SPECS
 from osu_dl_bench.jobs.options import parse_collectives
@@ -297,3 +298,14 @@ def test_an_algorithm_file_dropped_into_the_package_is_registered(tmp_path):
     # Registered in file-name order: after allreduce.py's algorithms, before shm's.
     at = mine.index("reduce_bcast") + 1
     assert names == [*mine[:at], "added_in_one_file", *mine[at:]]
+
+
+def test_allgather_reduce_takes_the_fewest_steps_off_powers_of_two():
+    alpha_only = Machine(LinkCost(1.0, 0.0, 0.0), LinkCost(1.0, 0.0, 0.0), ppn=64)
+    steps = {
+        name: registry.lookup("allreduce", name).cost(alpha_only, 6, 8)
+        for name in ("allgather_reduce", "recursive_doubling", "rabenseifner", "reduce_bcast")
+    }
+    assert steps["allgather_reduce"] == 3  # ceil(lg 6): Bruck needs no fold
+    assert steps["allgather_reduce"] < min(v for k, v in steps.items() if k != "allgather_reduce")
+    assert registry.lookup("allreduce", "allgather_reduce").equivalents["openmpi"].id == 7

@@ -28,11 +28,12 @@ MPIEXEC = _find_mpiexec()
 
 def mpi_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for test jobs: the MPICH settings that keep oversubscribed runs fast."""
-    # Drivers and test files run as scripts import mpirun and support from tests/.
-    path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
-    return launch.mpi_environment(
-        extra={**OVERSUBSCRIBED_CVARS, "PYTHONPATH": path, **(extra or {})}
-    )
+    extra = dict(extra or {})
+    # Drivers and test files run as scripts import mpirun and support from tests/: kept
+    # ahead of whatever PYTHONPATH the environment or the test gives.
+    given = extra.pop("PYTHONPATH", os.environ.get("PYTHONPATH"))
+    path = os.pathsep.join(filter(None, [str(TESTS), given]))
+    return launch.mpi_environment(extra={**OVERSUBSCRIBED_CVARS, **extra, "PYTHONPATH": path})
 
 
 def run_with_timeout(

@@ -9,9 +9,7 @@ import pytest
 from mpirun import REPO, driver_summary, run_mpi
 
 from collectives import cma, registered
-from collectives.common import LinkCost, Machine
 
-MACHINE = Machine(LinkCost(1e-6, 1e-10, 1e-10), LinkCost(5e-6, 1e-9, 1e-10), ppn=4)
 DRIVER = "tests/drivers/check_algorithms.py"
 needs_cma = pytest.mark.skipif(
     cma.unavailable_reason() is not None, reason=f"cma unavailable: {cma.unavailable_reason()}"

@@ -22,9 +22,6 @@ pytestmark = pytest.mark.usefixtures("registered")
 SIZES = (64, 65536, 8 << 20)
 
 
-_OURS = ("collective=allreduce", "collective=bcast")
-
-
 FINGERPRINT_PY = r"""
 import json, sys
 import numpy as np

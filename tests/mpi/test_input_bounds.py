@@ -13,12 +13,6 @@ from support.files import fake_segment
 ENTRY, RANGE1, POINT0 = ("entries", 0), ("entries", 0, "ranges", 1), ("entries", 0, "points", 0)
 
 
-INTRA = ("links", "intra")
-
-
-PIECE0 = (*INTRA, "alpha_beta", 0)
-
-
 def _clean_cli(*args):
     """osu-dl-bench clean in a fresh interpreter; also says whether MPI was loaded."""
     code = (

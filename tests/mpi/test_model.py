@@ -5,7 +5,6 @@ and a real (tiny) calibration job fits a platform (mpiexec, hard timeout)."""
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 from mpirun import mpi_env, run_with_timeout
 
@@ -15,7 +14,6 @@ from osu_dl_bench.model.platform import (
 from osu_dl_bench.selection.table import load_table
 
 ALPHA, BETA, GAMMA, OVERHEAD = 2e-6, 1e-10, 5e-11, 1e-6
-SIZES = 2.0 ** np.arange(3, 25)
 
 
 def _cli(*args: str, timeout: float = 60):

@@ -17,8 +17,6 @@ from osu_dl_bench.model.platform import PlatformError, load_platform
 from osu_dl_bench.selection import build_table
 from osu_dl_bench.selection.table import TableError, load_table
 
-CLI = [sys.executable, "-m", "osu_dl_bench.cli"]
-
 
 def _cli(*args, timeout=60):
     code = "import sys\nfrom osu_dl_bench.cli import main\nsys.exit(main(sys.argv[1:]))"

@@ -6,7 +6,6 @@ import pytest
 from mpirun import driver_summary, run_cli, run_mpi
 
 from collectives import algorithms, cma, hierarchical
-from collectives.common import LinkCost, Machine
 
 DRIVER = "tests/drivers/check_algorithms.py"
 # The one-node designs: cma registers only where the kernel allows single-copy reads.
@@ -17,7 +16,6 @@ DTYPES = ["--dtypes", "float32,float16,int8,uint64", "--ops", "sum,prod,max,bxor
 # Empty, fewer elements than ranks, primes, not divisible by p.
 SIZES = ["--sizes", "0,1,2,7,13,4099"]
 LARGE = str(4 * 1024 * 1024 + 3)  # > 16 MiB of float32: 5 chunks of 4M, the last 3 elements
-MACHINE = Machine(LinkCost(1e-6, 1e-10, 1e-10), LinkCost(5e-6, 1e-9, 1e-10), ppn=4)
 
 
 def _check(nprocs: int, ranks_per_node: int | None, *args: str) -> dict:

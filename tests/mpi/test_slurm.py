@@ -36,15 +36,6 @@ def _cli(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Compl
     return run_with_timeout(cmd, 120, mpi_env(env))
 
 
-_LAUNCHER_VARS = (
-    "MPI_LOCALNRANKS",
-    "OMPI_COMM_WORLD_LOCAL_SIZE",
-    "SLURM_STEP_TASKS_PER_NODE",
-    "SLURM_NTASKS_PER_NODE",
-    "SLURM_NODEID",
-)
-
-
 @pytest.mark.parametrize("name", ["sweep.sbatch", "train.sbatch"])
 def test_templates_ask_for_a_shape_and_run_srun(name):
     text = (SBATCH_DIR / name).read_text()
@@ -104,9 +95,6 @@ def test_dry_run_writes_the_script_without_slurm(tmp_path):
     assert f"# batch script (not submitted: --dry-run): {script}" in res.stdout
     assert "# p=2:" in res.stdout and script.read_text() in res.stdout
     assert not (run_dir / "results.csv").exists()
-
-
-SINFO = "debug*|n1|8\ndebug*|n2|8\nbig|n3|64\n"
 
 
 @pytest.mark.parametrize(

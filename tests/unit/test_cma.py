@@ -16,7 +16,6 @@ from collectives.common import LinkCost, Machine
 from osu_dl_bench.errors import UsageError
 
 MACHINE = Machine(LinkCost(1e-6, 1e-10, 1e-10), LinkCost(5e-6, 1e-9, 1e-10), ppn=4)
-DRIVER = "tests/drivers/check_algorithms.py"
 needs_cma = pytest.mark.skipif(
     cma.unavailable_reason() is not None, reason=f"cma unavailable: {cma.unavailable_reason()}"
 )
@@ -68,33 +67,6 @@ def test_a_refused_self_read_makes_cma_unavailable(monkeypatch):
     monkeypatch.setattr(cma.Kernel, "read", refuse)
     reason = cma.unavailable_reason()
     assert reason is not None and "refuses process_vm_readv" in reason
-
-
-# Counts the process's prctl calls made through ctypes (as cma makes them) while it
-# imports the package, runs `list` and binds non-cma algorithms under ptrace_scope 1; then
-# binds cma, which must call it (the spy answers 0 instead of calling prctl).
-_PRCTL_SPY = """
-import ctypes, sys
-calls = []
-original = ctypes.CDLL.__getitem__
-def spy(self, name):
-    if name != "prctl":
-        return original(self, name)
-    return lambda *args: calls.append(args) or 0
-ctypes.CDLL.__getitem__ = spy
-from osu_dl_bench import cli
-from collectives import cma, native, shm
-from mpi4py import MPI
-cli.main(["list"])
-scope = open(sys.argv[1], "w"); scope.write("1\\n"); scope.close()
-cma._PTRACE_SCOPE = cma.Path(sys.argv[1])
-shm.allreduce(MPI.COMM_SELF)
-shm.bcast(MPI.COMM_SELF)
-print("PRCTL before cma", len(calls), file=sys.stderr)
-cma.allreduce(MPI.COMM_SELF)
-cma.bcast(MPI.COMM_SELF)
-print("PRCTL after cma", len(calls), calls[0][0] if calls else None, file=sys.stderr)
-"""
 
 
 @needs_cma

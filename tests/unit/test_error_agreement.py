@@ -2,14 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-
-from mpirun import REPO
-
 from osu_dl_bench.runtime import joint_error
-
-DRIVER = str(REPO / "tests" / "drivers" / "uneven_errors.py")
-CLI = [sys.executable, "-m", "osu_dl_bench.cli"]
 
 
 def test_joint_error_names_the_rank_unless_every_rank_agrees():

@@ -22,8 +22,6 @@ from osu_dl_bench.selection.exports.common import comm_bounds
 from osu_dl_bench.selection.exports.mpich_default import default_tree
 
 pytestmark = pytest.mark.usefixtures("registered")
-# The allreduce sizes the fingerprint runs use, one per range of the table below.
-SIZES = (64, 65536, 8 << 20)
 
 
 def _numbers(text):
@@ -127,80 +125,3 @@ def test_export_comm_bounds_agree_with_the_selectors_nearest_entry(sizes):
     for p in range(1, 2 * max(sizes) + 2):
         (served,) = [b.nprocs for b in bounds if b.lo <= p and (b.hi is None or p <= b.hi)]
         assert served == selector.decide(Query("allreduce", p, 64)).entry.key.nprocs, p
-
-
-FINGERPRINT_PY = r"""
-import json, sys
-import numpy as np
-from mpi4py import MPI
-comm = MPI.COMM_WORLD
-rank, p = comm.Get_rank(), comm.Get_size()
-def mix(inbuf, inoutbuf, datatype):
-    a = np.frombuffer(inbuf, dtype=np.uint64)
-    b = np.frombuffer(inoutbuf, dtype=np.uint64)
-    b[:] = b * np.uint64(31) + a * np.uint64(7) + np.uint64(1)
-fingerprint = MPI.Op.Create(mix, commute=True)  # a lie: the result shows the algorithm
-prints, ok = [], True
-for size in map(int, sys.argv[1:]):
-    n = size // 8
-    x = np.full(n, rank + 7, dtype=np.uint64)
-    y = np.empty_like(x)
-    comm.Allreduce(x, y, fingerprint)
-    prints.append(comm.gather(int(y[-1] % 999983), root=0))
-    s = np.full(n, rank + 1.0)
-    t = np.empty_like(s)
-    comm.Allreduce(s, t, MPI.SUM)
-    b = np.arange(n, dtype=np.float64) if rank == 0 else np.zeros(n)
-    comm.Bcast(b, root=0)
-    ok &= bool((t == p * (p + 1) / 2).all() and (b == np.arange(n)).all())
-comm.Barrier()
-ok = comm.allreduce(ok, op=MPI.LAND)
-if rank == 0:
-    print("FINGERPRINT " + json.dumps({"prints": prints, "ok": ok}))
-"""
-
-
-FINGERPRINT_C = r"""
-#include <mpi.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-/* declared commutative but is not: the result shows which algorithm combined it */
-static void mix(void *in, void *inout, int *len, MPI_Datatype *type) {
-    uint64_t *a = in, *b = inout;
-    for (int i = 0; i < *len; i++) b[i] = b[i] * 31u + a[i] * 7u + 1u;
-}
-int main(int argc, char **argv) {
-    int rank, p, ok = 1;
-    MPI_Op op;
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &p);
-    MPI_Op_create(mix, 1, &op);
-    for (int k = 1; k < argc; k++) {
-        long n = atol(argv[k]) / 8;
-        uint64_t *x = malloc(n * 8), *y = malloc(n * 8), h, all[64];
-        for (long i = 0; i < n; i++) x[i] = rank + 7;
-        MPI_Allreduce(x, y, n, MPI_UINT64_T, op, MPI_COMM_WORLD);
-        h = y[n - 1] % 999983u;
-        MPI_Gather(&h, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-        for (long i = 0; i < n; i++) x[i] = rank == 0 ? (uint64_t)i : 0;
-        MPI_Bcast(x, n, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-        for (long i = 0; i < n; i++) ok &= x[i] == (uint64_t)i;
-        if (rank == 0) {
-            printf("SIZE %s", argv[k]);
-            for (int r = 0; r < p; r++) printf(" %llu", (unsigned long long)all[r]);
-            printf("\n");
-        }
-        free(x);
-        free(y);
-    }
-    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
-    if (rank == 0) printf("CHECK %s\n", ok ? "pass" : "fail");
-    MPI_Finalize();
-    return 0;
-}
-"""
-
-
-OPENMPI_PREFIX_ENV = "OSU_DL_BENCH_OPENMPI_PREFIX"

@@ -5,11 +5,8 @@ the buffers changes; the CLI ends such a run with a non-zero exit and no hang.""
 import numpy as np
 import pytest
 
-from collectives import registered, shm
+from collectives import shm
 from collectives.ops import reduce_op
-
-DRIVER = "tests/drivers/mismatched_counts.py"
-DEVICES = "cpu" + (",cpu-registered,mixed" if registered.unavailable_reason() is None else "")
 
 
 @pytest.mark.parametrize("root", [1 << 63, -(1 << 63) - 1, -(1 << 62), "0", 2.5])

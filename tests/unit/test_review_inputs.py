@@ -7,7 +7,6 @@ import argparse
 import json
 import math
 import os
-import sys
 
 import pytest
 from support.files import fake_segment, platform_json, stale_names, write_file
@@ -20,8 +19,6 @@ from osu_dl_bench.measurement.options import add_bench_arguments, config_from_ar
 from osu_dl_bench.model.platform import PlatformError, load_platform
 from osu_dl_bench.selection import build_table
 from osu_dl_bench.selection.table import TableError
-
-CLI = [sys.executable, "-m", "osu_dl_bench.cli"]
 
 
 def test_a_table_with_a_non_finite_number_is_not_written(tmp_path):

@@ -4,19 +4,10 @@ ranks (real mpiexec, hard timeouts)."""
 
 import pytest
 
-from collectives import cma, hierarchical, shm
+from collectives import hierarchical, shm
 from collectives.common import LinkCost, Machine
 from osu_dl_bench.errors import UsageError
 
-DRIVER = "tests/drivers/check_algorithms.py"
-# The one-node designs: cma registers only where the kernel allows single-copy reads.
-ONE_NODE = ["shm"] + [cma.NAME] * (cma.unavailable_reason() is None)
-OURS = ["--collectives", "allreduce,bcast", "--algorithms", ",".join([*ONE_NODE, "hierarchical"])]
-# Every kind of dtype (float16 included) and of op (bitwise on the integers only).
-DTYPES = ["--dtypes", "float32,float16,int8,uint64", "--ops", "sum,prod,max,bxor"]
-# Empty, fewer elements than ranks, primes, not divisible by p.
-SIZES = ["--sizes", "0,1,2,7,13,4099"]
-LARGE = str(4 * 1024 * 1024 + 3)  # > 16 MiB of float32: 5 chunks of 4M, the last 3 elements
 MACHINE = Machine(LinkCost(1e-6, 1e-10, 1e-10), LinkCost(5e-6, 1e-9, 1e-10), ppn=4)
 
 

@@ -4,24 +4,15 @@ p = 2 and 4 and a 2-rank training validation, each job with a hard timeout."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 
 import pytest
-from mpirun import REPO
 from support.sweep import sweep_config
 
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs import runinfo, slurm
 from osu_dl_bench.runtime import local_rank_count, parse_tasks_per_node, slurm_job
-
-SBATCH_DIR = REPO / "scripts" / "sbatch"
-# Seconds a job may take from submission to its end: the sweep below takes ~20 s and the
-# training ~17 s on 2 idle cores; a busy machine may triple that.
-JOB_TIMEOUT = 240.0
-FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
-
 
 _LAUNCHER_VARS = (
     "MPI_LOCALNRANKS",
@@ -171,13 +162,3 @@ def test_the_provenance_comment_stays_one_line(monkeypatch):
     note = text.splitlines()[1]
     assert note.startswith("# Written by `osu-dl-bench sweep --submit -a ")
     assert "native\\ntouch /tmp/x" in note and "r\\r\\x1b[2J\\u2028y" in note
-
-
-# Values with spaces, quotes and shell syntax: legal (no control characters), and inert.
-LAUNCHER_ARGS = "--export=ALL,X='a b' --label \"$(touch {m})\" ; touch {m} `touch {m}` |x"
-
-
-SBATCH_ARGS = "--comment='a b' $(touch {m}) ; touch {m} `touch {m}` && rm -rf {m}"
-
-
-_NO_TRAIN = [m for m in ("torch", "sklearn") if importlib.util.find_spec(m) is None]

@@ -32,9 +32,6 @@ from osu_dl_bench.measurement.schedule import (
 )
 from osu_dl_bench.measurement.store import SWEEP_FIELDS, RunStore, SweepPoint
 
-SIZES = [8 << k for k in range(7)]  # 8 B .. 512 B
-TINY = ["--budget", "0.02"]
-
 
 @given(st.floats(1e-7, 100.0), st.floats(0.01, 60.0))
 def test_iterations_fill_the_budget_in_max_rounds(per_iteration, budget):
@@ -166,20 +163,3 @@ def test_finished_points_match_point_keys_also_without_op(tmp_path):
         (1, 1, 1, "bcast", "mpi", "native", "float32", None, "cpu", 1),
         (1, 1, 1, "allreduce", "mpi", "native", "float32", "sum", "cpu", 1),
     }
-
-
-GRID_DRIVER = """
-import sys
-from osu_dl_bench.runtime import init_mpi
-init_mpi()
-from collectives import lookup
-from collectives.registry import POWER_OF_TWO, register
-native = lookup("allreduce", "native").factory
-register(
-    "allreduce", "zz_sweep_grid", defaults={"seg": 1024, "mode": "a"},
-    grid={"seg": (1024, 4096), "mode": ("a", "b")},
-)(lambda comm, seg, mode: native(comm))
-register("allreduce", "zz_sweep_pow2", requires=(POWER_OF_TWO,))(lambda comm: native(comm))
-from osu_dl_bench.cli import main
-raise SystemExit(main(sys.argv[1:]))
-"""

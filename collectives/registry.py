@@ -23,6 +23,7 @@ from collectives.buffers import is_host
 from collectives.dtypes import ElementType
 from collectives.errors import UsageError
 from collectives.ops import ReduceOp
+from collectives.shape import JobShape
 from collectives.specs import SPECS
 from collectives.units import format_size, parse_size, split_variant_texts
 
@@ -40,6 +41,11 @@ class CallContext:
     device: str = "cpu"
     nodes: int = 1
     ranks_per_node: int = 1
+
+    @property
+    def shape(self) -> JobShape:
+        """The job's shape the call runs in."""
+        return JobShape(self.nprocs, self.nodes, self.ranks_per_node)
 
 
 @dataclass(frozen=True)

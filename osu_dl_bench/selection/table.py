@@ -39,6 +39,7 @@ from typing import Any
 from collectives import SPECS, Variant, lookup
 from collectives.buffers import DEVICES
 from collectives.registry import format_params
+from collectives.shape import JobShape
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jsonfile import UnreadableJson, describe, load_json
 from osu_dl_bench.runtime import utc_now
@@ -138,11 +139,13 @@ class EntryKey:
     ppn: int
     nprocs: int
 
+    @property
+    def shape(self) -> JobShape:
+        """The job's shape the entry was measured in."""
+        return JobShape(self.nprocs, self.nodes, self.ppn)
+
     def __str__(self) -> str:
-        return (
-            f"{self.collective} on {self.device}, p={self.nprocs} "
-            f"({self.nodes} node{'s' if self.nodes != 1 else ''} x {self.ppn} ppn)"
-        )
+        return f"{self.collective} on {self.device}, {self.shape}"
 
 
 @dataclass(frozen=True)

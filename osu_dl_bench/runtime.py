@@ -507,6 +507,10 @@ def _settle_late(message: str) -> str | None:
     return joint_error(_errors_comm.allgather(message))
 
 
+# Seconds between the last message of an aborting rank and MPI_Abort (see below).
+ABORT_GRACE_S = 0.5
+
+
 def _abort_if_others_wait(always: bool = False, code: int = 1) -> None:
     """MPI_Abort the job (if MPI is up, and with ``always`` unset only if it has other
     ranks), so no rank is left waiting for one that stopped."""
@@ -516,4 +520,11 @@ def _abort_if_others_wait(always: bool = False, code: int = 1) -> None:
 
     running = MPI.Is_initialized() and not MPI.Is_finalized()
     if running and (always or MPI.COMM_WORLD.Get_size() > 1):
+        # MPI_Abort has the launcher kill every rank and its own forwarders, which drop
+        # what is still in their pipes: MPICH's Hydra lost the message explaining the abort
+        # (and its own "Abort(2)" line) on a loaded machine. Flush, then give the forwarder
+        # a moment: this path ends the job, so the pause costs nothing else.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        time.sleep(ABORT_GRACE_S)
         MPI.COMM_WORLD.Abort(code)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from osu_dl_bench.measurement.options import positive_int
 from osu_dl_bench.train.options import add_benchmark_workload_arguments
 
 # A whole comparison at p = 2 on the reference machine takes about two minutes; an hour
@@ -29,16 +30,6 @@ PASSED_ON = (
 )
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
-
-
 def _non_negative(text: str) -> int:
     try:
         value = int(text)
@@ -61,9 +52,9 @@ def _seconds(text: str) -> float:
 
 def add_train_bench_arguments(parser: argparse.ArgumentParser) -> None:
     """Every option of train-bench (the hidden --worker marks the launched job)."""
-    parser.add_argument("--np", type=_positive, default=2, help="ranks of the job (default 2)")
-    parser.add_argument("--rounds", type=_positive, default=5)
-    parser.add_argument("--steps", type=_positive, default=8, help="timed steps per measurement")
+    parser.add_argument("--np", type=positive_int, default=2, help="ranks of the job (default 2)")
+    parser.add_argument("--rounds", type=positive_int, default=5)
+    parser.add_argument("--steps", type=positive_int, default=8, help="timed steps per measurement")
     parser.add_argument("--warmup", type=_non_negative, default=2, help="untimed steps before each")
     parser.add_argument("--table", default=None, help="tuning table for the 'tuned' row")
     add_benchmark_workload_arguments(parser, "global batch", "torch threads per rank")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import pkgutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import import_module
 from types import MappingProxyType
@@ -348,6 +348,26 @@ def distinct_variants(variants: list[Variant], p: int, count: int, itemsize: int
 def format_params(params: Mapping[str, int | str]) -> str:
     """'seg=256K,inner=ring': sizes with K/M/G suffixes, names as they are."""
     return ",".join(f"{k}={format_size(v) if isinstance(v, int) else v}" for k, v in params.items())
+
+
+class BoundCalls:
+    """Each variant bound once per communicator and reused. Binding is collective (it may
+    duplicate the communicator or build scratch): every rank binds the same variants in
+    the same order."""
+
+    def __init__(self) -> None:
+        self._calls: dict[tuple, CollectiveCall] = {}
+
+    def get(self, comm: Any, variant: Variant) -> CollectiveCall:
+        """The bound call of ``variant`` on ``comm``, binding it on first use."""
+        key = (comm.py2f(), variant.algorithm.collective, variant.label)
+        if key not in self._calls:
+            self._calls[key] = variant.bind(comm)
+        return self._calls[key]
+
+    def calls(self, comm: Any, variants: Sequence[Variant]) -> list[CollectiveCall]:
+        """The bound calls of ``variants`` on ``comm``, in their order."""
+        return [self.get(comm, v) for v in variants]
 
 
 _REGISTRY: dict[tuple[str, str], Algorithm] = {}

@@ -20,6 +20,7 @@ from typing import Any
 from mpi4py import MPI
 
 from collectives import Variant
+from collectives.registry import BoundCalls
 from osu_dl_bench.errors import UsageError, ValidationFailure
 from osu_dl_bench.jobs import runinfo
 from osu_dl_bench.jobs.launch import expected_layout
@@ -35,7 +36,7 @@ from osu_dl_bench.jobs.plan import (
     resolve_setting,
 )
 from osu_dl_bench.jobs.progress import encode_event, point_line, skipped_lines
-from osu_dl_bench.measurement.kernel import Binder, BudgetTiming, measure_budget, prepare_inputs
+from osu_dl_bench.measurement.kernel import BudgetTiming, measure_budget, prepare_inputs
 from osu_dl_bench.measurement.schedule import round_stats
 from osu_dl_bench.measurement.store import RunStore, SweepPoint
 from osu_dl_bench.runtime import (
@@ -138,10 +139,10 @@ class Job:
     store: RunStore
     done: set
     report: Reporter
-    binder: Binder = field(init=False)
+    binder: BoundCalls = field(init=False)
 
     def __post_init__(self) -> None:
-        self.binder = Binder(self.comm)  # each variant bound once per job
+        self.binder = BoundCalls()  # each variant bound once per job
 
     def measure(self, plan: CollectivePlan, n: int) -> list[tuple[SweepPoint, int]]:
         """Measure the pending candidates of one point and store them; (point, wrong) pairs."""
@@ -153,7 +154,7 @@ class Job:
         self.report.event(
             "measuring", collective=plan.spec.name, size_bytes=size, candidates=len(variants)
         )
-        calls = self.binder.calls(variants)
+        calls = self.binder.calls(self.comm, variants)
         inputs = prepare_inputs(
             self.comm, plan.spec, setting.etype, setting.op_for(plan.spec), setting.xp, n
         )

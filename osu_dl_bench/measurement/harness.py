@@ -13,7 +13,8 @@ from mpi4py import MPI
 from collectives import CollectiveSpec, Variant
 from collectives.dtypes import ElementType
 from collectives.ops import ReduceOp
-from osu_dl_bench.measurement.kernel import FAULT_ENV, Binder, OsuStats, measure_osu, prepare_inputs
+from collectives.registry import BoundCalls
+from osu_dl_bench.measurement.kernel import FAULT_ENV, OsuStats, measure_osu, prepare_inputs
 from osu_dl_bench.measurement.options import BenchConfig
 from osu_dl_bench.measurement.records import BenchRecord
 from osu_dl_bench.runtime import Topology
@@ -78,7 +79,7 @@ def measure_collective(
 ) -> Iterator[list[BenchRecord]]:
     """Yield, size by size, one record per variant (all interleaved within each size)."""
     nprocs = comm.Get_size()
-    calls = Binder(comm).calls(variants)
+    calls = BoundCalls().calls(comm, variants)
     if os.environ.get(FAULT_ENV) == "raise" and comm.Get_rank() == nprocs - 1:
         raise RuntimeError("fault injected on the last rank (test hook)")
     check_roots = None

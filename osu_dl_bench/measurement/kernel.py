@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -71,23 +71,6 @@ def plan_variants(variants: list[Variant], ctx: CallContext) -> Plan:
         else:
             skipped.append((variant, reason))
     return Plan(eligible, skipped)
-
-
-@dataclass
-class Binder:
-    """Binds each variant once per communicator: binding may duplicate communicators or
-    build scratch, so it is not repeated for every size."""
-
-    comm: MPI.Comm
-    bound: dict[tuple[str, str], CollectiveCall] = field(default_factory=dict)
-
-    def calls(self, variants: Sequence[Variant]) -> list[CollectiveCall]:
-        """The per-call functions of ``variants``, in their order."""
-        for variant in variants:
-            key = (variant.algorithm.collective, variant.label)
-            if key not in self.bound:
-                self.bound[key] = variant.bind(self.comm)
-        return [self.bound[(v.algorithm.collective, v.label)] for v in variants]
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from typing import Any
 from collectives import SPECS, Algorithm, CallContext, Variant, lookup
 from collectives.dtypes import element_type
 from collectives.ops import reduce_op
-from collectives.registry import CollectiveCall, parse_variant, parse_variants
+from collectives.registry import BoundCalls, CollectiveCall, parse_variant, parse_variants
 from collectives.shape import JobShape
 from collectives.units import format_size, split_variant_texts
 from osu_dl_bench.errors import UsageError
@@ -156,21 +156,6 @@ def _distance(entry: Entry, query: Query) -> tuple[int, int, int, int]:
 
 def _is_exact(entry: Entry, query: Query) -> bool:
     return _distance(entry, query)[:3] == (0, 0, 0)
-
-
-class BoundCalls:
-    """Each variant bound once per communicator and reused. Binding is collective (it may
-    duplicate the communicator): every rank binds the same variants in the same order."""
-
-    def __init__(self) -> None:
-        self._calls: dict[tuple, CollectiveCall] = {}
-
-    def get(self, comm: Any, variant: Variant) -> CollectiveCall:
-        """The bound call of ``variant`` on ``comm``, binding it on first use."""
-        key = (comm.py2f(), variant.algorithm.collective, variant.label)
-        if key not in self._calls:
-            self._calls[key] = variant.bind(comm)
-        return self._calls[key]
 
 
 class Selector:

@@ -10,6 +10,7 @@ from mpi4py import MPI
 from collectives import SPECS
 from collectives.dtypes import element_type
 from collectives.ops import reduce_op
+from collectives.registry import BoundCalls
 from osu_dl_bench.measurement import kernel
 from osu_dl_bench.measurement.schedule import MAX_ROUNDS, MIN_ROUNDS, rotation
 
@@ -119,9 +120,9 @@ def test_binder_binds_each_variant_once():
             return lambda send, recv, op, root: self.label
 
     a, b = FakeVariant("a"), FakeVariant("b")
-    binder = kernel.Binder(COMM)
-    first = binder.calls([a, b])
-    second = binder.calls([b, a])
+    binder = BoundCalls()
+    first = binder.calls(COMM, [a, b])
+    second = binder.calls(COMM, [b, a])
     assert (a.binds, b.binds) == (1, 1)
     assert second == first[::-1]
 

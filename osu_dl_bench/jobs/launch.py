@@ -210,9 +210,10 @@ def run(
 # --- the sweep's jobs ---------------------------------------------------------------------
 
 
-def job_command(cfg: SweepConfig, nprocs: int) -> list[str]:
-    """The whole command of the job that sweeps one process count."""
-    argv = cfg.worker_argv((nprocs,), "--inside")
+def job_command(cfg: SweepConfig, nprocs: int, launch: int = 1, group: str = "mpi") -> list[str]:
+    """The whole command of the job that sweeps one process count in one launch of one
+    isolation group."""
+    argv = [*cfg.worker_argv((nprocs,), "--inside"), "--launch", str(launch), "--group", group]
     return mpi_command(nprocs, argv, cfg.launcher, cfg.launcher_args)
 
 

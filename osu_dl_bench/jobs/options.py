@@ -38,6 +38,12 @@ DEFAULT_SIZES = "8:16M"
 # candidates: 88 points (allreduce and bcast, 8 B-16 MiB, p = 2 and 4) stay well under
 # the issue's 10 minutes on 2 cores, since the budget does not grow when the machine slows.
 DEFAULT_BUDGET = 2.0
+# Launches per point: a launch's rounds share its placement, page layout and machine state,
+# so rounds inside one launch hide the variance between launches (on this machine the same
+# call differs up to 3x from one launch to the next). Three is the fewest that gives a
+# launch-level interval; the budget is shared among them, so a sweep takes as long.
+DEFAULT_LAUNCHES = 3
+MAX_LAUNCHES = 100
 MAX_BUDGET = 3600.0
 # A job that reports nothing for this long is stopped: the slowest point seen (16 MiB,
 # 16 candidates, p = 4 on 2 busy cores) takes well under a minute.
@@ -88,6 +94,10 @@ class SweepConfig:
     dry_run: bool
     thread_level: str
     stall_timeout: float = DEFAULT_STALL_TIMEOUT
+    launches: int = DEFAULT_LAUNCHES
+    # Hidden: the launch (1..launches) and isolation group one launched job measures.
+    launch: int | None = None
+    group: str | None = None
     # --submit: write the sweep's sbatch script into the run directory and submit it.
     submit: bool = False
     nodes: int | None = None
@@ -148,6 +158,8 @@ class SweepConfig:
             self.device,
             "--budget",
             repr(self.budget),
+            "--launches",
+            str(self.launches),
             "--thread-level",
             self.thread_level,
         ]
@@ -179,6 +191,18 @@ def _seconds_up_to(limit: float) -> Callable[[str], float]:
             value = -1.0
         if not 0 < value <= limit:
             raise argparse.ArgumentTypeError(f"expected seconds in (0, {limit:g}], got {text!r}")
+        return value
+
+    return parse
+
+
+def _whole_number_up_to(limit: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from 1 to ``limit``."""
+
+    def parse(text: str) -> int:
+        value = positive_int(text)
+        if value > limit:
+            raise argparse.ArgumentTypeError(f"expected at most {limit}, got {value}")
         return value
 
     return parse
@@ -264,6 +288,14 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"timed seconds per (p, collective, size) point, all candidates together "
         f"(default {DEFAULT_BUDGET:g})",
     )
+    parser.add_argument(
+        "--launches",
+        type=_whole_number_up_to(MAX_LAUNCHES),
+        default=DEFAULT_LAUNCHES,
+        metavar="K",
+        help=f"separate MPI launches per point, in shuffled order, sharing the budget; each "
+        f"backend other than MPI's gets launches of its own (default {DEFAULT_LAUNCHES})",
+    )
     parser.add_argument("--resume", action="store_true", help="continue RUN_DIR, skip its points")
     parser.add_argument(
         "--launcher",
@@ -303,6 +335,8 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     _add_batch_arguments(parser)
     parser.add_argument("--orchestrated", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--plan-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--launch", type=positive_int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--group", default=None, help=argparse.SUPPRESS)
 
 
 def _add_batch_arguments(parser: argparse.ArgumentParser) -> None:
@@ -416,6 +450,9 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
         dry_run=args.dry_run,
         thread_level=args.thread_level,
         stall_timeout=args.stall_timeout,
+        launches=args.launches,
+        launch=args.launch,
+        group=args.group,
         orchestrated=args.orchestrated,
         plan_only=args.plan_only,
         submit=args.submit,
@@ -469,6 +506,8 @@ def check_run_dir(cfg: SweepConfig) -> None:
     if not store.results_path.exists():
         return
     frame = store.load()  # a UsageError if it is not a sweep's results file
+    if cfg.resume:
+        store.check_appendable()
     if len(frame) and not cfg.resume:
         raise UsageError(
             f"-o {cfg.output} already holds {len(frame)} results: add --resume to continue "

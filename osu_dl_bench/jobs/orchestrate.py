@@ -14,6 +14,7 @@ it is refused.
 from __future__ import annotations
 
 import contextlib
+import random
 import signal
 import subprocess
 import sys
@@ -52,8 +53,12 @@ class JobFailed(Exception):
         self.code = code
 
 
-def run_planner(cfg: SweepConfig) -> dict[int, dict[str, Any]]:
-    """Each process count's plan event; its errors reach stderr once, from the planner."""
+# A job: (process count, launch, isolation group).
+JobKey = tuple[int, int, str]
+
+
+def run_planner(cfg: SweepConfig) -> dict[JobKey, dict[str, Any]]:
+    """Each job's plan event; its errors reach stderr once, from the planner."""
     try:
         proc = launch.run(
             planner_command(cfg), PLANNER_TIMEOUT, env=job_environment(cfg, 1), stderr=None
@@ -67,7 +72,26 @@ def run_planner(cfg: SweepConfig) -> dict[int, dict[str, Any]]:
     if proc.returncode != 0:
         raise JobFailed(proc.returncode)
     events = (decode_event(line) for line in proc.stdout.splitlines())
-    return {e["nprocs"]: e for e in events if e and e["event"] == "plan"}
+    return {job_key(e): e for e in events if e and e["event"] == "plan"}
+
+
+def job_key(plan: dict[str, Any]) -> JobKey:
+    """The job a plan event is about."""
+    return plan["nprocs"], plan.get("launch", 1), plan.get("group", "mpi")
+
+
+def launch_order(cfg: SweepConfig, keys: list[JobKey], seed: int) -> list[JobKey]:
+    """The order the jobs run in: launch 1 of every process count, then launch 2, ...;
+    within each, the isolation groups shuffled, so no backend always runs first (the
+    machine drifts) and each backend's launch k runs beside the MPI library's launch k."""
+    rng = random.Random(seed)
+    order = []
+    for index in range(1, cfg.launches + 1):
+        for nprocs in cfg.nprocs:
+            groups = [key for key in keys if key[:2] == (nprocs, index)]
+            rng.shuffle(groups)
+            order += groups
+    return order
 
 
 @dataclass
@@ -85,8 +109,8 @@ class _JobLines:
     """What a sweep job's output lines mean: ordinary lines pass through, events drive the
     progress bar; the point being measured and the job's 'done' event are kept."""
 
-    def __init__(self, nprocs: int, progress: Progress) -> None:
-        self.nprocs, self.progress = nprocs, progress
+    def __init__(self, job: JobKey, progress: Progress) -> None:
+        self.job, self.progress = job, progress
         self.measuring = "start-up"
         self.done: dict[str, Any] | None = None
 
@@ -98,7 +122,7 @@ class _JobLines:
             sys.stdout.write(line)
             sys.stdout.flush()
         elif event["event"] == "plan":
-            self.progress.replan(self.nprocs, event["todo"])
+            self.progress.replan(self.job, event["todo"])
         elif event["event"] == "measuring":
             self.measuring = f"{event['collective']} {event['size_bytes']} B"
         elif event["event"] == "point":
@@ -108,12 +132,12 @@ class _JobLines:
 
 
 def follow_job(
-    proc: subprocess.Popen, nprocs: int, progress: Progress, stall_timeout: float
+    proc: subprocess.Popen, job: JobKey, progress: Progress, stall_timeout: float
 ) -> JobOutcome:
     """Pass a job's ordinary lines through, turn its events into progress, and stop it if
     it reports nothing for ``stall_timeout`` seconds (a hung algorithm must not hang the
     sweep)."""
-    lines = _JobLines(nprocs, progress)
+    lines = _JobLines(job, progress)
     ended = launch.follow(proc, stall_timeout, lines.take)
     if ended.stalled:
         return JobOutcome(ended.code, False, 0, stalled_at=lines.measuring)
@@ -121,13 +145,14 @@ def follow_job(
     return JobOutcome(ended.code, done is not None, done["failures"] if done else 0)
 
 
-def run_job(cfg: SweepConfig, nprocs: int, progress: Progress) -> JobOutcome:
-    """Launch the job of one process count and follow it until it ends."""
-    proc = launch.start(job_command(cfg, nprocs), env=job_environment(cfg, nprocs))
-    return follow_job(proc, nprocs, progress, cfg.stall_timeout)
+def run_job(cfg: SweepConfig, job: JobKey, progress: Progress) -> JobOutcome:
+    """Launch one job (a process count's launch of one group) and follow it until it ends."""
+    nprocs = job[0]
+    proc = launch.start(job_command(cfg, *job), env=job_environment(cfg, nprocs))
+    return follow_job(proc, job, progress, cfg.stall_timeout)
 
 
-def _explain_failure(cfg: SweepConfig, nprocs: int, outcome: JobOutcome) -> None:
+def _explain_failure(cfg: SweepConfig, job: JobKey, outcome: JobOutcome) -> None:
     """One message for a job that stopped the sweep (a usage error explained itself)."""
     if outcome.stalled_at is not None:
         what = (
@@ -139,7 +164,8 @@ def _explain_failure(cfg: SweepConfig, nprocs: int, outcome: JobOutcome) -> None
     else:
         return
     print(
-        f"osu-dl-bench: error: the job for --np {nprocs} {what}; the points measured so "
+        f"osu-dl-bench: error: the job for --np {job[0]} (launch {job[1]}, {job[2]}) {what}; "
+        "the points measured so "
         f"far are kept in {cfg.output}: rerun with --resume",
         file=sys.stderr,
         flush=True,
@@ -151,22 +177,21 @@ def _launcher_label(cfg: SweepConfig) -> str:
 
 
 def _run_jobs(
-    cfg: SweepConfig, plans: dict[int, dict[str, Any]], progress: Progress, store: RunStore
+    cfg: SweepConfig, order: list[JobKey], plans: dict[JobKey, dict[str, Any]], progress: Progress
 ) -> int:
     """Every job in turn; the exit code of the sweep."""
     code = 0
-    recorded = store.read_metadata().get("jobs", {})
-    for nprocs in cfg.nprocs:
-        if not plans[nprocs]["todo"] and str(nprocs) in recorded:
-            continue  # resumed and complete: its job entry already says what ran
-        outcome = run_job(cfg, nprocs, progress)
+    for job in order:
+        if not plans[job]["todo"]:
+            continue  # resumed and complete: its launch entry already says what ran
+        outcome = run_job(cfg, job, progress)
         if outcome.code == 0:
             continue
         if outcome.finished:
             code = 1  # wrong results, already reported and stored: keep going
             continue
         progress.clear()
-        _explain_failure(cfg, nprocs, outcome)
+        _explain_failure(cfg, job, outcome)
         raise JobFailed(outcome.code if outcome.stalled_at is None else 1)
     return code
 
@@ -309,16 +334,19 @@ def _mark_incomplete(store: RunStore) -> None:
         )
 
 
-def _launch_all(cfg: SweepConfig, plans: dict[int, dict[str, Any]]) -> int:
+def _launch_all(cfg: SweepConfig, plans: dict[JobKey, dict[str, Any]]) -> int:
     store = RunStore(cfg.output)
     store.create()
+    seed = random.SystemRandom().randrange(2**32)
+    order = launch_order(cfg, list(plans), seed)
     runinfo.record_session(store, cfg, launcher=_launcher_label(cfg))
-    progress = Progress({p: plan["todo"] for p, plan in plans.items()})
+    runinfo.record_launch_order(store, seed, [f"p{p} {k}/{g}" for p, k, g in order])
+    progress = Progress({job: plan["todo"] for job, plan in plans.items()})
     start = time.monotonic()
     progress.show(force=True)
     try:
         with _terminate_as_interrupt():
-            code = _run_jobs(cfg, plans, progress, store)
+            code = _run_jobs(cfg, order, plans, progress)
     except KeyboardInterrupt:
         progress.clear()
         print(

@@ -121,25 +121,74 @@ class CollectivePlan:
     ppn: int
 
 
+# Isolation: a backend other than the MPI library's (gloo, NCCL) starts threads or helper
+# processes that slow every other candidate timed in the same process (on 2 cores, native
+# allreduce at 8 B went from 1.3 to 61 us once gloo was bound). Each such backend is
+# measured in launches of its own, its "isolation group"; the MPI library's native runs in
+# every group, so each candidate has a pair in its own launches.
+MPI_GROUP = "mpi"
+
+
+def group_of(variant: Variant) -> str:
+    """The isolation group a variant is measured in: its backend's name."""
+    return variant.algorithm.backend
+
+
+def in_group(variant: Variant, group: str | None) -> bool:
+    """Whether a group's launches measure ``variant`` (every group measures native; None:
+    every group, in one process, as --inside without --group does)."""
+    if group is None or group_of(variant) == group:
+        return True
+    return variant.algorithm.name == "native" and group_of(variant) == MPI_GROUP
+
+
+def isolation_groups(plans: list[CollectivePlan]) -> list[str]:
+    """The groups with an eligible candidate: the MPI library's first, then the others."""
+    found = {group_of(v) for plan in plans for v in plan.eligible}
+    return [MPI_GROUP, *sorted(found - {MPI_GROUP})] if found else []
+
+
 def plan_collectives(
-    cfg: SweepConfig, setting: Setting, nprocs: int, nodes: int, ppn: int
+    cfg: SweepConfig,
+    setting: Setting,
+    nprocs: int,
+    nodes: int,
+    ppn: int,
+    group: str | None = None,
 ) -> list[CollectivePlan]:
-    """Each collective's plan in one job's layout (process count, nodes, ranks per node)."""
+    """Each collective's plan in one job's layout (process count, nodes, ranks per node),
+    for one isolation group's launches (None: every group)."""
     plans = []
     for name in cfg.collectives:
         spec = SPECS[name]
         ctx = CallContext(nprocs, setting.etype, setting.op_for(spec), cfg.device, nodes, ppn)
-        plan = plan_variants(setting.variants[name], ctx)
+        variants = [v for v in setting.variants[name] if in_group(v, group)]
+        plan = plan_variants(variants, ctx)
         counts = cfg.element_counts(name, setting.etype.itemsize)
         plans.append(CollectivePlan(spec, counts, plan.eligible, plan.skipped, nprocs, nodes, ppn))
     return plans
 
 
+@dataclass(frozen=True)
+class LaunchSlot:
+    """Which launch of which isolation group a job measures."""
+
+    launch: int
+    group: str
+
+
 def point_key(
-    cfg: SweepConfig, setting: Setting, plan: CollectivePlan, variant: Variant, n: int
+    cfg: SweepConfig,
+    setting: Setting,
+    plan: CollectivePlan,
+    variant: Variant,
+    n: int,
+    slot: LaunchSlot,
 ) -> tuple:
-    """The store's key (POINT_KEY order) of one candidate at one point."""
+    """The store's key (POINT_KEY order) of one candidate at one point of one launch."""
     fields = {
+        "launch": slot.launch,
+        "group": slot.group,
         "nprocs": plan.nprocs,
         "nodes": plan.nodes,
         "ppn": plan.ppn,
@@ -160,27 +209,40 @@ def finished_points(store: RunStore) -> set[tuple]:
 
 
 def pending(
-    cfg: SweepConfig, setting: Setting, plan: CollectivePlan, n: int, done: set
+    cfg: SweepConfig,
+    setting: Setting,
+    plan: CollectivePlan,
+    n: int,
+    done: set,
+    slot: LaunchSlot,
 ) -> list[Variant]:
-    """The eligible variants with no stored result at this point, less twins (variants
-    whose chunk or segment size has no effect at this size run the same code: timing
-    them twice costs time and lets noise pick between equals)."""
+    """The eligible variants with no stored result at this point in this launch, less
+    twins (variants whose chunk or segment size has no effect at this size run the same
+    code: timing them twice costs time and lets noise pick between equals)."""
     distinct = distinct_variants(plan.eligible, plan.nprocs, n, setting.etype.itemsize)
-    return [v for v in distinct if point_key(cfg, setting, plan, v, n) not in done]
+    return [v for v in distinct if point_key(cfg, setting, plan, v, n, slot) not in done]
 
 
 @dataclass(frozen=True)
 class JobPlan:
-    """Points of one process count: how many in all, and how many still to measure."""
+    """Points of one launch of one process count and isolation group: how many in all,
+    and how many still to measure."""
 
     nprocs: int
     points: int
     todo: int
     skipped: list[dict[str, str]]
+    launch: int = 1
+    group: str = MPI_GROUP
 
 
 def job_plan(
-    cfg: SweepConfig, setting: Setting, nprocs: int, plans: list[CollectivePlan], done: set
+    cfg: SweepConfig,
+    setting: Setting,
+    nprocs: int,
+    plans: list[CollectivePlan],
+    done: set,
+    slot: LaunchSlot,
 ) -> JobPlan:
     """Count the points (one per collective and size with an eligible candidate)."""
     points = todo = 0
@@ -188,7 +250,7 @@ def job_plan(
         if not plan.eligible:
             continue
         points += len(plan.counts)
-        todo += sum(1 for n in plan.counts if pending(cfg, setting, plan, n, done))
+        todo += sum(1 for n in plan.counts if pending(cfg, setting, plan, n, done, slot))
     skipped = [
         {
             "collective": plan.spec.name,
@@ -199,4 +261,4 @@ def job_plan(
         for plan in plans
         for v, reason in plan.skipped
     ]
-    return JobPlan(nprocs, points, todo, skipped)
+    return JobPlan(nprocs, points, todo, skipped, slot.launch, slot.group)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any, TextIO
 
 from tqdm import tqdm
@@ -61,13 +61,13 @@ class Progress:
 
     def __init__(
         self,
-        todo: dict[int, int],
+        todo: dict[Hashable, int],
         stream: TextIO = sys.stderr,
         interactive: bool | None = None,
         clock: Callable[[], float] = time.monotonic,
         interval: float = 10.0,
     ) -> None:
-        self.todo = dict(todo)  # process count -> points still to measure
+        self.todo = dict(todo)  # job (process count, launch, group) -> points to measure
         self.done = 0
         self.stream = stream
         self.interactive = stream.isatty() if interactive is None else interactive
@@ -93,9 +93,9 @@ class Progress:
         """Points this session measures (its estimate, until every job has reported)."""
         return max(self.done, sum(self.todo.values()))
 
-    def replan(self, nprocs: int, todo: int) -> None:
+    def replan(self, job: Hashable, todo: int) -> None:
         """A job's own count of its points replaces the planner's estimate."""
-        self.todo[nprocs] = todo
+        self.todo[job] = todo
         if self._bar is not None:
             self._bar.total = self.total
             self._bar.refresh()
@@ -181,7 +181,12 @@ def plan_lines(plans: list[dict[str, Any]]) -> list[str]:
     """The dry run's text: points per process count, skipped algorithms, the total."""
     lines = []
     for plan in plans:
-        lines.append(f"# p={plan['nprocs']}: {plan['todo']} of {plan['points']} points to measure")
-        lines += skipped_lines(plan["nprocs"], plan["skipped"])
+        launch, group = plan.get("launch", 1), plan.get("group", "mpi")
+        lines.append(
+            f"# p={plan['nprocs']} launch {launch} ({group}): {plan['todo']} of "
+            f"{plan['points']} points to measure"
+        )
+        if launch == 1:
+            lines += skipped_lines(plan["nprocs"], plan["skipped"])
     lines.append(f"# total: {sum(p['todo'] for p in plans)} points to measure")
     return lines

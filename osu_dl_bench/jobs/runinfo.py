@@ -68,6 +68,14 @@ def record_session(store: RunStore, cfg: SweepConfig, launcher: str) -> None:
     store.write_metadata(metadata)
 
 
+def record_launch_order(store: RunStore, seed: int, order: list[str]) -> None:
+    """Note the order the session's launches run in ('pP LAUNCH/GROUP') and the seed that
+    shuffled it (a resumed session appends its own)."""
+    metadata = store.read_metadata()
+    metadata.setdefault("launch_orders", []).append({"seed": seed, "order": order})
+    store.write_metadata(metadata)
+
+
 def record_submission(store: RunStore, job_id: str, script: str) -> None:
     """Note a batch job submitted to run this sweep (before it starts, or between resumes)."""
     metadata = store.read_metadata()
@@ -78,17 +86,20 @@ def record_submission(store: RunStore, job_id: str, script: str) -> None:
     store.write_metadata(metadata)
 
 
-def record_job(store: RunStore, nprocs: int, job: dict[str, Any]) -> None:
-    """Store one job's entry under jobs[nprocs] and refresh the run-wide fields (library
-    and version of the latest job, all hosts, the largest nodes and ppn)."""
+def record_job(store: RunStore, nprocs: int, job: dict[str, Any], launch: str = "1/mpi") -> None:
+    """Store one launch's entry under jobs[nprocs]["launches"][launch] ('LAUNCH/GROUP'),
+    jobs[nprocs] itself holding the latest launch's fields, and refresh the run-wide
+    fields (library and version of the latest job, all hosts, the largest nodes and ppn)."""
     metadata = store.read_metadata()
     jobs = metadata.setdefault("jobs", {})
-    earlier = jobs.get(str(nprocs), {})
+    launches = jobs.get(str(nprocs), {}).get("launches", {})
+    earlier = launches.get(launch, {})
     previous = earlier.pop("previous", [])
     if earlier and earlier.get("started") != job.get("started"):
-        # A resumed process count keeps what the earlier sessions ran on.
+        # A resumed launch keeps what the earlier sessions ran on.
         previous.append(earlier)
-    jobs[str(nprocs)] = {**job, "previous": previous} if previous else job
+    launches[launch] = {**job, "previous": previous} if previous else job
+    jobs[str(nprocs)] = {**job, "launches": launches}
     entries = list(jobs.values())
     metadata.update(
         mpi_library=job["mpi_library"],

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+import numpy as np
 from mpi4py import MPI
 
 from collectives import Variant
@@ -26,10 +27,13 @@ from osu_dl_bench.jobs import runinfo
 from osu_dl_bench.jobs.launch import expected_layout
 from osu_dl_bench.jobs.options import SweepConfig, check_output_dir, check_run_dir
 from osu_dl_bench.jobs.plan import (
+    MPI_GROUP,
     CollectivePlan,
     JobPlan,
+    LaunchSlot,
     Setting,
     finished_points,
+    isolation_groups,
     job_plan,
     pending,
     plan_collectives,
@@ -37,8 +41,16 @@ from osu_dl_bench.jobs.plan import (
 )
 from osu_dl_bench.jobs.progress import encode_event, point_line, skipped_lines
 from osu_dl_bench.measurement.kernel import BudgetTiming, measure_budget, prepare_inputs
+from osu_dl_bench.measurement.reference import ReferenceTimer, outlying
 from osu_dl_bench.measurement.schedule import round_stats
-from osu_dl_bench.measurement.store import RunStore, SweepPoint
+from osu_dl_bench.measurement.store import (
+    NORMAL,
+    OUTLYING,
+    REMEASURED,
+    RunStore,
+    SweepPoint,
+    format_rounds,
+)
 from osu_dl_bench.runtime import (
     RunMetadata,
     Topology,
@@ -56,12 +68,16 @@ def sweep_points(
     n: int,
     variants: list[Variant],
     timing: BudgetTiming,
+    slot: LaunchSlot,
+    state: str = NORMAL,
 ) -> list[SweepPoint]:
-    """One record per candidate of a measured point (bandwidths from the median)."""
+    """One record per candidate of a measured point (bandwidths from the median), with
+    its rounds and the machine-state reference of each round."""
     spec, size = plan.spec, n * setting.etype.itemsize
+    copy_us, allreduce_us = (format_rounds(column * 1e6) for column in timing.reference.T)
     points = []
-    for variant, stats, wrong in zip(
-        variants, round_stats(timing.times), timing.wrong, strict=True
+    for variant, stats, wrong, rounds in zip(
+        variants, round_stats(timing.times), timing.wrong, timing.round_us(), strict=True
     ):
         seconds = stats.median_us * 1e-6
         algbw = spec.algbw_bytes(size, plan.nprocs) / seconds / 1e9 if seconds > 0 else 0.0
@@ -84,9 +100,22 @@ def sweep_points(
                 busbw_gbs=algbw * spec.busbw_factor(plan.nprocs),
                 validation="fail" if wrong else "pass",
                 **asdict(stats),
+                launch=slot.launch,
+                group=slot.group,
+                state=state,
+                round_us=format_rounds(rounds),
+                ref_copy_us=copy_us,
+                ref_allreduce_us=allreduce_us,
             )
         )
     return points
+
+
+# The share of the budget a backend's own launches get: they time two candidates (native
+# and that backend), where the MPI library's launches time a dozen.
+ISOLATED_SHARE = 0.25
+# Points a launch measures before its typical machine state is known.
+MIN_STATES = 2
 
 
 class Reporter:
@@ -108,11 +137,15 @@ class Reporter:
 
     def job(self, plan: JobPlan) -> None:
         """Skipped algorithms once per job, and the job's point count."""
-        for text in skipped_lines(plan.nprocs, plan.skipped):
-            self.line(text)
+        if plan.launch == 1:  # the same in every launch: said once
+            for text in skipped_lines(plan.nprocs, plan.skipped):
+                self.line(text)
         self.event("plan", **asdict(plan))
         if not self.orchestrated:
-            self.line(f"# p={plan.nprocs}: {plan.todo} of {plan.points} points to measure")
+            self.line(
+                f"# p={plan.nprocs} launch {plan.launch} ({plan.group}): {plan.todo} of "
+                f"{plan.points} points to measure"
+            )
 
     def point(self, points: list[SweepPoint], seconds: float) -> None:
         """One measured point."""
@@ -131,7 +164,7 @@ class Reporter:
 
 @dataclass
 class Job:
-    """One process count's state while it is swept."""
+    """One launch's state while it is swept: one process count, one isolation group."""
 
     comm: MPI.Comm
     cfg: SweepConfig
@@ -139,29 +172,99 @@ class Job:
     store: RunStore
     done: set
     report: Reporter
+    slot: LaunchSlot
     binder: BoundCalls = field(init=False)
+    reference: ReferenceTimer = field(init=False)
+    # Per measured point: (plan, n, its median reference (copy, allreduce)), for the
+    # machine-state check; the points found outlying wait to be measured again.
+    states: list[tuple[CollectivePlan, int, np.ndarray]] = field(default_factory=list)
+    outlying: list[tuple[CollectivePlan, int]] = field(default_factory=list)
+    _started: float = field(init=False, default=0.0)
 
     def __post_init__(self) -> None:
         self.binder = BoundCalls()  # each variant bound once per job
+        self.reference = ReferenceTimer(self.comm)
+
+    @property
+    def budget(self) -> float:
+        """Seconds of rounds per point in this launch: the point's budget shared by the
+        launches; a backend's own group times native and that backend only, so it gets a
+        quarter of that."""
+        share = 1.0 if self.slot.group == MPI_GROUP else ISOLATED_SHARE
+        return self.cfg.budget * share / self.cfg.launches
 
     def measure(self, plan: CollectivePlan, n: int) -> list[tuple[SweepPoint, int]]:
         """Measure the pending candidates of one point and store them; (point, wrong) pairs."""
-        variants = pending(self.cfg, self.setting, plan, n, self.done)
+        variants = pending(self.cfg, self.setting, plan, n, self.done, self.slot)
         if not variants:
             return []
-        setting, start = self.setting, time.perf_counter()
-        size = n * setting.etype.itemsize
+        timing = self._time(plan, n, variants)
+        state = self._state_of(plan, n, timing)
+        return self._store(plan, n, variants, timing, state)
+
+    def remeasure_outlying(self) -> list[tuple[SweepPoint, int]]:
+        """Measure again, once, every point of this launch taken in an outlying machine
+        state (the first points, checked before the launch had a typical state, too)."""
+        typical = self._typical(len(self.states))
+        if typical is not None:
+            for plan, n, median in self.states[:MIN_STATES]:
+                if outlying(median, typical) and (plan, n) not in self.outlying:
+                    self.outlying.append((plan, n))
+        results = []
+        for plan, n in self.outlying:
+            variants = self._all_variants(plan, n)
+            timing = self._time(plan, n, variants)
+            results += self._store(plan, n, variants, timing, REMEASURED)
+        return results
+
+    def _all_variants(self, plan: CollectivePlan, n: int) -> list[Variant]:
+        """Every candidate of a point, stored or not (a re-measurement times them all)."""
+        return pending(self.cfg, self.setting, plan, n, set(), self.slot)
+
+    def _time(self, plan: CollectivePlan, n: int, variants: list[Variant]) -> BudgetTiming:
+        setting = self.setting
+        self._started = time.perf_counter()
         self.report.event(
-            "measuring", collective=plan.spec.name, size_bytes=size, candidates=len(variants)
+            "measuring",
+            collective=plan.spec.name,
+            size_bytes=n * setting.etype.itemsize,
+            candidates=len(variants),
         )
         calls = self.binder.calls(self.comm, variants)
         inputs = prepare_inputs(
             self.comm, plan.spec, setting.etype, setting.op_for(plan.spec), setting.xp, n
         )
-        timing = measure_budget(self.comm, calls, inputs, self.cfg.budget)
-        points = sweep_points(self.cfg, setting, plan, n, variants, timing)
+        return measure_budget(self.comm, calls, inputs, self.budget, self.reference)
+
+    def _typical(self, count: int) -> np.ndarray | None:
+        """The launch's typical reference: the median over its first ``count`` points."""
+        if count < MIN_STATES:
+            return None
+        return np.median(np.array([median for _, _, median in self.states[:count]]), axis=0)
+
+    def _state_of(self, plan: CollectivePlan, n: int, timing: BudgetTiming) -> str:
+        """NORMAL, or OUTLYING (and queued for re-measurement) when the point's reference
+        exceeds the launch's typical one so far. The reference is the maximum across
+        ranks, so every rank decides alike."""
+        median = np.median(timing.reference, axis=0)
+        typical = self._typical(len(self.states))
+        self.states.append((plan, n, median))
+        if typical is not None and outlying(median, typical):
+            self.outlying.append((plan, n))
+            return OUTLYING
+        return NORMAL
+
+    def _store(
+        self,
+        plan: CollectivePlan,
+        n: int,
+        variants: list[Variant],
+        timing: BudgetTiming,
+        state: str,
+    ) -> list[tuple[SweepPoint, int]]:
+        points = sweep_points(self.cfg, self.setting, plan, n, variants, timing, self.slot, state)
         on_rank0(self.comm, lambda: self.store.append(points))
-        self.report.point(points, time.perf_counter() - start)
+        self.report.point(points, time.perf_counter() - self._started)
         return list(zip(points, timing.wrong, strict=True))
 
 
@@ -206,28 +309,50 @@ def _job_entry(
     }
 
 
-def _sweep_one_count(world: MPI.Comm, job: Job) -> list[tuple[SweepPoint, int]]:
-    """Every pending point at this communicator's size; returns the failed candidates."""
-    cfg, setting, comm = job.cfg, job.setting, job.comm
+def _slots(cfg: SweepConfig, plans: list[CollectivePlan]) -> list[LaunchSlot]:
+    """The launches this job measures: the one the orchestrator gave it, or (a sweep run
+    --inside by hand) every isolation group in turn, the MPI library's first, so the
+    threads a later backend starts cannot slow the candidates measured before it."""
+    launch = cfg.launch or 1
+    if cfg.group is not None:
+        return [LaunchSlot(launch, cfg.group)]
+    return [LaunchSlot(launch, group) for group in isolation_groups(plans)]
+
+
+def _sweep_one_count(
+    world: MPI.Comm, comm: MPI.Comm, cfg: SweepConfig, setting: Setting, **shared: Any
+) -> list[tuple[SweepPoint, int]]:
+    """Every pending point at this communicator's size, in each of its launch slots;
+    returns the failed candidates."""
     topo = discover_topology(comm, cfg.ranks_per_node)
-    plans = plan_collectives(cfg, setting, topo.nprocs, topo.nodes, topo.ppn)
-    plan = job_plan(cfg, setting, topo.nprocs, plans, job.done)
+    every = plan_collectives(cfg, setting, topo.nprocs, topo.nodes, topo.ppn)
+    failures: list[tuple[SweepPoint, int]] = []
+    for slot in _slots(cfg, every):
+        job = Job(comm, cfg, setting, slot=slot, **shared)
+        failures += _sweep_launch(world, topo, job)
+    return failures
+
+
+def _sweep_launch(world: MPI.Comm, topo: Topology, job: Job) -> list[tuple[SweepPoint, int]]:
+    """Every pending point of one launch slot; returns the failed candidates."""
+    cfg, setting, comm, slot = job.cfg, job.setting, job.comm, job.slot
+    plans = plan_collectives(cfg, setting, topo.nprocs, topo.nodes, topo.ppn, slot.group)
+    plan = job_plan(cfg, setting, topo.nprocs, plans, job.done, slot)
     job.report.job(plan)
     if cfg.dry_run:
         return []
     meta, started = collect_metadata(topo), utc_now()
     entry = _job_entry(world, topo, meta, plan, started=started)
-    on_rank0(comm, lambda: runinfo.record_job(job.store, topo.nprocs, entry))
-    failures: list[tuple[SweepPoint, int]] = []
-    measured = 0
+    record = lambda entry: runinfo.record_job(job.store, topo.nprocs, entry, _slot_key(slot))  # noqa: E731
+    on_rank0(comm, lambda: record(entry))
+    results = []
     for cplan in plans:
         for n in cplan.counts:
-            results = job.measure(cplan, n)
-            measured += bool(results)
-            for point, wrong in results:
-                if wrong:
-                    job.report.failure(point, wrong)
-                    failures.append((point, wrong))
+            results.append(job.measure(cplan, n))
+    results.append(job.remeasure_outlying())
+    failures = [(point, wrong) for found in results for point, wrong in found if wrong]
+    for point, wrong in failures:
+        job.report.failure(point, wrong)
     entry = _job_entry(
         world,
         topo,
@@ -235,11 +360,17 @@ def _sweep_one_count(world: MPI.Comm, job: Job) -> list[tuple[SweepPoint, int]]:
         plan,
         started=started,
         finished=utc_now(),
-        points_measured=measured,
+        points_measured=sum(1 for found in results[:-1] if found),
+        points_remeasured=len(job.outlying),
         validation_failures=[{**_failure_key(p), "wrong_elements": wrong} for p, wrong in failures],
     )
-    on_rank0(comm, lambda: runinfo.record_job(job.store, topo.nprocs, entry))
+    on_rank0(comm, lambda: record(entry))
     return failures
+
+
+def _slot_key(slot: LaunchSlot) -> str:
+    """How the metadata names a launch: 'LAUNCH/GROUP'."""
+    return f"{slot.launch}/{slot.group}"
 
 
 def _failure_key(point: SweepPoint) -> dict[str, Any]:
@@ -325,7 +456,9 @@ def _sweep_counts(
         # Sub-communicators are not freed: bound algorithms may still hold them.
         if comm != MPI.COMM_NULL:
             try:
-                failures += _sweep_one_count(world, Job(comm, cfg, setting, store, done, report))
+                failures += _sweep_one_count(
+                    world, comm, cfg, setting, store=store, done=done, report=report
+                )
             except UsageError as exc:
                 if not exc.agreed:
                     raise
@@ -352,7 +485,11 @@ def run_plan_only(cfg: SweepConfig) -> int:
     setting = resolve_setting(cfg)
     done = finished_points(RunStore(cfg.output))
     for nprocs in cfg.nprocs:
-        plans = plan_collectives(cfg, setting, nprocs, *expected_layout(cfg, nprocs))
-        plan = job_plan(cfg, setting, nprocs, plans, done)
-        print(encode_event("plan", **asdict(plan)), flush=True)
+        layout = expected_layout(cfg, nprocs)
+        groups = isolation_groups(plan_collectives(cfg, setting, nprocs, *layout))
+        for launch in range(1, cfg.launches + 1):
+            for group in groups:
+                plans = plan_collectives(cfg, setting, nprocs, *layout, group)
+                plan = job_plan(cfg, setting, nprocs, plans, done, LaunchSlot(launch, group))
+                print(encode_event("plan", **asdict(plan)), flush=True)
     return 0

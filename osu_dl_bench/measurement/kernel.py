@@ -16,7 +16,8 @@ barrier, then the timer wraps only the call (``timed_round``). Two modes use tha
   rotated order (A B C, B C A, C A B, ...) until the budget is spent. This machine's speed
   alternates by up to 3x between two states: rounds expose every candidate to the same
   states, and the median over rounds ignores the minority state. A round's time is the
-  mean of its iterations' maxima across ranks (see store.SweepPoint).
+  mean of its iterations' maxima across ranks (see store.SweepPoint). Each round also
+  times a fixed reference (measurement.reference): the machine's state in that round.
 
 All candidates of a point share one set of buffers (the same pages for everyone, and
 memory that does not grow with the candidates); a check restores the inputs first.
@@ -37,6 +38,7 @@ from collectives.buffers import to_host
 from collectives.dtypes import ElementType
 from collectives.ops import ReduceOp
 from collectives.registry import CollectiveCall
+from osu_dl_bench.measurement.reference import ReferenceTimer
 from osu_dl_bench.measurement.schedule import (
     CALIBRATION_SHARE,
     MAX_ROUNDS,
@@ -334,22 +336,26 @@ def timed_rounds(
     inputs: Inputs,
     iterations: int,
     budget: float,
-) -> np.ndarray:
-    """times[round, candidate, iteration] in seconds, the maximum across ranks. Rounds go
-    on while the budget lasts (schedule.another_round); rank 0's clock decides, so every
-    rank stops after the same round."""
+    reference: ReferenceTimer,
+) -> tuple[np.ndarray, np.ndarray]:
+    """times[round, candidate, iteration] and the machine-state reference[round, (copy,
+    allreduce)], in seconds, the maximum across ranks. Each round starts with the
+    reference. Rounds go on while the budget lasts (schedule.another_round); rank 0's
+    clock decides, so every rank stops after the same round."""
     times = np.zeros((MAX_ROUNDS, len(calls), iterations))
+    state = np.zeros((MAX_ROUNDS, 2))
     roots = [inputs.shape.root] * iterations
     barrier, more = comm.Barrier, np.ones(1, dtype=np.int8)
     start, rounds = MPI.Wtime(), 0
     while more[0]:
+        state[rounds] = reference.sample()
         order = rotation(rounds, len(calls))
         timed_round(barrier, calls, order, inputs.bufs, inputs.op, roots, times[rounds])
         rounds += 1
         more[0] = another_round(rounds, MPI.Wtime() - start, budget)
         comm.Bcast(more, root=0)
-    # One reduction after the point, so the timed loop has no extra traffic.
-    return slowest_rank(comm, times[:rounds])
+    # Reductions after the point, so the timed loop has no extra traffic.
+    return slowest_rank(comm, times[:rounds]), slowest_rank(comm, state[:rounds])
 
 
 @dataclass(frozen=True)
@@ -359,13 +365,24 @@ class BudgetTiming:
     wrong: list[int]
     schedule: Schedule  # as run
     times: np.ndarray  # (rounds, candidates, iterations), seconds, max across ranks
+    reference: np.ndarray  # (rounds, 2): the machine state's copy and allreduce, seconds
+
+    def round_us(self) -> np.ndarray:
+        """round_us[candidate, round]: a round's time, the mean over its iterations."""
+        return self.times.mean(axis=2).T * 1e6
 
 
 def measure_budget(
-    comm: MPI.Comm, calls: Sequence[CollectiveCall], inputs: Inputs, budget: float
+    comm: MPI.Comm,
+    calls: Sequence[CollectiveCall],
+    inputs: Inputs,
+    budget: float,
+    reference: ReferenceTimer | None = None,
 ) -> BudgetTiming:
-    """Time-budget mode: check every candidate once (its warm-up), calibrate, time rounds."""
+    """Time-budget mode: check every candidate once (its warm-up), calibrate, time rounds
+    (each beside the machine-state reference)."""
     wrong = validate(comm, calls, inputs)
     iterations = calibrate(comm, calls, inputs, budget)
-    times = timed_rounds(comm, calls, inputs, iterations, budget)
-    return BudgetTiming(wrong, Schedule(len(times), iterations), times)
+    reference = reference or ReferenceTimer(comm)
+    times, state = timed_rounds(comm, calls, inputs, iterations, budget, reference)
+    return BudgetTiming(wrong, Schedule(len(times), iterations), times, state)

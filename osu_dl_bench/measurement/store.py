@@ -28,10 +28,11 @@ import math
 import os
 import socket
 import sys
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from osu_dl_bench.errors import UsageError
@@ -43,6 +44,11 @@ METADATA = "metadata.json"
 LOCK = "sweep.lock"
 # Lines named in the warning about dropped rows (the count covers them all).
 NAMED_LINES = 5
+
+
+# Isolation groups and machine states, as stored.
+LEGACY_GROUP = "shared"  # rows from before isolation: every backend in one process
+NORMAL, OUTLYING, REMEASURED = "normal", "outlying", "remeasured"
 
 
 @dataclass(frozen=True)
@@ -76,9 +82,19 @@ class SweepPoint:
     algbw_gbs: float
     busbw_gbs: float
     validation: str | None
+    # Columns added with launches (legacy files lack them; reading fills these defaults).
+    launch: int = 1  # the replica: launch k of every isolation group
+    group: str = LEGACY_GROUP  # the isolation group the launch measured
+    state: str = NORMAL  # the machine's state: NORMAL, OUTLYING or REMEASURED
+    round_us: str = ""  # per-round times, space-separated, round order: paired by round
+    ref_copy_us: str = ""  # per round: the reference memory copy (measurement.reference)
+    ref_allreduce_us: str = ""  # per round: the reference 8-byte allreduce
 
 
 SWEEP_FIELDS = tuple(f.name for f in fields(SweepPoint))
+# Columns a results file may lack (written before launches existed), with their values.
+OPTIONAL_FIELDS = {f.name: f.default for f in fields(SweepPoint) if f.default is not MISSING}
+REQUIRED_FIELDS = tuple(name for name in SWEEP_FIELDS if name not in OPTIONAL_FIELDS)
 POINT_KEY = (
     "nprocs",
     "nodes",
@@ -90,7 +106,21 @@ POINT_KEY = (
     "op",
     "device",
     "size_bytes",
+    "launch",
+    "group",
 )
+
+
+def round_values(text: object) -> np.ndarray:
+    """The numbers of a space-separated per-round cell ('' or NaN: none)."""
+    if not isinstance(text, str) or not text.strip():
+        return np.zeros(0)
+    return np.array([float(value) for value in text.split()])
+
+
+def format_rounds(values: np.ndarray) -> str:
+    """Per-round numbers as a results cell (three decimals, space-separated)."""
+    return " ".join(f"{value:.3f}" for value in values)
 
 
 # Columns a stored row cannot do without: its key and its statistics (op and validation
@@ -98,6 +128,8 @@ POINT_KEY = (
 TEXT_FIELDS = ("collective", "backend", "algorithm", "dtype", "device")
 NUMBER_FIELDS = tuple(f.name for f in fields(SweepPoint) if f.type in ("int", "float"))
 INT_FIELDS = tuple(f.name for f in fields(SweepPoint) if f.type == "int")
+# Per-round cells must stay text: one round's '12.5' would otherwise read as a number.
+TEXT_COLUMNS = {name: str for name, default in OPTIONAL_FIELDS.items() if default == ""}
 
 
 class StoreError(UsageError):
@@ -149,6 +181,18 @@ class RunStore:
                     os.fsync(handle.fileno())
         except OSError as exc:
             raise _write_error(self.results_path, exc) from None
+
+    def check_appendable(self) -> None:
+        """Refuse to resume a results file of the older layout (no launch columns): rows of
+        two layouts cannot share one CSV header."""
+        header = _header_of(self.results_path)
+        missing = [name for name in SWEEP_FIELDS if header and name not in header]
+        if missing:
+            raise UsageError(
+                f"{self.results_path} was written before launches were recorded (no "
+                f"{', '.join(missing)} columns): it can be read, tuned and compared, not "
+                "continued; sweep into a new directory"
+            )
 
     def read(self) -> tuple[pd.DataFrame, list[str]]:
         """All readable points so far (an empty frame with the columns if none), and a
@@ -283,6 +327,16 @@ def _empty() -> pd.DataFrame:
     return pd.DataFrame(columns=SWEEP_FIELDS)
 
 
+def _header_of(path: Path) -> list[str] | None:
+    """The first line's fields of an existing results file (None if it has none)."""
+    try:
+        with path.open(newline="") as handle:
+            first = handle.readline()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return _split_row(first) if first.endswith("\n") else None
+
+
 def _decode(path: Path, data: bytes) -> str:
     try:
         return data.decode()
@@ -316,10 +370,22 @@ def _parse_results(path: Path, text: str) -> tuple[pd.DataFrame, list[tuple[int,
     if cut:
         dropped.append((len(lines) + 1, "cut short"))
     # pandas types the whole rows as it always has; each is valid CSV on its own line.
-    frame = pd.read_csv(io.StringIO("\n".join(whole)))
+    frame = pd.read_csv(io.StringIO("\n".join(whole)), dtype=TEXT_COLUMNS)
+    frame = _with_optional_columns(frame)
     frame.index = pd.Index(numbers, dtype="int64")
     frame, incomplete = _typed(frame)
     return frame.reset_index(drop=True), sorted(dropped + incomplete)
+
+
+def _with_optional_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    """Columns a legacy file lacks, and empty cells of the optional ones, get their
+    defaults (launch 1, group 'shared', state 'normal', no per-round data)."""
+    for name, default in OPTIONAL_FIELDS.items():
+        if name not in frame.columns:
+            frame[name] = default
+        else:
+            frame[name] = frame[name].astype(object).where(frame[name].notna(), default)
+    return frame
 
 
 def _split_row(line: str) -> list[str] | None:
@@ -331,7 +397,7 @@ def _split_row(line: str) -> list[str] | None:
 
 
 def _check_header(path: Path, header: list[str]) -> None:
-    missing = set(SWEEP_FIELDS) - set(header)
+    missing = set(REQUIRED_FIELDS) - set(header)
     if missing:
         raise UsageError(
             f"{path} line 1: not a sweep results file, missing columns {', '.join(sorted(missing))}"

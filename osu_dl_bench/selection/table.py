@@ -20,6 +20,15 @@ Schema version 1 (full description with an example in docs/tuning-table.md)::
                              {"min_bytes": 65536, "max_bytes": null, "choice": ...}],
                   "points": [{"size_bytes": 8, "chosen": "native", ...}, ...]}]}
 
+A point is the evidence at one measured size: ``chosen`` (the range's choice) and its
+``median_us``/``q1_us``/``q3_us`` over all its rounds, ``native_median_us``, ``ratio`` (the
+chosen's time over clean native's, paired: selection.paired) with its 95% interval
+``ratio_low``..``ratio_high``, ``speedup`` = 1 / ratio, ``tie_set`` (the candidates the
+measurements cannot tell from the best, chosen first), ``launches`` and ``rounds`` behind
+the ratio, ``fastest`` (the lowest ratio), ``candidates`` and ``reason``. Tables written
+before launches lack ratio..rounds: every point field but size_bytes, chosen and
+median_us is optional.
+
 Ranges are half-open ``[min_bytes, max_bytes)``; the first starts at 0, each starts where
 the previous ends, and the last has ``max_bytes: null`` (open-ended). Loading checks the
 fields against the JSON Schema ``schemas/tuning-table.json``, then all of this and that every

@@ -1,14 +1,38 @@
 """From a sweep's run directory to a tuning table.
 
-Noise rule (the one the issue asks to pick and document): at each message size, a
-candidate replaces native only when its upper quartile lies below native's median,
-i.e. ``candidate.q3 < native.median``: in three rounds out of four the candidate beat
-native's typical round (the quartiles are over interleaved rounds, so the machine's speed
-swings widen both). The stricter ``q3 < native.q1`` kept native at sizes where, on
-oversubscribed runs, native's own spread is wide although it was 1.5-2x slower in a
-separate validation run. Among the candidates that pass, the lowest median
-wins; if none passes, native stays. Where native was not measured, the lowest median
-wins outright. Points that failed validation are never candidates.
+Noise rule (NOISE_RULE says it in one sentence; issue 14 asks for it): at each message
+size, every candidate's time is compared with clean native's, the MPI library's own
+algorithm measured in the "mpi" isolation group (native also runs in the launches of other
+backends, where their threads slow it down: those rows are never the reference). The
+comparison is paired (selection.paired): per round inside a launch for the candidates of
+native's group, per launch for other backends, pooled over the sweep's launches; the ratio
+is exp(median of the pooled log-ratios) and its 95% interval comes from a cluster bootstrap
+over launches, then rounds. Native's own ratio is 1, [1, 1].
+
+- The best is the lowest ratio. The tie set is every candidate whose interval reaches the
+  best's (``low <= best.high``). Where native is not in it, only the members whose whole
+  interval lies below 1 stay: a candidate replaces native only where it is faster beyond
+  the noise.
+- The chosen member, by a stable rule: native if it is tied, else the simplest variant
+  (backend "mpi" before others, then fewer parameters off their defaults, then fewer
+  parameters), then the lower ratio. A choice that moves between equals from one run to
+  the next is noise; the stable rule keeps two runs' tables the same.
+- Hysteresis: walking the sizes upward, a size joins the current range while the
+  intersection of the range's tie sets with its own stays non-empty; the range's choice is
+  the stable rule over that intersection (the lower mean log-ratio over the range's sizes
+  breaks the last tie). Neighbouring sizes thus keep one choice unless the measurements
+  tell them apart. So a candidate may take a size where it is only tied with native when
+  a neighbouring size of its range shows it faster beyond the noise: no measurement tells
+  it from native there, and the boundary between them stops flipping between runs.
+- Legacy rows (no per-round times) read the old rule as an interval: ratio = median /
+  native's median, interval = (q1, q3) / native's median, so "q3 below native's median"
+  is "interval below 1".
+
+Without a native measurement the candidate with the lowest median is the reference and
+the stable rule picks from the tie set around the best. Points that failed validation
+(in any launch) are never candidates; twins (collectives.distinct_variants) count as one;
+of the rows of one (point, algorithm, group, launch) the last is used (a point measured in
+an outlying machine state is re-measured in the same launch: the later row supersedes it).
 
 Each measured size starts the range of its choice; adjacent sizes with the same choice
 are merged, the first range starts at 0 and the last is open-ended, so a size between
@@ -20,19 +44,29 @@ from __future__ import annotations
 import math
 import os
 import platform
+import statistics
 import sys
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from collectives import lookup
 from collectives.registry import parse_variant, twin_representatives
+from collectives.units import format_size
 from osu_dl_bench import __version__
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.measurement.store import RunStore
+from osu_dl_bench.measurement.store import POINT_KEY, RunStore, round_values
 from osu_dl_bench.runtime import utc_now
+from osu_dl_bench.selection.paired import (
+    Ratio,
+    Series,
+    identity,
+    launch_of,
+    paired_ratio,
+)
 from osu_dl_bench.selection.table import (
     Choice,
     Entry,
@@ -43,76 +77,54 @@ from osu_dl_bench.selection.table import (
 )
 
 NOISE_RULE = (
-    "a candidate replaces native at a size only if its q3 is below native's median "
-    "(over interleaved rounds it beat native's typical round at least 3 times in 4); "
-    "among those the "
-    "lowest median wins; without a native measurement the lowest median wins"
+    "each candidate's time is divided by clean native's (native of the mpi isolation "
+    "group), paired per round within a launch or, for other backends, per launch, pooled "
+    "over the launches: ratio = exp(median log-ratio), 95% interval by a cluster bootstrap "
+    "(launches, then rounds; 2000 resamples, seeded by the point); the tie set is every "
+    "candidate whose interval reaches the lowest ratio's, and a candidate replaces native "
+    "only where its interval lies below 1; the choice is native if tied, else the simplest "
+    "variant (backend mpi first, then fewer non-default parameters, then fewer parameters), "
+    "then the lower ratio; neighbouring sizes whose tie sets intersect share one choice; "
+    "rows without per-round times: interval = (q1, q3) / native's median; without native "
+    "the lowest median is the reference"
 )
 KEY_COLUMNS = ["collective", "device", "nodes", "ppn", "nprocs"]
+# One candidate at one point, over every launch and group (POINT_KEY less those two).
+CANDIDATE_KEY = [name for name in POINT_KEY if name not in ("launch", "group")]
+# Groups whose native is clean, best first: the MPI group, or everything in one process.
+CLEAN_GROUPS = ("mpi", "shared")
 
 
-@dataclass(frozen=True)
-class Measured:
-    """One candidate's statistics at one size (microseconds)."""
-
-    choice: Choice
-    median_us: float
-    q1_us: float
-    q3_us: float
-
-    @property
-    def label(self) -> str:
-        """The variant label."""
-        return self.choice.label
+# --- rows ---------------------------------------------------------------------------------
 
 
-def beats_native(candidate: Measured, native: Measured) -> bool:
-    """The noise rule: the candidate's q3 below native's median."""
-    return candidate.q3_us < native.median_us
+def usable_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows decisions use: the last of each (point, algorithm, group, launch), and no
+    row of a (point, algorithm) that failed validation in any launch."""
+    frame = frame.drop_duplicates(list(POINT_KEY), keep="last")
+    failed = (frame["validation"].fillna("") == "fail").rename("failed")
+    # dropna=False: bcast has no op, and its rows must group too.
+    spoilt = failed.groupby([frame[name] for name in CANDIDATE_KEY], dropna=False)
+    return frame[~spoilt.transform("any")]
 
 
-def decide(candidates: list[Measured]) -> tuple[Measured, str]:
-    """The choice at one size and the reason, by the noise rule."""
-    native = next((c for c in candidates if c.choice.is_native), None)
-    if native is None:
-        best = min(candidates, key=lambda c: c.median_us)
-        return best, "no native measurement: lowest median"
-    winners = [c for c in candidates if not c.choice.is_native and beats_native(c, native)]
-    if not winners:
-        return native, "no candidate beats native beyond the spread"
-    best = min(winners, key=lambda c: c.median_us)
-    return best, f"q3 {best.q3_us:.2f} < native median {native.median_us:.2f}"
+def _most_common(series: pd.Series) -> Any:
+    values = series.dropna()
+    return None if values.empty else values.value_counts().index[0]
 
 
-def _point(size: int, candidates: list[Measured]) -> tuple[Choice, dict[str, Any]]:
-    chosen, reason = decide(candidates)
-    native = next((c for c in candidates if c.choice.is_native), None)
-    fastest = min(candidates, key=lambda c: c.median_us)
-    point = {
-        "size_bytes": size,
-        "chosen": chosen.label,
-        "backend": chosen.choice.backend,
-        "median_us": round(chosen.median_us, 3),
-        "q1_us": round(chosen.q1_us, 3),
-        "q3_us": round(chosen.q3_us, 3),
-        "native_median_us": None if native is None else round(native.median_us, 3),
-        "speedup": None if native is None else round(native.median_us / chosen.median_us, 4),
-        "fastest": fastest.label,
-        "fastest_median_us": round(fastest.median_us, 3),
-        "candidates": len(candidates),
-        "reason": reason,
-    }
-    return chosen.choice, point
-
-
-def merge_ranges(choices: list[tuple[int, Choice]]) -> tuple[SizeRange, ...]:
-    """Per-size choices (sorted by size) -> contiguous ranges from 0, equal neighbours merged."""
-    starts: list[tuple[int, Choice]] = []
-    for size, choice in choices:
-        if not starts or starts[-1][1] != choice:
-            starts.append((0 if not starts else size, choice))
-    ends = [start for start, _ in starts[1:]] + [None]
-    return tuple(SizeRange(lo, hi, c) for (lo, c), hi in zip(starts, ends, strict=True))
+def select_rows(frame: pd.DataFrame, dtype: str | None, op: str | None) -> tuple:
+    """Rows of one dtype and op (default: the most common), validated ones only."""
+    if frame.empty:
+        raise UsageError("the run directory has no results yet")
+    dtype = dtype or _most_common(frame["dtype"])
+    op = op or _most_common(frame["op"])
+    keep = (frame["dtype"] == dtype) & (frame["op"].isna() | (frame["op"] == op))
+    keep &= frame["validation"].fillna("") != "fail"
+    rows = frame[keep]
+    if rows.empty:
+        raise UsageError(f"no validated results with dtype {dtype} and op {op}")
+    return rows, dtype, op
 
 
 def _choices_by_label(collective: str, labels: Iterable[str], warn: list[str]) -> dict:
@@ -142,58 +154,357 @@ def without_twins(collective: str, at_size: pd.DataFrame) -> pd.DataFrame:
     return at_size[[kept[label] == label for label in at_size["algorithm"]]]
 
 
-def _entry(key: EntryKey, rows: pd.DataFrame, warn: list[str]) -> Entry | None:
-    choices = _choices_by_label(key.collective, rows["algorithm"], warn)
-    per_size, points = [], []
-    for size, at_size in rows.groupby("size_bytes", sort=True):
-        at_size = without_twins(key.collective, at_size.drop_duplicates("algorithm", keep="last"))
-        candidates = [
-            Measured(choices[r.algorithm], float(r.median_us), float(r.q1_us), float(r.q3_us))
-            for r in at_size.itertuples()
-            if r.algorithm in choices
-        ]
-        if candidates:
-            choice, point = _point(int(size), candidates)
-            per_size.append((int(size), choice))
-            points.append(point)
-    if not per_size:
+# --- one point ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One candidate at one point: what it runs, its measurements, its ratio to the
+    point's reference (clean native when measured)."""
+
+    choice: Choice
+    series: Series
+    ratio: Ratio
+
+    @property
+    def label(self) -> str:
+        """The variant label."""
+        return self.choice.label
+
+
+@dataclass(frozen=True)
+class PointDecision:
+    """What the tuner decided at one measured size of one entry, and the evidence."""
+
+    key: EntryKey
+    size: int
+    count: int
+    candidates: Mapping[str, Candidate]  # label -> candidate, twins removed
+    reference: str | None  # 'native' when measured, else None
+    best: str  # the lowest ratio
+    tie_set: tuple[str, ...]  # in the stable rule's order: its own pick first
+    chosen: str  # after hysteresis: the range's choice, a member of tie_set
+
+    @property
+    def native(self) -> Candidate | None:
+        """Clean native, when measured."""
+        return None if self.reference is None else self.candidates[self.reference]
+
+    def twin_of(self, label: str) -> str:
+        """The candidate that runs the same code as ``label`` here (``label`` if none)."""
+        itemsize = self.size // self.count if self.count else 1
+        labels = [*self.candidates, label]
+        kept = twin_representatives(
+            self.key.collective, labels, self.key.nprocs, self.count, itemsize
+        )
+        return kept[label]
+
+    def ratio_between(self, label: str, other: str) -> Ratio | None:
+        """time(label) / time(other) here, paired as the decisions are (None: not measured
+        or no launch to pair)."""
+        mine, theirs = self.candidates.get(label), self.candidates.get(other)
+        if mine is None or theirs is None:
+            return None
+        return paired_ratio(mine.series, theirs.series, *self._seed(label, other))
+
+    def _seed(self, label: str, other: str) -> tuple:
+        return (self.key, self.size, label, other)
+
+
+def _series(rows: pd.DataFrame) -> Series:
+    """One candidate's rows at one point (one per launch) as paired.Series."""
+    launches = tuple(
+        launch_of(
+            int(r.launch),
+            round_values(str(r.round_us)),
+            r.median_us,
+            r.q1_us,
+            r.q3_us,
+            int(r.rounds),
+        )
+        for r in rows.sort_values("launch").itertuples()
+    )
+    return Series(str(rows["group"].iloc[-1]), launches)
+
+
+def _reference_group(at_size: pd.DataFrame) -> str | None:
+    """The isolation group whose native is clean: 'mpi', else 'shared', else any."""
+    groups = set(at_size.loc[at_size["algorithm"] == "native", "group"])
+    if not groups:
         return None
-    measured = (per_size[0][0], per_size[-1][0])
-    return Entry(key, merge_ranges(per_size), measured, tuple(points))
+    return next((g for g in CLEAN_GROUPS if g in groups), min(groups))
 
 
-def _most_common(series: pd.Series) -> Any:
-    values = series.dropna()
-    return None if values.empty else values.value_counts().index[0]
+def _measurements(at_size: pd.DataFrame, choices: Mapping[str, Choice]) -> dict[str, Series]:
+    """label -> Series for the registered candidates of one point; native from its clean
+    group only (in other backends' launches it ran beside their threads)."""
+    clean = _reference_group(at_size)
+    contaminated = (at_size["algorithm"] == "native") & (at_size["group"] != clean)
+    rows = at_size[~contaminated]
+    return {
+        str(label): _series(group)
+        for label, group in rows.groupby("algorithm", sort=True)
+        if label in choices
+    }
 
 
-def select_rows(frame: pd.DataFrame, dtype: str | None, op: str | None) -> tuple:
-    """Rows of one dtype and op (default: the most common), validated ones only."""
-    if frame.empty:
-        raise UsageError("the run directory has no results yet")
-    dtype = dtype or _most_common(frame["dtype"])
-    op = op or _most_common(frame["op"])
-    keep = (frame["dtype"] == dtype) & (frame["op"].isna() | (frame["op"] == op))
-    keep &= frame["validation"].fillna("") != "fail"
-    rows = frame[keep]
-    if rows.empty:
-        raise UsageError(f"no validated results with dtype {dtype} and op {op}")
-    return rows, dtype, op
+def _reference_label(series: Mapping[str, Series]) -> str:
+    """Native if measured, else the lowest median (name order breaks ties)."""
+    if "native" in series:
+        return "native"
+    return min(series, key=lambda label: (series[label].quartiles_us()[1], label))
+
+
+def _ratios(key: EntryKey, size: int, series: Mapping[str, Series], ref: str, warn: list[str]):
+    """label -> Ratio to the reference; a candidate that shares no launch with it is left
+    out with a warning."""
+    ratios = {}
+    for label, measured in series.items():
+        if label == ref:
+            ratios[label] = identity(measured)
+            continue
+        ratio = paired_ratio(measured, series[ref], key, size, label, ref)
+        if ratio is None:
+            warn.append(
+                f"{key} at {format_size(size)}: {label} left out: no launch shared with {ref}"
+            )
+        else:
+            ratios[label] = ratio
+    return ratios
+
+
+def simplicity(collective: str, choice: Choice) -> tuple[bool, bool, int, int]:
+    """The stable rule's order (smaller is simpler): native, backend mpi, parameters off
+    their defaults, parameters."""
+    defaults = lookup(collective, choice.algorithm).defaults
+    changed = sum(1 for name, value in choice.params if defaults.get(name) != value)
+    return (not choice.is_native, choice.backend != "mpi", changed, len(choice.params))
+
+
+def stable_order(
+    collective: str, labels: Iterable[str], choices: Mapping[str, Choice], score: Callable
+) -> list[str]:
+    """``labels`` by the stable rule: simplest first, then the lower ``score(label)``."""
+    return sorted(
+        labels, key=lambda label: (*simplicity(collective, choices[label]), score(label), label)
+    )
+
+
+def tie_set(candidates: Mapping[str, Candidate], native: bool) -> list[str]:
+    """The candidates whose interval reaches the best's; without native among them, only
+    those whose interval lies below 1 (with a native reference)."""
+    best = min(candidates.values(), key=lambda c: (c.ratio.ratio, c.label))
+    ties = [c.label for c in candidates.values() if c.ratio.low <= best.ratio.high]
+    if native and "native" not in ties:
+        ties = [label for label in ties if candidates[label].ratio.below_one]
+    return ties
+
+
+def decide_point(
+    key: EntryKey, at_size: pd.DataFrame, choices: Mapping[str, Choice], warn: list[str]
+) -> PointDecision | None:
+    """The decision at one size from its usable rows (None: no registered candidate)."""
+    size = int(at_size["size_bytes"].iloc[0])
+    series = _measurements(without_twins(key.collective, at_size), choices)
+    if not series:
+        return None
+    ref = _reference_label(series)
+    ratios = _ratios(key, size, series, ref, warn)
+    candidates = {label: Candidate(choices[label], series[label], r) for label, r in ratios.items()}
+    count = int(at_size["count"].iloc[0])
+    return decide_candidates(key, size, count, candidates, "native" if ref == "native" else None)
+
+
+def decide_candidates(
+    key: EntryKey,
+    size: int,
+    count: int,
+    candidates: Mapping[str, Candidate],
+    reference: str | None,
+) -> PointDecision:
+    """The best, the tie set and the stable rule's pick among candidates whose ratios to
+    the reference are known (``reference``: 'native', or None without native)."""
+    best = min(candidates.values(), key=lambda c: (c.ratio.ratio, c.label)).label
+    ties = stable_order(
+        key.collective,
+        tie_set(candidates, reference is not None),
+        {label: c.choice for label, c in candidates.items()},
+        lambda label: candidates[label].ratio.ratio,
+    )
+    return PointDecision(key, size, count, dict(candidates), reference, best, tuple(ties), ties[0])
+
+
+# --- sizes into ranges --------------------------------------------------------------------
+
+
+def hysteresis(points: list[PointDecision]) -> list[PointDecision]:
+    """The points (by size) with ``chosen`` set to their range's choice: a size joins the
+    range while the range's tie sets still share a member with its own."""
+    ranges: list[tuple[list[PointDecision], set[str]]] = []
+    for point in points:
+        ties = set(point.tie_set)
+        if ranges and ranges[-1][1] & ties:
+            ranges[-1][0].append(point)
+            ranges[-1] = (ranges[-1][0], ranges[-1][1] & ties)
+        else:
+            ranges.append(([point], ties))
+    decided = []
+    for members, common in ranges:
+        choice = _range_choice(members, common)
+        decided += [replace(p, chosen=choice, tie_set=_first(p.tie_set, choice)) for p in members]
+    return decided
+
+
+def _range_choice(members: list[PointDecision], common: set[str]) -> str:
+    """The stable rule over the range's common tie set; the mean log-ratio over its sizes
+    breaks the last tie."""
+    first = members[0]
+    choices = {label: first.candidates[label].choice for label in common}
+
+    def mean_log_ratio(label: str) -> float:
+        return statistics.fmean(p.candidates[label].ratio.log_ratio for p in members)
+
+    return stable_order(first.key.collective, common, choices, mean_log_ratio)[0]
+
+
+def _first(labels: tuple[str, ...], chosen: str) -> tuple[str, ...]:
+    """``labels`` with ``chosen`` moved to the front."""
+    return (chosen, *(label for label in labels if label != chosen))
+
+
+def merge_ranges(choices: list[tuple[int, Choice]]) -> tuple[SizeRange, ...]:
+    """Per-size choices (sorted by size) -> contiguous ranges from 0, equal neighbours merged."""
+    starts: list[tuple[int, Choice]] = []
+    for size, choice in choices:
+        if not starts or starts[-1][1] != choice:
+            starts.append((0 if not starts else size, choice))
+    ends = [start for start, _ in starts[1:]] + [None]
+    return tuple(SizeRange(lo, hi, c) for (lo, c), hi in zip(starts, ends, strict=True))
+
+
+# --- the table ----------------------------------------------------------------------------
+
+
+def _rounded(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _interval_text(ratio: Ratio) -> str:
+    return f"{ratio.ratio:.2f}x native, 95% CI {ratio.low:.2f}-{ratio.high:.2f}"
+
+
+def _reason(point: PointDecision) -> str:
+    """Why the point's choice, in words."""
+    chosen, best = point.candidates[point.chosen], point.candidates[point.best]
+    if point.native is None:
+        text = "no native measurement: the stable rule over the tie set around the lowest ratio"
+    elif chosen.choice.is_native and best.choice.is_native:
+        text = "native is the fastest"
+    elif chosen.choice.is_native:
+        text = f"{best.label} {_interval_text(best.ratio)} reaches 1: native kept"
+    else:
+        text = f"{_interval_text(chosen.ratio)}: below 1"
+    if len(point.tie_set) > 1:
+        text += f"; tie set of {len(point.tie_set)}"
+    if point.chosen != _own_pick(point):
+        text += "; the choice of the neighbouring sizes whose tie sets it shares"
+    return text
+
+
+def _own_pick(point: PointDecision) -> str:
+    """The stable rule's pick at this size alone."""
+    choices = {label: c.choice for label, c in point.candidates.items()}
+    score = lambda label: point.candidates[label].ratio.ratio  # noqa: E731
+    return stable_order(point.key.collective, point.tie_set, choices, score)[0]
+
+
+def point_record(point: PointDecision) -> dict[str, Any]:
+    """The table's point: the choice, its ratio to native with the interval, the tie set."""
+    chosen, best, native = (
+        point.candidates[point.chosen],
+        point.candidates[point.best],
+        point.native,
+    )
+    q1, median, q3 = chosen.series.quartiles_us()
+    evidence = chosen.ratio if native is not None else identity(chosen.series)
+    ratio = chosen.ratio if native is not None else None
+    return {
+        "size_bytes": point.size,
+        "chosen": point.chosen,
+        "backend": chosen.choice.backend,
+        "median_us": round(median, 3),
+        "q1_us": round(q1, 3),
+        "q3_us": round(q3, 3),
+        "native_median_us": None if native is None else _rounded(native.series.quartiles_us()[1]),
+        "speedup": None if ratio is None else round(1 / ratio.ratio, 4),
+        "ratio": None if ratio is None else round(ratio.ratio, 4),
+        "ratio_low": None if ratio is None else round(ratio.low, 4),
+        "ratio_high": None if ratio is None else round(ratio.high, 4),
+        "tie_set": list(point.tie_set),
+        "launches": evidence.launches,
+        "rounds": evidence.rounds,
+        "fastest": best.label,
+        "fastest_median_us": round(best.series.quartiles_us()[1], 3),
+        "candidates": len(point.candidates),
+        "reason": _reason(point),
+    }
+
+
+def entry_decisions(key: EntryKey, rows: pd.DataFrame, warn: list[str]) -> list[PointDecision]:
+    """The decisions of one entry's usable rows, size by size, hysteresis applied."""
+    choices = _choices_by_label(key.collective, rows["algorithm"], warn)
+    points = []
+    for _, at_size in rows.groupby("size_bytes", sort=True):
+        point = decide_point(key, at_size, choices, warn)
+        if point is not None:
+            points.append(point)
+    return hysteresis(points)
+
+
+def _entry_groups(frame: pd.DataFrame) -> Iterable[tuple[EntryKey, pd.DataFrame]]:
+    for values, rows in frame.groupby(KEY_COLUMNS, sort=True):
+        collective, device, nodes, ppn, nprocs = values
+        yield EntryKey(str(collective), str(device), int(nodes), int(ppn), int(nprocs)), rows
 
 
 def build_entries(frame: pd.DataFrame, warn: list[str]) -> tuple[Entry, ...]:
     """One entry per (collective, device, nodes, ppn, nprocs) group of the results."""
     entries = []
-    for values, rows in frame.groupby(KEY_COLUMNS, sort=True):
-        collective, device, nodes, ppn, nprocs = values
-        key = EntryKey(str(collective), str(device), int(nodes), int(ppn), int(nprocs))
-        entry = _entry(key, rows, warn)
-        if entry is not None:
-            entries.append(entry)
+    for key, rows in _entry_groups(usable_rows(frame)):
+        points = entry_decisions(key, rows, warn)
+        if not points:
+            continue
+        per_size = [(p.size, p.candidates[p.chosen].choice) for p in points]
+        measured = (points[0].size, points[-1].size)
+        records = tuple(point_record(p) for p in points)
+        entries.append(Entry(key, merge_ranges(per_size), measured, records))
     return tuple(entries)
 
 
-def _first(metadata: dict[str, Any], *names: str) -> Any:
+def _read_run(run_dir: str | os.PathLike) -> tuple[RunStore, pd.DataFrame, list[str]]:
+    store = RunStore(run_dir)
+    if not store.results_path.exists():
+        raise UsageError(f"{run_dir}: no {store.results_path.name}: not a sweep run directory")
+    # Rows a full disk cut short, or of the wrong shape, are left out with a warning.
+    frame, warn = store.read()
+    return store, frame, warn
+
+
+def run_decisions(
+    run_dir: str | os.PathLike, dtype: str | None = None, op: str | None = None
+) -> tuple[dict[tuple[EntryKey, int], PointDecision], list[str]]:
+    """Every point's decision in a run directory, keyed by (entry key, size), as ``tune``
+    takes them; and warnings about what was left out."""
+    _, frame, warn = _read_run(run_dir)
+    rows, _, _ = select_rows(usable_rows(frame), dtype, op)
+    decisions = {}
+    for key, group in _entry_groups(rows):
+        for point in entry_decisions(key, group, warn):
+            decisions[(key, point.size)] = point
+    return decisions, warn
+
+
+def _first_found(metadata: dict[str, Any], *names: str) -> Any:
     """The first of ``names`` found at the top level or in any job entry."""
     for name in names:
         if metadata.get(name) not in (None, "", []):
@@ -210,12 +521,12 @@ def provenance(run_dir: Path, metadata: dict[str, Any]) -> dict[str, Any]:
     return {
         "run_dir": str(run_dir.resolve()),
         "run": {
-            "mpi_library": _first(metadata, "mpi_library"),
-            "mpi_version": _first(metadata, "mpi_version"),
-            "hosts": _first(metadata, "hosts", "hostnames"),
-            "date": _first(metadata, "date", "timestamp", "started"),
-            "package_version": _first(metadata, "package_version"),
-            "command": _first(metadata, "command"),
+            "mpi_library": _first_found(metadata, "mpi_library"),
+            "mpi_version": _first_found(metadata, "mpi_version"),
+            "hosts": _first_found(metadata, "hosts", "hostnames"),
+            "date": _first_found(metadata, "date", "timestamp", "started"),
+            "package_version": _first_found(metadata, "package_version"),
+            "command": _first_found(metadata, "command"),
         },
         "run_metadata": metadata,
         "tuned_by": {
@@ -235,12 +546,8 @@ def build_table(
     op: str | None = None,
 ) -> tuple[TuningTable, list[str]]:
     """The tuning table of a run directory, and warnings about what was left out."""
-    store = RunStore(run_dir)
-    if not store.results_path.exists():
-        raise UsageError(f"{run_dir}: no {store.results_path.name}: not a sweep run directory")
-    # Rows a full disk cut short, or of the wrong shape, are left out with a warning.
-    frame, warn = store.read()
-    rows, dtype, op = select_rows(frame, dtype, op)
+    store, frame, warn = _read_run(run_dir)
+    rows, dtype, op = select_rows(usable_rows(frame), dtype, op)
     entries = build_entries(rows, warn)
     if not entries:
         raise UsageError(f"{run_dir}: no result names a registered algorithm")

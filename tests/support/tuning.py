@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +18,10 @@ import numpy as np
 from collectives import SPECS, Algorithm, algorithms
 from collectives import registry as _registry
 from collectives.registry import parse_variant
-from osu_dl_bench.measurement.store import RunStore, SweepPoint
+from osu_dl_bench.measurement.store import RunStore, SweepPoint, format_rounds
+from osu_dl_bench.selection.paired import Ratio, Series
 from osu_dl_bench.selection.table import Choice, Entry, EntryKey, SizeRange, TuningTable
+from osu_dl_bench.selection.tune import Candidate, decide_candidates
 
 # Algorithms the tests name; registered by other modules of the project. A stand-in (the
 # native factory, no parameters) fills in for any that a checkout does not have yet.
@@ -173,3 +176,73 @@ def make_entry(nprocs, spans, collective="allreduce", nodes=1, ppn=None, measure
 def make_table(*entries):
     """An in-memory table of these entries."""
     return TuningTable(tuple(entries), {"schema_version": 1}, "mem.json")
+
+
+# --- multi-launch sweeps (sweep --launches K): per-round times, isolation groups ----------
+
+
+def machine_states(launches: int = 3, rounds: int = 20, base: float = 100.0, seed: int = 0):
+    """Per launch, one reference candidate's round times (us) on a machine whose speed
+    moves between launches (x1, x1.6, x0.8, ...) and from round to round (10%): what every
+    candidate of the launch's group shares, round by round."""
+    rng = np.random.default_rng(seed)
+    states = [1.0, 1.6, 0.8, 1.3, 0.9][:launches] + [1.0] * max(0, launches - 5)
+    return [base * state * rng.lognormal(0.0, 0.1, rounds) for state in states]
+
+
+def scaled(states, factors, jitter: float = 0.005, seed: int = 1):
+    """The rounds of a candidate that takes ``factors[k]`` (or one factor) times the
+    shared state in launch k, with its own small jitter."""
+    rng = np.random.default_rng(seed)
+    if isinstance(factors, (int, float)):
+        factors = [factors] * len(states)
+    return [
+        s * f * rng.lognormal(0.0, jitter, len(s)) for s, f in zip(states, factors, strict=True)
+    ]
+
+
+def launch_rows(
+    collective: str,
+    name: str,
+    size: int,
+    launches,
+    group: str | None = None,
+    nprocs: int = 2,
+    validation: str | None = "pass",
+    state: str = "normal",
+) -> list[SweepPoint]:
+    """One candidate's rows of a multi-launch sweep, one per launch (1, 2, ...): its
+    per-round times and the statistics over them, in its backend's isolation group."""
+    rows = []
+    for number, rounds in enumerate(launches, start=1):
+        values = np.asarray(rounds, dtype=float)
+        q1, median, q3 = (float(v) for v in np.percentile(values, [25, 50, 75]))
+        base = point(collective, name, size, median, q3 - q1, nprocs, validation=validation)
+        rows.append(
+            replace(
+                base,
+                q1_us=q1,
+                q3_us=q3,
+                min_us=float(values.min()),
+                max_us=float(values.max()),
+                rounds=values.size,
+                launch=number,
+                group=group or base.backend,
+                state=state,
+                round_us=format_rounds(values),
+            )
+        )
+    return rows
+
+
+def decision(size: int, ratios: dict, collective: str = "allreduce", nprocs: int = 2):
+    """A point's decision from hand-made ratios to native: {label: (ratio, low, high)}
+    ('native' is 1, [1, 1] whether named or not); labels as the sweep writes them."""
+    ratios = {"native": (1.0, 1.0, 1.0), **ratios}
+    candidates = {}
+    for name, values in ratios.items():
+        choice = Choice.of(parse_variant(collective, name))
+        ratio = Ratio(*values, launches=3, rounds=60)
+        candidates[choice.label] = Candidate(choice, Series("mpi", ()), ratio)
+    key = EntryKey(collective, "cpu", 1, nprocs, nprocs)
+    return decide_candidates(key, size, max(size // 4, 1), candidates, "native")

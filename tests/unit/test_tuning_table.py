@@ -1,33 +1,42 @@
 """Building tuning tables from synthetic run directories, and validating table files."""
 
+from dataclasses import replace
+
+import numpy as np
 import pytest
 from support.tuning import (
+    decision,
     label,
+    launch_rows,
+    machine_states,
     point,
+    scaled,
     write_run,
 )
 
 from collectives import algorithms
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.measurement.store import format_rounds
 from osu_dl_bench.selection import TableError, build_table, load_table
 from osu_dl_bench.selection.table import Choice
-from osu_dl_bench.selection.tune import Measured, beats_native, decide, merge_ranges
+from osu_dl_bench.selection.tune import hysteresis, merge_ranges
 
 pytestmark = pytest.mark.usefixtures("registered")
 
 
 def _crafted(tmp_path):
-    """Four sizes where the noise rule, the best median and validation decide."""
+    """Four sizes of legacy rows (no per-round times) where the interval (q1, q3) / native's
+    median, the tie set and validation decide."""
     pts = [
         # 8 B: recursive_doubling's median is lower, but its q3 is above native's median.
         point("allreduce", "native", 8, 10.0, 2.0),
         point("allreduce", "recursive_doubling", 8, 9.5, 2.0),
-        # 1 KiB: recursive_doubling beats the spread; ring's median is lower still, but its
-        # wide spread reaches above native's median.
+        # 1 KiB: recursive_doubling beats the spread, but ring's median is lower still and
+        # its wide spread reaches above native's median: native is tied with the best.
         point("allreduce", "native", 1024, 20.0, 2.0),
         point("allreduce", "recursive_doubling", 1024, 17.0, 2.0),
         point("allreduce", "ring", 1024, 16.5, 8.0),
-        # 64 KiB: two winners, the lower median is chosen.
+        # 64 KiB: two below native, apart from each other: the lower ratio is chosen.
         point("allreduce", "native", 65536, 100.0, 4.0),
         point("allreduce", "ring", 65536, 60.0, 4.0),
         point("allreduce", "rabenseifner", 65536, 70.0, 4.0),
@@ -39,7 +48,7 @@ def _crafted(tmp_path):
     return write_run(tmp_path / "run", pts)
 
 
-def test_noise_rule_validation_and_merging(tmp_path):
+def test_legacy_rows_decide_by_their_quartiles_ties_and_validation(tmp_path):
     table, warnings = build_table(_crafted(tmp_path), "crafted")
     assert warnings == []
     (entry,) = table.entries
@@ -50,28 +59,32 @@ def test_noise_rule_validation_and_merging(tmp_path):
         4,
     )
     spans = [(r.min_bytes, r.max_bytes, r.choice.label) for r in entry.ranges]
-    assert spans == [
-        (0, 1024, "native"),
-        (1024, 65536, label("allreduce", "recursive_doubling")),
-        (65536, None, label("allreduce", "ring")),  # 64 KiB and 1 MiB merged
-    ]
+    ring = label("allreduce", "ring")
+    assert spans == [(0, 65536, "native"), (65536, None, ring)]  # 64 KiB and 1 MiB merged
     by_size = {p["size_bytes"]: p for p in entry.points}
     assert by_size[8]["fastest"] == label("allreduce", "recursive_doubling")
     assert by_size[8]["chosen"] == "native" and by_size[8]["speedup"] == 1.0
+    assert by_size[8]["tie_set"] == ["native", "recursive_doubling"]
+    assert by_size[1024]["tie_set"] == ["native", "recursive_doubling", ring]
     assert by_size[65536]["speedup"] == pytest.approx(100 / 60, rel=1e-3)
+    assert (by_size[65536]["ratio_low"], by_size[65536]["ratio_high"]) == (0.58, 0.62)
+    assert by_size[65536]["tie_set"] == [ring]
     assert entry.measured_bytes == (8, 1 << 20)
 
 
-def test_beats_native_is_strict_and_decide_prefers_lowest_median_among_winners():
-    native = Measured(Choice("mpi", "native"), 10.0, 9.0, 11.0)
-    touching = Measured(Choice("mpi", "ring"), 8.0, 7.0, 10.0)
-    assert not beats_native(touching, native)  # q3 == native median: within the noise
-    fast_wide = Measured(Choice("mpi", "ring"), 5.0, 1.0, 10.5)
-    slower_tight = Measured(Choice("mpi", "rabenseifner"), 7.0, 6.5, 7.5)
-    chosen, reason = decide([native, fast_wide, slower_tight])
-    assert chosen is slower_tight and "q3 7.50 < native median 10.00" in reason
-    alone, why = decide([fast_wide, slower_tight])
-    assert alone is fast_wide and "no native" in why
+def test_legacy_rows_give_the_old_rules_decision(tmp_path):
+    """Where one candidate's q3 is below native's median the old rule took it, and where
+    none is native stayed: so do the intervals."""
+    pts = [
+        point("allreduce", "native", 8, 10.0, 2.0),
+        point("allreduce", "rabenseifner", 8, 9.5, 2.0),  # q3 10.5 >= 10: native
+        point("allreduce", "native", 4096, 30.0, 2.0),
+        point("allreduce", "recursive_doubling", 4096, 25.0, 2.0),  # q3 26 < 30: taken
+        point("allreduce", "rabenseifner", 4096, 29.0, 2.0),  # q3 30 == 30: not
+    ]
+    (entry,) = build_table(write_run(tmp_path / "run", pts), "old")[0].entries
+    assert [p["chosen"] for p in entry.points] == ["native", "recursive_doubling"]
+    assert entry.points[1]["ratio_high"] == pytest.approx(26 / 30, abs=1e-4)
 
 
 def test_merge_ranges_covers_sizes_from_zero_and_ends_open():
@@ -201,3 +214,142 @@ def test_the_shipped_tables_pass_the_table_schema_which_is_a_valid_schema():
     tables.append(repo / "results" / "predicted-1024x8.json")  # the model's predicted table
     for path in tables:
         assert load_table(path).entries
+
+
+# --- multi-launch sweeps: paired ratios, tie sets, hysteresis -----------------------------
+
+
+def _multi_launch(tmp_path, candidates, size=4096, states=None):
+    """A run of one size: clean native on the shared machine states, and each candidate
+    {name: factor or per-launch factors} paired with it in the mpi group."""
+    states = states or machine_states(launches=3, rounds=20)
+    rows = launch_rows("allreduce", "native", size, states)
+    for seed, (name, factors) in enumerate(candidates.items(), start=2):
+        rows += launch_rows("allreduce", name, size, scaled(states, factors, seed=seed))
+    return write_run(tmp_path / "run", rows)
+
+
+def test_a_candidate_ten_percent_faster_in_every_round_replaces_native(tmp_path):
+    run = _multi_launch(tmp_path, {"recursive_doubling": 0.9, "rabenseifner": 1.2})
+    (entry,) = build_table(run, "t")[0].entries
+    (only,) = entry.points
+    assert only["chosen"] == "recursive_doubling" and only["tie_set"] == ["recursive_doubling"]
+    assert only["ratio"] == pytest.approx(0.9, rel=0.01)
+    assert only["ratio_low"] <= only["ratio"] <= only["ratio_high"] < 1
+    assert only["speedup"] == pytest.approx(1 / only["ratio"], rel=1e-3)
+    assert (only["launches"], only["rounds"]) == (3, 60)
+    assert "below 1" in only["reason"]
+
+
+def test_faster_in_one_launch_and_slower_in_two_keeps_native(tmp_path):
+    run = _multi_launch(tmp_path, {"recursive_doubling": [0.7, 1.05, 1.05]})
+    (entry,) = build_table(run, "t")[0].entries
+    (only,) = entry.points
+    assert only["chosen"] == "native" and only["ratio"] == 1.0
+    assert "native" in only["tie_set"]
+
+
+def test_the_same_run_gives_the_same_table(tmp_path):
+    run = _multi_launch(tmp_path, {"recursive_doubling": [0.9, 1.0, 0.95], "ring": 0.97})
+    first, second = (build_table(run, "t")[0].entries for _ in range(2))
+    assert first == second
+
+
+def test_ties_form_a_set_and_the_stable_rule_picks_native_then_the_simplest():
+    ring, ring_1m = label("allreduce", "ring"), label("allreduce", "ring:seg=1M")
+    # Native tied with the best: native, whatever is faster on paper.
+    tied = decision(8, {"recursive_doubling": (0.9, 0.8, 1.01)})
+    assert tied.tie_set == ("native", "recursive_doubling") and tied.chosen == "native"
+    # Below 1: the simplest of the tied (no parameters before a parameter at its default,
+    # defaults before a changed parameter, mpi before gloo), whatever the lower ratio.
+    below = decision(
+        8,
+        {
+            "recursive_doubling": (0.75, 0.7, 0.8),
+            ring: (0.72, 0.68, 0.76),
+            ring_1m: (0.7, 0.66, 0.74),
+            "rabenseifner": (0.9, 0.85, 0.95),  # apart from the best: no tie
+        },
+    )
+    assert below.best == ring_1m
+    assert (
+        below.tie_set == ("recursive_doubling", ring, ring_1m) and below.chosen == below.tie_set[0]
+    )
+    # Among equally simple, the lower ratio.
+    assert (
+        decision(
+            8, {"rabenseifner": (0.74, 0.7, 0.8), "recursive_doubling": (0.75, 0.7, 0.8)}
+        ).chosen
+        == "rabenseifner"
+    )
+
+
+def test_a_candidate_tied_with_native_but_not_below_one_never_replaces_it():
+    point = decision(8, {"recursive_doubling": (0.8, 0.7, 0.99), "ring": (0.9, 0.75, 1.1)})
+    # ring reaches the best's interval but not below 1: only recursive_doubling stays.
+    assert point.tie_set == ("recursive_doubling",)
+
+
+def test_hysteresis_merges_sizes_whose_tie_sets_intersect_and_not_disjoint_ones():
+    points = [
+        decision(8, {"recursive_doubling": (0.70, 0.65, 0.75), "rabenseifner": (0.72, 0.66, 0.76)}),
+        decision(16, {"rabenseifner": (0.70, 0.66, 0.74), "ring": (0.71, 0.66, 0.75)}),
+        decision(32, {"reduce_bcast": (0.5, 0.45, 0.55), "rabenseifner": (0.8, 0.75, 0.85)}),
+    ]
+    assert [p.chosen for p in points] == ["recursive_doubling", "rabenseifner", "reduce_bcast"]
+    merged = hysteresis(points)
+    # 8 and 16 share rabenseifner; 32's tie set shares nothing with theirs.
+    assert [p.chosen for p in merged] == ["rabenseifner", "rabenseifner", "reduce_bcast"]
+    assert merged[0].tie_set == ("rabenseifner", "recursive_doubling")
+    ranges = merge_ranges([(p.size, p.candidates[p.chosen].choice) for p in merged])
+    assert [(r.min_bytes, r.choice.label) for r in ranges] == [
+        (0, "rabenseifner"),
+        (32, "reduce_bcast"),
+    ]
+
+
+def test_a_range_choice_breaks_ties_by_the_mean_log_ratio_over_its_sizes():
+    points = [
+        decision(8, {"recursive_doubling": (0.70, 0.6, 0.8), "rabenseifner": (0.72, 0.6, 0.8)}),
+        decision(16, {"recursive_doubling": (0.80, 0.7, 0.9), "rabenseifner": (0.72, 0.6, 0.8)}),
+    ]
+    assert [p.chosen for p in hysteresis(points)] == ["rabenseifner", "rabenseifner"]
+
+
+@pytest.mark.skipif(
+    not any(a.name == "gloo" for a in algorithms("allreduce")), reason="gloo backend not here"
+)
+def test_gloo_pairs_launch_by_launch_with_clean_native(tmp_path):
+    """Native also ran in gloo's launches, 3x slower beside gloo's threads: the ratio is
+    against the mpi group's native, launch k with launch k."""
+    states = machine_states(launches=3, rounds=20)
+    rows = launch_rows("allreduce", "native", 4096, states, group="mpi")
+    gloo_states = machine_states(launches=3, rounds=20, seed=9)  # other rounds, same launches
+    rows += launch_rows("allreduce", "native", 4096, scaled(gloo_states, 3.0), group="gloo")
+    rows += launch_rows("allreduce", "gloo", 4096, scaled(gloo_states, 0.9, seed=4), group="gloo")
+    (entry,) = build_table(write_run(tmp_path / "run", rows), "g")[0].entries
+    (only,) = entry.points
+    assert only["chosen"] == "gloo" and only["backend"] == "gloo"
+    assert only["ratio"] == pytest.approx(0.9, rel=0.05) and only["ratio_high"] < 1
+    assert only["launches"] == 3
+    assert only["native_median_us"] == pytest.approx(np.median(np.concatenate(states)), rel=1e-3)
+
+
+def test_a_row_measured_in_an_outlying_state_is_superseded_by_its_remeasurement(tmp_path):
+    states = machine_states(launches=3, rounds=20)
+    rows = launch_rows("allreduce", "native", 4096, states)
+    fast = launch_rows("allreduce", "recursive_doubling", 4096, scaled(states, 0.9))
+    outlying = replace(fast[1], round_us=format_rounds(states[1] * 5), state="outlying")
+    rows += [fast[0], outlying, replace(fast[1], state="remeasured"), fast[2]]
+    (entry,) = build_table(write_run(tmp_path / "run", rows), "o")[0].entries
+    assert entry.points[0]["ratio"] == pytest.approx(0.9, rel=0.01)
+    assert entry.points[0]["ratio_high"] < 1
+
+
+def test_a_candidate_that_failed_validation_in_one_launch_is_never_chosen(tmp_path):
+    states = machine_states(launches=3, rounds=20)
+    rows = launch_rows("allreduce", "native", 4096, states)
+    fast = launch_rows("allreduce", "recursive_doubling", 4096, scaled(states, 0.5))
+    rows += [fast[0], replace(fast[1], validation="fail"), fast[2]]
+    (entry,) = build_table(write_run(tmp_path / "run", rows), "v")[0].entries
+    assert entry.points[0]["chosen"] == "native" and entry.points[0]["candidates"] == 1

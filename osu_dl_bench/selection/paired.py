@@ -1,0 +1,241 @@
+"""Paired comparison of two candidates at one point: the ratio of their times and its 95%
+confidence interval, from rounds and launches that ran side by side. Pure numpy.
+
+A sweep spreads each point over K launches (``sweep --launches K``); inside a launch, round
+i of every candidate of the same isolation group ran back to back, so the machine's state
+is shared by the pair and cancels in the ratio:
+
+- same group as the reference: per launch k, the per-round differences
+  ``log t_c[i] - log t_ref[i]`` (rounds paired by index; the common prefix if the counts
+  differ);
+- another group (gloo, nccl against the MPI group's native): the two ran in different
+  processes, minutes apart, so only launch k pairs with launch k: one value per launch,
+  ``log median(t_c,k) - log median(t_ref,k)``. With a single common launch there is no
+  spread between launches to judge by, so the candidate's own rounds against the
+  reference's median stand in for it (unpaired; wider, which is the honest direction).
+
+The ratio is ``exp(median of the pooled values)``; its 95% interval comes from a two-stage
+cluster bootstrap (Davison and Hinkley, "Bootstrap Methods and their Application", 1997,
+section 3.8, resampling of hierarchical data): draw launches with replacement, then values
+within each drawn launch with replacement, take the median of the pooled draw; the 2.5 and
+97.5 percentiles of 2000 such medians bound the interval. Launches are the top stage
+because the launch-to-launch variance is the largest part (issue 14). The generator is
+seeded from the point and the pair (``seed_of``), so the same run gives the same table.
+
+Legacy rows (one launch, no per-round times) keep the old rule's meaning: ratio =
+``median_c / median_ref`` and interval ``(q1_c / median_ref, q3_c / median_ref)``, so "q3
+below native's median" reads as "interval below 1".
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+RESAMPLES = 2000
+LEVEL = 0.95
+
+
+@dataclass(frozen=True, eq=False)
+class Launch:
+    """One candidate's row in one launch: its per-round times (µs, in round order; empty
+    for legacy rows) and the row's summary over those rounds."""
+
+    number: int
+    rounds: np.ndarray
+    median_us: float
+    q1_us: float
+    q3_us: float
+    round_count: int = 0  # the row's rounds column: counts legacy rows' rounds too
+
+    @property
+    def typical_us(self) -> float:
+        """The launch's median: over its rounds when it has them, else the row's."""
+        return float(np.median(self.rounds)) if self.rounds.size else self.median_us
+
+
+@dataclass(frozen=True, eq=False)
+class Series:
+    """One candidate's measurements at one point: its isolation group and its launches."""
+
+    group: str
+    launches: tuple[Launch, ...]
+
+    @property
+    def has_rounds(self) -> bool:
+        """True when every launch kept its per-round times (no legacy row)."""
+        return bool(self.launches) and all(x.rounds.size for x in self.launches)
+
+    def launch(self, number: int) -> Launch | None:
+        """The launch numbered ``number``, or None."""
+        return next((x for x in self.launches if x.number == number), None)
+
+    def pooled(self) -> np.ndarray:
+        """Every round of every launch (empty for legacy rows)."""
+        parts = [x.rounds for x in self.launches]
+        return np.concatenate(parts) if parts else np.empty(0)
+
+    def quartiles_us(self) -> tuple[float, float, float]:
+        """(q1, median, q3) over every round of every launch; for legacy rows, the medians
+        of the rows' own q1, median and q3."""
+        if self.has_rounds:
+            q1, median, q3 = np.percentile(self.pooled(), [25, 50, 75])
+            return float(q1), float(median), float(q3)
+        rows = self.launches
+        return (
+            float(np.median([x.q1_us for x in rows])),
+            float(np.median([x.median_us for x in rows])),
+            float(np.median([x.q3_us for x in rows])),
+        )
+
+    @property
+    def rounds(self) -> int:
+        """How many rounds the series holds in all."""
+        return sum(x.rounds.size or x.round_count for x in self.launches)
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """time(candidate) / time(reference) at one point, with its 95% interval and what it
+    rests on: the launches paired and the values pooled (rounds, or rows for legacy)."""
+
+    ratio: float
+    low: float
+    high: float
+    launches: int
+    rounds: int
+
+    @property
+    def below_one(self) -> bool:
+        """The candidate is faster beyond the noise: the whole interval lies below 1."""
+        return self.high < 1
+
+    def overlaps(self, other: Ratio) -> bool:
+        """The two intervals share a value (this one does not start above ``other``'s)."""
+        return self.low <= other.high and other.low <= self.high
+
+    @property
+    def log_ratio(self) -> float:
+        """ln(ratio), for averaging ratios over sizes."""
+        return math.log(self.ratio)
+
+
+def identity(series: Series) -> Ratio:
+    """A candidate against itself: 1, [1, 1]."""
+    return Ratio(1.0, 1.0, 1.0, len(series.launches), series.rounds)
+
+
+def seed_of(*parts: object) -> int:
+    """A deterministic seed from the point and the pair (stable across runs and hosts,
+    unlike hash())."""
+    return zlib.crc32("|".join(map(str, parts)).encode())
+
+
+def _log(values: np.ndarray) -> np.ndarray:
+    return np.log(np.asarray(values, dtype=float))
+
+
+def _usable(values: np.ndarray) -> np.ndarray:
+    return values[np.isfinite(values)]
+
+
+def same_group_samples(candidate: Series, reference: Series) -> list[np.ndarray]:
+    """Per launch both measured, the per-round log-ratios (common prefix of the rounds)."""
+    clusters = []
+    for mine in candidate.launches:
+        theirs = reference.launch(mine.number)
+        if theirs is None:
+            continue
+        n = min(mine.rounds.size, theirs.rounds.size)
+        values = _usable(_log(mine.rounds[:n]) - _log(theirs.rounds[:n]))
+        if values.size:
+            clusters.append(values)
+    return clusters
+
+
+def cross_group_samples(candidate: Series, reference: Series) -> list[np.ndarray]:
+    """Per launch both measured, one log-ratio of the launches' medians; with one common
+    launch only, the candidate's rounds against the reference's median."""
+    pairs = [
+        (mine, reference.launch(mine.number))
+        for mine in candidate.launches
+        if reference.launch(mine.number) is not None
+    ]
+    if len(pairs) == 1 and pairs[0][0].rounds.size:
+        mine, theirs = pairs[0]
+        return [_usable(_log(mine.rounds) - math.log(theirs.typical_us))]
+    values = [math.log(m.typical_us) - math.log(t.typical_us) for m, t in pairs]
+    return [np.array([v]) for v in values if math.isfinite(v)]
+
+
+def cluster_bootstrap(
+    clusters: Sequence[np.ndarray], seed: int, resamples: int = RESAMPLES, level: float = LEVEL
+) -> tuple[float, float]:
+    """The percentile interval of the median of the pooled values under two-stage
+    resampling: clusters with replacement, then values within each with replacement."""
+    rng = np.random.default_rng(seed)
+    sizes = np.array([c.size for c in clusters])
+    width = int(sizes.max())
+    padded = np.zeros((len(clusters), width))
+    for i, cluster in enumerate(clusters):
+        padded[i, : cluster.size] = cluster
+    picked = rng.integers(0, len(clusters), size=(resamples, len(clusters)))
+    counts = sizes[picked]  # (resamples, clusters drawn)
+    within = (rng.random((*picked.shape, width)) * counts[..., None]).astype(np.int64)
+    draws = padded[picked[..., None], within]
+    # Slots past a drawn cluster's size are no values: +inf sorts them after every value.
+    draws[np.arange(width) >= counts[..., None]] = np.inf
+    ordered = np.sort(draws.reshape(resamples, -1), axis=1)
+    total = counts.sum(axis=1)
+    rows = np.arange(resamples)
+    medians = (ordered[rows, (total - 1) // 2] + ordered[rows, total // 2]) / 2
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(medians, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def legacy_ratio(candidate: Series, reference: Series) -> Ratio:
+    """The old rule as a ratio: median_c / median_ref in (q1_c, q3_c) / median_ref."""
+    q1, median, q3 = candidate.quartiles_us()
+    base = reference.quartiles_us()[1]
+    launches = len(candidate.launches)
+    return Ratio(median / base, q1 / base, q3 / base, launches, candidate.rounds)
+
+
+def paired_ratio(candidate: Series, reference: Series, *seed_parts: object) -> Ratio | None:
+    """time(candidate) / time(reference) with its 95% interval; None if they share no
+    launch to pair. ``seed_parts`` name the point and the pair (see seed_of)."""
+    if candidate is reference:
+        return identity(candidate)
+    if not (candidate.has_rounds and reference.has_rounds):
+        return legacy_ratio(candidate, reference)
+    same = candidate.group == reference.group
+    sample = same_group_samples if same else cross_group_samples
+    clusters = sample(candidate, reference)
+    if not clusters:
+        return None
+    pooled = np.concatenate(clusters)
+    centre = float(np.median(pooled))
+    low, high = cluster_bootstrap(clusters, seed_of(*seed_parts))
+    # A percentile interval need not hold its own point estimate; a decision must.
+    low, high = min(low, centre), max(high, centre)
+    rounds = int(pooled.size) if same else _rounds_behind(candidate, reference)
+    return Ratio(math.exp(centre), math.exp(low), math.exp(high), len(clusters), rounds)
+
+
+def _rounds_behind(candidate: Series, reference: Series) -> int:
+    """The candidate's rounds in the launches it shares with the reference."""
+    shared = {x.number for x in reference.launches}
+    return sum(x.rounds.size for x in candidate.launches if x.number in shared)
+
+
+def launch_of(
+    number: int, rounds: Iterable[float], median_us: float, q1_us: float, q3_us: float, count: int
+) -> Launch:
+    """A Launch from plain values (rounds: any iterable of µs, possibly empty)."""
+    values = np.asarray(list(rounds), dtype=float)
+    return Launch(number, values, float(median_us), float(q1_us), float(q3_us), int(count))

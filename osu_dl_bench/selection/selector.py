@@ -412,10 +412,38 @@ def _evidence(entry: Entry | None, nbytes: int) -> str:
     if entry is None or not entry.points:
         return ""
     point = min(entry.points, key=lambda p: abs(_log2(p["size_bytes"]) - _log2(nbytes)))
-    text = f"at {format_size(point['size_bytes'])}: {point['chosen']} {point['median_us']:.2f} us"
+    text = f"at {format_size(point['size_bytes'])}: {point['chosen']}"
+    confidence = _confidence(point)
+    text += f" ({confidence})," if confidence else ""
+    text += f" {point['median_us']:.2f} us"
     if point.get("native_median_us") is not None:
         text += f" vs native {point['native_median_us']:.2f} us ({point['speedup']:.2f}x)"
     return f"{text}; {point.get('reason', '')}".rstrip("; ")
+
+
+def _confidence(point: Mapping[str, Any]) -> str:
+    """'tie set: ring, rabenseifner; 0.71x native, 95% CI 0.66-0.78, 3 launches x 40
+    rounds' from the point's fields, as far as it has them (tables before launches: '')."""
+    parts = []
+    if point.get("tie_set"):
+        parts.append("tie set: " + ", ".join(point["tie_set"]))
+    if point.get("ratio") is not None and point.get("ratio_low") is not None:
+        interval = f"{point['ratio']:.2f}x native, 95% CI "
+        interval += f"{point['ratio_low']:.2f}-{point['ratio_high']:.2f}"
+        if point.get("launches"):
+            interval += ", " + _launches_text(point["launches"], point.get("rounds") or 0)
+        parts.append(interval)
+    return "; ".join(parts)
+
+
+def _launches_text(launches: int, rounds: int) -> str:
+    """'3 launches x 40 rounds' (or '3 launches, 121 rounds' when they do not divide)."""
+    head = f"{launches} launch{'es' if launches != 1 else ''}"
+    if not rounds:
+        return head
+    if rounds % launches == 0:
+        return f"{head} x {rounds // launches} rounds"
+    return f"{head}, {rounds} rounds"
 
 
 def _log2(n: int) -> float:

@@ -1,5 +1,7 @@
 """The readable summary of a tuning table: per entry, its ranges and, for every measured
-size, the chosen algorithm, its latency, native's latency and the speedup."""
+size, the chosen algorithm, its latency, native's latency and the speedup with its 95%
+interval; then how many sizes are ties (more than one candidate the measurements cannot
+tell apart)."""
 
 from __future__ import annotations
 
@@ -13,33 +15,66 @@ def _us(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def _speedup(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
+def _speedup(point: dict[str, Any]) -> str:
+    """'1.41x' and, where the point has its interval, ' (1.28-1.52)': the speedup is
+    1 / ratio, so its interval is 1 / ratio_high .. 1 / ratio_low."""
+    value = point.get("speedup")
+    if value is None:
+        return "-"
+    low, high = point.get("ratio_low"), point.get("ratio_high")
+    if not low or not high:
+        return f"{value:.2f}x"
+    return f"{value:.2f}x ({1 / high:.2f}-{1 / low:.2f})"
+
+
+def _ties(point: dict[str, Any]) -> list[str]:
+    """The other members of the point's tie set."""
+    return [label for label in point.get("tie_set") or [] if label != point["chosen"]]
 
 
 def _note(point: dict[str, Any]) -> str:
-    """Why the choice differs from the fastest median, when it does."""
-    if point["fastest"] != point["chosen"]:
+    """What else the measurements cannot tell from the choice, or why the choice differs
+    from the fastest."""
+    if _ties(point):
+        return "tie: " + ", ".join(_ties(point))
+    if point.get("fastest") not in (None, point["chosen"]):
         return f"{point['fastest']} {point['fastest_median_us']:.2f} us: within noise"
     return ""
 
 
-def _columns(width: int) -> str:
+def _columns(width: int, speed: int) -> str:
     return (
-        f"{'size':>8}  {'chosen':<{width}}{'latency(us)':>12}{'native(us)':>12}{'speedup':>9}  note"
+        f"{'size':>8}  {'chosen':<{width}}{'latency(us)':>12}{'native(us)':>12}"
+        f"{'speedup (95% CI)':>{speed}}  note"
     )
 
 
-def _point_line(point: dict[str, Any], width: int) -> str:
+def _point_line(point: dict[str, Any], width: int, speed: int) -> str:
     return (
         f"{format_size(point['size_bytes']):>8}  {point['chosen']:<{width}}"
-        f"{_us(point['median_us']):>12}{_us(point['native_median_us']):>12}"
-        f"{_speedup(point['speedup']):>9}  {_note(point)}"
+        f"{_us(point['median_us']):>12}{_us(point.get('native_median_us')):>12}"
+        f"{_speedup(point):>{speed}}  {_note(point)}"
     ).rstrip()
 
 
 def _range_text(lo: int, hi: int | None) -> str:
     return f"[{format_size(lo)}, {'inf' if hi is None else format_size(hi)})"
+
+
+def _points_lines(points: list[dict[str, Any]]) -> list[str]:
+    width = max(len("chosen"), *(len(p["chosen"]) for p in points)) + 2
+    speed = max(len("speedup (95% CI)"), *(len(_speedup(p)) for p in points)) + 2
+    lines = ["", _columns(width, speed), *(_point_line(p, width, speed) for p in points)]
+    gains = [p["speedup"] for p in points if p.get("speedup")]
+    if gains:
+        lines.append(f"   best speedup {max(gains):.2f}x, worst {min(gains):.2f}x over native")
+    if any("tie_set" in p for p in points):
+        ties = sum(1 for p in points if _ties(p))
+        lines.append(
+            f"   {ties} of {len(points)} sizes are ties (more than one candidate within "
+            "the best's interval; the stable rule chose)"
+        )
+    return lines
 
 
 def entry_summary(entry: Entry) -> list[str]:
@@ -50,11 +85,7 @@ def entry_summary(entry: Entry) -> list[str]:
         for r in entry.ranges
     ]
     if entry.points:
-        width = max(len("chosen"), *(len(p["chosen"]) for p in entry.points)) + 2
-        lines += ["", _columns(width), *(_point_line(dict(p), width) for p in entry.points)]
-        gains = [p["speedup"] for p in entry.points if p.get("speedup")]
-        if gains:
-            lines.append(f"   best speedup {max(gains):.2f}x, worst {min(gains):.2f}x over native")
+        lines += _points_lines([dict(p) for p in entry.points])
     return lines
 
 

@@ -403,9 +403,9 @@ def _reason(point: PointDecision) -> str:
     elif chosen.choice.is_native:
         text = f"{best.label} {_interval_text(best.ratio)} reaches 1: native kept"
     else:
-        text = f"{_interval_text(chosen.ratio)}: below 1"
+        text = "its interval lies below 1"
     if len(point.tie_set) > 1:
-        text += f"; tie set of {len(point.tie_set)}"
+        text += f"; the stable rule's pick of a tie set of {len(point.tie_set)}"
     if point.chosen != _own_pick(point):
         text += "; the choice of the neighbouring sizes whose tie sets it shares"
     return text

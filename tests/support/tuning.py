@@ -19,7 +19,7 @@ from collectives import SPECS, Algorithm, algorithms
 from collectives import registry as _registry
 from collectives.registry import parse_variant
 from osu_dl_bench.measurement.store import RunStore, SweepPoint, format_rounds
-from osu_dl_bench.selection.paired import Ratio, Series
+from osu_dl_bench.selection.paired import Ratio, Series, launch_of
 from osu_dl_bench.selection.table import Choice, Entry, EntryKey, SizeRange, TuningTable
 from osu_dl_bench.selection.tune import Candidate, decide_candidates
 
@@ -237,12 +237,16 @@ def launch_rows(
 
 def decision(size: int, ratios: dict, collective: str = "allreduce", nprocs: int = 2):
     """A point's decision from hand-made ratios to native: {label: (ratio, low, high)}
-    ('native' is 1, [1, 1] whether named or not); labels as the sweep writes them."""
+    ('native' is 1, [1, 1] whether named or not; its median is 100 us); labels as the
+    sweep writes them."""
     ratios = {"native": (1.0, 1.0, 1.0), **ratios}
     candidates = {}
     for name, values in ratios.items():
         choice = Choice.of(parse_variant(collective, name))
         ratio = Ratio(*values, launches=3, rounds=60)
-        candidates[choice.label] = Candidate(choice, Series("mpi", ()), ratio)
+        # One launch of three equal rounds at 100 us x ratio: medians for the table's point.
+        median = 100.0 * values[0]
+        series = Series("mpi", (launch_of(1, [median] * 3, median, median, median, 3),))
+        candidates[choice.label] = Candidate(choice, series, ratio)
     key = EntryKey(collective, "cpu", 1, nprocs, nprocs)
     return decide_candidates(key, size, max(size // 4, 1), candidates, "native")

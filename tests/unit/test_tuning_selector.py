@@ -169,6 +169,29 @@ def test_explain_says_what_and_why(selector):
     assert text.rstrip().endswith(f"=> {label('allreduce', 'ring')} (mpi)")
 
 
+def _with_points(*points):
+    entry = _entry(2, [(0, "native"), (4096, "ring")])
+    return Selector(_table(dataclasses.replace(entry, points=points)), force={})
+
+
+def test_explain_gives_the_tie_set_and_the_interval_where_the_table_has_them():
+    ring = label("allreduce", "ring")
+    measured = {"size_bytes": 1 << 20, "chosen": ring, "median_us": 71.0}
+    measured |= {"native_median_us": 100.0, "speedup": 1.4085, "reason": "its interval"}
+    measured |= {"ratio": 0.71, "ratio_low": 0.66, "ratio_high": 0.78, "launches": 3}
+    measured |= {"tie_set": [ring, "rabenseifner"], "rounds": 120}
+    text = _with_points(measured).explain(_q(2, 1 << 20))
+    assert (
+        f"measured: at 1M: {ring} (tie set: {ring}, rabenseifner; 0.71x native, "
+        "95% CI 0.66-0.78, 3 launches x 40 rounds), 71.00 us vs native 100.00 us (1.41x); "
+        "its interval"
+    ) in text
+    # A table from before launches: no tie set, no interval, the old line.
+    old = {"size_bytes": 8, "chosen": "native", "median_us": 2.0, "reason": "no candidate"}
+    text = _with_points(old | {"native_median_us": 2.0, "speedup": 1.0}).explain(_q(2, 8))
+    assert "measured: at 8: native 2.00 us vs native 2.00 us (1.00x); no candidate" in text
+
+
 @pytest.mark.parametrize("collective", list(SPECS))
 @pytest.mark.parametrize("nprocs", [1, 3, 4])
 def test_message_bytes_recovers_the_per_rank_size_from_any_buffers(collective, nprocs):

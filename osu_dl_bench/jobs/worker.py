@@ -12,6 +12,7 @@ once every point is done.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -362,10 +363,21 @@ def _sweep_launch(world: MPI.Comm, topo: Topology, job: Job) -> list[tuple[Sweep
         finished=utc_now(),
         points_measured=sum(1 for found in results[:-1] if found),
         points_remeasured=len(job.outlying),
+        # Threads of rank 0's process once measured: a backend's threads (gloo's) show
+        # here, and must not show in the MPI library's group.
+        threads=_thread_count(),
         validation_failures=[{**_failure_key(p), "wrong_elements": wrong} for p, wrong in failures],
     )
     on_rank0(comm, lambda: record(entry))
     return failures
+
+
+def _thread_count() -> int | None:
+    """Threads of this process (Linux's /proc; None where there is none)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return None
 
 
 def _slot_key(slot: LaunchSlot) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,8 +16,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 from mpirun import REPO, mpi_env, run_cli, run_mpi, run_with_timeout
-from support.sweep import difference, expected_rows, one_host_context, stored_rows
+from support.sweep import (
+    difference,
+    expected_rows,
+    launches_of,
+    one_host_context,
+    stored_rows,
+)
 
+from collectives.registry import parse_variant
 from osu_dl_bench.jobs.orchestrate import follow_job
 from osu_dl_bench.jobs.plan import variants_for
 from osu_dl_bench.jobs.progress import Progress, encode_event
@@ -26,7 +34,7 @@ from osu_dl_bench.measurement.schedule import (
 from osu_dl_bench.measurement.store import SWEEP_FIELDS, RunStore, SweepPoint
 
 SIZES = [8 << k for k in range(7)]  # 8 B .. 512 B
-TINY = ["--budget", "0.02"]
+TINY = ["--budget", "0.02", "--launches", "1"]
 
 
 def sweep(args: list[str], timeout: float = 300, env: dict[str, str] | None = None):
@@ -95,7 +103,14 @@ def test_orchestrated_sweep_stores_every_eligible_variant(full_run):
     assert (frame["nodes"] == 1).all() and (frame["ppn"] == frame["nprocs"]).all()
     assert "Traceback" not in res.stderr
     last = [ln for ln in res.stderr.splitlines() if "points" in ln][-1]
-    assert "28/28 points" in last  # 2 process counts x 2 collectives x 7 sizes
+    done = re.search(r"(\d+)/(\d+) points", last)
+    groups = frame.groupby("nprocs")["group"].nunique()
+    # 2 collectives x 7 sizes per process count and isolation group, and any re-measurement
+    assert done and done[1] == done[2] and int(done[1]) >= 14 * groups.sum(), last
+    # native runs beside every backend: one row per point in each group
+    native = frame[(frame["algorithm"] == "native") & (frame["state"] != "remeasured")]
+    per_point = native.groupby(["nprocs", "collective", "size_bytes"]).size()
+    assert all(count == groups[key[0]] for key, count in per_point.items()), per_point
 
 
 def test_orchestrated_sweep_writes_metadata(full_run):
@@ -128,11 +143,20 @@ def test_orchestrated_sweep_writes_metadata(full_run):
             for v in variants_for(c, ["all"])
             if v.ineligible_reason(one_host_context(p, c))
         }
-        got = {(s["collective"], s["algorithm"], s["reason"]) for s in job["skipped"]}
+        got = {
+            (s["collective"], s["algorithm"], s["reason"])
+            for launch in launches_of(job)
+            for s in launch["skipped"]
+        }
         assert got == expected
         for coll, label, reason in expected:  # printed once, by the job's rank 0
             name = label.partition(":")[0]
             assert res.stdout.count(f"# p={p} {coll} {name}") == 1, reason
+
+
+def _backend(row: tuple) -> str:
+    """The backend of an expected (p, collective, label, size) row."""
+    return parse_variant(row[1], row[2]).algorithm.backend
 
 
 def _start_sweep(args: list[str]) -> subprocess.Popen:
@@ -182,7 +206,7 @@ def _finish(proc: subprocess.Popen, timeout: float = 120) -> subprocess.Complete
 
 def test_a_killed_rank_loses_at_most_its_point_and_resume_completes(tmp_path):
     run_dir = tmp_path / "run"
-    args = ["--np", "2", "-m", "8:4K", "--budget", "0.05", "-o", str(run_dir)]
+    args = ["--np", "2", "-m", "8:4K", "--budget", "0.05", "--launches", "1", "-o", str(run_dir)]
     proc = _start_sweep(args)
     _wait_for_rows(proc, run_dir / "results.csv", 20)
     ranks = _ranks_of(run_dir)
@@ -196,10 +220,12 @@ def test_a_killed_rank_loses_at_most_its_point_and_resume_completes(tmp_path):
         time.sleep(0.1)
     assert not _ranks_of(run_dir), "a rank survived its job"
     before = RunStore(run_dir).load()
-    per_point = before.groupby(["collective", "size_bytes"]).size()
+    own = before[before["group"] == before["backend"]]
+    per_point = own.groupby(["group", "collective", "size_bytes"]).size()
     expected = expected_rows([2], ["allreduce", "bcast"], [8 << k for k in range(10)])
-    for (coll, size), rows in per_point.items():  # only whole points were stored
-        assert rows == sum(1 for r in expected if r[1] == coll and r[3] == size), (coll, size)
+    for (group, coll, size), rows in per_point.items():  # only whole points were stored
+        want = [r for r in expected if r[1] == coll and r[3] == size and _backend(r) == group]
+        assert rows == len(want), (group, coll, size)
 
     again = sweep(args, timeout=120)
     assert again.returncode == 2 and "add --resume" in again.stderr
@@ -213,7 +239,8 @@ def test_a_killed_rank_loses_at_most_its_point_and_resume_completes(tmp_path):
     assert stored_rows(before) == rows[: len(before)], "resume rewrote earlier results"
     meta = json.loads((run_dir / "metadata.json").read_text())
     assert len(meta["sessions"]) == 2 and meta["complete"] is True
-    assert meta["jobs"]["2"]["previous"][0]["points_to_measure"] == 20
+    resumed = [launch for launch in launches_of(meta["jobs"]["2"]) if launch.get("previous")]
+    assert len(resumed) == 1 and resumed[0]["previous"][0]["points_to_measure"] == 20
 
     done = sweep([*args, "--resume"], timeout=120)  # nothing left: no job is started
     assert done.returncode == 0 and "0 points measured" in done.stdout
@@ -380,16 +407,20 @@ def test_wrong_results_are_stored_reported_and_fail_the_run(tmp_path):
     )
     assert res.returncode == 1, res.stdout + res.stderr
     frame = RunStore(run_dir).load()
-    assert len(frame) == 2 * 2 * 3 and set(frame["validation"]) == {"fail"}
+    first = frame[frame["state"] != "remeasured"]  # a point of an outlying state is redone
+    assert len(first) == 2 * 2 * 3 and set(frame["validation"]) == {"fail"}
     assert "DATA VALIDATION ERROR: p=2 allreduce (native) had 1 wrong elements" in res.stdout
     meta = json.loads((run_dir / "metadata.json").read_text())
-    assert len(meta["jobs"]["3"]["validation_failures"]) == 6
+    assert len(meta["jobs"]["3"]["validation_failures"]) == (frame["nprocs"] == 3).sum()
 
 
 def test_dry_run_plans_without_measuring(tmp_path):
     run_dir = tmp_path / "run"
-    res = sweep(["--np", "2,3", "-m", "8:1K", "--dry-run", "-o", str(run_dir)], timeout=120)
+    argv = ["--np", "2,3", "-m", "8:1K", "--launches", "2", "--dry-run", "-o", str(run_dir)]
+    res = sweep(argv, timeout=120)
     assert res.returncode == 0, res.stderr
-    assert "# p=2: 16 of 16 points to measure" in res.stdout
-    assert "# total: 32 points to measure" in res.stdout
+    jobs = re.findall(r"# p=(\d) launch (\d) \((\w+)\): 16 of 16 points to measure", res.stdout)
+    groups = {group for _, _, group in jobs}
+    assert "mpi" in groups and len(jobs) == 2 * 2 * len(groups), res.stdout
+    assert f"# total: {16 * len(jobs)} points to measure" in res.stdout
     assert not run_dir.exists()

@@ -15,7 +15,7 @@ from osu_dl_bench.jobs.options import (
 )
 from osu_dl_bench.jobs.plan import variants_for
 from osu_dl_bench.measurement.store import (
-    SWEEP_FIELDS,
+    REQUIRED_FIELDS,
     RunStore,
     SweepPoint,
 )
@@ -50,12 +50,21 @@ def difference(got: set, want: set) -> str:
 
 
 def stored_rows(frame: pd.DataFrame) -> list[tuple]:
+    """(p, collective, algorithm, size) of each candidate measured in its own isolation
+    group (native beside another backend, and re-measurements of an outlying state, are
+    extra rows by design)."""
     cols = ["nprocs", "collective", "algorithm", "size_bytes"]
-    return [tuple(r) for r in frame[cols].itertuples(index=False)]
+    own = frame[(frame["group"] == frame["backend"]) & (frame["state"] != "remeasured")]
+    return [tuple(r) for r in own[cols].itertuples(index=False)]
+
+
+def launches_of(job: dict) -> list[dict]:
+    """A process count's launch entries in a run's metadata."""
+    return list(job.get("launches", {}).values())
 
 
 def sweep_point(size: int, median: float = 10.0, algorithm: str = "native") -> SweepPoint:
-    values = {f: 1 for f in SWEEP_FIELDS} | {"collective": "allreduce", "backend": "mpi"}
+    values = {f: 1 for f in REQUIRED_FIELDS} | {"collective": "allreduce", "backend": "mpi"}
     values |= {"algorithm": algorithm, "dtype": "float32", "op": "sum", "device": "cpu"}
     return SweepPoint(**values | {"size_bytes": size, "median_us": median, "validation": "pass"})
 

@@ -15,7 +15,7 @@ from support.sweep import (
 
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs import orchestrate, runinfo
-from osu_dl_bench.measurement.store import SWEEP_FIELDS, RunStore, StoreError
+from osu_dl_bench.measurement.store import POINT_KEY, SWEEP_FIELDS, RunStore, StoreError
 
 HEADER = ",".join(SWEEP_FIELDS)
 
@@ -56,7 +56,7 @@ def _damaged(tmp_path: Path) -> RunStore:
     good = store.results_path.read_text().splitlines()[1]
     fields = good.split(",")
     lines = [
-        ",".join(fields[:5]) + good,  # 5 + 22 - 1 fields
+        ",".join(fields[:5]) + good,  # 5 more fields, less one
         ",".join(fields[:11] + ["nan"] * 4 + fields[15:]).replace(",8,", ",16,", 1),
         ",".join(fields[:12] + ["abc"] + fields[13:]).replace(",8,", ",32,", 1),
         good.replace(",8,", ",64,", 1),
@@ -73,12 +73,12 @@ def test_rows_of_the_wrong_shape_or_without_statistics_are_dropped_and_counted(t
     assert frame["median_us"].dtype.kind == "f" and frame["nprocs"].dtype.kind == "i"
     assert len(notes) == 1 and "dropped 3 rows" in notes[0]
     for text in (
-        "line 3: 26 fields, expected 22",
+        f"line 3: {len(SWEEP_FIELDS) + 4} fields, expected {len(SWEEP_FIELDS)}",
         "line 4: no median_us",
         "line 5: q1_us 'abc' is not a number",
     ):
         assert text in notes[0]
-    assert {key[-1] for key in store.finished_points()} == {8, 64}
+    assert {key[POINT_KEY.index("size_bytes")] for key in store.finished_points()} == {8, 64}
 
 
 def test_a_broken_metadata_file_is_a_clean_error(tmp_path):
@@ -112,7 +112,7 @@ def test_a_metadata_failure_after_a_failed_job_does_not_hide_the_first(
     monkeypatch.setattr(runinfo, "record_completion", disk_full)
     cfg = _sweep_config(tmp_path / "run")
     with pytest.raises(orchestrate.JobFailed):
-        orchestrate._launch_all(cfg, {2: {"todo": 1}})
+        orchestrate._launch_all(cfg, {(2, 1, "mpi"): {"todo": 1}})
     err = capsys.readouterr().err
     assert "osu-dl-bench: error:" not in err
     assert "osu-dl-bench: note: could not also mark the run incomplete: cannot write" in err

@@ -152,7 +152,8 @@ def test_progress_counts_points_and_estimates_the_rest():
 def test_finished_points_match_point_keys_also_without_op(tmp_path):
     store = RunStore(tmp_path)
     base = {f: 1 for f in SWEEP_FIELDS} | {"backend": "mpi", "algorithm": "native"}
-    base |= {"dtype": "float32", "device": "cpu", "validation": "pass"}
+    base |= {"dtype": "float32", "device": "cpu", "validation": "pass", "group": "mpi"}
+    base |= {"state": "normal", "round_us": "1.5", "ref_copy_us": "2", "ref_allreduce_us": "3"}
     store.append(
         [
             SweepPoint(**base | {"collective": "bcast", "op": None}),
@@ -160,6 +161,6 @@ def test_finished_points_match_point_keys_also_without_op(tmp_path):
         ]
     )
     assert finished_points(store) == {
-        (1, 1, 1, "bcast", "mpi", "native", "float32", None, "cpu", 1),
-        (1, 1, 1, "allreduce", "mpi", "native", "float32", "sum", "cpu", 1),
+        (1, 1, 1, "bcast", "mpi", "native", "float32", None, "cpu", 1, 1, "mpi"),
+        (1, 1, 1, "allreduce", "mpi", "native", "float32", "sum", "cpu", 1, 1, "mpi"),
     }

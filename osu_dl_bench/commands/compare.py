@@ -1,52 +1,66 @@
 """``osu-dl-bench compare RUN_A RUN_B [--table T]``: how far two sweeps of the same code on
-the same machine agree, and (with --table) how a tuning table's choices fare on a run it
-was not built from.
+the same machine agree, in their measurements and in the decisions a tuning table takes
+from them.
 
-The run comparison takes every (buffer kind, dtype, op, collective, p, size, algorithm)
-point both runs measured, by median:
+The decisions (the one way this suite judges a table): every point of RUN_B is decided as
+``tune`` decides it (selection.tune.run_decisions: paired ratios to clean native, tie
+sets, the stable rule, hysteresis). The choice judged is RUN_A's, decided the same way,
+or with --table T the runtime selector's from T. Per point:
+
+- stable: the choice lies in RUN_B's tie set (twins, variants whose chunk or segment size
+  has no effect at a size, count as one);
+- regret: the choice's time over RUN_B's best (its lowest ratio), paired in RUN_B's data
+  (selection.paired) with its 95% interval. A point whose interval starts above 1.05 is
+  a real miss; one whose interval straddles 1.05 cannot be told from 5%.
+
+The targets (issue 14): stability >= 95% of the points at each p, no point more than 5%
+slower by its interval, median regret <= 1%.
+
+The measurements: every (buffer kind, dtype, op, collective, p, size, algorithm) point
+both runs measured, by its median over launches (clean native only: native beside another
+backend's threads is not native's time):
 
 - the shift of one algorithm between the runs, as measured, and relative to its point's
   median shift (the machine's speed state moves every algorithm at once; what is left
-  reorders algorithms). A share of relative moves above 5% says how often two algorithms
-  within 5% of each other can trade places from one run to the next: the floor under a
-  tuning table's "within 5% of the best in a separate run";
+  reorders algorithms);
 - the spread within RUN_B: the median over its points of (q3 - q1) / median over rounds;
 - RUN_A's medians taken as the prediction of RUN_B's, scored with the performance model's
   metric (accuracy = 1 - |pred - meas| / meas, Kahira et al.): the accuracy a perfect,
   state-frozen model would reach against RUN_B.
-
-The table check looks up, for every (collective, p) of RUN_B and every measured size, the
-runtime selector's choice from the table among RUN_B's interleaved measurements and
-compares it, by median over rounds, with the best candidate measured there and with native
-(twins, variants whose chunk or segment size has no effect at a size, count as one: older
-sweeps timed them apart, and the best of equal codes is only the luckiest draw). The
-targets: chosen <= 1.05 x best everywhere (median of the ratios <= 1.03) and chosen
-<= 1.05 x native everywhere.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 import statistics
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from collectives.units import format_size
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import RunStore
+from osu_dl_bench.selection.paired import Ratio, identity
+from osu_dl_bench.selection.selector import Query, Selector, default_context
+from osu_dl_bench.selection.tune import CLEAN_GROUPS, PointDecision, run_decisions, usable_rows
 
 # A point: one call measured in both runs. Its algorithms share the point's speed state.
 POINT = ["device", "dtype", "op", "collective", "nprocs", "size_bytes"]
 KEY = [*POINT, "algorithm"]
 LARGE = 64 * 1024  # the model's accuracy target is for messages of 64 KiB and above
 MOVED = 1.05  # a shift beyond 5% either way counts as a move
-BEST_MAX, BEST_MEDIAN, NATIVE_MAX = 1.05, 1.03, 1.05  # the table's targets
+# The targets: stability per p, the slowest point judged by its interval, median regret.
+STABILITY, SLOWER, MEDIAN_REGRET = 0.95, 1.05, 1.01
+_PERCENT = f"{(SLOWER - 1) * 100:.0f}"
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    """Print (and with --out write) the run comparison, then the table check."""
+    """Print (and with --out write) the decisions' report, then the measurements' shifts."""
     wanted = _process_counts(args.nprocs)
     a, b = measured_points(args.run_a), measured_points(args.run_b)
     both = paired_points(a, b)
@@ -54,9 +68,10 @@ def run_compare(args: argparse.Namespace) -> int:
         both = both[both["nprocs"].isin(wanted)]
     if both.empty:
         raise UsageError(f"{args.run_a} and {args.run_b} share no measured point")
-    reports = [shift_report(both, args.run_a, args.run_b)]
-    if args.table:
-        reports.append(table_report(args.table, args.run_b, wanted))
+    reports = [
+        decision_report(args.run_a, args.run_b, args.table, wanted),
+        shift_report(both, args.run_a, args.run_b),
+    ]
     text = "\n\n".join(reports)
     print(text, flush=True)
     if args.out:
@@ -78,24 +93,232 @@ def _process_counts(text: str | None) -> tuple[int, ...]:
     return parse_process_counts(text) if text else ()
 
 
+# --- decisions ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One point of RUN_B and the judged side's choice there."""
+
+    point: PointDecision  # RUN_B's
+    choice: str | None  # as RUN_B names its twin; None: the judged side has no choice here
+    regret: Ratio | None  # None where RUN_B did not measure the choice
+
+    @property
+    def stable(self) -> bool:
+        """The choice lies in RUN_B's tie set."""
+        return self.choice is not None and self.choice in self.point.tie_set
+
+
+def judge(point: PointDecision, raw_choice: str | None) -> Judged:
+    """RUN_B's point and a choice made elsewhere: its twin here, stability and regret."""
+    if raw_choice is None:
+        return Judged(point, None, None)
+    choice = point.twin_of(raw_choice)
+    if choice not in point.candidates:
+        return Judged(point, choice, None)
+    if choice == point.best:
+        return Judged(point, choice, identity(point.candidates[choice].series))
+    return Judged(point, choice, point.ratio_between(choice, point.best))
+
+
+def _run_chooser(run_a: str) -> Callable:
+    """point -> RUN_A's choice at the same (entry key, size), or None."""
+    decided = run_decisions(run_a)[0]
+
+    def choose(point: PointDecision) -> str | None:
+        mine = decided.get((point.key, point.size))
+        return None if mine is None else mine.chosen
+
+    return choose
+
+
+def _table_chooser(table: str) -> Callable:
+    """point -> the runtime selector's choice from the table (as bench -a tuned runs it)."""
+    selector = Selector.from_file(table, force={})
+
+    def choose(point: PointDecision) -> str:
+        k = point.key
+        query = Query(k.collective, k.nprocs, point.size, k.device, k.nodes, k.ppn)
+        return selector.decide(query, default_context(query)).label
+
+    return choose
+
+
+def judged_points(
+    run_a: str, run_b: str, table: str | None = None, wanted: Iterable[int] = ()
+) -> list[Judged]:
+    """Every point of RUN_B (of the wanted p), judged against RUN_A's or the table's choice."""
+    choose = _table_chooser(table) if table else _run_chooser(run_a)
+    decided = run_decisions(run_b)[0]
+    wanted = set(wanted)
+    return [
+        judge(point, choose(point))
+        for (key, _), point in sorted(decided.items(), key=lambda item: _order(item[0]))
+        if not wanted or key.nprocs in wanted
+    ]
+
+
+def _order(item: tuple) -> tuple:
+    key, size = item
+    return (key.collective, key.device, key.nprocs, key.nodes, key.ppn, size)
+
+
+@dataclass(frozen=True)
+class Figures:
+    """The decision figures of a set of points."""
+
+    points: int  # points with a choice to judge
+    stable: int
+    regrets: tuple[Ratio, ...]  # of every point whose choice RUN_B measured
+
+    @classmethod
+    def of(cls, judged: Iterable[Judged]) -> Figures:
+        """The figures of these points (those the judged side has no choice for left out)."""
+        known = [j for j in judged if j.choice is not None]
+        regrets = tuple(j.regret for j in known if j.regret is not None)
+        return cls(len(known), sum(j.stable for j in known), regrets)
+
+    @property
+    def stability(self) -> float:
+        """Share of the points whose choice lies in RUN_B's tie set."""
+        return self.stable / self.points if self.points else 0.0
+
+    @property
+    def median_regret(self) -> float:
+        """Median over the points of the choice's time over RUN_B's best."""
+        return statistics.median(r.ratio for r in self.regrets) if self.regrets else math.nan
+
+    @property
+    def max_regret(self) -> float:
+        """The largest regret."""
+        return max((r.ratio for r in self.regrets), default=math.nan)
+
+    @property
+    def slower(self) -> int:
+        """Points more than 5% slower than the best by their interval (its low end)."""
+        return sum(r.low > SLOWER for r in self.regrets)
+
+    @property
+    def unclear(self) -> int:
+        """Points whose interval straddles 5%: not distinguishable from it."""
+        return sum(r.low <= SLOWER < r.high for r in self.regrets)
+
+    @property
+    def unmeasured(self) -> int:
+        """Points whose choice RUN_B did not measure."""
+        return self.points - len(self.regrets)
+
+    def meets(self) -> bool:
+        """The targets: stability, no point > 5% slower by its interval, median regret."""
+        return (
+            bool(self.regrets)
+            and self.stability >= STABILITY
+            and self.slower == 0
+            and self.median_regret <= MEDIAN_REGRET
+        )
+
+
+def target_verdict(what: str, figures: Figures) -> str:
+    """'# WHAT: stability .. (target ..), .. slower ..., median regret .. -> meets|misses'."""
+    if not figures.regrets:
+        return f"# {what}: no choice was measured in RUN_B"
+    verdict = "meets" if figures.meets() else "misses"
+    return (
+        f"# {what}: stability {figures.stability * 100:.1f}% (target >= {STABILITY * 100:.0f}%), "
+        f"points more than {_PERCENT}% slower by the interval {figures.slower} "
+        f"(target 0), median regret {figures.median_regret:.3f} "
+        f"(target <= {MEDIAN_REGRET:.2f}) -> {verdict} the targets"
+    )
+
+
+def _figures_line(name: str, figures: Figures) -> str:
+    return (
+        f"{name:<28}{figures.points:>7}{figures.stability * 100:>8.1f}%"
+        f"{figures.median_regret:>15.3f}{figures.max_regret:>12.3f}"
+        f"{figures.slower:>12}{figures.unclear:>9}{figures.unmeasured:>14}"
+    )
+
+
+def _ratio_text(ratio: Ratio) -> str:
+    return f"{ratio.ratio:.3f}x (95% CI {ratio.low:.3f}-{ratio.high:.3f})"
+
+
+def _look_at(judged: Judged) -> str | None:
+    """A line for a point that is unstable, slower by its interval, or unclear."""
+    point, regret = judged.point, judged.regret
+    slower = regret is not None and regret.low > SLOWER
+    unclear = regret is not None and regret.low <= SLOWER < regret.high
+    if judged.choice is None or (judged.stable and not slower and not unclear):
+        return None
+    k = point.key
+    text = (
+        f"{k.collective} {k.device} p={k.nprocs} {format_size(point.size)}: chose "
+        f"{judged.choice}; RUN_B's tie set {', '.join(point.tie_set)}"
+    )
+    if regret is None:
+        return text + "; the choice was not measured in RUN_B"
+    text += f"; regret {_ratio_text(regret)} against {point.best}"
+    if slower:
+        return text + f": more than {_PERCENT}% slower"
+    return text + (f": cannot be told from {_PERCENT}%" if unclear else "")
+
+
+def decision_report(
+    run_a: str, run_b: str, table: str | None = None, wanted: Iterable[int] = ()
+) -> str:
+    """Stability and regret of RUN_A's (or the table's) choices on RUN_B: per (collective,
+    buffer kind, p), then a verdict per p and over all, then the points to look at."""
+    judged = judged_points(run_a, run_b, table, wanted)
+    source = f"table {table}'s choices (the selector's)" if table else f"{run_a}'s choices"
+    lines = [
+        f"# decisions: {source} on {run_b}'s measurements, decided as tune decides",
+        "# stable: the choice is in RUN_B's tie set; regret: its time over RUN_B's best, "
+        "paired in RUN_B (95% CI); slower: the interval's low end above "
+        f"{SLOWER}; unclear: the interval straddles {SLOWER}",
+        f"{'collective':<28}{'points':>7}{'stable':>9}{'median regret':>15}{'max regret':>12}"
+        f"{'slower':>12}{'unclear':>9}{'not measured':>14}",
+    ]
+    groups: dict[tuple, list[Judged]] = {}
+    for item in judged:
+        k = item.point.key
+        groups.setdefault((k.collective, k.device, k.nprocs), []).append(item)
+    for (collective, device, nprocs), items in groups.items():
+        lines.append(_figures_line(f"{collective} {device} p={nprocs}", Figures.of(items)))
+    for nprocs in sorted({k[2] for k in groups}):
+        items = [j for j in judged if j.point.key.nprocs == nprocs]
+        lines.append(target_verdict(f"p={nprocs}", Figures.of(items)))
+    lines.append(target_verdict("all", Figures.of(judged)))
+    notes = [text for text in map(_look_at, judged) if text]
+    if notes:
+        lines += ["# points to look at:", *notes]
+    return "\n".join(lines)
+
+
+# --- measurements -------------------------------------------------------------------------
+
+
 def _results(run_dir: str) -> pd.DataFrame:
-    """A run's measured rows (UsageError if it is no sweep's run directory)."""
+    """A run's usable rows (UsageError if it is no sweep's run directory), clean native
+    only: in another backend's launches native ran beside that backend's threads."""
     store = RunStore(run_dir)
     if not store.results_path.is_file():
         raise UsageError(f"{run_dir}: no results.csv (expected a sweep's run directory)")
-    frame = store.load()
-    return frame[frame["validation"].fillna("pass") != "fail"]
+    frame = usable_rows(store.load())
+    contaminated = (frame["algorithm"] == "native") & ~frame["group"].isin(CLEAN_GROUPS)
+    return frame[~contaminated]
 
 
 def measured_points(run_dir: str) -> pd.DataFrame:
-    """One row per point and algorithm (the last measurement, as --resume keeps), with its
-    median and its relative spread (q3 - q1) / median."""
+    """One row per point and algorithm, with its median over launches (of the launches'
+    medians) and its relative spread (q3 - q1) / median, the median over launches."""
     frame = _results(run_dir)
     frame = frame.assign(
         op=frame["op"].astype(object).fillna(""),  # bcast has no op: '' matches ''
         spread=(frame["q3_us"] - frame["q1_us"]) / frame["median_us"],
     )
-    return frame.drop_duplicates(KEY, keep="last")[[*KEY, "median_us", "spread"]]
+    grouped = frame.groupby(KEY, sort=False)[["median_us", "spread"]].median()
+    return grouped.reset_index()[[*KEY, "median_us", "spread"]]
 
 
 def paired_points(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
@@ -133,81 +356,3 @@ def shift_report(both: pd.DataFrame, run_a: str, run_b: str) -> str:
             f"{large['accuracy'].mean() * 100:>15.1f}%{small['accuracy'].mean() * 100:>7.1f}%"
         )
     return "\n".join(lines)
-
-
-# --- a table on another run -------------------------------------------------------------
-
-
-def table_report(table: str, run_dir: str, wanted: tuple[int, ...] = ()) -> str:
-    """The table's choice at every point of ``run_dir`` against the best and native there,
-    one line per size, then a verdict per (collective, p)."""
-    from osu_dl_bench.selection.selector import Selector
-
-    selector = Selector.from_file(table)
-    frame = _results(run_dir)
-    if wanted:
-        frame = frame[frame["nprocs"].isin(wanted)]
-    lines = [
-        f"# table {table} checked against the separate run {run_dir}",
-        f"{'collective':<10}{'p':>3}{'size':>10}  {'chosen':<34}{'chosen/best':>12}"
-        f"{'chosen/native':>14}  best",
-    ]
-    verdicts = []
-    for (device, collective, nprocs), group in frame.groupby(["device", "collective", "nprocs"]):
-        to_best, to_native = [], []
-        for size, at_size in group.groupby("size_bytes"):
-            line, ratios = _point_regret(selector, device, collective, int(nprocs), at_size)
-            lines.append(f"{collective:<10}{nprocs:>3}{size:>10}  {line}")
-            if ratios:
-                to_best.append(ratios[0])
-                to_native.append(ratios[1])
-        verdicts.append(target_verdict(f"{collective} p={nprocs} ({device})", to_best, to_native))
-    return "\n".join(lines + verdicts)
-
-
-def _point_regret(selector, device: str, collective: str, nprocs: int, at_size: pd.DataFrame):
-    """(the rest of the point's line, (chosen/best, chosen/native) or None if the choice
-    was not measured there)."""
-    from osu_dl_bench.selection.selector import Query, default_context
-    from osu_dl_bench.selection.tune import point_representatives, without_twins
-
-    at_size = without_twins(collective, at_size.drop_duplicates("algorithm", keep="last"))
-    medians = dict(zip(at_size["algorithm"], at_size["median_us"], strict=True))
-    first = at_size.iloc[0]
-    query = Query(
-        collective,
-        nprocs,
-        int(first["size_bytes"]),
-        device,
-        int(first["nodes"]),
-        int(first["ppn"]),
-    )
-    chosen = selector.decide(query, default_context(query)).label
-    # The measured twin of the choice (the same code under another chunk size).
-    kept = point_representatives(collective, at_size, chosen)
-    chosen = next((a for a in medians if kept[a] == kept[chosen]), chosen)
-    if chosen not in medians:
-        return f"{chosen:<34} not measured", None
-    if "native" not in medians:
-        return f"{chosen:<34} native not measured", None
-    best = min(medians, key=medians.get)
-    to_best, to_native = medians[chosen] / medians[best], medians[chosen] / medians["native"]
-    return f"{chosen:<34}{to_best:>12.3f}{to_native:>14.3f}  {best}", (to_best, to_native)
-
-
-def target_verdict(what: str, to_best: list[float], to_native: list[float]) -> str:
-    """'# WHAT: chosen/best median .. max ..; chosen/native ... -> meets|misses the targets'."""
-    if not to_best:
-        return f"# {what}: the table's choices were not measured in this run"
-    ok = (
-        max(to_best) <= BEST_MAX
-        and statistics.median(to_best) <= BEST_MEDIAN
-        and max(to_native) <= NATIVE_MAX
-    )
-    return (
-        f"# {what}: "
-        f"chosen/best median {statistics.median(to_best):.3f} "
-        f"max {max(to_best):.3f}; chosen/native median {statistics.median(to_native):.3f} "
-        f"max {max(to_native):.3f} -> {'meets' if ok else 'misses'} the targets "
-        f"(best <= {BEST_MAX} everywhere, median <= {BEST_MEDIAN}, native <= {NATIVE_MAX})"
-    )

@@ -197,7 +197,7 @@ class PointDecision:
         kept = twin_representatives(
             self.key.collective, labels, self.key.nprocs, self.count, itemsize
         )
-        return kept[label]
+        return next((c for c in self.candidates if kept[c] == kept[label]), label)
 
     def ratio_between(self, label: str, other: str) -> Ratio | None:
         """time(label) / time(other) here, paired as the decisions are (None: not measured

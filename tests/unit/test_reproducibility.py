@@ -1,17 +1,20 @@
-"""``osu-dl-bench compare``: shifts between two sweeps and one scored as the other's
-prediction, on hand-made medians; a tuning table's choices scored on another run; the
-whole command on synthetic run directories."""
+"""``osu-dl-bench compare``: decision stability and regret of one run's (or a table's)
+choices on another run, shifts between two sweeps and one scored as the other's
+prediction, on hand-made medians and synthetic run directories; the whole command."""
 
 import subprocess
 import sys
 
 import pandas as pd
 import pytest
-from support.tuning import model_points, write_run
+from support.tuning import label, launch_run, make_entry, make_table, model_points, write_run
 
 from osu_dl_bench.cli import main
 from osu_dl_bench.commands import compare
 from osu_dl_bench.selection import build_table
+from osu_dl_bench.selection.paired import Ratio
+
+pytestmark = pytest.mark.usefixtures("registered")
 
 
 def _run(rows, device="cpu"):
@@ -43,14 +46,65 @@ def test_points_of_different_buffer_kinds_are_not_paired():
     assert compare.paired_points(a, b_registered)["shift"].tolist() == [3.0]
 
 
-def test_the_targets_are_met_only_within_five_percent_everywhere():
-    assert compare.target_verdict("x", [1.0, 1.02, 1.04], [0.5, 1.0, 1.05]).endswith(
-        "meets the targets (best <= 1.05 everywhere, median <= 1.03, native <= 1.05)"
+def _figures(stable, regrets):
+    """Figures of hand-made points: (ratio, low, high) regrets, ``stable`` of them stable."""
+    ratios = tuple(Ratio(r, lo, hi, 3, 60) for r, lo, hi in regrets)
+    return compare.Figures(len(regrets), stable, ratios)
+
+
+def test_the_targets_need_stability_no_miss_by_the_interval_and_a_low_median_regret():
+    good = _figures(20, [(1.0, 1.0, 1.0)] * 19 + [(1.08, 1.04, 1.12)])  # straddles 1.05
+    assert good.unclear == 1 and good.slower == 0
+    assert compare.target_verdict("p=2", good) == (
+        "# p=2: stability 100.0% (target >= 95%), points more than 5% slower by the "
+        "interval 0 (target 0), median regret 1.000 (target <= 1.01) -> meets the targets"
     )
-    assert "-> misses" in compare.target_verdict("x", [1.0, 1.0, 1.06], [1.0, 1.0, 1.0])
-    assert "-> misses" in compare.target_verdict("x", [1.04, 1.04, 1.0], [1.0, 1.0, 1.0])
-    assert "-> misses" in compare.target_verdict("x", [1.0], [1.06])
-    assert "not measured" in compare.target_verdict("x", [], [])
+    missed = _figures(20, [(1.0, 1.0, 1.0)] * 19 + [(1.08, 1.06, 1.1)])
+    assert missed.slower == 1 and "-> misses" in compare.target_verdict("x", missed)
+    unstable = _figures(18, [(1.0, 1.0, 1.0)] * 20)
+    assert unstable.stability == 0.9 and "-> misses" in compare.target_verdict("x", unstable)
+    costly = _figures(3, [(1.02, 1.0, 1.04)] * 3)
+    assert "median regret 1.020" in compare.target_verdict("x", costly)
+    assert "-> misses" in compare.target_verdict("x", costly)
+    assert "no choice was measured" in compare.target_verdict("x", _figures(0, []))
+
+
+def test_identical_runs_are_fully_stable_with_no_regret(tmp_path):
+    plan = {
+        1024: {"recursive_doubling": 0.9, "rabenseifner": 1.1},
+        65536: {"recursive_doubling": 1.1, "rabenseifner": 0.8},
+        1 << 20: {"recursive_doubling": 1.3, "rabenseifner": 1.2},
+    }
+    a = launch_run(tmp_path / "a", plan)
+    b = launch_run(tmp_path / "b", plan)
+    judged = compare.judged_points(str(a), str(b))
+    assert [j.choice for j in judged] == ["recursive_doubling", "rabenseifner", "native"]
+    figures = compare.Figures.of(judged)
+    assert (figures.points, figures.stability, figures.median_regret) == (3, 1.0, 1.0)
+    assert figures.meets()
+
+
+def test_a_choice_another_run_finds_slower_is_unstable_and_a_miss(tmp_path):
+    a = launch_run(tmp_path / "a", {65536: {"recursive_doubling": 0.8, "rabenseifner": 1.0}})
+    b = launch_run(tmp_path / "b", {65536: {"recursive_doubling": 1.0, "rabenseifner": 0.8}})
+    (judged,) = compare.judged_points(str(a), str(b))
+    assert judged.choice == "recursive_doubling" and not judged.stable
+    assert judged.point.best == "rabenseifner"
+    assert judged.regret.ratio == pytest.approx(1.25, rel=0.02) and judged.regret.low > 1.05
+    report = compare.decision_report(str(a), str(b))
+    assert "-> misses the targets" in report
+    assert "regret 1.2" in report and ": more than 5% slower" in report
+
+
+def test_a_table_is_judged_by_the_selectors_choice_and_twins_count_as_one(tmp_path):
+    ring_0, ring_1m = label("allreduce", "ring:seg=0"), label("allreduce", "ring:seg=1M")
+    b = launch_run(tmp_path / "b", {65536: {ring_1m: 0.7, "rabenseifner": 1.0}})
+    # seg=0 and seg=1M are twins at 64 KiB over 2 ranks (32 KiB blocks): the same code.
+    table = tmp_path / "t.json"
+    make_table(make_entry(2, [(0, "ring:seg=0")])).write(table)
+    (judged,) = compare.judged_points(str(b), str(b), str(table))
+    assert judged.choice == ring_1m != ring_0 and judged.stable
+    assert judged.regret.ratio == 1.0
 
 
 def _runs(tmp_path):
@@ -75,11 +129,13 @@ def test_compare_prints_both_reports_and_writes_them(tmp_path):
     )
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
-    assert lines[0] == f"# {a} against {b}: 72 points measured by both"
-    p2 = lines[2].split()
+    assert lines[0].startswith(f"# decisions: table {table}'s choices (the selector's) on {b}")
+    (row,) = [line for line in lines if line.startswith("allreduce cpu p=2")]
+    assert row.split()[3:5] == ["12", "100.0%"]  # 12 sizes, every choice in B's tie set
+    assert any(line.startswith("# p=2: stability 100.0%") for line in lines)
+    shifts = lines.index(f"# {a} against {b}: 72 points measured by both")
+    p2 = lines[shifts + 2].split()
     assert p2[:2] == ["2", "72"] and 39.5 < float(p2[2].rstrip("%")) < 41.5  # ln 1.5 = 40.5%
-    assert f"# table {table} checked against the separate run {b}" in lines
-    assert lines[-1].startswith("# allreduce p=2 (cpu): chosen/best median 1.000")
     assert out.read_text() == f"# command: osu-dl-bench {' '.join(argv[:-2])}\n{res.stdout}"
 
 

@@ -8,6 +8,7 @@ from support.tuning import (
     decision,
     label,
     launch_rows,
+    launch_run,
     machine_states,
     point,
     scaled,
@@ -219,14 +220,10 @@ def test_the_shipped_tables_pass_the_table_schema_which_is_a_valid_schema():
 # --- multi-launch sweeps: paired ratios, tie sets, hysteresis -----------------------------
 
 
-def _multi_launch(tmp_path, candidates, size=4096, states=None):
-    """A run of one size: clean native on the shared machine states, and each candidate
-    {name: factor or per-launch factors} paired with it in the mpi group."""
-    states = states or machine_states(launches=3, rounds=20)
-    rows = launch_rows("allreduce", "native", size, states)
-    for seed, (name, factors) in enumerate(candidates.items(), start=2):
-        rows += launch_rows("allreduce", name, size, scaled(states, factors, seed=seed))
-    return write_run(tmp_path / "run", rows)
+def _multi_launch(tmp_path, candidates, size=4096):
+    """A run of one size: clean native and each candidate {name: factor or per-launch
+    factors} paired with it in the mpi group."""
+    return launch_run(tmp_path / "run", {size: candidates})
 
 
 def test_a_candidate_ten_percent_faster_in_every_round_replaces_native(tmp_path):

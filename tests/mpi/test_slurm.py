@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from mpirun import REPO, mpi_env, run_with_timeout
-from support.sweep import difference, expected_rows, stored_rows, sweep_config
+from support.sweep import difference, expected_rows, launches_of, stored_rows, sweep_config
 
 from collectives.units import doubling_sizes
 from osu_dl_bench.jobs import slurm
@@ -93,7 +93,7 @@ def test_dry_run_writes_the_script_without_slurm(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     script = run_dir / "sweep.sbatch"
     assert f"# batch script (not submitted: --dry-run): {script}" in res.stdout
-    assert "# p=2:" in res.stdout and script.read_text() in res.stdout
+    assert "# p=2 launch 1 (mpi):" in res.stdout and script.read_text() in res.stdout
     assert not (run_dir / "results.csv").exists()
 
 
@@ -316,6 +316,7 @@ def test_submitted_sweep_measures_each_count_in_its_own_step(cluster, submitted,
     collectives, algorithms = ["allreduce", "bcast"], ["native", "ring"]
     argv = ["sweep", "--submit", "--np", "2,4", "-m", "8:64K", "--budget", "0.05"]
     argv += ["--collectives", ",".join(collectives), "-a", ",".join(algorithms)]
+    argv += ["--launches", "2"]
     res = _cli([*argv, "-o", str(run_dir)])
     assert res.returncode == 0, res.stdout + res.stderr
     job_id = re.search(r"submitted Slurm batch job (\d+)", res.stdout)[1]
@@ -324,20 +325,22 @@ def test_submitted_sweep_measures_each_count_in_its_own_step(cluster, submitted,
     assert f"results: {run_dir / 'results.csv'}" in res.stdout and str(log) in res.stdout
     _assert_completed(wait_for_job(job_id, log), log)
 
-    rows = stored_rows(RunStore(run_dir).load())
+    frame = RunStore(run_dir).load()
     want = expected_rows([2, 4], collectives, doubling_sizes(8, 64 << 10), algorithms)
-    assert len(rows) == len(set(rows)) and set(rows) == want, difference(set(rows), want)
+    for launch in (1, 2):
+        rows = stored_rows(frame[frame["launch"] == launch])
+        assert len(rows) == len(set(rows)) and set(rows) == want, difference(set(rows), want)
     assert set(RunStore(run_dir).load()["validation"]) == {"pass"}
     meta = json.loads((run_dir / "metadata.json").read_text())
     assert meta["complete"] is True and meta["launcher"] == "srun"
     assert meta["slurm_job_id"] == job_id and meta["slurm_ntasks_per_node"] == 4
     assert meta["submissions"][0]["slurm_job_id"] == job_id
     assert meta["submissions"][0]["script"] == str(run_dir / "sweep.sbatch")
-    steps = {meta["jobs"][p]["slurm_step_id"] for p in ("2", "4")}
+    steps = {e["slurm_step_id"] for p in ("2", "4") for e in launches_of(meta["jobs"][p])}
     for p in (2, 4):
         job = meta["jobs"][str(p)]
         assert (job["slurm_job_id"], job["slurm_ntasks"], job["nprocs"]) == (job_id, p, p)
-    assert len(steps) == 2, "each process count runs in a step of its own"
+    assert len(steps) == 4, "each launch of each process count runs in a step of its own"
     assert f"results in {run_dir}" in log.read_text()
 
 

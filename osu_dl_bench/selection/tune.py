@@ -93,6 +93,8 @@ KEY_COLUMNS = ["collective", "device", "nodes", "ppn", "nprocs"]
 CANDIDATE_KEY = [name for name in POINT_KEY if name not in ("launch", "group")]
 # Groups whose native is clean, best first: the MPI group, or everything in one process.
 CLEAN_GROUPS = ("mpi", "shared")
+# What a paired.Launch takes from a row, in launch_of's order.
+SERIES_COLUMNS = ("launch", "round_us", "median_us", "q1_us", "q3_us", "rounds")
 
 
 # --- rows ---------------------------------------------------------------------------------
@@ -213,16 +215,11 @@ class PointDecision:
 
 def _series(rows: pd.DataFrame) -> Series:
     """One candidate's rows at one point (one per launch) as paired.Series."""
+    rows = rows.sort_values("launch", kind="stable")
+    columns = (rows[name].tolist() for name in SERIES_COLUMNS)
     launches = tuple(
-        launch_of(
-            int(r.launch),
-            round_values(str(r.round_us)),
-            r.median_us,
-            r.q1_us,
-            r.q3_us,
-            int(r.rounds),
-        )
-        for r in rows.sort_values("launch").itertuples()
+        launch_of(int(launch), round_values(text), median, q1, q3, int(count))
+        for launch, text, median, q1, q3, count in zip(*columns, strict=True)
     )
     return Series(str(rows["group"].iloc[-1]), launches)
 

@@ -106,3 +106,12 @@ def test_legacy_rows_read_the_old_rule_as_an_interval():
     assert ratio.below_one  # q3 9.5 < native's median 10
     touching = legacy_ratio(legacy(8.0, 7.0, 10.0), native)
     assert not touching.below_one  # q3 == native's median: within the noise
+
+
+def test_rounds_of_different_counts_pair_by_their_common_prefix():
+    states = machine_states(launches=2, rounds=25)
+    longer = _series(scaled(states, 0.9))
+    shorter = _series([s[:20] for s in states])
+    ratio = paired_ratio(longer, shorter, "p")
+    assert (ratio.launches, ratio.rounds) == (2, 40)
+    assert ratio.ratio == pytest.approx(0.9, rel=0.01)

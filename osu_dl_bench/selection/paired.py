@@ -203,7 +203,10 @@ def legacy_ratio(candidate: Series, reference: Series) -> Ratio:
     q1, median, q3 = candidate.quartiles_us()
     base = reference.quartiles_us()[1]
     launches = len(candidate.launches)
-    return Ratio(median / base, q1 / base, q3 / base, launches, candidate.rounds)
+    # A row whose quartiles miss its median (edited, or merged from elsewhere) still
+    # gets an interval that holds its own estimate.
+    low, high = min(q1, median), max(q3, median)
+    return Ratio(median / base, low / base, high / base, launches, candidate.rounds)
 
 
 def paired_ratio(candidate: Series, reference: Series, *seed_parts: object) -> Ratio | None:

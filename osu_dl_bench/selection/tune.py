@@ -18,12 +18,11 @@ over launches, then rounds. Native's own ratio is 1, [1, 1].
   parameters), then the lower ratio. A choice that moves between equals from one run to
   the next is noise; the stable rule keeps two runs' tables the same.
 - Hysteresis: walking the sizes upward, a size joins the current range while the
-  intersection of the range's tie sets with its own stays non-empty; the range's choice is
-  the stable rule over that intersection (the lower mean log-ratio over the range's sizes
-  breaks the last tie). Neighbouring sizes thus keep one choice unless the measurements
-  tell them apart. So a candidate may take a size where it is only tied with native when
-  a neighbouring size of its range shows it faster beyond the noise: no measurement tells
-  it from native there, and the boundary between them stops flipping between runs.
+  intersection of the range's tie sets with its own stays non-empty and native is tied at
+  all of the range's sizes or at none; the range's choice is the stable rule over that
+  intersection (the lower mean log-ratio over the range's sizes breaks the last tie).
+  Neighbouring sizes thus keep one choice unless the measurements tell them apart, and a
+  candidate still replaces native only at sizes where its interval lies below 1.
 - Legacy rows (no per-round times) read the old rule as an interval: ratio = median /
   native's median, interval = (q1, q3) / native's median, so "q3 below native's median"
   is "interval below 1".
@@ -336,11 +335,17 @@ def decide_candidates(
 
 def hysteresis(points: list[PointDecision]) -> list[PointDecision]:
     """The points (by size) with ``chosen`` set to their range's choice: a size joins the
-    range while the range's tie sets still share a member with its own."""
+    range while the range's tie sets still share a member with its own, and native is
+    tied at every size of the range or at none (a candidate never replaces native at a
+    size where it is not faster beyond the noise)."""
     ranges: list[tuple[list[PointDecision], set[str]]] = []
     for point in points:
         ties = set(point.tie_set)
-        if ranges and ranges[-1][1] & ties:
+        if (
+            ranges
+            and ranges[-1][1] & ties
+            and _native_tied(ranges[-1][0][0]) == _native_tied(point)
+        ):
             ranges[-1][0].append(point)
             ranges[-1] = (ranges[-1][0], ranges[-1][1] & ties)
         else:
@@ -350,6 +355,11 @@ def hysteresis(points: list[PointDecision]) -> list[PointDecision]:
         choice = _range_choice(members, common)
         decided += [replace(p, chosen=choice, tie_set=_first(p.tie_set, choice)) for p in members]
     return decided
+
+
+def _native_tied(point: PointDecision) -> bool:
+    """Whether native is in the point's tie set (then it is the point's choice)."""
+    return "native" in point.tie_set
 
 
 def _range_choice(members: list[PointDecision], common: set[str]) -> str:

@@ -305,6 +305,17 @@ def test_hysteresis_merges_sizes_whose_tie_sets_intersect_and_not_disjoint_ones(
     ]
 
 
+def test_hysteresis_never_carries_a_candidate_into_a_size_where_native_is_tied():
+    points = [
+        decision(8, {"recursive_doubling": (0.9, 0.8, 1.05)}),  # tied with native
+        decision(16, {"recursive_doubling": (0.7, 0.65, 0.75)}),  # faster beyond the noise
+        decision(32, {"recursive_doubling": (0.72, 0.66, 0.78), "ring": (0.74, 0.7, 0.8)}),
+    ]
+    assert "recursive_doubling" in points[0].tie_set and points[0].chosen == "native"
+    merged = hysteresis(points)
+    assert [p.chosen for p in merged] == ["native", "recursive_doubling", "recursive_doubling"]
+
+
 def test_a_range_choice_breaks_ties_by_the_mean_log_ratio_over_its_sizes():
     points = [
         decision(8, {"recursive_doubling": (0.70, 0.6, 0.8), "rabenseifner": (0.72, 0.6, 0.8)}),

@@ -124,7 +124,7 @@ def judge(point: PointDecision, raw_choice: str | None) -> Judged:
 
 def _run_chooser(run_a: str) -> Callable:
     """point -> RUN_A's choice at the same (entry key, size), or None."""
-    decided = run_decisions(run_a)[0]
+    decided = _decided(run_a)
 
     def choose(point: PointDecision) -> str | None:
         mine = decided.get((point.key, point.size))
@@ -150,13 +150,23 @@ def judged_points(
 ) -> list[Judged]:
     """Every point of RUN_B (of the wanted p), judged against RUN_A's or the table's choice."""
     choose = _table_chooser(table) if table else _run_chooser(run_a)
-    decided = run_decisions(run_b)[0]
+    decided = _decided(run_b)
     wanted = set(wanted)
     return [
         judge(point, choose(point))
         for (key, _), point in sorted(decided.items(), key=lambda item: _order(item[0]))
         if not wanted or key.nprocs in wanted
     ]
+
+
+def _decided(run_dir: str) -> dict:
+    """A run's decisions as tune takes them; a run with none is refused with the reason
+    (every point left out, e.g. native measured only beside another backend)."""
+    decided, warn = run_decisions(run_dir)
+    if not decided:
+        why = f": {warn[-1]}" if warn else ""
+        raise UsageError(f"{run_dir}: no point could be decided as tune decides{why}")
+    return decided
 
 
 def _order(item: tuple) -> tuple:
@@ -232,10 +242,16 @@ def target_verdict(what: str, figures: Figures) -> str:
     )
 
 
+def _number(value: float, digits: int = 3, scale: float = 1, unit: str = "") -> str:
+    """A figure of the report, or '-' where there is none (no point to take it over)."""
+    return "-" if math.isnan(value) else f"{value * scale:.{digits}f}{unit}"
+
+
 def _figures_line(name: str, figures: Figures) -> str:
+    stability = math.nan if not figures.points else figures.stability
     return (
-        f"{name:<28}{figures.points:>7}{figures.stability * 100:>8.1f}%"
-        f"{figures.median_regret:>15.3f}{figures.max_regret:>12.3f}"
+        f"{name:<28}{figures.points:>7}{_number(stability, 1, 100, '%'):>9}"
+        f"{_number(figures.median_regret):>15}{_number(figures.max_regret):>12}"
         f"{figures.slower:>12}{figures.unclear:>9}{figures.unmeasured:>14}"
     )
 
@@ -353,6 +369,7 @@ def shift_report(both: pd.DataFrame, run_a: str, run_b: str) -> str:
             f"{np.median(np.abs(np.log(group['shift']))) * 100:>13.1f}%"
             f"{_moved(group['shift']):>10.0f}%{_moved(group['relative']):>13.0f}%"
             f"{np.median(group['spread']) * 100:>9.1f}%"
-            f"{large['accuracy'].mean() * 100:>15.1f}%{small['accuracy'].mean() * 100:>7.1f}%"
+            f"{_number(large['accuracy'].mean(), 1, 100, '%'):>16}"
+            f"{_number(small['accuracy'].mean(), 1, 100, '%'):>8}"
         )
     return "\n".join(lines)

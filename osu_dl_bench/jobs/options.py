@@ -423,6 +423,29 @@ def check_script_values(args: argparse.Namespace) -> None:
             )
 
 
+# An isolation group is a backend's name ('mpi', 'gloo', 'nccl'): a plain lowercase word.
+GROUP_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+def _check_launch_options(args: argparse.Namespace) -> None:
+    """--launch and --group say which launch a launched job is: only with --inside, the
+    launch within --launches, the group a backend's name (it is stored in every row)."""
+    given = [flag for flag in ("launch", "group") if getattr(args, flag) is not None]
+    if given and not args.inside:
+        raise UsageError(
+            f"--{given[0]} is set by the sweep on the jobs it launches: expected it with "
+            "--inside only"
+        )
+    if args.launch is not None and args.launch > args.launches:
+        raise UsageError(
+            f"--launch {args.launch}: expected a launch from 1 to --launches ({args.launches})"
+        )
+    if args.group is not None and not GROUP_NAME.fullmatch(args.group):
+        raise UsageError(
+            f"--group {_escaped(args.group)}: expected a backend's name (mpi, gloo, nccl)"
+        )
+
+
 def config_from_args(args: argparse.Namespace) -> SweepConfig:
     """Build and check a SweepConfig from parsed arguments (no MPI needed)."""
     if args.submit:
@@ -431,6 +454,7 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
     if args.np is None and not args.inside:
         raise UsageError("--np is required to launch jobs, e.g. --np 2,4 (or run with --inside)")
     _check_batch_options(args)
+    _check_launch_options(args)
     cfg = SweepConfig(
         nprocs=parse_process_counts(args.np) if args.np is not None else (),
         collectives=parse_collectives(args.collectives),

@@ -26,6 +26,7 @@ import io
 import json
 import math
 import os
+import re
 import socket
 import sys
 from dataclasses import MISSING, asdict, dataclass, fields
@@ -130,6 +131,17 @@ NUMBER_FIELDS = tuple(f.name for f in fields(SweepPoint) if f.type in ("int", "f
 INT_FIELDS = tuple(f.name for f in fields(SweepPoint) if f.type == "int")
 # Per-round cells must stay text: one round's '12.5' would otherwise read as a number.
 TEXT_COLUMNS = {name: str for name, default in OPTIONAL_FIELDS.items() if default == ""}
+# Numbers a measurement cannot hold: a time, a count of rounds or a launch of 0 or below
+# (a hand-edited -1 µs would rank first, a 0 would divide by zero). Sizes may be 0.
+POSITIVE_FIELDS = (
+    "median_us", "q1_us", "q3_us", "min_us", "max_us",
+    "rounds", "iterations", "nprocs", "nodes", "ppn", "launch",
+)  # fmt: skip
+# int64's range: a larger whole number would wrap around when typed (1e30 -> -2**63).
+INT_LIMIT = 2**63
+STATES = (NORMAL, OUTLYING, REMEASURED)
+# A group is a backend's name (or 'shared' for legacy rows): a plain word.
+GROUP_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
 
 
 class StoreError(UsageError):
@@ -418,11 +430,53 @@ def _typed(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple[int, str]]]:
                 reasons.setdefault(number, f"{name} {str(raw[number])!r} is not a finite number")
             frame[name] = frame[name].where(~infinite)
         if name in INT_FIELDS:
-            frame[name] = frame[name].where(frame[name] % 1 == 0)
+            whole = (frame[name] % 1 == 0) & (frame[name].abs() < INT_LIMIT)
+            for number in frame.index[frame[name].notna() & ~whole]:
+                reasons.setdefault(number, f"{name} {str(raw[number])!r} is not a whole number")
+            frame[name] = frame[name].where(whole)
+        if name in POSITIVE_FIELDS:
+            for number in frame.index[frame[name] <= 0]:
+                reasons.setdefault(number, f"{name} {str(raw[number])!r} is not above 0")
         for number in frame.index[frame[name].isna()]:
             reasons.setdefault(number, _missing(name, raw[number]))
+    for number, why in _launch_problems(frame):
+        reasons.setdefault(number, why)
     frame = frame.drop(index=list(reasons)).astype({name: "int64" for name in INT_FIELDS})
     return frame, list(reasons.items())
+
+
+def _launch_problems(frame: pd.DataFrame) -> list[tuple[int, str]]:
+    """(line, reason) for rows whose launch columns cannot be used: a group that is no
+    backend's name, a state a sweep does not write, per-round cells that are not positive
+    times."""
+    found = []
+    groups = frame["group"].astype(str)
+    for number in frame.index[~groups.str.fullmatch(GROUP_NAME.pattern)]:
+        found.append((number, f"group {groups[number]!r} is not a backend's name"))
+    states = frame["state"].astype(str)
+    for number in frame.index[~states.isin(STATES)]:
+        found.append((number, f"state {states[number]!r} is not one of {', '.join(STATES)}"))
+    for name in TEXT_COLUMNS:
+        for number, text in zip(frame.index, frame[name], strict=True):
+            why = _rounds_problem(name, text) if isinstance(text, str) and text else None
+            if why:
+                found.append((number, why))
+    return found
+
+
+def _rounds_problem(name: str, text: str) -> str | None:
+    """Why a per-round cell is not positive finite times. Its count may differ from the
+    row's rounds (the paired ratio uses the values it holds; one value cannot place a
+    candidate below its reference, see selection.paired)."""
+    values = text.split()
+    for value in values:
+        try:
+            number = float(value)
+        except ValueError:
+            return f"{name} holds {value[:20]!r}, expected a time in µs"
+        if not (math.isfinite(number) and number > 0):
+            return f"{name} holds {value[:20]!r}, expected a positive finite time in µs"
+    return None
 
 
 def _missing(name: str, raw: object) -> str:

@@ -135,8 +135,11 @@ def seed_of(*parts: object) -> int:
     return zlib.crc32("|".join(map(str, parts)).encode())
 
 
-def _log(values: np.ndarray) -> np.ndarray:
-    return np.log(np.asarray(values, dtype=float))
+def _log(values: np.ndarray | float) -> np.ndarray:
+    """Natural logs; a time of 0 or below gives -inf or NaN (dropped by _usable), not an
+    error."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log(np.asarray(values, dtype=float))
 
 
 def _usable(values: np.ndarray) -> np.ndarray:
@@ -167,8 +170,9 @@ def cross_group_samples(candidate: Series, reference: Series) -> list[np.ndarray
     ]
     if len(pairs) == 1 and pairs[0][0].rounds.size:
         mine, theirs = pairs[0]
-        return [_usable(_log(mine.rounds) - math.log(theirs.typical_us))]
-    values = [math.log(m.typical_us) - math.log(t.typical_us) for m, t in pairs]
+        values = _usable(_log(mine.rounds) - _log(theirs.typical_us))
+        return [values] if values.size else []
+    values = [_log(m.typical_us) - _log(t.typical_us) for m, t in pairs]
     return [np.array([v]) for v in values if math.isfinite(v)]
 
 
@@ -226,6 +230,9 @@ def paired_ratio(candidate: Series, reference: Series, *seed_parts: object) -> R
     low, high = cluster_bootstrap(clusters, seed_of(*seed_parts))
     # A percentile interval need not hold its own point estimate; a decision must.
     low, high = min(low, centre), max(high, centre)
+    if pooled.size < 2:
+        # One value has no spread to judge by: it cannot be told from the reference.
+        low, high = min(low, 0.0), max(high, 0.0)
     rounds = int(pooled.size) if same else _rounds_behind(candidate, reference)
     return Ratio(math.exp(centre), math.exp(low), math.exp(high), len(clusters), rounds)
 

@@ -224,11 +224,10 @@ def _series(rows: pd.DataFrame) -> Series:
 
 
 def _reference_group(at_size: pd.DataFrame) -> str | None:
-    """The isolation group whose native is clean: 'mpi', else 'shared', else any."""
+    """The isolation group whose native is clean: 'mpi', else 'shared', else None (native
+    measured only beside another backend's threads, or not at all)."""
     groups = set(at_size.loc[at_size["algorithm"] == "native", "group"])
-    if not groups:
-        return None
-    return next((g for g in CLEAN_GROUPS if g in groups), min(groups))
+    return next((g for g in CLEAN_GROUPS if g in groups), None)
 
 
 def _measurements(at_size: pd.DataFrame, choices: Mapping[str, Choice]) -> dict[str, Series]:
@@ -301,6 +300,14 @@ def decide_point(
 ) -> PointDecision | None:
     """The decision at one size from its usable rows (None: no registered candidate)."""
     size = int(at_size["size_bytes"].iloc[0])
+    if (at_size["algorithm"] == "native").any() and _reference_group(at_size) is None:
+        # Deciding against a native slowed by gloo's threads would favour gloo (issue 14).
+        groups = ", ".join(sorted(set(at_size["group"])))
+        warn.append(
+            f"{key} at {format_size(size)} left out: native was measured only in the "
+            f"launches of {groups}, expected it in the mpi group's (a clean reference)"
+        )
+        return None
     series = _measurements(without_twins(key.collective, at_size), choices)
     if not series:
         return None
@@ -494,6 +501,8 @@ def _read_run(run_dir: str | os.PathLike) -> tuple[RunStore, pd.DataFrame, list[
         raise UsageError(f"{run_dir}: no {store.results_path.name}: not a sweep run directory")
     # Rows a full disk cut short, or of the wrong shape, are left out with a warning.
     frame, warn = store.read()
+    if frame.empty and warn:
+        raise UsageError(f"no usable results: {warn[0]}")
     return store, frame, warn
 
 
@@ -557,7 +566,8 @@ def build_table(
     rows, dtype, op = select_rows(usable_rows(frame), dtype, op)
     entries = build_entries(rows, warn)
     if not entries:
-        raise UsageError(f"{run_dir}: no result names a registered algorithm")
+        why = f" ({warn[-1]})" if warn else ""
+        raise UsageError(f"{run_dir}: no point could be decided{why}")
     header = table_header(
         name,
         NOISE_RULE,

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Issue 14's targets, measured on this machine: allreduce and bcast, 8 B - 16 MiB, two
+# sweeps at least 10 minutes apart (A, then B), each at p = 2,4 and at p = 3, every
+# registered algorithm, default --launches and --budget. Then:
+#   - each sweep's wall time                                  -> RUN/wall_times.txt
+#   - decision stability and regret of A's decisions on B     -> results/decision_stability_*.txt
+#   - the model fitted on A, scored on B beside its ceiling   -> results/model_accuracy_trust.txt
+#   - the reference table re-shipped from A (p = 2, 4), and how far the old table's
+#     speedups were inflated by gloo's threads                -> results/inflation.txt
+# Run it on a quiet machine (nothing else running): it takes about 25 minutes.
+#   scripts/trust_targets.sh [RUN_DIR]      (default runs/trust-DATE)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+run="${1:-runs/trust-$(date -u +%Y%m%dT%H%M%SZ)}"
+out="${OUT:-results}"
+gap="${GAP_SECONDS:-600}"  # between the starts of sweep A and sweep B
+old_table="${OLD_TABLE:-a35345d:tuning_tables/reference-cpu-mpich-1node.json}"
+mkdir -p "$run" "$out"
+load() { cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo "?"; }
+
+timed_sweep() {  # timed_sweep NAME NP: one sweep into $run/NAME, its wall time noted
+    local name="$1" np="$2" start status=0
+    start=$(date +%s)
+    local before; before=$(load)
+    osu-dl-bench sweep --np "$np" --collectives allreduce,bcast -m 8:16M -o "$run/$name" \
+        || status=$?
+    local seconds=$(( $(date +%s) - start ))
+    printf '%s: --np %s: %d:%02d (%d s), exit %d, load before %s, after %s\n' "$name" "$np" \
+        $((seconds / 60)) $((seconds % 60)) "$seconds" "$status" "$before" "$(load)" \
+        | tee -a "$run/wall_times.txt"
+    return "$status"
+}
+
+with_command() {  # with_command FILE CMD...: FILE gets '# command: CMD' and CMD's output
+    local file="$1"
+    shift
+    { echo "# command: $*"; echo "# load before: $(load) on $(nproc) cores"; "$@"; } > "$file"
+    echo "# wrote $file"
+}
+
+start_a=$(date +%s)
+timed_sweep A24 2,4
+timed_sweep A3 3
+wait_s=$(( start_a + gap - $(date +%s) ))
+if [ "$wait_s" -gt 0 ]; then
+    echo "# waiting ${wait_s} s: sweep B starts ${gap} s after sweep A"
+    sleep "$wait_s"
+fi
+timed_sweep B24 2,4
+timed_sweep B3 3
+cp "$run/wall_times.txt" "$out/trust_wall_times.txt"
+
+# Decision stability and regret: A's decisions judged on B, per p.
+with_command "$out/decision_stability_p2_p4.txt" osu-dl-bench compare "$run/A24" "$run/B24"
+with_command "$out/decision_stability_p3.txt" osu-dl-bench compare "$run/A3" "$run/B3"
+
+# The reference table, re-measured (isolated, with intervals): sweep A at p = 2, 4.
+table=tuning_tables/reference-cpu-mpich-1node
+osu-dl-bench tune "$run/A24" -o "$table.json" \
+    --export openmpi,mpich > /dev/null
+cp "$table.summary.txt" "$out/reference-summary.txt"
+cp "$run/A24/results.csv" "$out/reference-sweep.csv"
+cp "$run/A24/metadata.json" "$out/reference-sweep-metadata.json"
+osu-dl-bench plot "$run/A24" --table "$table.json" -o "$out/plots" > /dev/null
+with_command "$out/validation_p2_p4.txt" osu-dl-bench compare "$run/A24" "$run/B24" \
+    --table "$table.json"
+
+# Isolation: native's time with and without gloo in the sweep (its own launches), p = 2.
+for algorithms in native native,gloo; do
+    osu-dl-bench sweep --np 2 --collectives allreduce -a "$algorithms" -m 8:4M --budget 1 \
+        -o "$run/isolation-${algorithms/,/-}" > /dev/null
+done
+with_command "$out/isolation_p2.txt" osu-dl-bench compare "$run/isolation-native" \
+    "$run/isolation-native-gloo"
+
+# How far the old table's speedups were inflated: its native ran beside gloo's threads.
+git show "$old_table" > "$run/old-table.json"
+with_command "$out/inflation.txt" python3 - "$run/old-table.json" "$table.json" <<'PY'
+import json
+import statistics
+import sys
+
+def points(path):
+    table = json.load(open(path))
+    return {
+        (e["collective"], e["nprocs"], p["size_bytes"]): p
+        for e in table["entries"] for p in e.get("points", [])
+    }
+
+old, new = points(sys.argv[1]), points(sys.argv[2])
+print(f"# old table {sys.argv[1]} against the re-measured {sys.argv[2]}")
+print(f"{'collective':<10}{'p':>3}{'sizes':>6}{'native old/new':>16}{'speedup old':>13}"
+      f"{'speedup new':>13}{'inflation':>11}")
+for collective in ("allreduce", "bcast"):
+    for nprocs in sorted({k[1] for k in old if k[0] == collective}):
+        keys = [k for k in old if k[:2] == (collective, nprocs) and k in new]
+        keys = [k for k in keys if old[k].get("native_median_us") and new[k].get("native_median_us")]
+        if not keys:
+            continue
+        native = [old[k]["native_median_us"] / new[k]["native_median_us"] for k in keys]
+        s_old = [old[k]["speedup"] for k in keys]
+        s_new = [new[k]["speedup"] for k in keys]
+        inflated = [a / b for a, b in zip(s_old, s_new)]
+        print(f"{collective:<10}{nprocs:>3}{len(keys):>6}{statistics.median(native):>15.2f}x"
+              f"{statistics.fmean(s_old):>12.2f}x{statistics.fmean(s_new):>12.2f}x"
+              f"{statistics.median(inflated):>10.2f}x  (max {max(inflated):.2f}x)")
+print("native old/new: median over sizes of the old table's native latency over the new "
+      "one's; speedup: mean over sizes of native/chosen; inflation: median of old/new speedup")
+PY
+echo "# done: $run"

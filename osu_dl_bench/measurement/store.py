@@ -382,7 +382,11 @@ def _parse_results(path: Path, text: str) -> tuple[pd.DataFrame, list[tuple[int,
     if cut:
         dropped.append((len(lines) + 1, "cut short"))
     # pandas types the whole rows as it always has; each is valid CSV on its own line.
-    frame = pd.read_csv(io.StringIO("\n".join(whole)), dtype=TEXT_COLUMNS)
+    # Only an empty cell is missing: pandas' default also reads 'nan', 'NA' or 'null' as
+    # missing, which would turn a round_us of 'nan' into a legacy row and a group of 'NA'
+    # into 'shared' without a word.
+    text = io.StringIO("\n".join(whole))
+    frame = pd.read_csv(text, dtype=TEXT_COLUMNS, keep_default_na=False, na_values=[""])
     frame = _with_optional_columns(frame)
     frame.index = pd.Index(numbers, dtype="int64")
     frame, incomplete = _typed(frame)

@@ -51,6 +51,11 @@ class Launch:
     q1_us: float
     q3_us: float
     round_count: int = 0  # the row's rounds column: counts legacy rows' rounds too
+    # The rounds' machine-state reference as stored (ref_copy_us, ref_allreduce_us): the
+    # same on every row measured in the same rounds, so it tells rounds that ran side by
+    # side from rounds measured again later (sweep --resume re-measures a dropped row
+    # alone). '' where unknown (legacy rows, hand-made series).
+    rounds_id: str = ""
 
     @property
     def typical_us(self) -> float:
@@ -153,11 +158,21 @@ def same_group_samples(candidate: Series, reference: Series) -> list[np.ndarray]
         theirs = reference.launch(mine.number)
         if theirs is None:
             continue
-        n = min(mine.rounds.size, theirs.rounds.size)
-        values = _usable(_log(mine.rounds[:n]) - _log(theirs.rounds[:n]))
+        if _ran_apart(mine, theirs):
+            # Not the same rounds: only the launches' medians compare, as across groups.
+            values = _usable(np.atleast_1d(_log(mine.typical_us) - _log(theirs.typical_us)))
+        else:
+            n = min(mine.rounds.size, theirs.rounds.size)
+            values = _usable(_log(mine.rounds[:n]) - _log(theirs.rounds[:n]))
         if values.size:
             clusters.append(values)
     return clusters
+
+
+def _ran_apart(mine: Launch, theirs: Launch) -> bool:
+    """Whether two rows of one launch were measured in different rounds (their stored
+    machine-state references differ)."""
+    return bool(mine.rounds_id and theirs.rounds_id) and mine.rounds_id != theirs.rounds_id
 
 
 def cross_group_samples(candidate: Series, reference: Series) -> list[np.ndarray]:
@@ -244,8 +259,16 @@ def _rounds_behind(candidate: Series, reference: Series) -> int:
 
 
 def launch_of(
-    number: int, rounds: Iterable[float], median_us: float, q1_us: float, q3_us: float, count: int
+    number: int,
+    rounds: Iterable[float],
+    median_us: float,
+    q1_us: float,
+    q3_us: float,
+    count: int,
+    rounds_id: str = "",
 ) -> Launch:
     """A Launch from plain values (rounds: any iterable of µs, possibly empty)."""
     values = np.asarray(list(rounds), dtype=float)
-    return Launch(number, values, float(median_us), float(q1_us), float(q3_us), int(count))
+    return Launch(
+        number, values, float(median_us), float(q1_us), float(q3_us), int(count), rounds_id
+    )

@@ -215,10 +215,12 @@ class PointDecision:
 def _series(rows: pd.DataFrame) -> Series:
     """One candidate's rows at one point (one per launch) as paired.Series."""
     rows = rows.sort_values("launch", kind="stable")
-    columns = (rows[name].tolist() for name in SERIES_COLUMNS)
+    columns = [rows[name].tolist() for name in SERIES_COLUMNS]
+    # The rounds' machine-state cells identify the rounds a row ran in (paired.Launch).
+    columns.append((rows["ref_copy_us"] + " | " + rows["ref_allreduce_us"]).tolist())
     launches = tuple(
-        launch_of(int(launch), round_values(text), median, q1, q3, int(count))
-        for launch, text, median, q1, q3, count in zip(*columns, strict=True)
+        launch_of(int(launch), round_values(text), median, q1, q3, int(count), ref.strip(" |"))
+        for launch, text, median, q1, q3, count, ref in zip(*columns, strict=True)
     )
     return Series(str(rows["group"].iloc[-1]), launches)
 

@@ -57,6 +57,8 @@ def _candidate(row):
     [
         ("round_us", "abc 12 13", "round_us holds 'abc', expected a time in µs"),
         ("round_us", "nan 12", "round_us holds 'nan', expected a positive finite time"),
+        ("round_us", "nan", "round_us holds 'nan', expected a positive finite time"),
+        ("ref_allreduce_us", "NA", "ref_allreduce_us holds 'NA', expected a time in µs"),
         ("round_us", "inf 12", "round_us holds 'inf', expected a positive finite time"),
         ("round_us", "-1 12", "round_us holds '-1', expected a positive finite time"),
         ("round_us", "0 12", "round_us holds '0', expected a positive finite time"),
@@ -151,3 +153,19 @@ def test_hidden_launch_options_are_checked(tmp_path, argv, said):
 def test_a_launched_jobs_options_pass(tmp_path):
     cfg = sweep_config("--inside", "--launch", "3", "--group", "gloo", "-o", str(tmp_path))
     assert (cfg.launch, cfg.group) == (3, "gloo")
+
+
+def test_rows_measured_in_other_rounds_of_one_launch_are_not_paired_by_round():
+    """sweep --resume re-measures a dropped row alone: its rounds ran apart from native's
+    (their stored machine-state cells differ), so only the launch's medians compare."""
+    states = machine_states(launches=1, rounds=20)[0]
+    native = Series("mpi", (launch_of(1, states, np.median(states), 0, 0, 20, "1 2 | 3 4"),))
+    times = scaled([states], 0.9)[0]
+
+    def ratio(rounds_id):
+        lone = launch_of(1, times, np.median(times), 0, 0, 20, rounds_id)
+        return paired_ratio(Series("mpi", (lone,)), native, "point")
+
+    assert ratio("1 2 | 3 4").below_one and ratio("").below_one  # the same rounds
+    apart = ratio("5 6 | 7 8")
+    assert apart.ratio == pytest.approx(0.9, rel=0.05) and not apart.below_one

@@ -1,5 +1,6 @@
 """What the ``model`` actions do (options: model.options). They run as one process, not an
-MPI job (``fit`` launches its calibration job itself), so they print directly."""
+MPI job (``fit`` launches its calibration job itself when the run has no calibration rows
+of its sweep's launches), so they print directly."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from pathlib import Path
 from collectives.shape import JobShape
 from collectives.units import doubling_sizes, format_size
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.model.calibrate import CALIBRATION_CSV
+from osu_dl_bench.measurement.calibration import CALIBRATION_CSV
+from osu_dl_bench.measurement.store import RESULTS
 from osu_dl_bench.model.platform import Platform, load_platform, with_inter
-from osu_dl_bench.model.platform_fit import PLATFORM_FILE, fit_platform
+from osu_dl_bench.model.platform_fit import PLATFORM_FILE, fit_platform, has_calibration
 
 MODULE = "osu_dl_bench.model.calibrate"
 
@@ -86,19 +88,39 @@ def _run_job(cmd: list[str], nprocs: int, timeout: float) -> None:
         raise UsageError(f"the calibration job failed (exit {job.returncode}): {' '.join(cmd)}")
 
 
+def _corrected(platform: Platform, run_dir: Path, how: str) -> Platform:
+    """The platform with corrections fitted to RUN_DIR's sweep (model.corrections)."""
+    from dataclasses import replace
+
+    from osu_dl_bench.model.corrections import fit_to_sweep
+    from osu_dl_bench.model.measured import load_rows
+
+    results = run_dir / RESULTS
+    fitted = fit_to_sweep(platform, load_rows(results), how)
+    provenance = {
+        **fitted.provenance,
+        "corrections": {"results": str(results.resolve()), "state_scaling": how},
+    }
+    return replace(fitted, provenance=provenance)
+
+
 def run_fit(args: argparse.Namespace) -> int:
-    """Calibrate if needed, fit, write RUN_DIR/platform.json and print the parameters."""
+    """Calibrate if needed (the sweep's own calibration rows are used when RUN_DIR has
+    them), fit, correct the formulas with RUN_DIR's sweep if it has one, write
+    RUN_DIR/platform.json and print the parameters."""
     run_dir = Path(args.run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise UsageError(f"RUN_DIR {run_dir}: expected a directory, got a file")
     counts = calibration_counts(args.np)
-    has_calibration = (run_dir / CALIBRATION_CSV).exists()
-    if args.calibrate == "never" and not has_calibration:
+    calibrated = has_calibration(run_dir)
+    if args.calibrate == "never" and not calibrated:
         raise UsageError(f"{run_dir}: no {CALIBRATION_CSV} and --calibrate never")
-    if args.calibrate == "always" or not has_calibration:
+    if args.calibrate == "always" or not calibrated:
         run_dir.mkdir(parents=True, exist_ok=True)
         _calibrate(args, run_dir, counts)
     platform, _ = fit_platform(run_dir, args.name)
+    if not args.no_corrections and (run_dir / RESULTS).is_file():
+        platform = _corrected(platform, run_dir, args.state_scaling)
     path = platform.write(run_dir / PLATFORM_FILE)
     print(platform_text(platform))
     print(f"# wrote {path}")
@@ -142,7 +164,24 @@ def platform_text(platform: Platform) -> str:
         lines += _link_lines(link)
     lines.append(f"software overhead per step: {platform.software_overhead_s * 1e6:.3f} us")
     lines.append(f"cores per node: {platform.cores_per_node or 'not limited'}")
-    return "\n".join(lines + _state_lines(platform))
+    return "\n".join(lines + _state_lines(platform) + _correction_lines(platform))
+
+
+def _correction_lines(platform: Platform) -> list[str]:
+    if not platform.corrections:
+        return ["corrections: none (the formulas as they are)"]
+    source = platform.provenance.get("corrections", {}).get("results", "a sweep")
+    lines = [
+        f"corrections fitted to {source} (state scaling {platform.state_scaling}): "
+        "factors on each formula's per-message and per-byte parts"
+    ]
+    for c in platform.corrections:
+        lines.append(
+            f"  {c.collective:<10} {c.algorithm:<28} p={c.nprocs:<3} nodes={c.nodes:<2} "
+            f"from {format_size(c.min_bytes):>5}: latency x{c.latency:6.3f}, "
+            f"bandwidth x{c.bandwidth:6.3f}"
+        )
+    return lines
 
 
 # --- accuracy ---------------------------------------------------------------------------
@@ -160,12 +199,14 @@ def run_accuracy(args: argparse.Namespace) -> int:
             "or name one with --platform"
         )
     platform = platform_from_args(args, str(default / PLATFORM_FILE))
-    result = accuracy.compare(platform, accuracy.load_measurements(source))
+    rows = accuracy.load_measurements(source)
+    result = accuracy.compare(platform, rows)
+    ceiling = accuracy.ceiling(rows, result)
     plot = Path(args.plot) if args.plot else default / "plots" / "model_accuracy.png"
     written = accuracy.plot(result, plot)
     if args.csv:
         result.to_csv(args.csv, index=False)
-    text = accuracy.report(result, platform)
+    text = accuracy.report(result, platform, ceiling, _measured_note(platform, source, rows))
     head, last = text.rstrip("\n").rsplit("\n", 1)
     print(f"{head}\n# plot: {written}")
     if args.output:
@@ -173,6 +214,22 @@ def run_accuracy(args: argparse.Namespace) -> int:
         print(f"# wrote {args.output}")
     print(last)  # the average accuracy stays the last line
     return 0
+
+
+def _measured_note(platform: Platform, source: Path, rows) -> str:
+    """Where the measurements come from, their launches, and whether the platform's
+    corrections were fitted to them (an in-sample score)."""
+    from osu_dl_bench.model.measured import launch_count
+
+    results = source / RESULTS if source.is_dir() else source
+    note = f"{results}, {launch_count(rows)} launch(es)"
+    fitted_to = platform.provenance.get("corrections", {}).get("results")
+    if fitted_to and Path(fitted_to) == results.resolve():
+        note += (
+            "; IN-SAMPLE: the platform's corrections were fitted to this sweep (score a "
+            "fresh sweep with --platform)"
+        )
+    return note
 
 
 # --- predict ----------------------------------------------------------------------------

@@ -7,6 +7,10 @@ import argparse
 
 from osu_dl_bench.train.options import add_benchmark_workload_arguments
 
+# model.state's scalings, repeated here: the options load without numpy and pandas.
+SCALINGS = ("none", "copy", "allreduce", "blend")
+DEFAULT_SCALING = "blend"
+
 DEFAULT_SCALE_PLATFORM = "ib-hdr200"
 DEFAULT_SCALE_NP = "64,128,256,512,1024"
 
@@ -20,7 +24,8 @@ def _fit(sub) -> None:
         "--calibrate",
         choices=("auto", "always", "never"),
         default="auto",
-        help="run the calibration jobs: auto = when RUN_DIR has no calibration.csv",
+        help="run the calibration jobs: auto = when RUN_DIR has no calibration.csv (a sweep "
+        "writes one, calibrated in its launches)",
     )
     parser.add_argument(
         "--np",
@@ -43,6 +48,19 @@ def _fit(sub) -> None:
     parser.add_argument("--rounds", type=int, default=10, help="calibration rounds (default 10)")
     parser.add_argument("--timeout", type=float, default=600, help="calibration job limit, s")
     parser.add_argument("--name", default=None, help="platform name (default: run dir name)")
+    parser.add_argument(
+        "--no-corrections",
+        action="store_true",
+        help="keep the formulas as they are (default: when RUN_DIR holds a sweep, fit two "
+        "factors per variant, p and size band to it: model.corrections)",
+    )
+    parser.add_argument(
+        "--state-scaling",
+        choices=SCALINGS,
+        default=DEFAULT_SCALING,
+        help="scale each sweep point's prediction by its machine-state reference over the "
+        f"calibration's: {', '.join(SCALINGS)} (default {DEFAULT_SCALING})",
+    )
 
 
 def _platform_args(parser: argparse.ArgumentParser, required: bool) -> None:

@@ -3,10 +3,13 @@ measurements, predictions of every registered algorithm's time, predicted tuning
 and training step time at scale. Uses collectives and tuning's table schema; nothing below
 it imports it.
 
-Modules: platform (the parameter file), fit (robust least squares), calibrate (the MPI job,
-one per process count, that measures message and reduction costs with every rank of the
-node active: a contention state), costs (algorithm times from a platform), mpich_native
-(what MPICH's native selection runs), predict (predicted tables), accuracy (prediction
-against a sweep), training (data-parallel step time and the strategies of Kahira et al.),
-commands and options (the ``model`` subcommand).
+Modules: platform (the parameter file), fit (robust least squares), calibrate (the
+standalone calibration job; the kernels are measurement.calibration's, which a sweep also
+runs in each of its launches), platform_fit (calibration rows to contention states),
+costs (algorithm times from a platform), mpich_native (what MPICH's native selection
+runs), corrections (per-variant factors on the formulas, fitted to a sweep), measured (a
+sweep's rows and points as the model sees them), state (predictions scaled to a point's
+machine state), predict (predicted tables), accuracy (prediction against a sweep, beside
+the sweep's own ceiling), training (data-parallel step time and the strategies of Kahira
+et al.), commands and options (the ``model`` subcommand).
 """

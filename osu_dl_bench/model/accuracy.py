@@ -2,10 +2,17 @@
 with the oracle paper's metric (Kahira et al., HPDC 2021): accuracy = 1 - |pred - meas| /
 meas, averaged without clipping (a prediction 3x too high scores -2, as the formula says).
 
+The measurement of a point is the median over the sweep's launches of each launch's
+median (model.measured); its prediction the median over the same launches of the
+platform's prediction scaled to the launch's machine state (model.state, the scaling the
+platform was fitted with). Beside each figure stands its ceiling: the same metric with
+the median over the odd launches as the prediction of the median over the even ones (how
+well the measurement predicts itself; a sweep of one launch has none).
+
 Messages of at least LARGE_BYTES (64 KiB) are reported apart from smaller ones, whose time
 is mostly per-call software overhead and, on oversubscribed runs, scheduling. Variants the
 model has no formula for (gloo; native where MPICH's choice has no registered twin) are
-listed as not modelled and left out of the averages.
+listed as not modelled and left out of the averages (and of the ceiling's).
 """
 
 from __future__ import annotations
@@ -16,51 +23,73 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from collectives.registry import parse_variant
-from collectives.shape import JobShape
 from collectives.units import format_size
-from osu_dl_bench.errors import UsageError
-from osu_dl_bench.model.costs import predict_seconds
+from osu_dl_bench.model import measured
+from osu_dl_bench.model.corrections import formula_parts
 from osu_dl_bench.model.platform import Platform
+from osu_dl_bench.model.state import state_factors
 
 LARGE_BYTES = 64 << 10
-_NEEDED = ("collective", "algorithm", "size_bytes", "nprocs", "nodes", "ppn", "median_us")
+POINT = list(measured.POINT)
 
 
 def load_measurements(source: str | Path) -> pd.DataFrame:
-    """A sweep's results: a run directory (results.csv) or a results CSV itself."""
-    path = Path(source)
-    csv_path = path / "results.csv" if path.is_dir() else path
-    try:
-        frame = pd.read_csv(csv_path)
-    except (OSError, pd.errors.ParserError) as exc:
-        raise UsageError(f"{csv_path}: cannot read sweep results: {exc}") from None
-    missing = [c for c in _NEEDED if c not in frame.columns]
-    if missing:
-        raise UsageError(f"{csv_path}: expected sweep columns {_NEEDED}; missing {missing}")
-    if "validation" in frame.columns:
-        frame = frame[frame["validation"].fillna("") != "fail"]
-    return frame
+    """A sweep's clean rows, one per (point, algorithm, launch): a run directory (its
+    results.csv) or a results CSV itself."""
+    return measured.load_rows(source)
 
 
-def _prediction(platform: Platform, row) -> float | None:
-    try:
-        variant = parse_variant(row.collective, row.algorithm)
-    except UsageError:
-        return None  # a backend missing here (gloo without torch): not modelled anyway
-    layout = JobShape(int(row.nprocs), int(row.nodes), int(row.ppn))
-    seconds = predict_seconds(platform, row.collective, variant, layout, int(row.size_bytes))
-    return None if seconds is None else seconds * 1e6
+def _predicted_rows(platform: Platform, rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` with ``pred_us``: the corrected formula, scaled to each row's state."""
+    unique = rows.drop_duplicates(POINT)[POINT]
+    parts = formula_parts(platform, unique)
+    factors = np.array(
+        [
+            platform.correction(r.collective, r.algorithm, r.nprocs, r.nodes, r.size_bytes)
+            for r in parts.itertuples(index=False)
+        ],
+        float,
+    ).reshape(-1, 2)
+    parts["base_us"] = factors[:, 0] * parts["latency_us"] + factors[:, 1] * parts["bandwidth_us"]
+    out = rows.merge(parts, on=POINT, how="left")
+    out["pred_us"] = out["base_us"] * state_factors(out, platform, platform.state_scaling)
+    return out
+
+
+def _accuracy(pred: pd.Series, meas: pd.Series) -> pd.Series:
+    return 1 - (pred - meas).abs() / meas
 
 
 def compare(platform: Platform, frame: pd.DataFrame) -> pd.DataFrame:
-    """The measurements with ``pred_us`` and ``accuracy`` (NaN where not modelled)."""
-    out = frame.loc[:, list(_NEEDED)].copy()
-    out["pred_us"] = [_prediction(platform, r) for r in out.itertuples(index=False)]
+    """Per point and algorithm: ``median_us`` (the median over launches), ``pred_us`` (the
+    median over launches of the scaled prediction), ``accuracy`` (NaN where not
+    modelled) and ``large``. ``frame``: rows as load_measurements gives them, or any
+    frame with a sweep's key columns and median_us (one launch)."""
+    rows = measured.clean_rows(frame)
+    predicted = _predicted_rows(platform, rows)
+    out = predicted.groupby(POINT, as_index=False, sort=True).agg(
+        median_us=("median_us", "median"), pred_us=("pred_us", "median")
+    )
     out["pred_us"] = out["pred_us"].astype(float)
-    out["accuracy"] = 1 - (out["pred_us"] - out["median_us"]).abs() / out["median_us"]
+    out["accuracy"] = _accuracy(out["pred_us"], out["median_us"])
     out["large"] = out["size_bytes"] >= LARGE_BYTES
     return out
+
+
+def ceiling(frame: pd.DataFrame, result: pd.DataFrame | None = None) -> pd.DataFrame | None:
+    """Per point and algorithm: the odd launches' median as the prediction of the even
+    launches' (``accuracy``), and ``large``; only the points ``result`` models (all if
+    None). None for a sweep of one launch."""
+    rows = measured.clean_rows(frame)
+    if measured.launch_count(rows) < 2:
+        return None
+    both = measured.halves(rows)
+    if result is not None:
+        modelled = result.dropna(subset=["accuracy"])[POINT]
+        both = both.merge(modelled, on=POINT, how="inner")
+    both["accuracy"] = _accuracy(both["odd_us"], both["even_us"])
+    both["large"] = both["size_bytes"] >= LARGE_BYTES
+    return both
 
 
 @dataclass(frozen=True)
@@ -90,13 +119,26 @@ def _pct(value: float) -> str:
     return "   -  " if np.isnan(value) else f"{100 * value:6.2f}"
 
 
-def _by_p(ok: pd.DataFrame) -> list[str]:
-    lines = [f"{'collective':<12}{'p':>3}  {'>=64KiB %':>10}{'n':>5}  {'<64KiB %':>9}{'n':>5}"]
+def _means(rows: pd.DataFrame | None, collective: str, p: int) -> tuple[float, float]:
+    """Mean accuracy of one collective and p: >= 64 KiB, smaller (NaN where none)."""
+    if rows is None:
+        return np.nan, np.nan
+    mine = rows[(rows["collective"] == collective) & (rows["nprocs"] == p)]
+    return mine.loc[mine["large"], "accuracy"].mean(), mine.loc[~mine["large"], "accuracy"].mean()
+
+
+def _by_p(ok: pd.DataFrame, ceiling_rows: pd.DataFrame | None) -> list[str]:
+    lines = [
+        f"{'collective':<12}{'p':>3}  {'>=64KiB %':>10}{'ceiling':>9}{'n':>5}  "
+        f"{'<64KiB %':>9}{'ceiling':>9}{'n':>5}"
+    ]
     for (collective, p), rows in ok.groupby(["collective", "nprocs"]):
         big, small = rows[rows["large"]], rows[~rows["large"]]
+        big_ceiling, small_ceiling = _means(ceiling_rows, collective, p)
         lines.append(
-            f"{collective:<12}{p:>3}  {_pct(big['accuracy'].mean()):>10}{len(big):>5}  "
-            f"{_pct(small['accuracy'].mean()):>9}{len(small):>5}"
+            f"{collective:<12}{p:>3}  {_pct(big['accuracy'].mean()):>10}{_pct(big_ceiling):>9}"
+            f"{len(big):>5}  {_pct(small['accuracy'].mean()):>9}{_pct(small_ceiling):>9}"
+            f"{len(small):>5}"
         )
     return lines
 
@@ -128,19 +170,55 @@ def _worst(ok: pd.DataFrame, count: int = 8) -> list[str]:
     return lines
 
 
-def report(result: pd.DataFrame, platform: Platform) -> str:
-    """The accuracy report; its last line is the average accuracy (>= 64 KiB)."""
+def _with_ceiling(value: float, ceiling_rows: pd.DataFrame | None, which) -> str:
+    """'72.29% (ceiling 95.10%)', or the ceiling marked n/a for a sweep of one launch."""
+    if ceiling_rows is None:
+        return f"{_pct(value).strip()}% (ceiling: n/a (one launch))"
+    return f"{_pct(value).strip()}% (ceiling {_pct(which(ceiling_rows)).strip()}%)"
+
+
+def _large(rows: pd.DataFrame) -> float:
+    return rows.loc[rows["large"], "accuracy"].mean()
+
+
+def _small(rows: pd.DataFrame) -> float:
+    return rows.loc[~rows["large"], "accuracy"].mean()
+
+
+def _overall(rows: pd.DataFrame) -> float:
+    return rows["accuracy"].mean()
+
+
+def _header(platform: Platform, summary: Summary, skipped: list[str], launches: str) -> list[str]:
+    corrected = {c.key for c in platform.corrections}
+    return [
+        f"# platform: {platform.name} ({platform.path}); {platform.source}",
+        f"# corrections: {len(corrected)} variant layouts; state scaling: {platform.state_scaling}",
+        "# accuracy = 1 - |predicted - measured| / measured (Kahira et al., HPDC 2021), mean; "
+        "ceiling: the same, odd launches' medians predicting even launches'",
+        f"# measured: {launches}",
+        f"# modelled points {summary.modelled}; not modelled {summary.unmodelled}: "
+        f"{', '.join(skipped) or 'none'}",
+    ]
+
+
+def report(
+    result: pd.DataFrame,
+    platform: Platform,
+    ceiling_rows: pd.DataFrame | None = None,
+    launches: str = "",
+) -> str:
+    """The accuracy report, each figure beside its ceiling (``ceiling``'s rows; None: a
+    sweep of one launch); its last line is the average accuracy (>= 64 KiB)."""
     ok = result.dropna(subset=["accuracy"])
     summary = summarize(result)
     skipped = sorted(set(result.loc[result["accuracy"].isna(), "algorithm"]))
+    size = format_size(LARGE_BYTES)
     lines = [
-        f"# platform: {platform.name} ({platform.path}); {platform.source}",
-        "# accuracy = 1 - |predicted - measured| / measured (Kahira et al., HPDC 2021), mean",
-        f"# modelled points {summary.modelled}; not modelled {summary.unmodelled}: "
-        f"{', '.join(skipped) or 'none'}",
+        *_header(platform, summary, skipped, launches),
         "",
-        "## by collective and process count",
-        *_by_p(ok),
+        "## by collective and process count (ceiling: how well the sweep predicts itself)",
+        *_by_p(ok, ceiling_rows),
         "",
         "## by algorithm, messages >= 64 KiB",
         *_by_algorithm(ok),
@@ -148,10 +226,11 @@ def report(result: pd.DataFrame, platform: Platform) -> str:
         "## worst, messages >= 64 KiB (median predicted / measured)",
         *_worst(ok),
         "",
-        f"average accuracy, messages < {format_size(LARGE_BYTES)}: {_pct(summary.small).strip()}%",
-        f"average accuracy, all sizes: {_pct(summary.overall).strip()}%",
-        f"average accuracy (messages >= {format_size(LARGE_BYTES)}): "
-        f"{_pct(summary.large).strip()}%",
+        f"average accuracy, messages < {size}: "
+        + _with_ceiling(summary.small, ceiling_rows, _small),
+        "average accuracy, all sizes: " + _with_ceiling(summary.overall, ceiling_rows, _overall),
+        f"average accuracy (messages >= {size}): "
+        + _with_ceiling(summary.large, ceiling_rows, _large),
     ]
     return "\n".join(lines) + "\n"
 

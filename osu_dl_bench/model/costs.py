@@ -99,6 +99,22 @@ def machine_for(
     )
 
 
+def _latency_only(link: LinkCost) -> LinkCost:
+    return LinkCost(link.alpha, 0.0, 0.0)
+
+
+def _bandwidth_only(link: LinkCost) -> LinkCost:
+    return LinkCost(0.0, link.beta, link.gamma)
+
+
+def _split(machine: Machine) -> tuple[Machine, Machine]:
+    """The machine with only its per-message terms, and with only its per-byte terms."""
+    return (
+        Machine(_latency_only(machine.intra), _latency_only(machine.inter), machine.ppn),
+        Machine(_bandwidth_only(machine.intra), _bandwidth_only(machine.inter), machine.ppn),
+    )
+
+
 def modelled_variant(
     collective: str, variant: Variant, layout: JobShape, nbytes: int, posix: bool = True
 ):
@@ -120,29 +136,56 @@ def _is_mpi_native(variant: Variant) -> bool:
 
 def _release_gather(
     platform: Platform, collective: str, layout: JobShape, nbytes: int
-) -> float | None:
-    """MPICH's shared-memory allreduce or bcast (one node, not oversubscribed)."""
+) -> tuple[float, float] | None:
+    """MPICH's shared-memory allreduce or bcast (one node, not oversubscribed): its flag
+    waves, and its copies and reductions."""
     symmetric = not SPECS[collective].rooted
     node = node_state(platform, layout, symmetric)
     link = machine_for(platform, layout, nbytes, True, symmetric).intra
     wave = link.alpha
     if node.barrier_s is not None:
         wave = flag_wave(node.barrier_s, node.ranks) * node.slowdown
-    return release_gather_seconds(collective, link, wave, layout.nprocs, nbytes)
+    latency = release_gather_seconds(collective, _latency_only(link), wave, layout.nprocs, nbytes)
+    if latency is None:
+        return None
+    data = release_gather_seconds(collective, _bandwidth_only(link), 0.0, layout.nprocs, nbytes)
+    return latency, data
 
 
-def predict_seconds(
+def predict_parts(
     platform: Platform, collective: str, variant: Variant, layout: JobShape, nbytes: int
-) -> float | None:
-    """Predicted seconds of one call, or None if the variant is not modelled."""
+) -> tuple[float, float] | None:
+    """The formula's predicted seconds of one call in two parts, or None if the variant is
+    not modelled: its per-message terms (alpha, the software overhead, MPICH's flag waves)
+    and its per-byte terms (beta, gamma). Every formula is linear in alpha, beta and gamma,
+    so the parts add up to the whole."""
     posix = oversubscription(platform, layout) <= 1.0
     if posix and layout.nodes == 1 and _is_mpi_native(variant):
-        seconds = _release_gather(platform, collective, layout, nbytes)
-        if seconds is not None:
-            return seconds
+        parts = _release_gather(platform, collective, layout, nbytes)
+        if parts is not None:
+            return parts
     found = modelled_variant(collective, variant, layout, nbytes, posix)
     if found is None:
         return None
     target, native = found
     machine = machine_for(platform, layout, nbytes, native, target.algorithm.busy_everywhere())
-    return float(target.algorithm.cost(machine, layout.nprocs, nbytes, **target.params))
+    cost = target.algorithm.cost
+    latency, data = _split(machine)
+    return (
+        float(cost(latency, layout.nprocs, nbytes, **target.params)),
+        float(cost(data, layout.nprocs, nbytes, **target.params)),
+    )
+
+
+def predict_seconds(
+    platform: Platform, collective: str, variant: Variant, layout: JobShape, nbytes: int
+) -> float | None:
+    """Predicted seconds of one call, or None if the variant is not modelled: the formula's
+    parts, each times the platform's correction for the variant where it has one."""
+    parts = predict_parts(platform, collective, variant, layout, nbytes)
+    if parts is None:
+        return None
+    latency, data = platform.correction(
+        collective, variant.label, layout.nprocs, layout.nodes, nbytes
+    )
+    return latency * parts[0] + data * parts[1]

@@ -58,16 +58,9 @@ def _weighted_nonnegative(design: np.ndarray, t: np.ndarray, w: np.ndarray) -> n
     return best
 
 
-def robust_line(
-    x: np.ndarray, t: np.ndarray, intercept: bool = True, iterations: int = 30
-) -> LineFit:
-    """Fit t = a + b x (a, b >= 0) minimising Huber loss on relative residuals."""
-    x, t = np.asarray(x, float), np.asarray(t, float)
-    if x.shape != t.shape or x.size < (2 if intercept else 1):
-        raise ValueError(f"expected matching x and t with >= 2 points, got {x.shape}, {t.shape}")
-    if np.any(t <= 0):
-        raise ValueError("expected positive times")
-    design = np.column_stack([np.ones_like(x), x]) if intercept else x[:, None]
+def robust_coefficients(design: np.ndarray, t: np.ndarray, iterations: int = 30) -> np.ndarray:
+    """c >= 0 (one or two columns) minimising Huber loss on the relative residuals of
+    design @ c against t (iteratively reweighted least squares)."""
     base = 1.0 / t**2  # relative residuals: (model - t) / t
     w = base.copy()
     coef = np.zeros(design.shape[1])
@@ -78,6 +71,20 @@ def robust_line(
         if np.allclose(new, coef, rtol=1e-10, atol=0):
             break
         coef = new
+    return coef
+
+
+def robust_line(
+    x: np.ndarray, t: np.ndarray, intercept: bool = True, iterations: int = 30
+) -> LineFit:
+    """Fit t = a + b x (a, b >= 0) minimising Huber loss on relative residuals."""
+    x, t = np.asarray(x, float), np.asarray(t, float)
+    if x.shape != t.shape or x.size < (2 if intercept else 1):
+        raise ValueError(f"expected matching x and t with >= 2 points, got {x.shape}, {t.shape}")
+    if np.any(t <= 0):
+        raise ValueError("expected positive times")
+    design = np.column_stack([np.ones_like(x), x]) if intercept else x[:, None]
+    coef = robust_coefficients(design, t, iterations)
     rel = (design @ coef - t) / t
     a, b = (float(coef[0]), float(coef[1])) if intercept else (0.0, float(coef[0]))
     return LineFit(a, b, float(np.mean(np.abs(rel))))

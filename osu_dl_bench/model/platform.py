@@ -8,10 +8,16 @@ Schema version 2 (version 1, the same without ``contention_states``, still loads
      "software_overhead_s": 2.1e-06,      # per message step of our Python algorithms
      "links": {"intra": LINK, "inter": LINK},
      "contention_states": [STATE, ...],   # optional, see below
+     "corrections": [CORRECTION, ...],    # optional, see below
+     "state_scaling": "none",             # optional: model.state's SCALINGS
      "provenance": {...}}
 
     STATE = {"ranks_per_node": 3, "software_overhead_s": ..., "barrier_s": ...,
+             "reference": {"copy_s": ..., "allreduce_s": ...},   # optional
              "intra": LINK}
+
+    CORRECTION = {"collective": "bcast", "algorithm": "chain:seg=64K", "nprocs": 2,
+                  "nodes": 1, "min_bytes": 65536, "latency": 0.8, "bandwidth": 1.3}
 
     LINK = {"measured": true, "note": "...",
             "alpha_beta": [{"min_bytes": 0, "alpha_s": ..., "beta_s_per_byte": ...}, ...],
@@ -30,7 +36,18 @@ node, and above all on one with fewer cores than ranks, what a message costs dep
 many ranks compete for the cores and the memory bus. A fitted platform has one state per
 calibrated rank count; ``links.intra`` and ``software_overhead_s`` repeat the state with the
 fewest ranks. ``barrier_s`` is the time of one MPI_Barrier in that state: the
-synchronisation of the MPI library's own shared-memory collectives.
+synchronisation of the MPI library's own shared-memory collectives; ``reference`` the
+machine-state reference (measurement.reference) timed during the calibration: the state
+the parameters describe.
+
+A correction multiplies one variant's formula in one layout (process count and nodes),
+from ``min_bytes`` up
+to the next correction of the same variant: its per-message terms by ``latency``, its
+per-byte terms by ``bandwidth`` (model.corrections: fitted to a sweep's measurements, the
+efficiency of one implementation that the textbook formula does not know). Predictions
+of variants or layouts without one are the formula's. ``state_scaling`` names the
+reference a sweep point's prediction is scaled by (model.state); the corrections were
+fitted to times divided by the same factors.
 """
 
 from __future__ import annotations
@@ -116,6 +133,18 @@ def simple_link(alpha: float, beta: float, gamma: float, note: str = "") -> Link
 
 
 @dataclass(frozen=True)
+class Reference:
+    """The machine-state reference: a 1 MiB copy and an 8-byte allreduce, in seconds."""
+
+    copy_s: float
+    allreduce_s: float
+
+    def as_dict(self) -> dict[str, float]:
+        """JSON form."""
+        return {"copy_s": self.copy_s, "allreduce_s": self.allreduce_s}
+
+
+@dataclass(frozen=True)
 class ContentionState:
     """The intra-node link measured with ``ranks`` ranks of a node all active at once."""
 
@@ -123,14 +152,47 @@ class ContentionState:
     intra: Link
     software_overhead_s: float
     barrier_s: float | None = None
+    reference: Reference | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form."""
+        reference = {} if self.reference is None else {"reference": self.reference.as_dict()}
         return {
             "ranks_per_node": self.ranks,
             "software_overhead_s": self.software_overhead_s,
             "barrier_s": self.barrier_s,
+            **reference,
             "intra": self.intra.as_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class Correction:
+    """Factors on one variant's formula in one layout, from ``min_bytes`` on."""
+
+    collective: str
+    algorithm: str
+    nprocs: int
+    nodes: int
+    min_bytes: int
+    latency: float
+    bandwidth: float
+
+    @property
+    def key(self) -> tuple[str, str, int, int]:
+        """What it corrects: (collective, variant label, process count, nodes)."""
+        return (self.collective, self.algorithm, self.nprocs, self.nodes)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "collective": self.collective,
+            "algorithm": self.algorithm,
+            "nprocs": self.nprocs,
+            "nodes": self.nodes,
+            "min_bytes": self.min_bytes,
+            "latency": self.latency,
+            "bandwidth": self.bandwidth,
         }
 
 
@@ -152,6 +214,8 @@ class Platform:
     provenance: dict[str, Any] = field(default_factory=dict)
     path: str | None = None
     states: tuple[ContentionState, ...] = ()
+    corrections: tuple[Correction, ...] = ()
+    state_scaling: str = "none"
 
     def state_for(self, ranks: int) -> ContentionState | None:
         """The measured state nearest ``ranks`` local ranks: the largest at most ``ranks``,
@@ -160,6 +224,17 @@ class Platform:
             return None
         below = [s for s in self.states if s.ranks <= ranks]
         return max(below, key=_ranks) if below else min(self.states, key=_ranks)
+
+    def correction(
+        self, collective: str, algorithm: str, nprocs: int, nodes: int, nbytes: int
+    ) -> tuple[float, float]:
+        """(latency, bandwidth) factors of a variant's formula at ``nbytes`` ((1, 1): none)."""
+        found = (1.0, 1.0)
+        key = (collective, algorithm, nprocs, nodes)
+        for c in self.corrections:  # sorted by key, then min_bytes: the last that applies
+            if c.key == key and c.min_bytes <= nbytes:
+                found = (c.latency, c.bandwidth)
+        return found
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form, schema_version first."""
@@ -173,6 +248,8 @@ class Platform:
             "software_overhead_s": self.software_overhead_s,
             "links": {"intra": self.intra.as_dict(), "inter": self.inter.as_dict()},
             "contention_states": [state.as_dict() for state in self.states],
+            "corrections": [c.as_dict() for c in self.corrections],
+            "state_scaling": self.state_scaling,
             "provenance": self.provenance,
         }
 
@@ -218,12 +295,15 @@ def _link(path: str, obj: dict, where: str) -> Link:
 
 
 def _state(path: str, obj: dict, where: str) -> ContentionState:
-    barrier = obj.get("barrier_s")
+    barrier, reference = obj.get("barrier_s"), obj.get("reference")
     return ContentionState(
         obj["ranks_per_node"],
         _link(path, obj["intra"], f"{where}.intra"),
         float(obj["software_overhead_s"]),
         None if barrier is None else float(barrier),
+        None
+        if reference is None
+        else Reference(float(reference["copy_s"]), float(reference["allreduce_s"])),
     )
 
 
@@ -235,6 +315,27 @@ def _states(path: str, items: list | None) -> tuple[ContentionState, ...]:
             path, "contention_states", f"expected distinct ranks_per_node, got {ranks}"
         )
     return tuple(sorted(states, key=_ranks))
+
+
+def _corrections(path: str, items: list | None) -> tuple[Correction, ...]:
+    found = [
+        Correction(
+            c["collective"],
+            c["algorithm"],
+            c["nprocs"],
+            c["nodes"],
+            c["min_bytes"],
+            float(c["latency"]),
+            float(c["bandwidth"]),
+        )
+        for c in items or []
+    ]
+    places = [(*c.key, c.min_bytes) for c in found]
+    if len(set(places)) != len(places):
+        raise PlatformError(
+            path, "corrections", "expected one correction per variant, p and min_bytes"
+        )
+    return tuple(sorted(found, key=lambda c: (*c.key, c.min_bytes)))
 
 
 def platform_from_dict(data: Any, path: str = "<platform>") -> Platform:
@@ -254,6 +355,8 @@ def platform_from_dict(data: Any, path: str = "<platform>") -> Platform:
         provenance=dict(data.get("provenance") or {}),
         path=path,
         states=_states(path, data.get("contention_states")),
+        corrections=_corrections(path, data.get("corrections")),
+        state_scaling=data.get("state_scaling") or "none",
     )
 
 
@@ -303,4 +406,6 @@ def with_inter(platform: Platform, other: Platform) -> Platform:
         provenance={**platform.provenance, "inter_from": other.path},
         path=platform.path,
         states=platform.states,
+        corrections=platform.corrections,
+        state_scaling=platform.state_scaling,
     )

@@ -1,13 +1,17 @@
 """From a run directory's calibration measurements to its platform file.
 
-One contention state per calibrated process count p (calibrate's jobs, all p ranks of the
-node active). Its alpha and beta: piecewise robust fit of the concurrent ring exchange's
-step time, t = alpha + beta n (calibrations from before the exchange existed: the
-ping-pong's one-way time). gamma: piecewise robust fit of the in-place reduction's time,
-t = c + gamma n (c, the ufunc call, is part of the software overhead), and the same for
-MPI's own reduction (gamma of native, when measured). Software overhead: the median excess
-of one Python algorithm step over the exchange at the same small size. Barrier: the median
-MPI_Barrier. The platform's ``intra`` link is the state with the fewest ranks.
+The calibration rows come from the sweep's own launches (measurement.calibration, run once
+in every launch of the "mpi" group) or from standalone calibration jobs (model.calibrate);
+the fit takes, per process count, kind and size, the median over jobs. One contention
+state per calibrated process count p (all p ranks of the node active). Its alpha and
+beta: piecewise robust fit of the concurrent ring exchange's step time, t = alpha + beta n
+(calibrations from before the exchange existed: the ping-pong's one-way time). gamma:
+piecewise robust fit of the in-place reduction's time, t = c + gamma n (c, the ufunc call,
+is part of the software overhead), and the same for MPI's own reduction (gamma of native,
+when measured). Software overhead: the median excess of one Python algorithm step over the
+exchange at the same small size. Barrier: the median MPI_Barrier. Reference: the medians
+of the ref_copy and ref_allreduce rows (the machine's state while it calibrated). The
+platform's ``intra`` link is the state with the fewest ranks.
 The inter-node link cannot be measured on one host: it is recorded as not measured (a copy
 of the intra-node link) and predictions across nodes then need a named interconnect.
 """
@@ -23,19 +27,24 @@ import pandas as pd
 
 from osu_dl_bench import __version__
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.model.calibrate import CALIBRATION_CSV, CALIBRATION_JSON, KINDS
+from osu_dl_bench.measurement.calibration import CALIBRATION_CSV, CALIBRATION_JSON, KINDS
 from osu_dl_bench.model.fit import PieceFit, fit_pieces
-from osu_dl_bench.model.platform import ContentionState, Link, Piece, Platform
+from osu_dl_bench.model.platform import ContentionState, Link, Piece, Platform, Reference
 from osu_dl_bench.runtime import utc_now
 
 PLATFORM_FILE = "platform.json"
+
+
+def has_calibration(run_dir: Path) -> bool:
+    """Whether a run directory holds calibration rows (its sweep's or a calibration job's)."""
+    return (Path(run_dir) / CALIBRATION_CSV).is_file()
 
 
 def load_calibration(run_dir: Path) -> tuple[pd.DataFrame, dict]:
     """calibration.csv (checked) and calibration.json of a run directory."""
     path = run_dir / CALIBRATION_CSV
     try:
-        frame = pd.read_csv(path)
+        frame = pd.read_csv(path, dtype={"job": str})
     except (OSError, pd.errors.ParserError) as exc:
         raise UsageError(f"{path}: cannot read the calibration: {exc}") from None
     missing = {"kind", "size_bytes", "median_s"} - set(frame.columns)
@@ -97,6 +106,14 @@ def _barrier(frame: pd.DataFrame) -> float | None:
     return float(np.median(medians)) if len(medians) else None
 
 
+def _reference(frame: pd.DataFrame) -> Reference | None:
+    """The calibration's machine state: the median over jobs of each reference's median."""
+    copy, allreduce = _medians(frame, "ref_copy"), _medians(frame, "ref_allreduce")
+    if copy.empty or allreduce.empty:
+        return None  # a calibration from before the reference was timed
+    return Reference(float(np.median(copy)), float(np.median(allreduce)))
+
+
 def fit_state(frame: pd.DataFrame, ranks: int) -> tuple[ContentionState, dict]:
     """The contention state of one process count's calibration rows, and its fit quality."""
     kind = _link_kind(frame)
@@ -115,7 +132,8 @@ def fit_state(frame: pd.DataFrame, ranks: int) -> tuple[ContentionState, dict]:
         "reduce_mean_rel_error": [round(f.line.error, 4) for f in gamma_fits],
         "reduce_mpi_mean_rel_error": [round(f.line.error, 4) for f in native_fits],
     }
-    return ContentionState(ranks, link, _overhead(frame, kind), _barrier(frame)), quality
+    state = ContentionState(ranks, link, _overhead(frame, kind), _barrier(frame), _reference(frame))
+    return state, quality
 
 
 def fit_platform(run_dir: str | Path, name: str | None = None) -> tuple[Platform, dict]:

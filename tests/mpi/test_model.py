@@ -1,16 +1,20 @@
-"""The performance model: robust fitting recovers known parameters, costs follow the
-formulas, predicted tables load into the selector, the CLI rejects bad input with exit 2,
-and a real (tiny) calibration job fits a platform (mpiexec, hard timeout)."""
+"""The performance model: the CLI rejects bad input with exit 2, a real (tiny)
+calibration job fits a platform, and the calibration a sweep's launch runs appends its
+rows, which the fit reads (mpiexec, hard timeouts)."""
 
+import json
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
-from mpirun import mpi_env, run_with_timeout
+from mpirun import mpi_env, run_mpi, run_with_timeout
 
+from osu_dl_bench.measurement.calibration import KINDS
 from osu_dl_bench.model.platform import (
     load_platform,
 )
+from osu_dl_bench.model.platform_fit import fit_platform
 from osu_dl_bench.selection.table import load_table
 
 ALPHA, BETA, GAMMA, OVERHEAD = 2e-6, 1e-10, 5e-11, 1e-6
@@ -94,3 +98,36 @@ def test_a_closed_output_pipe_ends_quietly():
         proc.kill()
         raise AssertionError("model predict hung on a closed pipe") from None
     assert proc.returncode == 1 and "Traceback" not in stderr, stderr
+
+
+# What a sweep's launch does: run_calibration on its communicator, labelled by launch;
+# tiny sizes and one short round, so the test takes seconds.
+IN_LAUNCH = """
+import sys
+from pathlib import Path
+from osu_dl_bench.jobs.entry import run_in_job
+from osu_dl_bench.measurement.calibration import Effort, run_calibration
+
+def body(comm):
+    for launch in (1, 2):
+        label = f"p{comm.Get_size()}-launch{launch}"
+        run_calibration(comm, Path(sys.argv[1]), label, (8, 512, 4096, 65536), Effort(1, 1e-4, 1))
+    return 0
+
+raise SystemExit(run_in_job(body))
+"""
+
+
+def test_a_launchs_calibration_appends_its_rows_and_the_fit_reads_them(tmp_path):
+    result = run_mpi(2, ["-c", IN_LAUNCH, str(tmp_path)], timeout=90)
+    assert result.returncode == 0, result.stdout + result.stderr
+    frame = pd.read_csv(tmp_path / "calibration.csv")
+    assert set(frame["job"]) == {"p2-launch1", "p2-launch2"}
+    assert set(frame["kind"]) == set(KINDS)
+    assert (frame["nprocs"] == 2).all() and (frame["median_s"] > 0).all()
+    references = frame[frame["kind"].str.startswith("ref_")]
+    assert len(references) == 4 and (references["size_bytes"] == 0).all()
+    jobs = json.loads((tmp_path / "calibration.json").read_text())["jobs"]
+    assert [job["job"] for job in jobs] == ["p2-launch1", "p2-launch2"]
+    platform, _ = fit_platform(tmp_path)
+    assert platform.states[0].reference.copy_s > 0 and platform.intra.at(8)[0] > 0

@@ -1,0 +1,322 @@
+"""The model's calibration kernels: the link and reduction costs of one node with p ranks
+active, and the machine's reference state they were measured in.
+
+Two callers: the sweep runs ``run_calibration`` once in every launch of its "mpi" group
+(a few seconds: sparse sizes, two rounds), so the parameters come from the same launches
+and minutes as the times they predict; ``python -m osu_dl_bench.model.calibrate`` (``model
+fit --calibrate``) runs ``measure`` in a job of its own, for runs without such rows.
+
+RUN_DIR/calibration.csv has one row per (kind, size) and job: ``kind, size_bytes, nprocs,
+median_s, q1_s, q3_s, samples, job`` (``job``: the launch's label, e.g. "p4-launch2", or
+the standalone job's index); RUN_DIR/calibration.json the host, MPI library, cores, date
+and command of the last job, and under "jobs" those of every job. The fit takes, per
+process count, kind and size, the median over jobs. Kinds, every rank taking part at once:
+
+- ``exchange``: one step of a ring, every rank Sendrecv to its right neighbour and from its
+  left one (mpi4py's buffer calls, as the algorithms use them): alpha and beta of the
+  intra-node link with all p ranks active (on an oversubscribed node, mostly the cost of
+  waiting for a descheduled peer);
+- ``pingpong`` (p = 2 only): the one-way time of OSU's ping-pong (bench.p2p's round), for
+  reference: one copy in flight, where a collective's steps have all ranks copying;
+- ``reduce``: ``ufunc(a, b, out=a)`` on every rank at once (as the algorithms reduce: in
+  place, sharing the cores and the memory bus): gamma;
+- ``reduce_mpi``: ``MPI.SUM.Reduce_local`` likewise: the MPI library's own reduction,
+  which native's algorithms use (MPICH's is a plain C loop, slower than numpy's vectorised
+  ufunc on large arrays): gamma of native;
+- ``step``: one step of our Python algorithms (the exchange of a slice, then the in-place
+  ufunc on it) at small sizes: its excess over the exchange is the software overhead per
+  step that the C library's native algorithms do not pay;
+- ``barrier``: MPI_Barrier at small sizes (it has no payload): the synchronisation of the
+  library's own shared-memory collectives;
+- ``ref_copy``, ``ref_allreduce`` (size_bytes 0): the sweep's machine-state reference
+  (measurement.reference: a 1 MiB copy, an 8-byte native allreduce), the slowest rank's,
+  once per round of every size: the state the parameters describe, so that a prediction
+  can be scaled to the state a sweep point was measured in.
+
+Every sample reuses the same buffers, as the OSU-style benchmark and the sweep do (their
+iterations run on one send and one receive buffer): what is timed is the cache state the
+sweep's times see, warm up to the caches' size. Kinds are interleaved in rounds (the
+machine changes speed over time) and medians over all samples are kept; the iterations per
+round adapt to about ``target_s`` per kind and size.
+
+mpi4py is imported inside the functions: the model reads this module's file names and
+kinds in a process that must not start MPI.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import platform as _platform
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.runtime import utc_now
+
+CALIBRATION_CSV = "calibration.csv"
+CALIBRATION_JSON = "calibration.json"
+FIELDS = ("kind", "size_bytes", "nprocs", "median_s", "q1_s", "q3_s", "samples", "job")
+REFERENCE_KINDS = ("ref_copy", "ref_allreduce")
+KINDS = ("exchange", "pingpong", "reduce", "reduce_mpi", "step", "barrier", *REFERENCE_KINDS)
+STEP_MAX_BYTES = 4096  # the step's overhead matters (and is measured) at small sizes only
+POOL_DEPTH = 1  # the benchmark reuses one send and one receive buffer: so does the calibration
+POOL_CAP_BYTES = 256 << 20  # per kind and rank: fewer buffers for the largest sizes
+MAX_ITERATIONS = 200
+
+# The standalone job: every doubling size, 10 rounds of about 2 ms per kind.
+TARGET_SECONDS = 2e-3
+# In a sweep's launch (run_calibration): every fourth doubling size from 8 B to 8 MiB (11
+# sizes, >= 3 per regime of the caches and of the library's protocols, the fit's minimum
+# per piece) and 2 rounds of about 1 ms, one or two iterations at the largest sizes: 0.2-0.5
+# s at p = 2, 0.3-0.9 s at p = 3 and 0.4-3 s at p = 4 on 2 cores (quiet, the first call of
+# a process the slowest). A loaded node slows the oversubscribed kernels many times over
+# (8.5 s measured at p = 4), so no new size starts after IN_LAUNCH_DEADLINE_S once the first
+# MIN_SIZES are done: the sizes go spread over the range first (spread_order), and the
+# sweep's launches add up (the fit takes medians over them).
+IN_LAUNCH_SIZES = tuple(8 << (2 * k) for k in range(11))
+IN_LAUNCH_ROUNDS = 2
+IN_LAUNCH_TARGET_SECONDS = 1e-3
+IN_LAUNCH_DEADLINE_S = 2.0
+MIN_SIZES = 4  # the fit's least per kind and process count
+
+
+@dataclass(frozen=True)
+class Effort:
+    """How long each kind is measured: rounds, seconds per kind and round, the fewest
+    iterations per round (the largest sizes take longer than the target once), and the
+    seconds after which no new size starts (None: every size)."""
+
+    rounds: int = 10
+    target_s: float = TARGET_SECONDS
+    min_iterations: int = 3
+    deadline_s: float | None = None
+
+
+IN_LAUNCH = Effort(IN_LAUNCH_ROUNDS, IN_LAUNCH_TARGET_SECONDS, 1, IN_LAUNCH_DEADLINE_S)
+
+
+def spread_order(sizes: Sequence[int]) -> list[int]:
+    """The sizes in an order whose every prefix spans the range: every third size from the
+    smallest, then the ones after those, then the rest (8, 512, 32K, 2M, 32, 2K, ...)."""
+    ordered = sorted(sizes)
+    return [n for start in range(3) for n in ordered[start::3]]
+
+
+def _pool(size: int, dtype: np.dtype) -> list[np.ndarray]:
+    depth = max(1, min(POOL_DEPTH, POOL_CAP_BYTES // max(size, 1)))
+    count = max(1, size // dtype.itemsize)
+    # Zeros written explicitly: real pages (not the shared zero page), and sums that never
+    # overflow however often a buffer is reduced into.
+    return [np.full(count, 0.0, dtype) for _ in range(depth)]
+
+
+def _iterations(seconds: float, effort: Effort) -> int:
+    """Iterations of a ``seconds``-long sample for about effort.target_s."""
+    count = effort.target_s / max(seconds, 1e-9)
+    return int(np.clip(count, effort.min_iterations, MAX_ITERATIONS))
+
+
+def _timed(comm, body: Callable[[int], None], count: int) -> np.ndarray:
+    """Seconds of ``body(i)`` for i < count, each after a barrier; the slower rank's."""
+    from mpi4py import MPI
+
+    times = np.empty(count)
+    for i in range(count):
+        comm.Barrier()
+        start = MPI.Wtime()
+        body(i)
+        times[i] = MPI.Wtime() - start
+    comm.Allreduce(MPI.IN_PLACE, times, MPI.MAX)
+    return times
+
+
+def _kinds(comm, size: int, send: list, recv: list) -> dict[str, tuple[Callable, float]]:
+    """kind -> (body(i), seconds per sample factor) for this size and process count."""
+    from mpi4py import MPI
+
+    from osu_dl_bench.measurement.p2p import latency_round  # OSU's ping-pong round, reused as is
+
+    rank, p, depth = comm.Get_rank(), comm.Get_size(), len(send)
+    right, left = (rank + 1) % p, (rank - 1) % p
+
+    def exchange(i: int) -> None:
+        comm.Sendrecv(send[i % depth], right, 11, recv[i % depth], left, 11)
+
+    def pingpong(i: int) -> None:
+        latency_round(comm, send[i % depth], recv[i % depth])
+
+    def reduce(i: int) -> None:
+        np.add(recv[i % depth], send[i % depth], out=recv[i % depth])
+
+    def reduce_mpi(i: int) -> None:
+        MPI.SUM.Reduce_local(send[i % depth], recv[i % depth])
+
+    def step(i: int) -> None:
+        buf, tmp = recv[i % depth], send[i % depth]
+        half = len(buf) // 2 or 1
+        comm.Sendrecv(buf[:half], right, 11, tmp[:half], left, 11)
+        np.add(buf[:half], tmp[:half], out=buf[:half])
+
+    def barrier(i: int) -> None:
+        comm.Barrier()
+
+    kinds = {"exchange": (exchange, 1.0), "reduce": (reduce, 1.0), "reduce_mpi": (reduce_mpi, 1.0)}
+    if p == 2:
+        kinds["pingpong"] = (pingpong, 0.5)  # a round trip carries 2 messages
+    if size <= STEP_MAX_BYTES:
+        kinds["step"] = (step, 1.0)
+        kinds["barrier"] = (barrier, 1.0)
+    return kinds
+
+
+def _row(kind: str, size: int, nprocs: int, times: np.ndarray) -> dict:
+    q1, med, q3 = np.percentile(times, [25, 50, 75])
+    values = (kind, size, nprocs, float(med), float(q1), float(q3), int(times.size), 0)
+    return dict(zip(FIELDS, values, strict=True))
+
+
+class _References:
+    """The machine-state reference, sampled once per round (the slowest rank's), or
+    nothing when no timer is given."""
+
+    def __init__(self, comm, timer) -> None:
+        self.comm, self.timer = comm, timer
+        self.samples: list[tuple[float, float]] = []
+
+    def sample(self) -> None:
+        if self.timer is not None:
+            from mpi4py import MPI
+
+            here = np.asarray(self.timer.sample(), float)
+            self.comm.Allreduce(MPI.IN_PLACE, here, MPI.MAX)
+            self.samples.append((float(here[0]), float(here[1])))
+
+    def rows(self) -> list[dict]:
+        if not self.samples:
+            return []
+        values = np.asarray(self.samples)
+        p = self.comm.Get_size()
+        return [_row(kind, 0, p, values[:, i]) for i, kind in enumerate(REFERENCE_KINDS)]
+
+
+def _size_rows(comm, size: int, effort: Effort, refs: _References) -> list[dict]:
+    """Rows of one size: every kind in rotated order, ``effort.rounds`` times."""
+    send, recv = _pool(size, np.dtype(np.float32)), _pool(size, np.dtype(np.float32))
+    kinds = _kinds(comm, size, send, recv)
+    counts = {}
+    for name, (body, _) in kinds.items():
+        _timed(comm, body, 1)  # warm-up: first touch of the pages, the library's first call
+        counts[name] = _iterations(float(np.max(_timed(comm, body, 1))), effort)
+    samples: dict[str, list[np.ndarray]] = {k: [] for k in kinds}
+    names = list(kinds)
+    for r in range(effort.rounds):
+        refs.sample()
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            body, factor = kinds[name]
+            samples[name].append(_timed(comm, body, counts[name]) * factor)
+    p = comm.Get_size()
+    return [_row(name, size, p, np.concatenate(parts)) for name, parts in samples.items()]
+
+
+def _in_time(comm, started: float, done: int, effort: Effort) -> bool:
+    """Whether another size may start (rank 0's clock decides for every rank)."""
+    from mpi4py import MPI
+
+    if effort.deadline_s is None or done < MIN_SIZES:
+        return True
+    late = comm.Get_rank() == 0 and MPI.Wtime() - started > effort.deadline_s
+    return not comm.bcast(late, root=0)
+
+
+def measure(comm, sizes: Sequence[int], effort: Effort = Effort(), timer=None) -> list[dict]:
+    """Rows of calibration.csv (every rank gets the same), by size; ``timer``: a
+    measurement.reference.ReferenceTimer whose samples become the ref_* rows. With a
+    deadline, the sizes go in spread_order and the last ones may be left out."""
+    from mpi4py import MPI
+
+    refs, started, rows = _References(comm, timer), MPI.Wtime(), []
+    order = list(sizes) if effort.deadline_s is None else spread_order(sizes)
+    for done, size in enumerate(order):
+        if not _in_time(comm, started, done, effort):
+            break
+        rows += _size_rows(comm, size, effort, refs)
+    rows.sort(key=lambda row: row["size_bytes"])  # stable: kinds keep their order
+    return rows + refs.rows()
+
+
+def write_calibration(
+    run_dir: Path, rows: list[dict], meta: dict, append: bool, job: str | None = None
+) -> None:
+    """calibration.csv and calibration.json in ``run_dir``; ``append`` adds this job's rows
+    (and its metadata to the list of jobs) to an earlier calibration's, so calibrations
+    spread over a sweep's duration see the machine in the states the sweep saw. ``job``
+    labels the rows (default: the job's index)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    csv_path, meta_path = run_dir / CALIBRATION_CSV, run_dir / CALIBRATION_JSON
+    append = append and csv_path.exists() and meta_path.exists()
+    jobs = json.loads(meta_path.read_text()).get("jobs", []) if append else []
+    label = str(len(jobs)) if job is None else job
+    with open(csv_path, "a" if append else "w", newline="") as f:
+        writer = csv.DictWriter(f, FIELDS)
+        if not append:
+            writer.writeheader()
+        writer.writerows({**row, "job": label} for row in rows)
+    meta = {**meta, "job": label}
+    meta_path.write_text(json.dumps({**meta, "jobs": [*jobs, meta]}, indent=1) + "\n")
+
+
+def metadata(comm) -> dict:
+    """What the calibration ran on (every rank takes part: the host names are gathered)."""
+    from mpi4py import MPI
+
+    return {
+        "schema_version": 2,
+        "nprocs": comm.Get_size(),
+        "hosts": sorted(set(comm.allgather(MPI.Get_processor_name()))),
+        "cores_per_node": os.cpu_count(),
+        "mpi_library": MPI.Get_library_version().splitlines()[0].strip(),
+        "pool_depth": POOL_DEPTH,
+        "date": utc_now(),
+        "platform": _platform.platform(),
+        "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
+    }
+
+
+def _write_on_rank0(comm, write: Callable[[], None]) -> None:
+    """Rank 0 writes; a failed write (a full disk) is every rank's UsageError, so none
+    goes on to wait in the next collective for a rank that stopped."""
+    message = None
+    if comm.Get_rank() == 0:
+        try:
+            write()
+        except OSError as exc:
+            message = f"cannot write the calibration: {exc}"
+    message = comm.bcast(message, root=0)
+    if message:
+        raise UsageError(message, agreed=True)
+
+
+def run_calibration(
+    comm,
+    run_dir: Path,
+    job: str,
+    sizes: Sequence[int] = IN_LAUNCH_SIZES,
+    effort: Effort = IN_LAUNCH,
+) -> None:
+    """Measure the calibration kernels and the reference state on ``comm`` (collective: every
+    rank calls it) and append them (rank 0) to RUN_DIR's calibration, labelled ``job``.
+    Nothing is measured on one rank (no peer to exchange with) or across hosts (the
+    kernels describe one node)."""
+    from osu_dl_bench.measurement.reference import ReferenceTimer
+
+    meta = metadata(comm)
+    if comm.Get_size() < 2 or len(meta["hosts"]) != 1:
+        return
+    rows = measure(comm, sizes, effort, ReferenceTimer(comm))
+    _write_on_rank0(comm, lambda: write_calibration(Path(run_dir), rows, meta, True, job))

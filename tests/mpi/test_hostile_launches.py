@@ -1,0 +1,45 @@
+"""Hostile launches under mpiexec: a launched job's hidden options out of range are refused
+on every rank with one message, and a hostile per-round cell is measured again by
+--resume (two launches of two ranks, hard timeouts)."""
+
+from __future__ import annotations
+
+import csv
+
+from mpirun import run_cli
+
+from osu_dl_bench.measurement.store import RunStore, round_values
+
+POINT = ["--collectives", "allreduce", "-a", "native,ring", "-m", "8:8", "--budget", "0.1"]
+
+
+def test_a_launch_past_launches_is_refused_on_every_rank(tmp_path):
+    res = run_cli(
+        2, ["sweep", "--inside", "--launch", "4", "-o", str(tmp_path / "run")], timeout=60
+    )
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "expected a launch from 1 to --launches (3)" in res.stderr
+    assert "Traceback" not in res.stdout + res.stderr
+    assert not (tmp_path / "run" / "results.csv").exists()
+
+
+def test_resume_measures_a_row_with_a_hostile_cell_again(tmp_path):
+    run = tmp_path / "run"
+    argv = ["sweep", "--inside", *POINT, "--launches", "1", "-o", str(run)]
+    first = run_cli(2, argv, timeout=120)
+    assert first.returncode == 0, first.stdout + first.stderr
+    path = run / "results.csv"
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    rows[-1]["round_us"] = "nan"  # the last candidate's rounds, spoilt by hand
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    again = run_cli(2, [*argv, "--resume"], timeout=120)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "round_us holds 'nan', expected a positive finite time" in again.stderr
+    frame, notes = RunStore(run).read()
+    assert len(notes) == 1  # the spoilt row, still in the file, still dropped
+    last = frame[frame["algorithm"] == rows[-1]["algorithm"]]
+    assert len(last) == 1 and round_values(last["round_us"].iloc[0]).size > 0

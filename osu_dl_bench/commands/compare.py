@@ -67,7 +67,8 @@ def run_compare(args: argparse.Namespace) -> int:
     if wanted:
         both = both[both["nprocs"].isin(wanted)]
     if both.empty:
-        raise UsageError(f"{args.run_a} and {args.run_b} share no measured point")
+        at = f" at p = {args.nprocs}" if wanted else ""
+        raise UsageError(f"{args.run_a} and {args.run_b} share no measured point{at}")
     reports = [
         decision_report(args.run_a, args.run_b, args.table, wanted),
         shift_report(both, args.run_a, args.run_b),
@@ -90,7 +91,12 @@ def command_line(args: argparse.Namespace) -> list[str]:
 def _process_counts(text: str | None) -> tuple[int, ...]:
     from osu_dl_bench.jobs.options import parse_process_counts
 
-    return parse_process_counts(text) if text else ()
+    if not text:
+        return ()
+    try:
+        return parse_process_counts(text)
+    except UsageError as exc:  # it names sweep's --np
+        raise UsageError(str(exc).replace("--np ", "--nprocs ", 1)) from None
 
 
 # --- decisions ----------------------------------------------------------------------------

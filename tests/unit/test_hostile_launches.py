@@ -6,6 +6,7 @@ decided on them."""
 
 from __future__ import annotations
 
+import argparse
 import csv
 from dataclasses import replace
 
@@ -18,6 +19,7 @@ from osu_dl_bench.commands.compare import (
     judged_points,
     measured_points,
     paired_points,
+    run_compare,
     shift_report,
 )
 from osu_dl_bench.errors import UsageError
@@ -169,3 +171,14 @@ def test_rows_measured_in_other_rounds_of_one_launch_are_not_paired_by_round():
     assert ratio("1 2 | 3 4").below_one and ratio("").below_one  # the same rounds
     apart = ratio("5 6 | 7 8")
     assert apart.ratio == pytest.approx(0.9, rel=0.05) and not apart.below_one
+
+
+@pytest.mark.parametrize(
+    ("nprocs", "said"),
+    [("abc", "--nprocs abc: expected counts"), ("4", "share no measured point at p = 4")],
+)
+def test_compare_names_its_own_nprocs_option(tmp_path, nprocs, said):
+    run = str(_run(tmp_path))
+    args = argparse.Namespace(run_a=run, run_b=run, table=None, nprocs=nprocs, out=None)
+    with pytest.raises(UsageError, match=said):
+        run_compare(args)

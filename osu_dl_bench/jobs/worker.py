@@ -314,10 +314,16 @@ def _slots(cfg: SweepConfig, plans: list[CollectivePlan]) -> list[LaunchSlot]:
     """The launches this job measures: the one the orchestrator gave it, or (a sweep run
     --inside by hand) every isolation group in turn, the MPI library's first, so the
     threads a later backend starts cannot slow the candidates measured before it."""
-    launch = cfg.launch or 1
-    if cfg.group is not None:
-        return [LaunchSlot(launch, cfg.group)]
-    return [LaunchSlot(launch, group) for group in isolation_groups(plans)]
+    launch, groups = cfg.launch or 1, isolation_groups(plans)
+    if cfg.group is None:
+        return [LaunchSlot(launch, group) for group in groups]
+    if cfg.group not in groups:
+        # Every rank of the count finds it alike: agreed, so the ranks waiting hear it too.
+        raise UsageError(
+            f"--group {cfg.group}: expected one of this sweep's groups ({', '.join(groups)})",
+            agreed=True,
+        )
+    return [LaunchSlot(launch, cfg.group)]
 
 
 def _sweep_one_count(

@@ -43,3 +43,12 @@ def test_resume_measures_a_row_with_a_hostile_cell_again(tmp_path):
     assert len(notes) == 1  # the spoilt row, still in the file, still dropped
     last = frame[frame["algorithm"] == rows[-1]["algorithm"]]
     assert len(last) == 1 and round_values(last["round_us"].iloc[0]).size > 0
+
+
+def test_a_group_this_sweep_does_not_have_is_refused_also_by_the_waiting_rank(tmp_path):
+    # Rank 2 waits while ranks 0 and 1 sweep --np 2: it must hear the refusal, not hang.
+    argv = ["sweep", "--inside", "--np", "2", *POINT, "--group", "nccl", "-o", str(tmp_path)]
+    res = run_cli(3, argv, timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert res.stderr.count("--group nccl: expected one of this sweep's groups (mpi") == 1
+    assert "Traceback" not in res.stdout + res.stderr

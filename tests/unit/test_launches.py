@@ -100,3 +100,23 @@ def test_a_point_is_outlying_when_either_reference_exceeds_the_typical_by_the_fa
     assert not outlying(typical * (OUTLYING_FACTOR - 0.1), typical)
     assert outlying(np.array([100.0, 2.0 * OUTLYING_FACTOR + 0.1]), typical)
     assert outlying(np.array([100.0 * OUTLYING_FACTOR + 1, 2.0]), typical)
+
+
+def test_plots_show_each_candidate_from_its_own_group_over_its_launches():
+    import pandas as pd
+
+    from osu_dl_bench.commands.plot import over_launches
+
+    rows = pd.DataFrame(
+        [
+            {**vars(sweep_point(8, median)), "launch": launch, "group": group, "state": state}
+            for median, launch, group, state in [
+                (10.0, 1, "mpi", "normal"),
+                (30.0, 2, "mpi", "outlying"),
+                (12.0, 2, "mpi", "remeasured"),  # supersedes the outlying row of launch 2
+                (90.0, 1, "gloo", "normal"),  # native beside gloo's threads: not shown
+            ]
+        ]
+    )
+    (native,) = over_launches(rows).itertuples()
+    assert native.algorithm == "native" and native.median_us == 11.0

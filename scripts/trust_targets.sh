@@ -4,7 +4,7 @@
 # registered algorithm, default --launches and --budget. Then:
 #   - each sweep's wall time                                  -> RUN/wall_times.txt
 #   - decision stability and regret of A's decisions on B     -> results/decision_stability_*.txt
-#   - the model fitted on A, scored on B beside its ceiling   -> results/model_accuracy_trust.txt
+#   - the model fitted on A, scored on B beside its ceiling   -> results/model_accuracy_trust_p*.txt
 #   - the reference table re-shipped from A (p = 2, 4), and how far the old table's
 #     speedups were inflated by gloo's threads                -> results/inflation.txt
 # Run it on a quiet machine (nothing else running): it takes about 25 minutes.
@@ -53,6 +53,14 @@ cp "$run/wall_times.txt" "$out/trust_wall_times.txt"
 # Decision stability and regret: A's decisions judged on B, per p.
 with_command "$out/decision_stability_p2_p4.txt" osu-dl-bench compare "$run/A24" "$run/B24"
 with_command "$out/decision_stability_p3.txt" osu-dl-bench compare "$run/A3" "$run/B3"
+
+# The model: fitted on sweep A (its in-launch calibration and its points), scored on B
+# beside B's ceiling (B's odd launches predicting its even ones).
+for np in 24 3; do
+    osu-dl-bench model fit "$run/A$np" --calibrate never > /dev/null
+    with_command "$out/model_accuracy_trust_p$np.txt" osu-dl-bench model accuracy \
+        "$run/B$np" --platform "$run/A$np"
+done
 
 # The reference table, re-measured (isolated, with intervals): sweep A at p = 2, 4.
 table=tuning_tables/reference-cpu-mpich-1node

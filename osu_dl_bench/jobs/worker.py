@@ -41,6 +41,7 @@ from osu_dl_bench.jobs.plan import (
     resolve_setting,
 )
 from osu_dl_bench.jobs.progress import encode_event, point_line, skipped_lines
+from osu_dl_bench.measurement.calibration import run_calibration
 from osu_dl_bench.measurement.kernel import BudgetTiming, measure_budget, prepare_inputs
 from osu_dl_bench.measurement.reference import ReferenceTimer, outlying
 from osu_dl_bench.measurement.schedule import round_stats
@@ -352,6 +353,10 @@ def _sweep_launch(world: MPI.Comm, topo: Topology, job: Job) -> list[tuple[Sweep
     entry = _job_entry(world, topo, meta, plan, started=started)
     record = lambda entry: runinfo.record_job(job.store, topo.nprocs, entry, _slot_key(slot))  # noqa: E731
     on_rank0(comm, lambda: record(entry))
+    if slot.group == MPI_GROUP and plan.todo:
+        # The model's calibration kernels in the same launch as the points they predict
+        # (its placement and machine state); a few seconds at most.
+        run_calibration(comm, job.store.path, f"p{topo.nprocs}-launch{slot.launch}")
     results = []
     for cplan in plans:
         for n in cplan.counts:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from mpirun import REPO, mpi_env, run_cli, run_mpi, run_with_timeout
 from support.sweep import (
@@ -111,6 +112,14 @@ def test_orchestrated_sweep_stores_every_eligible_variant(full_run):
     native = frame[(frame["algorithm"] == "native") & (frame["state"] != "remeasured")]
     per_point = native.groupby(["nprocs", "collective", "size_bytes"]).size()
     assert all(count == groups[key[0]] for key, count in per_point.items()), per_point
+
+
+def test_each_launch_of_the_mpi_group_calibrates_the_model_in_place(full_run):
+    _, run_dir = full_run
+    calibration = pd.read_csv(run_dir / "calibration.csv")
+    assert set(calibration["job"]) == {"p2-launch1", "p3-launch1"}
+    assert {"exchange", "ref_copy", "ref_allreduce"} <= set(calibration["kind"])
+    assert (calibration["median_s"] > 0).all()
 
 
 def test_orchestrated_sweep_writes_metadata(full_run):

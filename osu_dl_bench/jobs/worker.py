@@ -115,7 +115,7 @@ def sweep_points(
 
 # The share of the budget a backend's own launches get: they time two candidates (native
 # and that backend), where the MPI library's launches time a dozen.
-ISOLATED_SHARE = 0.25
+ISOLATED_SHARE = 0.2
 # Points a launch measures before its typical machine state is known.
 MIN_STATES = 2
 
@@ -191,7 +191,7 @@ class Job:
     def budget(self) -> float:
         """Seconds of rounds per point in this launch: the point's budget shared by the
         launches; a backend's own group times native and that backend only, so it gets a
-        quarter of that."""
+        fifth of that."""
         share = 1.0 if self.slot.group == MPI_GROUP else ISOLATED_SHARE
         return self.cfg.budget * share / self.cfg.launches
 

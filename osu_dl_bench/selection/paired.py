@@ -21,6 +21,11 @@ within each drawn launch with replacement, take the median of the pooled draw; t
 97.5 percentiles of 2000 such medians bound the interval. Launches are the top stage
 because the launch-to-launch variance is the largest part (issue 14). The generator is
 seeded from the point and the pair (``seed_of``), so the same run gives the same table.
+With a handful of launches the percentile bootstrap is too narrow (Cameron, Gelbach and
+Miller, "Bootstrap-based improvements for inference with clustered errors", 2008: few
+clusters, under-coverage), so the interval is widened to Student's t interval of the
+mean of the launches' medians where that is wider: two sweeps of this machine ten
+minutes apart disagreed beyond the bootstrap interval alone at 5-9% of the points.
 
 Legacy rows (one launch, no per-round times) keep the old rule's meaning: ratio =
 ``median_c / median_ref`` and interval ``(q1_c / median_ref, q3_c / median_ref)``, so "q3
@@ -35,6 +40,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
 RESAMPLES = 2000
 LEVEL = 0.95
@@ -191,6 +197,20 @@ def cross_group_samples(candidate: Series, reference: Series) -> list[np.ndarray
     return [np.array([v]) for v in values if math.isfinite(v)]
 
 
+def launch_interval(
+    clusters: Sequence[np.ndarray], level: float = LEVEL
+) -> tuple[float, float] | None:
+    """Student's t interval of the mean of the launches' medians (None with fewer than two
+    launches): the launch-to-launch variance, judged as few samples must be."""
+    if len(clusters) < 2:
+        return None
+    medians = np.array([np.median(c) for c in clusters])
+    half = stats.t.ppf(0.5 + level / 2, medians.size - 1) * medians.std(ddof=1)
+    half /= math.sqrt(medians.size)
+    centre = float(medians.mean())
+    return centre - float(half), centre + float(half)
+
+
 def cluster_bootstrap(
     clusters: Sequence[np.ndarray], seed: int, resamples: int = RESAMPLES, level: float = LEVEL
 ) -> tuple[float, float]:
@@ -243,6 +263,11 @@ def paired_ratio(candidate: Series, reference: Series, *seed_parts: object) -> R
     pooled = np.concatenate(clusters)
     centre = float(np.median(pooled))
     low, high = cluster_bootstrap(clusters, seed_of(*seed_parts))
+    between = launch_interval(clusters)
+    if between is not None:
+        # The bootstrap over a handful of launches is too narrow (it can only recombine
+        # the launches it saw): the t interval over their medians widens it where needed.
+        low, high = min(low, between[0]), max(high, between[1])
     # A percentile interval need not hold its own point estimate; a decision must.
     low, high = min(low, centre), max(high, centre)
     if pooled.size < 2:

@@ -10,9 +10,12 @@ from support.tuning import machine_states, scaled
 from osu_dl_bench.selection.paired import (
     Series,
     cluster_bootstrap,
+    launch_interval,
     launch_of,
     legacy_ratio,
     paired_ratio,
+    same_group_samples,
+    seed_of,
 )
 
 
@@ -59,8 +62,22 @@ def test_the_interval_is_the_same_every_time_and_depends_on_the_seed():
     first = paired_ratio(candidate, native, "allreduce", 2, 1024, "ring")
     assert paired_ratio(candidate, native, "allreduce", 2, 1024, "ring") == first
     other = paired_ratio(candidate, native, "allreduce", 2, 2048, "ring")
-    assert (other.low, other.high) != (first.low, first.high)
-    assert other.ratio == first.ratio  # the seed moves the interval, never the estimate
+    assert other.ratio == first.ratio  # the seed moves the bootstrap, never the estimate
+    clusters = same_group_samples(candidate, native)
+    assert cluster_bootstrap(clusters, seed_of("a")) == cluster_bootstrap(clusters, seed_of("a"))
+    assert cluster_bootstrap(clusters, seed_of("a")) != cluster_bootstrap(clusters, seed_of("b"))
+
+
+def test_few_launches_widen_the_interval_to_students_t_over_their_medians():
+    states = machine_states(launches=3, rounds=20)
+    candidate = _series(scaled(states, [0.8, 1.0, 0.9]))  # the launches disagree
+    ratio = paired_ratio(candidate, _series(states), "p", "c")
+    clusters = same_group_samples(candidate, _series(states))
+    boot = cluster_bootstrap(clusters, seed_of("p", "c"))
+    t_low, t_high = launch_interval(clusters)
+    assert t_low < boot[0] and boot[1] < t_high  # three launches: t is the wider
+    assert (math.log(ratio.low), math.log(ratio.high)) == pytest.approx((t_low, t_high))
+    assert ratio.low < 1 < ratio.high  # so no candidate replaces native on it
 
 
 def test_launches_are_the_top_stage_of_the_bootstrap():
@@ -85,7 +102,10 @@ def test_another_group_pairs_launch_with_launch():
         for o, n in zip(scaled(machine_states(3, 20, seed=5), 0.9), states, strict=True)
     ]
     assert math.log(ratio.ratio) == pytest.approx(np.median(expected))
-    assert ratio.low == pytest.approx(math.exp(min(expected)), rel=1e-9)
+    # the bootstrap's lowest launch, or Student's t over three launches where that is wider
+    t_low, t_high = launch_interval([np.array([value]) for value in expected])
+    assert ratio.low == pytest.approx(math.exp(min(min(expected), t_low)), rel=1e-9)
+    assert ratio.high == pytest.approx(math.exp(max(max(expected), t_high)), rel=1e-9)
     assert ratio.launches == 3 and ratio.rounds == 60
 
 

@@ -334,11 +334,12 @@ def test_gloo_pairs_launch_by_launch_with_clean_native(tmp_path):
     rows = launch_rows("allreduce", "native", 4096, states, group="mpi")
     gloo_states = machine_states(launches=3, rounds=20, seed=9)  # other rounds, same launches
     rows += launch_rows("allreduce", "native", 4096, scaled(gloo_states, 3.0), group="gloo")
-    rows += launch_rows("allreduce", "gloo", 4096, scaled(gloo_states, 0.9, seed=4), group="gloo")
+    # 0.8: the launches' medians move by +-6% (their own rounds): 0.9 would be a tie
+    rows += launch_rows("allreduce", "gloo", 4096, scaled(gloo_states, 0.8, seed=4), group="gloo")
     (entry,) = build_table(write_run(tmp_path / "run", rows), "g")[0].entries
     (only,) = entry.points
     assert only["chosen"] == "gloo" and only["backend"] == "gloo"
-    assert only["ratio"] == pytest.approx(0.9, rel=0.05) and only["ratio_high"] < 1
+    assert only["ratio"] == pytest.approx(0.8, rel=0.07) and only["ratio_high"] < 1
     assert only["launches"] == 3
     assert only["native_median_us"] == pytest.approx(np.median(np.concatenate(states)), rel=1e-3)
 

@@ -5,9 +5,10 @@
 #   - each sweep's wall time                                  -> RUN/wall_times.txt
 #   - decision stability and regret of A's decisions on B     -> results/decision_stability_*.txt
 #   - the model fitted on A, scored on B beside its ceiling   -> results/model_accuracy_trust_p*.txt
-#   - the reference table re-shipped from A (p = 2, 4), and how far the old table's
+#   - the reference table re-shipped from A (p = 2, 3, 4, private and registered buffers:
+#     a third sweep), and how far the old table's
 #     speedups were inflated by gloo's threads                -> results/inflation.txt
-# Run it on a quiet machine (nothing else running): it takes about 25 minutes.
+# Run it on a quiet machine (nothing else running): it takes about 35 minutes.
 #   scripts/trust_targets.sh [RUN_DIR]      (default runs/trust-DATE)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,15 +63,20 @@ for np in 24 3; do
         "$run/B$np" --platform "$run/A$np"
 done
 
-# The reference table, re-measured (isolated, with intervals): sweep A at p = 2, 4.
+# The reference table, re-measured (isolated, with intervals): sweep A at p = 2, 3, 4 and
+# the same for registered buffers, merged into one run directory.
+osu-dl-bench sweep --np 2,3,4 --collectives allreduce,bcast -m 8:16M -d cpu-registered \
+    -o "$run/R" > /dev/null
+osu-dl-bench merge "$run/A24" "$run/A3" "$run/R" -o "$run/reference" > /dev/null
 table=tuning_tables/reference-cpu-mpich-1node
-osu-dl-bench tune "$run/A24" -o "$table.json" \
-    --export openmpi,mpich > /dev/null
+osu-dl-bench tune "$run/reference" -o "$table.json" --export openmpi,mpich > /dev/null
 cp "$table.summary.txt" "$out/reference-summary.txt"
-cp "$run/A24/results.csv" "$out/reference-sweep.csv"
-cp "$run/A24/metadata.json" "$out/reference-sweep-metadata.json"
-osu-dl-bench plot "$run/A24" --table "$table.json" -o "$out/plots" > /dev/null
+cp "$run/reference/results.csv" "$out/reference-sweep.csv"
+cp "$run/reference/metadata.json" "$out/reference-sweep-metadata.json"
+osu-dl-bench plot "$run/reference" --table "$table.json" -o "$out/plots" > /dev/null
 with_command "$out/validation_p2_p4.txt" osu-dl-bench compare "$run/A24" "$run/B24" \
+    --table "$table.json"
+with_command "$out/validation_p3.txt" osu-dl-bench compare "$run/A3" "$run/B3" \
     --table "$table.json"
 
 # Isolation: native's time with and without gloo in the sweep (its own launches), p = 2.
@@ -90,15 +96,15 @@ import sys
 
 def points(path):
     table = json.load(open(path))
-    return {
+    return {  # private buffers: the kind both tables measured the same way
         (e["collective"], e["nprocs"], p["size_bytes"]): p
-        for e in table["entries"] for p in e.get("points", [])
+        for e in table["entries"] if e["device"] == "cpu" for p in e.get("points", [])
     }
 
 old, new = points(sys.argv[1]), points(sys.argv[2])
 print(f"# old table {sys.argv[1]} against the re-measured {sys.argv[2]}")
 print(f"{'collective':<10}{'p':>3}{'sizes':>6}{'native old/new':>16}{'speedup old':>13}"
-      f"{'speedup new':>13}{'inflation':>11}")
+      f"{'speedup new':>13}{'replaced':>9}{'inflation':>11}")
 for collective in ("allreduce", "bcast"):
     for nprocs in sorted({k[1] for k in old if k[0] == collective}):
         keys = [k for k in old if k[:2] == (collective, nprocs) and k in new]
@@ -108,11 +114,14 @@ for collective in ("allreduce", "bcast"):
         native = [old[k]["native_median_us"] / new[k]["native_median_us"] for k in keys]
         s_old = [old[k]["speedup"] for k in keys]
         s_new = [new[k]["speedup"] for k in keys]
-        inflated = [a / b for a, b in zip(s_old, s_new)]
+        replaced = [k for k in keys if old[k]["chosen"] != "native"]
+        inflated = [old[k]["speedup"] / new[k]["speedup"] for k in replaced] or [1.0]
         print(f"{collective:<10}{nprocs:>3}{len(keys):>6}{statistics.median(native):>15.2f}x"
               f"{statistics.fmean(s_old):>12.2f}x{statistics.fmean(s_new):>12.2f}x"
-              f"{statistics.median(inflated):>10.2f}x  (max {max(inflated):.2f}x)")
+              f"{len(replaced):>9}{statistics.median(inflated):>10.2f}x"
+              f"  (max {max(inflated):.2f}x)")
 print("native old/new: median over sizes of the old table's native latency over the new "
-      "one's; speedup: mean over sizes of native/chosen; inflation: median of old/new speedup")
+      "one's; speedup: mean over sizes of native/chosen; replaced: sizes where the old table "
+      "did not keep native; inflation: median there of the old speedup over the new one")
 PY
 echo "# done: $run"

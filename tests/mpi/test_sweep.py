@@ -32,7 +32,7 @@ from osu_dl_bench.jobs.progress import Progress, encode_event
 from osu_dl_bench.measurement.schedule import (
     MIN_ROUNDS,
 )
-from osu_dl_bench.measurement.store import SWEEP_FIELDS, RunStore, SweepPoint
+from osu_dl_bench.measurement.store import REQUIRED_FIELDS, SWEEP_FIELDS, RunStore, SweepPoint
 
 SIZES = [8 << k for k in range(7)]  # 8 B .. 512 B
 TINY = ["--budget", "0.02", "--launches", "1"]
@@ -272,7 +272,7 @@ def test_sigterm_stops_the_running_job_too(tmp_path):
 
 
 def _seed_results(run_dir: Path) -> None:
-    values = {f: 1 for f in SWEEP_FIELDS} | {"collective": "allreduce", "validation": "pass"}
+    values = {f: 1 for f in REQUIRED_FIELDS} | {"collective": "allreduce", "validation": "pass"}
     store = RunStore(run_dir)
     store.create()
     store.append([SweepPoint(**values)])

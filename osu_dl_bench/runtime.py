@@ -355,6 +355,22 @@ def collect_metadata(topology: Topology) -> RunMetadata:
     )
 
 
+def on_rank0(comm, write: Callable[[], object]) -> object:
+    """Rank 0 writes (its result; None elsewhere); a failed write (a full disk: a
+    UsageError) stops every rank of ``comm`` with its message, so none waits for rank 0
+    in the next collective."""
+    result, message = None, None
+    if comm.Get_rank() == 0:
+        try:
+            result = write()
+        except UsageError as exc:
+            message = str(exc)
+    message = comm.bcast(message, root=0)
+    if message:
+        raise UsageError(message, agreed=True)
+    return result
+
+
 def agree_on_errors(comm, step: Callable[[], object]) -> object:
     """Run ``step`` on every rank; if it raises UsageError on any rank, raise it on all.
 

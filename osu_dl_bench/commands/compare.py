@@ -47,7 +47,7 @@ from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import RunStore
 from osu_dl_bench.selection.paired import Ratio, identity
 from osu_dl_bench.selection.selector import Query, Selector, default_context
-from osu_dl_bench.selection.tune import CLEAN_GROUPS, PointDecision, run_decisions, usable_rows
+from osu_dl_bench.selection.tune import PointDecision, clean_rows, run_decisions
 
 # A point: one call measured in both runs. Its algorithms share the point's speed state.
 POINT = ["device", "dtype", "op", "collective", "nprocs", "size_bytes"]
@@ -326,9 +326,7 @@ def _results(run_dir: str) -> pd.DataFrame:
     store = RunStore(run_dir)
     if not store.results_path.is_file():
         raise UsageError(f"{run_dir}: no results.csv (expected a sweep's run directory)")
-    frame = usable_rows(store.load())
-    contaminated = (frame["algorithm"] == "native") & ~frame["group"].isin(CLEAN_GROUPS)
-    return frame[~contaminated]
+    return clean_rows(store.load())
 
 
 def measured_points(run_dir: str) -> pd.DataFrame:

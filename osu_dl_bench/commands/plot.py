@@ -17,7 +17,7 @@ import pandas as pd
 
 from collectives.units import format_size
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.measurement.store import LEGACY_GROUP, RunStore
+from osu_dl_bench.measurement.store import RunStore
 
 if TYPE_CHECKING:  # imported in the functions: tuning loads mpi4py.MPI, parsing must not
     from osu_dl_bench.selection.table import Entry, TuningTable
@@ -200,19 +200,16 @@ def _table_for(run_dir: str, table_path: str | None) -> TuningTable:
     return table
 
 
-# A point's rows: one per launch and isolation group (and a re-measurement of an outlying
-# state after its first row). Plots show each candidate as measured in its own group (native
-# clean, not beside another backend's threads), the last row of each launch, medians over
-# the launches.
 _POINT_ROW = ["collective", "device", "nodes", "ppn", "nprocs", "algorithm", "size_bytes"]
 
 
 def over_launches(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per candidate and size: the medians over launches of its own group's rows."""
-    own = rows[(rows["group"] == rows["backend"]) | (rows["group"] == LEGACY_GROUP)]
-    last = own.drop_duplicates([*_POINT_ROW, "launch", "group"], keep="last")
+    """One row per candidate and size: the medians over launches of its rows as the tuner
+    reads them (selection.tune.clean_rows: its own group, the last row of each launch)."""
+    from osu_dl_bench.selection.tune import clean_rows
+
     stats = ["median_us", "q1_us", "q3_us", "busbw_gbs"]
-    return last.groupby(_POINT_ROW, as_index=False)[stats].median()
+    return clean_rows(rows).groupby(_POINT_ROW, as_index=False)[stats].median()
 
 
 def plot_run(run_dir: str, table_path: str | None = None, out_dir: str | None = None) -> list:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -59,6 +58,7 @@ from osu_dl_bench.runtime import (
     agree_on_errors,
     collect_metadata,
     discover_topology,
+    on_rank0,
     utc_now,
 )
 
@@ -268,22 +268,6 @@ class Job:
         on_rank0(self.comm, lambda: self.store.append(points))
         self.report.point(points, time.perf_counter() - self._started)
         return list(zip(points, timing.wrong, strict=True))
-
-
-def on_rank0(comm: MPI.Comm, write: Callable[[], Any]) -> Any:
-    """Rank 0 writes to the run directory (its result; None elsewhere); a failed write (a
-    full disk) stops every rank of ``comm`` with its message, so none waits for rank 0
-    in the next collective."""
-    result, message = None, None
-    if comm.Get_rank() == 0:
-        try:
-            result = write()
-        except UsageError as exc:
-            message = str(exc)
-    message = comm.bcast(message, root=0)
-    if message:
-        raise UsageError(message, agreed=True)
-    return result
 
 
 def _job_entry(

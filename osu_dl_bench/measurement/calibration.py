@@ -57,7 +57,7 @@ from pathlib import Path
 import numpy as np
 
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.runtime import utc_now
+from osu_dl_bench.runtime import on_rank0, utc_now
 
 CALIBRATION_CSV = "calibration.csv"
 CALIBRATION_JSON = "calibration.json"
@@ -288,18 +288,12 @@ def metadata(comm) -> dict:
     }
 
 
-def _write_on_rank0(comm, write: Callable[[], None]) -> None:
-    """Rank 0 writes; a failed write (a full disk) is every rank's UsageError, so none
-    goes on to wait in the next collective for a rank that stopped."""
-    message = None
-    if comm.Get_rank() == 0:
-        try:
-            write()
-        except OSError as exc:
-            message = f"cannot write the calibration: {exc}"
-    message = comm.bcast(message, root=0)
-    if message:
-        raise UsageError(message, agreed=True)
+def _append(run_dir: Path, rows: list[dict], meta: dict, job: str) -> None:
+    """Append a launch's calibration; a failed write is a UsageError naming it."""
+    try:
+        write_calibration(run_dir, rows, meta, True, job)
+    except OSError as exc:
+        raise UsageError(f"cannot write the calibration: {exc}") from None
 
 
 def run_calibration(
@@ -319,4 +313,4 @@ def run_calibration(
     if comm.Get_size() < 2 or len(meta["hosts"]) != 1:
         return
     rows = measure(comm, sizes, effort, ReferenceTimer(comm))
-    _write_on_rank0(comm, lambda: write_calibration(Path(run_dir), rows, meta, True, job))
+    on_rank0(comm, lambda: _append(Path(run_dir), rows, meta, job))

@@ -109,6 +109,14 @@ def usable_rows(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[~spoilt.transform("any")]
 
 
+def clean_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """``usable_rows`` less native measured beside another backend's threads (outside the
+    clean groups): each candidate as measured in its own isolation group."""
+    frame = usable_rows(frame)
+    contaminated = (frame["algorithm"] == "native") & ~frame["group"].isin(CLEAN_GROUPS)
+    return frame[~contaminated]
+
+
 def _most_common(series: pd.Series) -> Any:
     values = series.dropna()
     return None if values.empty else values.value_counts().index[0]

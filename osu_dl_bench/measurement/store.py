@@ -29,6 +29,7 @@ import os
 import re
 import socket
 import sys
+from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -387,16 +388,19 @@ def _parse_results(path: Path, text: str) -> tuple[pd.DataFrame, list[tuple[int,
     # into 'shared' without a word.
     text = io.StringIO("\n".join(whole))
     frame = pd.read_csv(text, dtype=TEXT_COLUMNS, keep_default_na=False, na_values=[""])
-    frame = _with_optional_columns(frame)
+    frame = with_defaults(frame)
     frame.index = pd.Index(numbers, dtype="int64")
     frame, incomplete = _typed(frame)
     return frame.reset_index(drop=True), sorted(dropped + incomplete)
 
 
-def _with_optional_columns(frame: pd.DataFrame) -> pd.DataFrame:
+def with_defaults(
+    frame: pd.DataFrame, defaults: Mapping[str, Any] = OPTIONAL_FIELDS
+) -> pd.DataFrame:
     """Columns a legacy file lacks, and empty cells of the optional ones, get their
-    defaults (launch 1, group 'shared', state 'normal', no per-round data)."""
-    for name, default in OPTIONAL_FIELDS.items():
+    defaults (launch 1, group 'shared', state 'normal', no per-round data); changes and
+    returns ``frame``."""
+    for name, default in defaults.items():
         if name not in frame.columns:
             frame[name] = default
         else:

@@ -21,16 +21,16 @@ import pandas as pd
 
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import (
-    LEGACY_GROUP,
     OPTIONAL_FIELDS,
     POINT_KEY,
     RESULTS,
     TEXT_COLUMNS,
     RunStore,
     round_values,
+    with_defaults,
 )
+from osu_dl_bench.selection.tune import without_contaminated_native
 
-MPI_GROUPS = ("mpi", LEGACY_GROUP)  # launches whose native is clean
 POINT = ("nprocs", "nodes", "ppn", "collective", "algorithm", "dtype", "op", "device", "size_bytes")
 # What a frame without them (a hand-made one) measured; op '' for a collective without one.
 _CALL_DEFAULTS = {"dtype": "float32", "op": "", "device": "cpu"}
@@ -51,17 +51,6 @@ def _read(source: Path) -> pd.DataFrame:
         raise UsageError(f"{source}: cannot read sweep results: {exc}") from None
 
 
-def _with_defaults(frame: pd.DataFrame) -> pd.DataFrame:
-    """The launch columns a legacy frame lacks, and empty cells of them, as the store
-    reads them (launch 1, group 'shared', no per-round data)."""
-    frame = frame.copy()
-    for name, default in {**OPTIONAL_FIELDS, **_CALL_DEFAULTS}.items():
-        if name not in frame.columns:
-            frame[name] = default
-        frame[name] = frame[name].astype(object).where(frame[name].notna(), default)
-    return frame
-
-
 def _median_of_rounds(column: pd.Series) -> np.ndarray:
     return np.array([np.median(v) if v.size else np.nan for v in map(round_values, column)])
 
@@ -69,13 +58,12 @@ def _median_of_rounds(column: pd.Series) -> np.ndarray:
 def clean_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """Validated rows, the last of each (point, algorithm, group, launch), native only
     from its clean launches; with ``ref_copy``/``ref_allreduce``: seconds, NaN if none."""
-    frame = _with_defaults(frame)
+    frame = with_defaults(frame.copy(), {**OPTIONAL_FIELDS, **_CALL_DEFAULTS})
     if "validation" in frame.columns:
         frame = frame[frame["validation"].fillna("") != "fail"]
     key = [k for k in POINT_KEY if k in frame.columns]
     frame = frame.drop_duplicates(key, keep="last")
-    contaminated = (frame["algorithm"] == "native") & ~frame["group"].isin(MPI_GROUPS)
-    frame = frame[~contaminated].copy()
+    frame = without_contaminated_native(frame).copy()
     frame["launch"] = frame["launch"].astype(int)
     frame["ref_copy"] = _median_of_rounds(frame["ref_copy_us"]) * 1e-6
     frame["ref_allreduce"] = _median_of_rounds(frame["ref_allreduce_us"]) * 1e-6

@@ -112,7 +112,12 @@ def usable_rows(frame: pd.DataFrame) -> pd.DataFrame:
 def clean_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """``usable_rows`` less native measured beside another backend's threads (outside the
     clean groups): each candidate as measured in its own isolation group."""
-    frame = usable_rows(frame)
+    return without_contaminated_native(usable_rows(frame))
+
+
+def without_contaminated_native(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` less the native rows of other backends' launches (outside CLEAN_GROUPS),
+    where native ran beside their threads."""
     contaminated = (frame["algorithm"] == "native") & ~frame["group"].isin(CLEAN_GROUPS)
     return frame[~contaminated]
 

@@ -77,7 +77,7 @@ def run_planner(cfg: SweepConfig) -> dict[JobKey, dict[str, Any]]:
 
 def job_key(plan: dict[str, Any]) -> JobKey:
     """The job a plan event is about."""
-    return plan["nprocs"], plan.get("launch", 1), plan.get("group", "mpi")
+    return plan["nprocs"], plan["launch"], plan["group"]
 
 
 def launch_order(cfg: SweepConfig, keys: list[JobKey], seed: int) -> list[JobKey]:

@@ -177,16 +177,20 @@ def skipped_lines(nprocs: int, skipped: list[dict[str, str]]) -> list[str]:
     ]
 
 
+def plan_line(plan: dict[str, Any]) -> str:
+    """'# p=4 launch 2 (gloo): 40 of 44 points to measure' (a job's plan event)."""
+    return (
+        f"# p={plan['nprocs']} launch {plan['launch']} ({plan['group']}): {plan['todo']} of "
+        f"{plan['points']} points to measure"
+    )
+
+
 def plan_lines(plans: list[dict[str, Any]]) -> list[str]:
     """The dry run's text: points per process count, skipped algorithms, the total."""
     lines = []
     for plan in plans:
-        launch, group = plan.get("launch", 1), plan.get("group", "mpi")
-        lines.append(
-            f"# p={plan['nprocs']} launch {launch} ({group}): {plan['todo']} of "
-            f"{plan['points']} points to measure"
-        )
-        if launch == 1:
+        lines.append(plan_line(plan))
+        if plan["launch"] == 1:
             lines += skipped_lines(plan["nprocs"], plan["skipped"])
     lines.append(f"# total: {sum(p['todo'] for p in plans)} points to measure")
     return lines

@@ -39,7 +39,7 @@ from osu_dl_bench.jobs.plan import (
     plan_collectives,
     resolve_setting,
 )
-from osu_dl_bench.jobs.progress import encode_event, point_line, skipped_lines
+from osu_dl_bench.jobs.progress import encode_event, plan_line, point_line, skipped_lines
 from osu_dl_bench.measurement.calibration import run_calibration
 from osu_dl_bench.measurement.kernel import BudgetTiming, measure_budget, prepare_inputs
 from osu_dl_bench.measurement.reference import ReferenceTimer, outlying
@@ -144,10 +144,7 @@ class Reporter:
                 self.line(text)
         self.event("plan", **asdict(plan))
         if not self.orchestrated:
-            self.line(
-                f"# p={plan.nprocs} launch {plan.launch} ({plan.group}): {plan.todo} of "
-                f"{plan.points} points to measure"
-            )
+            self.line(plan_line(asdict(plan)))
 
     def point(self, points: list[SweepPoint], seconds: float) -> None:
         """One measured point."""

@@ -25,19 +25,8 @@ launches="${LAUNCHES:-3}"
 gap="${GAP:-600}"
 np="${NP:-2,3,4}"
 mkdir -p "$run" "$out/plots"
-load() { cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo "?"; }
+. scripts/results_lib.sh  # (the repository root is the working directory)
 
-with_command() {  # with_command FILE CMD...: FILE gets '# command: CMD' and CMD's output
-    local file="$1"
-    shift
-    {
-        echo "# command: $*"
-        echo "# load before: $(load) on $(nproc) cores"
-        "$@"
-        echo "# load after: $(load)"
-    } > "$file"
-    echo "# wrote $file"
-}
 
 sweep() {  # sweep DIR: one sweep with its in-launch calibration, its wall time and load
     local started=$SECONDS

@@ -17,7 +17,7 @@ out="${OUT:-results}"
 gap="${GAP_SECONDS:-600}"  # between the starts of sweep A and sweep B
 old_table="${OLD_TABLE:-a35345d:tuning_tables/reference-cpu-mpich-1node.json}"
 mkdir -p "$run" "$out"
-load() { cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo "?"; }
+. scripts/results_lib.sh  # (the repository root is the working directory)
 
 timed_sweep() {  # timed_sweep NAME NP: one sweep into $run/NAME, its wall time noted
     local name="$1" np="$2" start status=0
@@ -32,12 +32,6 @@ timed_sweep() {  # timed_sweep NAME NP: one sweep into $run/NAME, its wall time 
     return "$status"
 }
 
-with_command() {  # with_command FILE CMD...: FILE gets '# command: CMD' and CMD's output
-    local file="$1"
-    shift
-    { echo "# command: $*"; echo "# load before: $(load) on $(nproc) cores"; "$@"; } > "$file"
-    echo "# wrote $file"
-}
 
 start_a=$(date +%s)
 timed_sweep A24 2,4

@@ -97,6 +97,7 @@ class SweepConfig:
     thread_level: str
     stall_timeout: float = DEFAULT_STALL_TIMEOUT
     launches: int = DEFAULT_LAUNCHES
+    calibrate: bool = True  # the model's calibration kernels in each MPI-group launch
     # Hidden: the launch (1..launches) and isolation group one launched job measures.
     launch: int | None = None
     group: str | None = None
@@ -162,6 +163,7 @@ class SweepConfig:
             repr(self.budget),
             "--launches",
             str(self.launches),
+            *([] if self.calibrate else ["--no-calibration"]),
             "--thread-level",
             self.thread_level,
         ]
@@ -297,6 +299,12 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="K",
         help=f"separate MPI launches per point, in shuffled order, sharing the budget; each "
         f"backend other than MPI's gets launches of its own (default {DEFAULT_LAUNCHES})",
+    )
+    parser.add_argument(
+        "--no-calibration",
+        dest="calibrate",
+        action="store_false",
+        help="skip the model's calibration kernels (a few seconds per launch)",
     )
     parser.add_argument("--resume", action="store_true", help="continue RUN_DIR, skip its points")
     parser.add_argument(
@@ -477,6 +485,7 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
         thread_level=args.thread_level,
         stall_timeout=args.stall_timeout,
         launches=args.launches,
+        calibrate=args.calibrate,
         launch=args.launch,
         group=args.group,
         orchestrated=args.orchestrated,

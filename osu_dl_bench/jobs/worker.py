@@ -334,7 +334,7 @@ def _sweep_launch(world: MPI.Comm, topo: Topology, job: Job) -> list[tuple[Sweep
     entry = _job_entry(world, topo, meta, plan, started=started)
     record = lambda entry: runinfo.record_job(job.store, topo.nprocs, entry, _slot_key(slot))  # noqa: E731
     on_rank0(comm, lambda: record(entry))
-    if slot.group == MPI_GROUP and plan.todo:
+    if cfg.calibrate and slot.group == MPI_GROUP and plan.todo:
         # The model's calibration kernels in the same launch as the points they predict
         # (its placement and machine state); a few seconds at most.
         run_calibration(comm, job.store.path, f"p{topo.nprocs}-launch{slot.launch}")

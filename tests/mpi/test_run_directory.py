@@ -90,16 +90,17 @@ def _private_mount() -> list[str] | None:
 
 
 def _on_a_tiny_disk(cmd: list[str], run_dir: Path) -> subprocess.CompletedProcess:
-    """Run ``cmd -o DIR`` with DIR on a 12 KiB tmpfs (metadata.json, its replacement and
-    two pages of results), then copy what it left to run_dir: the tmpfs goes with the
-    namespace. Skips the test where no mount namespace can be had."""
+    """Run ``cmd -o DIR`` with DIR on a 24 KiB tmpfs (metadata.json and its replacement,
+    two pages each since launches are recorded, and two pages of results), then copy what
+    it left to run_dir: the tmpfs goes with the namespace. Skips the test where no mount
+    namespace can be had."""
     unshare = _private_mount()
     if unshare is None:
         pytest.skip("no mount namespace here (unshare --mount) for a tiny tmpfs")
     mount = run_dir.with_name(run_dir.name + "-disk")
     mount.mkdir()
     script = (
-        f'mount -t tmpfs -o size=12k tmpfs "{mount}" && "$@" -o "{mount}"; code=$?; '
+        f'mount -t tmpfs -o size=24k tmpfs "{mount}" && "$@" -o "{mount}"; code=$?; '
         f'cp -a "{mount}" "{run_dir}"; exit $code'
     )
     return run_with_timeout([*unshare, "sh", "-c", script, "sh", *cmd], 300, mpi_env())

@@ -138,23 +138,23 @@ def _add_plot(sub) -> None:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from osu_dl_bench.runtime import agree_on_errors, agree_on_settings, init_mpi
+    from osu_dl_bench.runtime import agree_on_errors, agree_on_settings
     from osu_dl_bench.train.options import (
-        THREAD_LEVEL,
         config_from_args,
+        init_training_mpi,
         require_libraries,
         settings_every_rank_shares,
     )
 
     cfg = config_from_args(args)
     require_libraries(cfg)  # before MPI: a missing extra is one message and exit 2
-    mpi = init_mpi(THREAD_LEVEL)
+    mpi, note = init_training_mpi()
     world = mpi.COMM_WORLD
     agree_on_settings(world, agree_on_errors(world, lambda: settings_every_rank_shares(cfg)))
     cfg.local_batch(world.Get_size())  # same verdict on every rank, before torch loads
     from osu_dl_bench.train.run import run_train
 
-    return run_train(world, cfg)
+    return run_train(world, cfg, [note] if note else [])
 
 
 def _add_train(sub) -> None:

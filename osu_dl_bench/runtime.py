@@ -105,6 +105,10 @@ def set_command(name: str) -> None:
     _command = name
 
 
+# mpi4py reads its rc options from the environment too, and the environment wins.
+THREAD_LEVEL_ENV = "MPI4PY_RC_THREAD_LEVEL"
+
+
 def init_mpi(thread_level: str = DEFAULT_THREAD_LEVEL, pending: UsageError | None = None):
     """Initialise MPI at ``thread_level`` (unless already initialised) and return mpi4py.MPI.
 
@@ -125,6 +129,17 @@ def init_mpi(thread_level: str = DEFAULT_THREAD_LEVEL, pending: UsageError | Non
 
     _agree_at_start_up(MPI, pending)
     return MPI
+
+
+def raise_environment_thread_level(needed: str) -> str | None:
+    """Replace a MPI4PY_RC_THREAD_LEVEL below ``needed`` by ``needed`` before MPI starts,
+    for a command that cannot run below it (a higher level is kept: it only costs speed);
+    returns the level it asked for, if replaced (an unknown value is left to mpi4py)."""
+    asked = os.environ.get(THREAD_LEVEL_ENV, "").strip().lower()
+    if asked in THREAD_LEVELS and THREAD_LEVELS.index(asked) < THREAD_LEVELS.index(needed):
+        os.environ[THREAD_LEVEL_ENV] = needed
+        return asked
+    return None
 
 
 def _agree_at_start_up(mpi, pending: UsageError | None) -> None:

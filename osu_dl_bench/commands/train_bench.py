@@ -213,19 +213,22 @@ def _rounds(args, session, trainers, data, sampler) -> list[dict]:
 
 def _run_worker(args: argparse.Namespace) -> int:
     """Inside mpiexec: build every configuration, measure them in rotated rounds."""
-    from osu_dl_bench.runtime import init_mpi
-    from osu_dl_bench.train.options import THREAD_LEVEL
+    from osu_dl_bench.train.options import init_training_mpi
 
-    mpi = init_mpi(THREAD_LEVEL)
+    mpi, note = init_training_mpi()
     import torch
 
     from osu_dl_bench.train.comm_thread import CommThread
     from osu_dl_bench.train.data import ShardedSampler, load_data
-    from osu_dl_bench.train.session import Session
+    from osu_dl_bench.train.session import Session, thread_level_note, threads_may_call_mpi
 
     cfg = _config(args)
-    with CommThread() as thread:
+    inline = not threads_may_call_mpi()  # then no configuration overlaps: say so
+    notes = [line for line in (note, thread_level_note() if inline else None) if line]
+    with CommThread(inline) as thread:
         session = Session.open(mpi.COMM_WORLD, cfg, thread)
+        if session.rank == 0 and notes:
+            print("\n".join(notes), flush=True)
         ppn = session.topology.ppn
         torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // ppn))
         data = load_data(cfg)

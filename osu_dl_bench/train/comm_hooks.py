@@ -24,18 +24,29 @@ WRONG_ALLREDUCE_ENV = "OSU_DL_BENCH_TRAIN_WRONG_ALLREDUCE"
 DEFAULT_WRONG_DELTA = 1e-6
 
 
-def mean_allreduce(call: CollectiveCall, nprocs: int) -> GradReduce:
-    """Average over ranks with an in-place sum allreduce ``call`` (any registry algorithm)."""
+def mean_allreduce(call: CollectiveCall, divisor: float) -> GradReduce:
+    """Average over ranks with an in-place sum allreduce ``call`` (any registry algorithm):
+    each rank divides by ``divisor`` (share_divisor: p where shares are equal) first."""
     op = reduce_op("sum")
 
     def reduce(buffer: np.ndarray) -> None:
         # Divide first, as DDP's allreduce_hook does: p fp16 gradients may overflow when
         # summed where their mean would not.
-        if nprocs > 1:
-            np.divide(buffer, nprocs, out=buffer)
+        if divisor != 1:
+            np.divide(buffer, divisor, out=buffer)
         call(None, buffer, op, 0)
 
     return reduce
+
+
+def share_divisor(global_batch: int, share: int) -> float:
+    """What a rank divides its mean gradient by so that the sum over ranks is the mean
+    over the global batch: global_batch / share (exactly p when shares are equal).
+
+    The gradient of the global mean is sum_r (share_r / global_batch) * grad_r, where
+    grad_r is rank r's mean-loss gradient; equal shares make it DDP's plain average.
+    """
+    return global_batch / share
 
 
 def fp16_compress(inner: GradReduce, scratch: np.ndarray) -> GradReduce:

@@ -5,22 +5,43 @@ which reduces them in the order given while backward goes on. Because no other t
 calls MPI once training starts, MPI_THREAD_SERIALIZED suffices (MULTIPLE would slow
 MPICH down). Set-up calls (communicator duplication, binding, the start-up broadcast)
 go through it too, so the rule has no exceptions.
+
+Where MPI cannot give SERIALIZED, the trainer makes the "thread" inline: every call runs
+on the calling (main) thread at once, which FUNNELED allows, and overlap is lost.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 
-class CommThread:
-    """A single worker thread running submitted calls in FIFO order."""
+class _Inline(Executor):
+    """An executor that runs each call at once on the submitting thread."""
 
-    def __init__(self) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="osu-dl-bench-comm")
+    def submit(self, fn, /, *args, **kwargs):
+        future: Future = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as error:  # handed to the caller through the future
+            future.set_exception(error)
+        return future
+
+
+class CommThread:
+    """A single worker thread running submitted calls in FIFO order (``inline``: on the
+    caller's thread instead, for MPI below THREAD_SERIALIZED)."""
+
+    def __init__(self, inline: bool = False) -> None:
+        self.inline = inline
+        self._pool: Executor = (
+            _Inline()
+            if inline
+            else ThreadPoolExecutor(max_workers=1, thread_name_prefix="osu-dl-bench-comm")
+        )
 
     def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
         """Queue ``fn(*args)``; its result (or exception) arrives in the future."""

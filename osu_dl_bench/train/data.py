@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from osu_dl_bench.train.models import InputShape
-from osu_dl_bench.train.options import TrainConfig
+from osu_dl_bench.train.options import TrainConfig, batch_share
 
 TEST_FRACTION = 0.2
 
@@ -122,9 +122,9 @@ class ShardedSampler:
         return _permutation(self.size, self.seed, epoch)[start : start + self.global_batch]
 
     def local_indices(self, step: int) -> np.ndarray:
-        """This rank's contiguous share of the global batch of ``step``."""
-        share = self.global_batch // self.nprocs
-        return self.global_indices(step)[self.rank * share : (self.rank + 1) * share]
+        """This rank's contiguous share of the global batch of ``step`` (batch_share)."""
+        lo, hi = batch_share(self.global_batch, self.nprocs, self.rank)
+        return self.global_indices(step)[lo:hi]
 
 
 def eval_shard(images: Images, nprocs: int, rank: int) -> np.ndarray:

@@ -70,6 +70,10 @@ class DDPGlooTrainer:
             **_no_buffer_sync(),
         )
         self.optimizer = make_optimizer(cfg, model)
+        # DDP averages gradients by the world size; where shares differ (batch_share) the
+        # loss is scaled so that the average still weights each rank by its share.
+        share = cfg.local_batch(session.nprocs, session.rank)
+        self.loss_weight = share * session.nprocs / cfg.batch_size
 
     def broadcast_state(self, root: int = 0) -> float:
         """DDP broadcast rank 0's state when it was built: nothing left to do."""
@@ -82,7 +86,7 @@ class DDPGlooTrainer:
         self.optimizer.zero_grad(set_to_none=False)
         logits = self.ddp(x)
         loss = nn.functional.cross_entropy(logits, y)
-        loss.backward()
+        (loss * self.loss_weight if self.loss_weight != 1 else loss).backward()
         self.optimizer.step()
         seconds = time.perf_counter() - start
         correct = int((logits.argmax(1) == y).sum())

@@ -20,7 +20,7 @@ from pathlib import Path
 from collectives.units import parse_size
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.paths import check_writable_file, probe_directory
-from osu_dl_bench.runtime import file_fingerprint
+from osu_dl_bench.runtime import file_fingerprint, init_mpi, raise_environment_thread_level
 
 # Model names (osu_dl_bench.train.models builds them; a test checks the two agree).
 MODELS = ("cnn", "resnet")
@@ -74,13 +74,42 @@ def add_benchmark_workload_arguments(
     parser.add_argument("--threads", type=int, default=None, help=threads_help)
 
 
+def batch_share(global_batch: int, nprocs: int, rank: int) -> tuple[int, int]:
+    """Rank ``rank``'s slice [lo, hi) of a global batch split over ``nprocs`` ranks: the
+    first ``global_batch % nprocs`` ranks take one sample more, as Horovod's and
+    torch.utils.data's even splits do. The gradient averaging weights each rank by its
+    share (comm_hooks.share_divisor), so a step still equals the 1-process step."""
+    if global_batch < nprocs:
+        raise UsageError(
+            f"batch size {global_batch} is smaller than the {nprocs} ranks: expected at "
+            f"least one sample per rank (-b {nprocs} or more)"
+        )
+    base, extra = divmod(global_batch, nprocs)
+    lo = rank * base + min(rank, extra)
+    return lo, lo + base + (rank < extra)
+
+
+def init_training_mpi():
+    """Start MPI at the trainer's THREAD_LEVEL even where MPI4PY_RC_THREAD_LEVEL asks for
+    less; returns (mpi4py.MPI, a note for rank 0 to print or None)."""
+    asked = raise_environment_thread_level(THREAD_LEVEL)
+    mpi = init_mpi(THREAD_LEVEL)
+    note = None
+    if asked:
+        note = (
+            f"# MPI4PY_RC_THREAD_LEVEL={asked} is below what the trainer needs: MPI asked "
+            f"for {THREAD_LEVEL} (the communication thread calls MPI)"
+        )
+    return mpi, note
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Every option of one training run."""
 
     model: str = "cnn"
     data: str = "digits"
-    batch_size: int = 64  # global: split evenly over the ranks
+    batch_size: int = 64  # global: split over the ranks as evenly as it goes (batch_share)
     epochs: int = 6
     steps: int | None = None  # total steps; overrides epochs
     lr: float = 0.1
@@ -114,14 +143,11 @@ class TrainConfig:
     warmup_steps: int = 2
     batches_per_iter: int = 5
 
-    def local_batch(self, nprocs: int) -> int:
-        """Each rank's share of the global batch (UsageError unless it divides evenly)."""
-        if self.batch_size % nprocs:
-            raise UsageError(
-                f"batch size {self.batch_size} is not divisible by the {nprocs} ranks: "
-                f"expected a multiple of {nprocs} (the global batch is split evenly)"
-            )
-        return self.batch_size // nprocs
+    def local_batch(self, nprocs: int, rank: int = 0) -> int:
+        """Rank ``rank``'s share of the global batch (batch_share; rank 0 has the largest);
+        UsageError where some rank would get no sample."""
+        lo, hi = batch_share(self.batch_size, nprocs, rank)
+        return hi - lo
 
     @property
     def compute_dtype(self) -> str:

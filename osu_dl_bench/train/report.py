@@ -37,7 +37,9 @@ def _dtype(cfg: dict[str, Any]) -> str:
 def header_lines(s: TrainSummary) -> list[str]:
     """What is trained, how it is split and which algorithms carry it."""
     cfg = s.config
-    local = cfg["batch_size"] // s.nprocs
+    base, extra = divmod(cfg["batch_size"], s.nprocs)
+    # batch_share: the first `extra` ranks take one sample more.
+    local = f"{base + 1} on {extra} rank(s), {base} on the others" if extra else f"{base}"
     test = f", {s.test_samples} test" if s.test_samples else ""
     sizes = ", ".join(_size(b["nbytes"]) for b in s.buckets)
     lines = [

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -40,7 +41,7 @@ from osu_dl_bench.train.records import (
     throughput,
 )
 from osu_dl_bench.train.report import EPOCH_HEADER, epoch_line, footer_lines, header_lines
-from osu_dl_bench.train.session import Session
+from osu_dl_bench.train.session import Session, thread_level_note, threads_may_call_mpi
 from osu_dl_bench.train.trainer import DataParallelTrainer, StepStats, evaluate
 from osu_dl_bench.train.validate import Divergence, Reference, compare, tolerance_for
 
@@ -110,7 +111,7 @@ def _model(cfg: TrainConfig, shape: InputShape) -> nn.Module:
 
 def _build(cfg: TrainConfig, session: Session) -> _Run:
     """Data, sampler, model and trainer (collective: binds the buckets' algorithms)."""
-    cfg.local_batch(session.nprocs)  # UsageError on every rank alike
+    cfg.local_batch(session.nprocs)  # UsageError on every rank alike (before any load)
     data = load_data(cfg)
     sampler = ShardedSampler(
         len(data.train), cfg.batch_size, session.nprocs, session.rank, cfg.seed
@@ -277,7 +278,7 @@ def _describe(run: _Run, threads: int) -> TrainSummary:
 def _complete(run: _Run, described: TrainSummary, bcast_seconds: float) -> TrainSummary:
     """Add epochs, throughput, communication and validation (collective: gathers)."""
     cfg, session, tally = run.cfg, run.session, run.tally
-    local = cfg.local_batch(session.nprocs)
+    local = cfg.local_batch(session.nprocs, session.rank)
     seconds = np.array(tally.step_seconds)
     rates = iteration_rates(seconds, local, cfg.warmup_steps, cfg.batches_per_iter)
     timed = slice(cfg.warmup_steps, None)
@@ -326,7 +327,7 @@ def _start(run: _Run) -> float:
     return seconds
 
 
-def _execute(world: Any, cfg: TrainConfig, thread: CommThread) -> int:
+def _execute(world: Any, cfg: TrainConfig, thread: CommThread, notes: Sequence[str]) -> int:
     session = Session.open(world, cfg, thread)
     # Before training, so that an unwritable --json does not lose a finished run.
     session.agree(lambda: check_output_paths(cfg, session.rank))
@@ -336,7 +337,7 @@ def _execute(world: Any, cfg: TrainConfig, thread: CommThread) -> int:
     bcast_seconds = _start(run)
     run.bar = ProgressBar(run.total_steps, progress_enabled(cfg.progress, run.rank))
     described = _describe(run, threads)
-    _say(run, *header_lines(described), EPOCH_HEADER)
+    _say(run, *notes, *header_lines(described), EPOCH_HEADER)
     _train(run)
     summary = _complete(run, described, bcast_seconds)
     _say(run, *footer_lines(summary))
@@ -352,9 +353,13 @@ def _execute(world: Any, cfg: TrainConfig, thread: CommThread) -> int:
     return 0
 
 
-def run_train(world: Any, cfg: TrainConfig) -> int:
-    """Train under the current MPI job (every rank calls this); returns the exit code."""
-    with CommThread() as thread:
-        code = _execute(world, cfg, thread)
+def run_train(world: Any, cfg: TrainConfig, notes: Sequence[str] = ()) -> int:
+    """Train under the current MPI job (every rank calls this; ``notes``: lines rank 0
+    prints first); returns the exit code."""
+    inline = not threads_may_call_mpi()
+    if inline:  # every rank alike: the level is the job's
+        cfg, notes = replace(cfg, overlap=False), [*notes, thread_level_note()]
+    with CommThread(inline) as thread:
+        code = _execute(world, cfg, thread, notes)
     sys.stdout.flush()
     return code

@@ -15,7 +15,6 @@ from typing import Any, TypeVar
 import numpy as np
 
 from collectives.ops import reduce_op
-from osu_dl_bench.errors import UsageError
 from osu_dl_bench.runtime import Topology, agree_on_errors, discover_topology, thread_level_name
 from osu_dl_bench.train.comm_thread import CommThread
 from osu_dl_bench.train.options import TrainConfig
@@ -25,16 +24,23 @@ T = TypeVar("T")
 _SUM = reduce_op("sum")
 
 
-def _require_serialized() -> None:
-    """UsageError unless MPI allows calls from a thread other than the main one."""
+def threads_may_call_mpi() -> bool:
+    """Whether MPI was initialised at THREAD_SERIALIZED or above (the communication thread
+    may then call it); else the trainer runs its calls inline."""
     from mpi4py import MPI
 
-    level = MPI.Query_thread()
-    if level < MPI.THREAD_SERIALIZED:
-        raise UsageError(
-            f"the trainer calls MPI from its communication thread: it needs thread level "
-            f"serialized or above, MPI was initialised at {thread_level_name(level)}"
-        )
+    return MPI.Query_thread() >= MPI.THREAD_SERIALIZED
+
+
+def thread_level_note() -> str:
+    """One line saying that overlap is off because MPI runs below SERIALIZED."""
+    from mpi4py import MPI
+
+    return (
+        f"# MPI runs at thread level {thread_level_name(MPI.Query_thread())}, below the "
+        f"serialized the communication thread needs: MPI calls stay on the main thread "
+        f"and overlap is off"
+    )
 
 
 @dataclass
@@ -52,7 +58,6 @@ class Session:
         and build the policy, all on ``thread``."""
 
         def setup() -> Session:
-            _require_serialized()
             comm = world.Dup()
             topology = discover_topology(comm)
             policy = agree_on_errors(comm, lambda: build_policy(cfg, comm, topology))

@@ -2,8 +2,9 @@
 bucket by bucket during backward, one optimizer step per global batch.
 
 Every rank computes the loss as the mean over its share of the global batch; averaging
-those gradients over the ranks gives the gradient of the mean over the whole batch, so a
-step equals a 1-process step with the global batch (up to summation order).
+those gradients over the ranks, each weighted by its share (shares differ by one sample
+where p does not divide the batch), gives the gradient of the mean over the whole batch,
+so a step equals a 1-process step with the global batch (up to summation order).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from osu_dl_bench.train.comm_hooks import (
     fp16_compress,
     mean_allreduce,
     perturb_first_element,
+    share_divisor,
 )
 from osu_dl_bench.train.options import TrainConfig
 from osu_dl_bench.train.reducer import GradientReducer, StepComm
@@ -80,15 +82,15 @@ def _bucket_reduce(
 ) -> tuple[GradReduce, CallPlan]:
     """The bucket's reduction through the policy; fp16 wraps it (runs on the thread), its
     scratch allocated as the buckets are (``cfg.buffers``)."""
-    nprocs = session.nprocs
+    divisor = share_divisor(cfg.batch_size, cfg.local_batch(session.nprocs, session.rank))
     if cfg.fp16_compress:
         scratch = array_module(cfg.buffers).empty(bucket.array.size, np.float16)
         bound = session.choose("allreduce", scratch)
-        reduce = fp16_compress(mean_allreduce(bound.call, nprocs), scratch)
+        reduce = fp16_compress(mean_allreduce(bound.call, divisor), scratch)
     else:
         scratch = bucket.array
         bound = session.choose("allreduce", scratch, selection_nbytes(scratch, cfg.validate))
-        reduce = mean_allreduce(bound.call, nprocs)
+        reduce = mean_allreduce(bound.call, divisor)
     plan = CallPlan(
         bucket.index, scratch.nbytes, scratch.dtype.name, bound.label, bound.how, len(bucket.params)
     )

@@ -61,6 +61,27 @@ def test_p_ranks_match_one_process_training(tmp_path, nprocs, extra):
         assert {b["algorithm"] for b in summary["bcasts"]} == {"chain:seg=16K"}
 
 
+@pytest.mark.parametrize(
+    "nprocs,level", [(2, "single"), (3, "single"), (4, "funneled"), (5, "single"), (6, "multiple")]
+)
+def test_defaults_train_at_any_p_whatever_the_thread_level_environment(tmp_path, nprocs, level):
+    # The default global batch of 64 splits unevenly at p = 3, 5, 6: matching 1-process
+    # training shows each rank's gradient is weighted by its share.
+    env = {"MPI4PY_RC_THREAD_LEVEL": level}
+    res, summary = _train(nprocs, tmp_path, "--steps", "3", "--validate", env=env)
+    _assert_matches_one_process(res, summary, 3)
+    overridden = "MPI4PY_RC_THREAD_LEVEL=" + level + " is below what the trainer needs"
+    assert (overridden in res.stdout) == (level in ("single", "funneled")), res.stdout
+    assert summary["metadata"]["thread_level"] == (
+        "multiple" if level == "multiple" else "serialized"
+    )
+    if 64 % nprocs:
+        assert (
+            f"{64 // nprocs + 1} on {64 % nprocs} rank(s), {64 // nprocs} on the others"
+            in res.stdout
+        )
+
+
 def test_two_ranks_match_one_process_and_reach_95_percent_on_digits(tmp_path):
     # Native allreduce overlapped over 3 buckets; the reference runs beside the first 20.
     res, summary = _train(2, tmp_path, "--epochs", "6", "--validate", *SMALL_BUCKETS)
@@ -217,7 +238,7 @@ _REPORTING = (
     "nprocs,argv,prelude,message",
     [
         (2, ["--model", "vgg"], "", "invalid choice: 'vgg'"),
-        (3, ["-b", "64"], "", "batch size 64 is not divisible by the 3 ranks"),
+        (3, ["-b", "2"], "", "batch size 2 is smaller than the 3 ranks"),
         (2, [], "sys.modules['torch'] = None", "pip install 'osu-dl-bench[train]'"),
         (2, ["--table", "TABLE"], "", "has no entry for bcast on cpu"),
         (2, ["--allreduce", "nosuch"], "", "unknown algorithm 'nosuch' for allreduce"),

@@ -3,6 +3,7 @@ ordering, records, options and checkpoint files. Multi-rank runs: test_train_mpi
 
 import argparse
 import importlib.util
+import os
 import pickle
 import re
 import threading
@@ -104,12 +105,31 @@ def test_checkpoint_dir_must_be_creatable_and_writable(tmp_path):
     assert made.is_dir() and not list(made.iterdir())
 
 
-def test_data_defaults_follow_the_model_and_batch_must_split_evenly():
+def test_data_defaults_follow_the_model_and_any_p_splits_the_batch():
     assert config_from_args(_args("--model", "resnet")).data == "synthetic"
     cfg = config_from_args(_args("-b", "60"))
     assert cfg.data == "digits" and [cfg.local_batch(p) for p in (1, 2, 3)] == [60, 30, 20]
-    with pytest.raises(UsageError, match="not divisible by the 7 ranks"):
-        cfg.local_batch(7)
+    assert [cfg.local_batch(7, r) for r in range(7)] == [9, 9, 9, 9, 8, 8, 8]
+    with pytest.raises(UsageError, match="smaller than the 61 ranks"):
+        cfg.local_batch(61)
+
+
+@pytest.mark.parametrize("batch, nprocs", [(64, 3), (64, 5), (64, 6), (7, 7), (60, 4)])
+def test_batch_shares_tile_the_batch_and_weights_make_the_global_mean(batch, nprocs):
+    from osu_dl_bench.train.comm_hooks import share_divisor
+    from osu_dl_bench.train.options import batch_share
+
+    bounds = [batch_share(batch, nprocs, r) for r in range(nprocs)]
+    assert bounds[0][0] == 0 and bounds[-1][1] == batch
+    assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:], strict=False))
+    assert max(hi - lo for lo, hi in bounds) - min(hi - lo for lo, hi in bounds) <= 1
+    # Each rank's mean over its share, divided by its divisor and summed: the global mean.
+    rng = np.random.default_rng(0)
+    per_sample = rng.normal(size=batch)
+    summed = sum(per_sample[lo:hi].mean() / share_divisor(batch, hi - lo) for lo, hi in bounds)
+    assert np.isclose(summed, per_sample.mean())
+    if batch % nprocs == 0:  # equal shares: exactly DDP's division by p
+        assert {share_divisor(batch, hi - lo) for lo, hi in bounds} == {float(nprocs)}
 
 
 # --- bucket planning (DDP's compute_bucket_assignment_by_size) ------------------------------
@@ -141,7 +161,7 @@ def plan_buckets_of(sizes, cap, first_cap):
 
 
 @needs_torch
-@pytest.mark.parametrize("nprocs", [1, 2, 3, 5])
+@pytest.mark.parametrize("nprocs", [1, 2, 3, 5, 7])
 def test_rank_shards_make_up_the_global_batch(nprocs):
     from osu_dl_bench.train.data import ShardedSampler
 
@@ -583,3 +603,50 @@ def test_the_atomic_writer_leaves_the_old_file_when_a_write_fails(tmp_path):
         write_atomic(target, full_disk)
     assert target.read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"], "no temp file left"
+
+
+# --- thread level ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "asked, now, replaced",
+    [
+        ("single", "serialized", "single"),
+        ("FUNNELED", "serialized", "funneled"),
+        ("serialized", "serialized", None),
+        ("multiple", "multiple", None),  # more than needed: kept, it only costs speed
+        ("bogus", "bogus", None),  # left for mpi4py to refuse with its own message
+    ],
+)
+def test_the_trainer_overrides_a_thread_level_below_serialized(monkeypatch, asked, now, replaced):
+    from osu_dl_bench.runtime import THREAD_LEVEL_ENV, raise_environment_thread_level
+
+    monkeypatch.setenv(THREAD_LEVEL_ENV, asked)
+    assert raise_environment_thread_level("serialized") == replaced
+    assert os.environ[THREAD_LEVEL_ENV] == now
+
+
+def test_an_unset_thread_level_stays_unset(monkeypatch):
+    from osu_dl_bench.runtime import THREAD_LEVEL_ENV, raise_environment_thread_level
+
+    monkeypatch.delenv(THREAD_LEVEL_ENV, raising=False)
+    assert raise_environment_thread_level("serialized") is None
+    assert THREAD_LEVEL_ENV not in os.environ
+
+
+def test_an_inline_comm_thread_runs_calls_on_the_caller_in_order():
+    import threading
+
+    from osu_dl_bench.train.comm_thread import CommThread
+
+    seen = []
+    with CommThread(inline=True) as inline:
+        future = inline.submit(lambda: seen.append(threading.get_ident()) or len(seen))
+        assert future.done() and future.result() == 1  # ran before submit returned
+        assert inline.run(lambda: threading.get_ident()) == threading.get_ident()
+        failed = inline.submit(lambda: 1 / 0)
+        with pytest.raises(ZeroDivisionError):
+            failed.result()
+    with CommThread() as threaded:
+        assert threaded.run(threading.get_ident) != threading.get_ident()
+    assert seen == [threading.get_ident()]

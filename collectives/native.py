@@ -8,20 +8,76 @@ collectives.mpi and with it the reduction ops' MPI.Op (``ReduceOp.mpi``).
 
 from __future__ import annotations
 
+import dataclasses
+import re
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from collectives import mpi
-from collectives.registry import register
+from collectives import mpi, mpit, registry
+from collectives.errors import UsageError
+from collectives.registry import Algorithm, Variant, register
 
 if TYPE_CHECKING:
     from mpi4py import MPI
 
 _SUMMARY = "the MPI library's own algorithm selection"
+# An ``alg`` value names a library algorithm ('ring', 'posix_mpir', 'all' in a sweep): it
+# goes into an isolation group's name and an environment variable's value.
+_ALG_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+@dataclasses.dataclass(frozen=True)
+class NativeAlgorithm(Algorithm):
+    """``native`` of a collective whose library algorithms can be forced: the parameter
+    ``alg`` ('auto', the library's own choice, by default) names one of them. The default
+    variant keeps the plain label 'native' (no parameter shown), as every table and run
+    directory spells the library's own selection."""
+
+    def variant(self, **params: int | str) -> Variant:
+        """``native`` for alg=auto, else ``native:alg=NAME``."""
+        bound = super().variant(**params)
+        if bound.params.get("alg") == mpit.AUTO:
+            return Variant(self, MappingProxyType({}))
+        return bound
+
+
+def _check_alg(params: Mapping[str, int | str]) -> None:
+    alg = str(params.get("alg", mpit.AUTO))
+    if not _ALG_NAME.fullmatch(alg):
+        raise UsageError(
+            f"native:alg={alg}: expected a library algorithm's name (lowercase letters, "
+            "digits, '_'), as `osu-dl-bench list` shows them"
+        )
+
+
+def _forcible(collective: str) -> None:
+    """Make ``native`` of ``collective`` a NativeAlgorithm with the ``alg`` parameter.
+    registry.register builds plain Algorithms, so the registered one is replaced."""
+    plain = registry._REGISTRY[(collective, "native")]
+    fields = {f.name: getattr(plain, f.name) for f in dataclasses.fields(plain)}
+    fields.update(defaults={"alg": mpit.AUTO}, check_params=_check_alg)
+    registry._REGISTRY[(collective, "native")] = NativeAlgorithm(**fields)
+
+
+def check_forced(collective: str, alg: str) -> None:
+    """Raise a UsageError unless this launch's library runs ``alg`` for ``collective``
+    (the variable that forces it was set at launch), naming the variable to set."""
+    if alg == "all":
+        raise UsageError(
+            "native:alg=all expands only in a sweep (each library algorithm needs a launch "
+            "of its own); here name one, e.g. native:alg=ring (see osu-dl-bench list)"
+        )
+    problem = mpit.forcing_problem(collective, alg)
+    if problem is not None:
+        raise UsageError(problem)
 
 
 @register("allreduce", "native", summary=_SUMMARY)
-def allreduce(comm: MPI.Comm):
-    """Bind MPI_Allreduce."""
+def allreduce(comm: MPI.Comm, alg: str = mpit.AUTO):
+    """Bind MPI_Allreduce (``alg``: the library algorithm this launch forces)."""
+    if alg != mpit.AUTO:
+        check_forced("allreduce", alg)
     in_place = mpi.IN_PLACE
 
     def call(send, recv, op, root):
@@ -31,8 +87,10 @@ def allreduce(comm: MPI.Comm):
 
 
 @register("bcast", "native", summary=_SUMMARY)
-def bcast(comm: MPI.Comm):
-    """Bind MPI_Bcast."""
+def bcast(comm: MPI.Comm, alg: str = mpit.AUTO):
+    """Bind MPI_Bcast (``alg``: the library algorithm this launch forces)."""
+    if alg != mpit.AUTO:
+        check_forced("bcast", alg)
 
     def call(send, recv, op, root):
         comm.Bcast(recv, root)
@@ -114,3 +172,7 @@ def barrier(comm: MPI.Comm):
         comm.Barrier()
 
     return call
+
+
+for _collective in mpit.COLLECTIVES:
+    _forcible(_collective)

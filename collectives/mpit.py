@@ -1,0 +1,369 @@
+"""The MPI library's own algorithm choices, read from the library through the MPI tool
+information interface (MPI_T control variables, MPI 4.1 standard chapter 15.3), and the
+environment that forces one of them for a whole launch.
+
+mpi4py does not wrap MPI_T, so the functions are called with ctypes on the libmpi that
+mpi4py loaded (found in /proc/self/maps; ``MPI_T_init_thread`` may be called before or
+after MPI_Init). Nothing here loads MPI at import: ``forcing_environment`` and the names
+of the variables are pure data, usable by a process that must not start MPI (the sweep's
+orchestrator); the readers load mpi4py.MPI on first use.
+
+Libraries:
+- MPICH registers its algorithm variables (``MPIR_CVAR_<COLL>_INTRA_ALGORITHM``, the ch4
+  POSIX layer's ``MPIR_CVAR_<COLL>_POSIX_INTRA_ALGORITHM``) as MPI_INT without an MPI_T
+  enumeration; their description lists the choices one a line, ``name - text``, in the
+  order of their integer values (MPICH's maint/extractcvars turns each enum into that
+  text), so the choices are read from there.
+- Open MPI exposes MCA variables as MPI_T control variables (``coll_tuned_allreduce_algorithm``)
+  with an MPI_T enumeration of the algorithm ids and names (ompi/mpi/tool/cvar_get_info.c).
+
+Forcing: environment variables set at launch always take effect (MPICH reads its CVARs at
+MPI_Init; Open MPI's coll/tuned reads ``coll_tuned_<coll>_algorithm`` when it needs
+``coll_tuned_use_dynamic_rules=1``). An MPI_T write of an MPICH algorithm variable also
+changed the algorithm of the next call in a fingerprint test (tests/mpi/test_library_tuning.py),
+but the sweep and bench force through the environment, the one path that works for both
+libraries and for every layer.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+
+from collectives.errors import UsageError
+
+# The collectives whose library algorithms are candidates (``native:alg=NAME``).
+COLLECTIVES = ("allreduce", "bcast")
+# The library's "let me decide" value: plain native, never a forced candidate.
+AUTO = "auto"
+# MPICH: an ``alg`` value with this prefix names the ch4 POSIX layer's choice
+# (native:alg=posix_mpir forces MPIR_CVAR_<COLL>_POSIX_INTRA_ALGORITHM=mpir).
+POSIX_PREFIX = "posix_"
+LIBRARIES = ("mpich", "openmpi")
+# MPI_T's success code is 0 in every library (MPI_SUCCESS).
+_SUCCESS = 0
+# A choice line of an MPICH description: 'ring   - Force ring algorithm'.
+_CHOICE_LINE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s+-\s")
+
+
+@dataclass(frozen=True)
+class ControlVariable:
+    """One MPI_T control variable: its index, name, description and its choices
+    ((value, name) pairs: the MPI_T enumeration, else those its description lists)."""
+
+    index: int
+    name: str
+    description: str
+    choices: tuple[tuple[int, str], ...] = ()
+
+    def choice_name(self, value: int) -> str:
+        """The name of ``value`` (its number as text when the library names none)."""
+        return dict(self.choices).get(value, str(value))
+
+    def choice_value(self, name: str) -> int | None:
+        """The value named ``name``, or None if this variable has no such choice."""
+        return next((v for v, n in self.choices if n == name), None)
+
+
+def choices_from_description(text: str) -> tuple[tuple[int, str], ...]:
+    """MPICH's choice lines of a description as (value, name), values in line order."""
+    names = [m.group(1) for line in text.splitlines() if (m := _CHOICE_LINE.match(line))]
+    return tuple(enumerate(names))
+
+
+# --- the variables' names (no MPI) --------------------------------------------------------
+
+
+def mpich_variable(collective: str, alg: str) -> tuple[str, str]:
+    """(MPICH variable, value) that forces ``alg`` of ``collective``: the POSIX layer's for
+    'posix_NAME', else the MPIR intra-communicator algorithm."""
+    coll = collective.upper()
+    if alg.startswith(POSIX_PREFIX):
+        return f"MPIR_CVAR_{coll}_POSIX_INTRA_ALGORITHM", alg.removeprefix(POSIX_PREFIX)
+    return f"MPIR_CVAR_{coll}_INTRA_ALGORITHM", alg
+
+
+def openmpi_variable(collective: str) -> str:
+    """Open MPI's coll/tuned MCA variable of a collective's forced algorithm."""
+    return f"coll_tuned_{collective}_algorithm"
+
+
+def forcing_environment(library: str, forced: Mapping[str, str]) -> dict[str, str]:
+    """The environment a launch needs so that each collective of ``forced``
+    (collective -> alg) runs that algorithm of ``library``."""
+    env: dict[str, str] = {}
+    for collective, alg in forced.items():
+        if library == "mpich":
+            name, value = mpich_variable(collective, alg)
+            env[name] = value
+        elif library == "openmpi":
+            env["OMPI_MCA_coll_tuned_use_dynamic_rules"] = "1"
+            env[f"OMPI_MCA_{openmpi_variable(collective)}"] = alg
+        else:
+            raise UsageError(f"unknown MPI library {library!r}: expected one of {LIBRARIES}")
+    return env
+
+
+def library_of(version_text: str) -> str | None:
+    """'mpich' or 'openmpi' from MPI_Get_library_version's text (None: another library)."""
+    text = version_text.lower()
+    if "open mpi" in text:
+        return "openmpi"
+    if "mpich" in text or "mvapich" in text or "intel(r) mpi" in text:
+        return "mpich"
+    return None
+
+
+# --- reading the library (loads MPI) ------------------------------------------------------
+
+
+def mpi_loaded() -> bool:
+    """Whether this process has loaded mpi4py.MPI (then reading MPI_T starts nothing new)."""
+    return "mpi4py.MPI" in sys.modules
+
+
+def _loaded_libmpi() -> str | None:
+    """The path of the libmpi this process mapped (mpi4py's), from /proc/self/maps."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            paths = {line.split()[-1] for line in maps if "/" in line}
+    except OSError:
+        return None
+    found = sorted(p for p in paths if os.path.basename(p).startswith("libmpi"))
+    # libmpi.so.N before helpers such as libmpi_abi or libmpi_mpifh.
+    found.sort(key=lambda p: (not re.fullmatch(r"libmpi\.so(\.\d+)*", os.path.basename(p)), p))
+    return found[0] if found else None
+
+
+@cache
+def _library() -> ctypes.CDLL:
+    """The MPI library mpi4py loaded, with MPI_T initialised."""
+    from collectives import mpi
+
+    mpi.load()
+    path = _loaded_libmpi() or ctypes.util.find_library("mpi")
+    if path is None:
+        raise UsageError("MPI_T: cannot find the MPI library this process loaded")
+    lib = ctypes.CDLL(path)
+    if not hasattr(lib, "MPI_T_init_thread"):
+        raise UsageError(f"MPI_T: {path} has no MPI_T_init_thread")
+    provided = ctypes.c_int()
+    _check(lib.MPI_T_init_thread(0, ctypes.byref(provided)), "MPI_T_init_thread")
+    return lib
+
+
+def _check(code: int, call: str) -> None:
+    if code != _SUCCESS:
+        raise UsageError(f"MPI_T: {call} failed with error {code}")
+
+
+def _text(size: int = 4096) -> tuple[ctypes.Array, ctypes.c_int]:
+    return ctypes.create_string_buffer(size), ctypes.c_int(size)
+
+
+def _enum_items(lib: ctypes.CDLL, enum: ctypes.c_void_p) -> tuple[tuple[int, str], ...]:
+    """The (value, name) items of an MPI_T enumeration."""
+    count = ctypes.c_int()
+    name, length = _text(256)
+    _check(lib.MPI_T_enum_get_info(enum, ctypes.byref(count), name, ctypes.byref(length)), "enum")
+    items = []
+    for index in range(count.value):
+        value = ctypes.c_int()
+        item, length = _text(256)
+        code = lib.MPI_T_enum_get_item(enum, index, ctypes.byref(value), item, ctypes.byref(length))
+        _check(code, "MPI_T_enum_get_item")
+        items.append((value.value, item.value.decode(errors="replace")))
+    return tuple(items)
+
+
+def _variable(lib: ctypes.CDLL, index: int) -> ControlVariable:
+    name, name_len = _text(256)
+    desc, desc_len = _text(8192)
+    verbosity, bind, scope = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+    # MPI_Datatype and MPI_T_enum are handles: an int (MPICH) or a pointer (Open MPI);
+    # pointer-sized storage holds either.
+    datatype, enum = ctypes.c_void_p(), ctypes.c_void_p()
+    code = lib.MPI_T_cvar_get_info(
+        index,
+        name,
+        ctypes.byref(name_len),
+        ctypes.byref(verbosity),
+        ctypes.byref(datatype),
+        ctypes.byref(enum),
+        desc,
+        ctypes.byref(desc_len),
+        ctypes.byref(bind),
+        ctypes.byref(scope),
+    )
+    _check(code, f"MPI_T_cvar_get_info({index})")
+    text = desc.value.decode(errors="replace")
+    # MPI_T_ENUM_NULL is a null handle in both libraries.
+    choices = _enum_items(lib, enum) if enum.value else choices_from_description(text)
+    return ControlVariable(index, name.value.decode(errors="replace"), text, choices)
+
+
+@cache
+def control_variables() -> dict[str, ControlVariable]:
+    """Every control variable of the library, by name."""
+    lib = _library()
+    count = ctypes.c_int()
+    _check(lib.MPI_T_cvar_get_num(ctypes.byref(count)), "MPI_T_cvar_get_num")
+    found = (_variable(lib, index) for index in range(count.value))
+    return {var.name: var for var in found}
+
+
+def variable(name: str) -> ControlVariable | None:
+    """The control variable ``name``, or None if the library has none of that name."""
+    return control_variables().get(name)
+
+
+def _handle(index: int) -> ctypes.c_void_p:
+    handle, count = ctypes.c_void_p(), ctypes.c_int()
+    code = _library().MPI_T_cvar_handle_alloc(
+        index, None, ctypes.byref(handle), ctypes.byref(count)
+    )
+    _check(code, "MPI_T_cvar_handle_alloc")
+    return handle
+
+
+def read_value(name: str) -> int:
+    """The current integer value of control variable ``name``."""
+    var = variable(name)
+    if var is None:
+        raise UsageError(f"MPI_T: the library has no control variable {name}")
+    handle = _handle(var.index)
+    # 8 bytes: an MPI_INT or MPI_UNSIGNED value fits in the low half on x86-64/aarch64.
+    value = ctypes.c_int64(0)
+    try:
+        _check(_library().MPI_T_cvar_read(handle, ctypes.byref(value)), f"reading {name}")
+    finally:
+        _library().MPI_T_cvar_handle_free(ctypes.byref(handle))
+    return ctypes.c_int32(value.value & 0xFFFFFFFF).value
+
+
+def write_value(name: str, value: int) -> None:
+    """Write control variable ``name`` (its effect is the library's to decide)."""
+    var = variable(name)
+    if var is None:
+        raise UsageError(f"MPI_T: the library has no control variable {name}")
+    handle = _handle(var.index)
+    number = ctypes.c_int(value)
+    try:
+        _check(_library().MPI_T_cvar_write(handle, ctypes.byref(number)), f"writing {name}")
+    finally:
+        _library().MPI_T_cvar_handle_free(ctypes.byref(handle))
+
+
+def current_choice(name: str) -> str:
+    """The name of the current value of control variable ``name``."""
+    value = read_value(name)
+    var = variable(name)
+    return var.choice_name(value) if var is not None else str(value)
+
+
+@cache
+def running_library() -> str | None:
+    """'mpich' or 'openmpi': the library mpi4py loaded (None: another one)."""
+    from collectives import mpi
+
+    return library_of(mpi.load().Get_library_version())
+
+
+# --- the library's algorithms of a collective ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class LibraryAlgorithm:
+    """A forcible algorithm of the running library: its ``alg`` name, the variable and
+    value that force it."""
+
+    collective: str
+    alg: str
+    variable: str
+    value: str
+
+
+def _mpich_algorithms(collective: str) -> list[LibraryAlgorithm]:
+    found = []
+    for alg_prefix in ("", POSIX_PREFIX):
+        name, _ = mpich_variable(collective, alg_prefix + "x")
+        var = variable(name)
+        for _, choice in var.choices if var else ():
+            if choice != AUTO:
+                found.append(LibraryAlgorithm(collective, alg_prefix + choice, name, choice))
+    return found
+
+
+def _openmpi_algorithms(collective: str) -> list[LibraryAlgorithm]:
+    name = openmpi_variable(collective)
+    var = variable(name)
+    # 0 ('ignore') lets Open MPI's fixed decision choose: that is plain native.
+    return [
+        LibraryAlgorithm(collective, choice, name, choice)
+        for value, choice in (var.choices if var else ())
+        if value != 0 and choice != AUTO
+    ]
+
+
+def library_algorithms(collective: str) -> list[LibraryAlgorithm]:
+    """The algorithms of ``collective`` the running library can be forced to run, as its
+    control variables enumerate them (none for a collective or library not covered)."""
+    if collective not in COLLECTIVES:
+        return []
+    library = running_library()
+    if library == "mpich":
+        return _mpich_algorithms(collective)
+    if library == "openmpi":
+        return _openmpi_algorithms(collective)
+    return []
+
+
+def library_algorithm(collective: str, alg: str) -> LibraryAlgorithm:
+    """The library algorithm ``alg`` of ``collective``, or a UsageError naming the choices."""
+    found = {a.alg: a for a in library_algorithms(collective)}
+    if alg not in found:
+        names = ", ".join(found) or "none (not read from this library)"
+        raise UsageError(
+            f"native:alg={alg}: the MPI library offers no such {collective} algorithm: "
+            f"expected one of {names}"
+        )
+    return found[alg]
+
+
+def variable_value_text(name: str) -> str:
+    """'NAME=VALUE' as the library reads it now (VALUE '?' if it cannot be read)."""
+    try:
+        return f"{name}={current_choice(name)}"
+    except UsageError:
+        return f"{name}=?"
+
+
+def launch_setting(library: str, collective: str, alg: str) -> str:
+    """How to set ``alg`` at launch, in words: 'VAR=VALUE' for the environment."""
+    return " ".join(f"{k}={v}" for k, v in forcing_environment(library, {collective: alg}).items())
+
+
+def forcing_problem(collective: str, alg: str) -> str | None:
+    """None if this launch's library runs ``alg`` for ``collective`` (its variable reads
+    back as that algorithm), else a message naming what to set at launch."""
+    wanted = library_algorithm(collective, alg)
+    library = running_library() or "mpich"
+    checks = [(wanted.variable, wanted.value)]
+    if library == "openmpi":
+        checks.append(("coll_tuned_use_dynamic_rules", "1"))
+    for name, value in checks:
+        var = variable(name)
+        now = current_choice(name) if var is not None else "?"
+        if now != value and not (value == "1" and now == "true"):
+            return (
+                f"native:alg={alg} runs only in a launch started with "
+                f"{launch_setting(library, collective, alg)} in its environment (here {name} "
+                f"is {now}): e.g. `{launch_setting(library, collective, alg)} mpiexec ...`"
+            )
+    return None

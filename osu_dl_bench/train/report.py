@@ -41,7 +41,7 @@ def header_lines(s: TrainSummary) -> list[str]:
     # batch_share: the first `extra` ranks take one sample more.
     local = f"{base + 1} on {extra} rank(s), {base} on the others" if extra else f"{base}"
     test = f", {s.test_samples} test" if s.test_samples else ""
-    sizes = ", ".join(_size(b["nbytes"]) for b in s.buckets)
+    sizes = ", ".join(f"{_size(b['nbytes'])} {b['algorithm']}" for b in s.buckets)
     lines = [
         f"# osu-dl-bench train: {s.model} ({s.parameters:,} parameters) on {s.data} "
         f"({s.train_samples} train{test}), p={s.nprocs} ({s.nodes} node(s) x {s.ppn} ppn)",
@@ -50,8 +50,8 @@ def header_lines(s: TrainSummary) -> list[str]:
         f"torch threads {s.threads}, {_dtype(cfg)}",
         f"# start-up bcast: {_algorithms(s.bcasts)}",
         f"# {len(s.buckets)} gradient bucket(s) in reverse parameter order "
-        f"(cap {format_size(cfg['bucket_cap'])}, first {format_size(cfg['first_bucket'])}): "
-        f"{sizes}, in {cfg.get('buffers', 'cpu')} memory",
+        f"(cap {format_size(cfg['bucket_cap'])}, first {format_size(cfg['first_bucket'])}), "
+        f"in {cfg.get('buffers', 'cpu')} memory, each with its allreduce: {sizes}",
         f"# allreduce: {_algorithms(s.buckets)}; overlap {'on' if cfg['overlap'] else 'off'}, "
         f"fp16 compression {'on' if cfg['fp16_compress'] else 'off'}",
     ]

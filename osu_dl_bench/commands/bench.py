@@ -10,14 +10,18 @@ from collectives import SPECS, CallContext, Variant
 from collectives.buffers import array_module
 from collectives.dtypes import element_type
 from collectives.ops import reduce_op
+from collectives.registry import BoundCalls
 from collectives.units import format_size
+from osu_dl_bench import __version__
 from osu_dl_bench.errors import UsageError, ValidationFailure
 from osu_dl_bench.measurement import report
 from osu_dl_bench.measurement.harness import Setting, measure_collective
+from osu_dl_bench.measurement.harness import _record as bench_record
 from osu_dl_bench.measurement.kernel import plan_variants
 from osu_dl_bench.measurement.options import BenchConfig, check_holds_an_element
 from osu_dl_bench.measurement.p2p import check_pair, measure_point_to_point
 from osu_dl_bench.measurement.records import BenchRecord, write_records
+from osu_dl_bench.measurement.replay import measure_replay, prepare_buckets, steps_for
 from osu_dl_bench.runtime import (
     agree_on_errors,
     agree_on_settings,
@@ -26,6 +30,8 @@ from osu_dl_bench.runtime import (
     file_fingerprint,
 )
 from osu_dl_bench.selection.selector import Selector, parse_bench_algorithms
+from osu_dl_bench.train.options import DEFAULT_BUCKET_CAP, DEFAULT_FIRST_BUCKET
+from osu_dl_bench.train.traffic import BucketPlan, bucket_plan, check_model_name
 
 
 def _setting(cfg: BenchConfig, nprocs: int) -> Setting:
@@ -53,7 +59,19 @@ def _setting(cfg: BenchConfig, nprocs: int) -> Setting:
         raise UsageError(f"-l with -k rotate is not supported for {spec.name}: use -k fixed:N")
     if spec is None:
         check_pair(nprocs, cfg.benchmark)
+    if cfg.buckets:
+        _check_replay(cfg, etype.name)
     return Setting(spec, etype, op, array_module(cfg.device))
+
+
+def _check_replay(cfg: BenchConfig, dtype: str) -> None:
+    """What --buckets replays: float32 gradients (DDP's buckets are planned in float32
+    bytes) in host memory, of a model it knows."""
+    check_model_name(cfg.buckets)
+    if dtype != "float32":
+        raise UsageError(f"--buckets replays float32 gradients: expected -T float32, got {dtype}")
+    if cfg.device == "cuda":
+        raise UsageError("--buckets replays host buffers: expected -d cpu or cpu-registered")
 
 
 def _settings_every_rank_shares(cfg: BenchConfig) -> dict[str, object]:
@@ -108,11 +126,105 @@ def _validation_error(records: list[BenchRecord]) -> ValidationFailure | None:
     return None
 
 
+def _bucket_plan(comm: MPI.Comm, model: str) -> BucketPlan:
+    """Rank 0 builds the model's bucket plan (this imports torch: once, before any timing);
+    every rank receives it."""
+    plan = agree_on_errors(comm, lambda: bucket_plan(model) if comm.Get_rank() == 0 else None)
+    return comm.bcast(plan, root=0)
+
+
+def _allreduces(count: int) -> str:
+    return f"{count} allreduce" + ("" if count == 1 else "s")
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / (1 << 20):.2f} MiB"
+
+
+def _replay_header(cfg: BenchConfig, plan: BucketPlan, nprocs: int, steps: int, warmup: int):
+    """The '#' lines above a replay's table: the traffic (once), the setting, the columns."""
+    sizes = " ".join(str(b) for b in plan.bucket_bytes)
+    return [
+        f"# Gradient traffic replay (osu-dl-bench v{__version__}): one training step of "
+        f"{plan.model} ({plan.parameters:,} parameters)",
+        f"# DDP's buckets (first {_mib(DEFAULT_FIRST_BUCKET)}, cap {_mib(DEFAULT_BUCKET_CAP)}, "
+        f"reverse parameter order): {_allreduces(len(plan.bucket_bytes))}, "
+        f"{_mib(plan.total_bytes)} per step",
+        f"# Buckets (bytes, in order): {sizes}",
+        f"# Datatype: {element_type(cfg.dtype).mpi_name}.  Processes: {nprocs}  Op: {cfg.op}"
+        f"  Steps: {steps} (warm-up {warmup})" + ("  In-place: yes" if cfg.in_place else ""),
+        "# Avg/Min/Max: across ranks of each rank's mean step (OSU); P50/P99: of each "
+        "step's slowest rank",
+        f"{'# Algorithm':<{_LABEL_WIDTH}}"
+        + "".join(f"{h:>{_FIELD_WIDTH}}" for h in _replay_headings(cfg)),
+    ]
+
+
+_LABEL_WIDTH, _FIELD_WIDTH = 24, 16
+_REPLAY_FIELDS = ("avg_us", "min_us", "max_us", "p50_us", "p99_us", "algbw_gbs", "busbw_gbs")
+_REPLAY_HEADINGS = ("Avg Step(us)", "Min Step(us)", "Max Step(us)", "P50 Step(us)")
+_REPLAY_HEADINGS += ("P99 Step(us)", "algbw(GB/s)", "busbw(GB/s)")
+
+
+def _replay_headings(cfg: BenchConfig) -> tuple[str, ...]:
+    return _REPLAY_HEADINGS + (("Validation",) if cfg.validate else ())
+
+
+def _replay_row(cfg: BenchConfig, record: BenchRecord) -> str:
+    values = [f"{getattr(record, name):.2f}" for name in _REPLAY_FIELDS]
+    if cfg.validate:
+        values.append((record.validation or "").capitalize())
+    return f"{record.algorithm:<{_LABEL_WIDTH}}" + "".join(f"{v:>{_FIELD_WIDTH}}" for v in values)
+
+
+def _replay_columns(plan: BucketPlan) -> dict[str, object]:
+    """The replay's own columns in -o's records, the same on every row."""
+    sizes = " ".join(str(b) for b in plan.bucket_bytes)
+    return {"model": plan.model, "bucket_count": len(plan.bucket_bytes), "bucket_bytes": sizes}
+
+
+def _replay(
+    comm: MPI.Comm,
+    cfg: BenchConfig,
+    setting: Setting,
+    topo,
+    variants: list[Variant],
+    plan: BucketPlan,
+    metadata: dict,
+) -> int:
+    """bench --buckets: time every variant's steps, print one row per variant, save."""
+    steps, warmup = steps_for(cfg)
+    _print(comm, *_replay_header(cfg, plan, comm.Get_size(), steps, warmup))
+    buckets = prepare_buckets(
+        comm,
+        *(setting.spec, setting.etype, setting.op, setting.xp),
+        plan.bucket_counts,
+        cfg.in_place,
+        checked=cfg.validate,
+    )
+    calls = BoundCalls().calls(comm, variants)
+    timing = measure_replay(comm, calls, buckets, steps, warmup, cfg.validate)
+    count = sum(plan.bucket_counts)
+    wrongs = timing.wrong or [None] * len(variants)
+    records = [
+        bench_record(cfg, setting, topo, variant, count, stats, steps, wrong)
+        for variant, stats, wrong in zip(variants, timing.stats, wrongs, strict=True)
+    ]
+    _print(comm, *(_replay_row(cfg, r) for r in records))
+    if cfg.output:
+        _save(comm, cfg.output, records, {**metadata, **_replay_columns(plan)})
+    failure = _validation_error(records)
+    if failure:
+        raise failure
+    return 0
+
+
 def run_bench(comm: MPI.Comm, cfg: BenchConfig) -> int:
     """Run one bench configuration; returns the exit code (raises on bad input)."""
     nprocs = comm.Get_size()
     agree_on_settings(comm, agree_on_errors(comm, lambda: _settings_every_rank_shares(cfg)))
     setting = agree_on_errors(comm, lambda: _setting(cfg, nprocs))
+    traffic = _bucket_plan(comm, cfg.buckets) if cfg.buckets else None
     topo = discover_topology(comm, cfg.ranks_per_node)
     metadata = collect_metadata(topo).as_dict()
     if setting.spec is None:
@@ -127,6 +239,8 @@ def run_bench(comm: MPI.Comm, cfg: BenchConfig) -> int:
         _print(comm, f"# {variant.label}: skipped: {reason}")
     if variants == []:
         raise UsageError(f"no algorithm named in -a {cfg.algorithms} can run here")
+    if traffic is not None:
+        return _replay(comm, cfg, setting, topo, variants, traffic, metadata)
     if variants is None:
         measured = measure_point_to_point(comm, cfg, setting, topo)
         labels = [("native", "mpi")]

@@ -84,6 +84,8 @@ class BenchConfig:
     ranks_per_node: int | None = None
     # Tuning table for the 'tuned' algorithm (the runtime selector); None: native.
     table: str | None = None
+    # A model whose DDP gradient buckets are replayed instead of -m's sizes (allreduce).
+    buckets: str | None = None
 
     @property
     def is_point_to_point(self) -> bool:
@@ -255,10 +257,35 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="tuning table for -a tuned, the runtime selector (without one it picks native)",
     )
+    parser.add_argument(
+        "--buckets",
+        default=None,
+        metavar="MODEL",
+        help="allreduce only: replay one training step's gradient traffic, MODEL's DDP "
+        "buckets back to back (resnet50, vgg16, alexnet, cnn, resnet); -i/-x count steps",
+    )
+
+
+def check_bucket_replay(args: argparse.Namespace) -> None:
+    """--buckets replays allreduce traffic whose sizes come from the model: refuse the
+    options that would contradict it (the model's name is checked where it is built)."""
+    if args.buckets is None:
+        return
+    if args.benchmark != "allreduce":
+        raise UsageError(
+            f"--buckets {args.buckets}: replays gradient allreduces: expected bench "
+            f"allreduce, got bench {args.benchmark}"
+        )
+    if args.message_size is not None:
+        raise UsageError(
+            f"--buckets {args.buckets}: the model's buckets are the sizes: expected no -m, "
+            f"got -m {args.message_size}"
+        )
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     """Build and check a BenchConfig from parsed arguments (no MPI needed)."""
+    check_bucket_replay(args)
     point_to_point = args.benchmark in POINT_TO_POINT
     size_text = args.message_size or ("0:4M" if point_to_point else "1:1M")
     lo, hi = parse_allocated_sizes(size_text, default_min=0 if point_to_point else 1)
@@ -287,4 +314,5 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         thread_level=args.thread_level,
         ranks_per_node=args.ranks_per_node,
         table=args.table,
+        buckets=args.buckets,
     )

@@ -13,8 +13,11 @@ from osu_dl_bench.errors import UsageError
 from osu_dl_bench.selection.exports import parse_exports, write_exports
 from osu_dl_bench.selection.names import TABLE_DIR
 from osu_dl_bench.selection.selector import Query, Selector, default_context, parse_force
+from osu_dl_bench.selection.step_cost import step_cost_text, step_costs
 from osu_dl_bench.selection.summary import table_summary
-from osu_dl_bench.selection.tune import build_table
+from osu_dl_bench.selection.table import TuningTable
+from osu_dl_bench.selection.tune import build_table, run_decisions
+from osu_dl_bench.train.traffic import bucket_plan, check_model_name
 
 
 def _table_path(args: argparse.Namespace) -> Path:
@@ -24,14 +27,29 @@ def _table_path(args: argparse.Namespace) -> Path:
     return path
 
 
+def _traffic_text(args: argparse.Namespace, table: TuningTable) -> str:
+    """tune --for: the table judged on the model's gradient traffic (the sweep's points
+    decided as the table was)."""
+    plan = bucket_plan(args.for_model)
+    decisions, _ = run_decisions(args.run_dir, args.dtype, args.op)
+    measured = table.header.get("measured_with") or {}
+    dtype, op = measured.get("dtype") or "float32", measured.get("op") or "sum"
+    costs = step_costs(table, decisions, plan.bucket_bytes, dtype, op)
+    return step_cost_text(plan.model, plan.bucket_bytes, costs)
+
+
 def run_tune(args: argparse.Namespace) -> int:
     """Build the table, write it with its summary and exports, print the summary."""
     path = _table_path(args)
     libraries = parse_exports(args.export)
+    if args.for_model:
+        check_model_name(args.for_model)  # before the work, not after it
     base = path.with_suffix("")
     table, warnings = build_table(args.run_dir, base.name, args.dtype, args.op)
     table.write(path)
     summary = table_summary(table)
+    if args.for_model:
+        summary += "\n" + _traffic_text(args, table)
     summary_path = base.with_name(base.name + ".summary.txt")
     summary_path.write_text(summary)
     print(summary, end="")

@@ -28,6 +28,15 @@ def add_tune_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--dtype", default=None, help="tune on this dtype (default: most common)")
     parser.add_argument("--op", default=None, help="tune on this op (default: most common)")
+    parser.add_argument(
+        "--for",
+        dest="for_model",
+        default=None,
+        metavar="MODEL",
+        help="also judge the table on MODEL's gradient traffic (DDP's buckets of resnet50, "
+        "vgg16, alexnet, cnn or resnet): its step time against native's and the best "
+        "per-size choice's (needs torch: the train extra)",
+    )
 
 
 def add_select_arguments(parser: argparse.ArgumentParser) -> None:

@@ -235,8 +235,12 @@ def expected_layout(cfg: SweepConfig, nprocs: int) -> tuple[int, int]:
     return 1, nprocs
 
 
-def job_environment(cfg: SweepConfig, nprocs: int) -> dict[str, str]:
+def job_environment(
+    cfg: SweepConfig, nprocs: int, forced: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The environment of the sweep's job of ``nprocs`` ranks: mpi_environment with the
-    ranks this host runs (all of them under mpiexec; under srun, one node's share)."""
+    ranks this host runs (all of them under mpiexec; under srun, one node's share), and
+    ``forced``, the variables forcing a library algorithm (they win over the no-busy-poll
+    settings: a forced POSIX algorithm is what the launch is for)."""
     local = nprocs if cfg.launcher == "mpiexec" else expected_layout(cfg, nprocs)[1]
-    return mpi_environment(local)
+    return mpi_environment(local, forced)

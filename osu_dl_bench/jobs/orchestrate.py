@@ -145,10 +145,13 @@ def follow_job(
     return JobOutcome(ended.code, done is not None, done["failures"] if done else 0)
 
 
-def run_job(cfg: SweepConfig, job: JobKey, progress: Progress) -> JobOutcome:
-    """Launch one job (a process count's launch of one group) and follow it until it ends."""
+def run_job(
+    cfg: SweepConfig, job: JobKey, progress: Progress, forced: dict[str, str] | None = None
+) -> JobOutcome:
+    """Launch one job (a process count's launch of one group) and follow it until it ends;
+    ``forced``: the variables that force a library algorithm's group (the planner's)."""
     nprocs = job[0]
-    proc = launch.start(job_command(cfg, *job), env=job_environment(cfg, nprocs))
+    proc = launch.start(job_command(cfg, *job), env=job_environment(cfg, nprocs, forced))
     return follow_job(proc, job, progress, cfg.stall_timeout)
 
 
@@ -184,7 +187,7 @@ def _run_jobs(
     for job in order:
         if not plans[job]["todo"]:
             continue  # resumed and complete: its launch entry already says what ran
-        outcome = run_job(cfg, job, progress)
+        outcome = run_job(cfg, job, progress, plans[job].get("env"))
         if outcome.code == 0:
             continue
         if outcome.finished:

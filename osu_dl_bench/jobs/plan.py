@@ -8,7 +8,7 @@ and every job run it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from collectives import (
@@ -18,6 +18,7 @@ from collectives import (
     Variant,
     algorithms,
     distinct_variants,
+    mpit,
 )
 from collectives.buffers import array_module
 from collectives.dtypes import ElementType, element_type
@@ -38,16 +39,41 @@ def _distinct(variants: list[Variant]) -> list[Variant]:
     return list(first.values())
 
 
+def forced_alg(variant: Variant) -> str | None:
+    """The library algorithm a ``native:alg=NAME`` variant forces (None: any other)."""
+    params = getattr(variant, "params", None) or {}  # stand-ins of tests may have none
+    if variant.algorithm.name != "native" or "alg" not in params:
+        return None
+    return str(params["alg"])
+
+
+def _library_variants(collective: str, text: str) -> list[Variant] | None:
+    """'native:alg=NAME' -> that library algorithm of ``collective`` ([] where the running
+    library has none of that name for it), 'native:alg=all' -> every one of them but auto;
+    None for any other text."""
+    name, _, params = (t.strip() for t in text.partition(":"))
+    key, _, alg = params.partition("=")
+    if name != "native" or key.strip() != "alg":
+        return None
+    offered = [a.alg for a in mpit.library_algorithms(collective)]
+    wanted = offered if alg.strip() == "all" else [alg.strip()] if alg.strip() in offered else []
+    return [parse_variant(collective, f"native:alg={each}") for each in wanted]
+
+
 def variants_for(collective: str, algorithm_texts: list[str]) -> list[Variant]:
     """-a items -> this collective's variants. 'all' or a bare name sweeps grids;
-    'NAME:k=v' is one variant; names this collective lacks are ignored."""
+    'NAME:k=v' is one variant ('native:alg=all': every algorithm the MPI library offers for
+    it); names this collective lacks are ignored."""
     known = {a.name: a for a in algorithms(collective)}
     variants: list[Variant] = []
     if "all" in algorithm_texts:
         variants += [v for a in known.values() for v in a.grid_variants()]
     for text in algorithm_texts:
         name, colon, _ = (t.strip() for t in text.partition(":"))
-        if name in known and colon:
+        library = _library_variants(collective, text)
+        if library is not None:
+            variants += library
+        elif name in known and colon:
             variants.append(parse_variant(collective, text))
         elif name in known and "all" not in algorithm_texts:
             variants += known[name].grid_variants()
@@ -55,10 +81,17 @@ def variants_for(collective: str, algorithm_texts: list[str]) -> list[Variant]:
 
 
 def _check_names(collectives: tuple[str, ...], algorithm_texts: list[str]) -> None:
-    """Every name of -a must belong to some selected collective."""
+    """Every name of -a must belong to some selected collective; a library algorithm
+    (native:alg=NAME) to the running library's algorithms of one of them."""
     for text in algorithm_texts:
         name = text.partition(":")[0].strip()
         if name == "all":
+            continue
+        if _library_variants(collectives[0], text) is not None:
+            if not any(_library_variants(c, text) for c in collectives):
+                alg = text.partition("=")[2].strip()
+                mpit.library_algorithm(collectives[0], alg)  # its message names the choices
+                raise UsageError(f"-a {text}: no selected collective has this algorithm")
             continue
         if not any(name in {a.name for a in algorithms(c)} for c in collectives):
             # lookup's message lists the names of the first collective
@@ -127,19 +160,55 @@ class CollectivePlan:
 # measured in launches of its own, its "isolation group"; the MPI library's native runs in
 # every group, so each candidate has a pair in its own launches.
 MPI_GROUP = "mpi"
+# A library algorithm (native:alg=NAME) is forced for a whole launch through the
+# environment, so each is an isolation group of its own, 'alg_NAME' (of every collective
+# that has NAME). There the plain native would be the forced algorithm again: it is not
+# measured, and the tuner pairs the forced candidate with the MPI group's native by
+# launch medians, as it pairs other backends.
+FORCED_PREFIX = "alg_"
 
 
 def group_of(variant: Variant) -> str:
-    """The isolation group a variant is measured in: its backend's name."""
-    return variant.algorithm.backend
+    """The isolation group a variant is measured in: its backend's name, or alg_NAME for
+    a library algorithm forced at launch."""
+    alg = forced_alg(variant)
+    return FORCED_PREFIX + alg if alg is not None else variant.algorithm.backend
+
+
+def is_forced_group(group: str | None) -> bool:
+    """Whether ``group`` is a library algorithm's (its launches are forced)."""
+    return group is not None and group.startswith(FORCED_PREFIX)
 
 
 def in_group(variant: Variant, group: str | None) -> bool:
-    """Whether a group's launches measure ``variant`` (every group measures native; None:
-    every group, in one process, as --inside without --group does)."""
+    """Whether a group's launches measure ``variant`` (every group measures native, except
+    a forced one, where native is the forced algorithm; None: every group, in one process,
+    as --inside without --group does)."""
     if group is None or group_of(variant) == group:
         return True
-    return variant.algorithm.name == "native" and group_of(variant) == MPI_GROUP
+    plain_native = variant.algorithm.name == "native" and group_of(variant) == MPI_GROUP
+    return plain_native and not is_forced_group(group)
+
+
+def forced_in(plans: list[CollectivePlan]) -> dict[str, str]:
+    """collective -> the library algorithm a forced group's plans force."""
+    return {
+        plan.spec.name: alg
+        for plan in plans
+        for v in plan.eligible
+        if (alg := forced_alg(v)) is not None
+    }
+
+
+def group_environment(plans: list[CollectivePlan], group: str) -> dict[str, str]:
+    """What a group's launches need in their environment: the variables that force its
+    library algorithm (none for other groups)."""
+    if not is_forced_group(group):
+        return {}
+    library = mpit.running_library()
+    if library is None:
+        raise UsageError(f"group {group}: this MPI library's algorithms cannot be forced")
+    return mpit.forcing_environment(library, forced_in(plans))
 
 
 def isolation_groups(plans: list[CollectivePlan]) -> list[str]:
@@ -234,6 +303,8 @@ class JobPlan:
     skipped: list[dict[str, str]]
     launch: int = 1
     group: str = MPI_GROUP
+    # The variables a forced group's launch is started with (group_environment).
+    env: dict[str, str] = field(default_factory=dict)
 
 
 def job_plan(
@@ -261,4 +332,20 @@ def job_plan(
         for plan in plans
         for v, reason in plan.skipped
     ]
-    return JobPlan(nprocs, points, todo, skipped, slot.launch, slot.group)
+    env = group_environment(plans, slot.group)
+    return JobPlan(nprocs, points, todo, skipped, slot.launch, slot.group, env)
+
+
+def forcing_proof(plans: list[CollectivePlan], group: str) -> dict[str, dict[str, str]]:
+    """In a forced group's launch: each forcing variable as set and as the library reads it
+    back through MPI_T (recorded in the launch's metadata). A variable that does not read
+    back as its algorithm (the launch was not started with it: --inside by hand) is a
+    UsageError naming what to set, on every rank alike."""
+    proof = {}
+    for collective, alg in forced_in(plans).items():
+        problem = mpit.forcing_problem(collective, alg)
+        if problem is not None:
+            raise UsageError(f"group {group}: {problem}", agreed=True)
+        wanted = mpit.library_algorithm(collective, alg)
+        proof[wanted.variable] = {"set": wanted.value, "read": mpit.current_choice(wanted.variable)}
+    return proof

@@ -33,6 +33,8 @@ from osu_dl_bench.jobs.plan import (
     LaunchSlot,
     Setting,
     finished_points,
+    forcing_proof,
+    is_forced_group,
     isolation_groups,
     job_plan,
     pending,
@@ -330,8 +332,10 @@ def _sweep_launch(world: MPI.Comm, topo: Topology, job: Job) -> list[tuple[Sweep
     job.report.job(plan)
     if cfg.dry_run:
         return []
+    # A forced group proves, before measuring, that the library runs its algorithm.
+    forced = forcing_proof(plans, slot.group) if is_forced_group(slot.group) else {}
     meta, started = collect_metadata(topo), utc_now()
-    entry = _job_entry(world, topo, meta, plan, started=started)
+    entry = _job_entry(world, topo, meta, plan, started=started, **_forced_fields(forced))
     record = lambda entry: runinfo.record_job(job.store, topo.nprocs, entry, _slot_key(slot))  # noqa: E731
     on_rank0(comm, lambda: record(entry))
     if cfg.calibrate and slot.group == MPI_GROUP and plan.todo:
@@ -358,10 +362,16 @@ def _sweep_launch(world: MPI.Comm, topo: Topology, job: Job) -> list[tuple[Sweep
         # Threads of rank 0's process once measured: a backend's threads (gloo's) show
         # here, and must not show in the MPI library's group.
         threads=_thread_count(),
+        **_forced_fields(forced),
         validation_failures=[{**_failure_key(p), "wrong_elements": wrong} for p, wrong in failures],
     )
     on_rank0(comm, lambda: record(entry))
     return failures
+
+
+def _forced_fields(forced: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """A forced launch's metadata: each forcing variable, set and read back."""
+    return {"forced_algorithm": forced} if forced else {}
 
 
 def _thread_count() -> int | None:

@@ -112,3 +112,32 @@ def test_a_forced_algorithm_binds_where_its_variable_was_set_at_launch():
     if seen["library"] != "mpich":
         pytest.skip(f"the MPI library here is {seen['library']}, not MPICH")
     assert seen["now"] == "ring" and seen["refused"] is None
+
+
+def _plan(collective, labels):
+    from collectives.specs import SPECS
+    from osu_dl_bench.jobs.plan import CollectivePlan
+
+    variants = [parse_variant(collective, label) for label in labels]
+    return CollectivePlan(SPECS[collective], [1, 2], variants, [], 2, 1, 2)
+
+
+def test_each_forced_library_algorithm_is_an_isolation_group_without_plain_native():
+    from osu_dl_bench.jobs.plan import forced_in, group_of, in_group, isolation_groups
+
+    plans = [
+        _plan("allreduce", ["native", "ring", "native:alg=ring", "native:alg=tree"]),
+        _plan("bcast", ["native", "native:alg=tree"]),
+    ]
+    assert isolation_groups(plans) == ["mpi", "alg_ring", "alg_tree"]
+    native, ring, forced_ring, _ = plans[0].eligible
+    assert group_of(forced_ring) == "alg_ring" and group_of(native) == "mpi"
+    # Plain native runs in the MPI group (and beside other backends), never in a forced
+    # group, where it would be the forced algorithm under native's name.
+    assert in_group(native, "mpi") and in_group(native, "gloo")
+    assert not in_group(native, "alg_ring") and not in_group(ring, "alg_ring")
+    assert in_group(forced_ring, "alg_ring") and not in_group(forced_ring, "mpi")
+    tree_group = [
+        _plan(p.spec.name, [v.label for v in p.eligible if in_group(v, "alg_tree")]) for p in plans
+    ]
+    assert forced_in(tree_group) == {"allreduce": "tree", "bcast": "tree"}

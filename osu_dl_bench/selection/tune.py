@@ -52,7 +52,7 @@ from typing import Any
 
 import pandas as pd
 
-from collectives import lookup
+from collectives import lookup, mpit
 from collectives.registry import parse_variant, twin_representatives
 from collectives.units import format_size
 from osu_dl_bench import __version__
@@ -527,7 +527,7 @@ def run_decisions(
     """Every point's decision in a run directory, keyed by (entry key, size), as ``tune``
     takes them; and warnings about what was left out."""
     _, frame, warn = _read_run(run_dir)
-    rows, _, _ = select_rows(usable_rows(frame), dtype, op)
+    rows, _, _ = select_rows(without_library_candidates(usable_rows(frame)), dtype, op)
     decisions = {}
     for key, group in _entry_groups(rows):
         for point in entry_decisions(key, group, warn):
@@ -579,17 +579,122 @@ def build_table(
     """The tuning table of a run directory, and warnings about what was left out."""
     store, frame, warn = _read_run(run_dir)
     rows, dtype, op = select_rows(usable_rows(frame), dtype, op)
-    entries = build_entries(rows, warn)
+    entries = build_entries(without_library_candidates(rows), warn)
     if not entries:
         why = f" ({warn[-1]})" if warn else ""
         raise UsageError(f"{run_dir}: no point could be decided{why}")
+    metadata = store.read_metadata()
     header = table_header(
         name,
         NOISE_RULE,
         {"dtype": dtype, "op": None if _is_missing(op) else op},
-        provenance(Path(run_dir), store.read_metadata()),
+        provenance(Path(run_dir), metadata),
     )
+    library = library_tuning(rows, _first_found(metadata, "mpi_library"), warn)
+    if library is not None:
+        header[LIBRARY_TUNING] = library
     return TuningTable(entries, header), warn
+
+
+# --- the MPI library's own algorithms (native:alg=NAME) -------------------------------------
+#
+# A library algorithm runs only where the library is told to run it (at launch, or from
+# its selection file): the runtime selector cannot call it, so the table's own decisions
+# never see these candidates. They are decided apart, among themselves and the library's
+# default (plain native, the reference), by the same rule, and the exports write what
+# wins into the library's selection file (header field LIBRARY_TUNING).
+
+LIBRARY_TUNING = "library_tuning"
+LIBRARY_PREFIX = "native:alg="
+
+
+def is_library_candidate(label: str) -> bool:
+    """Whether a result's algorithm label is a library algorithm forced at launch."""
+    return label.startswith(LIBRARY_PREFIX)
+
+
+def without_library_candidates(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` less the library's forced algorithms (the runtime cannot choose them)."""
+    return frame[~frame["algorithm"].astype(str).str.startswith(LIBRARY_PREFIX)]
+
+
+def library_alg(label: str) -> str:
+    """The library algorithm of a candidate label: 'auto' for plain native."""
+    return label.removeprefix(LIBRARY_PREFIX) if is_library_candidate(label) else "auto"
+
+
+def _library_point(point: PointDecision) -> dict[str, Any]:
+    """One size of a library entry: the library algorithm chosen, and what was measured."""
+    record = point_record(point)
+    record["alg"] = library_alg(point.chosen)
+    record["tie_set"] = [library_alg(label) for label in point.tie_set]
+    record["fastest"] = library_alg(point.best)
+    best = point.candidates[point.best].ratio
+    record["fastest_ratio"] = round(best.ratio, 4)
+    record["fastest_ratio_low"] = round(best.low, 4)
+    record["fastest_ratio_high"] = round(best.high, 4)
+    return record
+
+
+def _library_ranges(points: list[PointDecision]) -> list[dict[str, Any]]:
+    """Contiguous size ranges of one library algorithm each, with the sizes measured in
+    each and their evidence (ratio to the default, interval, launches)."""
+    ranges: list[dict[str, Any]] = []
+    for point in points:
+        record = _library_point(point)
+        if ranges and ranges[-1]["alg"] == record["alg"]:
+            ranges[-1]["points"].append(record)
+        else:
+            ranges.append({"min_bytes": 0 if not ranges else point.size, "alg": record["alg"]})
+            ranges[-1]["points"] = [record]
+    for here, after in zip(ranges, [*ranges[1:], None], strict=True):
+        here["max_bytes"] = None if after is None else after["min_bytes"]
+    return ranges
+
+
+def library_entries(rows: pd.DataFrame, warn: list[str]) -> list[dict[str, Any]]:
+    """Per (collective, device, nodes, ppn, nprocs) where library algorithms were swept:
+    the library's choice per size range among them and its default (native)."""
+    picked = rows[
+        rows["algorithm"].astype(str).map(lambda a: a == "native" or a.startswith(LIBRARY_PREFIX))
+    ]
+    entries = []
+    for key, group in _entry_groups(picked):
+        if not group["algorithm"].astype(str).str.startswith(LIBRARY_PREFIX).any():
+            continue
+        points = entry_decisions(key, group, warn)
+        if not points or points[0].native is None:
+            warn.append(f"{key}: library algorithms left out: no native (default) measured")
+            continue
+        entries.append({**asdict_key(key), "ranges": _library_ranges(points)})
+    return entries
+
+
+def asdict_key(key: EntryKey) -> dict[str, Any]:
+    """An entry key's JSON fields."""
+    return {
+        "collective": key.collective,
+        "device": key.device,
+        "nodes": key.nodes,
+        "ppn": key.ppn,
+        "nprocs": key.nprocs,
+    }
+
+
+def library_tuning(rows: pd.DataFrame, version: Any, warn: list[str]) -> dict[str, Any] | None:
+    """The library's own decisions of a run (None where no library algorithm was swept):
+    which library ('mpich', 'openmpi', from the run's mpi_library), and its entries."""
+    entries = library_entries(rows, warn)
+    if not entries:
+        return None
+    return {
+        "library": mpit.library_of(str(version or "")),
+        "mpi_library": str(version or "").strip().splitlines()[0] if version else None,
+        "rule": "as noise_rule, among the library's algorithms (native:alg=NAME, each "
+        "forced for whole launches and paired with native by launch medians) and its "
+        "default (native, alg 'auto'); 'auto' keeps the library's own selection",
+        "entries": entries,
+    }
 
 
 def _is_missing(value: Any) -> bool:

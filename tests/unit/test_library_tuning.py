@@ -12,6 +12,7 @@ import pytest
 from collectives import mpit
 from collectives.errors import UsageError
 from collectives.registry import lookup, parse_variant
+from osu_dl_bench.selection.table import TuningTable
 
 MPICH_DESCRIPTION = """Variable to select allreduce algorithm
 auto - Internal algorithm selection (can be overridden with a JSON file)
@@ -141,3 +142,94 @@ def test_each_forced_library_algorithm_is_an_isolation_group_without_plain_nativ
         _plan(p.spec.name, [v.label for v in p.eligible if in_group(v, "alg_tree")]) for p in plans
     ]
     assert forced_in(tree_group) == {"allreduce": "tree", "bcast": "tree"}
+
+
+# --- tune and exports from the library's own algorithms ----------------------------------
+
+
+def _library_run(path, plan, nprocs=2):
+    """A 3-launch run: native and the Python ring in the mpi group, each library algorithm
+    in its own forced group (alg_NAME), at each size of ``plan`` ({size: {label: factor}})."""
+    from support.tuning import launch_rows, machine_states, scaled, write_run
+
+    rows = []
+    for offset, (size, candidates) in enumerate(sorted(plan.items())):
+        states = machine_states(launches=3, rounds=20, seed=offset)
+        rows += launch_rows("allreduce", "native", size, states, nprocs=nprocs)
+        for number, (name, factor) in enumerate(candidates.items(), start=1):
+            times = scaled(states, factor, seed=100 * offset + number)
+            group = "alg_" + name.partition("=")[2] if name.startswith("native:") else None
+            rows += launch_rows("allreduce", name, size, times, group=group, nprocs=nprocs)
+    return write_run(path, rows)
+
+
+def _leaves(tree):
+    """The subtrees under avg_msg_size keys of MPICH's comm_type=intra branch."""
+    return {size_key: sub for comm in tree.values() for size_key, sub in comm.items()}
+
+
+def test_the_library_file_takes_what_beat_the_default_with_confidence(tmp_path):
+    from osu_dl_bench.selection.exports import mpich, openmpi
+    from osu_dl_bench.selection.exports.mpich_default import default_tree
+    from osu_dl_bench.selection.tune import build_table
+
+    plan = {
+        size: {
+            "ring:seg=256K": 0.6,
+            "native:alg=ring": 1.0 if size < 65536 else 0.5,
+            "native:alg=recursive_doubling": 1.3,
+        }
+        for size in (1024, 4096, 65536, 1 << 20)
+    }
+    table, _ = build_table(_library_run(tmp_path / "run", plan), "lib")
+    # The runtime's table never names an algorithm only a launch can force.
+    chosen = {r.choice.label for e in table.entries for r in e.ranges}
+    assert chosen == {"ring:seg=256K"}
+    library = table.header["library_tuning"]
+    assert library["library"] == "mpich"
+    ranges = library["entries"][0]["ranges"]
+    assert [(r["min_bytes"], r["max_bytes"], r["alg"]) for r in ranges] == [
+        (0, 65536, "auto"),
+        (65536, None, "ring"),
+    ]
+    assert ranges[1]["points"][0]["ratio_high"] < 1 and ranges[1]["points"][0]["launches"] == 3
+
+    warn = []
+    leaves = _leaves(mpich.document(table, warn)["collective=allreduce"]["comm_type=intra"])
+    default_intra = default_tree()["collective=allreduce"]["comm_type=intra"]
+    assert leaves == {
+        "avg_msg_size<=65535": default_intra,
+        "avg_msg_size=any": {"algorithm=MPIR_Allreduce_intra_ring": {}},
+    }
+    files, _ = mpich.export(table, tmp_path / "lib")
+    notes = files[1].read_text()
+    assert "ring: 2 sizes measured (64K-1M), 3 launches" in notes
+    # An MPICH sweep's library algorithms are MPICH's: Open MPI's file still translates
+    # the table's own choices; a sweep of Open MPI's algorithms writes those.
+    assert "0            4 0 0   # [0, inf): ring:seg=256K" in openmpi.classic_text(table, [])
+    as_openmpi = TuningTable(
+        table.entries, {**table.header, "library_tuning": {**library, "library": "openmpi"}}
+    )
+    rules = openmpi.classic_text(as_openmpi, [])
+    assert "0            0 0 0   # [0, 64K): auto" in rules
+    assert "65536        4 0 0   # [64K, inf): ring: 2 sizes measured" in rules
+
+
+def test_where_the_default_wins_the_library_file_keeps_the_default(tmp_path):
+    from osu_dl_bench.selection.exports import mpich, openmpi
+    from osu_dl_bench.selection.exports.mpich_default import default_tree
+    from osu_dl_bench.selection.tune import build_table
+
+    plan = {size: {"native:alg=ring": 1.0, "native:alg=tree": 1.4} for size in (1024, 65536)}
+    table, _ = build_table(_library_run(tmp_path / "run", plan), "lib")
+    ranges = table.header["library_tuning"]["entries"][0]["ranges"]
+    assert [r["alg"] for r in ranges] == ["auto"]
+    warn = []
+    leaves = _leaves(mpich.document(table, warn)["collective=allreduce"]["comm_type=intra"])
+    assert leaves == {"avg_msg_size=any": default_tree()["collective=allreduce"]["comm_type=intra"]}
+    assert not warn
+    library = {**table.header["library_tuning"], "library": "openmpi"}
+    rules = openmpi.classic_text(
+        TuningTable(table.entries, {**table.header, "library_tuning": library}), []
+    )
+    assert "0            0 0 0   # [0, inf): auto: 2 sizes measured" in rules

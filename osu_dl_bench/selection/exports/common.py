@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import Any
 
 from collectives.units import format_size
 from osu_dl_bench.selection.table import Choice, Entry, TuningTable, hosts_text
@@ -107,3 +108,102 @@ def provenance_lines(table: TuningTable) -> list[str]:
         f"measured with: {run.get('mpi_library') or '?'} on {hosts_text(run.get('hosts'))}"
         f", {run.get('date') or '?'}",
     ]
+
+
+# --- the library's own algorithms, as the tuner decided them (selection.tune) -------------
+
+# The table header's field holding them (selection.tune.LIBRARY_TUNING).
+LIBRARY_TUNING = "library_tuning"
+LIBRARY_DEFAULT = "auto"
+
+
+@dataclass(frozen=True)
+class SweptEntry:
+    """The library's own decisions at one comm size: ranges of library algorithms
+    ('auto': its default) with what was measured in each."""
+
+    nprocs: int
+    nodes: int
+    ranges: tuple[dict[str, Any], ...]
+
+
+def swept_entries(
+    table: TuningTable, library: str, collective: str, warn: list[str]
+) -> list[SweptEntry] | None:
+    """The entries of a collective where the sweep measured ``library``'s own algorithms
+    (host buffers, one per comm size: the most nodes); None where it measured none, so
+    the export keeps translating the table's own choices."""
+    tuning = table.header.get(LIBRARY_TUNING) or {}
+    if tuning.get("library") != library:
+        return None
+    chosen: dict[int, SweptEntry] = {}
+    for item in tuning.get("entries") or []:
+        if item["collective"] != collective or item["device"] != EXPORTED_DEVICE:
+            continue
+        entry = SweptEntry(int(item["nprocs"]), int(item["nodes"]), tuple(item["ranges"]))
+        other = chosen.get(entry.nprocs)
+        if other is None or entry.nodes > other.nodes:
+            chosen[entry.nprocs] = entry
+        else:
+            warn.append(f"{collective} p={entry.nprocs}: one library entry per comm size used")
+    return [chosen[p] for p in sorted(chosen)] or None
+
+
+def evidence_text(size_range: dict[str, Any]) -> str:
+    """What was measured in a library range, in words: its sizes and launches, the chosen
+    algorithm's ratio to the default with its interval, the fastest other where the
+    default was kept."""
+    points = size_range.get("points") or []
+    if not points:
+        return f"{size_range['alg']}: no measured size"
+    sizes = f"{format_size(points[0]['size_bytes'])}-{format_size(points[-1]['size_bytes'])}"
+    launches = min(int(p.get("launches") or 0) for p in points)
+    head = f"{size_range['alg']}: {len(points)} sizes measured ({sizes}), {launches} launches"
+    if size_range["alg"] != LIBRARY_DEFAULT:
+        low = min(p["ratio_low"] for p in points)
+        high = max(p["ratio_high"] for p in points)
+        ratios = ", ".join(f"{p['ratio']:.2f}" for p in points)
+        return f"{head}; time/default {ratios} (95% CI within {low:.2f}-{high:.2f})"
+    others = [p for p in points if p.get("fastest") not in (None, LIBRARY_DEFAULT)]
+    if not others:
+        return f"{head}; the default was the fastest"
+    best = min(others, key=lambda p: p["fastest_ratio"])
+    return (
+        f"{head}; default kept (best other: {best['fastest']} {best['fastest_ratio']:.2f}x "
+        f"at {format_size(best['size_bytes'])}, 95% CI {best['fastest_ratio_low']:.2f}-"
+        f"{best['fastest_ratio_high']:.2f}, not below 1 with confidence)"
+    )
+
+
+def swept_rules(
+    entry: SweptEntry,
+    translate: Callable[[str], Hashable | None],
+    fallback: Hashable,
+    warn: list[str],
+    library: str,
+    collective: str,
+) -> list[Rule]:
+    """A library entry's ranges as rules, each noting what was measured; an algorithm
+    ``translate`` cannot write falls back to the library's own decision with a warning."""
+    rules: list[Rule] = []
+    for size_range in entry.ranges:
+        alg = size_range["alg"]
+        target = None if alg == LIBRARY_DEFAULT else translate(alg)
+        note = evidence_text(size_range)
+        if target is None:
+            target = fallback
+            if alg != LIBRARY_DEFAULT:
+                where = range_text(size_range["min_bytes"], size_range["max_bytes"])
+                warn.append(
+                    f"{collective} p={entry.nprocs}, {where}: {alg} won but cannot be written "
+                    f"into {library}'s file: {library} decides there"
+                )
+                note = f"{note}; not writable here, {library} decides"
+        if rules and rules[-1].target == target:
+            last = rules[-1]
+            rules[-1] = Rule(
+                last.min_bytes, size_range["max_bytes"], target, f"{last.note} | {note}"
+            )
+        else:
+            rules.append(Rule(size_range["min_bytes"], size_range["max_bytes"], target, note))
+    return rules

@@ -21,9 +21,13 @@ from typing import Any
 from collectives.registry import counterpart
 from osu_dl_bench.selection.exports.common import (
     Rule,
+    SweptEntry,
     comm_bounds,
     entries_per_comm_size,
     library_rules,
+    range_text,
+    swept_entries,
+    swept_rules,
 )
 from osu_dl_bench.selection.exports.mpich_default import default_tree
 from osu_dl_bench.selection.table import Choice, TuningTable
@@ -40,6 +44,57 @@ def _target(collective: str, choice: Choice) -> tuple[str, str] | None:
     if found is None or not found.exported:
         return None
     return found.name, choice.label
+
+
+# MPICH's algorithms whose selection-file entry needs parameters of its own (tree type,
+# k, chunk size: parse_container_params in MPICH's src/mpi/coll/src/csel_container.c),
+# which the forced runs took from other CVARs; the export does not write them yet.
+NEEDS_PARAMETERS = frozenset(
+    {
+        "MPIR_Allreduce_intra_tree",
+        "MPIR_Allreduce_intra_recexch",
+        "MPIR_Allreduce_intra_k_reduce_scatter_allgather",
+        "MPIR_Allreduce_intra_recursive_multiplying",
+        "MPIR_Allreduce_intra_ccl",
+        "MPIR_Bcast_intra_tree",
+        "MPIR_Bcast_intra_pipelined_tree",
+    }
+)
+
+
+def mpir_algorithm(collective: str, alg: str) -> str | None:
+    """The MPIR function MPICH's selection file names for a forced algorithm
+    (MPIR_CVAR_<COLL>_INTRA_ALGORITHM value ``alg``), or None where the file cannot say it:
+    the POSIX layer's choices (another file), algorithms needing parameters."""
+    if alg.startswith("posix_"):
+        return None
+    coll = collective.capitalize()
+    name = f"MPIR_{coll}_allcomm_nb" if alg == "nb" else f"MPIR_{coll}_intra_{alg}"
+    return None if name in NEEDS_PARAMETERS else name
+
+
+def _swept_tree(
+    collective: str, entries: list[SweptEntry], default_intra: dict[str, Any], warn: list[str]
+) -> tuple[dict[str, Any], list[str]]:
+    """comm_size keys over the library's own decisions; and a note line per rule."""
+    tree, notes = {}, []
+    bounds = comm_bounds([e.nprocs for e in entries])
+    for bound, entry in zip(bounds, entries, strict=True):
+        rules = swept_rules(
+            entry,
+            lambda alg: mpir_algorithm(collective, alg),
+            MPICH_DECIDES,
+            warn,
+            "MPICH",
+            collective,
+        )
+        key = "comm_size=any" if bound.hi is None else f"comm_size<={bound.hi}"
+        tree[key] = _size_tree(rules, default_intra)
+        notes += [
+            f"{collective} {key} {range_text(r.min_bytes, r.max_bytes)} -> {r.target}: {r.note}"
+            for r in rules
+        ]
+    return tree, notes
 
 
 def _size_tree(rules: list[Rule], default_intra: dict[str, Any]) -> dict[str, Any]:
@@ -77,20 +132,39 @@ def _intra_tree(
     return tree
 
 
-def document(table: TuningTable, warn: list[str]) -> dict[str, Any]:
-    """MPICH's default tree with the table's collectives in it."""
+def document(table: TuningTable, warn: list[str], notes: list[str] | None = None) -> dict[str, Any]:
+    """MPICH's default tree with the table's collectives in it: MPICH's own algorithms as
+    the sweep decided among them where it measured them (``notes`` gets what was measured
+    for each rule), else the counterparts of the table's choices."""
     tree = default_tree()
     for collective in COLLECTIVES:
         branch = tree[f"collective={collective}"]
-        intra = _intra_tree(collective, table, branch["comm_type=intra"], warn)
+        default_intra = branch["comm_type=intra"]
+        swept = swept_entries(table, LIBRARY, collective, warn)
+        if swept is not None:
+            intra, lines = _swept_tree(collective, swept, default_intra, warn)
+            (notes if notes is not None else []).extend(lines)
+        else:
+            intra = _intra_tree(collective, table, default_intra, warn)
         if intra is not None:
             branch["comm_type=intra"] = intra
     return tree
 
 
 def export(table: TuningTable, base: Path) -> tuple[list[Path], list[str]]:
-    """Write BASE.mpich.json; returns the path and warnings."""
+    """Write BASE.mpich.json (and, where the sweep measured MPICH's own algorithms,
+    BASE.mpich.notes.txt: what was measured for each rule, since JSON has no comments);
+    returns the paths and warnings."""
     warn: list[str] = []
+    notes: list[str] = []
     path = base.with_name(base.name + ".mpich.json")
-    path.write_text(json.dumps(document(table, warn), indent=1) + "\n")
-    return [path], warn
+    path.write_text(json.dumps(document(table, warn, notes), indent=1) + "\n")
+    if not notes:
+        return [path], warn
+    notes_path = base.with_name(base.name + ".mpich.notes.txt")
+    head = [
+        f"# {path.name}: MPICH's own algorithms as the sweep decided among them",
+        f"# use: MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE={path.name} mpiexec ...",
+    ]
+    notes_path.write_text("\n".join([*head, *notes]) + "\n")
+    return [path, notes_path], warn

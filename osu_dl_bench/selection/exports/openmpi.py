@@ -28,6 +28,8 @@ from osu_dl_bench.selection.exports.common import (
     library_rules,
     provenance_lines,
     range_text,
+    swept_entries,
+    swept_rules,
 )
 from osu_dl_bench.selection.table import Choice, TuningTable
 
@@ -47,10 +49,72 @@ def _target(collective: str, choice: Choice) -> tuple[tuple[int, str, int, int],
     return (found.id, found.name, found.fanout, segsize), choice.label
 
 
+# coll/tuned's algorithm ids by name (the values of coll_tuned_<coll>_algorithm, Open MPI
+# 5.0's ompi/mca/coll/tuned/coll_tuned_allreduce_decision.c and coll_tuned_bcast_decision.c),
+# for the library's own algorithms a sweep forced by name.
+ALGORITHM_IDS = {
+    "allreduce": {
+        "basic_linear": 1,
+        "nonoverlapping": 2,
+        "recursive_doubling": 3,
+        "ring": 4,
+        "segmented_ring": 5,
+        "rabenseifner": 6,
+        "allgather_reduce": 7,
+    },
+    "bcast": {
+        "basic_linear": 1,
+        "chain": 2,
+        "pipeline": 3,
+        "split_binary_tree": 4,
+        "binary_tree": 5,
+        "binomial": 6,
+        "knomial": 7,
+        "scatter_allgather": 8,
+        "scatter_allgather_ring": 9,
+    },
+}
+
+
+def _swept_target(collective: str, alg: str) -> tuple[int, str, int, int] | None:
+    """(id, name, fan-in/out, segment size) of a forced algorithm (by name or id): Open MPI's
+    own defaults for fan-out and segments, as the forced runs had them."""
+    ids = ALGORITHM_IDS[collective]
+    if alg.isdigit() and int(alg) in ids.values():
+        name = next(n for n, i in ids.items() if i == int(alg))
+        return int(alg), name, 0, 0
+    return (ids[alg], alg, 0, 0) if alg in ids else None
+
+
+def _swept(table: TuningTable, collective: str, warn: list[str]) -> list | None:
+    """[(comm bounds, rules)] from the library's own algorithms, where the sweep measured
+    them (None where it did not)."""
+    entries = swept_entries(table, LIBRARY, collective, warn)
+    if entries is None:
+        return None
+    bounds = comm_bounds([e.nprocs for e in entries])
+    fallback = (*OPEN_MPI_DECIDES, 0, 0)
+    return [
+        (
+            b,
+            swept_rules(
+                e, lambda a: _swept_target(collective, a), fallback, warn, "Open MPI", collective
+            ),
+        )
+        for b, e in zip(bounds, entries, strict=True)
+    ]
+
+
 def _rules(table: TuningTable, warn: list[str]) -> dict[str, list[tuple[CommBounds, list]]]:
-    """collective -> [(comm bounds, rules)] for every collective Open MPI can take."""
+    """collective -> [(comm bounds, rules)] for every collective Open MPI can take: its own
+    algorithms as the sweep decided among them where it measured them, else the
+    counterparts of the table's choices."""
     exported = {}
     for collective in COLLECTIVE_IDS:
+        swept = _swept(table, collective, warn)
+        if swept is not None:
+            exported[collective] = swept
+            continue
         entries = entries_per_comm_size(table, collective, warn)
         if not entries:
             continue

@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING
 from collectives.common import (
     Machine,
     Scratch,
+    copy_into,
     equal_blocks,
     lg,
     private_comm,
 )
+from collectives.device import device_ready
 from collectives.primitives import (
     bruck_allgather,
     identity,
@@ -46,7 +48,7 @@ def _in_blocks(schedule, comm: MPI.Comm):
     def call(send, recv, op, root):
         block = len(recv) // p
         if send is not None:
-            recv[rank * block : (rank + 1) * block] = send
+            copy_into(recv[rank * block : (rank + 1) * block], send)
         schedule(comm, recv, equal_blocks(block, p), rank)
 
     return call
@@ -97,11 +99,12 @@ def bruck(comm: MPI.Comm):
     def call(send, recv, op, root):
         block = len(recv) // p
         work = scratch.get("work", block * p, recv)
-        work[:block] = recv[rank * block : (rank + 1) * block] if send is None else send
+        copy_into(work[:block], recv[rank * block : (rank + 1) * block] if send is None else send)
         # work then holds the blocks of ranks rank, rank+1, ... in that order.
         bruck_allgather(comm, work, block, rank, p, identity)
         split = (p - rank) * block
         recv[rank * block :] = work[:split]
         recv[: rank * block] = work[split:]
+        device_ready(recv)  # the next call's MPI traffic may read or overwrite recv
 
     return call

@@ -15,7 +15,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from collectives.common import Machine, Scratch, lg, private_comm, start_in_place
+from collectives.common import (
+    Machine,
+    Scratch,
+    copy_into,
+    lg,
+    private_comm,
+    start_in_place,
+)
+from collectives.device import device_ready
 from collectives.primitives import bruck_allgather, identity
 from collectives.registry import Counterpart, register
 
@@ -46,12 +54,13 @@ def allgather_reduce(comm: MPI.Comm):
             return
         n = len(recv)
         vectors = scratch.get("vectors", n * p, recv)
-        vectors[:n] = recv if send is None else send
+        copy_into(vectors[:n], recv if send is None else send)
         # Block j now holds the vector of rank (rank + j) % p.
         bruck_allgather(comm, vectors, n, rank, p, identity)
         in_rank_order = [vectors[(r - rank) % p * n :][:n] for r in range(p)]
         op.ufunc(in_rank_order[0], in_rank_order[1], out=recv)
         for vector in in_rank_order[2:]:
             op.ufunc(recv, vector, out=recv)
+        device_ready(recv)  # the next call's MPI traffic may read or overwrite recv
 
     return call

@@ -2,7 +2,10 @@
 buffers, block partitions, in-place handling and the pieces of the cost model.
 
 Algorithms use only mpi4py's buffer calls (Send/Recv/Sendrecv/Isend/Irecv) on numpy or
-cupy arrays, never the pickle-based lowercase ones.
+cupy arrays, never the pickle-based lowercase ones. Every local operation on the buffers
+(a copy, a reduction) goes through a helper here that ends with
+``collectives.device.device_ready``: on cupy the kernel it launched is finished before MPI
+reads or overwrites that memory (and before the call returns).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from collectives.device import device_ready
 from collectives.ops import ReduceOp
 
 if TYPE_CHECKING:
@@ -74,13 +78,20 @@ def equal_blocks(block: int, parts: int) -> tuple[int, ...]:
 def start_in_place(send: Any, recv: Any) -> Any:
     """Make ``recv`` hold this rank's input (copying from ``send`` unless in place)."""
     if send is not None:
-        recv[...] = send
+        copy_into(recv, send)
     return recv
+
+
+def copy_into(dst: Any, src: Any) -> None:
+    """``dst[...] = src``, finished before MPI touches either (a kernel on cupy)."""
+    dst[...] = src
+    device_ready(dst)
 
 
 def reduce_into(op: ReduceOp, target: Any, other: Any) -> None:
     """``target = op(target, other)`` in place, with the op's ufunc (no Python loop)."""
     op.ufunc(target, other, out=target)
+    device_ready(target)
 
 
 def reduce_into_ordered(op: ReduceOp, target: Any, other: Any, other_is_lower: bool) -> None:
@@ -90,6 +101,7 @@ def reduce_into_ordered(op: ReduceOp, target: Any, other: Any, other_is_lower: b
         op.ufunc(other, target, out=target)
     else:
         op.ufunc(target, other, out=target)
+    device_ready(target)
 
 
 def is_power_of_two(p: int) -> bool:

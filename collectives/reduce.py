@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from collectives.common import Machine, Scratch, lg, private_comm
+from collectives.common import Machine, Scratch, copy_into, lg, private_comm
 from collectives.primitives import binomial_reduce, relative_to
 from collectives.registry import COMMUTATIVE_OP, Counterpart, register
 
@@ -37,7 +37,7 @@ def binomial(comm: MPI.Comm):
         # send buffer is the caller's and must not change.
         acc = recv if rank == root else scratch.get("acc", len(source), source)
         if acc is not source:
-            acc[...] = source
+            copy_into(acc, source)
         binomial_reduce(
             comm,
             op,

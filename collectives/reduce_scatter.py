@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from collectives.common import Machine, Scratch, equal_blocks, lg, private_comm
+from collectives.common import Machine, Scratch, copy_into, equal_blocks, lg, private_comm
 from collectives.primitives import identity, recursive_halving, ring_reduce_scatter
 from collectives.registry import COMMUTATIVE_OP, POWER_OF_TWO, Counterpart, register
 
@@ -37,12 +37,12 @@ def _in_blocks(schedule, comm: MPI.Comm):
         else:
             block = len(recv)
             work = scratch.get("work", block * p, send)
-            work[...] = send  # the caller's send buffer must not change
+            copy_into(work, send)  # the caller's send buffer must not change
         # Recursive halving receives up to half the input at once; the ring one block.
         tmp = scratch.get("incoming", block * max(1, p // 2), work)
         schedule(comm, op, work, tmp, equal_blocks(block, p), rank)
         if work is not recv or rank:
-            recv[:block] = work[rank * block : (rank + 1) * block]
+            copy_into(recv[:block], work[rank * block : (rank + 1) * block])
 
     return call
 

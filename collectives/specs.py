@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from collectives.device import device_ready
 from collectives.ops import ReduceOp
 
 
@@ -124,6 +125,8 @@ class CollectiveSpec:
             else xp.zeros(self.send_elems(shape.n, shape.nprocs), dtype)
         )
         recv = None if self.in_place_recv(shape) else xp.zeros(self.recv_count(shape), dtype)
+        # cupy zeroes with a kernel: done before MPI receives into (or sends) the buffers.
+        device_ready(send, recv)
         return Buffers(send, recv)
 
 
@@ -146,8 +149,13 @@ def _vals(
 
 
 def _copy_in(dst: Any, values: np.ndarray) -> None:
-    # dst may be a cupy array: let it convert from host.
-    dst[...] = values if isinstance(dst, np.ndarray) else type(dst)(values)
+    """Host ``values`` into ``dst``; on cupy with ``ndarray.set`` (its constructor takes a
+    shape, not data), finished before MPI reads the inputs."""
+    if isinstance(dst, np.ndarray):
+        dst[...] = values
+    else:
+        dst.set(values)
+        device_ready(dst)
 
 
 def _fill_send_or_recv(bufs: Buffers, shape: CallShape, op: ReduceOp | None, count: int) -> None:

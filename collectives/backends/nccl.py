@@ -12,9 +12,10 @@
     3. on every other node, NCCL bcast from the leader.
 
 Every call waits for its stream, so it is blocking like an MPI call and can be timed alike.
-bcast moves bytes (ncclUint8), so it takes every dtype. At bind time each process selects
-the GPU ``local rank % device count`` (local rank from the launcher), since NCCL needs one
-GPU per rank of a node.
+bcast moves bytes (ncclUint8), so it takes every dtype. Each process uses the GPU chosen at
+start from its node-local rank (collectives.device.select_local_gpu), which also finds
+ranks sharing a GPU by device UUID; NCCL needs one GPU per rank. The unique id goes over
+MPI with ``comm.bcast`` exactly as cupy returns it.
 
 Constraints: GPU (cuda) buffers; at most one rank per GPU of a node; allreduce only on
 NCCL's types (float16/32/64, int8, uint8, int32, uint32, int64, uint64: no int16) and ops
@@ -23,13 +24,13 @@ own algorithm and protocol (src/graph/tuning.cc), so it is measured.
 
 Registered only where cupy imports, a CUDA device is present and cupy has NCCL; otherwise
 ``registry.UNAVAILABLE_BACKENDS['nccl']`` says why. Sources: cupy_backends/cuda/libs/nccl.pyx
-(NcclCommunicator, get_unique_id: a tuple of 128 signed chars in older cupy, bytes in
-newer), the NCCL API documentation (ncclCommInitRank, ncclAllReduce, ncclBcast).
+(NcclCommunicator takes ``tuple commId``; get_unique_id returns the 128 ``char``s of
+ncclUniqueId as a tuple of ints, whose sign follows the platform's char), the NCCL API
+documentation (ncclCommInitRank, ncclAllReduce, ncclBcast).
 """
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import os
 from collections.abc import Callable
@@ -37,11 +38,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from collectives.backends import bcast_bytes, cached_on_comm
+from collectives.backends import cached_on_comm
 from collectives.buffers import cuda_unavailable_reason
 from collectives.common import Scratch
+from collectives.device import gpu_sharing_reason, selected_gpu
 from collectives.registry import (
     GPU_BUFFERS,
+    SEVERAL_NODES,
     UNAVAILABLE_BACKENDS,
     CallContext,
     Requirement,
@@ -96,45 +99,34 @@ def unavailable_reason() -> str | None:
     return None if getattr(nccl, "available", False) else "cupy was built without NCCL"
 
 
-@functools.cache
-def _device_count() -> int:
-    import cupy
-
-    return cupy.cuda.runtime.getDeviceCount()
-
-
-def _gpu_per_rank(ctx: CallContext) -> bool:
-    return ctx.ranks_per_node <= _device_count()
+def _distinct_gpus(ctx: CallContext) -> bool:
+    # Found by device UUID when the GPU was chosen (collectives.device.select_local_gpu):
+    # counting visible devices would refuse one visible GPU per rank (--gpus-per-task=1).
+    return gpu_sharing_reason() is None
 
 
-ONE_GPU_PER_RANK = Requirement("needs at most one rank per GPU of a node", _gpu_per_rank)
+ONE_GPU_PER_RANK = Requirement(
+    "needs one GPU per rank (ranks of a node share a GPU)", _distinct_gpus
+)
 
 
 def _use_local_device() -> None:
-    """Select GPU ``local rank % device count`` (NCCL fails on two ranks sharing one GPU)."""
+    """The GPU chosen at start (select_local_gpu); where no command chose one, GPU
+    ``launcher's local rank % device count``, without MPI calls since a bind may happen on
+    a sub-communicator only."""
     import cupy
 
+    if selected_gpu() is not None:
+        cupy.cuda.Device(selected_gpu()).use()
+        return
     for var in _LOCAL_RANK_VARS:
         value = os.environ.get(var, "")
         if value.isdigit():
-            cupy.cuda.Device(int(value) % _device_count()).use()
+            cupy.cuda.Device(int(value) % cupy.cuda.runtime.getDeviceCount()).use()
             return
 
 
 # --- the NCCL communicator, one per MPI communicator ---
-
-
-def _uid_to_bytes(uid: Any) -> bytes:
-    # Older cupy returns a tuple of signed chars, newer bytes; a leading flag says which.
-    if isinstance(uid, tuple):
-        return b"\1" + np.array(uid, np.int8).tobytes()
-    return b"\0" + bytes(uid)
-
-
-def _uid_from_bytes(data: bytes) -> Any:
-    if data[:1] == b"\1":
-        return tuple(np.frombuffer(data[1:], np.int8).tolist())
-    return data[1:]
 
 
 def _new_nccl_comm(comm: MPI.Comm) -> Any:
@@ -143,8 +135,9 @@ def _new_nccl_comm(comm: MPI.Comm) -> Any:
 
     _use_local_device()
     rank = comm.Get_rank()
-    uid = _uid_to_bytes(nccl.get_unique_id()) if rank == 0 else None
-    uid = _uid_from_bytes(bcast_bytes(comm, uid))
+    # The id goes over as cupy gives it (a tuple of 128 C chars: signed on x86, unsigned on
+    # ARM) and is handed back unchanged; converting through int8 would break on ARM.
+    uid = comm.bcast(nccl.get_unique_id() if rank == 0 else None, root=0)
     return nccl.NcclCommunicator(comm.Get_size(), uid, rank)
 
 
@@ -270,7 +263,7 @@ def register_backend() -> None:
         "nccl_hierarchical",
         backend=BACKEND,
         summary="NCCL inside a node, MPI across node leaders (Awan et al.)",
-        requires=gpu,
+        requires=(*gpu, SEVERAL_NODES),
     )(hierarchical_bcast)
 
 

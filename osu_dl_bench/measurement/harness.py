@@ -1,5 +1,7 @@
-"""bench's collectives, size by size, through the kernel's OSU mode; returns records and
-never prints. What a timed call is, and the statistics, are the kernel's (kernel.py)."""
+"""bench's collectives, size by size, through the kernel's OSU mode; returns records.
+What a timed call is, and the statistics, are the kernel's (kernel.py). On ``-d cuda`` it
+chooses the rank's GPU first, and stages MPI algorithms through host memory where MPI is
+not CUDA-aware (collectives.device): the one line it prints, on rank 0, says so."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Any
 from mpi4py import MPI
 
 from collectives import CollectiveSpec, Variant
+from collectives.device import STAGING_NOTE, for_backend, needs_staging, select_local_gpu
 from collectives.dtypes import ElementType
 from collectives.ops import ReduceOp
 from collectives.registry import BoundCalls
@@ -74,12 +77,27 @@ def _element_counts(cfg: BenchConfig, setting: Setting) -> list[int]:
     return [n for n in counts if n > 0]
 
 
+def _device_calls(comm: MPI.Comm, device: str, variants: list[Variant]) -> list[Any]:
+    """The variants bound on ``comm`` for ``device`` buffers: on cuda after choosing this
+    rank's GPU, and staged through host memory where MPI cannot read device memory."""
+    if device == "cuda":
+        select_local_gpu(comm)
+        backends = {v.algorithm.backend for v in variants}
+        if comm.Get_rank() == 0 and any(needs_staging(device, b) for b in backends):
+            print(f"# {STAGING_NOTE}", flush=True)
+    calls = BoundCalls().calls(comm, variants)
+    return [
+        for_backend(call, v.algorithm.backend, device)
+        for call, v in zip(calls, variants, strict=True)
+    ]
+
+
 def measure_collective(
     comm: MPI.Comm, cfg: BenchConfig, setting: Setting, topo: Topology, variants: list[Variant]
 ) -> Iterator[list[BenchRecord]]:
     """Yield, size by size, one record per variant (all interleaved within each size)."""
     nprocs = comm.Get_size()
-    calls = BoundCalls().calls(comm, variants)
+    calls = _device_calls(comm, cfg.device, variants)
     if os.environ.get(FAULT_ENV) == "raise" and comm.Get_rank() == nprocs - 1:
         raise RuntimeError("fault injected on the last rank (test hook)")
     check_roots = None

@@ -35,6 +35,7 @@ from mpi4py import MPI
 
 from collectives import Buffers, CallContext, CallShape, CollectiveSpec, Variant
 from collectives.buffers import to_host
+from collectives.device import device_ready, settle_for
 from collectives.dtypes import ElementType
 from collectives.ops import ReduceOp
 from collectives.registry import CollectiveCall
@@ -99,6 +100,8 @@ class Inputs:
         ):
             if dst is not None:
                 dst[...] = src
+        # A copy kernel on cupy: finished before MPI reads or overwrites the buffers.
+        device_ready(self.bufs.send, self.bufs.recv)
 
     def at_root(self, root: int) -> Inputs:
         """The same point laid out for another root (fresh buffers)."""
@@ -129,6 +132,8 @@ def _filled(
     bufs = spec.allocate(xp, etype.dtype, shape)
     spec.fill(bufs, shape, op)
     pristine = Buffers(_copy(bufs.send), _copy(bufs.recv)) if checked else None
+    # On cupy the copies read bufs in a kernel that MPI must not overwrite under it.
+    device_ready(bufs.send, bufs.recv)
     return Inputs(spec, shape, etype, op, xp, bufs, pristine)
 
 
@@ -201,14 +206,18 @@ def timed_round(
     """The hot loop: the candidates in ``order``, each called once per root, every call after
     an untimed ``barrier()`` with the timer around the call alone; the seconds of call i of
     candidate j go to times[j, i]. Blocked (default): one candidate's calls back to back,
-    then the next one's; interleaved: one call of every candidate per root."""
+    then the next one's; interleaved: one call of every candidate per root. On GPU buffers
+    the clock stops once the device is idle (kernels are asynchronous; NCCL's calls wait
+    for their stream, so MPI's must be timed alike)."""
     wtime = MPI.Wtime
     send, recv = bufs.send, bufs.recv
+    settle = settle_for(send, recv)
 
     def timed(call: CollectiveCall, row: np.ndarray, i: int, root: int) -> None:
         barrier()
         start = wtime()
         call(send, recv, op, root)
+        settle()
         row[i] = wtime() - start
 
     pairs = [(calls[j], times[j]) for j in order]

@@ -1,0 +1,227 @@
+"""GPU (cupy) buffers and MPI: when device memory is ready for MPI, which GPU a rank uses,
+whether the MPI library reads device memory, and host staging where it does not.
+
+- Readiness. cupy launches kernels (a reduction ufunc, a copy, a fill) asynchronously on
+  the current stream, while mpi4py hands a cupy array's pointer to MPI without any stream
+  synchronisation (it reads ``__cuda_array_interface__``/DLPack with no stream: mpi4py
+  docs, "GPU-aware MPI + Python GPU arrays"). So wherever MPI reads, or overwrites, memory
+  a kernel has just touched, the stream must be synchronised first: ``device_ready``. On
+  numpy arrays it does nothing, so the host path pays one ``isinstance``.
+- GPU choice. One GPU per rank, chosen once at start from the node-local rank
+  (``Split_type(COMM_TYPE_SHARED)``); ranks sharing a GPU are found by device UUID, not
+  by comparing counts, so one visible GPU per rank (``--gpus-per-task=1``) is fine.
+- CUDA-awareness. ``MPIX_Query_cuda_support`` (Open MPI's mpi-ext.h, MPICH >= 4.0) read
+  through ctypes from the libmpi this process loaded; where the symbol is missing MPI is
+  taken as not CUDA-aware, unless ``OSU_DL_BENCH_CUDA_AWARE=1`` says otherwise.
+- Staging. Where MPI is not CUDA-aware, ``for_backend`` wraps an MPI algorithm so that it
+  runs on pinned host copies of the buffers (``cupyx.empty_pinned``).
+
+cupy is never imported here unless an array from it is already in hand, or a GPU is asked
+for, so importing this module starts no CUDA.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+CUDA_AWARE_ENV = "OSU_DL_BENCH_CUDA_AWARE"
+# Backends whose calls take device pointers themselves and never go through MPI's buffers.
+NATIVE_GPU_BACKENDS = ("nccl",)
+STAGING_NOTE = (
+    "-d cuda: this MPI library is not CUDA-aware (MPIX_Query_cuda_support); MPI algorithms "
+    "stage through pinned host buffers, nccl does not"
+)
+
+
+def _cupy() -> Any:
+    """cupy if this process has imported it (then arrays of it may exist), else None."""
+    return sys.modules.get("cupy")
+
+
+def is_device_array(array: Any) -> bool:
+    """True for a cupy array (checked without importing cupy)."""
+    if array is None or isinstance(array, np.ndarray):
+        return False
+    cupy = _cupy()
+    return cupy is not None and isinstance(array, cupy.ndarray)
+
+
+def device_ready(*arrays: Any) -> None:
+    """Wait until the kernels queued on the current stream are done if any of ``arrays``
+    is a cupy array: call it after a kernel and before MPI reads or overwrites its memory.
+    No-op on numpy arrays and None."""
+    for array in arrays:
+        if is_device_array(array):
+            _cupy().cuda.get_current_stream().synchronize()
+            return
+
+
+def settle_for(*arrays: Any) -> Callable[[], None]:
+    """What a timed region calls before it stops the clock: waits for the whole device
+    (every stream, NCCL's included) when a buffer is on the GPU, else nothing."""
+    if any(is_device_array(a) for a in arrays):
+        return _cupy().cuda.Device().synchronize
+    return _nothing
+
+
+def _nothing() -> None:
+    return None
+
+
+# --- one GPU per rank -------------------------------------------------------------------
+
+_selected: dict[str, Any] = {}
+
+
+def select_local_gpu(comm: Any) -> int:
+    """Use GPU ``node-local rank % visible devices`` for the rest of the process; collective
+    over ``comm`` the first time (it splits ``comm`` by node and gathers device UUIDs), then
+    the cached choice. Returns the device index."""
+    if "index" in _selected:
+        return _selected["index"]
+    import cupy
+    from mpi4py import MPI
+
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        index = local.Get_rank() % cupy.cuda.runtime.getDeviceCount()
+        cupy.cuda.Device(index).use()
+        uuids = local.allgather(device_uuid(index))
+    finally:
+        local.Free()
+    _selected["index"] = index
+    _selected["shared"] = shared_gpu_reason(uuids)
+    return index
+
+
+def device_uuid(index: int) -> str:
+    """The device's UUID (cudaDeviceProp.uuid) as hex: the same physical GPU gives the same
+    UUID in every process, whatever CUDA_VISIBLE_DEVICES renumbers."""
+    import cupy
+
+    props = cupy.cuda.runtime.getDeviceProperties(index)
+    uuid = props.get("uuid")
+    if uuid is None:  # cupy built against a CUDA without uuid in its properties
+        return (
+            f"pci:{props.get('pciDomainID', 0)}:{props.get('pciBusID')}:{props.get('pciDeviceID')}"
+        )
+    return bytes(uuid).hex() if not isinstance(uuid, str) else uuid
+
+
+def shared_gpu_reason(uuids: list[str]) -> str | None:
+    """None if every node-local rank has its own GPU, else which ranks share one."""
+    seen: dict[str, int] = {}
+    for rank, uuid in enumerate(uuids):
+        if uuid in seen:
+            return (
+                f"node-local ranks {seen[uuid]} and {rank} use the same GPU ({uuid}); "
+                "NCCL needs one GPU per rank: start at most as many ranks per node as GPUs"
+            )
+        seen[uuid] = rank
+    return None
+
+
+def gpu_sharing_reason() -> str | None:
+    """Why ranks share a GPU, as found by ``select_local_gpu``; None when they do not or
+    when no selection was made in this process (NCCL then reports a duplicate GPU)."""
+    return _selected.get("shared")
+
+
+def selected_gpu() -> int | None:
+    """The index ``select_local_gpu`` chose, or None before it ran."""
+    return _selected.get("index")
+
+
+# --- CUDA-aware MPI ---------------------------------------------------------------------
+
+
+def _loaded_libmpi() -> str | None:
+    """Path of the libmpi this process mapped (the one mpi4py.MPI is linked to)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.rsplit(None, 1)[-1]
+                name = os.path.basename(path)
+                if name.startswith("libmpi.so") or name.startswith("libmpi_"):
+                    return path
+    except OSError:
+        return None
+    return None
+
+
+def query_cuda_support() -> bool | None:
+    """MPIX_Query_cuda_support() of the loaded libmpi: True/False, None where the library
+    has no such symbol (or none was found)."""
+    path = _loaded_libmpi()
+    if path is None:
+        return None
+    try:
+        query = getattr(ctypes.CDLL(path), "MPIX_Query_cuda_support", None)
+    except OSError:
+        return None
+    if query is None:
+        return None
+    query.restype = ctypes.c_int
+    return bool(query())
+
+
+def cuda_aware() -> bool:
+    """Whether MPI may be given device pointers: OSU_DL_BENCH_CUDA_AWARE (1/0) if set, else
+    the library's own answer, else False (staging is right everywhere, only slower)."""
+    forced = os.environ.get(CUDA_AWARE_ENV, "").strip()
+    if forced in ("0", "1"):
+        return forced == "1"
+    return bool(query_cuda_support())
+
+
+def needs_staging(device: str, backend: str) -> bool:
+    """True when an algorithm of ``backend`` must stage ``device`` buffers through host."""
+    return device == "cuda" and backend not in NATIVE_GPU_BACKENDS and not cuda_aware()
+
+
+def for_backend(call: Callable, backend: str, device: str) -> Callable:
+    """``call`` as it must run on ``device`` buffers: staged through pinned host memory
+    where MPI is not CUDA-aware, else unchanged."""
+    return staged(call) if needs_staging(device, backend) else call
+
+
+def staged(call: Callable) -> Callable:
+    """Wrap a collective call: copy the device buffers into pinned host mirrors, run
+    ``call`` on those, copy the receive buffer back."""
+    mirrors: dict[tuple, np.ndarray] = {}
+
+    def host(name: str, array: Any) -> np.ndarray | None:
+        if array is None:
+            return None
+        key = (name, array.shape, array.dtype.str)
+        mirror = mirrors.get(key)
+        if mirror is None:
+            mirror = mirrors[key] = _pinned(array.shape, array.dtype)
+        array.get(out=mirror)  # blocking: the stream's earlier kernels are included
+        return mirror
+
+    def call_staged(send, recv, op, root):
+        hsend, hrecv = host("send", send), host("recv", recv)
+        call(hsend, hrecv, op, root)
+        if recv is not None:
+            recv.set(hrecv)
+            device_ready(recv)
+
+    return call_staged
+
+
+def _pinned(shape: tuple, dtype: np.dtype) -> np.ndarray:
+    """Page-locked host array (faster and truly asynchronous copies), numpy if pinning
+    fails (e.g. a locked-memory limit)."""
+    try:
+        import cupyx
+
+        return cupyx.empty_pinned(shape, dtype)
+    except Exception:  # cupy's CUDARuntimeError and friends; plain memory still works
+        return np.empty(shape, dtype)

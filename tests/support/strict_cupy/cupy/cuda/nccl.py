@@ -1,0 +1,124 @@
+"""cupy.cuda.nccl of the strict stand-in: an "NCCL" whose communicator is MPI.
+
+ncclCommInitRank is emulated with MPI_Comm_create_group, collective over the members only,
+as ncclCommInitRank is: the members find each other's world ranks through a directory
+named after the unique id (a rendezvous on this host's file system).
+The unique id is what cupy gives (cupy_backends/cuda/libs/nccl.pyx: a tuple of the 128
+``char`` of ncclUniqueId), signed by default, unsigned with STRICT_CUPY_UNSIGNED_CHAR=1 (ARM);
+NcclCommunicator(ndev, commId, rank) takes only such a tuple, and refuses two ranks on one
+GPU as NCCL does ("Duplicate GPU detected").
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from mpi4py import MPI
+
+available = True
+UNIQUE_ID_BYTES = 128
+TYPES = [
+    np.int8,
+    np.uint8,
+    np.int32,
+    np.uint32,
+    np.int64,
+    np.uint64,
+    np.float16,
+    np.float32,
+    np.float64,
+]
+(
+    NCCL_INT8,
+    NCCL_UINT8,
+    NCCL_INT32,
+    NCCL_UINT32,
+    NCCL_INT64,
+    NCCL_UINT64,
+    NCCL_FLOAT16,
+    NCCL_FLOAT32,
+    NCCL_FLOAT64,
+) = range(9)
+NCCL_SUM, NCCL_PROD, NCCL_MAX, NCCL_MIN = range(4)
+OPS = [MPI.SUM, MPI.PROD, MPI.MAX, MPI.MIN]
+
+
+class NcclError(RuntimeError):
+    pass
+
+
+def _char_range() -> range:
+    unsigned = os.environ.get("STRICT_CUPY_UNSIGNED_CHAR") == "1"
+    return range(0, 256) if unsigned else range(-128, 128)
+
+
+def get_unique_id() -> tuple:
+    chars = _char_range()
+    return tuple(int(b) + chars.start for b in os.urandom(UNIQUE_ID_BYTES))
+
+
+def _array(ptr, count, datatype):
+    dtype = np.dtype(TYPES[datatype])
+    if count == 0:
+        return np.empty(0, dtype)
+    raw = (ctypes.c_char * (count * dtype.itemsize)).from_address(ptr)
+    return np.frombuffer(raw, dtype)
+
+
+def _rendezvous(uid: bytes, ndev: int, rank: int) -> MPI.Comm:
+    """The members' communicator, NCCL rank order, made by the members alone."""
+    folder = os.path.join(tempfile.gettempdir(), f"strict_cupy_nccl_{uid[:16].hex()}")
+    os.makedirs(folder, exist_ok=True)
+    mine = os.path.join(folder, str(rank))
+    with open(mine + ".tmp", "w") as f:
+        f.write(str(MPI.COMM_WORLD.Get_rank()))
+    os.replace(mine + ".tmp", mine)  # atomic: a reader sees all of it or nothing
+    paths = [os.path.join(folder, str(r)) for r in range(ndev)]
+    while not all(os.path.exists(p) for p in paths):
+        time.sleep(0.001)  # waiting for peers to arrive, as ncclCommInitRank does
+    world_ranks = [int(Path(p).read_text()) for p in paths]
+    group = MPI.COMM_WORLD.Get_group().Incl(world_ranks)
+    comm = MPI.COMM_WORLD.Create_group(group)
+    group.Free()
+    comm.Barrier()  # every member has read the folder
+    if rank == 0:
+        shutil.rmtree(folder, ignore_errors=True)
+    return comm
+
+
+def _current_uuid() -> bytes:
+    from . import Device, runtime
+
+    return runtime.getDeviceProperties(Device._current)["uuid"]
+
+
+class NcclCommunicator:
+    def __init__(self, ndev, commId, rank):  # noqa: N803 - cupy's names
+        if type(commId) is not tuple or len(commId) != UNIQUE_ID_BYTES:
+            raise TypeError(f"NcclCommunicator: commId must be a tuple of 128, got {type(commId)}")
+        chars = _char_range()
+        if not all(type(c) is int and c in chars for c in commId):
+            raise OverflowError(f"NcclCommunicator: commId holds values outside {chars}")
+        self.comm = _rendezvous(bytes(c - chars.start for c in commId), ndev, rank)
+        assert self.comm.Get_size() == ndev and self.comm.Get_rank() == rank
+        assert len(set(self.comm.allgather(commId))) == 1, "ranks got different ids"
+        uuids = self.comm.allgather(_current_uuid())
+        if len(set(uuids)) != len(uuids):
+            raise NcclError("NCCL_ERROR_INVALID_USAGE: Duplicate GPU detected")
+
+    def allReduce(self, sendbuf, recvbuf, count, datatype, op, stream):  # noqa: N802
+        out = _array(recvbuf, count, datatype)
+        src = MPI.IN_PLACE if sendbuf == recvbuf else _array(sendbuf, count, datatype)
+        self.comm.Allreduce(src, out, OPS[op])
+
+    def bcast(self, buff, count, datatype, root, stream):
+        self.comm.Bcast(_array(buff, count, datatype), root)
+
+    def destroy(self):
+        pass

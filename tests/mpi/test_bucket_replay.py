@@ -59,3 +59,14 @@ def test_an_unknown_model_gives_one_message_and_exit_2_everywhere():
     res = run_cli(2, ["bench", "allreduce", "--buckets", "resnet51"], timeout=60)
     assert res.returncode == 2, res.stdout + res.stderr
     assert (res.stdout + res.stderr).count("unknown model 'resnet51': expected one of") == 1
+
+
+def test_a_wrong_result_in_a_bucket_fails_the_replay_and_keeps_its_records(tmp_path):
+    out = tmp_path / "replay.json"
+    argv = ["bench", "allreduce", "--buckets", "cnn", "-c", "-i", "2", "-x", "1", "-o", str(out)]
+    res = run_cli(2, argv, timeout=120, env={"OSU_DL_BENCH_INJECT_FAULT": "corrupt"})
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "DATA VALIDATION ERROR: allreduce (native) had 1 wrong elements" in res.stdout
+    assert _rows(res.stdout)[0][-1] == "Fail"
+    saved = pd.read_json(out, orient="records")
+    assert list(saved["validation"]) == ["fail"] and list(saved["model"]) == ["cnn"]

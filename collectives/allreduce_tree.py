@@ -105,9 +105,11 @@ def tree_links(rank: int, p: int, tree: int) -> TreeLinks:
 def busiest_rank(p: int, trees: int) -> tuple[int, int]:
     """(pieces sent, pieces reduced) per segment by the busiest rank over ``trees`` trees:
     a rank sends (and receives) one piece per child and one to its parent, and reduces
-    one per child. Each count is the most over all ranks."""
+    one per child. Each count is the most over all ranks: over ranks 0, 1, p-2 and p-1,
+    since the children of the heap position r fall as r grows, those of the mirrored
+    tree's position p-1-r rise, and both trees give a parent to every rank but its root."""
     sends = reductions = 0
-    for rank in range(p):
+    for rank in sorted({r for r in (0, 1, p - 2, p - 1) if 0 <= r < p}):
         links = [tree_links(rank, p, tree) for tree in range(trees)]
         sends = max(sends, sum(len(t.children) + (t.parent is not None) for t in links))
         reductions = max(reductions, sum(len(t.children) for t in links))

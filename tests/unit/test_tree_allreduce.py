@@ -230,6 +230,15 @@ def test_two_ranks_on_two_trees_cost_what_the_ring_costs():
     )
 
 
+@pytest.mark.parametrize("p", range(1, 70))
+def test_the_busiest_rank_is_found_among_all_ranks(p):
+    for trees in (1, 2):
+        loads = [[tree_links(r, p, t) for t in range(trees)] for r in range(p)]
+        sends = max(sum(len(t.children) + (t.parent is not None) for t in ls) for ls in loads)
+        reductions = max(sum(len(t.children) for t in ls) for ls in loads)
+        assert busiest_rank(p, trees) == (sends, reductions)
+
+
 def test_busiest_rank_counts():
     assert busiest_rank(1, 1) == (0, 0)
     assert busiest_rank(2, 1) == (1, 1)

@@ -18,7 +18,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -237,103 +236,16 @@ def test_nccl_matches_expected_on_gpus(ranks_per_node):
     _assert_all_passed(_run_device_driver(nprocs, ranks_per_node))
 
 
-# A stand-in for cupy: numpy arrays with a device pointer, and an "NCCL" whose communicator
-# is an MPI communicator. ncclCommInitRank is emulated with MPI_Comm_split of COMM_WORLD on
-# the unique id, so it holds only while every world rank creates a communicator at the
-# same time, as the device driver does.
-FAKE_CUPY = {
-    "cupy/__init__.py": """
-        import numpy as np
-        from . import cuda
-
-        class _Pointer:
-            def __init__(self, array):
-                self.ptr = array.ctypes.data
-
-        class ndarray(np.ndarray):
-            @property
-            def data(self):
-                return _Pointer(self)
-
-            def get(self, stream=None, out=None):
-                out[...] = np.asarray(self)
-                return out
-
-            def set(self, host, stream=None):
-                np.asarray(self)[...] = host
-
-        def zeros(count, dtype):
-            return np.zeros(count, dtype).view(ndarray)
-    """,
-    "cupy/cuda/__init__.py": """
-        from . import nccl, runtime
-
-        class _Stream:
-            ptr = 0
-            def synchronize(self):
-                pass
-
-        def get_current_stream():
-            return _Stream()
-
-        class Device:
-            def __init__(self, index):
-                assert 0 <= index < runtime.getDeviceCount()
-            def use(self):
-                pass
-    """,
-    "cupy/cuda/runtime.py": """
-        def getDeviceCount():
-            return 8
-    """,
-    "cupy/cuda/nccl.py": """
-        import ctypes, os
-        import numpy as np
-        from mpi4py import MPI
-
-        available = True
-        TYPES = [np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64,
-                 np.float16, np.float32, np.float64]
-        (NCCL_INT8, NCCL_UINT8, NCCL_INT32, NCCL_UINT32, NCCL_INT64, NCCL_UINT64,
-         NCCL_FLOAT16, NCCL_FLOAT32, NCCL_FLOAT64) = range(9)
-        NCCL_SUM, NCCL_PROD, NCCL_MAX, NCCL_MIN = range(4)
-        OPS = [MPI.SUM, MPI.PROD, MPI.MAX, MPI.MIN]
-
-        def get_unique_id():
-            return os.urandom(128)  # newer cupy: bytes
-
-        def _array(ptr, count, datatype):
-            dtype = np.dtype(TYPES[datatype])
-            raw = (ctypes.c_char * (count * dtype.itemsize)).from_address(ptr)
-            return np.frombuffer(raw, dtype)
-
-        class NcclCommunicator:
-            def __init__(self, ndev, uid, rank):
-                assert isinstance(uid, bytes) and len(uid) == 128
-                color = int.from_bytes(uid[:4], "little") >> 1
-                self.comm = MPI.COMM_WORLD.Split(color, rank)
-                assert self.comm.Get_size() == ndev and self.comm.Get_rank() == rank
-                assert len(set(self.comm.allgather(uid))) == 1, "ranks got different ids"
-
-            def allReduce(self, send, recv, count, datatype, op, stream):
-                out = _array(recv, count, datatype)
-                src = MPI.IN_PLACE if send == recv else _array(send, count, datatype)
-                self.comm.Allreduce(src, out, OPS[op])
-
-            def bcast(self, buff, count, datatype, root, stream):
-                self.comm.Bcast(_array(buff, count, datatype), root)
-    """,
-}
+# The strict stand-in for cupy (tests/support/strict_cupy): device arrays that are not numpy
+# arrays, MPI refused memory a kernel has not finished with, and an "NCCL" over MPI that
+# takes cupy's tuple unique id.
+STRICT_CUPY = Path(__file__).resolve().parents[1] / "support" / "strict_cupy"
 
 
 @pytest.fixture
-def fake_cupy(tmp_path) -> dict[str, str]:
-    """Environment whose ``import cupy`` finds the stand-in."""
-    for name, text in FAKE_CUPY.items():
-        path = tmp_path / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    return {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+def fake_cupy() -> dict[str, str]:
+    """Environment whose ``import cupy`` finds the strict stand-in."""
+    return {"PYTHONPATH": os.pathsep.join([str(STRICT_CUPY), os.environ.get("PYTHONPATH", "")])}
 
 
 @pytest.mark.parametrize("nprocs,ranks_per_node", [(1, None), (3, None), (4, 2), (3, 2)])

@@ -1,0 +1,70 @@
+"""The GPU path under mpiexec on the strict cupy stand-in (tests/support/strict_cupy): the
+MPI algorithms on device buffers (CUDA-aware MPI), bench -d cuda -c with and without host
+staging, a short -d cuda sweep, and NCCL's unique id as ARM's unsigned chars give it.
+
+The stand-in fails a run that hands MPI memory a kernel has not finished with, fills only
+through ``set``, and refuses NCCL ids that are not cupy's tuple: today's bugs on a GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+from mpirun import REPO, driver_summary, run_cli, run_mpi
+
+from osu_dl_bench.measurement.store import RunStore
+
+STRICT_CUPY = REPO / "tests" / "support" / "strict_cupy"
+DRIVER = "tests/drivers/check_algorithms.py"
+STAGING = "MPI algorithms stage through pinned host buffers"
+
+
+def _env(cuda_aware: bool, **extra: str) -> dict[str, str]:
+    return {
+        "PYTHONPATH": str(STRICT_CUPY),
+        "OSU_DL_BENCH_CUDA_AWARE": "1" if cuda_aware else "0",
+        **extra,
+    }
+
+
+def _rows(stdout: str) -> list[list[str]]:
+    return [ln.split() for ln in stdout.splitlines() if ln and not ln.startswith("#")]
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_every_algorithm_is_right_on_device_buffers(nprocs):
+    args = [DRIVER, "--device", "cuda", "--dtypes", "float32,float16,int32"]
+    args += ["--ops", "sum,prod,max", "--sizes", "0,1,13,1000,4099"]
+    summary = driver_summary(run_mpi(nprocs, args, timeout=300, env=_env(True)))
+    assert summary["failed"] == 0, summary["failures"]
+    assert summary["passed"] > 0
+
+
+def test_nccl_takes_the_unique_id_as_arm_gives_it():
+    args = [DRIVER, "--device", "cuda", "--backends", "nccl", "--collectives", "allreduce"]
+    args += ["--dtypes", "float32", "--ops", "sum", "--sizes", "13"]
+    env = _env(True, STRICT_CUPY_UNSIGNED_CHAR="1")
+    summary = driver_summary(run_mpi(2, args, timeout=120, env=env))
+    assert summary["failed"] == 0 and summary["passed"] > 0, summary
+
+
+@pytest.mark.parametrize("nprocs,cuda_aware", [(2, False), (3, True)])
+@pytest.mark.parametrize("collective", ["allreduce", "bcast"])
+def test_bench_on_device_buffers_validates_every_algorithm(nprocs, cuda_aware, collective):
+    argv = ["bench", collective, "-d", "cuda", "-a", "all", "-c", "-m", "8:16K"]
+    res = run_cli(nprocs, [*argv, "-i", "3", "-x", "1"], timeout=300, env=_env(cuda_aware))
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    rows = _rows(res.stdout)
+    assert rows and all(row[-1] == "Pass" for row in rows)
+    assert "Backend: nccl" in res.stdout and "Backend: mpi" in res.stdout
+    assert res.stdout.count(STAGING) == (0 if cuda_aware else 1)
+
+
+def test_sweep_on_device_buffers(tmp_path):
+    run_dir = tmp_path / "run"
+    argv = ["sweep", "--inside", "--np", "2,3", "--collectives", "allreduce", "-m", "8:64"]
+    argv += ["-d", "cuda", "--budget", "0.02", "--launches", "1", "-o", str(run_dir)]
+    res = run_cli(3, argv, timeout=300, env=_env(True))
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    frame = RunStore(run_dir).load()
+    assert set(frame["nprocs"]) == {2, 3}
+    assert {"nccl", "mpi"} <= set(frame["backend"])

@@ -1,0 +1,158 @@
+"""The GPU path on the strict cupy stand-in (tests/support/strict_cupy), in one process:
+buffers filled with ``set``, kernels finished before MPI meets their memory, timed regions
+that wait for the device, host staging, and the GPU choice. Multi-rank runs of the same
+paths are in tests/mpi/test_gpu_paths.py."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from collectives import SPECS, Buffers, CallShape, device
+from collectives.common import copy_into, reduce_into, start_in_place
+from collectives.ops import reduce_op
+
+STRICT_CUPY = Path(__file__).resolve().parents[1] / "support" / "strict_cupy"
+
+
+@pytest.fixture
+def cupy(monkeypatch):
+    """The strict stand-in imported as ``cupy``, gone again after the test."""
+    monkeypatch.syspath_prepend(str(STRICT_CUPY))
+    for name in [m for m in sys.modules if m.split(".")[0] in ("cupy", "cupyx")]:
+        monkeypatch.delitem(sys.modules, name)
+    import cupy as module
+
+    monkeypatch.setattr(device, "_selected", {})
+    yield module
+    for name in [m for m in sys.modules if m.split(".")[0] in ("cupy", "cupyx")]:
+        del sys.modules[name]
+
+
+def _pending(cupy) -> bool:
+    return bool(cupy._pending)
+
+
+def test_the_stand_in_is_strict_like_cupy(cupy):
+    values = np.arange(4, dtype=np.float32)
+    array = cupy.zeros(4, np.float32)
+    assert not isinstance(array, np.ndarray)
+    with pytest.raises(TypeError):
+        type(array)(values)  # cupy.ndarray's constructor takes a shape
+    with pytest.raises(TypeError):
+        np.asarray(array)
+    with pytest.raises(TypeError):
+        array[...] = values  # host memory is no kernel operand
+
+
+def test_mpi_is_refused_memory_a_kernel_has_not_finished(cupy):
+    send, recv = cupy.zeros(3, np.int32), cupy.zeros(3, np.int32)
+    send.set(np.array([1, 2, 3], np.int32))
+    with pytest.raises(TypeError):  # mpi4py reports the refused buffer as a TypeError
+        MPI.COMM_SELF.Sendrecv(send, 0, 0, recv, 0, 0)
+    assert cupy.violations
+    device.device_ready(send)
+    MPI.COMM_SELF.Sendrecv(send, 0, 0, recv, 0, 0)
+    assert recv.get().tolist() == [1, 2, 3]
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+@pytest.mark.parametrize("in_place", [False, True])
+def test_fill_writes_cupy_buffers_with_set_and_leaves_them_ready(cupy, name, in_place):
+    spec, op = SPECS[name], reduce_op("sum") if SPECS[name].reduces else None
+    shape = CallShape(n=5, nprocs=3, rank=1, root=1, in_place=in_place)
+    on_gpu, on_host = spec.allocate(cupy, np.dtype(np.float32), shape), None
+    on_host = spec.allocate(np, np.dtype(np.float32), shape)
+    spec.fill(on_gpu, shape, op)
+    spec.fill(on_host, shape, op)
+    assert not _pending(cupy)
+    for gpu, host in ((on_gpu.send, on_host.send), (on_gpu.recv, on_host.recv)):
+        assert (gpu is None) == (host is None)
+        if gpu is not None:
+            np.testing.assert_array_equal(gpu.get(), host)
+
+
+def test_local_operations_finish_before_returning(cupy):
+    target, other = cupy.zeros(4, np.float32), cupy.zeros(4, np.float32)
+    device.device_ready(target)
+    reduce_into(reduce_op("sum"), target, other)
+    assert not _pending(cupy)
+    copy_into(target[:2], other[2:])
+    assert not _pending(cupy)
+    start_in_place(other, target)
+    assert not _pending(cupy)
+
+
+def test_device_ready_and_settle_leave_host_arrays_alone():
+    assert "cupy" not in sys.modules or not device.is_device_array(np.zeros(1))
+    device.device_ready(np.zeros(2), None)
+    assert device.settle_for(np.zeros(2), None)() is None
+
+
+def test_timed_calls_stop_the_clock_after_the_device_is_idle(cupy):
+    from osu_dl_bench.measurement.kernel import timed_round
+
+    recv = cupy.zeros(4, np.float32)
+    device.device_ready(recv)
+
+    def kernel_only(send, recv, op, root):
+        np.add(recv, recv, out=recv)  # queued; the timed region must wait for it
+
+    times = np.zeros((1, 2))
+    timed_round(lambda: None, [kernel_only], [0], Buffers(None, recv), None, [0, 0], times)
+    assert not _pending(cupy)
+
+
+def test_staging_runs_the_call_on_host_copies_and_copies_the_result_back(cupy):
+    send, recv = cupy.zeros(3, np.int64), cupy.zeros(3, np.int64)
+    send.set(np.array([1, 2, 3]))
+    seen = []
+
+    def host_only(send, recv, op, root):
+        seen.append((type(send), type(recv)))
+        recv[...] = send * 10
+
+    device.staged(host_only)(send, recv, None, 0)
+    assert seen == [(np.ndarray, np.ndarray)]
+    assert recv.get().tolist() == [10, 20, 30]
+    assert not _pending(cupy)
+
+
+def test_cuda_awareness_can_be_stated_and_decides_staging(monkeypatch):
+    monkeypatch.setenv(device.CUDA_AWARE_ENV, "0")
+    assert not device.cuda_aware()
+    assert device.needs_staging("cuda", "mpi") and not device.needs_staging("cuda", "nccl")
+    assert not device.needs_staging("cpu", "mpi")
+    monkeypatch.setenv(device.CUDA_AWARE_ENV, "1")
+    assert device.cuda_aware() and not device.needs_staging("cuda", "mpi")
+    call = object()
+    assert device.for_backend(call, "mpi", "cuda") is call
+
+
+def test_ranks_sharing_a_gpu_are_found_by_uuid_not_by_count():
+    assert device.shared_gpu_reason(["a", "b", "c"]) is None
+    reason = device.shared_gpu_reason(["a", "b", "a"])
+    assert "ranks 0 and 2" in reason and "a" in reason
+
+
+def test_one_visible_gpu_per_rank_is_not_sharing(cupy, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")  # as --gpus-per-task=1 leaves it
+    assert device.select_local_gpu(MPI.COMM_SELF) == 0
+    assert device.selected_gpu() == 0 and device.gpu_sharing_reason() is None
+
+
+def test_importing_the_packages_initialises_no_cuda(tmp_path):
+    import subprocess
+
+    code = (
+        "import cupy, osu_dl_bench.cli, collectives, collectives.device, collectives.specs,"
+        " osu_dl_bench.measurement.kernel, osu_dl_bench.measurement.harness;"
+        "assert not cupy.cuda.runtime.initialised"
+    )
+    env = {"PYTHONPATH": str(STRICT_CUPY), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -11,7 +11,7 @@ python3 -m venv .venv
 # torch pinned first: where the index has the CPU build (as here) it is ~200 MB; an
 # unpinned torch would pull the multi-GB CUDA build. TORCH=none skips training.
 if [ "${TORCH:-2.13.0}" != none ]; then
-    .venv/bin/pip install -q "torch==${TORCH:-2.13.0}" "torchvision==${TORCHVISION:-0.28.0}"
+    .venv/bin/pip install -q "torch==${TORCH:-2.13.0}"
     .venv/bin/pip install -q -e '.[mpich,train]'
 else
     .venv/bin/pip install -q -e '.[mpich]'

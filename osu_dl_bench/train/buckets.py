@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from osu_dl_bench.train.device import array_view
+
 
 def flatten_state(tensors: Iterable[torch.Tensor]) -> list[torch.Tensor]:
     """One flat tensor per dtype (in order of first appearance) holding ``tensors``, whose
@@ -63,7 +65,7 @@ def plan_buckets(sizes: Sequence[tuple[int, str]], cap: int, first_cap: int) -> 
 
 @dataclass(eq=False)
 class GradBucket:
-    """Parameters whose gradients live in one flat tensor (and its numpy view)."""
+    """Parameters whose gradients live in one flat tensor (and its numpy or cupy view)."""
 
     index: int
     params: list[torch.nn.Parameter]
@@ -82,24 +84,25 @@ def make_buckets(
     first_cap: int,
     zeros: Callable[[int, np.dtype], np.ndarray] | None = None,
     plan_itemsize: int | None = None,
+    device: torch.device | None = None,
 ) -> list[GradBucket]:
     """Plan buckets over ``params`` and point every ``.grad`` into its bucket's buffer;
     ``zeros(count, dtype)`` allocates the buffers (e.g. in registered memory, which the
     node's other ranks can read directly), else torch does. ``plan_itemsize``: plan as
     if every element had that many bytes (the float64 copy of a float32 run keeps its
-    buckets)."""
+    buckets). ``device``: where torch allocates them (a GPU: the views are cupy's)."""
     sizes = [(p.numel() * (plan_itemsize or p.element_size()), str(p.dtype)) for p in params]
     buckets = []
     for number, indices in enumerate(plan_buckets(sizes, cap, first_cap)):
         members = [params[i] for i in indices]
         count, dtype = sum(p.numel() for p in members), members[0].dtype
         if zeros is None:
-            flat = torch.zeros(count, dtype=dtype)
+            flat = torch.zeros(count, dtype=dtype, device=device)
         else:
             flat = torch.from_numpy(zeros(count, torch.empty(0, dtype=dtype).numpy().dtype))
         offset = 0
         for param in members:
             param.grad = flat[offset : offset + param.numel()].view_as(param)
             offset += param.numel()
-        buckets.append(GradBucket(number, members, flat, flat.numpy()))
+        buckets.append(GradBucket(number, members, flat, array_view(flat)))
     return buckets

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from collectives.device import device_ready
 from collectives.ops import reduce_op
 from collectives.registry import CollectiveCall
 from osu_dl_bench.errors import UsageError
@@ -33,8 +34,10 @@ def mean_allreduce(call: CollectiveCall, divisor: float) -> GradReduce:
         # Divide first, as DDP's allreduce_hook does: p fp16 gradients may overflow when
         # summed where their mean would not.
         if divisor != 1:
-            np.divide(buffer, divisor, out=buffer)
+            np.divide(buffer, divisor, out=buffer)  # cupy's kernel on a GPU buffer
+            device_ready(buffer)  # MPI must not read it before the kernel wrote it
         call(None, buffer, op, 0)
+        device_ready(buffer)  # the optimizer's kernels read what the last step wrote
 
     return reduce
 
@@ -58,8 +61,10 @@ def fp16_compress(inner: GradReduce, scratch: np.ndarray) -> GradReduce:
 
     def reduce(buffer: np.ndarray) -> None:
         np.copyto(scratch, buffer, casting="same_kind")
+        device_ready(scratch)
         inner(scratch)
         np.copyto(buffer, scratch)
+        device_ready(buffer)
 
     return reduce
 

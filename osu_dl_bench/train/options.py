@@ -128,7 +128,7 @@ class TrainConfig:
     first_bucket: int = DEFAULT_FIRST_BUCKET
     overlap: bool = True
     fp16_compress: bool = False
-    buffers: str = "cpu"  # gradient buckets: cpu (torch's) or cpu-registered
+    buffers: str = "cpu"  # gradient buckets: cpu (torch's), cpu-registered, or cuda
     threads: int | None = None  # torch intra-op threads; None: cores / local ranks
     validate: bool = False
     validate_steps: int = 20
@@ -202,6 +202,14 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
         default="cpu",
         help="gradient buckets in private memory (cpu) or in registered memory the node's "
         "ranks read directly (cpu-registered: the cma allreduce then copies nothing twice)",
+    )
+    comm.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where the model, its batches and gradient buckets live: cuda puts them on "
+        "this rank's GPU (one per node-local rank) and reduces the buckets through the "
+        "selector on cupy views (NCCL, or MPI: CUDA-aware or staged through host memory)",
     )
     run = parser.add_argument_group("validation, checkpoints and output")
     run.add_argument(
@@ -347,6 +355,17 @@ def check_output_paths(cfg: TrainConfig, rank: int) -> None:
         probe_directory("--checkpoint-dir", str(root), root)
 
 
+def _buffers(device: str, buffers: str) -> str:
+    """The buffer kind the selector decides for: 'cuda' on the GPU, else --buffers."""
+    if device != "cuda":
+        return buffers
+    if buffers != "cpu":
+        raise UsageError(
+            f"--device cuda keeps the buckets on the GPU: --buffers {buffers} is for CPU"
+        )
+    return "cuda"
+
+
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """Build and check the TrainConfig."""
     cfg = TrainConfig(
@@ -371,7 +390,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         first_bucket=parse_size(args.first_bucket),
         overlap=not args.no_overlap,
         fp16_compress=args.fp16_compress,
-        buffers=args.buffers,
+        buffers=_buffers(args.device, args.buffers),
         threads=args.threads,
         validate=args.validate,
         validate_steps=args.validate_steps,
@@ -416,6 +435,11 @@ def require_libraries(cfg: TrainConfig) -> None:
             f"train needs torch >= {floor} (checkpoints are read with weights_only=True, "
             f"which older releases let crafted files get around): found {version}; "
             f"{TORCH_EXTRA}"
+        )
+    if cfg.buffers == "cuda" and importlib.util.find_spec("cupy") is None:
+        raise UsageError(
+            "--device cuda hands the buckets to the collectives as cupy arrays: cupy is not "
+            "installed (pip install 'osu-dl-bench[cuda]')"
         )
     if cfg.data == "digits" and importlib.util.find_spec("sklearn") is None:
         raise UsageError(

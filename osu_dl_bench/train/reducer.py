@@ -18,13 +18,14 @@ Accounting: ``busy`` is the communication thread's time inside the bucket reduct
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
 from osu_dl_bench.train.buckets import GradBucket
 from osu_dl_bench.train.comm_hooks import GradReduce
 from osu_dl_bench.train.comm_thread import CommThread
+from osu_dl_bench.train.device import ready_marker
 
 
 @dataclass(frozen=True)
@@ -74,11 +75,15 @@ class GradientReducer:
             self._launch(self._next)
 
     def _launch(self, index: int) -> None:
-        self._futures.append(self.comm_thread.submit(self._reduce, index))
+        # Marked here, on the thread that queued the gradients' kernels (GPU: an event).
+        ready = ready_marker(self.buckets[index].flat)
+        self._futures.append(self.comm_thread.submit(self._reduce, index, ready))
         self._next = index + 1
 
-    def _reduce(self, index: int) -> float:
-        """On the communication thread: reduce one bucket; returns the seconds it took."""
+    def _reduce(self, index: int, ready: Callable[[], None]) -> float:
+        """On the communication thread: reduce one bucket once its gradients are written;
+        returns the seconds it took."""
+        ready()
         start = time.perf_counter()
         self.reduces[index](self.buckets[index].array)
         return time.perf_counter() - start

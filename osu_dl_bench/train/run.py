@@ -29,6 +29,7 @@ from osu_dl_bench.train import checkpoint as ckpt
 from osu_dl_bench.train.comm_hooks import wrong_allreduce_hook
 from osu_dl_bench.train.comm_thread import CommThread
 from osu_dl_bench.train.data import DataSplits, ShardedSampler, eval_shard, load_data
+from osu_dl_bench.train.device import place
 from osu_dl_bench.train.models import InputShape, build_model, has_batch_norm, parameter_count
 from osu_dl_bench.train.options import TrainConfig, check_output_paths
 from osu_dl_bench.train.progress import ProgressBar, progress_enabled
@@ -122,7 +123,7 @@ def _build(cfg: TrainConfig, session: Session) -> _Run:
         )
     # Seeded by rank, so replicas start different and the broadcast has work to do.
     torch.manual_seed(cfg.seed + session.rank)
-    model = _model(cfg, data.shape)
+    model = _model(cfg, data.shape).to(place(cfg.buffers, session))
     if cfg.validate and has_batch_norm(model):
         raise UsageError(
             f"--validate needs a model without batch norm (per-rank batch statistics "

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from collectives.buffers import array_module
+from collectives.device import device_ready
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.train.buckets import GradBucket, flatten_state, make_buckets
 from osu_dl_bench.train.comm_hooks import (
@@ -27,6 +28,7 @@ from osu_dl_bench.train.comm_hooks import (
     perturb_first_element,
     share_divisor,
 )
+from osu_dl_bench.train.device import array_view, ready_marker
 from osu_dl_bench.train.options import TrainConfig
 from osu_dl_bench.train.reducer import GradientReducer, StepComm
 from osu_dl_bench.train.session import Session
@@ -123,10 +125,17 @@ class DataParallelTrainer:
         self.state_flats = flatten_state([*model.parameters(), *model.buffers()])
         self.optimizer = make_optimizer(cfg, model)
         trainable = [p for p in model.parameters() if p.requires_grad]
-        zeros = None if cfg.buffers == "cpu" else array_module(cfg.buffers).zeros
+        self.device = next(model.parameters()).device
+        # torch allocates CPU and GPU buckets (GPU ones reach the collectives as cupy views).
+        zeros = array_module(cfg.buffers).zeros if cfg.buffers == "cpu-registered" else None
         itemsize = _TRAINED_ITEMSIZE if cfg.validate else None
         self.buckets = make_buckets(
-            trainable, cfg.bucket_cap, cfg.first_bucket, zeros, plan_itemsize=itemsize
+            trainable,
+            cfg.bucket_cap,
+            cfg.first_bucket,
+            zeros,
+            plan_itemsize=itemsize,
+            device=self.device,
         )
         _check_wrong(wrong, session.nprocs, len(self.buckets))
         pairs = session.thread.run(lambda: [_bucket_reduce(session, b, cfg) for b in self.buckets])
@@ -142,8 +151,10 @@ class DataParallelTrainer:
         start = time.perf_counter()
         self.bcast_plans = []
         for index, flat in enumerate(self.state_flats):
-            array = flat.numpy()
+            ready_marker(flat)()  # the model's kernels (.to(device), init) are done
+            array = array_view(flat)
             bound = self.session.bcast(array, root, selection_nbytes(array, self.validate))
+            device_ready(array)
             self.bcast_plans.append(
                 CallPlan(index, array.nbytes, array.dtype.name, bound.label, bound.how, 0)
             )
@@ -154,6 +165,7 @@ class DataParallelTrainer:
         start = time.perf_counter()
         self.model.train()
         self.reducer.start_step()
+        x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
         logits = self.model(x)
         loss = nn.functional.cross_entropy(logits, y)
         loss.backward()
@@ -168,10 +180,11 @@ class DataParallelTrainer:
 def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: int = 512) -> np.ndarray:
     """[summed loss, correct, count] of ``model`` on (x, y), as float64 for a sum allreduce."""
     model.eval()
+    device = next(model.parameters()).device
     totals = np.zeros(3)
     for start in range(0, len(x), chunk):
-        logits = model(x[start : start + chunk])
-        target = y[start : start + chunk]
+        logits = model(x[start : start + chunk].to(device))
+        target = y[start : start + chunk].to(device)
         totals[0] += float(nn.functional.cross_entropy(logits, target, reduction="sum"))
         totals[1] += int((logits.argmax(1) == target).sum())
         totals[2] += len(target)

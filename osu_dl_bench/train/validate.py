@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from osu_dl_bench.train.device import host_copy
 from osu_dl_bench.train.options import (
     FLOAT64_TOLERANCE,
     FP16_RELATIVE_TOLERANCE,
@@ -78,7 +79,8 @@ def tolerance_for(cfg: TrainConfig, scale: float) -> float:
 
 
 def _flat_parameters(model: nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    """Every parameter, concatenated on the CPU (a GPU replica is copied)."""
+    return torch.cat([host_copy(p).reshape(-1) for p in model.parameters()])
 
 
 def _element_name(model: nn.Module, index: int) -> str:

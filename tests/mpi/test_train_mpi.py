@@ -239,6 +239,7 @@ _REPORTING = (
     [
         (2, ["--model", "vgg"], "", "invalid choice: 'vgg'"),
         (3, ["-b", "2"], "", "batch size 2 is smaller than the 3 ranks"),
+        (2, ["--device", "cuda"], "sys.modules['cupy'] = None", "cupy is not installed"),
         (2, [], "sys.modules['torch'] = None", "pip install 'osu-dl-bench[train]'"),
         (2, ["--table", "TABLE"], "", "has no entry for bcast on cpu"),
         (2, ["--allreduce", "nosuch"], "", "unknown algorithm 'nosuch' for allreduce"),

@@ -650,3 +650,26 @@ def test_an_inline_comm_thread_runs_calls_on_the_caller_in_order():
     with CommThread() as threaded:
         assert threaded.run(threading.get_ident) != threading.get_ident()
     assert seen == [threading.get_ident()]
+
+
+# --- device ---------------------------------------------------------------------------------
+
+
+def test_device_cuda_selects_cuda_buffers_and_refuses_registered_ones():
+    assert config_from_args(_args("--device", "cuda")).buffers == "cuda"
+    assert config_from_args(_args()).buffers == "cpu"
+    with pytest.raises(UsageError, match="--buffers cpu-registered is for CPU"):
+        config_from_args(_args("--device", "cuda", "--buffers", "cpu-registered"))
+
+
+@needs_torch
+def test_cpu_tensors_reach_the_collectives_as_numpy_views_with_nothing_to_wait_for():
+    import torch
+
+    from osu_dl_bench.train.device import array_view, host_copy, ready_marker
+
+    flat = torch.zeros(4)
+    view = array_view(flat)
+    view[1] = 5.0  # the collectives write into the tensor itself
+    assert isinstance(view, np.ndarray) and float(flat[1]) == 5.0
+    assert ready_marker(flat)() is None and host_copy(flat) is not None

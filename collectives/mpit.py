@@ -19,10 +19,12 @@ Libraries:
 
 Forcing: environment variables set at launch always take effect (MPICH reads its CVARs at
 MPI_Init; Open MPI's coll/tuned reads ``coll_tuned_<coll>_algorithm`` when it needs
-``coll_tuned_use_dynamic_rules=1``). An MPI_T write of an MPICH algorithm variable also
-changed the algorithm of the next call in a fingerprint test (tests/mpi/test_library_tuning.py),
-but the sweep and bench force through the environment, the one path that works for both
-libraries and for every layer.
+``coll_tuned_use_dynamic_rules=1``). An MPI_T write of MPICH's
+MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM is accepted and reads back, but the fingerprints
+(below) show it is not the same as setting it at launch: at thread level single a write of
+'ring' ran ring at 32 KiB and another algorithm from 64 KiB at p = 2, where the variable set
+at launch ran ring at every size (tests/mpi/test_library_tuning.py). So the sweep, bench and
+verify-export force through the environment only.
 """
 
 from __future__ import annotations
@@ -367,3 +369,65 @@ def forcing_problem(collective: str, alg: str) -> str | None:
                 f"is {now}): e.g. `{launch_setting(library, collective, alg)} mpiexec ...`"
             )
     return None
+
+
+def selection_file_environment(library: str, path: str) -> dict[str, str]:
+    """The environment that makes ``library`` take its collective selection from ``path``
+    (an exported file), with no algorithm forced over it."""
+    if library == "mpich":
+        env = {"MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE": path}
+        # A forced algorithm would win over the file (MPICH checks the CVAR first).
+        env.update({mpich_variable(c, AUTO)[0]: AUTO for c in COLLECTIVES})
+        return env
+    if library == "openmpi":
+        return {
+            "OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
+            "OMPI_MCA_coll_tuned_dynamic_rules_filename": path,
+        }
+    raise UsageError(f"unknown MPI library {library!r}: expected one of {LIBRARIES}")
+
+
+# --- fingerprints: which algorithm combined an allreduce ----------------------------------
+#
+# A reduction declared commutative that is not (b*31 + a*7 + 1 on uint64) makes the result
+# depend on the order in which the algorithm combines the ranks' values: each algorithm
+# leaves its own fingerprint (tests/mpi/test_exports.py proves exports this way).
+
+_FINGERPRINT_MODULUS = 999983
+
+
+def _mix(inbuf, inoutbuf, datatype) -> None:
+    import numpy as np
+
+    a = np.frombuffer(inbuf, dtype=np.uint64)
+    b = np.frombuffer(inoutbuf, dtype=np.uint64)
+    b[:] = b * np.uint64(31) + a * np.uint64(7) + np.uint64(1)
+
+
+def fingerprints(comm, sizes: list[int]) -> dict[int, list[int]]:
+    """size in bytes -> the fingerprint of the library's allreduce of that size on
+    ``comm``: every rank's hash of its whole result (sizes under 8 bytes are left out).
+    Inputs differ per element and rank, and the hash weighs every element, so algorithms
+    that combine any block in another order, on any rank, differ (at p = 2 ring, tree and
+    smp differ from MPICH's default); every rank gets the same."""
+    import numpy as np
+
+    from collectives import mpi
+
+    op = mpi.Op.Create(_mix, commute=True)  # a lie: the result shows the algorithm
+    found = {}
+    try:
+        for size in sizes:
+            n = size // 8
+            if n < 1:
+                continue
+            index = np.arange(n, dtype=np.uint64)
+            mine = index * np.uint64(comm.Get_size()) + np.uint64(comm.Get_rank() + 7)
+            result = np.empty_like(mine)
+            comm.Allreduce(mine, result, op)
+            weights = index * np.uint64(2654435761) + np.uint64(1)  # Knuth's multiplier
+            digest = int((result * weights).sum() % np.uint64(_FINGERPRINT_MODULUS))
+            found[size] = comm.allgather(digest)
+    finally:
+        op.Free()
+    return found

@@ -245,6 +245,23 @@ def _add_clean(sub) -> None:
     add_clean_arguments(parser)
 
 
+def _cmd_verify_export(args: argparse.Namespace) -> int:
+    from osu_dl_bench.commands.verify_export import run_verify_export
+
+    return run_verify_export(args)  # no MPI here: it launches the jobs, as sweep does
+
+
+def _add_verify_export(sub) -> None:
+    from osu_dl_bench.commands.verify_export_options import add_verify_export_arguments
+
+    parser = sub.add_parser(
+        "verify-export",
+        help="the MPI library with an exported selection file against without it: speedup "
+        "per size and proof that the file took effect",
+    )
+    add_verify_export_arguments(parser)
+
+
 COMMANDS: dict[str, tuple[Callable, Callable[[argparse.Namespace], int]]] = {
     "bench": (_add_bench, _cmd_bench),
     "list": (_add_list, _cmd_list),
@@ -258,6 +275,7 @@ COMMANDS: dict[str, tuple[Callable, Callable[[argparse.Namespace], int]]] = {
     "train-bench": (_add_train_bench, _cmd_train_bench),
     "model": (_add_model, _cmd_model),
     "clean": (_add_clean, _cmd_clean),
+    "verify-export": (_add_verify_export, _cmd_verify_export),
 }
 
 

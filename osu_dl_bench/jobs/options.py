@@ -112,6 +112,10 @@ class SweepConfig:
     # session metadata and Parquet are left to the orchestrator) and on its planner.
     orchestrated: bool = False
     plan_only: bool = False
+    # Hidden, set by verify-export: the MPI library's selection file measured in launches
+    # of its own (isolation group 'library_file') against the library without it; every
+    # launch records its allreduce fingerprints.
+    library_file: str | None = None
 
     def sizes(self) -> list[int]:
         """Message sizes in bytes: MIN, 2 MIN, ... up to MAX (OSU's doubling loop)."""
@@ -166,6 +170,7 @@ class SweepConfig:
             *([] if self.calibrate else ["--no-calibration"]),
             "--thread-level",
             self.thread_level,
+            *(["--library-file", self.library_file] if self.library_file else []),
         ]
 
     def batch_argv(self) -> list[str]:
@@ -347,6 +352,7 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plan-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--launch", type=positive_int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--group", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--library-file", default=None, help=argparse.SUPPRESS)
 
 
 def _add_batch_arguments(parser: argparse.ArgumentParser) -> None:
@@ -496,10 +502,21 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
         time_limit=args.time or DEFAULT_TIME_LIMIT,
         partition=args.partition,
         sbatch_args=tuple(shlex.split(args.sbatch_args)),
+        library_file=_library_file(args.library_file),
     )
     if not split_variant_texts(cfg.algorithms):
         raise UsageError("-a: no algorithm named")
     return cfg
+
+
+def _library_file(text: str | None) -> str | None:
+    """The selection file's absolute path (the jobs may run elsewhere), or None."""
+    if text is None:
+        return None
+    path = Path(text)
+    if not path.is_file():
+        raise UsageError(f"{text}: no such file (expected an exported selection file)")
+    return str(path.resolve())
 
 
 def check_local_process_counts(cfg: SweepConfig) -> None:

@@ -175,6 +175,18 @@ def group_of(variant: Variant) -> str:
     return FORCED_PREFIX + alg if alg is not None else variant.algorithm.backend
 
 
+# verify-export: the library's plain native with its selection file loaded, in launches of
+# their own, against the MPI group's plain native without it.
+FILE_GROUP = "library_file"
+
+
+def sweep_groups(cfg: SweepConfig, plans: list[CollectivePlan]) -> list[str]:
+    """The isolation groups of a sweep: isolation_groups, and the selection file's where
+    it measures one (verify-export)."""
+    groups = isolation_groups(plans)
+    return [*groups, FILE_GROUP] if cfg.library_file and groups else groups
+
+
 def is_forced_group(group: str | None) -> bool:
     """Whether ``group`` is a library algorithm's (its launches are forced)."""
     return group is not None and group.startswith(FORCED_PREFIX)
@@ -205,10 +217,15 @@ def group_environment(plans: list[CollectivePlan], group: str) -> dict[str, str]
     library algorithm (none for other groups)."""
     if not is_forced_group(group):
         return {}
+    return mpit.forcing_environment(_library(group), forced_in(plans))
+
+
+def _library(group: str) -> str:
+    """The running library ('mpich', 'openmpi'), which group ``group`` needs."""
     library = mpit.running_library()
     if library is None:
-        raise UsageError(f"group {group}: this MPI library's algorithms cannot be forced")
-    return mpit.forcing_environment(library, forced_in(plans))
+        raise UsageError(f"group {group}: this MPI library's algorithms cannot be set")
+    return library
 
 
 def isolation_groups(plans: list[CollectivePlan]) -> list[str]:
@@ -333,6 +350,8 @@ def job_plan(
         for v, reason in plan.skipped
     ]
     env = group_environment(plans, slot.group)
+    if slot.group == FILE_GROUP and cfg.library_file:
+        env = mpit.selection_file_environment(_library(slot.group), cfg.library_file)
     return JobPlan(nprocs, points, todo, skipped, slot.launch, slot.group, env)
 
 

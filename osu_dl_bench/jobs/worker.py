@@ -20,13 +20,14 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from collectives import Variant
+from collectives import Variant, mpit
 from collectives.registry import BoundCalls
 from osu_dl_bench.errors import UsageError, ValidationFailure
 from osu_dl_bench.jobs import runinfo
 from osu_dl_bench.jobs.launch import expected_layout
 from osu_dl_bench.jobs.options import SweepConfig, check_output_dir, check_run_dir
 from osu_dl_bench.jobs.plan import (
+    FILE_GROUP,
     MPI_GROUP,
     CollectivePlan,
     JobPlan,
@@ -35,11 +36,11 @@ from osu_dl_bench.jobs.plan import (
     finished_points,
     forcing_proof,
     is_forced_group,
-    isolation_groups,
     job_plan,
     pending,
     plan_collectives,
     resolve_setting,
+    sweep_groups,
 )
 from osu_dl_bench.jobs.progress import encode_event, plan_line, point_line, skipped_lines
 from osu_dl_bench.measurement.calibration import run_calibration
@@ -191,7 +192,8 @@ class Job:
         """Seconds of rounds per point in this launch: the point's budget shared by the
         launches; a backend's own group times native and that backend only, so it gets a
         fifth of that."""
-        share = 1.0 if self.slot.group == MPI_GROUP else ISOLATED_SHARE
+        # The selection file's group times native alone, as the MPI group does then.
+        share = 1.0 if self.slot.group in (MPI_GROUP, FILE_GROUP) else ISOLATED_SHARE
         return self.cfg.budget * share / self.cfg.launches
 
     def measure(self, plan: CollectivePlan, n: int) -> list[tuple[SweepPoint, int]]:
@@ -298,7 +300,7 @@ def _slots(cfg: SweepConfig, plans: list[CollectivePlan]) -> list[LaunchSlot]:
     """The launches this job measures: the one the orchestrator gave it, or (a sweep run
     --inside by hand) every isolation group in turn, the MPI library's first, so the
     threads a later backend starts cannot slow the candidates measured before it."""
-    launch, groups = cfg.launch or 1, isolation_groups(plans)
+    launch, groups = cfg.launch or 1, sweep_groups(cfg, plans)
     if cfg.group is None:
         return [LaunchSlot(launch, group) for group in groups]
     if cfg.group not in groups:
@@ -335,7 +337,8 @@ def _sweep_launch(world: MPI.Comm, topo: Topology, job: Job) -> list[tuple[Sweep
     # A forced group proves, before measuring, that the library runs its algorithm.
     forced = forcing_proof(plans, slot.group) if is_forced_group(slot.group) else {}
     meta, started = collect_metadata(topo), utc_now()
-    entry = _job_entry(world, topo, meta, plan, started=started, **_forced_fields(forced))
+    forced_fields = {**_forced_fields(forced), **_fingerprint_fields(comm, cfg, slot)}
+    entry = _job_entry(world, topo, meta, plan, started=started, **forced_fields)
     record = lambda entry: runinfo.record_job(job.store, topo.nprocs, entry, _slot_key(slot))  # noqa: E731
     on_rank0(comm, lambda: record(entry))
     if cfg.calibrate and slot.group == MPI_GROUP and plan.todo:
@@ -362,7 +365,7 @@ def _sweep_launch(world: MPI.Comm, topo: Topology, job: Job) -> list[tuple[Sweep
         # Threads of rank 0's process once measured: a backend's threads (gloo's) show
         # here, and must not show in the MPI library's group.
         threads=_thread_count(),
-        **_forced_fields(forced),
+        **forced_fields,
         validation_failures=[{**_failure_key(p), "wrong_elements": wrong} for p, wrong in failures],
     )
     on_rank0(comm, lambda: record(entry))
@@ -372,6 +375,16 @@ def _sweep_launch(world: MPI.Comm, topo: Topology, job: Job) -> list[tuple[Sweep
 def _forced_fields(forced: dict[str, dict[str, str]]) -> dict[str, Any]:
     """A forced launch's metadata: each forcing variable, set and read back."""
     return {"forced_algorithm": forced} if forced else {}
+
+
+def _fingerprint_fields(comm: MPI.Comm, cfg: SweepConfig, slot: LaunchSlot) -> dict[str, Any]:
+    """verify-export's proof that the selection file took effect: the allreduce
+    fingerprints of this launch at the sweep's sizes (mpit.fingerprints), in every group:
+    the library's default, with the file, and each algorithm the file names, forced."""
+    sizes = sorted({size for size in cfg.sizes() if size >= 8})
+    if not cfg.library_file or "allreduce" not in cfg.collectives or not sizes:
+        return {}
+    return {"fingerprints": mpit.fingerprints(comm, sizes)}
 
 
 def _thread_count() -> int | None:
@@ -500,7 +513,7 @@ def run_plan_only(cfg: SweepConfig) -> int:
     done = finished_points(RunStore(cfg.output))
     for nprocs in cfg.nprocs:
         layout = expected_layout(cfg, nprocs)
-        groups = isolation_groups(plan_collectives(cfg, setting, nprocs, *layout))
+        groups = sweep_groups(cfg, plan_collectives(cfg, setting, nprocs, *layout))
         for launch in range(1, cfg.launches + 1):
             for group in groups:
                 plans = plan_collectives(cfg, setting, nprocs, *layout, group)

@@ -238,6 +238,12 @@ def _series(rows: pd.DataFrame) -> Series:
     return Series(str(rows["group"].iloc[-1]), launches)
 
 
+def series_of(rows: pd.DataFrame) -> Series:
+    """One candidate's usable rows at one point, one per launch, as paired.Series (its
+    group: the last row's)."""
+    return _series(rows)
+
+
 def _reference_group(at_size: pd.DataFrame) -> str | None:
     """The isolation group whose native is clean: 'mpi', else 'shared', else None (native
     measured only beside another backend's threads, or not at all)."""

@@ -233,3 +233,72 @@ def test_where_the_default_wins_the_library_file_keeps_the_default(tmp_path):
         TuningTable(table.entries, {**table.header, "library_tuning": library}), []
     )
     assert "0            0 0 0   # [0, inf): auto: 2 sizes measured" in rules
+
+
+# --- verify-export -------------------------------------------------------------------------
+
+
+def _ring_file_tree():
+    from osu_dl_bench.selection.exports.mpich_default import default_tree
+
+    tree = default_tree()
+    default = tree["collective=allreduce"]["comm_type=intra"]
+    tree["collective=allreduce"]["comm_type=intra"] = {
+        "comm_size<=3": {
+            "avg_msg_size<=65535": default,
+            "avg_msg_size=any": {"algorithm=MPIR_Allreduce_intra_ring": {}},
+        },
+        "comm_size=any": {"avg_msg_size=any": {"algorithm=MPIR_Allreduce_allcomm_nb": {}}},
+    }
+    return tree
+
+
+def test_the_algorithm_an_mpich_file_names_is_read_back_per_size_and_comm_size():
+    from osu_dl_bench.selection.exports.mpich import file_algorithm
+
+    tree = _ring_file_tree()
+    assert file_algorithm(tree, "allreduce", 2, 65535) is None  # MPICH's default there
+    assert file_algorithm(tree, "allreduce", 2, 65536) == "ring"
+    assert file_algorithm(tree, "allreduce", 4, 8) == "nb"
+    assert file_algorithm(tree, "bcast", 2, 65536) is None
+
+
+def _launches(**groups):
+    """metadata jobs for p=2, one launch: group -> fingerprints {size text: hashes}."""
+    return {"jobs": {"2": {"launches": {f"1/{g}": {"fingerprints": f} for g, f in groups.items()}}}}
+
+
+def test_verify_export_proves_the_file_by_fingerprints_and_catches_an_ignored_file():
+    from osu_dl_bench.commands.verify_export import prove
+
+    tree = _ring_file_tree()
+    default = {"1024": [1, 2], "65536": [3, 4]}
+    ring = {"1024": [5, 5], "65536": [6, 6]}
+    took = prove(
+        _launches(mpi=default, alg_ring=ring, library_file={"1024": [1, 2], "65536": [6, 6]}),
+        tree,
+        1,
+    )
+    assert (took.checked, took.distinguishable, took.mismatches) == (2, 1, [])
+    assert "took effect" in took.lines("mpich")[0]
+    ignored = prove(_launches(mpi=default, alg_ring=ring, library_file=default), tree, 1)
+    assert ignored.mismatches == ["p=2 launch 1 64K: expected ring's"]
+    assert "did NOT take effect" in ignored.lines("mpich")[0]
+
+
+def test_verify_export_options_and_the_file_kind():
+    import argparse
+
+    from osu_dl_bench.cli import build_parser
+    from osu_dl_bench.commands.verify_export import file_library
+
+    args = build_parser().parse_args(["verify-export", "t.mpich.json", "--np", "2", "-m", "8:1M"])
+    assert (args.file, args.np, args.message_size, args.launches) == (
+        "t.mpich.json",
+        "2",
+        "8:1M",
+        3,
+    )
+    assert isinstance(args, argparse.Namespace)
+    with pytest.raises(UsageError, match="expected an exported"):
+        file_library(__import__("pathlib").Path("/nonexistent.json"))

@@ -168,3 +168,30 @@ def export(table: TuningTable, base: Path) -> tuple[list[Path], list[str]]:
     ]
     notes_path.write_text("\n".join([*head, *notes]) + "\n")
     return [path, notes_path], warn
+
+
+def _bound_holds(key: str, name: str, value: int) -> bool | None:
+    """Whether a csel key 'NAME<=N' / 'NAME=any' holds for ``value`` (None: not NAME)."""
+    if key == f"{name}=any":
+        return True
+    if key.startswith(f"{name}<="):
+        return value <= int(key.partition("<=")[2])
+    return None
+
+
+def file_algorithm(tree: dict[str, Any], collective: str, nprocs: int, size: int) -> str | None:
+    """The MPICH algorithm value (MPIR_CVAR_<COLL>_INTRA_ALGORITHM's, e.g. 'ring') that an
+    exported file names for an intra-node ``collective`` of ``size`` bytes on ``nprocs``
+    ranks, or None where it keeps MPICH's default subtree there. Reads the shape this
+    export writes: comm_size then avg_msg_size keys, in file order."""
+    node = tree.get(f"collective={collective}", {}).get("comm_type=intra", {})
+    for name, value in (("comm_size", nprocs), ("avg_msg_size", size)):
+        keys = [k for k in node if _bound_holds(k, name, value) is not None]
+        if not keys:
+            return None  # MPICH's own subtree from here
+        node = node[next(k for k in keys if _bound_holds(k, name, value))]
+    prefix = f"algorithm=MPIR_{collective.capitalize()}_"
+    if len(node) != 1 or not next(iter(node)).startswith(prefix):
+        return None
+    function = next(iter(node)).removeprefix(prefix)
+    return "nb" if function == "allcomm_nb" else function.removeprefix("intra_")

@@ -1,0 +1,199 @@
+"""``osu-dl-bench verify-export FILE``: the MPI library's plain collectives (native, no
+Python algorithm) with an exported selection file loaded and without it, in launches of
+their own, interleaved, through the sweep's machinery (the file's launches are the
+isolation group 'library_file'); then, per size, the speedup the file gives with its 95%
+interval (selection.paired: the two groups paired by launch medians), and the proof that
+the library used the file.
+
+Proof (MPICH): each algorithm the file names also runs forced (native:alg=NAME, launches
+of its own), and every launch records the allreduce fingerprints (collectives.mpit.
+fingerprints: a reduction declared commutative that is not, so the result shows which
+algorithm combined it) at every size. The file took effect where, at every size, its
+fingerprint is that of the algorithm it names there (or the default's where it keeps the
+default); it is proven where at least one such algorithm's fingerprint differs from the
+default's. A mismatch means the library did not apply the file: exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from collectives import mpit
+from collectives.units import format_size
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.jobs.options import add_sweep_arguments, config_from_args
+from osu_dl_bench.jobs.orchestrate import run_sweep
+from osu_dl_bench.jobs.plan import FILE_GROUP, FORCED_PREFIX, MPI_GROUP
+from osu_dl_bench.measurement.store import RunStore
+from osu_dl_bench.selection.exports.mpich import file_algorithm
+from osu_dl_bench.selection.paired import paired_ratio
+from osu_dl_bench.selection.tune import series_of, usable_rows
+
+
+def file_library(path: Path) -> str:
+    """'mpich' (an MPICH csel JSON file) or 'openmpi' (a classic rules file), from the file."""
+    if path.suffix == ".rules":
+        return "openmpi"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            f"{path}: expected an exported .mpich.json or .openmpi.rules file ({exc})"
+        ) from None
+    if isinstance(data, dict) and any(str(k).startswith("collective=") for k in data):
+        return "mpich"
+    raise UsageError(f"{path}: not an MPICH selection file (no 'collective=' keys)")
+
+
+def _doubling(lo: int, hi: int) -> list[int]:
+    sizes, size = [], max(lo, 1)
+    while size <= hi:
+        sizes.append(size)
+        size *= 2
+    return sizes
+
+
+def named_algorithms(tree: dict[str, Any], nprocs: tuple[int, ...], sizes: list[int]) -> list[str]:
+    """The allreduce algorithms an MPICH file names at these process counts and sizes."""
+    found = {file_algorithm(tree, "allreduce", p, s) for p in nprocs for s in sizes}
+    return sorted(a for a in found if a is not None)
+
+
+def _sweep_config(args: argparse.Namespace, path: Path, run_dir: str, algs: list[str]):
+    """The sweep that measures plain native with and without the file."""
+    parser = argparse.ArgumentParser(prog="osu-dl-bench verify-export")
+    add_sweep_arguments(parser)
+    # Each algorithm the file names runs forced in launches of its own (native:alg=NAME):
+    # their fingerprints are what the file's launches must show where it names them.
+    candidates = ",".join(["native", *(f"native:alg={alg}" for alg in algs)])
+    argv = [
+        *("-o", run_dir, "--np", args.np, "--collectives", args.collectives),
+        *("-m", args.message_size, "-a", candidates, "--launches", str(args.launches)),
+        *("--budget", repr(args.budget), "--no-calibration"),
+        *("--library-file", str(path)),
+    ]
+    return config_from_args(parser.parse_args(argv))
+
+
+@dataclass
+class Proof:
+    """What the fingerprints say: sizes where the file's algorithm was seen (and could be
+    told from the default), and mismatches (the file not applied)."""
+
+    seen: list[str] = field(default_factory=list)
+    mismatches: list[str] = field(default_factory=list)
+    distinguishable: int = 0
+    checked: int = 0
+
+    def lines(self, library: str) -> list[str]:
+        """The verdict in words."""
+        if self.mismatches:
+            return [
+                f"the file did NOT take effect: {len(self.mismatches)} of {self.checked} "
+                "fingerprints differ from the algorithm it names",
+                *(f"  {m}" for m in self.mismatches[:10]),
+            ]
+        if not self.checked:
+            return [f"no fingerprint recorded: cannot prove that {library} used the file"]
+        if not self.distinguishable:
+            return [
+                f"the file keeps or matches {library}'s default at every fingerprinted size "
+                f"({self.checked} checked): consistent, but nothing to tell apart"
+            ]
+        return [
+            f"the file took effect: {self.checked} allreduce fingerprints match the algorithm "
+            f"it names, {self.distinguishable} of them distinct from the default's"
+        ]
+
+
+def _fingerprints(entries: dict[str, Any], launch: int, group: str) -> dict[str, Any]:
+    """A launch's recorded fingerprints (size text -> every rank's hash)."""
+    return entries.get(f"{launch}/{group}", {}).get("fingerprints") or {}
+
+
+def prove(metadata: dict[str, Any], tree: dict[str, Any], launches: int) -> Proof:
+    """Compare each launch's fingerprints with and without the file (see the module text)."""
+    proof = Proof()
+    for nprocs, job in sorted((metadata.get("jobs") or {}).items()):
+        entries = job.get("launches") or {}
+        for launch in range(1, launches + 1):
+            plain = _fingerprints(entries, launch, MPI_GROUP)
+            for size, seen in _fingerprints(entries, launch, FILE_GROUP).items():
+                alg = file_algorithm(tree, "allreduce", int(nprocs), int(size))
+                reference = (
+                    plain if alg is None else _fingerprints(entries, launch, FORCED_PREFIX + alg)
+                )
+                expected = reference.get(size)
+                if expected is None:
+                    continue
+                proof.checked += 1
+                where = f"p={nprocs} launch {launch} {format_size(int(size))}"
+                if seen != expected:
+                    proof.mismatches.append(f"{where}: expected {alg or 'the default'}'s")
+                elif alg is not None and expected != plain.get(size):
+                    proof.distinguishable += 1
+                    proof.seen.append(f"{where}: {alg}")
+    return proof
+
+
+def speedup_lines(frame: pd.DataFrame, tree: dict[str, Any] | None) -> list[str]:
+    """Per collective, p and size: the file's speedup over the default with its interval."""
+    rows = usable_rows(frame)
+    native = rows[rows["algorithm"] == "native"]
+    lines = [
+        f"{'collective':<11}{'p':>3}{'size':>8}  {'file says':<28}speedup  95% CI       launches"
+    ]
+    keys = ["collective", "nprocs", "size_bytes"]
+    for (collective, nprocs, size), at in native.groupby(keys, sort=True):
+        default, loaded = (at[at["group"] == g] for g in (MPI_GROUP, FILE_GROUP))
+        if default.empty or loaded.empty:
+            continue
+        ratio = paired_ratio(series_of(loaded), series_of(default), collective, nprocs, size)
+        if ratio is None:
+            continue
+        alg = file_algorithm(tree, collective, int(nprocs), int(size)) if tree else None
+        says = alg or "default"
+        lines.append(
+            f"{collective:<11}{nprocs:>3}{format_size(int(size)):>8}  {says:<28}"
+            f"{1 / ratio.ratio:>6.2f}  {1 / ratio.high:.2f}-{1 / ratio.low:.2f}"
+            f"{ratio.launches:>12}"
+        )
+    return lines
+
+
+def run_verify_export(args: argparse.Namespace) -> int:
+    """Measure, report the speedups and the proof; exit 1 if the file did not take effect."""
+    path = Path(args.file)
+    if not path.is_file():
+        raise UsageError(f"{args.file}: no such file (expected an exported selection file)")
+    library = file_library(path)
+    tree = json.loads(path.read_text()) if library == "mpich" else None
+    cfg_probe = _sweep_config(args, path, args.output or "-", [])
+    sizes = _doubling(cfg_probe.min_size, cfg_probe.max_size)
+    algs = named_algorithms(tree, cfg_probe.nprocs, sizes) if tree else []
+    run_dir = args.output or str(path.with_name(path.name + ".verify"))
+    code = run_sweep(_sweep_config(args, path, run_dir, algs))
+    if code != 0:
+        return code
+    store = RunStore(run_dir)
+    metadata = store.read_metadata()
+    ran = mpit.library_of(str(metadata.get("mpi_library") or ""))
+    if ran != library:
+        raise UsageError(f"{path} is a {library} file, but the jobs ran {ran or 'another MPI'}")
+    frame, _ = store.read()
+    lines = [f"# {path}: {library} with the file against without it, {run_dir}"]
+    lines += speedup_lines(frame, tree)
+    if tree is None:
+        lines.append("no fingerprint proof for Open MPI files yet: timings only")
+        print("\n".join(lines), flush=True)
+        return 0
+    proof = prove(metadata, tree, cfg_probe.launches)
+    lines += proof.lines(library)
+    print("\n".join(lines), flush=True)
+    return 1 if proof.mismatches else 0

@@ -1,0 +1,104 @@
+"""Tuning the MPI library itself (issue 15) with real jobs: its own algorithms forced per
+launch (native:alg=NAME) and validated, bench's refusal of an algorithm its launch did not
+force, and sweep -> tune -> export -> verify-export, whose fingerprints prove that MPICH
+applied the file. Sizes and budgets are tiny: these check behaviour, not speed."""
+
+import json
+import sys
+
+import pytest
+from mpirun import mpi_env, run_cli, run_with_timeout
+
+from collectives import mpit
+from osu_dl_bench.selection.exports.mpich_default import default_tree
+
+
+def _osu(args, timeout=300, **env):
+    """``osu-dl-bench ARGS`` as a process of its own (sweep and verify-export launch the
+    MPI jobs themselves)."""
+    cmd = [sys.executable, "-m", "osu_dl_bench", *args]
+    return run_with_timeout(cmd, timeout, mpi_env(env))
+
+
+@pytest.fixture(scope="module")
+def mpich():
+    """Skip unless the MPI library here is MPICH (its variables are the ones forced)."""
+    from mpi4py import MPI
+
+    library = mpit.library_of(MPI.Get_library_version())
+    if library != "mpich":
+        pytest.skip(f"the MPI library here is {library or 'another'}, not MPICH")
+
+
+def test_every_library_algorithm_runs_forced_in_its_own_launches_and_validates(mpich, tmp_path):
+    run = tmp_path / "all"
+    res = _osu(
+        ["sweep", "-o", str(run), "--np", "2", "-m", "8:4K", "-a", "native:alg=all"]
+        + ["--budget", "0.02", "--launches", "1", "--no-calibration"],
+        timeout=600,
+    )
+    assert res.returncode == 0, f"{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
+    metadata = json.loads((run / "metadata.json").read_text())
+    launches = metadata["jobs"]["2"]["launches"]
+    forced = {key: entry["forced_algorithm"] for key, entry in launches.items() if key != "1/mpi"}
+    assert "1/alg_ring" in forced and "1/alg_posix_mpir" in forced
+    for proof in forced.values():  # each variable read back through MPI_T as it was set
+        assert all(v["set"] == v["read"] for v in proof.values()), proof
+    rows = (run / "results.csv").read_text()
+    assert "native:alg=scatter_ring_allgather" in rows and "native:alg=recursive_doubling" in rows
+    assert ",fail," not in rows
+
+
+def test_bench_refuses_an_algorithm_its_launch_did_not_force_and_runs_it_where_it_did(mpich):
+    args = ["bench", "allreduce", "-a", "native:alg=ring", "-m", "8:64", "-c", "-i", "5", "-x", "1"]
+    refused = run_cli(2, args, timeout=120)
+    assert refused.returncode == 2
+    assert "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM=ring" in refused.stdout + refused.stderr
+    forced = run_cli(2, args, timeout=120, env={"MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": "ring"})
+    assert forced.returncode == 0, forced.stderr
+    assert "native:alg=ring" in forced.stdout
+
+
+def test_sweep_tune_export_and_verify_export_of_mpichs_own_algorithms(mpich, tmp_path):
+    run, table = tmp_path / "run", tmp_path / "tables" / "lib.json"
+    sweep = _osu(
+        ["sweep", "-o", str(run), "--np", "2", "--collectives", "allreduce", "-m", "32K:64K"]
+        + ["-a", "native,native:alg=ring,native:alg=tree", "--budget", "0.1"]
+        + ["--launches", "2", "--no-calibration"]
+    )
+    assert sweep.returncode == 0, sweep.stderr
+    tuned = _osu(["tune", str(run), "-o", str(table), "--export", "mpich"], timeout=120)
+    assert tuned.returncode == 0, tuned.stderr
+    header = json.loads(table.read_text())["library_tuning"]
+    assert header["library"] == "mpich" and header["entries"][0]["nprocs"] == 2
+    exported = table.with_name("lib.mpich.json")
+    verified = _osu(
+        ["verify-export", str(exported), "--np", "2", "--collectives", "allreduce"]
+        + ["-m", "32K:64K", "--launches", "2", "--budget", "0.1"]
+    )
+    # Whatever the noise let win: a file MPICH applied, so its fingerprints agree.
+    assert verified.returncode == 0, f"{verified.stdout[-3000:]}\n{verified.stderr[-2000:]}"
+    assert "allreduce    2     32K" in verified.stdout
+    assert "did NOT take effect" not in verified.stdout
+
+
+def test_verify_export_proves_a_file_that_departs_from_the_default(mpich, tmp_path):
+    # Ring from 64 KiB on, MPICH's default below: ring's fingerprint differs from the
+    # default's at p = 2, so the file's launches must show ring's there.
+    tree = default_tree()
+    default = tree["collective=allreduce"]["comm_type=intra"]
+    tree["collective=allreduce"]["comm_type=intra"] = {
+        "comm_size=any": {
+            "avg_msg_size<=65535": default,
+            "avg_msg_size=any": {"algorithm=MPIR_Allreduce_intra_ring": {}},
+        }
+    }
+    path = tmp_path / "ring.mpich.json"
+    path.write_text(json.dumps(tree))
+    verified = _osu(
+        ["verify-export", str(path), "--np", "2", "--collectives", "allreduce"]
+        + ["-m", "32K:128K", "--launches", "2", "--budget", "0.1"]
+    )
+    assert verified.returncode == 0, f"{verified.stdout[-3000:]}\n{verified.stderr[-2000:]}"
+    assert "allreduce    2     64K  ring" in verified.stdout
+    assert "the file took effect" in verified.stdout

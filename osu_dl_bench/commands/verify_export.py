@@ -142,6 +142,13 @@ def prove(metadata: dict[str, Any], tree: dict[str, Any], launches: int) -> Proo
     return proof
 
 
+def _interval(low: float, high: float) -> str:
+    """'0.95-1.10'; bounds past 100x (two launches give Student's t one degree of freedom)
+    shown as such rather than as long numbers."""
+    shown = [f"{v:.2f}" if v < 100 else ">100" for v in (low, high)]
+    return "-".join(shown)
+
+
 def speedup_lines(frame: pd.DataFrame, tree: dict[str, Any] | None) -> list[str]:
     """Per collective, p and size: the file's speedup over the default with its interval."""
     rows = usable_rows(frame)
@@ -161,8 +168,8 @@ def speedup_lines(frame: pd.DataFrame, tree: dict[str, Any] | None) -> list[str]
         says = alg or "default"
         lines.append(
             f"{collective:<11}{nprocs:>3}{format_size(int(size)):>8}  {says:<28}"
-            f"{1 / ratio.ratio:>6.2f}  {1 / ratio.high:.2f}-{1 / ratio.low:.2f}"
-            f"{ratio.launches:>12}"
+            f"{1 / ratio.ratio:>6.2f}  {_interval(1 / ratio.high, 1 / ratio.low):<12}"
+            f"{ratio.launches:>8}"
         )
     return lines
 

@@ -8,13 +8,18 @@ import argparse
 from osu_dl_bench.measurement.options import positive_int
 from osu_dl_bench.train.options import add_benchmark_workload_arguments
 
-# A whole comparison at p = 2 on the reference machine takes about two minutes; an hour
-# leaves room for larger models and busier hosts and still ends a hung job.
+# A whole comparison at p = 2 on the reference machine took about two minutes in one
+# launch; an hour per launch leaves room for larger models and busier hosts and still ends
+# a hung job.
 DEFAULT_TIMEOUT_S = 3600.0
+# Launches per isolation group, as the sweep's --launches: the launch-to-launch variance
+# is the largest part on this machine (issue 14), and three launches give its interval.
+DEFAULT_LAUNCHES = 3
 
 # (flag, attribute) of every option the launched job needs, in the order it gets them.
 PASSED_ON = (
     ("--np", "np"),
+    ("--launches", "launches"),
     ("--rounds", "rounds"),
     ("--steps", "steps"),
     ("--warmup", "warmup"),
@@ -53,7 +58,13 @@ def _seconds(text: str) -> float:
 def add_train_bench_arguments(parser: argparse.ArgumentParser) -> None:
     """Every option of train-bench (the hidden --worker marks the launched job)."""
     parser.add_argument("--np", type=positive_int, default=2, help="ranks of the job (default 2)")
-    parser.add_argument("--rounds", type=positive_int, default=5)
+    parser.add_argument(
+        "--launches",
+        type=positive_int,
+        default=DEFAULT_LAUNCHES,
+        help=f"MPI launches per isolation group (default {DEFAULT_LAUNCHES})",
+    )
+    parser.add_argument("--rounds", type=positive_int, default=5, help="rounds per launch")
     parser.add_argument("--steps", type=positive_int, default=8, help="timed steps per measurement")
     parser.add_argument("--warmup", type=_non_negative, default=2, help="untimed steps before each")
     parser.add_argument("--table", default=None, help="tuning table for the 'tuned' row")
@@ -63,14 +74,29 @@ def add_train_bench_arguments(parser: argparse.ArgumentParser) -> None:
         "--timeout",
         type=_seconds,
         default=DEFAULT_TIMEOUT_S,
-        help=f"stop the job if it runs longer (default {DEFAULT_TIMEOUT_S:g} s)",
+        help=f"stop a launch if it runs longer (default {DEFAULT_TIMEOUT_S:g} s)",
     )
+    parser.add_argument(
+        "--seed",
+        type=_non_negative,
+        default=None,
+        help="seed of the groups' order within each launch (default: random, recorded)",
+    )
+    # Inside a launch: which one, of which group, and where rank 0 writes its record.
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--launch", type=positive_int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--group", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--part", default=None, help=argparse.SUPPRESS)
 
 
-def worker_argv(args: argparse.Namespace) -> list[str]:
-    """The arguments of ``python -m osu_dl_bench`` for the job: the same options, --worker."""
-    argv = ["train-bench", "--worker"]
+def worker_argv(
+    args: argparse.Namespace, launch: int = 1, group: str | None = None, part: str | None = None
+) -> list[str]:
+    """The arguments of ``python -m osu_dl_bench`` for one launch: the same options,
+    --worker, the launch's number and group, and where rank 0 writes its record."""
+    argv = ["train-bench", "--worker", "--launch", str(launch)]
+    argv += ["--group", group] if group else []
+    argv += ["--part", part] if part else []
     for flag, name in PASSED_ON:
         value = getattr(args, name)
         if value is not None:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -297,3 +297,19 @@ def launch_of(
     return Launch(
         number, values, float(median_us), float(q1_us), float(q3_us), int(count), rounds_id
     )
+
+
+def series_of(group: str, launches: Mapping[int, Iterable[float]]) -> Series:
+    """A Series from each launch's per-round values in round order (launch number ->
+    values), its summary (median, quartiles, count) taken over those rounds. The values
+    may be rates as well as times: a log-ratio of rates is the negated log-ratio of times,
+    and every step of paired_ratio (median, bootstrap percentiles, t interval) commutes
+    with negation, so rates give rate ratios with the same interval, bounds swapped."""
+    built = []
+    for number in sorted(launches):
+        values = np.asarray(list(launches[number]), dtype=float)
+        if not values.size:
+            continue
+        q1, median, q3 = np.percentile(values, [25, 50, 75])
+        built.append(launch_of(number, values, median, q1, q3, values.size))
+    return Series(group, tuple(built))

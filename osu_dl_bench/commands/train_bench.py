@@ -73,7 +73,10 @@ def run_train_bench(args: argparse.Namespace) -> int:
     parts = []
     with tempfile.TemporaryDirectory(prefix="train-bench-") as tmp:
         for index, (number, group) in enumerate(order, 1):
-            print(f"# launch {number}/{args.launches}, group {group} ({index} of {len(order)})")
+            print(
+                f"# launch {number}/{args.launches}, group {group} ({index} of {len(order)})",
+                flush=True,
+            )
             part = Path(tmp) / f"launch{number}-{group}.json"
             what = f"launch {number} of group {group}"
             code = launch_job(job_command(args, number, group, str(part)), args.timeout, what)
@@ -327,7 +330,9 @@ def _rounds(args, session, trainers, data, sampler, group: str) -> list[dict]:
             row = {"launch": args.launch, "group": group, "round": index, "config": label}
             rows.append({**row, "img_per_s": rate})
             if session.rank == 0:
-                print(f"{where}round {index + 1}/{args.rounds} {label}: {rate:.1f} img/s")
+                print(
+                    f"{where}round {index + 1}/{args.rounds} {label}: {rate:.1f} img/s", flush=True
+                )
     return rows
 
 

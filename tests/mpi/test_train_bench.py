@@ -1,8 +1,11 @@
-"""``osu-dl-bench train-bench`` launching its real job (hard timeout): every configuration
-is measured in every round and the table and JSON land where --out says."""
+"""``osu-dl-bench train-bench`` launching its real jobs (hard timeout): the configurations
+binding Gloo run in launches of their own, the MPI launches never bind Gloo (their thread
+counts say so), every configuration of a launch is measured in each of its rounds, and the
+table and JSON, with their intervals, land where --out says."""
 
 import importlib.util
 import json
+import re
 import sys
 
 import pytest
@@ -14,19 +17,69 @@ pytestmark = pytest.mark.skipif(
 )
 TABLE = REPO / "tuning_tables" / "reference-cpu-mpich-1node.json"
 TINY = ["--width", "4", "--image-size", "8", "--num-classes", "4", "-b", "4"]
+GLOO = {"ddp-gloo", "gloo"}
 
 
-def test_a_tiny_comparison_measures_every_configuration_each_round(tmp_path):
-    out = tmp_path / "train"
-    cmd = [sys.executable, "-m", "osu_dl_bench", "train-bench", "--np", "2", "--rounds", "2"]
-    cmd += ["--steps", "1", "--warmup", "0", "--table", str(TABLE), "--out", str(out), *TINY]
-    res = run_with_timeout(cmd, 300, mpi_env())
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    out = tmp_path_factory.mktemp("train") / "train"
+    cmd = [sys.executable, "-m", "osu_dl_bench", "train-bench", "--np", "2", "--launches", "2"]
+    cmd += ["--rounds", "2", "--steps", "1", "--warmup", "0", "--table", str(TABLE)]
+    cmd += ["--out", str(out), *TINY]
+    res = run_with_timeout(cmd, 420, mpi_env())
     assert res.returncode == 0, res.stderr[-3000:]
-    data = json.loads(out.with_suffix(".json").read_text())
-    configs = list(data["summary"])
-    assert {"native", "tuned", "tuned/no-overlap", "ddp-gloo"} <= set(configs)
-    assert len(data["rows"]) == 2 * len(configs)
+    return out, json.loads(out.with_suffix(".json").read_text()), res
+
+
+def test_gloo_configurations_run_in_launches_of_their_own(measured):
+    _, data, _ = measured
+    groups = {(row["config"], row["group"]) for row in data["rows"]}
+    assert {g for c, g in groups if c in GLOO} == {"gloo"}
+    assert {g for c, g in groups if c == "native"} == {"mpi", "gloo"}
+    assert {g for c, g in groups if c not in GLOO | {"native"}} == {"mpi"}
+    assert {"tuned", "tuned/no-overlap", "native/no-overlap"} <= {c for c, g in groups}
+    # launch 1 of both groups, then launch 2, as the recorded order says
+    order = data["launch_order"]["order"]
+    assert sorted(order[:2]) == ["1/gloo", "1/mpi"] and sorted(order[2:]) == ["2/gloo", "2/mpi"]
+    assert [f"{x['launch']}/{x['group']}" for x in data["launches"]] == order
+
+
+def test_mpi_launches_never_bind_gloo(measured):
+    _, data, _ = measured
+    by_group = {"mpi": [], "gloo": []}
+    for launch in data["launches"]:
+        by_group[launch["group"]].append(launch)
+    assert not any(x["torch_distributed"] for x in by_group["mpi"])
+    assert all(x["torch_distributed"] for x in by_group["gloo"])
+    # Gloo's threads show in its launches' processes only
+    assert max(x["process_threads"] for x in by_group["mpi"]) < min(
+        x["process_threads"] for x in by_group["gloo"]
+    )
+
+
+def test_every_configuration_of_a_launch_is_measured_each_round(measured):
+    _, data, _ = measured
+    for launch in data["launches"]:
+        rows = [
+            r
+            for r in data["rows"]
+            if (r["launch"], r["group"]) == (launch["launch"], launch["group"])
+        ]
+        assert sorted((r["round"], r["config"]) for r in rows) == sorted(
+            (i, c) for i in range(2) for c in launch["measured"]
+        )
+
+
+def test_the_report_gives_each_ratio_with_its_interval(measured):
+    out, data, res = measured
+    tuned = data["summary"]["tuned"]["vs_ddp"]
+    assert tuned["low"] <= tuned["ratio"] <= tuned["high"] and tuned["launches"] == 2
+    assert data["summary"]["native@gloo"]["group"] == "gloo"
     assert data["config"]["np"] == 2 and data["config"]["table"] == str(TABLE)
     text = out.with_suffix(".txt").read_text()
     assert text.splitlines()[0].startswith("# training throughput at p=2: resnet depth 10")
-    assert "# target tuned >= 1.1x ddp-gloo: " in text and text in res.stdout + "\n"
+    target = re.compile(
+        r"# target tuned >= 1\.25x ddp-gloo: tuned\S* / ddp-gloo = [\d.]+ "
+        r"\(95% CI [\d.]+-[\d.]+\) over 2 launches: (MET|MISSED)$"
+    )
+    assert target.match(text.splitlines()[-1]) and text in res.stdout + "\n"

@@ -529,11 +529,17 @@ def summarise(rows: list[dict], home: Mapping[str, str]) -> dict[str, dict]:
     return summary
 
 
+def bound_text(value: float) -> str:
+    """An interval's bound: two decimals, '>100' past 100x (two launches give Student's
+    t one degree of freedom, and bounds in the hundreds say no more than that)."""
+    return f"{value:.2f}" if value < 100 else ">100"
+
+
 def ratio_cell(ratio: Mapping[str, float] | None) -> str:
     """'1.27 (1.18-1.36)': the ratio and its 95% interval, or '-'."""
     if not ratio:
         return "-"
-    return f"{ratio['ratio']:.2f} ({ratio['low']:.2f}-{ratio['high']:.2f})"
+    return f"{ratio['ratio']:.2f} ({bound_text(ratio['low'])}-{bound_text(ratio['high'])})"
 
 
 def verdict(summary: Mapping[str, dict]) -> tuple[str, dict | None]:
@@ -547,8 +553,8 @@ def verdict(summary: Mapping[str, dict]) -> tuple[str, dict | None]:
     met = "MET" if found["ratio"] >= TARGET else "MISSED"
     plural = "launch" if found["launches"] == 1 else "launches"
     return (
-        f"{best} / {DDP} = {found['ratio']:.2f} (95% CI {found['low']:.2f}-"
-        f"{found['high']:.2f}) over {found['launches']} {plural}: {met}",
+        f"{best} / {DDP} = {found['ratio']:.2f} (95% CI {bound_text(found['low'])}-"
+        f"{bound_text(found['high'])}) over {found['launches']} {plural}: {met}",
         found,
     )
 

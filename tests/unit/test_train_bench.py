@@ -209,6 +209,8 @@ def test_the_verdict_takes_the_best_tuned_row_and_misses_below_the_target():
     text, found = train_bench.verdict({**rows, "tuned/registered": {"vs_ddp": None}})
     assert text == "tuned/no-overlap / ddp-gloo = 1.24 (95% CI 1.14-1.34) over 3 launches: MISSED"
     assert found["ratio"] == 1.24
+    wide = {"tuned": {"vs_ddp": {**ratio(1.3), "high": 467.5}}}
+    assert "(95% CI 1.20->100) over 3 launches: MET" in train_bench.verdict(wide)[0]
     assert train_bench.verdict({"native": {"vs_ddp": ratio(1.0)}}) == (
         "no tuned configuration measured",
         None,

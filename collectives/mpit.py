@@ -184,7 +184,7 @@ def _enum_items(lib: ctypes.CDLL, enum: ctypes.c_void_p) -> tuple[tuple[int, str
     return tuple(items)
 
 
-def _variable(lib: ctypes.CDLL, index: int) -> ControlVariable:
+def _variable(lib: ctypes.CDLL, index: int) -> ControlVariable | None:
     name, name_len = _text(256)
     desc, desc_len = _text(8192)
     verbosity, bind, scope = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
@@ -203,7 +203,8 @@ def _variable(lib: ctypes.CDLL, index: int) -> ControlVariable:
         ctypes.byref(bind),
         ctypes.byref(scope),
     )
-    _check(code, f"MPI_T_cvar_get_info({index})")
+    if code != _SUCCESS:
+        return None  # Open MPI reports some indices invalid (variables of closed components)
     text = desc.value.decode(errors="replace")
     # MPI_T_ENUM_NULL is a null handle in both libraries.
     choices = _enum_items(lib, enum) if enum.value else choices_from_description(text)
@@ -217,7 +218,7 @@ def control_variables() -> dict[str, ControlVariable]:
     count = ctypes.c_int()
     _check(lib.MPI_T_cvar_get_num(ctypes.byref(count)), "MPI_T_cvar_get_num")
     found = (_variable(lib, index) for index in range(count.value))
-    return {var.name: var for var in found}
+    return {var.name: var for var in found if var is not None}
 
 
 def variable(name: str) -> ControlVariable | None:

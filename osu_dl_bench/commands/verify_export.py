@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,14 +33,21 @@ from osu_dl_bench.jobs.orchestrate import run_sweep
 from osu_dl_bench.jobs.plan import FILE_GROUP, FORCED_PREFIX, MPI_GROUP
 from osu_dl_bench.measurement.store import RunStore
 from osu_dl_bench.selection.exports.mpich import file_algorithm
+from osu_dl_bench.selection.exports.openmpi import parse_classic, rules_algorithm
 from osu_dl_bench.selection.paired import paired_ratio
 from osu_dl_bench.selection.tune import series_of, usable_rows
+
+# (collective, nprocs, size in bytes) -> the library algorithm a file names there, None
+# where it leaves the library's default.
+Reader = Callable[[str, int, int], "str | None"]
 
 
 def file_library(path: Path) -> str:
     """'mpich' (an MPICH csel JSON file) or 'openmpi' (a classic rules file), from the file."""
     if path.suffix == ".rules":
         return "openmpi"
+    if path.name.endswith(".openmpi.json"):
+        raise UsageError(f"{path}: give the classic .openmpi.rules file beside it (Open MPI 5)")
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
@@ -59,9 +67,22 @@ def _doubling(lo: int, hi: int) -> list[int]:
     return sizes
 
 
-def named_algorithms(tree: dict[str, Any], nprocs: tuple[int, ...], sizes: list[int]) -> list[str]:
-    """The allreduce algorithms an MPICH file names at these process counts and sizes."""
-    found = {file_algorithm(tree, "allreduce", p, s) for p in nprocs for s in sizes}
+def file_reader(path: Path, library: str) -> Reader:
+    """What the file names where: MPICH's selection tree or Open MPI's classic rules."""
+    text = path.read_text()
+    if library == "mpich":
+        tree = json.loads(text)
+        return lambda collective, p, size: file_algorithm(tree, collective, p, size)
+    try:
+        parse_classic(text)
+    except (StopIteration, ValueError):
+        raise UsageError(f"{path}: not a classic Open MPI rules file") from None
+    return lambda collective, p, size: rules_algorithm(text, collective, p, size)
+
+
+def named_algorithms(reader: Reader, nprocs: tuple[int, ...], sizes: list[int]) -> list[str]:
+    """The allreduce algorithms a file names at these process counts and sizes."""
+    found = {reader("allreduce", p, s) for p in nprocs for s in sizes}
     return sorted(a for a in found if a is not None)
 
 
@@ -77,6 +98,7 @@ def _sweep_config(args: argparse.Namespace, path: Path, run_dir: str, algs: list
         *("-m", args.message_size, "-a", candidates, "--launches", str(args.launches)),
         *("--budget", repr(args.budget), "--no-calibration"),
         *("--library-file", str(path)),
+        *(["--mpi", args.mpi] if args.mpi else []),
     ]
     return config_from_args(parser.parse_args(argv))
 
@@ -117,7 +139,7 @@ def _fingerprints(entries: dict[str, Any], launch: int, group: str) -> dict[str,
     return entries.get(f"{launch}/{group}", {}).get("fingerprints") or {}
 
 
-def prove(metadata: dict[str, Any], tree: dict[str, Any], launches: int) -> Proof:
+def prove(metadata: dict[str, Any], reader: Reader, launches: int) -> Proof:
     """Compare each launch's fingerprints with and without the file (see the module text)."""
     proof = Proof()
     for nprocs, job in sorted((metadata.get("jobs") or {}).items()):
@@ -125,7 +147,7 @@ def prove(metadata: dict[str, Any], tree: dict[str, Any], launches: int) -> Proo
         for launch in range(1, launches + 1):
             plain = _fingerprints(entries, launch, MPI_GROUP)
             for size, seen in _fingerprints(entries, launch, FILE_GROUP).items():
-                alg = file_algorithm(tree, "allreduce", int(nprocs), int(size))
+                alg = reader("allreduce", int(nprocs), int(size))
                 reference = (
                     plain if alg is None else _fingerprints(entries, launch, FORCED_PREFIX + alg)
                 )
@@ -149,7 +171,7 @@ def _interval(low: float, high: float) -> str:
     return "-".join(shown)
 
 
-def speedup_lines(frame: pd.DataFrame, tree: dict[str, Any] | None) -> list[str]:
+def speedup_lines(frame: pd.DataFrame, reader: Reader) -> list[str]:
     """Per collective, p and size: the file's speedup over the default with its interval."""
     rows = usable_rows(frame)
     native = rows[rows["algorithm"] == "native"]
@@ -164,7 +186,7 @@ def speedup_lines(frame: pd.DataFrame, tree: dict[str, Any] | None) -> list[str]
         ratio = paired_ratio(series_of(loaded), series_of(default), collective, nprocs, size)
         if ratio is None:
             continue
-        alg = file_algorithm(tree, collective, int(nprocs), int(size)) if tree else None
+        alg = reader(collective, int(nprocs), int(size))
         says = alg or "default"
         lines.append(
             f"{collective:<11}{nprocs:>3}{format_size(int(size)):>8}  {says:<28}"
@@ -180,11 +202,10 @@ def run_verify_export(args: argparse.Namespace) -> int:
     if not path.is_file():
         raise UsageError(f"{args.file}: no such file (expected an exported selection file)")
     library = file_library(path)
-    tree = json.loads(path.read_text()) if library == "mpich" else None
-    cfg_probe = _sweep_config(args, path, args.output or "-", [])
-    sizes = _doubling(cfg_probe.min_size, cfg_probe.max_size)
-    algs = named_algorithms(tree, cfg_probe.nprocs, sizes) if tree else []
+    reader = file_reader(path, library)
     run_dir = args.output or str(path.with_name(path.name + ".verify"))
+    probe = _sweep_config(args, path, run_dir, [])
+    algs = named_algorithms(reader, probe.nprocs, _doubling(probe.min_size, probe.max_size))
     code = run_sweep(_sweep_config(args, path, run_dir, algs))
     if code != 0:
         return code
@@ -195,12 +216,8 @@ def run_verify_export(args: argparse.Namespace) -> int:
         raise UsageError(f"{path} is a {library} file, but the jobs ran {ran or 'another MPI'}")
     frame, _ = store.read()
     lines = [f"# {path}: {library} with the file against without it, {run_dir}"]
-    lines += speedup_lines(frame, tree)
-    if tree is None:
-        lines.append("no fingerprint proof for Open MPI files yet: timings only")
-        print("\n".join(lines), flush=True)
-        return 0
-    proof = prove(metadata, tree, cfg_probe.launches)
+    lines += speedup_lines(frame, reader)
+    proof = prove(metadata, reader, probe.launches)
     lines += proof.lines(library)
     print("\n".join(lines), flush=True)
     return 1 if proof.mismatches else 0

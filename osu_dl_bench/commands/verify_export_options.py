@@ -49,6 +49,12 @@ def add_verify_export_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"timed seconds per point over all launches (default {DEFAULT_BUDGET:g})",
     )
     parser.add_argument(
+        "--mpi",
+        choices=("mpich", "openmpi"),
+        default=None,
+        help="the MPI library the jobs run, as sweep --mpi (default: the one mpi4py finds)",
+    )
+    parser.add_argument(
         "-o",
         "--output",
         default=None,

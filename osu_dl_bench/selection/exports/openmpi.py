@@ -206,3 +206,34 @@ def export(table: TuningTable, base: Path) -> tuple[list[Path], list[str]]:
     rules_path.write_text(classic_text(table, warn, rules_path.name))
     json_path.write_text(json.dumps(json_document(table, []), indent=1) + "\n")
     return [rules_path, json_path], warn
+
+
+def parse_classic(text: str) -> dict[int, list[tuple[int, list[tuple[int, int]]]]]:
+    """A classic rules file: collective id -> [(comm size, [(message size, alg id)])],
+    in file order ('#' starts a comment; the grammar of coll_tuned_dynamic_file.c)."""
+    numbers = iter(int(tok) for line in text.splitlines() for tok in line.split("#")[0].split())
+    rules: dict[int, list[tuple[int, list[tuple[int, int]]]]] = {}
+    for _ in range(next(numbers)):
+        coll_id, comm_sizes = next(numbers), next(numbers)
+        blocks = []
+        for _ in range(comm_sizes):
+            comm_size, count = next(numbers), next(numbers)
+            rows = []
+            for _ in range(count):
+                size, alg, _fanout, _segsize = (next(numbers) for _ in range(4))
+                rows.append((size, alg))
+            blocks.append((comm_size, rows))
+        rules[coll_id] = blocks
+    return rules
+
+
+def rules_algorithm(text: str, collective: str, nprocs: int, size: int) -> str | None:
+    """The coll/tuned algorithm (name) a classic rules file picks for ``collective`` of
+    ``size`` bytes on ``nprocs`` ranks, None where it leaves the choice to Open MPI (id 0,
+    or no rule): the last comm size <= nprocs, then the last message size <= size."""
+    blocks = parse_classic(text).get(COLLECTIVE_IDS.get(collective, -1), [])
+    block = [rows for comm_size, rows in blocks if comm_size <= nprocs]
+    rows = [alg for start, alg in (block[-1] if block else []) if start <= size]
+    alg = rows[-1] if rows else 0
+    names = {i: n for n, i in ALGORITHM_IDS.get(collective, {}).items()}
+    return names.get(alg) if alg else None

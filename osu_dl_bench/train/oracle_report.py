@@ -35,8 +35,11 @@ def _measured(path: str | None) -> tuple[dict, dict[str, float]]:
         config, rows = data["config"], data["rows"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"--measured {path}: expected train-bench's JSON: {exc}") from None
+    groups = data.get("groups") or {}
     by_label: dict[str, list[float]] = {}
     for row in rows:
+        if groups and row.get("group") not in (None, groups.get(row["config"])):
+            continue  # a reference measured beside another group (native in gloo's launches)
         by_label.setdefault(row["config"], []).append(float(row["img_per_s"]))
     return config, {k: statistics.median(v) for k, v in by_label.items()}
 

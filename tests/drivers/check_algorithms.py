@@ -215,9 +215,10 @@ def _selected(args) -> list[Algorithm]:
     return [a for a in chosen if not args.backends or a.backend in args.backends]
 
 
-def _run_checks(comm, checks: list[Check], args, tally: Tally, bound: BoundCalls) -> None:
-    """Run ``checks`` on the nodes discover_topology finds (or emulates) now."""
-    topo = discover_topology(comm, args.ranks_per_node)
+def _run_checks(comm, checks: list[Check], args, tally: Tally, ranks_per_node) -> None:
+    """Run ``checks`` on the nodes discover_topology finds, or emulated nodes of
+    ``ranks_per_node`` ranks; each variant bound once, on those nodes."""
+    topo = discover_topology(comm, ranks_per_node)
     # --private-ranks: these ranks allocate private memory whatever --device says, so
     # algorithms meet a mix of registered and private buffers.
     private = comm.Get_rank() in args.private_ranks
@@ -227,6 +228,7 @@ def _run_checks(comm, checks: list[Check], args, tally: Tally, bound: BoundCalls
     def ctx_of(etype, op):
         return CallContext(p, etype, op, args.device, topo.nodes, topo.ppn)
 
+    bound = BoundCalls()
     for item in checks:
         _forbid_kernel_copies(False)
         call = bound.get(comm, item.variant)
@@ -238,15 +240,15 @@ def check(args) -> dict:
     """Run every case; returns the summary (the same on every rank)."""
     comm = MPI.COMM_WORLD
     p = comm.Get_size()
-    tally, bound = Tally(), BoundCalls()
+    tally = Tally()
     checks = [item for algo in _selected(args) for item in _checks(algo, args, p)]
-    _run_checks(comm, checks, args, tally, bound)
+    _run_checks(comm, checks, args, tally, args.ranks_per_node)
     if args.grid_ranks_per_node and args.grid_cases.sizes:
         # The node-aware variants (hierarchical:inner=...) need several nodes: emulated
-        # ones, for the grid variants that never ran on the nodes there are.
-        args.ranks_per_node = args.grid_ranks_per_node
+        # ones, for the grid variants that never ran on the nodes there are (bound anew:
+        # a variant finds its nodes when bound).
         never_ran = [item for item in checks if item.stands_for and not tally.covers(item)]
-        _run_checks(comm, never_ran, args, tally, bound)
+        _run_checks(comm, never_ran, args, tally, args.grid_ranks_per_node)
     return tally.summary(p)
 
 

@@ -31,8 +31,10 @@ from typing import Any
 import numpy as np
 
 CUDA_AWARE_ENV = "OSU_DL_BENCH_CUDA_AWARE"
-# Backends whose calls take device pointers themselves and never go through MPI's buffers.
-NATIVE_GPU_BACKENDS = ("nccl",)
+# Never staged as a whole: nccl takes device pointers itself, and the runtime selector
+# ("selector", -a tuned) dispatches to algorithms that are each staged or not when it binds
+# them (osu_dl_bench.selection.selector).
+UNSTAGED_BACKENDS = ("nccl", "selector")
 STAGING_NOTE = (
     "-d cuda: this MPI library is not CUDA-aware (MPIX_Query_cuda_support); MPI algorithms "
     "stage through pinned host buffers, nccl does not"
@@ -182,7 +184,7 @@ def cuda_aware() -> bool:
 
 def needs_staging(device: str, backend: str) -> bool:
     """True when an algorithm of ``backend`` must stage ``device`` buffers through host."""
-    return device == "cuda" and backend not in NATIVE_GPU_BACKENDS and not cuda_aware()
+    return device == "cuda" and backend not in UNSTAGED_BACKENDS and not cuda_aware()
 
 
 def for_backend(call: Callable, backend: str, device: str) -> Callable:

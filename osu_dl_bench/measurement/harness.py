@@ -13,11 +13,17 @@ from typing import Any
 from mpi4py import MPI
 
 from collectives import CollectiveSpec, Variant
-from collectives.device import STAGING_NOTE, for_backend, needs_staging, select_local_gpu
+from collectives.device import STAGING_NOTE, needs_staging
 from collectives.dtypes import ElementType
 from collectives.ops import ReduceOp
 from collectives.registry import BoundCalls
-from osu_dl_bench.measurement.kernel import FAULT_ENV, OsuStats, measure_osu, prepare_inputs
+from osu_dl_bench.measurement.kernel import (
+    FAULT_ENV,
+    OsuStats,
+    device_calls,
+    measure_osu,
+    prepare_inputs,
+)
 from osu_dl_bench.measurement.options import BenchConfig
 from osu_dl_bench.measurement.records import BenchRecord
 from osu_dl_bench.runtime import Topology
@@ -77,19 +83,11 @@ def _element_counts(cfg: BenchConfig, setting: Setting) -> list[int]:
     return [n for n in counts if n > 0]
 
 
-def _device_calls(comm: MPI.Comm, device: str, variants: list[Variant]) -> list[Any]:
-    """The variants bound on ``comm`` for ``device`` buffers: on cuda after choosing this
-    rank's GPU, and staged through host memory where MPI cannot read device memory."""
-    if device == "cuda":
-        select_local_gpu(comm)
-        backends = {v.algorithm.backend for v in variants}
-        if comm.Get_rank() == 0 and any(needs_staging(device, b) for b in backends):
-            print(f"# {STAGING_NOTE}", flush=True)
-    calls = BoundCalls().calls(comm, variants)
-    return [
-        for_backend(call, v.algorithm.backend, device)
-        for call, v in zip(calls, variants, strict=True)
-    ]
+def _staging_note(comm: MPI.Comm, device: str, variants: list[Variant]) -> None:
+    """Rank 0 says once when MPI algorithms stage -d cuda buffers through host memory."""
+    backends = {v.algorithm.backend for v in variants}
+    if comm.Get_rank() == 0 and any(needs_staging(device, b) for b in backends):
+        print(f"# {STAGING_NOTE}", flush=True)
 
 
 def measure_collective(
@@ -97,7 +95,8 @@ def measure_collective(
 ) -> Iterator[list[BenchRecord]]:
     """Yield, size by size, one record per variant (all interleaved within each size)."""
     nprocs = comm.Get_size()
-    calls = _device_calls(comm, cfg.device, variants)
+    _staging_note(comm, cfg.device, variants)
+    calls = device_calls(comm, BoundCalls(), variants, cfg.device)
     if os.environ.get(FAULT_ENV) == "raise" and comm.Get_rank() == nprocs - 1:
         raise RuntimeError("fault injected on the last rank (test hook)")
     check_roots = None

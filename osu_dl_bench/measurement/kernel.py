@@ -35,10 +35,10 @@ from mpi4py import MPI
 
 from collectives import Buffers, CallContext, CallShape, CollectiveSpec, Variant
 from collectives.buffers import to_host
-from collectives.device import device_ready, settle_for
+from collectives.device import device_ready, for_backend, select_local_gpu, settle_for
 from collectives.dtypes import ElementType
 from collectives.ops import ReduceOp
-from collectives.registry import CollectiveCall
+from collectives.registry import BoundCalls, CollectiveCall
 from osu_dl_bench.measurement.reference import ReferenceTimer
 from osu_dl_bench.measurement.schedule import (
     CALIBRATION_SHARE,
@@ -115,6 +115,21 @@ class Inputs:
     def expected(self) -> np.ndarray:
         """The output this rank should hold after one call."""
         return self.spec.expected(self.shape, self.etype.dtype, self.op)
+
+
+def device_calls(
+    comm: MPI.Comm, binder: BoundCalls, variants: Sequence[Variant], device: str
+) -> list[CollectiveCall]:
+    """``variants`` bound on ``comm`` for ``device`` buffers: on cuda after this rank's GPU
+    is chosen (collective over ``comm`` the first time), each staged through host memory
+    where MPI is not CUDA-aware (collectives.device)."""
+    if device == "cuda":
+        select_local_gpu(comm)
+    calls = binder.calls(comm, variants)
+    return [
+        for_backend(call, v.algorithm.backend, device)
+        for call, v in zip(calls, variants, strict=True)
+    ]
 
 
 def _copy(buf: Any) -> Any:

@@ -126,6 +126,7 @@ def test_cuda_awareness_can_be_stated_and_decides_staging(monkeypatch):
     monkeypatch.setenv(device.CUDA_AWARE_ENV, "0")
     assert not device.cuda_aware()
     assert device.needs_staging("cuda", "mpi") and not device.needs_staging("cuda", "nccl")
+    assert not device.needs_staging("cuda", "selector")  # it stages per algorithm it binds
     assert not device.needs_staging("cpu", "mpi")
     monkeypatch.setenv(device.CUDA_AWARE_ENV, "1")
     assert device.cuda_aware() and not device.needs_staging("cuda", "mpi")

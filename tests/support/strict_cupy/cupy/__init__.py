@@ -31,6 +31,7 @@ import numpy as np
 
 from . import cuda
 
+__version__ = "0.0.0+strict"
 _MAX_NDIM = 64  # cupy's MAX_NDIM
 float16, float32, float64 = np.float16, np.float32, np.float64
 int8, int16, int32, int64 = np.int8, np.int16, np.int32, np.int64

@@ -58,6 +58,10 @@ def _char_range() -> range:
     return range(0, 256) if unsigned else range(-128, 128)
 
 
+def get_version() -> int:
+    return 22304
+
+
 def get_unique_id() -> tuple:
     chars = _char_range()
     return tuple(int(b) + chars.start for b in os.urandom(UNIQUE_ID_BYTES))

@@ -42,3 +42,11 @@ def deviceSynchronize() -> None:  # noqa: N802 - cupy's name
     import cupy
 
     cupy._synchronize()
+
+
+def runtimeGetVersion() -> int:  # noqa: N802 - cupy's name
+    return 12040
+
+
+def driverGetVersion() -> int:  # noqa: N802 - cupy's name
+    return 12040

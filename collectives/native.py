@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from collectives import mpi, mpit, registry
+from collectives import mpi, mpit
 from collectives.errors import UsageError
 from collectives.registry import Algorithm, Variant, register
 
@@ -51,15 +51,6 @@ def _check_alg(params: Mapping[str, int | str]) -> None:
         )
 
 
-def _forcible(collective: str) -> None:
-    """Make ``native`` of ``collective`` a NativeAlgorithm with the ``alg`` parameter.
-    registry.register builds plain Algorithms, so the registered one is replaced."""
-    plain = registry._REGISTRY[(collective, "native")]
-    fields = {f.name: getattr(plain, f.name) for f in dataclasses.fields(plain)}
-    fields.update(defaults={"alg": mpit.AUTO}, check_params=_check_alg)
-    registry._REGISTRY[(collective, "native")] = NativeAlgorithm(**fields)
-
-
 def check_forced(collective: str, alg: str) -> None:
     """Raise a UsageError unless this launch's library runs ``alg`` for ``collective``
     (the variable that forces it was set at launch), naming the variable to set."""
@@ -73,7 +64,15 @@ def check_forced(collective: str, alg: str) -> None:
         raise UsageError(problem)
 
 
-@register("allreduce", "native", summary=_SUMMARY)
+# The collectives whose library algorithms can be forced: native takes ``alg`` there.
+_FORCIBLE = {
+    "algorithm_class": NativeAlgorithm,
+    "defaults": {"alg": mpit.AUTO},
+    "check_params": _check_alg,
+}
+
+
+@register("allreduce", "native", summary=_SUMMARY, **_FORCIBLE)
 def allreduce(comm: MPI.Comm, alg: str = mpit.AUTO):
     """Bind MPI_Allreduce (``alg``: the library algorithm this launch forces)."""
     if alg != mpit.AUTO:
@@ -86,7 +85,7 @@ def allreduce(comm: MPI.Comm, alg: str = mpit.AUTO):
     return call
 
 
-@register("bcast", "native", summary=_SUMMARY)
+@register("bcast", "native", summary=_SUMMARY, **_FORCIBLE)
 def bcast(comm: MPI.Comm, alg: str = mpit.AUTO):
     """Bind MPI_Bcast (``alg``: the library algorithm this launch forces)."""
     if alg != mpit.AUTO:
@@ -172,7 +171,3 @@ def barrier(comm: MPI.Comm):
         comm.Barrier()
 
     return call
-
-
-for _collective in mpit.COLLECTIVES:
-    _forcible(_collective)

@@ -376,8 +376,11 @@ _loaded = False
 UNAVAILABLE_BACKENDS: dict[str, str] = {}
 
 
-def register(collective: str, name: str, **fields: Any) -> Callable[[Factory], Factory]:
-    """Decorator registering ``factory`` as algorithm ``name`` of ``collective``."""
+def register(
+    collective: str, name: str, algorithm_class: type[Algorithm] | None = None, **fields: Any
+) -> Callable[[Factory], Factory]:
+    """Decorator registering ``factory`` as algorithm ``name`` of ``collective``
+    (``algorithm_class``: an Algorithm subclass whose variants differ, e.g. native's)."""
     if collective not in SPECS:
         raise ValueError(f"unknown collective {collective!r}")
 
@@ -385,7 +388,7 @@ def register(collective: str, name: str, **fields: Any) -> Callable[[Factory], F
         key = (collective, name)
         if key in _REGISTRY:
             raise ValueError(f"algorithm {name!r} of {collective} is registered twice")
-        _REGISTRY[key] = Algorithm(collective, name, factory, **fields)
+        _REGISTRY[key] = (algorithm_class or Algorithm)(collective, name, factory, **fields)
         return factory
 
     return decorate

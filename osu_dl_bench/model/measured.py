@@ -29,7 +29,7 @@ from osu_dl_bench.measurement.store import (
     round_values,
     with_defaults,
 )
-from osu_dl_bench.selection.tune import without_contaminated_native
+from osu_dl_bench.selection.tune import without_contaminated_native, without_library_candidates
 
 POINT = ("nprocs", "nodes", "ppn", "collective", "algorithm", "dtype", "op", "device", "size_bytes")
 # What a frame without them (a hand-made one) measured; op '' for a collective without one.
@@ -57,13 +57,15 @@ def _median_of_rounds(column: pd.Series) -> np.ndarray:
 
 def clean_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """Validated rows, the last of each (point, algorithm, group, launch), native only
-    from its clean launches; with ``ref_copy``/``ref_allreduce``: seconds, NaN if none."""
+    from its clean launches, none of the library's forced algorithms (native:alg=NAME is
+    not the library's own choice the model predicts); with ``ref_copy``/``ref_allreduce``:
+    seconds, NaN if none."""
     frame = with_defaults(frame.copy(), {**OPTIONAL_FIELDS, **_CALL_DEFAULTS})
     if "validation" in frame.columns:
         frame = frame[frame["validation"].fillna("") != "fail"]
     key = [k for k in POINT_KEY if k in frame.columns]
     frame = frame.drop_duplicates(key, keep="last")
-    frame = without_contaminated_native(frame).copy()
+    frame = without_library_candidates(without_contaminated_native(frame)).copy()
     frame["launch"] = frame["launch"].astype(int)
     frame["ref_copy"] = _median_of_rounds(frame["ref_copy_us"]) * 1e-6
     frame["ref_allreduce"] = _median_of_rounds(frame["ref_allreduce_us"]) * 1e-6

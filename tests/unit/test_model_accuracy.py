@@ -132,6 +132,13 @@ def test_native_of_another_backends_launches_is_left_out():
     assert list(rows["median_us"]) == [100.0, 100.0]
 
 
+def test_the_librarys_forced_algorithms_are_not_native_to_the_model():
+    clean = _rows({1 << 20: [100.0, 100.0]}, algorithm="native")
+    forced = clean.assign(algorithm="native:alg=ring", group="alg_ring", median_us=70.0)
+    rows = clean_rows(pd.concat([clean, forced]))
+    assert set(rows["algorithm"]) == {"native"} and list(rows["median_us"]) == [100.0, 100.0]
+
+
 # --- scaling to the machine state -------------------------------------------------------
 
 

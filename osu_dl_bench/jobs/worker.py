@@ -21,6 +21,7 @@ import numpy as np
 from mpi4py import MPI
 
 from collectives import Variant, mpit
+from collectives.device import select_local_gpu
 from collectives.registry import BoundCalls
 from osu_dl_bench.errors import UsageError, ValidationFailure
 from osu_dl_bench.jobs import runinfo
@@ -44,7 +45,12 @@ from osu_dl_bench.jobs.plan import (
 )
 from osu_dl_bench.jobs.progress import encode_event, plan_line, point_line, skipped_lines
 from osu_dl_bench.measurement.calibration import run_calibration
-from osu_dl_bench.measurement.kernel import BudgetTiming, measure_budget, prepare_inputs
+from osu_dl_bench.measurement.kernel import (
+    BudgetTiming,
+    device_calls,
+    measure_budget,
+    prepare_inputs,
+)
 from osu_dl_bench.measurement.reference import ReferenceTimer, outlying
 from osu_dl_bench.measurement.schedule import round_stats
 from osu_dl_bench.measurement.store import (
@@ -233,7 +239,8 @@ class Job:
             size_bytes=n * setting.etype.itemsize,
             candidates=len(variants),
         )
-        calls = self.binder.calls(self.comm, variants)
+        # On cuda: this rank's GPU, and MPI algorithms staged where MPI is not CUDA-aware.
+        calls = device_calls(self.comm, self.binder, variants, self.cfg.device)
         inputs = prepare_inputs(
             self.comm, plan.spec, setting.etype, setting.op_for(plan.spec), setting.xp, n
         )
@@ -465,6 +472,10 @@ def run_inside(world: MPI.Comm, cfg: SweepConfig) -> int:
     if not cfg.nprocs:
         cfg = replace(cfg, nprocs=(world.Get_size(),))
     setting = agree_on_errors(world, lambda: _checked_setting(cfg, world.Get_size()))
+    if cfg.device == "cuda" and not cfg.dry_run:
+        # Chosen over the whole job once: the first point may run on a sub-communicator,
+        # whose node-local ranks would not be the job's.
+        select_local_gpu(world)
     store = RunStore(cfg.output)
     with contextlib.ExitStack() as held:
         done = _open_run_dir(world, cfg, store, held)

@@ -16,6 +16,7 @@ import numpy as np
 from mpi4py import MPI
 
 from collectives import Buffers
+from collectives.device import device_ready, for_backend, select_local_gpu
 from collectives.registry import CollectiveCall
 from collectives.specs import input_values
 from osu_dl_bench.errors import UsageError
@@ -79,7 +80,11 @@ def measure_point_to_point(
     """Yield one record per size; times are taken on rank 0 and shared with all ranks."""
     check_pair(comm.Get_size(), cfg.benchmark)
     rank, dtype = comm.Get_rank(), setting.etype.dtype
-    calls = [_round_call(comm, cfg.benchmark, np.zeros(1, np.int32))]
+    if cfg.device == "cuda":
+        select_local_gpu(comm)  # cached: the GPU bench chose, or chosen here
+    # Point-to-point is MPI's: staged through host memory where MPI is not CUDA-aware.
+    round_call = _round_call(comm, cfg.benchmark, np.zeros(1, np.int32))
+    calls = [for_backend(round_call, "mpi", cfg.device)]
     for size in cfg.sizes():
         n = size // setting.etype.itemsize
         if size and not n:
@@ -87,6 +92,7 @@ def measure_point_to_point(
         iterations, warmup = cfg.iterations_for(size)
         send = setting.xp.asarray(input_values(rank, 0, n, dtype, None, 2))
         recv = setting.xp.zeros(n, dtype)
+        device_ready(send, recv)  # the fill and the memset are kernels MPI must not race
         bufs, warm, timed = Buffers(send, recv), np.zeros((1, warmup)), np.zeros((1, iterations))
         comm.Barrier()
         timed_round(_no_barrier, calls, [0], bufs, None, [0] * warmup, warm)

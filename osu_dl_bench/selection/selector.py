@@ -34,6 +34,7 @@ from types import MappingProxyType
 from typing import Any
 
 from collectives import SPECS, Algorithm, CallContext, Variant, lookup
+from collectives.device import for_backend
 from collectives.dtypes import element_type
 from collectives.ops import reduce_op
 from collectives.registry import BoundCalls, CollectiveCall, parse_variant, parse_variants
@@ -181,6 +182,8 @@ class Selector:
             self._entries.setdefault((entry.key.collective, entry.key.device), []).append(entry)
         self._nearest: dict[tuple, Entry | None] = {}
         self._bound: dict[tuple, CollectiveCall] = {}
+        # (bound call's id, device) -> that call as it runs on the device's buffers.
+        self._on_device: dict[tuple[int, str], CollectiveCall] = {}
 
     def _forced_variants(self, texts: Mapping[str, str]) -> dict[str, Variant]:
         try:
@@ -312,14 +315,14 @@ class Selector:
         entry = None if chosen or self.table is None else self.entry_for(query)
         if entry is None:
             # Forced, fixed, no table, or no entry: one decision holds for every size.
-            return self.calls.get(comm, self.decide(query, context).variant)
+            return self._call(comm, self.decide(query, context).variant, context)
         if self.model is not None and not _is_exact(entry, query):
             return self._bind_per_size(comm, query, context)
         decisions = [
             _eligible(Decision(r.choice.variant(collective), "table", ""), collective, context)
             for r in entry.ranges
         ]
-        calls = [self.calls.get(comm, d.variant) for d in decisions]
+        calls = [self._call(comm, d.variant, context) for d in decisions]
         if len({id(c) for c in calls}) == 1:
             return calls[0]  # one algorithm at every size: no lookup per call
         starts = [r.min_bytes for r in entry.ranges]
@@ -339,6 +342,17 @@ class Selector:
 
         return call
 
+    def _call(self, comm: Any, variant: Variant, context: CallContext) -> CollectiveCall:
+        """``variant`` bound on ``comm`` as it must run on ``context.device`` buffers (staged
+        through host memory where MPI is not CUDA-aware), one object per variant and
+        device so that one algorithm at every size is seen as one call."""
+        call = self.calls.get(comm, variant)
+        key = (id(call), context.device)
+        if key not in self._on_device:
+            backend = variant.algorithm.backend
+            self._on_device[key] = for_backend(call, backend, context.device)
+        return self._on_device[key]
+
     def _bind_per_size(self, comm: Any, query: Query, context: CallContext) -> CollectiveCall:
         """Decide once per distinct size (the model hook may answer per size). Variants are
         bound on first use: safe, since every rank sees the same sizes in the same order."""
@@ -350,7 +364,7 @@ class Selector:
             target = by_size.get(nbytes)
             if target is None:
                 variant = self.decide(replace(query, nbytes=nbytes), context).variant
-                target = by_size[nbytes] = self.calls.get(comm, variant)
+                target = by_size[nbytes] = self._call(comm, variant, context)
             target(send, recv, op, root)
 
         return call

@@ -8,6 +8,8 @@ through ``set``, and refuses NCCL ids that are not cupy's tuple: today's bugs on
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from mpirun import REPO, driver_summary, run_cli, run_mpi
 
@@ -68,3 +70,68 @@ def test_sweep_on_device_buffers(tmp_path):
     frame = RunStore(run_dir).load()
     assert set(frame["nprocs"]) == {2, 3}
     assert {"nccl", "mpi"} <= set(frame["backend"])
+
+
+# The CLI under a stand-in for an MPI library that is not CUDA-aware: with
+# OSU_DL_BENCH_CUDA_AWARE=0 a device array handed to MPI (mpi4py reaches it through
+# __cuda_array_interface__; the stand-in's NCCL uses raw pointers) fails the run, as a real
+# non-CUDA-aware MPI would crash on a device pointer. Each rank prints (to stderr, apart from
+# rank 0's rows) the GPU it used last.
+UNSTAGED = "strict cupy: UNSTAGED: device memory handed to an MPI that is not CUDA-aware"
+CLI_ON_PLAIN_MPI = f"""
+import os, sys
+import cupy
+from mpi4py import MPI
+
+if os.environ.get("OSU_DL_BENCH_CUDA_AWARE") == "0":
+    def _refused(array):
+        print({UNSTAGED!r}, file=sys.stderr, flush=True)
+        raise cupy.UnsynchronizedAccess({UNSTAGED!r})
+    cupy.ndarray.__cuda_array_interface__ = property(_refused)
+rank = MPI.COMM_WORLD.Get_rank()
+from osu_dl_bench.cli import main
+code = main(sys.argv[1:])
+print(f"GPU rank {{rank}} device {{cupy.cuda.Device._current}}", file=sys.stderr, flush=True)
+raise SystemExit(code)
+"""
+
+
+def _run_plain(nprocs: int, argv: list[str], cuda_aware: bool, timeout: float = 300):
+    res = run_mpi(nprocs, ["-c", CLI_ON_PLAIN_MPI, *argv], timeout=timeout, env=_env(cuda_aware))
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert UNSTAGED not in res.stderr and "UNSYNCHRONIZED" not in res.stderr, res.stderr[-3000:]
+    return res
+
+
+def _gpus(stderr: str) -> dict[int, int]:
+    """rank -> the GPU index it used, from CLI_ON_PLAIN_MPI's lines (ranks' output may
+    interleave, so found anywhere)."""
+    return {int(r): int(d) for r, d in re.findall(r"GPU rank (\d+) device (\d+)", stderr)}
+
+
+def test_sweep_tune_and_tuned_bench_stage_where_mpi_is_not_cuda_aware(tmp_path):
+    run_dir, table = tmp_path / "run", tmp_path / "t.json"
+    argv = ["sweep", "--inside", "--np", "2", "--collectives", "allreduce", "-m", "8:4K"]
+    argv += ["-d", "cuda", "--budget", "0.02", "--launches", "1", "-o", str(run_dir)]
+    swept = _run_plain(2, argv, cuda_aware=False)
+    frame = RunStore(run_dir).load()
+    assert set(frame["validation"]) == {"pass"}
+    assert set(frame["device"]) == {"cuda"} and {"nccl", "mpi"} <= set(frame["backend"])
+    assert _gpus(swept.stderr) == {0: 0, 1: 1}
+    res = run_cli(1, ["tune", str(run_dir), "-o", str(table)], timeout=120)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    argv = ["bench", "allreduce", "-d", "cuda", "-a", "tuned", "--table", str(table), "-c"]
+    tuned = _run_plain(2, [*argv, "-m", "8:4K", "-i", "3", "-x", "1"], cuda_aware=False)
+    rows = _rows(tuned.stdout)
+    assert rows and all(row[-1] == "Pass" for row in rows)
+    assert _gpus(tuned.stderr) == {0: 0, 1: 1}
+
+
+@pytest.mark.parametrize("benchmark", ["latency", "bw"])
+@pytest.mark.parametrize("cuda_aware", [True, False])
+def test_point_to_point_on_device_buffers_uses_a_gpu_per_rank(benchmark, cuda_aware):
+    argv = ["bench", benchmark, "-d", "cuda", "-c", "-m", "1:4K", "-i", "3", "-x", "1"]
+    res = _run_plain(2, argv, cuda_aware)
+    rows = _rows(res.stdout)
+    assert rows and all(row[-1] == "Pass" for row in rows)
+    assert _gpus(res.stderr) == {0: 0, 1: 1}

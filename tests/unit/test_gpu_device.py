@@ -157,3 +157,62 @@ def test_importing_the_packages_initialises_no_cuda(tmp_path):
     env = {"PYTHONPATH": str(STRICT_CUPY), "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture
+def plain_mpi(cupy, monkeypatch):
+    """MPI that is not CUDA-aware: a device array handed to it fails, as a device pointer
+    crashes such a library (the stand-in's NCCL takes raw pointers, so only MPI fails)."""
+    monkeypatch.setenv(device.CUDA_AWARE_ENV, "0")
+
+    def refused(array):
+        raise cupy.UnsynchronizedAccess("device memory handed to an MPI not CUDA-aware")
+
+    monkeypatch.setattr(cupy.ndarray, "__cuda_array_interface__", property(refused))
+    return cupy
+
+
+def _cuda_table(*spans):
+    import dataclasses
+
+    from support.tuning import make_entry, make_table
+
+    entry = make_entry(1, list(spans))
+    return make_table(dataclasses.replace(entry, key=dataclasses.replace(entry.key, device="cuda")))
+
+
+@pytest.mark.usefixtures("registered")
+def test_tuned_stages_its_mpi_choices_where_mpi_is_not_cuda_aware(plain_mpi):
+    from collectives import CallContext, lookup
+    from collectives.dtypes import element_type
+    from osu_dl_bench.selection import Selector
+
+    sel = Selector(_cuda_table((0, "native"), (1024, "native")), force={})
+    ctx = CallContext(1, element_type("float32"), reduce_op("sum"), "cuda", 1, 1)
+    call = sel.bind(MPI.COMM_SELF, "allreduce", ctx)
+    native = lookup("allreduce", "native").variant()
+    assert call is not sel.calls.get(MPI.COMM_SELF, native)  # staged
+    # One algorithm at every size stays one call: no per-size lookup is put in front.
+    assert call is sel._call(MPI.COMM_SELF, native, ctx)
+    for n in (1, 2048):
+        send, recv = plain_mpi.asarray(np.ones(n, np.float32)), plain_mpi.zeros(n, np.float32)
+        call(send, recv, reduce_op("sum"), 0)
+        assert (recv.get() == 1).all()
+    host = CallContext(1, element_type("float32"), reduce_op("sum"), "cpu", 1, 1)
+    assert sel.bind(MPI.COMM_SELF, "allreduce", host) is sel.calls.get(MPI.COMM_SELF, native)
+
+
+@pytest.mark.parametrize("dev", ["cuda", "cpu"])
+def test_the_sweep_chooses_the_gpu_over_the_whole_job_first(cupy, monkeypatch, tmp_path, dev):
+    from support.sweep import sweep_config
+
+    from osu_dl_bench.jobs import worker
+
+    chosen = []
+    monkeypatch.setattr(worker, "select_local_gpu", chosen.append)
+    monkeypatch.setattr(worker, "_open_run_dir", lambda *args: set())
+    monkeypatch.setattr(worker, "_sweep_counts", lambda *args: 0)
+    cfg = sweep_config("--inside", "--np", "1", "-d", dev, "-o", str(tmp_path / "run"))
+    assert worker.run_inside(MPI.COMM_WORLD, cfg) == 0
+    # Later points may run on sub-communicators, whose node-local ranks are not the job's.
+    assert chosen == ([MPI.COMM_WORLD] if dev == "cuda" else [])

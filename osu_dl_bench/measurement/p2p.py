@@ -16,7 +16,13 @@ import numpy as np
 from mpi4py import MPI
 
 from collectives import Buffers
-from collectives.device import device_ready, for_backend, select_local_gpu
+from collectives.device import (
+    STAGING_NOTE,
+    device_ready,
+    for_backend,
+    needs_staging,
+    select_local_gpu,
+)
 from collectives.registry import CollectiveCall
 from collectives.specs import input_values
 from osu_dl_bench.errors import UsageError
@@ -85,6 +91,8 @@ def measure_point_to_point(
     # Point-to-point is MPI's: staged through host memory where MPI is not CUDA-aware.
     round_call = _round_call(comm, cfg.benchmark, np.zeros(1, np.int32))
     calls = [for_backend(round_call, "mpi", cfg.device)]
+    if rank == 0 and needs_staging(cfg.device, "mpi"):
+        print(f"# {STAGING_NOTE}", flush=True)  # as the collectives' harness says it
     for size in cfg.sizes():
         n = size // setting.etype.itemsize
         if size and not n:

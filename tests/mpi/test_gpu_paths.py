@@ -1,6 +1,8 @@
 """The GPU path under mpiexec on the strict cupy stand-in (tests/support/strict_cupy): the
 MPI algorithms on device buffers (CUDA-aware MPI), bench -d cuda -c with and without host
-staging, a short -d cuda sweep, and NCCL's unique id as ARM's unsigned chars give it.
+staging, a short -d cuda sweep, NCCL's unique id as ARM's unsigned chars give it, and, on
+an MPI that is not CUDA-aware: sweep -> tune -> bench -a tuned, and latency/bw, each rank
+on its own GPU.
 
 The stand-in fails a run that hands MPI memory a kernel has not finished with, fills only
 through ``set``, and refuses NCCL ids that are not cupy's tuple: today's bugs on a GPU.
@@ -135,3 +137,4 @@ def test_point_to_point_on_device_buffers_uses_a_gpu_per_rank(benchmark, cuda_aw
     rows = _rows(res.stdout)
     assert rows and all(row[-1] == "Pass" for row in rows)
     assert _gpus(res.stderr) == {0: 0, 1: 1}
+    assert res.stdout.count(STAGING) == (0 if cuda_aware else 1)

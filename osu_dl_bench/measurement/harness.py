@@ -85,7 +85,10 @@ def _element_counts(cfg: BenchConfig, setting: Setting) -> list[int]:
 
 def _staging_note(comm: MPI.Comm, device: str, variants: list[Variant]) -> None:
     """Rank 0 says once when MPI algorithms stage -d cuda buffers through host memory."""
-    backends = {v.algorithm.backend for v in variants}
+    # The selector (-a tuned) stages each MPI algorithm it picks, so it counts as MPI.
+    backends = {
+        "mpi" if v.algorithm.backend == "selector" else v.algorithm.backend for v in variants
+    }
     if comm.Get_rank() == 0 and any(needs_staging(device, b) for b in backends):
         print(f"# {STAGING_NOTE}", flush=True)
 

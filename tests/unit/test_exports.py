@@ -104,7 +104,11 @@ def test_mpich_json_content(winning_table, tmp_path):
     assert list(p4) == ["avg_msg_size<=4095", "avg_msg_size<=1048575", "avg_msg_size=any"]
     native = default["collective=allreduce"]["comm_type=intra"]
     assert p4["avg_msg_size<=4095"] == native  # native: MPICH's own decision
-    assert p4["avg_msg_size<=1048575"] == {"algorithm=MPIR_Allreduce_intra_ring": {}}
+    # MPICH's ring needs a commutative op: a non-commutative one keeps MPICH's decision.
+    assert p4["avg_msg_size<=1048575"] == {
+        "is_commutative=yes": {"algorithm=MPIR_Allreduce_intra_ring": {}},
+        "is_commutative=no": native,
+    }
     assert p4["avg_msg_size=any"] == native  # reduce_bcast: MPICH has none
     assert intra["comm_size<=3"] == {"avg_msg_size=any": native}
     bcast = doc["collective=bcast"]["comm_type=intra"]["comm_size=any"]
@@ -115,6 +119,31 @@ def test_mpich_json_content(winning_table, tmp_path):
 
 
 _OURS = ("collective=allreduce", "collective=bcast")
+
+
+def test_mpich_choices_keep_the_default_where_mpich_cannot_run_them():
+    """reduce_scatter_allgather asserts a built-in op (a user-defined op aborted MPICH
+    5.0.2 under an unguarded file) and needs count >= pof2; recursive doubling runs any
+    op; a bcast choice needs no condition; the verifier reads through the guards."""
+    from osu_dl_bench.selection.exports.mpich import file_algorithm, guarded
+
+    default = {"algorithm=MPIR_Allreduce_intra_recursive_doubling": {}}
+    rsag = guarded("allreduce", "MPIR_Allreduce_intra_reduce_scatter_allgather", default)
+    assert rsag["is_commutative=no"] == default
+    built_in = rsag["is_commutative=yes"]
+    assert built_in["is_op_built_in=no"] == default
+    assert built_in["is_op_built_in=yes"] == {
+        "count<pow2": default,
+        "count=any": {"algorithm=MPIR_Allreduce_intra_reduce_scatter_allgather": {}},
+    }
+    any_op = "MPIR_Allreduce_intra_recursive_doubling"
+    assert guarded("allreduce", any_op, default) == {f"algorithm={any_op}": {}}
+    srag = "MPIR_Bcast_intra_scatter_ring_allgather"
+    assert guarded("bcast", srag, default) == {f"algorithm={srag}": {}}
+    tree = {
+        "collective=allreduce": {"comm_type=intra": {"comm_size=any": {"avg_msg_size=any": rsag}}}
+    }
+    assert file_algorithm(tree, "allreduce", 4, 1 << 20) == "reduce_scatter_allgather"
 
 
 @pytest.mark.parametrize("sizes", [[2], [2, 3, 4], [2, 8], [1, 4, 16, 64], [3, 5, 6, 12]], ids=str)

@@ -199,7 +199,10 @@ def test_the_library_file_takes_what_beat_the_default_with_confidence(tmp_path):
     default_intra = default_tree()["collective=allreduce"]["comm_type=intra"]
     assert leaves == {
         "avg_msg_size<=65535": default_intra,
-        "avg_msg_size=any": {"algorithm=MPIR_Allreduce_intra_ring": {}},
+        "avg_msg_size=any": {
+            "is_commutative=yes": {"algorithm=MPIR_Allreduce_intra_ring": {}},
+            "is_commutative=no": default_intra,
+        },
     }
     files, _ = mpich.export(table, tmp_path / "lib")
     notes = files[1].read_text()

@@ -89,7 +89,7 @@ def _swept_tree(
             collective,
         )
         key = "comm_size=any" if bound.hi is None else f"comm_size<={bound.hi}"
-        tree[key] = _size_tree(rules, default_intra)
+        tree[key] = _size_tree(collective, rules, default_intra)
         notes += [
             f"{collective} {key} {range_text(r.min_bytes, r.max_bytes)} -> {r.target}: {r.note}"
             for r in rules
@@ -97,7 +97,32 @@ def _swept_tree(
     return tree, notes
 
 
-def _size_tree(rules: list[Rule], default_intra: dict[str, Any]) -> dict[str, Any]:
+# MPICH's allreduce algorithms run only under conditions its own tree checks before it
+# names them (mpich_generic.json; src/mpi/coll/allreduce/*.c): reduce_scatter_allgather
+# asserts a built-in op (HANDLE_IS_BUILTIN: a user-defined op aborts the job, seen with
+# MPICH 5.0.2) and needs count >= the comm size's power of two; every algorithm but
+# recursive doubling needs a commutative op. A file naming one unguarded would abort or
+# miscompute applications whose calls break them, so each choice keeps MPICH's default
+# wherever its conditions fail.
+_NEEDS_BUILT_IN_OP = frozenset({"MPIR_Allreduce_intra_reduce_scatter_allgather"})
+_ANY_OP = frozenset({"MPIR_Allreduce_intra_recursive_doubling", "MPIR_Allreduce_allcomm_nb"})
+
+
+def guarded(collective: str, target: str, default_intra: dict[str, Any]) -> dict[str, Any]:
+    """``algorithm=target`` under the conditions MPICH needs for it, MPICH's default tree
+    (``default_intra``) where they fail."""
+    chosen: dict[str, Any] = {f"algorithm={target}": {}}
+    if collective != "allreduce" or target in _ANY_OP:
+        return chosen
+    if target in _NEEDS_BUILT_IN_OP:
+        chosen = {
+            "is_op_built_in=yes": {"count<pow2": copy.deepcopy(default_intra), "count=any": chosen},
+            "is_op_built_in=no": copy.deepcopy(default_intra),
+        }
+    return {"is_commutative=yes": chosen, "is_commutative=no": copy.deepcopy(default_intra)}
+
+
+def _size_tree(collective: str, rules: list[Rule], default_intra: dict[str, Any]) -> dict[str, Any]:
     """avg_msg_size<=M keys (M = range end - 1, MPICH compares inclusively), last =any."""
     tree = {}
     for rule in rules:
@@ -106,7 +131,7 @@ def _size_tree(rules: list[Rule], default_intra: dict[str, Any]) -> dict[str, An
         if rule.target == MPICH_DECIDES:
             tree[key] = copy.deepcopy(default_intra)
         else:
-            tree[key] = {f"algorithm={rule.target}": {}}
+            tree[key] = guarded(collective, rule.target, default_intra)
     return tree
 
 
@@ -128,7 +153,7 @@ def _intra_tree(
             "MPICH",
         )
         key = "comm_size=any" if bound.hi is None else f"comm_size<={bound.hi}"
-        tree[key] = _size_tree(rules, default_intra)
+        tree[key] = _size_tree(collective, rules, default_intra)
     return tree
 
 
@@ -179,17 +204,34 @@ def _bound_holds(key: str, name: str, value: int) -> bool | None:
     return None
 
 
+# The branch of each guard (``guarded``) that a call with a built-in commutative op and a
+# large count takes: the one the export's choice sits on.
+_GUARD_BRANCHES = ("is_commutative=yes", "is_op_built_in=yes", "count=any")
+
+
+def _through_guards(node: dict[str, Any]) -> dict[str, Any]:
+    """Below ``guarded``'s conditions, along the branch its choice sits on."""
+    while isinstance(node, dict):
+        branch = next((b for b in _GUARD_BRANCHES if b in node), None)
+        if branch is None:
+            return node
+        node = node[branch]
+    return node
+
+
 def file_algorithm(tree: dict[str, Any], collective: str, nprocs: int, size: int) -> str | None:
     """The MPICH algorithm value (MPIR_CVAR_<COLL>_INTRA_ALGORITHM's, e.g. 'ring') that an
     exported file names for an intra-node ``collective`` of ``size`` bytes on ``nprocs``
     ranks, or None where it keeps MPICH's default subtree there. Reads the shape this
-    export writes: comm_size then avg_msg_size keys, in file order."""
+    export writes: comm_size then avg_msg_size keys, in file order, then the guards (for a
+    commutative built-in op)."""
     node = tree.get(f"collective={collective}", {}).get("comm_type=intra", {})
     for name, value in (("comm_size", nprocs), ("avg_msg_size", size)):
         keys = [k for k in node if _bound_holds(k, name, value) is not None]
         if not keys:
             return None  # MPICH's own subtree from here
         node = node[next(k for k in keys if _bound_holds(k, name, value))]
+    node = _through_guards(node)
     prefix = f"algorithm=MPIR_{collective.capitalize()}_"
     if len(node) != 1 or not next(iter(node)).startswith(prefix):
         return None

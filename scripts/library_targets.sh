@@ -25,10 +25,15 @@ esac
 budget="${BUDGET:-0.6}"
 launches="${LAUNCHES:-3}"
 start=$(date +%s)
-osu-dl-bench sweep --mpi "$lib" --np 2,4 --collectives allreduce,bcast -m 8:16M \
-    -a "${ALGORITHMS:-native,native:alg=all}" --launches "$launches" --budget "$budget" --no-calibration \
-    -o "$run/sweep"
-sweep_s=$(( $(date +%s) - start ))
+if [ "${REUSE_SWEEP:-0}" = 1 ] && [ -f "$run/sweep/results.csv" ]; then
+    sweep_s="(reused; see $run/sweep/metadata.json)"  # REUSE_SWEEP=1: tune and verify again
+    rm -rf "$run/verify"
+else
+    osu-dl-bench sweep --mpi "$lib" --np 2,4 --collectives allreduce,bcast -m 8:16M \
+        -a "${ALGORITHMS:-native,native:alg=all}" --launches "$launches" --budget "$budget" \
+        --no-calibration -o "$run/sweep"
+    sweep_s=$(( $(date +%s) - start ))
+fi
 osu-dl-bench tune "$run/sweep" -o "$run/table.json" --export "$lib" > "$run/tune.txt"
 report() {
     echo "# sweep of the library's algorithms: $sweep_s s wall ($run/sweep)"

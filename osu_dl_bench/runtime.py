@@ -353,7 +353,7 @@ def collect_metadata(topology: Topology) -> RunMetadata:
     major, minor = MPI.Get_version()
     slurm = slurm_job()
     return RunMetadata(
-        mpi_library=MPI.Get_library_version().strip().splitlines()[0].strip(),
+        mpi_library=library_version_line(MPI),
         mpi_version=f"{major}.{minor}",
         mpi4py_version=mpi4py.__version__,
         thread_level=thread_level_name(MPI.Query_thread()),
@@ -503,6 +503,13 @@ def printable(text: str) -> str:
     """``text`` with terminal controls escaped (a path or value echoed in a message could
     otherwise move the cursor, recolour or reorder what the user reads); newlines stay."""
     return "".join(ch if ch == "\n" or not _is_control(ch) else ascii(ch)[1:-1] for ch in text)
+
+
+def library_version_line(mpi) -> str:
+    """The first line of MPI_Get_library_version, controls as spaces: Open MPI's text
+    carries its C string's NUL (dropped), which ended up inside written files."""
+    lines = mpi.Get_library_version().replace("\0", "").strip().splitlines() or [""]
+    return "".join(" " if _is_control(ch) else ch for ch in lines[0]).strip()
 
 
 def _is_control(ch: str) -> bool:

@@ -57,7 +57,7 @@ from pathlib import Path
 import numpy as np
 
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.runtime import on_rank0, utc_now
+from osu_dl_bench.runtime import library_version_line, on_rank0, utc_now
 
 CALIBRATION_CSV = "calibration.csv"
 CALIBRATION_JSON = "calibration.json"
@@ -280,7 +280,7 @@ def metadata(comm) -> dict:
         "nprocs": comm.Get_size(),
         "hosts": sorted(set(comm.allgather(MPI.Get_processor_name()))),
         "cores_per_node": os.cpu_count(),
-        "mpi_library": MPI.Get_library_version().splitlines()[0].strip(),
+        "mpi_library": library_version_line(MPI),
         "pool_depth": POOL_DEPTH,
         "date": utc_now(),
         "platform": _platform.platform(),

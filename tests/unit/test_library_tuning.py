@@ -323,3 +323,17 @@ def test_the_algorithm_an_open_mpi_rules_file_names_is_read_back(tmp_path):
     assert rules_algorithm(text, "allreduce", 2, 1 << 20) == "ring"
     assert rules_algorithm(text, "allreduce", 4, 8) == "recursive_doubling"
     assert rules_algorithm(text, "bcast", 2, 8) == "binomial"
+
+
+def test_the_library_version_line_drops_the_nul_open_mpi_ends_its_text_with():
+    from types import SimpleNamespace
+
+    from osu_dl_bench.runtime import library_version_line
+
+    text = "Open MPI v5.0.11, package: Open MPI, Sep 16, 2026\x00"
+    mpi = SimpleNamespace(Get_library_version=lambda: text)
+    assert library_version_line(mpi) == "Open MPI v5.0.11, package: Open MPI, Sep 16, 2026"
+    mpich = SimpleNamespace(
+        Get_library_version=lambda: "MPICH Version:\t5.0.2\nMPICH Release date: x\n"
+    )
+    assert library_version_line(mpich) == "MPICH Version: 5.0.2"

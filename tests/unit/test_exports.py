@@ -154,3 +154,15 @@ def test_export_comm_bounds_agree_with_the_selectors_nearest_entry(sizes):
     for p in range(1, 2 * max(sizes) + 2):
         (served,) = [b.nprocs for b in bounds if b.lo <= p and (b.hi is None or p <= b.hi)]
         assert served == selector.decide(Query("allreduce", p, 64)).entry.key.nprocs, p
+
+
+def test_provenance_comment_lines_carry_no_control_characters():
+    from types import SimpleNamespace
+
+    from osu_dl_bench.selection.exports.common import provenance_lines
+
+    run = {"mpi_library": "Open MPI v5.0.11\x00", "hosts": ["vm"], "date": "d\n# injected"}
+    table = SimpleNamespace(header={"name": "t", "provenance": {"run": run, "run_dir": "r\x1b[2J"}})
+    lines = provenance_lines(table)
+    assert all("\x00" not in ln and "\n" not in ln and "\x1b" not in ln for ln in lines)
+    assert "measured with: Open MPI v5.0.11 on vm, d # injected" in lines

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from collectives.units import format_size
+from osu_dl_bench.runtime import printable
 from osu_dl_bench.selection.table import Choice, Entry, TuningTable, hosts_text
 
 # MPI libraries tune host-memory collectives; GPU entries stay with the runtime selector.
@@ -97,17 +98,24 @@ def range_text(lo: int, hi: int | None) -> str:
     return f"[{format_size(lo)}, {'inf' if hi is None else format_size(hi)})"
 
 
+def _one_line(value: Any) -> str:
+    """``value`` as text fit for one comment line: controls escaped, whitespace collapsed
+    (a table's provenance is data from a run directory, not trusted text)."""
+    return " ".join(printable(str(value).replace("\0", "")).split())
+
+
 def provenance_lines(table: TuningTable) -> list[str]:
     """Where the table came from, one fact a line, for comment headers."""
     prov = table.header.get("provenance") or {}
     run = prov.get("run") or {}
-    return [
+    lines = [
         f"table: {table.header.get('name', '?')} (schema {table.header.get('schema_version')})"
         f", created {table.header.get('created', '?')}",
         f"run: {prov.get('run_dir', '?')}",
         f"measured with: {run.get('mpi_library') or '?'} on {hosts_text(run.get('hosts'))}"
         f", {run.get('date') or '?'}",
     ]
+    return [_one_line(line) for line in lines]
 
 
 # --- the library's own algorithms, as the tuner decided them (selection.tune) -------------

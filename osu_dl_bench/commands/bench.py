@@ -16,8 +16,7 @@ from collectives.units import format_size
 from osu_dl_bench import __version__
 from osu_dl_bench.errors import UsageError, ValidationFailure
 from osu_dl_bench.measurement import report
-from osu_dl_bench.measurement.harness import Setting, measure_collective
-from osu_dl_bench.measurement.harness import _record as bench_record
+from osu_dl_bench.measurement.harness import Setting, bench_record, measure_collective
 from osu_dl_bench.measurement.kernel import plan_variants
 from osu_dl_bench.measurement.options import BenchConfig, check_holds_an_element
 from osu_dl_bench.measurement.p2p import check_pair, measure_point_to_point

@@ -39,7 +39,7 @@ class Setting:
     xp: Any
 
 
-def _record(
+def bench_record(
     cfg: BenchConfig,
     setting: Setting,
     topo: Topology,
@@ -128,6 +128,6 @@ def measure_collective(
         )
         wrongs = [None] * len(variants) if timing.wrong is None else timing.wrong
         yield [
-            _record(cfg, setting, topo, variant, n, stats, iterations, wrong)
+            bench_record(cfg, setting, topo, variant, n, stats, iterations, wrong)
             for variant, stats, wrong in zip(variants, timing.stats, wrongs, strict=True)
         ]

@@ -289,11 +289,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Options whose value is itself a launcher's command line: '--launcher-args --mpi=pmix'
+# would otherwise read '--mpi=pmix' as sweep's own --mpi.
+_VERBATIM_VALUES = ("--launcher-args",)
+
+
+def verbatim_values(argv: list[str]) -> list[str]:
+    """``argv`` with each _VERBATIM_VALUES option joined to the word after it ('OPT=VALUE'),
+    so a value starting with '-' stays that option's value."""
+    joined, words = [], iter(argv)
+    for word in words:
+        value = next(words, None) if word in _VERBATIM_VALUES else None
+        joined.append(word if value is None else f"{word}={value}")
+    return joined
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script."""
 
     def body() -> int:
-        args = build_parser().parse_args(argv)
+        given = sys.argv[1:] if argv is None else argv
+        args = build_parser().parse_args(verbatim_values(given))
         set_command(args.command)
         return COMMANDS[args.command][1](args)
 

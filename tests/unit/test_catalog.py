@@ -233,7 +233,8 @@ def test_a_new_algorithm_reaches_both_exports_through_its_declaration(monkeypatc
     assert "4096         5 0 131072   # [4K, inf): segmented_ring:seg=128K" in rules
     mpich = json.loads(files["exp.mpich.json"].read_text())
     sizes = mpich["collective=allreduce"]["comm_type=intra"]["comm_size=any"]
-    assert sizes["avg_msg_size=any"] == {
+    # MPICH's choice sits under the commutative-op guard it needs (exports.mpich.guarded).
+    assert sizes["avg_msg_size=any"]["is_commutative=yes"] == {
         "algorithm=MPIR_Allreduce_intra_k_reduce_scatter_allgather": {}
     }
     assert not [w for w in warnings if "segmented_ring" in w]

@@ -164,3 +164,12 @@ def test_finished_points_match_point_keys_also_without_op(tmp_path):
         (1, 1, 1, "bcast", "mpi", "native", "float32", None, "cpu", 1, 1, "mpi"),
         (1, 1, 1, "allreduce", "mpi", "native", "float32", "sum", "cpu", 1, 1, "mpi"),
     }
+
+
+def test_launcher_arguments_that_start_with_dashes_stay_the_launchers():
+    """'--launcher-args --mpi=pmix' must not be read as the sweep's own --mpi option."""
+    from osu_dl_bench.cli import build_parser, verbatim_values
+
+    argv = ["sweep", "-o", "r", "--launcher-args", "--mpi=pmix -N 2", "--mpi", "mpich"]
+    args = build_parser().parse_args(verbatim_values(argv))
+    assert args.launcher_args == "--mpi=pmix -N 2" and args.mpi == "mpich"

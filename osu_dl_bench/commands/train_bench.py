@@ -529,14 +529,10 @@ def summarise(rows: list[dict], home: Mapping[str, str]) -> dict[str, dict]:
     return summary
 
 
-def bound_text(value: float) -> str:
-    """An interval's bound: two decimals, '>100' past 100x (two launches give Student's
-    t one degree of freedom, and bounds in the hundreds say no more than that)."""
-    return f"{value:.2f}" if value < 100 else ">100"
-
-
 def ratio_cell(ratio: Mapping[str, float] | None) -> str:
     """'1.27 (1.18-1.36)': the ratio and its 95% interval, or '-'."""
+    from osu_dl_bench.selection.paired import bound_text
+
     if not ratio:
         return "-"
     return f"{ratio['ratio']:.2f} ({bound_text(ratio['low'])}-{bound_text(ratio['high'])})"
@@ -545,6 +541,8 @@ def ratio_cell(ratio: Mapping[str, float] | None) -> str:
 def verdict(summary: Mapping[str, dict]) -> tuple[str, dict | None]:
     """The target, judged on the best of the tuned rows (with and without overlap) by its
     estimate; the line names the interval, which says how sure that is."""
+    from osu_dl_bench.selection.paired import bound_text
+
     tuned = {k: v["vs_ddp"] for k, v in summary.items() if k.startswith(TUNED) and v["vs_ddp"]}
     if not tuned:
         return "no tuned configuration measured", None

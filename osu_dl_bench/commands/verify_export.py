@@ -34,7 +34,7 @@ from osu_dl_bench.jobs.plan import FILE_GROUP, FORCED_PREFIX, MPI_GROUP
 from osu_dl_bench.measurement.store import RunStore
 from osu_dl_bench.selection.exports.mpich import file_algorithm
 from osu_dl_bench.selection.exports.openmpi import parse_classic, rules_algorithm
-from osu_dl_bench.selection.paired import paired_ratio
+from osu_dl_bench.selection.paired import bound_text, paired_ratio
 from osu_dl_bench.selection.tune import series_of, usable_rows
 
 # (collective, nprocs, size in bytes) -> the library algorithm a file names there, None
@@ -164,13 +164,6 @@ def prove(metadata: dict[str, Any], reader: Reader, launches: int) -> Proof:
     return proof
 
 
-def _interval(low: float, high: float) -> str:
-    """'0.95-1.10'; bounds past 100x (two launches give Student's t one degree of freedom)
-    shown as such rather than as long numbers."""
-    shown = [f"{v:.2f}" if v < 100 else ">100" for v in (low, high)]
-    return "-".join(shown)
-
-
 def speedup_lines(frame: pd.DataFrame, reader: Reader) -> list[str]:
     """Per collective, p and size: the file's speedup over the default with its interval."""
     rows = usable_rows(frame)
@@ -188,9 +181,10 @@ def speedup_lines(frame: pd.DataFrame, reader: Reader) -> list[str]:
             continue
         alg = reader(collective, int(nprocs), int(size))
         says = alg or "default"
+        interval = f"{bound_text(1 / ratio.high)}-{bound_text(1 / ratio.low)}"
         lines.append(
             f"{collective:<11}{nprocs:>3}{format_size(int(size)):>8}  {says:<28}"
-            f"{1 / ratio.ratio:>6.2f}  {_interval(1 / ratio.high, 1 / ratio.low):<12}"
+            f"{1 / ratio.ratio:>6.2f}  {interval:<12}"
             f"{ratio.launches:>8}"
         )
     return lines

@@ -135,6 +135,12 @@ class Ratio:
         return math.log(self.ratio)
 
 
+def bound_text(value: float) -> str:
+    """An interval's bound: two decimals, '>100' past 100x (two launches give Student's
+    t one degree of freedom, and bounds in the hundreds say no more than that)."""
+    return f"{value:.2f}" if value < 100 else ">100"
+
+
 def identity(series: Series) -> Ratio:
     """A candidate against itself: 1, [1, 1]."""
     return Ratio(1.0, 1.0, 1.0, len(series.launches), series.rounds)

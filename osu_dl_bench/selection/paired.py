@@ -119,6 +119,34 @@ class Ratio:
     high: float
     launches: int
     rounds: int
+    # Where the estimate comes from: 'paired' (this point's rounds and launches alone),
+    # 'curve' (the smoothed curve over sizes with the run's pooled launch variance),
+    # 'point' (the point's own estimate with the pooled variance: too few sizes for a
+    # curve), 'misfit' (the same, where the curve misses the point), 'heterogeneous' (its launches disagree beyond the pool: own spread).
+    evidence: str = "paired"
+
+    @property
+    def log_sd(self) -> float:
+        """The standard deviation of ln(ratio) implied by the 95% interval."""
+        if self.low <= 0 or self.high <= 0:
+            return math.inf
+        return (math.log(self.high) - math.log(self.low)) / (2 * stats.norm.ppf(0.5 + LEVEL / 2))
+
+    def chance_above(self, threshold: float) -> float:
+        """P(the true ratio exceeds ``threshold``), reading the interval as a normal one on
+        the log scale."""
+        sd, centre = self.log_sd, math.log(self.ratio)
+        if sd == 0:
+            return float(centre > math.log(threshold))
+        if not math.isfinite(sd):
+            return 0.5
+        return float(stats.norm.sf((math.log(threshold) - centre) / sd))
+
+    @property
+    def expected(self) -> float:
+        """The expected ratio under that reading: exp(mean + sd^2 / 2)."""
+        sd = self.log_sd
+        return self.ratio * math.exp(sd * sd / 2) if math.isfinite(sd) else math.inf
 
     @property
     def below_one(self) -> bool:
@@ -139,6 +167,22 @@ def bound_text(value: float) -> str:
     """An interval's bound: two decimals, '>100' past 100x (two launches give Student's
     t one degree of freedom, and bounds in the hundreds say no more than that)."""
     return f"{value:.2f}" if value < 100 else ">100"
+
+
+def quotient(mine: Ratio, theirs: Ratio) -> Ratio:
+    """mine / theirs for two ratios to the same reference, the log-scale variances added."""
+    sd = math.hypot(mine.log_sd, theirs.log_sd)
+    centre = math.log(mine.ratio) - math.log(theirs.ratio)
+    half = stats.norm.ppf(0.5 + LEVEL / 2) * sd
+    launches = min(mine.launches, theirs.launches)
+    return Ratio(
+        math.exp(centre),
+        math.exp(centre - half),
+        math.exp(centre + half),
+        launches,
+        mine.rounds,
+        mine.evidence,
+    )
 
 
 def identity(series: Series) -> Ratio:

@@ -59,12 +59,15 @@ from osu_dl_bench import __version__
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import POINT_KEY, RunStore, round_values
 from osu_dl_bench.runtime import utc_now
+from osu_dl_bench.selection.estimate import Measured, entry_ratios, run_pool
+from osu_dl_bench.selection.evidence import LaunchPool
 from osu_dl_bench.selection.paired import (
     Ratio,
     Series,
     identity,
     launch_of,
     paired_ratio,
+    quotient,
 )
 from osu_dl_bench.selection.table import (
     Choice,
@@ -77,16 +80,22 @@ from osu_dl_bench.selection.table import (
 
 NOISE_RULE = (
     "each candidate's time is divided by clean native's (native of the mpi isolation "
-    "group), paired per round within a launch or, for other backends, per launch, pooled "
-    "over the launches: ratio = exp(median log-ratio), 95% interval by a cluster bootstrap "
-    "(launches, then rounds; 2000 resamples, seeded by the point); the tie set is every "
-    "candidate whose interval reaches the lowest ratio's, and a candidate replaces native "
-    "only where its interval lies below 1; the choice is native if tied, else the simplest "
-    "variant (backend mpi first, then fewer non-default parameters, then fewer parameters), "
-    "then the lower ratio; neighbouring sizes whose tie sets intersect share one choice; "
-    "rows without per-round times: interval = (q1, q3) / native's median; without native "
-    "the lowest median is the reference"
+    "group): per launch, the median of the round-paired log-ratios (for other backends "
+    "and forced library algorithms, the log-ratio of the launches' medians); the run's "
+    "launch-to-launch variance is pooled over all its points (per collective, size band "
+    "and pairing; a point whose own launches disagree beyond the pool keeps its own "
+    "spread); each candidate's log-ratio is smoothed over log2(size) by a penalised "
+    "spline weighted by those variances (a point the curve misses by 3 standard errors "
+    "keeps its own estimate); 95% intervals are normal on the log scale; a candidate may "
+    "replace native only where the chance that it is more than 5% slower is below the "
+    "risk; among those and native, the tie set is every one whose interval reaches the "
+    "interval of the lowest expected time; the choice is native if tied, else the "
+    "simplest variant (backend mpi first, then fewer non-default parameters, then fewer "
+    "parameters), then the lower expected time; neighbouring sizes whose tie sets "
+    "intersect share one choice; rows without per-round times, or points without native: "
+    "the point's own paired ratio"
 )
+EVIDENCE = "evidence"
 KEY_COLUMNS = ["collective", "device", "nodes", "ppn", "nprocs"]
 # One candidate at one point, over every launch and group (POINT_KEY less those two).
 CANDIDATE_KEY = [name for name in POINT_KEY if name not in ("launch", "group")]
@@ -219,7 +228,11 @@ class PointDecision:
         mine, theirs = self.candidates.get(label), self.candidates.get(other)
         if mine is None or theirs is None:
             return None
-        return paired_ratio(mine.series, theirs.series, *self._seed(label, other))
+        if "paired" in (mine.ratio.evidence, theirs.ratio.evidence) or self.reference is None:
+            return paired_ratio(mine.series, theirs.series, *self._seed(label, other))
+        # Both ratios to native rest on the run's shared evidence: their quotient, with
+        # the variances added (they share native's noise, so this errs wide).
+        return quotient(mine.ratio, theirs.ratio)
 
     def _seed(self, label: str, other: str) -> tuple:
         return (self.key, self.size, label, other)
@@ -271,24 +284,6 @@ def _reference_label(series: Mapping[str, Series]) -> str:
     return min(series, key=lambda label: (series[label].quartiles_us()[1], label))
 
 
-def _ratios(key: EntryKey, size: int, series: Mapping[str, Series], ref: str, warn: list[str]):
-    """label -> Ratio to the reference; a candidate that shares no launch with it is left
-    out with a warning."""
-    ratios = {}
-    for label, measured in series.items():
-        if label == ref:
-            ratios[label] = identity(measured)
-            continue
-        ratio = paired_ratio(measured, series[ref], key, size, label, ref)
-        if ratio is None:
-            warn.append(
-                f"{key} at {format_size(size)}: {label} left out: no launch shared with {ref}"
-            )
-        else:
-            ratios[label] = ratio
-    return ratios
-
-
 def simplicity(collective: str, choice: Choice) -> tuple[bool, bool, int, int]:
     """The stable rule's order (smaller is simpler): native, backend mpi, parameters off
     their defaults, parameters."""
@@ -306,23 +301,48 @@ def stable_order(
     )
 
 
-def tie_set(candidates: Mapping[str, Candidate], native: bool) -> list[str]:
-    """The candidates whose interval reaches the best's; without native among them, only
-    those whose interval lies below 1 (with a native reference)."""
-    best = min(candidates.values(), key=lambda c: (c.ratio.ratio, c.label))
-    ties = [c.label for c in candidates.values() if c.ratio.low <= best.ratio.high]
-    if native and "native" not in ties:
-        ties = [label for label in ties if candidates[label].ratio.below_one]
-    return ties
+# The decision's risk: a candidate replaces the default only where the chance that it is
+# more than SLOWER_MARGIN slower than the default is below RISK.
+RISK = 0.05
+SLOWER_MARGIN = 1.05
 
 
-def decide_point(
+def eligible(candidates: Mapping[str, Candidate], native: bool, risk: float = RISK) -> list[str]:
+    """The candidates that may be chosen: with a native reference, native and those whose
+    chance of being more than 5% slower than native is below ``risk``; else all."""
+    if not native:
+        return list(candidates)
+    return [
+        c.label
+        for c in candidates.values()
+        if c.choice.is_native or c.ratio.chance_above(SLOWER_MARGIN) < risk
+    ]
+
+
+def tie_set(candidates: Mapping[str, Candidate], native: bool, risk: float = RISK) -> list[str]:
+    """The eligible candidates whose interval reaches that of the eligible one with the
+    lowest expected time."""
+    allowed = [candidates[label] for label in eligible(candidates, native, risk)]
+    best = min(allowed, key=lambda c: (c.ratio.expected, c.label))
+    return [c.label for c in allowed if c.ratio.low <= best.ratio.high]
+
+
+@dataclass(frozen=True)
+class MeasuredPoint:
+    """One size of one entry before deciding: its candidates' series and reference."""
+
+    measured: Measured
+    count: int
+    choices: Mapping[str, Choice]
+
+
+def measure_point(
     key: EntryKey, at_size: pd.DataFrame, choices: Mapping[str, Choice], warn: list[str]
-) -> PointDecision | None:
-    """The decision at one size from its usable rows (None: no registered candidate)."""
+) -> MeasuredPoint | None:
+    """One size's usable rows as series per registered candidate (None: nothing to decide)."""
     size = int(at_size["size_bytes"].iloc[0])
     if (at_size["algorithm"] == "native").any() and _reference_group(at_size) is None:
-        # Deciding against a native slowed by gloo's threads would favour gloo (issue 14).
+        # Deciding against a native slowed by gloo's threads would favour gloo.
         groups = ", ".join(sorted(set(at_size["group"])))
         warn.append(
             f"{key} at {format_size(size)} left out: native was measured only in the "
@@ -332,11 +352,24 @@ def decide_point(
     series = _measurements(without_twins(key.collective, at_size), choices)
     if not series:
         return None
-    ref = _reference_label(series)
-    ratios = _ratios(key, size, series, ref, warn)
-    candidates = {label: Candidate(choices[label], series[label], r) for label, r in ratios.items()}
-    count = int(at_size["count"].iloc[0])
-    return decide_candidates(key, size, count, candidates, "native" if ref == "native" else None)
+    measured = Measured(key, key.collective, size, series, _reference_label(series))
+    return MeasuredPoint(measured, int(at_size["count"].iloc[0]), choices)
+
+
+def _decide(point: MeasuredPoint, ratios: Mapping[str, Ratio], warn: list[str], risk: float):
+    m = point.measured
+    for label in m.series:
+        if label not in ratios:
+            warn.append(
+                f"{m.key} at {format_size(m.size)}: {label} left out: no launch shared "
+                f"with {m.reference}"
+            )
+    candidates = {
+        label: Candidate(point.choices[label], m.series[label], ratio)
+        for label, ratio in ratios.items()
+    }
+    reference = "native" if m.against_native else None
+    return decide_candidates(m.key, m.size, point.count, candidates, reference, risk)
 
 
 def decide_candidates(
@@ -345,15 +378,16 @@ def decide_candidates(
     count: int,
     candidates: Mapping[str, Candidate],
     reference: str | None,
+    risk: float = RISK,
 ) -> PointDecision:
     """The best, the tie set and the stable rule's pick among candidates whose ratios to
     the reference are known (``reference``: 'native', or None without native)."""
-    best = min(candidates.values(), key=lambda c: (c.ratio.ratio, c.label)).label
+    best = min(candidates.values(), key=lambda c: (c.ratio.expected, c.label)).label
     ties = stable_order(
         key.collective,
-        tie_set(candidates, reference is not None),
+        tie_set(candidates, reference is not None, risk),
         {label: c.choice for label, c in candidates.items()},
-        lambda label: candidates[label].ratio.ratio,
+        lambda label: candidates[label].ratio.expected,
     )
     return PointDecision(key, size, count, dict(candidates), reference, best, tuple(ties), ties[0])
 
@@ -428,6 +462,15 @@ def _interval_text(ratio: Ratio) -> str:
     return f"{ratio.ratio:.2f}x native, 95% CI {ratio.low:.2f}-{ratio.high:.2f}"
 
 
+EVIDENCE_WORDS = {
+    "curve": "from its curve over sizes",
+    "point": "from this size alone with the run's pooled launch variance",
+    "misfit": "from this size alone: the curve over sizes misses it",
+    "heterogeneous": "its launches disagree beyond the run's pool: its own spread",
+    "paired": "from this point's launches alone",
+}
+
+
 def _reason(point: PointDecision) -> str:
     """Why the point's choice, in words."""
     chosen, best = point.candidates[point.chosen], point.candidates[point.best]
@@ -436,9 +479,16 @@ def _reason(point: PointDecision) -> str:
     elif chosen.choice.is_native and best.choice.is_native:
         text = "native is the fastest"
     elif chosen.choice.is_native:
-        text = f"{best.label} {_interval_text(best.ratio)} reaches 1: native kept"
+        slower = best.ratio.chance_above(SLOWER_MARGIN)
+        text = (
+            f"{best.label} {_interval_text(best.ratio)}, P(>5% slower) {slower:.2f}: "
+            "native kept"
+        )
     else:
-        text = "its interval lies below 1"
+        text = (
+            f"{_interval_text(chosen.ratio)} ({EVIDENCE_WORDS.get(chosen.ratio.evidence, '')})"
+            f", P(>5% slower) {chosen.ratio.chance_above(SLOWER_MARGIN):.3f}"
+        )
     if len(point.tie_set) > 1:
         text += f"; the stable rule's pick of a tie set of {len(point.tie_set)}"
     if point.chosen != _own_pick(point):
@@ -449,7 +499,7 @@ def _reason(point: PointDecision) -> str:
 def _own_pick(point: PointDecision) -> str:
     """The stable rule's pick at this size alone."""
     choices = {label: c.choice for label, c in point.candidates.items()}
-    score = lambda label: point.candidates[label].ratio.ratio  # noqa: E731
+    score = lambda label: point.candidates[label].ratio.expected  # noqa: E731
     return stable_order(point.key.collective, point.tie_set, choices, score)[0]
 
 
@@ -475,6 +525,10 @@ def point_record(point: PointDecision) -> dict[str, Any]:
         "ratio": None if ratio is None else round(ratio.ratio, 4),
         "ratio_low": None if ratio is None else round(ratio.low, 4),
         "ratio_high": None if ratio is None else round(ratio.high, 4),
+        "evidence": None if ratio is None else ratio.evidence,
+        "chance_slower": None
+        if ratio is None
+        else round(ratio.chance_above(SLOWER_MARGIN), 4),
         "tie_set": list(point.tie_set),
         "launches": evidence.launches,
         "rounds": evidence.rounds,
@@ -485,30 +539,56 @@ def point_record(point: PointDecision) -> dict[str, Any]:
     }
 
 
-def entry_decisions(key: EntryKey, rows: pd.DataFrame, warn: list[str]) -> list[PointDecision]:
-    """The decisions of one entry's usable rows, size by size, hysteresis applied."""
-    choices = _choices_by_label(key.collective, rows["algorithm"], warn)
-    points = []
-    for _, at_size in rows.groupby("size_bytes", sort=True):
-        point = decide_point(key, at_size, choices, warn)
-        if point is not None:
-            points.append(point)
-    return hysteresis(points)
-
-
 def _entry_groups(frame: pd.DataFrame) -> Iterable[tuple[EntryKey, pd.DataFrame]]:
     for values, rows in frame.groupby(KEY_COLUMNS, sort=True):
         collective, device, nodes, ppn, nprocs = values
         yield EntryKey(str(collective), str(device), int(nodes), int(ppn), int(nprocs)), rows
 
 
-def build_entries(frame: pd.DataFrame, warn: list[str]) -> tuple[Entry, ...]:
-    """One entry per (collective, device, nodes, ppn, nprocs) group of the results."""
+@dataclass(frozen=True)
+class Decisions:
+    """A run's decisions per entry (by size, hysteresis applied) and the launch pool they
+    rest on."""
+
+    entries: Mapping[EntryKey, list[PointDecision]]
+    pool: LaunchPool
+
+    def by_point(self) -> dict[tuple[EntryKey, int], PointDecision]:
+        """(entry key, size) -> the point's decision."""
+        return {(key, p.size): p for key, points in self.entries.items() for p in points}
+
+
+def _measured_entries(rows: pd.DataFrame, warn: list[str]) -> dict[EntryKey, list[MeasuredPoint]]:
+    measured = {}
+    for key, group in _entry_groups(rows):
+        choices = _choices_by_label(key.collective, group["algorithm"], warn)
+        points = [
+            measure_point(key, at_size, choices, warn)
+            for _, at_size in group.groupby("size_bytes", sort=True)
+        ]
+        measured[key] = [p for p in points if p is not None]
+    return measured
+
+
+def decide_run(rows: pd.DataFrame, warn: list[str], risk: float = RISK) -> Decisions:
+    """Every entry's decisions from a run's usable rows: the run's launch pool first
+    (selection.evidence), then each candidate's curve over sizes (selection.estimate),
+    then the rule at each size, then hysteresis."""
+    measured = _measured_entries(rows, warn)
+    pool = run_pool(p.measured for points in measured.values() for p in points)
+    entries = {}
+    for key, points in measured.items():
+        ratios = entry_ratios([p.measured for p in points], pool)
+        decided = [_decide(p, r, warn, risk) for p, r in zip(points, ratios, strict=True)]
+        if decided:
+            entries[key] = hysteresis(decided)
+    return Decisions(entries, pool)
+
+
+def build_entries(decisions: Decisions) -> tuple[Entry, ...]:
+    """One table entry per (collective, device, nodes, ppn, nprocs) with decisions."""
     entries = []
-    for key, rows in _entry_groups(usable_rows(frame)):
-        points = entry_decisions(key, rows, warn)
-        if not points:
-            continue
+    for key, points in decisions.entries.items():
         per_size = [(p.size, p.candidates[p.chosen].choice) for p in points]
         measured = (points[0].size, points[-1].size)
         records = tuple(point_record(p) for p in points)
@@ -528,17 +608,26 @@ def _read_run(run_dir: str | os.PathLike) -> tuple[RunStore, pd.DataFrame, list[
 
 
 def run_decisions(
-    run_dir: str | os.PathLike, dtype: str | None = None, op: str | None = None
+    run_dir: str | os.PathLike,
+    dtype: str | None = None,
+    op: str | None = None,
+    risk: float = RISK,
 ) -> tuple[dict[tuple[EntryKey, int], PointDecision], list[str]]:
     """Every point's decision in a run directory, keyed by (entry key, size), as ``tune``
     takes them; and warnings about what was left out."""
     _, frame, warn = _read_run(run_dir)
     rows, _, _ = select_rows(without_library_candidates(usable_rows(frame)), dtype, op)
-    decisions = {}
-    for key, group in _entry_groups(rows):
-        for point in entry_decisions(key, group, warn):
-            decisions[(key, point.size)] = point
-    return decisions, warn
+    return decide_run(rows, warn, risk).by_point(), warn
+
+
+def evidence_record(pool: LaunchPool, risk: float) -> dict[str, Any]:
+    """The table header's account of the shared evidence: the risk and the launch pools."""
+    return {
+        "risk": risk,
+        "slower_margin": SLOWER_MARGIN,
+        "launch_pools": pool.as_record(),
+        "summary": pool.lines(),
+    }
 
 
 def _first_found(metadata: dict[str, Any], *names: str) -> Any:
@@ -581,11 +670,13 @@ def build_table(
     name: str = "tuning",
     dtype: str | None = None,
     op: str | None = None,
+    risk: float = RISK,
 ) -> tuple[TuningTable, list[str]]:
     """The tuning table of a run directory, and warnings about what was left out."""
     store, frame, warn = _read_run(run_dir)
     rows, dtype, op = select_rows(usable_rows(frame), dtype, op)
-    entries = build_entries(without_library_candidates(rows), warn)
+    decisions = decide_run(without_library_candidates(rows), warn, risk)
+    entries = build_entries(decisions)
     if not entries:
         why = f" ({warn[-1]})" if warn else ""
         raise UsageError(f"{run_dir}: no point could be decided{why}")
@@ -596,7 +687,8 @@ def build_table(
         {"dtype": dtype, "op": None if _is_missing(op) else op},
         provenance(Path(run_dir), metadata),
     )
-    library = library_tuning(rows, _first_found(metadata, "mpi_library"), warn)
+    header[EVIDENCE] = evidence_record(decisions.pool, risk)
+    library = library_tuning(rows, _first_found(metadata, "mpi_library"), warn, risk)
     if library is not None:
         header[LIBRARY_TUNING] = library
     return TuningTable(entries, header), warn
@@ -658,18 +750,21 @@ def _library_ranges(points: list[PointDecision]) -> list[dict[str, Any]]:
     return ranges
 
 
-def library_entries(rows: pd.DataFrame, warn: list[str]) -> list[dict[str, Any]]:
+def library_entries(
+    rows: pd.DataFrame, warn: list[str], risk: float = RISK
+) -> list[dict[str, Any]]:
     """Per (collective, device, nodes, ppn, nprocs) where library algorithms were swept:
     the library's choice per size range among them and its default (native)."""
     picked = rows[
         rows["algorithm"].astype(str).map(lambda a: a == "native" or a.startswith(LIBRARY_PREFIX))
     ]
+    swept = picked.groupby(KEY_COLUMNS)["algorithm"].transform(
+        lambda labels: labels.astype(str).str.startswith(LIBRARY_PREFIX).any()
+    )
+    decisions = decide_run(picked[swept.astype(bool)], warn, risk)
     entries = []
-    for key, group in _entry_groups(picked):
-        if not group["algorithm"].astype(str).str.startswith(LIBRARY_PREFIX).any():
-            continue
-        points = entry_decisions(key, group, warn)
-        if not points or points[0].native is None:
+    for key, points in decisions.entries.items():
+        if points[0].native is None:
             warn.append(f"{key}: library algorithms left out: no native (default) measured")
             continue
         entries.append({**asdict_key(key), "ranges": _library_ranges(points)})
@@ -687,10 +782,12 @@ def asdict_key(key: EntryKey) -> dict[str, Any]:
     }
 
 
-def library_tuning(rows: pd.DataFrame, version: Any, warn: list[str]) -> dict[str, Any] | None:
+def library_tuning(
+    rows: pd.DataFrame, version: Any, warn: list[str], risk: float = RISK
+) -> dict[str, Any] | None:
     """The library's own decisions of a run (None where no library algorithm was swept):
     which library ('mpich', 'openmpi', from the run's mpi_library), and its entries."""
-    entries = library_entries(rows, warn)
+    entries = library_entries(rows, warn, risk)
     if not entries:
         return None
     return {

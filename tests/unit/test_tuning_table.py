@@ -235,7 +235,7 @@ def test_a_candidate_ten_percent_faster_in_every_round_replaces_native(tmp_path)
     assert only["ratio_low"] <= only["ratio"] <= only["ratio_high"] < 1
     assert only["speedup"] == pytest.approx(1 / only["ratio"], rel=1e-3)
     assert (only["launches"], only["rounds"]) == (3, 60)
-    assert "below 1" in only["reason"]
+    assert "P(>5% slower) 0.000" in only["reason"]
 
 
 def test_faster_in_one_launch_and_slower_in_two_keeps_native(tmp_path):

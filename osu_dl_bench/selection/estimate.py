@@ -1,0 +1,163 @@
+"""Each candidate's ratio to native at each size of an entry, from all the evidence a run
+holds: the run's pooled launch variance (selection.evidence) and the smooth curve over
+sizes (selection.smooth). Points without per-round times, or without native, keep the
+point-by-point paired ratio (selection.paired).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+from scipy import stats
+
+from osu_dl_bench.selection.evidence import (
+    HETEROGENEITY_ALPHA,
+    LaunchPool,
+    LaunchValues,
+    Observation,
+    estimate_pool,
+    heterogeneity,
+    launch_values,
+)
+from osu_dl_bench.selection.paired import LEVEL, Ratio, Series, identity, paired_ratio
+from osu_dl_bench.selection.smooth import smooth_curve
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One point's measurements: each candidate's series and the reference's label."""
+
+    key: object  # the entry's key
+    collective: str
+    size: int
+    series: Mapping[str, Series]
+    reference: str
+
+    @property
+    def against_native(self) -> bool:
+        """Whether the reference is native (only then do curves over sizes compare)."""
+        return self.reference == "native"
+
+
+def _values(point: Measured) -> dict[str, LaunchValues]:
+    if not point.against_native:
+        return {}
+    ref = point.series[point.reference]
+    found = {}
+    for label, series in point.series.items():
+        if label != point.reference:
+            values = launch_values(series, ref)
+            if values is not None:
+                found[label] = values
+    return found
+
+
+def observations(points: Iterable[Measured]) -> list[Observation]:
+    """Every (point, candidate) with per-launch values, for the run's pool."""
+    return [
+        Observation(p.key, p.collective, label, p.size, values)
+        for p in points
+        for label, values in _values(p).items()
+    ]
+
+
+def run_pool(points: Iterable[Measured]) -> LaunchPool:
+    """The launch pool of a run's points."""
+    return estimate_pool(observations(points))
+
+
+@dataclass(frozen=True)
+class _Own:
+    """A point's own estimate under the pool: log-ratio, variance of it, the part of that
+    variance shared by the band's sizes within a launch, and whether it is heterogeneous."""
+
+    mean: float
+    variance: float
+    shared: float
+    heterogeneous: bool
+    values: LaunchValues
+
+
+def _own(values: LaunchValues, pool: LaunchPool, collective: str, size: int) -> _Own:
+    component = pool.component(collective, size, values.paired)
+    within = np.where(np.isfinite(values.within), values.within, pool.within)
+    per_launch = component.point_launch + float(np.mean(within))
+    odd = heterogeneity(values, component, pool.within) < HETEROGENEITY_ALPHA
+    if odd:
+        per_launch = max(per_launch, values.spread)
+    k = values.count
+    return _Own(values.mean, per_launch / k, component.launch_wide / k, odd, values)
+
+
+def _ratio(mean: float, variance: float, values: LaunchValues, evidence: str) -> Ratio:
+    half = stats.norm.ppf(0.5 + LEVEL / 2) * math.sqrt(max(variance, 0.0))
+    return Ratio(
+        math.exp(mean),
+        math.exp(mean - half),
+        math.exp(mean + half),
+        values.count,
+        0,
+        evidence,
+    )
+
+
+def _curve_ratios(
+    points: Sequence[Measured], label: str, owns: Mapping[int, _Own]
+) -> dict[int, Ratio]:
+    """index of point -> the candidate's ratio from its curve over the entry's sizes."""
+    order = sorted(owns)
+    x = np.log2([points[i].size for i in order])
+    shared = np.array([owns[i].shared for i in order])
+    y = np.array([owns[i].mean for i in order])
+    independent = np.array([owns[i].variance - owns[i].shared for i in order])
+    curve = smooth_curve(x, y, independent, shared)
+    ratios = {}
+    for j, i in enumerate(order):
+        own = owns[i]
+        if own.heterogeneous:
+            evidence = "heterogeneous"
+        elif not curve.fitted:
+            evidence = "point"
+        else:
+            evidence = "curve" if curve.from_curve[j] else "misfit"
+        ratios[i] = _ratio(curve.mean[j], curve.variance[j], own.values, evidence)
+    return ratios
+
+
+def entry_ratios(points: Sequence[Measured], pool: LaunchPool) -> list[dict[str, Ratio]]:
+    """Per point (in the given order, by size), label -> ratio to the point's reference;
+    a candidate sharing no launch with the reference is absent."""
+    values = [_values(p) for p in points]
+    labels = {label for found in values for label in found}
+    smoothed: dict[str, dict[int, Ratio]] = {}
+    for label in sorted(labels):
+        owns = {
+            i: _own(found[label], pool, points[i].collective, points[i].size)
+            for i, found in enumerate(values)
+            if label in found
+        }
+        smoothed[label] = _curve_ratios(points, label, owns)
+    result = []
+    for i, point in enumerate(points):
+        ratios = {}
+        for label, series in point.series.items():
+            if label == point.reference:
+                ratios[label] = identity(series)
+            elif i in smoothed.get(label, {}):
+                ratios[label] = _with_rounds(smoothed[label][i], series)
+            else:
+                found = paired_ratio(
+                    series, point.series[point.reference], point.key, point.size, label,
+                    point.reference,
+                )
+                if found is not None:
+                    ratios[label] = found
+        result.append(ratios)
+    return result
+
+
+def _with_rounds(ratio: Ratio, series: Series) -> Ratio:
+    return replace(ratio, rounds=series.rounds)

@@ -1,0 +1,339 @@
+"""Evidence shared across a run's points: the between-launch variance of log time ratios,
+estimated once from every point of the run instead of from each point's 2-3 launches.
+
+Each candidate c at each point (entry, size s) gives one value per launch k, the launch's
+log time ratio to the reference ``y[c,s,k]`` (the median of the round-paired log-ratios
+inside a launch; the log-ratio of the launches' medians across isolation groups), with the
+sampling variance ``w[c,s,k]`` of that value from its own rounds. The model is a
+random-effects model with launch as the random effect (Hoefler and Belli, SC15, section
+4; ReproMPI's practice of repeating across mpiruns):
+
+    y[c,s,k] = theta[c,s] + u[c,k] + v[c,s,k] + e[c,s,k]
+
+- ``e``: sampling error within the launch, variance ``w`` (known from the rounds);
+- ``v``: the point's launch-to-launch variation, independent across sizes;
+- ``u``: a shift shared by one candidate's sizes of a band within one launch (the launch's
+  memory layout or placement favours or hurts an algorithm at every size near each other).
+
+The machine, not the point, owns the variances of ``u`` and ``v``: they are estimated per
+pool (collective, size band, and whether the pair was round-paired or compared across
+launches), by the method of moments made robust with medians: the variance ``x`` is the
+value at which the median over the pool of ``F_chi2(df * S^2 / (x + b), df)`` is one half,
+S^2 being each point's (or each band's) sample variance over its launches and ``b`` the
+known part (the DerSimonian-Laird idea, with the median for the mean so that a handful of
+wild points cannot inflate the machine's variance). A point whose own launches disagree
+more than the pool allows (chi-square test at HETEROGENEITY_ALPHA) keeps its own larger
+variance and is marked.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import optimize, stats
+
+from osu_dl_bench.selection.paired import Launch, Series, same_group_samples
+
+# Size bands of one pool each (bytes, lower edges): eager messages, the cache-sized middle,
+# and rendezvous-sized messages behave differently from launch to launch.
+BAND_EDGES = (0, 4096, 262144)
+# A pool needs this many points with two launches or more; smaller pools borrow from the
+# collective's pool over every band, then from the run's.
+MIN_POOL_POINTS = 6
+HETEROGENEITY_ALPHA = 0.01
+# Variance of the median of n values from a normal distribution, over sigma^2 / n.
+MEDIAN_EFFICIENCY = math.pi / 2
+MAD_TO_SIGMA = 1.4826
+
+
+@dataclass(frozen=True)
+class LaunchValues:
+    """One candidate at one point against its reference: per launch, the log time ratio
+    and its sampling variance; whether the pair was round-paired (same isolation group)."""
+
+    launches: tuple[int, ...]
+    values: np.ndarray
+    within: np.ndarray
+    paired: bool
+
+    @property
+    def count(self) -> int:
+        """Launches that gave a value."""
+        return len(self.launches)
+
+    @property
+    def mean(self) -> float:
+        """The point's estimate: the mean of its launches' values."""
+        return float(np.mean(self.values))
+
+    @property
+    def spread(self) -> float:
+        """Sample variance of the launches' values (NaN with one launch)."""
+        return float(np.var(self.values, ddof=1)) if self.count > 1 else math.nan
+
+
+def _median_variance(logs: np.ndarray) -> float:
+    """Sampling variance of the median of ``logs`` (robust scale; NaN with < 3 values)."""
+    if logs.size < 3:
+        return math.nan
+    mad = float(np.median(np.abs(logs - np.median(logs))))
+    return MEDIAN_EFFICIENCY * (MAD_TO_SIGMA * mad) ** 2 / logs.size
+
+
+def _logs(values: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = np.log(np.asarray(values, dtype=float))
+    return logs[np.isfinite(logs)]
+
+
+def launch_values(candidate: Series, reference: Series) -> LaunchValues | None:
+    """The per-launch log-ratios of ``candidate`` to ``reference`` and their sampling
+    variances (None: no launch in common, or rows without per-round times)."""
+    if not (candidate.has_rounds and reference.has_rounds) or candidate is reference:
+        return None
+    paired = candidate.group == reference.group
+    launches, values, within = [], [], []
+    for mine in candidate.launches:
+        theirs = reference.launch(mine.number)
+        if theirs is None:
+            continue
+        if paired:
+            clusters = same_group_samples(_one(candidate, mine), _one(reference, theirs))
+            if not clusters:
+                continue
+            diffs = clusters[0]
+            value = float(np.median(diffs))
+            # One value: a launch measured in rounds of its own (resume); both medians vary.
+            var = _median_variance(diffs) if diffs.size > 1 else _apart(mine, theirs)
+        else:
+            value = math.log(mine.typical_us) - math.log(theirs.typical_us)
+            var = _apart(mine, theirs)
+        if math.isfinite(value):
+            launches.append(mine.number)
+            values.append(value)
+            within.append(var)
+    if not launches:
+        return None
+    return LaunchValues(tuple(launches), np.array(values), np.array(within), paired)
+
+
+def _one(series: Series, launch: Launch) -> Series:
+    return Series(series.group, (launch,))
+
+
+def _apart(mine: Launch, theirs: Launch) -> float:
+    """Sampling variance of log median(mine) - log median(theirs), measured apart."""
+    return _median_variance(_logs(mine.rounds)) + _median_variance(_logs(theirs.rounds))
+
+
+# --- pools --------------------------------------------------------------------------------
+
+
+def band_of(size: int) -> int:
+    """The size band (index into BAND_EDGES) of a message size."""
+    return max(i for i, edge in enumerate(BAND_EDGES) if size >= edge)
+
+
+def band_name(band: int) -> str:
+    """'0-4K', '4K-256K', '256K-' style text of a band."""
+    from collectives.units import format_size
+
+    low = format_size(BAND_EDGES[band]) if band else "0"
+    high = format_size(BAND_EDGES[band + 1]) if band + 1 < len(BAND_EDGES) else ""
+    return f"{low}-{high}"
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One candidate at one point of one entry, for the pool estimate."""
+
+    entry: object  # the entry's key (hashable)
+    collective: str
+    label: str
+    size: int
+    values: LaunchValues
+
+
+@dataclass(frozen=True)
+class Component:
+    """One pool's variance components (of log-ratios) and what they rest on."""
+
+    point_launch: float  # var(u + v): a point's launch-to-launch variance beyond sampling
+    launch_wide: float  # var(u): the part shared by a band's sizes within a launch
+    points: int  # points with >= 2 launches in the pool
+    df: int  # degrees of freedom behind point_launch
+    heterogeneous: int  # points whose own launches disagree beyond the pool
+    source: str  # the pool's name, or the wider pool it borrowed from
+
+    @property
+    def expected_heterogeneous(self) -> float:
+        """Points expected to be flagged by chance alone."""
+        return HETEROGENEITY_ALPHA * self.points
+
+
+@dataclass(frozen=True)
+class LaunchPool:
+    """Variance components per (collective, band, paired), with fallbacks."""
+
+    components: Mapping[tuple, Component] = field(default_factory=dict)
+    within: float = 0.0  # the median sampling variance: stands in where rounds were few
+
+    def component(self, collective: str, size: int, paired: bool) -> Component:
+        """The component that applies to one point (the narrowest pool with data)."""
+        for key in ((collective, band_of(size), paired), (collective, None, paired),
+                    (None, None, paired), (None, None, None)):
+            if key in self.components:
+                return self.components[key]
+        return Component(0.0, 0.0, 0, 0, 0, "none")
+
+    def lines(self) -> list[str]:
+        """One line per pool, for the table's summary."""
+        lines = []
+        for (collective, band, paired), c in sorted(self.components.items(), key=_pool_order):
+            if collective is None or band is None:
+                continue
+            kind = "paired in rounds" if paired else "across launches"
+            lines.append(
+                f"{collective} {band_name(band)} ({kind}): launch-to-launch sd "
+                f"{math.sqrt(c.point_launch) * 100:.1f}% (shared by the band "
+                f"{math.sqrt(c.launch_wide) * 100:.1f}%), {c.points} points, "
+                f"{c.heterogeneous} beyond the pool ({c.expected_heterogeneous:.1f} expected "
+                f"by chance)"
+            )
+        return lines
+
+    def as_record(self) -> list[dict]:
+        """The pools as JSON-ready rows (the table's header keeps them)."""
+        return [
+            {
+                "collective": collective,
+                "band": None if band is None else band_name(band),
+                "paired": paired,
+                "point_launch_var": round(c.point_launch, 8),
+                "launch_wide_var": round(c.launch_wide, 8),
+                "points": c.points,
+                "df": c.df,
+                "heterogeneous": c.heterogeneous,
+            }
+            for (collective, band, paired), c in sorted(self.components.items(), key=_pool_order)
+        ]
+
+
+def _pool_order(item) -> tuple:
+    (collective, band, paired), _ = item
+    return (str(collective), -1 if band is None else band, str(paired))
+
+
+def _solve_median(stat: np.ndarray, df: np.ndarray, base: np.ndarray, scale: np.ndarray) -> float:
+    """The x >= 0 at which the median of chi2.cdf(df * stat / (scale * x + base), df) is
+    one half: a robust method-of-moments variance component."""
+
+    def excess(x: float) -> float:
+        expected = np.maximum(scale * x + base, 1e-300)
+        return float(np.median(stats.chi2.cdf(df * stat / expected, df))) - 0.5
+
+    if stat.size == 0 or excess(0.0) <= 0:
+        return 0.0
+    high = max(float(np.max(stat)), 1e-12)
+    while excess(high) > 0:
+        high *= 4
+    return float(optimize.brentq(excess, 0.0, high, xtol=1e-14, rtol=1e-10))
+
+
+def _filled(within: np.ndarray, fallback: float) -> np.ndarray:
+    return np.where(np.isfinite(within), within, fallback)
+
+
+def _point_launch(observations: list[Observation], fallback_within: float) -> tuple[float, int]:
+    multi = [o.values for o in observations if o.values.count > 1]
+    if not multi:
+        return 0.0, 0
+    stat = np.array([v.spread for v in multi])
+    df = np.array([v.count - 1 for v in multi], dtype=float)
+    base = np.array([float(np.mean(_filled(v.within, fallback_within))) for v in multi])
+    return _solve_median(stat, df, base, np.ones_like(stat)), int(df.sum())
+
+
+def _launch_wide(observations: list[Observation], total: float, fallback_within: float) -> float:
+    """var(u) from each (entry, candidate, band)'s launch means of residuals across sizes."""
+    groups: dict[tuple, list[LaunchValues]] = {}
+    for o in observations:
+        if o.values.count > 1:
+            groups.setdefault((o.entry, o.label, band_of(o.size)), []).append(o.values)
+    stat, df, base, scale = [], [], [], []
+    for members in groups.values():
+        common = sorted(set.intersection(*(set(v.launches) for v in members)))
+        if len(members) < 3 or len(common) < 2:
+            continue
+        residuals = np.array([_residuals(v, common) for v in members])  # sizes x launches
+        column = residuals.mean(axis=0)
+        sizes = len(members)
+        within = float(np.mean([np.mean(_filled(v.within, fallback_within)) for v in members]))
+        stat.append(float(np.sum(column**2) / (len(common) - 1)))
+        df.append(len(common) - 1)
+        # E[S^2] = var(u) (1 - 1/S) + (total + within) / S
+        base.append((total + within) / sizes)
+        scale.append(1 - 1 / sizes)
+    if not stat:
+        return 0.0
+    found = _solve_median(np.array(stat), np.array(df, float), np.array(base), np.array(scale))
+    return min(found, total)
+
+
+def _residuals(values: LaunchValues, common: list[int]) -> np.ndarray:
+    picked = np.array([values.values[values.launches.index(k)] for k in common])
+    return picked - picked.mean()
+
+
+def heterogeneity(values: LaunchValues, component: Component, fallback_within: float) -> float:
+    """p-value of the point's own launch spread under the pool (1.0 with one launch)."""
+    if values.count < 2:
+        return 1.0
+    expected = component.point_launch + float(np.mean(_filled(values.within, fallback_within)))
+    if expected <= 0:
+        return 0.0 if values.spread > 0 else 1.0
+    return float(stats.chi2.sf((values.count - 1) * values.spread / expected, values.count - 1))
+
+
+def median_within(observations: Iterable[Observation]) -> float:
+    """The median known sampling variance: stands in where a launch had too few rounds."""
+    known = [w for o in observations for w in o.values.within if math.isfinite(w)]
+    return float(np.median(known)) if known else 0.0
+
+
+def _component(observations: list[Observation], source: str, within: float) -> Component:
+    total, df = _point_launch(observations, within)
+    wide = _launch_wide(observations, total, within)
+    partial = Component(total, wide, 0, df, 0, source)
+    multi = [o for o in observations if o.values.count > 1]
+    flagged = sum(heterogeneity(o.values, partial, within) < HETEROGENEITY_ALPHA for o in multi)
+    return Component(total, wide, len(multi), df, flagged, source)
+
+
+def estimate_pool(observations: Iterable[Observation]) -> LaunchPool:
+    """The run's variance components, per (collective, band, paired) where a pool holds
+    MIN_POOL_POINTS points with several launches, and per wider pool as fallbacks."""
+    observations = list(observations)
+    within = median_within(observations)
+    keyed: dict[tuple, list[Observation]] = {}
+    for o in observations:
+        paired = o.values.paired
+        for key in ((o.collective, band_of(o.size), paired), (o.collective, None, paired),
+                    (None, None, paired), (None, None, None)):
+            keyed.setdefault(key, []).append(o)
+    components = {}
+    for key, members in keyed.items():
+        if sum(o.values.count > 1 for o in members) >= MIN_POOL_POINTS:
+            components[key] = _component(members, _pool_text(key), within)
+    return LaunchPool(components, within)
+
+
+def _pool_text(key: tuple) -> str:
+    collective, band, paired = key
+    parts = [collective or "all collectives", "all sizes" if band is None else band_name(band)]
+    if paired is not None:
+        parts.append("paired in rounds" if paired else "across launches")
+    return ", ".join(parts)

@@ -122,7 +122,8 @@ class Ratio:
     # Where the estimate comes from: 'paired' (this point's rounds and launches alone),
     # 'curve' (the smoothed curve over sizes with the run's pooled launch variance),
     # 'point' (the point's own estimate with the pooled variance: too few sizes for a
-    # curve), 'misfit' (the same, where the curve misses the point), 'heterogeneous' (its launches disagree beyond the pool: own spread).
+    # curve), 'misfit' (the same, where the curve misses the point), 'heterogeneous'
+    # (its launches disagree beyond the pool: its own spread).
     evidence: str = "paired"
 
     @property

@@ -67,16 +67,25 @@ def _fit(basis: np.ndarray, y: np.ndarray, weights: np.ndarray, lam: float, pena
 def _ubre(basis, y, weights, lam, penalty) -> float:
     coef, _, edf = _fit(basis, y, weights, lam, penalty)
     residual = y - basis @ coef
-    n = len(y)
+    n = int(np.count_nonzero(weights))
     return float(np.sum(weights * residual**2) / n - 1 + 2 * edf / n)
 
 
+def _penalised_fit(basis, y, weights, penalty):
+    """The fit at the UBRE-best penalty: (values at every size, their variances, edf)."""
+    lam = min(LAMBDAS, key=lambda value: _ubre(basis, y, weights, value, penalty))
+    coef, inverse, edf = _fit(basis, y, weights, lam, penalty)
+    return basis @ coef, np.einsum("ij,jk,ik->i", basis, inverse, basis), edf
+
+
 def smooth_curve(
-    log_sizes: np.ndarray, estimates: np.ndarray, variances: np.ndarray, shared: float = 0.0
+    log_sizes: np.ndarray, estimates: np.ndarray, variances: np.ndarray, shared=0.0
 ) -> Smoothed:
     """The P-spline of ``estimates`` (log-ratios, each with its variance) over
-    ``log_sizes``, evaluated at those sizes; ``shared`` (a variance common to every size,
-    the launch-wide component) is added to the band."""
+    ``log_sizes``, evaluated at those sizes; ``shared`` (a variance common to the sizes
+    within a launch, the launch-wide component; scalar or per size) is added to the band.
+    A point the curve misses by LACK_OF_FIT standard errors is left out of the fit, worst
+    first, one at a time, and keeps its own estimate."""
     x = np.asarray(log_sizes, dtype=float)
     y = np.asarray(estimates, dtype=float)
     v = np.maximum(np.asarray(variances, dtype=float), 1e-12)
@@ -85,14 +94,17 @@ def smooth_curve(
         return Smoothed(y.copy(), own, np.zeros(len(x), bool), float(len(x)), fitted=False)
     basis, weights = _basis(x), 1 / v
     penalty = _penalty(basis.shape[1])
-    lam = min(LAMBDAS, key=lambda value: _ubre(basis, y, weights, value, penalty))
-    coef, inverse, edf = _fit(basis, y, weights, lam, penalty)
-    mean = basis @ coef
-    variance = np.einsum("ij,jk,ik->i", basis, inverse, basis) + shared
-    fits = np.abs(y - mean) <= LACK_OF_FIT * np.sqrt(v + np.maximum(variance - shared, 0))
-    return Smoothed(
-        np.where(fits, mean, y), np.where(fits, variance, own), fits, edf
-    )
+    inliers = np.ones(len(x), bool)
+    while True:
+        mean, variance, edf = _penalised_fit(basis, y, np.where(inliers, weights, 0.0), penalty)
+        misses = np.abs(y - mean) / np.sqrt(v + variance)
+        misses[~inliers] = 0
+        worst = int(np.argmax(misses))
+        if misses[worst] <= LACK_OF_FIT or inliers.sum() <= MIN_POINTS:
+            break
+        inliers[worst] = False
+    variance = variance + shared
+    return Smoothed(np.where(inliers, mean, y), np.where(inliers, variance, own), inliers, edf)
 
 
 def normal_upper_tail(mean: float, sd: float, threshold: float) -> float:

@@ -55,6 +55,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from osu_dl_bench.jobs.options import config_from_args
 
     cfg = config_from_args(args)
+    if cfg.adaptive:
+        from osu_dl_bench.commands.sweep import run_adaptive_sweep
+
+        return run_adaptive_sweep(cfg)
     if not (cfg.inside or cfg.plan_only):
         # The orchestrator launches one MPI job per process count and never loads MPI.
         from osu_dl_bench.jobs.orchestrate import run_sweep

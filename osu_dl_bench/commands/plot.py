@@ -113,6 +113,47 @@ def _latency(plt, rows: pd.DataFrame, entry: Entry | None, colors, title: str, p
     _save(plt, fig, path)
 
 
+def _shown_labels(points: list) -> list[str]:
+    """The candidates worth a curve: each point's choice and best, and native."""
+    labels = {"native"} | {p.chosen for p in points} | {p.best for p in points}
+    return sorted(labels)
+
+
+def _ratios(plt, points: list, entry: Entry | None, colors, title: str, path: Path):
+    """Each chosen or best candidate's time over native against size, as the decisions
+    estimate it (smoothed over sizes, with the run's pooled launch variance): the line
+    and its 95% band, under the table's ranges."""
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    for label in _shown_labels(points):
+        found = [(p.size, p.candidates[label].ratio) for p in points if label in p.candidates]
+        if not found:
+            continue
+        sizes = [size for size, _ in found]
+        ax.plot(
+            sizes,
+            [r.ratio for _, r in found],
+            marker="o",
+            ms=3,
+            label=label,
+            color=colors.get(label, "gray"),
+        )
+        ax.fill_between(
+            sizes,
+            [r.low for _, r in found],
+            [r.high for _, r in found],
+            alpha=0.2,
+            color=colors.get(label, "gray"),
+            lw=0,
+        )
+    sizes = [p.size for p in points]
+    if entry is not None:
+        _range_strip(ax, entry, colors, sizes)
+    _size_axis(ax, sizes)
+    ax.set(xlabel="message size (bytes)", ylabel="time / native's (95% band)", title=title)
+    ax.legend(fontsize=8, ncol=2)
+    _save(plt, fig, path)
+
+
 def _busbw(plt, rows: pd.DataFrame, colors, title: str, path: Path):
     fig, ax = plt.subplots(figsize=(9, 5.5))
     for label, algo in rows.groupby("algorithm"):
@@ -144,9 +185,17 @@ def _speedup(plt, entries: list[Entry], title: str, path: Path):
                 ms=3,
                 label=f"p={k.nprocs} ({k.nodes}x{k.ppn})",
             )
+            banded = [p for p in points if p.get("ratio_low") and p.get("ratio_high")]
+            ax.fill_between(
+                [p["size_bytes"] for p in banded],
+                [1 / p["ratio_high"] for p in banded],
+                [1 / p["ratio_low"] for p in banded],
+                alpha=0.2,
+                lw=0,
+            )
     ax.axhline(1.0, color="black", lw=1, ls="--")
     _size_axis(ax, [p["size_bytes"] for e in entries for p in e.points], log_y=False)
-    ax.set(xlabel="message size (bytes)", ylabel="native median / tuned median", title=title)
+    ax.set(xlabel="message size (bytes)", ylabel="speedup over native (95% band)", title=title)
     ax.legend(fontsize=8)
     _save(plt, fig, path)
 
@@ -215,7 +264,7 @@ def over_launches(rows: pd.DataFrame) -> pd.DataFrame:
 def plot_run(run_dir: str, table_path: str | None = None, out_dir: str | None = None) -> list:
     """Write every plot of a run directory; returns the PNG paths."""
     from osu_dl_bench.selection.table import EntryKey
-    from osu_dl_bench.selection.tune import select_rows
+    from osu_dl_bench.selection.tune import run_decisions, select_rows
 
     plt = _pyplot()
     rows, _, _ = select_rows(RunStore(run_dir).load(), None, None)
@@ -225,6 +274,9 @@ def plot_run(run_dir: str, table_path: str | None = None, out_dir: str | None = 
     target.mkdir(parents=True, exist_ok=True)
     colors = _colors(sorted(set(rows["algorithm"]) | _table_labels(table)))
     entries = {e.key: e for e in table.entries}
+    decided: dict = {}
+    for (key, _), point in sorted(run_decisions(run_dir)[0].items(), key=lambda i: i[0][1]):
+        decided.setdefault(key, []).append(point)
     written = []
     for (coll, dev, nodes, ppn, p), shape in rows.groupby(
         ["collective", "device", "nodes", "ppn", "nprocs"]
@@ -236,6 +288,10 @@ def plot_run(run_dir: str, table_path: str | None = None, out_dir: str | None = 
         _latency(plt, shape, entry, colors, title, written[-1])
         written.append(target / f"{stem}_busbw.png")
         _busbw(plt, shape, colors, title, written[-1])
+        points = decided.get(EntryKey(str(coll), str(dev), int(nodes), int(ppn), int(p)))
+        if points:
+            written.append(target / f"{stem}_ratios.png")
+            _ratios(plt, points, entry, colors, title, written[-1])
     for (coll, dev), group in _by_collective(table).items():
         written.append(target / f"{coll}_{dev}_speedup.png")
         _speedup(plt, group, f"{coll}, {dev}: speedup of the tuned choice", written[-1])

@@ -118,6 +118,8 @@ class SweepConfig:
     library_file: str | None = None
     # --mpi: which embedded MPI library the jobs run (None: the one mpi4py finds).
     mpi: str | None = None
+    # --adaptive MAX: launches beyond --launches, up to MAX in all, only where undecided.
+    adaptive: int = 0
 
     def sizes(self) -> list[int]:
         """Message sizes in bytes: MIN, 2 MIN, ... up to MAX (OSU's doubling loop)."""
@@ -307,6 +309,16 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="K",
         help=f"separate MPI launches per point, in shuffled order, sharing the budget; each "
         f"backend other than MPI's gets launches of its own (default {DEFAULT_LAUNCHES})",
+    )
+    parser.add_argument(
+        "--adaptive",
+        type=_whole_number_up_to(MAX_LAUNCHES),
+        default=0,
+        metavar="MAX",
+        help="after the --launches launches over every candidate, add launches up to MAX in "
+        "all, each only at the points whose choice is still open (a contender has more than "
+        "5%% chance of beating it by 5%%), measuring only native, the choice and its "
+        "contenders there; focus.json says why each launch was spent",
     )
     parser.add_argument(
         "--no-calibration",
@@ -519,7 +531,15 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
         sbatch_args=tuple(shlex.split(args.sbatch_args)),
         library_file=_library_file(args.library_file),
         mpi=args.mpi,
+        adaptive=args.adaptive,
     )
+    if cfg.adaptive and (cfg.inside or cfg.submit):
+        raise UsageError("--adaptive launches its own jobs: drop --inside and --submit")
+    if cfg.adaptive and cfg.adaptive <= cfg.launches:
+        raise UsageError(
+            f"--adaptive {cfg.adaptive}: expected more launches in all than --launches "
+            f"({cfg.launches})"
+        )
     if not split_variant_texts(cfg.algorithms):
         raise UsageError("-a: no algorithm named")
     return cfg

@@ -8,6 +8,7 @@ and every job run it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +29,7 @@ from collectives.units import split_variant_texts
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.options import SweepConfig
 from osu_dl_bench.measurement.kernel import plan_variants
-from osu_dl_bench.measurement.store import POINT_KEY, RunStore
+from osu_dl_bench.measurement.store import FOCUS_KEY, POINT_KEY, RunStore
 
 
 def _distinct(variants: list[Variant]) -> list[Variant]:
@@ -289,9 +290,33 @@ def point_key(
     return tuple(fields[k] for k in POINT_KEY)
 
 
-def finished_points(store: RunStore) -> set[tuple]:
-    """The stored points' keys (POINT_KEY order)."""
-    return store.finished_points()
+@dataclass(frozen=True)
+class Done:
+    """What a launch need not measure: the stored points (POINT_KEY order), and, in the
+    extra launches of an adaptive sweep, every candidate outside the launch's focus."""
+
+    stored: frozenset = frozenset()
+    focus: Mapping[int, frozenset] = field(default_factory=dict)
+
+    def __contains__(self, key: object) -> bool:
+        if key in self.stored:
+            return True
+        fields_ = dict(zip(POINT_KEY, key, strict=True))  # type: ignore[arg-type]
+        wanted = self.focus.get(fields_["launch"])
+        return wanted is not None and tuple(fields_[k] for k in FOCUS_KEY) not in wanted
+
+    def focused(self, launch: int) -> bool:
+        """Whether the launch measures only its focus."""
+        return launch in self.focus
+
+    def without_stored(self) -> Done:
+        """The same focus with nothing stored (a re-measurement times the whole point)."""
+        return Done(frozenset(), self.focus)
+
+
+def finished_points(store: RunStore) -> Done:
+    """The stored points' keys, and the focus of an adaptive sweep's extra launches."""
+    return Done(frozenset(store.finished_points()), store.read_focus())
 
 
 def pending(
@@ -306,7 +331,12 @@ def pending(
     twins (variants whose chunk or segment size has no effect at this size run the same
     code: timing them twice costs time and lets noise pick between equals)."""
     distinct = distinct_variants(plan.eligible, plan.nprocs, n, setting.etype.itemsize)
-    return [v for v in distinct if point_key(cfg, setting, plan, v, n, slot) not in done]
+    todo = [v for v in distinct if point_key(cfg, setting, plan, v, n, slot) not in done]
+    # Native alone compares with nothing: a focused launch skips the point.
+    alone = all(v.label == "native" for v in todo)
+    if alone and isinstance(done, Done) and done.focused(slot.launch):
+        return []
+    return todo
 
 
 @dataclass(frozen=True)

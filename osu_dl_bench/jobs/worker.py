@@ -31,6 +31,7 @@ from osu_dl_bench.jobs.plan import (
     FILE_GROUP,
     MPI_GROUP,
     CollectivePlan,
+    Done,
     JobPlan,
     LaunchSlot,
     Setting,
@@ -178,7 +179,7 @@ class Job:
     cfg: SweepConfig
     setting: Setting
     store: RunStore
-    done: set
+    done: Done
     report: Reporter
     slot: LaunchSlot
     binder: BoundCalls = field(init=False)
@@ -228,7 +229,7 @@ class Job:
 
     def _all_variants(self, plan: CollectivePlan, n: int) -> list[Variant]:
         """Every candidate of a point, stored or not (a re-measurement times them all)."""
-        return pending(self.cfg, self.setting, plan, n, set(), self.slot)
+        return pending(self.cfg, self.setting, plan, n, self.done.without_stored(), self.slot)
 
     def _time(self, plan: CollectivePlan, n: int, variants: list[Variant]) -> BudgetTiming:
         setting = self.setting
@@ -445,11 +446,11 @@ def _checked_setting(cfg: SweepConfig, world_size: int) -> Setting:
 
 def _open_run_dir(
     world: MPI.Comm, cfg: SweepConfig, store: RunStore, held: contextlib.ExitStack
-) -> set:
+) -> Done:
     """Rank 0 checks and opens the run directory, and holds its lock in ``held`` unless
     the orchestrator does; every rank gets the finished points."""
 
-    def step() -> set | None:
+    def step() -> Done | None:
         if world.Get_rank() != 0:
             return None
         if not (cfg.orchestrated or cfg.dry_run):

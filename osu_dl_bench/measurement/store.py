@@ -44,6 +44,10 @@ SCHEMA_VERSION = 1
 RESULTS = "results.csv"
 METADATA = "metadata.json"
 LOCK = "sweep.lock"
+# An adaptive sweep's extra launches: which candidates each measures, and why.
+FOCUS = "focus.json"
+# A focus entry: one candidate at one point of a launch.
+FOCUS_KEY = ("nprocs", "collective", "size_bytes", "algorithm")
 # Lines named in the warning about dropped rows (the count covers them all).
 NAMED_LINES = 5
 
@@ -234,6 +238,37 @@ class RunStore:
         # pandas 3's 'str' dtype keeps NaN after where(..., None): go through object.
         frame["op"] = frame["op"].astype(object).where(frame["op"].notna(), None)
         return {tuple(row) for row in frame[list(POINT_KEY)].itertuples(index=False)}
+
+    def read_focus(self) -> dict[int, frozenset]:
+        """An adaptive sweep's focus: launch number -> the (FOCUS_KEY order) candidates it
+        measures; empty for a sweep that measures every candidate in every launch."""
+        path = self.path / FOCUS
+        if not path.exists():
+            return {}
+        try:
+            launches = json.loads(path.read_text())["launches"]
+            return {
+                int(launch): frozenset(
+                    (int(p), str(c), int(s), str(a)) for p, c, s, a in entry["points"]
+                )
+                for launch, entry in launches.items()
+            }
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+            raise UsageError(f"{path}: not an adaptive sweep's focus file ({exc})") from None
+
+    def write_focus(self, launch: int, points: list[tuple], reasons: list[str]) -> None:
+        """Record what launch ``launch`` measures (FOCUS_KEY tuples) and why, atomically,
+        beside the focus of the launches before it."""
+        path = self.path / FOCUS
+        known = json.loads(path.read_text()) if path.exists() else {"launches": {}}
+        known["launches"][str(launch)] = {
+            "points": [list(point) for point in sorted(points)],
+            "reasons": reasons,
+        }
+        try:
+            write_atomic(path, lambda tmp: tmp.write_text(json.dumps(known, indent=1)))
+        except OSError as exc:
+            raise _write_error(path, exc) from None
 
     def read_metadata(self) -> dict[str, Any]:
         """The metadata file, or an empty skeleton."""

@@ -150,7 +150,11 @@ def entry_ratios(points: Sequence[Measured], pool: LaunchPool) -> list[dict[str,
                 ratios[label] = _with_rounds(smoothed[label][i], series)
             else:
                 found = paired_ratio(
-                    series, point.series[point.reference], point.key, point.size, label,
+                    series,
+                    point.series[point.reference],
+                    point.key,
+                    point.size,
+                    label,
                     point.reference,
                 )
                 if found is not None:

@@ -183,8 +183,12 @@ class LaunchPool:
 
     def component(self, collective: str, size: int, paired: bool) -> Component:
         """The component that applies to one point (the narrowest pool with data)."""
-        for key in ((collective, band_of(size), paired), (collective, None, paired),
-                    (None, None, paired), (None, None, None)):
+        for key in (
+            (collective, band_of(size), paired),
+            (collective, None, paired),
+            (None, None, paired),
+            (None, None, None),
+        ):
             if key in self.components:
                 return self.components[key]
         return Component(0.0, 0.0, 0, 0, 0, "none")
@@ -321,8 +325,12 @@ def estimate_pool(observations: Iterable[Observation]) -> LaunchPool:
     keyed: dict[tuple, list[Observation]] = {}
     for o in observations:
         paired = o.values.paired
-        for key in ((o.collective, band_of(o.size), paired), (o.collective, None, paired),
-                    (None, None, paired), (None, None, None)):
+        for key in (
+            (o.collective, band_of(o.size), paired),
+            (o.collective, None, paired),
+            (None, None, paired),
+            (None, None, None),
+        ):
             keyed.setdefault(key, []).append(o)
     components = {}
     for key, members in keyed.items():

@@ -32,14 +32,25 @@ def _ties(point: dict[str, Any]) -> list[str]:
     return [label for label in point.get("tie_set") or [] if label != point["chosen"]]
 
 
+# What a point's estimate rests on, where it is not the curve over sizes.
+_EVIDENCE_NOTES = {
+    "misfit": "this size alone (off the curve)",
+    "heterogeneous": "launches disagree beyond the pool",
+    "point": "this size alone",
+}
+
+
 def _note(point: dict[str, Any]) -> str:
     """What else the measurements cannot tell from the choice, or why the choice differs
-    from the fastest."""
+    from the fastest; and what the estimate rests on where it is not the curve."""
+    notes = []
     if _ties(point):
-        return "tie: " + ", ".join(_ties(point))
-    if point.get("fastest") not in (None, point["chosen"]):
-        return f"{point['fastest']} {point['fastest_median_us']:.2f} us: within noise"
-    return ""
+        notes.append("tie: " + ", ".join(_ties(point)))
+    elif point.get("fastest") not in (None, point["chosen"]):
+        notes.append(f"{point['fastest']} {point['fastest_median_us']:.2f} us: within noise")
+    if point.get("evidence") in _EVIDENCE_NOTES and point.get("chosen") != "native":
+        notes.append(_EVIDENCE_NOTES[point["evidence"]])
+    return "; ".join(notes)
 
 
 def _columns(width: int, speed: int) -> str:
@@ -101,6 +112,14 @@ def table_summary(table: TuningTable) -> str:
         f"# measured with {_measured(head.get('measured_with') or {})}",
         f"# noise rule: {head.get('noise_rule', '?')}",
     ]
+    evidence = head.get("evidence") or {}
+    if evidence:
+        lines.append(
+            f"# risk: a candidate replaces native where P(more than "
+            f"{(evidence.get('slower_margin', 1.05) - 1) * 100:.0f}% slower) < "
+            f"{evidence.get('risk')}; the run's launch pools:"
+        )
+        lines += [f"#   {line}" for line in evidence.get("summary") or []]
     for entry in table.entries:
         lines += ["", *entry_summary(entry)]
     return "\n".join(lines) + "\n"

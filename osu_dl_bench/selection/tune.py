@@ -228,10 +228,10 @@ class PointDecision:
         mine, theirs = self.candidates.get(label), self.candidates.get(other)
         if mine is None or theirs is None:
             return None
-        if "paired" in (mine.ratio.evidence, theirs.ratio.evidence) or self.reference is None:
+        if self.reference is None:
             return paired_ratio(mine.series, theirs.series, *self._seed(label, other))
-        # Both ratios to native rest on the run's shared evidence: their quotient, with
-        # the variances added (they share native's noise, so this errs wide).
+        # Both ratios to native are the decisions' estimates: their quotient, with the
+        # log-scale variances added (both share native's noise, so this errs wide).
         return quotient(mine.ratio, theirs.ratio)
 
     def _seed(self, label: str, other: str) -> tuple:
@@ -480,10 +480,7 @@ def _reason(point: PointDecision) -> str:
         text = "native is the fastest"
     elif chosen.choice.is_native:
         slower = best.ratio.chance_above(SLOWER_MARGIN)
-        text = (
-            f"{best.label} {_interval_text(best.ratio)}, P(>5% slower) {slower:.2f}: "
-            "native kept"
-        )
+        text = f"{best.label} {_interval_text(best.ratio)}, P(>5% slower) {slower:.2f}: native kept"
     else:
         text = (
             f"{_interval_text(chosen.ratio)} ({EVIDENCE_WORDS.get(chosen.ratio.evidence, '')})"
@@ -526,9 +523,7 @@ def point_record(point: PointDecision) -> dict[str, Any]:
         "ratio_low": None if ratio is None else round(ratio.low, 4),
         "ratio_high": None if ratio is None else round(ratio.high, 4),
         "evidence": None if ratio is None else ratio.evidence,
-        "chance_slower": None
-        if ratio is None
-        else round(ratio.chance_above(SLOWER_MARGIN), 4),
+        "chance_slower": None if ratio is None else round(ratio.chance_above(SLOWER_MARGIN), 4),
         "tie_set": list(point.tie_set),
         "launches": evidence.launches,
         "rounds": evidence.rounds,

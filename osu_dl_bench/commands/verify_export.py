@@ -192,7 +192,8 @@ def comparison_lines(client: str, found: list[tuple[tuple, LaunchValues]], reade
     """Per (collective, p, size): the file's speedup over the default with its interval,
     the launch-to-launch variance pooled over every size (selection.estimate); and the
     count of sizes slower with the file beyond the interval."""
-    observations = [Observation(client, w[0], client, int(w[2]), v) for w, v in found]
+    # One pool per client, collective and p: launches at p = 4 swing more than at p = 2.
+    observations = [Observation((client, *w[:2]), w[0], client, int(w[2]), v) for w, v in found]
     lines, slower = [], 0
     for (where, _), ratio in zip(found, pooled_ratios(observations), strict=True):
         says = reader(where[0], int(where[1]), int(where[2])) or "default"

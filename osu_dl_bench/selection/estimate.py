@@ -81,8 +81,8 @@ class _Own:
     values: LaunchValues
 
 
-def _own(values: LaunchValues, pool: LaunchPool, collective: str, size: int) -> _Own:
-    component = pool.component(collective, size, values.paired)
+def _own(values: LaunchValues, pool: LaunchPool, entry: object, size: int) -> _Own:
+    component = pool.component(entry, size, values.paired)
     within = np.where(np.isfinite(values.within), values.within, pool.within)
     per_launch = component.point_launch + float(np.mean(within))
     odd = heterogeneity(values, component, pool.within) < HETEROGENEITY_ALPHA
@@ -99,7 +99,7 @@ def pooled_ratios(found: Sequence[Observation]) -> list[Ratio]:
     pool = estimate_pool(found)
     ratios = []
     for o in found:
-        own = _own(o.values, pool, o.collective, o.size)
+        own = _own(o.values, pool, o.entry, o.size)
         evidence = "heterogeneous" if own.heterogeneous else "point"
         ratios.append(_ratio(own.mean, own.variance, o.values, evidence))
     return ratios
@@ -148,7 +148,7 @@ def entry_ratios(points: Sequence[Measured], pool: LaunchPool) -> list[dict[str,
     smoothed: dict[str, dict[int, Ratio]] = {}
     for label in sorted(labels):
         owns = {
-            i: _own(found[label], pool, points[i].collective, points[i].size)
+            i: _own(found[label], pool, points[i].key, points[i].size)
             for i, found in enumerate(values)
             if label in found
         }

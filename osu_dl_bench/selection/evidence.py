@@ -16,7 +16,8 @@ random-effects model with launch as the random effect (Hoefler and Belli, SC15, 
   memory layout or placement favours or hurts an algorithm at every size near each other).
 
 The machine, not the point, owns the variances of ``u`` and ``v``: they are estimated per
-pool (collective, size band, and whether the pair was round-paired or compared across
+pool (the entry: collective, buffer kind and job shape, since 4 ranks on 2 cores swing far
+more than 2 do; the size band; and whether the pair was round-paired or compared across
 launches), by the method of moments made robust with medians: the variance ``x`` is the
 value at which the median over the pool of ``F_chi2(df * S^2 / (x + b), df)`` is one half,
 S^2 being each point's (or each band's) sample variance over its launches and ``b`` the
@@ -41,7 +42,7 @@ from osu_dl_bench.selection.paired import Launch, Series, same_group_samples
 # and rendezvous-sized messages behave differently from launch to launch.
 BAND_EDGES = (0, 4096, 262144)
 # A pool needs this many points with two launches or more; smaller pools borrow from the
-# collective's pool over every band, then from the run's.
+# entry's pool over every band, then from the run's.
 MIN_POOL_POINTS = 6
 HETEROGENEITY_ALPHA = 0.01
 # Variance of the median of n values from a normal distribution, over sigma^2 / n.
@@ -176,16 +177,16 @@ class Component:
 
 @dataclass(frozen=True)
 class LaunchPool:
-    """Variance components per (collective, band, paired), with fallbacks."""
+    """Variance components per (entry, band, paired), with fallbacks."""
 
     components: Mapping[tuple, Component] = field(default_factory=dict)
     within: float = 0.0  # the median sampling variance: stands in where rounds were few
 
-    def component(self, collective: str, size: int, paired: bool) -> Component:
+    def component(self, entry: object, size: int, paired: bool) -> Component:
         """The component that applies to one point (the narrowest pool with data)."""
         for key in (
-            (collective, band_of(size), paired),
-            (collective, None, paired),
+            (entry, band_of(size), paired),
+            (entry, None, paired),
             (None, None, paired),
             (None, None, None),
         ):
@@ -196,12 +197,12 @@ class LaunchPool:
     def lines(self) -> list[str]:
         """One line per pool, for the table's summary."""
         lines = []
-        for (collective, band, paired), c in sorted(self.components.items(), key=_pool_order):
-            if collective is None or band is None:
+        for (entry, band, paired), c in sorted(self.components.items(), key=_pool_order):
+            if entry is None or band is None:
                 continue
             kind = "paired in rounds" if paired else "across launches"
             lines.append(
-                f"{collective} {band_name(band)} ({kind}): launch-to-launch sd "
+                f"{entry} {band_name(band)} ({kind}): launch-to-launch sd "
                 f"{math.sqrt(c.point_launch) * 100:.1f}% (shared by the band "
                 f"{math.sqrt(c.launch_wide) * 100:.1f}%), {c.points} points, "
                 f"{c.heterogeneous} beyond the pool ({c.expected_heterogeneous:.1f} expected "
@@ -213,7 +214,7 @@ class LaunchPool:
         """The pools as JSON-ready rows (the table's header keeps them)."""
         return [
             {
-                "collective": collective,
+                "entry": None if entry is None else str(entry),
                 "band": None if band is None else band_name(band),
                 "paired": paired,
                 "point_launch_var": round(c.point_launch, 8),
@@ -222,13 +223,13 @@ class LaunchPool:
                 "df": c.df,
                 "heterogeneous": c.heterogeneous,
             }
-            for (collective, band, paired), c in sorted(self.components.items(), key=_pool_order)
+            for (entry, band, paired), c in sorted(self.components.items(), key=_pool_order)
         ]
 
 
 def _pool_order(item) -> tuple:
-    (collective, band, paired), _ = item
-    return (str(collective), -1 if band is None else band, str(paired))
+    (entry, band, paired), _ = item
+    return (str(entry), -1 if band is None else band, str(paired))
 
 
 def _solve_median(stat: np.ndarray, df: np.ndarray, base: np.ndarray, scale: np.ndarray) -> float:
@@ -318,7 +319,7 @@ def _component(observations: list[Observation], source: str, within: float) -> C
 
 
 def estimate_pool(observations: Iterable[Observation]) -> LaunchPool:
-    """The run's variance components, per (collective, band, paired) where a pool holds
+    """The run's variance components, per (entry, band, paired) where a pool holds
     MIN_POOL_POINTS points with several launches, and per wider pool as fallbacks."""
     observations = list(observations)
     within = median_within(observations)
@@ -326,8 +327,8 @@ def estimate_pool(observations: Iterable[Observation]) -> LaunchPool:
     for o in observations:
         paired = o.values.paired
         for key in (
-            (o.collective, band_of(o.size), paired),
-            (o.collective, None, paired),
+            (o.entry, band_of(o.size), paired),
+            (o.entry, None, paired),
             (None, None, paired),
             (None, None, None),
         ):
@@ -340,8 +341,8 @@ def estimate_pool(observations: Iterable[Observation]) -> LaunchPool:
 
 
 def _pool_text(key: tuple) -> str:
-    collective, band, paired = key
-    parts = [collective or "all collectives", "all sizes" if band is None else band_name(band)]
+    entry, band, paired = key
+    parts = [str(entry or "every entry"), "all sizes" if band is None else band_name(band)]
     if paired is not None:
         parts.append("paired in rounds" if paired else "across launches")
     return ", ".join(parts)

@@ -47,8 +47,8 @@ def test_the_pool_recovers_a_known_between_launch_variance_and_its_shared_part()
     rng = np.random.default_rng(5)
     wide_sd, point_sd, within_sd = 0.06, 0.04, 0.02
     pool = estimate_pool(_synthetic_observations(rng, wide_sd, point_sd, within_sd))
-    component = pool.component("allreduce", 1 << 20, True)
-    assert component.points == 12 * 3 * 7  # the band 256K.. holds 7 sizes per series
+    component = pool.component(None, 1 << 20, True)  # every entry's points together
+    assert component.points == 12 * 3 * 22  # the band 256K.. holds 7 sizes per series
     total = wide_sd**2 + point_sd**2
     assert component.point_launch == pytest.approx(total, rel=0.25)
     assert component.launch_wide == pytest.approx(wide_sd**2, rel=0.35)
@@ -59,7 +59,7 @@ def test_the_pool_recovers_a_known_between_launch_variance_and_its_shared_part()
 def test_the_pool_is_zero_where_launches_agree_beyond_their_sampling_noise():
     rng = np.random.default_rng(6)
     pool = estimate_pool(_synthetic_observations(rng, 0.0, 0.0, 0.02))
-    component = pool.component("allreduce", 64, True)
+    component = pool.component(None, 64, True)
     assert component.point_launch < 0.1 * 0.02**2
 
 

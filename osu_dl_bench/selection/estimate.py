@@ -79,6 +79,7 @@ class _Own:
     shared: float
     heterogeneous: bool
     values: LaunchValues
+    correlation: float = 0.0  # with the other candidates' estimates at the point
 
 
 def _own(values: LaunchValues, pool: LaunchPool, entry: object, size: int) -> _Own:
@@ -89,7 +90,9 @@ def _own(values: LaunchValues, pool: LaunchPool, entry: object, size: int) -> _O
     if odd:
         per_launch = max(per_launch, values.spread)
     k = values.count
-    return _Own(values.mean, per_launch / k, component.launch_wide / k, odd, values)
+    return _Own(
+        values.mean, per_launch / k, component.launch_wide / k, odd, values, component.correlation
+    )
 
 
 def pooled_ratios(found: Sequence[Observation]) -> list[Ratio]:
@@ -101,12 +104,15 @@ def pooled_ratios(found: Sequence[Observation]) -> list[Ratio]:
     for o in found:
         own = _own(o.values, pool, o.entry, o.size)
         evidence = "heterogeneous" if own.heterogeneous else "point"
-        ratios.append(_ratio(own.mean, own.variance, o.values, evidence))
+        ratios.append(_ratio(own.mean, own.variance, o.values, evidence, own.correlation))
     return ratios
 
 
-def _ratio(mean: float, variance: float, values: LaunchValues, evidence: str) -> Ratio:
-    half = stats.norm.ppf(0.5 + LEVEL / 2) * math.sqrt(max(variance, 0.0))
+def _ratio(
+    mean: float, variance: float, values: LaunchValues, evidence: str, correlation: float = 0.0
+) -> Ratio:
+    variance = max(variance, 0.0)
+    half = stats.norm.ppf(0.5 + LEVEL / 2) * math.sqrt(variance)
     return Ratio(
         math.exp(mean),
         math.exp(mean - half),
@@ -114,6 +120,7 @@ def _ratio(mean: float, variance: float, values: LaunchValues, evidence: str) ->
         values.count,
         0,
         evidence,
+        math.sqrt(correlation * variance),
     )
 
 
@@ -136,7 +143,7 @@ def _curve_ratios(
             evidence = "point"
         else:
             evidence = "curve" if curve.from_curve[j] else "misfit"
-        ratios[i] = _ratio(curve.mean[j], curve.variance[j], own.values, evidence)
+        ratios[i] = _ratio(curve.mean[j], curve.variance[j], own.values, evidence, own.correlation)
     return ratios
 
 

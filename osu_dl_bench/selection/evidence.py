@@ -168,6 +168,10 @@ class Component:
     df: int  # degrees of freedom behind point_launch
     heterogeneous: int  # points whose own launches disagree beyond the pool
     source: str  # the pool's name, or the wider pool it borrowed from
+    # The correlation of two candidates' launch values at one point: the part of a launch's
+    # shift that every candidate shares (native's own drift, seen through the ratio), which
+    # cancels when two candidates are compared.
+    correlation: float = 0.0
 
     @property
     def expected_heterogeneous(self) -> float:
@@ -206,7 +210,7 @@ class LaunchPool:
                 f"{math.sqrt(c.point_launch) * 100:.1f}% (shared by the band "
                 f"{math.sqrt(c.launch_wide) * 100:.1f}%), {c.points} points, "
                 f"{c.heterogeneous} beyond the pool ({c.expected_heterogeneous:.1f} expected "
-                f"by chance)"
+                f"by chance), candidates' launch shifts correlated {c.correlation:.2f}"
             )
         return lines
 
@@ -222,6 +226,7 @@ class LaunchPool:
                 "points": c.points,
                 "df": c.df,
                 "heterogeneous": c.heterogeneous,
+                "correlation": round(c.correlation, 4),
             }
             for (entry, band, paired), c in sorted(self.components.items(), key=_pool_order)
         ]
@@ -315,7 +320,31 @@ def _component(observations: list[Observation], source: str, within: float) -> C
     partial = Component(total, wide, 0, df, 0, source)
     multi = [o for o in observations if o.values.count > 1]
     flagged = sum(heterogeneity(o.values, partial, within) < HETEROGENEITY_ALPHA for o in multi)
-    return Component(total, wide, len(multi), df, flagged, source)
+    shared = candidate_correlation(observations)
+    return Component(total, wide, len(multi), df, flagged, source, shared)
+
+
+def candidate_correlation(observations: list[Observation]) -> float:
+    """The pooled correlation of candidates' launch values at the same point: over every
+    pair of candidates measured in the same launches, 2 sum cov(a, b) / sum (var a +
+    var b), clipped to [0, 0.99] (a ratio of sums: many pairs, no single one decides)."""
+    points: dict[tuple, list[LaunchValues]] = {}
+    for o in observations:
+        if o.values.count > 1:
+            points.setdefault((o.entry, o.size), []).append(o.values)
+    covariance = variance = 0.0
+    for members in points.values():
+        common = sorted(set.intersection(*(set(v.launches) for v in members)))
+        if len(members) < 2 or len(common) < 2:
+            continue
+        residuals = np.array([_residuals(v, common) for v in members])
+        matrix = residuals @ residuals.T / (len(common) - 1)
+        trace = float(np.trace(matrix))
+        covariance += float(matrix.sum()) - trace  # twice the sum over pairs
+        variance += (len(members) - 1) * trace
+    if variance <= 0:
+        return 0.0
+    return float(np.clip(covariance / variance, 0.0, 0.99))
 
 
 def estimate_pool(observations: Iterable[Observation]) -> LaunchPool:

@@ -125,6 +125,9 @@ class Ratio:
     # curve), 'misfit' (the same, where the curve misses the point), 'heterogeneous'
     # (its launches disagree beyond the pool: its own spread).
     evidence: str = "paired"
+    # The sd of the part of ln(ratio)'s error that every candidate's estimate at this point
+    # shares (native's own launch drift): it cancels in a comparison of two candidates.
+    common_sd: float = 0.0
 
     @property
     def log_sd(self) -> float:
@@ -171,8 +174,10 @@ def bound_text(value: float) -> str:
 
 
 def quotient(mine: Ratio, theirs: Ratio) -> Ratio:
-    """mine / theirs for two ratios to the same reference, the log-scale variances added."""
-    sd = math.hypot(mine.log_sd, theirs.log_sd)
+    """mine / theirs for two ratios to the same reference: the log-scale variances added,
+    less twice the part they share (common_sd)."""
+    shared = 2 * mine.common_sd * theirs.common_sd
+    sd = math.sqrt(max(mine.log_sd**2 + theirs.log_sd**2 - shared, 0.0))
     centre = math.log(mine.ratio) - math.log(theirs.ratio)
     half = stats.norm.ppf(0.5 + LEVEL / 2) * sd
     launches = min(mine.launches, theirs.launches)

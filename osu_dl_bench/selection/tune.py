@@ -320,11 +320,12 @@ def eligible(candidates: Mapping[str, Candidate], native: bool, risk: float = RI
 
 
 def tie_set(candidates: Mapping[str, Candidate], native: bool, risk: float = RISK) -> list[str]:
-    """The eligible candidates whose interval reaches that of the eligible one with the
-    lowest expected time."""
+    """The eligible candidates that cannot be told from the eligible one with the lowest
+    expected time: the 95% interval of their time over its time reaches 1 (the two
+    compared directly, so the part of their errors they share cancels)."""
     allowed = [candidates[label] for label in eligible(candidates, native, risk)]
     best = min(allowed, key=lambda c: (c.ratio.expected, c.label))
-    return [c.label for c in allowed if c.ratio.low <= best.ratio.high]
+    return [c.label for c in allowed if c is best or quotient(c.ratio, best.ratio).low <= 1]
 
 
 @dataclass(frozen=True)

@@ -126,3 +126,40 @@ def test_the_table_header_reports_the_launch_pools(tmp_path):
     evidence = table.header["evidence"]
     assert evidence["risk"] == 0.05 and evidence["launch_pools"]
     assert any("launch-to-launch sd" in line for line in evidence["summary"])
+
+
+def test_the_pool_recovers_the_share_of_a_launch_shift_every_candidate_shares():
+    rng = np.random.default_rng(8)
+    observations = []
+    for size in (1 << np.arange(10, 20)).tolist():
+        for entry in range(4):
+            common = rng.normal(0, 0.06, 3)  # native's own drift: in every ratio alike
+            for label in range(6):
+                values = common + rng.normal(0, 0.06, 3)
+                found = LaunchValues((1, 2, 3), values, np.full(3, 1e-6), True)
+                observations.append(Observation(entry, "allreduce", f"c{label}", size, found))
+    pool = estimate_pool(observations)
+    assert pool.component(None, 1 << 12, True).correlation == pytest.approx(0.5, abs=0.1)
+    assert pool.component(0, 1 << 12, True).correlation > 0.2  # one entry's band alone
+
+
+def test_candidates_whose_intervals_overlap_but_differ_directly_are_not_tied():
+    from osu_dl_bench.selection.paired import Ratio
+    from tests.support.tuning import decision
+
+    # shm 0.25 [0.17-0.36] and rabenseifner 0.49 [0.33-0.73] against native: intervals
+    # that overlap, but the two compared directly differ (z = 2.4 with no shared error).
+    point = decision(1 << 20, {"shm": (0.25, 0.17, 0.36), "rabenseifner": (0.49, 0.33, 0.73)})
+    assert point.tie_set == ("shm:chunk=4M",) or point.tie_set[0].startswith("shm")
+    assert "rabenseifner" not in point.tie_set
+    # Errors they share cancel in the direct comparison: a shared sd narrows it.
+    mine, theirs = (
+        Ratio(0.5, 0.4, 0.625, 3, 0, "curve", 0.1),
+        Ratio(0.55, 0.44, 0.69, 3, 0, "curve", 0.1),
+    )
+    from osu_dl_bench.selection.paired import quotient
+
+    assert (
+        quotient(mine, theirs).log_sd
+        < quotient(Ratio(0.5, 0.4, 0.625, 3, 0), Ratio(0.55, 0.44, 0.69, 3, 0)).log_sd
+    )

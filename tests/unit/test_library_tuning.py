@@ -301,11 +301,12 @@ def test_verify_export_options_and_the_file_kind():
     from osu_dl_bench.commands.verify_export import file_library
 
     args = build_parser().parse_args(["verify-export", "t.mpich.json", "--np", "2", "-m", "8:1M"])
-    assert (args.file, args.np, args.message_size, args.launches) == (
+    assert (args.file, args.np, args.message_size, args.launches, args.client) == (
         "t.mpich.json",
         "2",
         "8:1M",
-        3,
+        6,  # many short launches: a comparison across launches needs launches
+        "c",
     )
     assert isinstance(args, argparse.Namespace)
     with pytest.raises(UsageError, match="expected an exported"):

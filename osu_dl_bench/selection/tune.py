@@ -1,37 +1,36 @@
 """From a sweep's run directory to a tuning table.
 
-Noise rule (NOISE_RULE says it in one sentence; issue 14 asks for it): at each message
-size, every candidate's time is compared with clean native's, the MPI library's own
-algorithm measured in the "mpi" isolation group (native also runs in the launches of other
-backends, where their threads slow it down: those rows are never the reference). The
-comparison is paired (selection.paired): per round inside a launch for the candidates of
-native's group, per launch for other backends, pooled over the sweep's launches; the ratio
-is exp(median of the pooled log-ratios) and its 95% interval comes from a cluster bootstrap
-over launches, then rounds. Native's own ratio is 1, [1, 1].
+The rule (NOISE_RULE says it in one paragraph; docs/tuning-table.md at length): every
+candidate's time is compared with clean native's, the MPI library's own algorithm measured
+in the "mpi" isolation group (native also runs in the launches of other backends, where
+their threads slow it down: those rows are never the reference).
 
-- The best is the lowest ratio. The tie set is every candidate whose interval reaches the
-  best's (``low <= best.high``). Where native is not in it, only the members whose whole
-  interval lies below 1 stay: a candidate replaces native only where it is faster beyond
-  the noise.
+- Evidence is shared across the run: per launch, each candidate's log time ratio to
+  native; the launch-to-launch variance pooled over every point of the entry
+  (selection.evidence); each candidate's ratio smoothed over log size with its band
+  (selection.smooth, selection.estimate).
+- Risk: a candidate may replace native only where the chance that it is more than 5%
+  slower than native is below the risk (default RISK). Among native and those, the one
+  with the lowest expected time is the best; the tie set is every one whose time over the
+  best's has a 95% interval that reaches 1 (compared directly: the error they share
+  cancels).
 - The chosen member, by a stable rule: native if it is tied, else the simplest variant
   (backend "mpi" before others, then fewer parameters off their defaults, then fewer
-  parameters), then the lower ratio. A choice that moves between equals from one run to
-  the next is noise; the stable rule keeps two runs' tables the same.
+  parameters), then the lower expected time. A choice that moves between equals from one
+  run to the next is noise; the stable rule keeps two runs' tables the same.
 - Hysteresis: walking the sizes upward, a size joins the current range while the
-  intersection of the range's tie sets with its own stays non-empty and native is tied at
-  all of the range's sizes or at none; the range's choice is the stable rule over that
-  intersection (the lower mean log-ratio over the range's sizes breaks the last tie).
-  Neighbouring sizes thus keep one choice unless the measurements tell them apart, and a
-  candidate still replaces native only at sizes where its interval lies below 1.
+  intersection of the range's tie sets with its own stays non-empty; the range's choice is
+  the stable rule over that intersection (the lower mean log-ratio over the range's sizes
+  breaks the last tie): native where it is tied at every size of the range, else a
+  candidate tied with the best, and so within the risk, at every size of it.
 - Legacy rows (no per-round times) read the old rule as an interval: ratio = median /
-  native's median, interval = (q1, q3) / native's median, so "q3 below native's median"
-  is "interval below 1".
+  native's median, interval = (q1, q3) / native's median.
 
 Without a native measurement the candidate with the lowest median is the reference and
-the stable rule picks from the tie set around the best. Points that failed validation
-(in any launch) are never candidates; twins (collectives.distinct_variants) count as one;
-of the rows of one (point, algorithm, group, launch) the last is used (a point measured in
-an outlying machine state is re-measured in the same launch: the later row supersedes it).
+each point is judged alone (selection.paired). Points that failed validation (in any
+launch) are never candidates; twins (collectives.distinct_variants) count as one; of the
+rows of one (point, algorithm, group, launch) the last is used (a point measured in an
+outlying machine state is re-measured in the same launch: the later row supersedes it).
 
 Each measured size starts the range of its choice; adjacent sizes with the same choice
 are merged, the first range starts at 0 and the last is open-ended, so a size between
@@ -88,11 +87,13 @@ NOISE_RULE = (
     "spline weighted by those variances (a point the curve misses by 3 standard errors "
     "keeps its own estimate); 95% intervals are normal on the log scale; a candidate may "
     "replace native only where the chance that it is more than 5% slower is below the "
-    "risk; among those and native, the tie set is every one whose interval reaches the "
-    "interval of the lowest expected time; the choice is native if tied, else the "
+    "risk; among those and native, the tie set is every one whose time over the lowest "
+    "expected time's has a 95% interval reaching 1 (compared directly: the error all "
+    "candidates share at a point cancels); the choice is native if tied, else the "
     "simplest variant (backend mpi first, then fewer non-default parameters, then fewer "
     "parameters), then the lower expected time; neighbouring sizes whose tie sets "
-    "intersect share one choice; rows without per-round times, or points without native: "
+    "intersect share one choice (native only where tied at all of them); rows without "
+    "per-round times, or points without native: "
     "the point's own paired ratio"
 )
 EVIDENCE = "evidence"
@@ -398,17 +399,15 @@ def decide_candidates(
 
 def hysteresis(points: list[PointDecision]) -> list[PointDecision]:
     """The points (by size) with ``chosen`` set to their range's choice: a size joins the
-    range while the range's tie sets still share a member with its own, and native is
-    tied at every size of the range or at none (a candidate never replaces native at a
-    size where it is not faster beyond the noise)."""
+    range while the range's tie sets still share a member with its own. The range's
+    choice is the stable rule over the shared members: native where native is tied at
+    every size of the range, else a candidate tied with the best at every size of it, and
+    so eligible at each (its chance of being more than 5% slower than native below the
+    risk): neighbouring sizes keep one choice unless the measurements tell them apart."""
     ranges: list[tuple[list[PointDecision], set[str]]] = []
     for point in points:
         ties = set(point.tie_set)
-        if (
-            ranges
-            and ranges[-1][1] & ties
-            and _native_tied(ranges[-1][0][0]) == _native_tied(point)
-        ):
+        if ranges and ranges[-1][1] & ties:
             ranges[-1][0].append(point)
             ranges[-1] = (ranges[-1][0], ranges[-1][1] & ties)
         else:
@@ -418,11 +417,6 @@ def hysteresis(points: list[PointDecision]) -> list[PointDecision]:
         choice = _range_choice(members, common)
         decided += [replace(p, chosen=choice, tie_set=_first(p.tie_set, choice)) for p in members]
     return decided
-
-
-def _native_tied(point: PointDecision) -> bool:
-    """Whether native is in the point's tie set (then it is the point's choice)."""
-    return "native" in point.tie_set
 
 
 def _range_choice(members: list[PointDecision], common: set[str]) -> str:

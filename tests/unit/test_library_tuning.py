@@ -176,7 +176,7 @@ def test_the_library_file_takes_what_beat_the_default_with_confidence(tmp_path):
     plan = {
         size: {
             "ring:seg=256K": 0.6,
-            "native:alg=ring": 1.0 if size < 65536 else 0.5,
+            "native:alg=ring": 1.2 if size < 65536 else 0.5,
             "native:alg=recursive_doubling": 1.3,
         }
         for size in (1024, 4096, 65536, 1 << 20)

@@ -305,15 +305,22 @@ def test_hysteresis_merges_sizes_whose_tie_sets_intersect_and_not_disjoint_ones(
     ]
 
 
-def test_hysteresis_never_carries_a_candidate_into_a_size_where_native_is_tied():
+def test_hysteresis_carries_a_candidate_only_into_sizes_where_it_is_eligible_and_tied():
     points = [
-        decision(8, {"recursive_doubling": (0.9, 0.8, 1.05)}),  # tied with native
+        decision(8, {"recursive_doubling": (0.9, 0.8, 1.01)}),  # tied with native, eligible
         decision(16, {"recursive_doubling": (0.7, 0.65, 0.75)}),  # faster beyond the noise
         decision(32, {"recursive_doubling": (0.72, 0.66, 0.78), "ring": (0.74, 0.7, 0.8)}),
+        decision(64, {"recursive_doubling": (1.0, 0.9, 1.12)}),  # may be > 5% slower: not
     ]
     assert "recursive_doubling" in points[0].tie_set and points[0].chosen == "native"
+    assert points[3].tie_set == ("native",)
     merged = hysteresis(points)
-    assert [p.chosen for p in merged] == ["native", "recursive_doubling", "recursive_doubling"]
+    assert [p.chosen for p in merged] == [
+        "recursive_doubling",
+        "recursive_doubling",
+        "recursive_doubling",
+        "native",
+    ]
 
 
 def test_a_range_choice_breaks_ties_by_the_mean_log_ratio_over_its_sizes():

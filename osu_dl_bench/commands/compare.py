@@ -47,9 +47,11 @@ from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import RunStore
 from osu_dl_bench.selection.agreement import (
     CAPTURE_MIN,
+    CLEAR_WIN,
     agreement,
     candidate_pairs,
     captured_speedup,
+    missed_wins,
 )
 from osu_dl_bench.selection.paired import Ratio, identity
 from osu_dl_bench.selection.selector import Query, Selector, default_context
@@ -293,6 +295,7 @@ def evidence_lines(name: str, decided_a: dict, judged: list[Judged]) -> list[str
     b_points = {(j.point.key, j.point.size): j.point for j in judged}
     found = agreement(candidate_pairs(decided_a, b_points))
     captured = captured_speedup((j.point, j.choice) for j in judged)
+    clear, missed = missed_wins((j.point, j.choice) for j in judged)
     above = sum(j.regret is not None and j.regret.low > REGRET_BOUND for j in judged)
     return [
         f"# {name}: coverage of RUN_A's 95% intervals by RUN_B's estimates "
@@ -302,6 +305,8 @@ def evidence_lines(name: str, decided_a: dict, judged: list[Judged]) -> list[str
         f"{captured.points} points where RUN_B's best is >= {CAPTURE_MIN}x native "
         f"({captured.unmeasured} choices not measured in RUN_B); regret interval wholly "
         f"above {REGRET_BOUND}: {above} points",
+        f"# {name}: native kept at {missed} of the {clear} points where RUN_B's best is "
+        f">= {CLEAR_WIN}x native with its interval below 1",
     ]
 
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from scipy import stats
 
 CAPTURE_MIN = 1.1
+# A win large enough that a table keeping native there has missed it.
+CLEAR_WIN = 1.5
 _Z = float(stats.norm.ppf(0.975))
 
 
@@ -104,3 +106,17 @@ def captured_speedup(choices: Iterable[tuple]) -> Captured:
             continue
         gained += -math.log(mine.ratio.ratio)
     return Captured(points, gained, available, unmeasured)
+
+
+def missed_wins(choices: Iterable[tuple]) -> tuple[int, int]:
+    """(points where B's best is at least CLEAR_WIN times faster than native with its
+    interval below 1, those of them where the judged choice is native)."""
+    clear = missed = 0
+    for point, choice in choices:
+        if point.reference is None:
+            continue
+        best = point.candidates[point.best].ratio
+        if best.ratio <= 1 / CLEAR_WIN and best.high < 1:
+            clear += 1
+            missed += choice == point.reference
+    return clear, missed

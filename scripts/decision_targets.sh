@@ -17,6 +17,7 @@ out="${OUT:-results}"
 gap="${GAP_SECONDS:-600}"
 old_rev="${OLD_REV:-1220708}"
 mkdir -p "$run" "$out"
+run=$(cd "$run" && pwd)  # absolute: the previous rule is tuned from another directory
 . scripts/results_lib.sh
 
 timed() {  # timed NAME ARGS...: one sweep into $run/NAME, its wall time noted
@@ -24,12 +25,12 @@ timed() {  # timed NAME ARGS...: one sweep into $run/NAME, its wall time noted
     shift
     start=$(date +%s)
     before=$(load)
-    osu-dl-bench sweep "$@" -o "$run/$name" || status=$?
+    osu-dl-bench sweep "$@" -o "$run/$name" || status=$?  # 1: wrong results, kept and named
     local seconds=$(( $(date +%s) - start ))
     printf '%s: sweep %s: %d:%02d (%d s), exit %d, load before %s, after %s\n' "$name" "$*" \
         $((seconds / 60)) $((seconds % 60)) "$seconds" "$status" "$before" "$(load)" \
         | tee -a "$run/wall_times.txt"
-    return "$status"
+    [ "$status" -le 1 ]  # anything beyond wrong results (a failed launch) stops the script
 }
 
 every=(--np 2,3,4 --collectives allreduce,bcast -m 8:16M)
@@ -56,7 +57,7 @@ with_command "$out/quickstart_table_on_Q2.txt" osu-dl-bench compare "$run/Q1" "$
 # The previous rule on the same sweep, for the table beside today's.
 tree=$(mktemp -d)
 git worktree add -q "$tree/old" "$old_rev"
-(cd "$tree/old" && PYTHONPATH="$tree/old" python -m osu_dl_bench tune "$OLDPWD/$run/Q1" \
-    -o "$OLDPWD/$run/Q1-table-old.json" > /dev/null)
+(cd "$tree/old" && PYTHONPATH="$tree/old" python -m osu_dl_bench tune "$run/Q1" \
+    -o "$run/Q1-table-old.json" > /dev/null)
 git worktree remove --force "$tree/old"
 with_command "$out/quickstart_table_previous_rule.txt" cat "$run/Q1-table-old.summary.txt"

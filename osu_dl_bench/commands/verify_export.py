@@ -193,7 +193,7 @@ def comparison_lines(client: str, found: list[tuple[tuple, LaunchValues]], reade
     the launch-to-launch variance pooled over every size (selection.estimate); and the
     count of sizes slower with the file beyond the interval."""
     # One pool per client, collective and p: launches at p = 4 swing more than at p = 2.
-    observations = [Observation((client, *w[:2]), w[0], client, int(w[2]), v) for w, v in found]
+    observations = [Observation((client, *w[:2]), client, int(w[2]), v) for w, v in found]
     lines, slower = [], 0
     for (where, _), ratio in zip(found, pooled_ratios(observations), strict=True):
         says = reader(where[0], int(where[1]), int(where[2])) or "default"
@@ -229,27 +229,35 @@ def client_pairs(latencies: dict[tuple, dict[int, float]]) -> list[tuple[tuple, 
         if not with_file:
             continue
         default = latencies.get((collective, nprocs, size, False), {})
-        shared = sorted(set(loaded) & set(default))
-        values = [math.log(loaded[k] / default[k]) for k in shared if loaded[k] > 0 < default[k]]
-        if values:
-            launches = tuple(shared[: len(values)])
+        pairs = [
+            (k, math.log(loaded[k] / default[k]))
+            for k in sorted(set(loaded) & set(default))
+            if loaded[k] > 0 < default[k]
+        ]
+        if pairs:
+            launches, values = zip(*pairs, strict=True)
+            unknown = np.full(len(values), np.nan)  # the client reports means only
             found.append(
                 (
                     (collective, nprocs, size),
-                    LaunchValues(launches, np.array(values), np.full(len(values), np.nan), False),
+                    LaunchValues(launches, np.array(values), unknown, False),
                 )
             )
     return found
 
 
-def measure_client(args: argparse.Namespace, path: Path, library: str, cfg) -> dict:
+def client_binaries(args: argparse.Namespace, cfg) -> dict[str, Path]:
+    """collective -> the C client to run: OMB's where --omb names them, else ours, built
+    with the library's mpicc into the run directory."""
+    if args.omb:
+        return {c: omb_binary(args.omb, c) for c in cfg.collectives}
+    built = build_client(args.mpi, Path(cfg.output) / "c_client")
+    return dict.fromkeys(cfg.collectives, built)
+
+
+def measure_client(args: argparse.Namespace, path: Path, library: str, cfg, binaries) -> dict:
     """Alternate the C client's launches without and with the file (the pair's order
     shuffled, seeded): (collective, p, size, with_file) -> {launch: mean latency (us)}."""
-    if args.omb:
-        binaries = {c: omb_binary(args.omb, c) for c in cfg.collectives}
-    else:
-        built = build_client(args.mpi, Path(cfg.output) / "c_client")
-        binaries = dict.fromkeys(cfg.collectives, built)
     with_file = mpit.selection_file_environment(library, str(path.resolve()))
     rng = random.Random(seed_of(str(path), args.client_launches))
     latencies: dict[tuple, dict[int, float]] = {}
@@ -276,6 +284,9 @@ def run_verify_export(args: argparse.Namespace) -> int:
     reader = file_reader(path, library)
     run_dir = args.output or str(path.with_name(path.name + ".verify"))
     probe = _sweep_config(args, path, run_dir, [])
+    # The C client is built (or OMB's found) before anything is measured: a missing
+    # compiler is one message up front, not the loss of a finished sweep's report.
+    binaries = client_binaries(args, probe) if args.client == "c" else {}
     algs = named_algorithms(reader, probe.nprocs, _doubling(probe.min_size, probe.max_size))
     code = run_sweep(_sweep_config(args, path, run_dir, algs))
     if code != 0:
@@ -286,12 +297,11 @@ def run_verify_export(args: argparse.Namespace) -> int:
     if ran != library:
         raise UsageError(f"{path} is a {library} file, but the jobs ran {ran or 'another MPI'}")
     frame, _ = store.read()
+    proof = prove(metadata, reader, probe.launches)
     lines = [f"# {path}: {library} with the file against without it, {run_dir}", HEADER]
     lines += comparison_lines("python", sweep_pairs(frame), reader)
-    if args.client == "c":
-        latencies = measure_client(args, path, library, probe)
-        lines += comparison_lines("c", client_pairs(latencies), reader)
-    proof = prove(metadata, reader, probe.launches)
-    lines += proof.lines(library)
-    print("\n".join(lines), flush=True)
+    print("\n".join([*lines, *proof.lines(library)]), flush=True)
+    if binaries:
+        latencies = measure_client(args, path, library, probe, binaries)
+        print("\n".join(comparison_lines("c", client_pairs(latencies), reader)), flush=True)
     return 1 if proof.mismatches else 0

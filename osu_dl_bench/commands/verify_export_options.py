@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from osu_dl_bench.measurement.options import whole_number
+
 DEFAULT_NPROCS = "2,4"
 DEFAULT_SIZES = "8:16M"
 # Many short launches, alternating with and without the file: a comparison across launches
@@ -73,7 +75,8 @@ def add_verify_export_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--client-launches",
-        type=int,
+        # One launch shows no launch-to-launch spread: at least two.
+        type=whole_number(2, 1000),
         default=DEFAULT_CLIENT_LAUNCHES,
         metavar="K",
         help=f"C client launches with and without the file, alternated "

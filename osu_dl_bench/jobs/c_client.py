@@ -7,9 +7,11 @@ the user points to them. Jobs start through the one job launcher (jobs.launch)."
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -21,6 +23,7 @@ SOURCE = "osu_collective.c"
 # OSU's iteration counts are 1000 up to 8 KiB and 100 above; a fifth of them keeps each
 # launch short, so that many launches can alternate with and without the file.
 ITERATIONS = (200, 20)
+BUILD_TIMEOUT = 120.0
 OMB_NAMES = {"allreduce": "osu_allreduce", "bcast": "osu_bcast"}
 
 
@@ -45,19 +48,29 @@ def find_mpicc(mpi: str | None) -> str:
 
 
 def build_client(mpi: str | None, cache: Path) -> Path:
-    """The client's binary for this library, compiled into ``cache`` unless already there."""
+    """The client's binary for this library, compiled into ``cache`` unless already there
+    (built under a temporary name and renamed, so a build cut short is never reused)."""
     mpicc = find_mpicc(mpi)
     source = source_text()
-    digest = hashlib.sha256(f"{mpicc}\n{source}".encode()).hexdigest()[:16]
-    binary = cache / f"osu_collective-{digest}"
+    digest = hashlib.sha256(f"{mpicc}\n{launch.library_prefix(mpi)}\n{source}".encode())
+    binary = cache / f"osu_collective-{digest.hexdigest()[:16]}"
     if binary.exists():
         return binary
-    cache.mkdir(parents=True, exist_ok=True)
-    src = cache / f"osu_collective-{digest}.c"
-    src.write_text(source)
-    built = launch.run([mpicc, "-O2", "-o", str(binary), str(src)], timeout=120)
-    if built.returncode != 0:
-        raise UsageError(f"{mpicc} could not build the C client: {built.stderr.strip()[-400:]}")
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=cache) as work:
+            src, out = Path(work) / SOURCE, Path(work) / binary.name
+            src.write_text(source)
+            built = launch.run([mpicc, "-O2", "-o", str(out), str(src)], timeout=BUILD_TIMEOUT)
+            if built.returncode != 0:
+                raise UsageError(
+                    f"{mpicc} could not build the C client: {built.stderr.strip()[-400:]}"
+                )
+            os.replace(out, binary)
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"{mpicc} did not build the C client in {BUILD_TIMEOUT:g} s") from None
+    except OSError as exc:
+        raise UsageError(f"cannot build the C client in {cache}: {exc}") from None
     return binary
 
 

@@ -535,6 +535,11 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
     )
     if cfg.adaptive and (cfg.inside or cfg.submit):
         raise UsageError("--adaptive launches its own jobs: drop --inside and --submit")
+    if cfg.adaptive and cfg.launches < 2:
+        raise UsageError(
+            "--adaptive needs --launches 2 or more: the first launches are what tells "
+            "launch-to-launch noise from a difference"
+        )
     if cfg.adaptive and cfg.adaptive <= cfg.launches:
         raise UsageError(
             f"--adaptive {cfg.adaptive}: expected more launches in all than --launches "

@@ -309,6 +309,15 @@ class Done:
         """Whether the launch measures only its focus."""
         return launch in self.focus
 
+    def native_alone(self, launch: int, nprocs: int, collective: str, size: int) -> bool:
+        """Whether a focused launch's focus holds nothing but native at this point (native
+        measured then compares with nothing; where another group's candidate is in focus,
+        native is its clean reference and must run)."""
+        wanted = self.focus.get(launch, frozenset())
+        return not any(
+            (p, c, s) == (nprocs, collective, size) and a != "native" for p, c, s, a in wanted
+        )
+
     def without_stored(self) -> Done:
         """The same focus with nothing stored (a re-measurement times the whole point)."""
         return Done(frozenset(), self.focus)
@@ -335,7 +344,11 @@ def pending(
     # Native alone compares with nothing: a focused launch skips the point.
     alone = all(v.label == "native" for v in todo)
     if alone and isinstance(done, Done) and done.focused(slot.launch):
-        return []
+        size = n * setting.etype.itemsize
+        if slot.group != MPI_GROUP or done.native_alone(
+            slot.launch, plan.nprocs, plan.spec.name, size
+        ):
+            return []
     return todo
 
 

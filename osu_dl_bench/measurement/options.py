@@ -152,7 +152,7 @@ def parse_root(text: str) -> RootPolicy:
     raise UsageError(f"-k {text!r}: expected fixed:N (N >= 0) or rotate")
 
 
-def _whole_number(least: int, most: int) -> Callable[[str], int]:
+def whole_number(least: int, most: int) -> Callable[[str], int]:
     """An argparse type: a whole number from ``least`` to ``most``."""
 
     def parse(text: str) -> int:
@@ -191,14 +191,14 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-i",
         "--iterations",
-        type=_whole_number(1, MAX_ITERATIONS),
+        type=whole_number(1, MAX_ITERATIONS),
         default=None,
         help="timed iterations (default 1000 up to 8K, then 100)",
     )
     parser.add_argument(
         "-x",
         "--warmup",
-        type=_whole_number(0, MAX_ITERATIONS),
+        type=whole_number(0, MAX_ITERATIONS),
         default=None,
         help="warm-up iterations (default 100 up to 8K, then 10)",
     )

@@ -260,6 +260,7 @@ class RunStore:
         """Record what launch ``launch`` measures (FOCUS_KEY tuples) and why, atomically,
         beside the focus of the launches before it."""
         path = self.path / FOCUS
+        self.read_focus()  # a damaged file is one message (UsageError), not a traceback
         known = json.loads(path.read_text()) if path.exists() else {"launches": {}}
         known["launches"][str(launch)] = {
             "points": [list(point) for point in sorted(points)],

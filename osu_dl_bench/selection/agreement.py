@@ -20,12 +20,11 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from scipy import stats
+from osu_dl_bench.selection.paired import Z_LEVEL
 
 CAPTURE_MIN = 1.1
 # A win large enough that a table keeping native there has missed it.
 CLEAR_WIN = 1.5
-_Z = float(stats.norm.ppf(0.975))
 
 
 @dataclass(frozen=True)
@@ -51,10 +50,12 @@ def agreement(pairs: Iterable[tuple]) -> Agreement:
     """Coverage and agreement over (A's ratio, B's ratio) pairs (paired.Ratio each)."""
     count = covered = agreed = 0
     for a, b in pairs:
+        if not (a.ratio > 0 and b.ratio > 0):
+            continue  # a time of 0 in a hand-edited run: no ratio to judge
         count += 1
         covered += a.low <= b.ratio <= a.high
         spread = math.hypot(a.log_sd, b.log_sd)
-        agreed += abs(math.log(a.ratio) - math.log(b.ratio)) <= _Z * spread
+        agreed += abs(math.log(a.ratio) - math.log(b.ratio)) <= Z_LEVEL * spread
     return Agreement(count, covered, agreed)
 
 
@@ -68,7 +69,7 @@ def candidate_pairs(a_points: Mapping, b_points: Mapping) -> list[tuple]:
             continue
         for label, mine in a.candidates.items():
             theirs = b.candidates.get(label)
-            if theirs is not None and not mine.choice.is_native:
+            if theirs is not None and label != a.reference:
                 pairs.append((mine.ratio, theirs.ratio))
     return pairs
 
@@ -96,7 +97,7 @@ def captured_speedup(choices: Iterable[tuple]) -> Captured:
         if point.reference is None:
             continue
         best = point.candidates[point.best].ratio.ratio
-        if 1 / best < CAPTURE_MIN:
+        if not best > 0 or 1 / best < CAPTURE_MIN:
             continue
         points += 1
         available += -math.log(best)
@@ -104,7 +105,7 @@ def captured_speedup(choices: Iterable[tuple]) -> Captured:
         if mine is None:
             unmeasured += 1
             continue
-        gained += -math.log(mine.ratio.ratio)
+        gained += -math.log(mine.ratio.ratio) if mine.ratio.ratio > 0 else 0.0
     return Captured(points, gained, available, unmeasured)
 
 

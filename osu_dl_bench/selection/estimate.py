@@ -58,7 +58,7 @@ def _values(point: Measured) -> dict[str, LaunchValues]:
 def observations(points: Iterable[Measured]) -> list[Observation]:
     """Every (point, candidate) with per-launch values, for the run's pool."""
     return [
-        Observation(p.key, p.collective, label, p.size, values)
+        Observation(p.key, label, p.size, values)
         for p in points
         for label, values in _values(p).items()
     ]
@@ -72,64 +72,75 @@ def run_pool(points: Iterable[Measured]) -> LaunchPool:
 @dataclass(frozen=True)
 class _Own:
     """A point's own estimate under the pool: log-ratio, variance of it, the part of that
-    variance shared by the band's sizes within a launch, and whether it is heterogeneous."""
+    variance shared by the band's sizes within a launch, the part shared with every other
+    candidate at the point, the degrees of freedom behind the variance, and whether the
+    point's launches disagree beyond the pool."""
 
     mean: float
     variance: float
     shared: float
+    common: float
+    df: float
     heterogeneous: bool
     values: LaunchValues
-    correlation: float = 0.0  # with the other candidates' estimates at the point
 
 
-def _own(values: LaunchValues, pool: LaunchPool, entry: object, size: int) -> _Own:
+def _own(values: LaunchValues, pool: LaunchPool, entry: object, size: int) -> _Own | None:
+    """None where no pool applies (a single launch everywhere: no launch variance known)."""
     component = pool.component(entry, size, values.paired)
+    if not component.points:
+        return None
     within = np.where(np.isfinite(values.within), values.within, pool.within)
     per_launch = component.point_launch + float(np.mean(within))
+    k, df = values.count, float(component.df)
     odd = heterogeneity(values, component, pool.within) < HETEROGENEITY_ALPHA
     if odd:
-        per_launch = max(per_launch, values.spread)
-    k = values.count
-    return _Own(
-        values.mean, per_launch / k, component.launch_wide / k, odd, values, component.correlation
-    )
+        # Its own launches, as few as they are, are the evidence: their spread and df.
+        per_launch, df = max(per_launch, values.spread), float(k - 1)
+    # Only the round-paired share a launch's drift of native with each other.
+    common = component.correlation * component.point_launch / k if values.paired else 0.0
+    return _Own(values.mean, per_launch / k, component.launch_wide / k, common, df, odd, values)
 
 
 def pooled_ratios(found: Sequence[Observation]) -> list[Ratio]:
     """Each observation's ratio from its own launches, with the launch-to-launch variance
     pooled over all of them (no curve over sizes: a selection file changes algorithm from
-    one size to the next, so neighbours need not agree)."""
+    one size to the next, so neighbours need not agree); 0..inf where no launch variance
+    is known (one launch)."""
     pool = estimate_pool(found)
     ratios = []
     for o in found:
         own = _own(o.values, pool, o.entry, o.size)
+        if own is None:
+            ratios.append(Ratio(math.exp(o.values.mean), 0.0, math.inf, o.values.count, 0, "point"))
+            continue
         evidence = "heterogeneous" if own.heterogeneous else "point"
-        ratios.append(_ratio(own.mean, own.variance, o.values, evidence, own.correlation))
+        ratios.append(_ratio(own.mean, own.variance, own, evidence))
     return ratios
 
 
-def _ratio(
-    mean: float, variance: float, values: LaunchValues, evidence: str, correlation: float = 0.0
-) -> Ratio:
+def _ratio(mean: float, variance: float, own: _Own, evidence: str) -> Ratio:
     variance = max(variance, 0.0)
-    half = stats.norm.ppf(0.5 + LEVEL / 2) * math.sqrt(variance)
+    quantile = stats.t.ppf(0.5 + LEVEL / 2, own.df) if own.df >= 1 else math.inf
+    half = quantile * math.sqrt(variance)
     return Ratio(
         math.exp(mean),
         math.exp(mean - half),
         math.exp(mean + half),
-        values.count,
+        own.values.count,
         0,
         evidence,
-        math.sqrt(correlation * variance),
+        math.sqrt(min(own.common, variance)),
     )
 
 
 def _curve_ratios(
     points: Sequence[Measured], label: str, owns: Mapping[int, _Own]
 ) -> dict[int, Ratio]:
-    """index of point -> the candidate's ratio from its curve over the entry's sizes."""
+    """index of point -> the candidate's ratio from its curve over the entry's sizes; a
+    point whose launches disagree beyond the pool keeps its own estimate and spread."""
     order = sorted(owns)
-    x = np.log2([points[i].size for i in order])
+    x = np.log2([max(points[i].size, 1) for i in order])
     shared = np.array([owns[i].shared for i in order])
     y = np.array([owns[i].mean for i in order])
     independent = np.array([owns[i].variance - owns[i].shared for i in order])
@@ -138,12 +149,13 @@ def _curve_ratios(
     for j, i in enumerate(order):
         own = owns[i]
         if own.heterogeneous:
-            evidence = "heterogeneous"
-        elif not curve.fitted:
-            evidence = "point"
-        else:
-            evidence = "curve" if curve.from_curve[j] else "misfit"
-        ratios[i] = _ratio(curve.mean[j], curve.variance[j], own.values, evidence, own.correlation)
+            ratios[i] = _ratio(own.mean, own.variance, own, "heterogeneous")
+            continue
+        if not curve.fitted:
+            ratios[i] = _ratio(own.mean, own.variance, own, "point")
+            continue
+        evidence = "curve" if curve.from_curve[j] else "misfit"
+        ratios[i] = _ratio(curve.mean[j], curve.variance[j], own, evidence)
     return ratios
 
 
@@ -159,7 +171,9 @@ def entry_ratios(points: Sequence[Measured], pool: LaunchPool) -> list[dict[str,
             for i, found in enumerate(values)
             if label in found
         }
-        smoothed[label] = _curve_ratios(points, label, owns)
+        # Points with no pool to judge their launches by keep the point's paired ratio.
+        known = {i: own for i, own in owns.items() if own is not None}
+        smoothed[label] = _curve_ratios(points, label, known) if known else {}
     result = []
     for i, point in enumerate(points):
         ratios = {}

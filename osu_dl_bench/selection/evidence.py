@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import optimize, stats
 
-from osu_dl_bench.selection.paired import Launch, Series, same_group_samples
+from osu_dl_bench.selection.paired import Launch, Series, finite, log_times, same_group_samples
 
 # Size bands of one pool each (bytes, lower edges): eager messages, the cache-sized middle,
 # and rendezvous-sized messages behave differently from launch to launch.
@@ -47,7 +47,6 @@ MIN_POOL_POINTS = 6
 HETEROGENEITY_ALPHA = 0.01
 # Variance of the median of n values from a normal distribution, over sigma^2 / n.
 MEDIAN_EFFICIENCY = math.pi / 2
-MAD_TO_SIGMA = 1.4826
 
 
 @dataclass(frozen=True)
@@ -80,14 +79,13 @@ def _median_variance(logs: np.ndarray) -> float:
     """Sampling variance of the median of ``logs`` (robust scale; NaN with < 3 values)."""
     if logs.size < 3:
         return math.nan
-    mad = float(np.median(np.abs(logs - np.median(logs))))
-    return MEDIAN_EFFICIENCY * (MAD_TO_SIGMA * mad) ** 2 / logs.size
+    sigma = float(stats.median_abs_deviation(logs, scale="normal"))
+    return MEDIAN_EFFICIENCY * sigma**2 / logs.size
 
 
 def _logs(values: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        logs = np.log(np.asarray(values, dtype=float))
-    return logs[np.isfinite(logs)]
+    """Finite natural logs (times of 0 or below dropped)."""
+    return finite(log_times(values))
 
 
 def launch_values(candidate: Series, reference: Series) -> LaunchValues | None:
@@ -110,7 +108,7 @@ def launch_values(candidate: Series, reference: Series) -> LaunchValues | None:
             # One value: a launch measured in rounds of its own (resume); both medians vary.
             var = _median_variance(diffs) if diffs.size > 1 else _apart(mine, theirs)
         else:
-            value = math.log(mine.typical_us) - math.log(theirs.typical_us)
+            value = float(log_times(mine.typical_us) - log_times(theirs.typical_us))
             var = _apart(mine, theirs)
         if math.isfinite(value):
             launches.append(mine.number)
@@ -152,7 +150,6 @@ class Observation:
     """One candidate at one point of one entry, for the pool estimate."""
 
     entry: object  # the entry's key (hashable)
-    collective: str
     label: str
     size: int
     values: LaunchValues
@@ -192,7 +189,6 @@ class LaunchPool:
             (entry, band_of(size), paired),
             (entry, None, paired),
             (None, None, paired),
-            (None, None, None),
         ):
             if key in self.components:
                 return self.components[key]
@@ -359,7 +355,6 @@ def estimate_pool(observations: Iterable[Observation]) -> LaunchPool:
             (o.entry, band_of(o.size), paired),
             (o.entry, None, paired),
             (None, None, paired),
-            (None, None, None),
         ):
             keyed.setdefault(key, []).append(o)
     components = {}

@@ -44,6 +44,8 @@ from scipy import stats
 
 RESAMPLES = 2000
 LEVEL = 0.95
+# The standard normal quantile of a two-sided LEVEL interval (1.96 at 95%).
+Z_LEVEL = float(stats.norm.ppf(0.5 + LEVEL / 2))
 
 
 @dataclass(frozen=True, eq=False)
@@ -134,17 +136,22 @@ class Ratio:
         """The standard deviation of ln(ratio) implied by the 95% interval."""
         if self.low <= 0 or self.high <= 0:
             return math.inf
-        return (math.log(self.high) - math.log(self.low)) / (2 * stats.norm.ppf(0.5 + LEVEL / 2))
+        return (math.log(self.high) - math.log(self.low)) / (2 * Z_LEVEL)
 
     def chance_above(self, threshold: float) -> float:
         """P(the true ratio exceeds ``threshold``), reading the interval as a normal one on
-        the log scale."""
-        sd, centre = self.log_sd, math.log(self.ratio)
-        if sd == 0:
-            return float(centre > math.log(threshold))
-        if not math.isfinite(sd):
+        the log scale, with the half of it on the threshold's side (a bootstrap interval
+        need not be symmetric)."""
+        if not (self.ratio > 0 and threshold > 0):
             return 0.5
-        return float(stats.norm.sf((math.log(threshold) - centre) / sd))
+        centre, target = math.log(self.ratio), math.log(threshold)
+        bound = self.high if target >= centre else self.low
+        if not 0 < bound < math.inf:
+            return 0.5
+        sd = abs(math.log(bound) - centre) / Z_LEVEL
+        if sd == 0:
+            return float(centre > target)
+        return float(stats.norm.sf((target - centre) / sd))
 
     @property
     def expected(self) -> float:
@@ -179,7 +186,7 @@ def quotient(mine: Ratio, theirs: Ratio) -> Ratio:
     shared = 2 * mine.common_sd * theirs.common_sd
     sd = math.sqrt(max(mine.log_sd**2 + theirs.log_sd**2 - shared, 0.0))
     centre = math.log(mine.ratio) - math.log(theirs.ratio)
-    half = stats.norm.ppf(0.5 + LEVEL / 2) * sd
+    half = Z_LEVEL * sd
     launches = min(mine.launches, theirs.launches)
     return Ratio(
         math.exp(centre),
@@ -202,14 +209,15 @@ def seed_of(*parts: object) -> int:
     return zlib.crc32("|".join(map(str, parts)).encode())
 
 
-def _log(values: np.ndarray | float) -> np.ndarray:
-    """Natural logs; a time of 0 or below gives -inf or NaN (dropped by _usable), not an
+def log_times(values: np.ndarray | float) -> np.ndarray:
+    """Natural logs; a time of 0 or below gives -inf or NaN (dropped by finite), not an
     error."""
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.log(np.asarray(values, dtype=float))
 
 
-def _usable(values: np.ndarray) -> np.ndarray:
+def finite(values: np.ndarray) -> np.ndarray:
+    """The finite values (NaN and infinities dropped)."""
     return values[np.isfinite(values)]
 
 
@@ -222,10 +230,12 @@ def same_group_samples(candidate: Series, reference: Series) -> list[np.ndarray]
             continue
         if _ran_apart(mine, theirs):
             # Not the same rounds: only the launches' medians compare, as across groups.
-            values = _usable(np.atleast_1d(_log(mine.typical_us) - _log(theirs.typical_us)))
+            values = finite(
+                np.atleast_1d(log_times(mine.typical_us) - log_times(theirs.typical_us))
+            )
         else:
             n = min(mine.rounds.size, theirs.rounds.size)
-            values = _usable(_log(mine.rounds[:n]) - _log(theirs.rounds[:n]))
+            values = finite(log_times(mine.rounds[:n]) - log_times(theirs.rounds[:n]))
         if values.size:
             clusters.append(values)
     return clusters
@@ -247,9 +257,9 @@ def cross_group_samples(candidate: Series, reference: Series) -> list[np.ndarray
     ]
     if len(pairs) == 1 and pairs[0][0].rounds.size:
         mine, theirs = pairs[0]
-        values = _usable(_log(mine.rounds) - _log(theirs.typical_us))
+        values = finite(log_times(mine.rounds) - log_times(theirs.typical_us))
         return [values] if values.size else []
-    values = [_log(m.typical_us) - _log(t.typical_us) for m, t in pairs]
+    values = [log_times(m.typical_us) - log_times(t.typical_us) for m, t in pairs]
     return [np.array([v]) for v in values if math.isfinite(v)]
 
 

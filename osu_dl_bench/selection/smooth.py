@@ -18,7 +18,6 @@ estimate and interval.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,11 +41,15 @@ class Smoothed:
 
 
 def _basis(x: np.ndarray) -> np.ndarray:
-    """Cubic B-spline design matrix on equally spaced knots spanning x."""
+    """Cubic B-spline design matrix on equally spaced knots spanning x (the inner knots'
+    ends are x's ends exactly, so no x falls outside them by rounding)."""
     segments = int(min(max(len(x) - 1, 3), 12))
     low, high = float(x.min()), float(x.max())
-    step = (high - low) / segments
-    knots = low + step * np.arange(-DEGREE, segments + DEGREE + 1)
+    inner = np.linspace(low, high, segments + 1)
+    step = inner[1] - inner[0]
+    knots = np.concatenate(
+        [low - step * np.arange(DEGREE, 0, -1), inner, high + step * np.arange(1, DEGREE + 1)]
+    )
     return BSpline.design_matrix(np.clip(x, low, high), knots, DEGREE).toarray()
 
 
@@ -97,18 +100,26 @@ def smooth_curve(
     inliers = np.ones(len(x), bool)
     while True:
         mean, variance, edf = _penalised_fit(basis, y, np.where(inliers, weights, 0.0), penalty)
-        misses = np.abs(y - mean) / np.sqrt(v + variance)
+        # A fitted point's residual has variance v - variance (the fit leans towards it);
+        # a point left out, v + variance. A floor keeps high-leverage points from dividing
+        # by nothing.
+        spread = np.where(inliers, np.maximum(v - variance, 0.1 * v), v + variance)
+        misses = np.abs(y - mean) / np.sqrt(spread)
         misses[~inliers] = 0
         worst = int(np.argmax(misses))
         if misses[worst] <= LACK_OF_FIT or inliers.sum() <= MIN_POINTS:
             break
         inliers[worst] = False
+    variance = variance + _local_bias(y - mean, np.maximum(v - variance, 0.1 * v), inliers)
     variance = variance + shared
     return Smoothed(np.where(inliers, mean, y), np.where(inliers, variance, own), inliers, edf)
 
 
-def normal_upper_tail(mean: float, sd: float, threshold: float) -> float:
-    """P(X > threshold) for X ~ N(mean, sd^2) (sd 0: 0 or 1)."""
-    if sd <= 0:
-        return float(mean > threshold)
-    return 0.5 * math.erfc((threshold - mean) / (sd * math.sqrt(2)))
+def _local_bias(residuals: np.ndarray, expected: np.ndarray, inliers: np.ndarray) -> np.ndarray:
+    """Where the curve fits its neighbourhood worse than the noise explains (a step it
+    rounds off), the excess of the squared residuals over their expected variance, averaged
+    over each size and its two neighbours: a smoothing bias the band must hold too."""
+    excess = np.where(inliers, residuals**2 - expected, 0.0)
+    padded = np.pad(excess, 1, mode="edge")
+    window = (padded[:-2] + padded[1:-1] + padded[2:]) / 3
+    return np.maximum(window, 0.0)

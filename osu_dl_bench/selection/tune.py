@@ -316,7 +316,9 @@ def eligible(candidates: Mapping[str, Candidate], native: bool, risk: float = RI
     return [
         c.label
         for c in candidates.values()
-        if c.choice.is_native or c.ratio.chance_above(SLOWER_MARGIN) < risk
+        # The reference by its label: the library's forced algorithms (native:alg=NAME)
+        # are candidates like any other.
+        if c.label == "native" or c.ratio.chance_above(SLOWER_MARGIN) < risk
     ]
 
 
@@ -471,9 +473,9 @@ def _reason(point: PointDecision) -> str:
     chosen, best = point.candidates[point.chosen], point.candidates[point.best]
     if point.native is None:
         text = "no native measurement: the stable rule over the tie set around the lowest ratio"
-    elif chosen.choice.is_native and best.choice.is_native:
+    elif point.chosen == point.reference and point.best == point.reference:
         text = "native is the fastest"
-    elif chosen.choice.is_native:
+    elif point.chosen == point.reference:
         slower = best.ratio.chance_above(SLOWER_MARGIN)
         text = f"{best.label} {_interval_text(best.ratio)}, P(>5% slower) {slower:.2f}: native kept"
     else:

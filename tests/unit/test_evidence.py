@@ -39,7 +39,7 @@ def _synthetic_observations(rng, wide_sd, point_sd, within_sd, entries=12, label
                 found = LaunchValues(
                     tuple(range(1, k + 1)), np.array(values), np.full(k, within_sd**2), True
                 )
-                observations.append(Observation(entry, "allreduce", f"c{label}", size, found))
+                observations.append(Observation(entry, f"c{label}", size, found))
     return observations
 
 
@@ -137,7 +137,7 @@ def test_the_pool_recovers_the_share_of_a_launch_shift_every_candidate_shares():
             for label in range(6):
                 values = common + rng.normal(0, 0.06, 3)
                 found = LaunchValues((1, 2, 3), values, np.full(3, 1e-6), True)
-                observations.append(Observation(entry, "allreduce", f"c{label}", size, found))
+                observations.append(Observation(entry, f"c{label}", size, found))
     pool = estimate_pool(observations)
     assert pool.component(None, 1 << 12, True).correlation == pytest.approx(0.5, abs=0.1)
     assert pool.component(0, 1 << 12, True).correlation > 0.2  # one entry's band alone

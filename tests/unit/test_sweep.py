@@ -160,7 +160,7 @@ def test_finished_points_match_point_keys_also_without_op(tmp_path):
             SweepPoint(**base | {"collective": "allreduce", "op": "sum"}),
         ]
     )
-    assert finished_points(store) == {
+    assert finished_points(store).stored == {
         (1, 1, 1, "bcast", "mpi", "native", "float32", None, "cpu", 1, 1, "mpi"),
         (1, 1, 1, "allreduce", "mpi", "native", "float32", "sum", "cpu", 1, 1, "mpi"),
     }

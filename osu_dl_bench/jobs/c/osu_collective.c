@@ -10,10 +10,14 @@
  * (ITERS_SMALL up to 8 KiB, ITERS_LARGE above, as OSU's -i and its large-message default;
  * a tenth of each more as warm-up).
  */
+#include <errno.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define MAX_BYTES (1L << 30)
+#define MAX_ITERATIONS 1000000L
 
 static void fail(int rank, const char *message)
 {
@@ -45,10 +49,23 @@ static double mean_latency_us(int allreduce, float *send, float *recv, int count
     return total / iters * 1e6;
 }
 
+/* A whole number in [least, most] from text, or -1 (strtol with its end checked: "1e3",
+ * "12abc" and out-of-range values are refused, not read as something else). */
+static long parse_whole(const char *text, long least, long most)
+{
+    char *end = NULL;
+    long value;
+    errno = 0;
+    value = strtol(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0' || value < least || value > most)
+        return -1;
+    return value;
+}
+
 int main(int argc, char **argv)
 {
-    int rank, ranks, allreduce, small, large;
-    long min_bytes, max_bytes, bytes;
+    int rank, ranks, allreduce;
+    long min_bytes, max_bytes, bytes, small, large;
     float *send, *recv;
 
     MPI_Init(&argc, &argv);
@@ -59,26 +76,28 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "allreduce") && strcmp(argv[1], "bcast"))
         fail(rank, "the collective must be allreduce or bcast");
     allreduce = strcmp(argv[1], "allreduce") == 0;
-    min_bytes = atol(argv[2]);
-    max_bytes = atol(argv[3]);
-    small = atoi(argv[4]);
-    large = atoi(argv[5]);
-    if (min_bytes < 1 || max_bytes < min_bytes || max_bytes > (1L << 30) || small < 1 ||
-        large < 1)
-        fail(rank, "expected 1 <= MIN <= MAX <= 1 GiB and positive iteration counts");
+    min_bytes = parse_whole(argv[2], 1, MAX_BYTES);
+    max_bytes = parse_whole(argv[3], 1, MAX_BYTES);
+    small = parse_whole(argv[4], 1, MAX_ITERATIONS);
+    large = parse_whole(argv[5], 1, MAX_ITERATIONS);
+    if (min_bytes < 0 || max_bytes < min_bytes || small < 0 || large < 0)
+        fail(rank, "expected 1 <= MIN <= MAX <= 1 GiB and iteration counts from 1 to 10^6");
     send = calloc((size_t)max_bytes / sizeof(float) + 1, sizeof(float));
     recv = calloc((size_t)max_bytes / sizeof(float) + 1, sizeof(float));
     if (send == NULL || recv == NULL)
         fail(rank, "out of memory for the buffers");
+    /* MAX_BYTES keeps bytes * 2 far from overflowing a long. */
     for (bytes = min_bytes; bytes <= max_bytes; bytes *= 2) {
         int count = (int)(bytes / (long)sizeof(float));
         double mine, sum = 0.0;
         if (count < 1)
             continue;
-        mine = mean_latency_us(allreduce, send, recv, count, bytes <= 8192 ? small : large);
+        mine = mean_latency_us(allreduce, send, recv, count,
+                               (int)(bytes <= 8192 ? small : large));
         MPI_Reduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
         if (rank == 0) {
-            printf("%ld %.4f\n", bytes, sum / ranks);
+            /* The bytes moved: whole elements of the size asked for. */
+            printf("%ld %.4f\n", (long)count * (long)sizeof(float), sum / ranks);
             fflush(stdout);
         }
     }

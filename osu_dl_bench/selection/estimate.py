@@ -83,6 +83,7 @@ class _Own:
     df: float
     heterogeneous: bool
     values: LaunchValues
+    pooled: float = 0.0  # the variance the pool alone gives (below ``variance`` if odd)
 
 
 def _own(values: LaunchValues, pool: LaunchPool, entry: object, size: int) -> _Own | None:
@@ -92,14 +93,16 @@ def _own(values: LaunchValues, pool: LaunchPool, entry: object, size: int) -> _O
         return None
     within = np.where(np.isfinite(values.within), values.within, pool.within)
     per_launch = component.point_launch + float(np.mean(within))
-    k, df = values.count, float(component.df)
+    k, df, pooled = values.count, float(component.df), per_launch / values.count
     odd = heterogeneity(values, component, pool.within) < HETEROGENEITY_ALPHA
     if odd:
         # Its own launches, as few as they are, are the evidence: their spread and df.
         per_launch, df = max(per_launch, values.spread), float(k - 1)
     # Only the round-paired share a launch's drift of native with each other.
     common = component.correlation * component.point_launch / k if values.paired else 0.0
-    return _Own(values.mean, per_launch / k, component.launch_wide / k, common, df, odd, values)
+    return _Own(
+        values.mean, per_launch / k, component.launch_wide / k, common, df, odd, values, pooled
+    )
 
 
 def pooled_ratios(found: Sequence[Observation]) -> list[Ratio]:
@@ -138,24 +141,34 @@ def _curve_ratios(
     points: Sequence[Measured], label: str, owns: Mapping[int, _Own]
 ) -> dict[int, Ratio]:
     """index of point -> the candidate's ratio from its curve over the entry's sizes; a
-    point whose launches disagree beyond the pool keeps its own estimate and spread."""
+    point whose launches disagree beyond the pool gets the excess of its own spread over
+    the pool's added to the curve's band."""
     order = sorted(owns)
     x = np.log2([max(points[i].size, 1) for i in order])
     shared = np.array([owns[i].shared for i in order])
     y = np.array([owns[i].mean for i in order])
     independent = np.array([owns[i].variance - owns[i].shared for i in order])
     curve = smooth_curve(x, y, independent, shared)
+    # The curve rests on the pool's degrees of freedom, odd points' included.
+    pool_df = max(
+        (own.df for own in owns.values() if not own.heterogeneous),
+        default=min(own.df for own in owns.values()),
+    )
     ratios = {}
     for j, i in enumerate(order):
         own = owns[i]
-        if own.heterogeneous:
-            ratios[i] = _ratio(own.mean, own.variance, own, "heterogeneous")
-            continue
         if not curve.fitted:
-            ratios[i] = _ratio(own.mean, own.variance, own, "point")
-            continue
-        evidence = "curve" if curve.from_curve[j] else "misfit"
-        ratios[i] = _ratio(curve.mean[j], curve.variance[j], own, evidence)
+            kind = "heterogeneous" if own.heterogeneous else "point"
+            ratios[i] = _ratio(own.mean, own.variance, own, kind)
+        elif own.heterogeneous:
+            # Its launches disagree beyond the pool: the curve's estimate, with the excess
+            # of its own launch spread over the pool's added to the band.
+            extra = max(own.variance - own.pooled, 0.0)
+            on_curve = replace(own, df=pool_df)
+            ratios[i] = _ratio(curve.mean[j], curve.variance[j] + extra, on_curve, "heterogeneous")
+        else:
+            evidence = "curve" if curve.from_curve[j] else "misfit"
+            ratios[i] = _ratio(curve.mean[j], curve.variance[j], own, evidence)
     return ratios
 
 

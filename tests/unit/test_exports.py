@@ -146,6 +146,24 @@ def test_mpich_choices_keep_the_default_where_mpich_cannot_run_them():
     assert file_algorithm(tree, "allreduce", 4, 1 << 20) == "reduce_scatter_allgather"
 
 
+def test_mpich_smp_choices_apply_to_the_parent_communicator_only():
+    """The node-aware algorithms call the collective again on their node communicators:
+    named for every communicator, MPICH 5.0.2 aborted in the nested call
+    (bcast_intra_smp.c: MPIR_Comm_is_parent_comm), so the file names them under
+    comm_hierarchy=parent, first, and keeps the default for the rest."""
+    from osu_dl_bench.selection.exports.mpich import file_algorithm, guarded
+
+    default = {"algorithm=MPIR_Bcast_intra_binomial": {}}
+    smp = guarded("bcast", "MPIR_Bcast_intra_smp", default)
+    assert list(smp) == ["comm_hierarchy=parent", "comm_hierarchy=any"]
+    assert smp["comm_hierarchy=parent"] == {"algorithm=MPIR_Bcast_intra_smp": {}}
+    assert smp["comm_hierarchy=any"] == default
+    reduce_smp = guarded("allreduce", "MPIR_Allreduce_intra_smp", default)
+    assert reduce_smp["comm_hierarchy=parent"]["is_commutative=no"] == default
+    tree = {"collective=bcast": {"comm_type=intra": {"comm_size=any": {"avg_msg_size=any": smp}}}}
+    assert file_algorithm(tree, "bcast", 2, 1 << 20) == "smp"
+
+
 @pytest.mark.parametrize("sizes", [[2], [2, 3, 4], [2, 8], [1, 4, 16, 64], [3, 5, 6, 12]], ids=str)
 def test_export_comm_bounds_agree_with_the_selectors_nearest_entry(sizes):
     selector = Selector(make_table(*(make_entry(p, [(0, "native")]) for p in sizes)), force={})

@@ -108,9 +108,24 @@ _NEEDS_BUILT_IN_OP = frozenset({"MPIR_Allreduce_intra_reduce_scatter_allgather"}
 _ANY_OP = frozenset({"MPIR_Allreduce_intra_recursive_doubling", "MPIR_Allreduce_allcomm_nb"})
 
 
+# The node-aware (smp) algorithms run the collective again on the communicators they
+# split off; MPICH's own tree names them under comm_hierarchy=parent only, and a file
+# naming one for every communicator aborts MPICH 5.0.2 in the nested call (seen:
+# "Assertion failed in bcast_intra_smp.c: MPIR_Comm_is_parent_comm(comm_ptr)").
+_PARENT_ONLY_SUFFIX = "_intra_smp"
+
+
 def guarded(collective: str, target: str, default_intra: dict[str, Any]) -> dict[str, Any]:
     """``algorithm=target`` under the conditions MPICH needs for it, MPICH's default tree
     (``default_intra``) where they fail."""
+    chosen = _op_guarded(collective, target, default_intra)
+    if not target.endswith(_PARENT_ONLY_SUFFIX):
+        return chosen
+    return {"comm_hierarchy=parent": chosen, "comm_hierarchy=any": copy.deepcopy(default_intra)}
+
+
+def _op_guarded(collective: str, target: str, default_intra: dict[str, Any]) -> dict[str, Any]:
+    """``algorithm=target`` under the reduction-op conditions it needs (allreduce)."""
     chosen: dict[str, Any] = {f"algorithm={target}": {}}
     if collective != "allreduce" or target in _ANY_OP:
         return chosen
@@ -206,7 +221,7 @@ def _bound_holds(key: str, name: str, value: int) -> bool | None:
 
 # The branch of each guard (``guarded``) that a call with a built-in commutative op and a
 # large count takes: the one the export's choice sits on.
-_GUARD_BRANCHES = ("is_commutative=yes", "is_op_built_in=yes", "count=any")
+_GUARD_BRANCHES = ("comm_hierarchy=parent", "is_commutative=yes", "is_op_built_in=yes", "count=any")
 
 
 def _through_guards(node: dict[str, Any]) -> dict[str, Any]:

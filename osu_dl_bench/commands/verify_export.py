@@ -179,9 +179,14 @@ HEADER = (
 )
 
 
+def _inverse(value: float) -> float:
+    """1 / value, with 1/0 = inf and 1/inf = 0 (an interval without a bound)."""
+    return math.inf if value == 0 else 1 / value
+
+
 def _line(client: str, where: tuple, says: str, ratio: Ratio) -> str:
     collective, nprocs, size = where
-    interval = f"{bound_text(1 / ratio.high)}-{bound_text(1 / ratio.low)}"
+    interval = f"{bound_text(_inverse(ratio.high))}-{bound_text(_inverse(ratio.low))}"
     return (
         f"{client:<8}{collective:<11}{nprocs:>3}{format_size(int(size)):>8}  {says:<28}"
         f"{1 / ratio.ratio:>6.2f}  {interval:<12}{ratio.launches:>8}"

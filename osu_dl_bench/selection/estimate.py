@@ -115,11 +115,20 @@ def pooled_ratios(found: Sequence[Observation]) -> list[Ratio]:
     for o in found:
         own = _own(o.values, pool, o.entry, o.size)
         if own is None:
-            ratios.append(Ratio(math.exp(o.values.mean), 0.0, math.inf, o.values.count, 0, "point"))
+            ratios.append(_alone(o.values))
             continue
         evidence = "heterogeneous" if own.heterogeneous else "point"
         ratios.append(_ratio(own.mean, own.variance, own, evidence))
     return ratios
+
+
+def _alone(values: LaunchValues) -> Ratio:
+    """Without a pool (too few points): Student's t over the point's own launches, or
+    0..inf with one launch (no launch-to-launch spread to judge by)."""
+    if values.count < 2:
+        return Ratio(math.exp(values.mean), 0.0, math.inf, values.count, 0, "paired")
+    own = _Own(values.mean, values.spread / values.count, 0.0, 0.0, values.count - 1, False, values)
+    return _ratio(own.mean, own.variance, own, "paired")
 
 
 def _ratio(mean: float, variance: float, own: _Own, evidence: str) -> Ratio:

@@ -57,3 +57,19 @@ def test_launches_with_and_without_the_file_pair_by_launch_and_pool_over_sizes()
     holding = sum(float(i.split("-")[0]) <= 1 <= float(i.split("-")[1]) for i in unchanged)
     assert len(unchanged) == 10 and holding >= 8
     assert lines[-1].startswith("# c: 11 sizes, ")
+
+
+def test_too_few_sizes_for_a_pool_fall_back_to_each_sizes_own_launches():
+    import numpy as np
+
+    from osu_dl_bench.selection.evidence import LaunchValues
+
+    nan = np.array([np.nan, np.nan])
+    two = LaunchValues((1, 2), np.array([0.01, -0.02]), nan, False)
+    one = LaunchValues((1,), np.array([0.01]), nan[:1], False)
+    lines = comparison_lines(
+        "c", [(("bcast", 2, 8), two), (("bcast", 2, 16), one)], lambda *_: None
+    )
+    assert "0.83-1.22" in lines[0]  # Student's t over the two launches
+    assert "0.00->100" in lines[1]  # one launch: no bound either way, and no error
+    assert lines[-1] == "# c: 2 sizes, 0 slower with the file beyond the interval"

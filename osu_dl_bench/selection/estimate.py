@@ -146,9 +146,7 @@ def _ratio(mean: float, variance: float, own: _Own, evidence: str) -> Ratio:
     )
 
 
-def _curve_ratios(
-    points: Sequence[Measured], label: str, owns: Mapping[int, _Own]
-) -> dict[int, Ratio]:
+def _curve_ratios(points: Sequence[Measured], owns: Mapping[int, _Own]) -> dict[int, Ratio]:
     """index of point -> the candidate's ratio from its curve over the entry's sizes; a
     point whose launches disagree beyond the pool gets the excess of its own spread over
     the pool's added to the curve's band."""
@@ -195,7 +193,7 @@ def entry_ratios(points: Sequence[Measured], pool: LaunchPool) -> list[dict[str,
         }
         # Points with no pool to judge their launches by keep the point's paired ratio.
         known = {i: own for i, own in owns.items() if own is not None}
-        smoothed[label] = _curve_ratios(points, label, known) if known else {}
+        smoothed[label] = _curve_ratios(points, known) if known else {}
     result = []
     for i, point in enumerate(points):
         ratios = {}

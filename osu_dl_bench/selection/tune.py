@@ -93,8 +93,8 @@ NOISE_RULE = (
     "simplest variant (backend mpi first, then fewer non-default parameters, then fewer "
     "parameters), then the lower expected time; neighbouring sizes whose tie sets "
     "intersect share one choice (native only where tied at all of them); rows without "
-    "per-round times, or points without native: "
-    "the point's own paired ratio"
+    "per-round times: interval = (q1, q3) / native's median; points without native, or "
+    "runs without a launch pool: the point's own paired ratio"
 )
 EVIDENCE = "evidence"
 KEY_COLUMNS = ["collective", "device", "nodes", "ppn", "nprocs"]

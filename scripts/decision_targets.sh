@@ -6,7 +6,7 @@
 #   C      an adaptive sweep (--launches 2 --budget 0.4 --adaptive 5): launches beyond the
 #          first two only where a choice is still open;     C's decisions judged on B
 #   Q1, Q2 the quick start's sweep (p = 2, 4, --budget 0.5) twice; Q1's table judged on Q2,
-#          and Q1 tuned by the previous release's rule (OLD_REV) beside this one
+#          and the tables of Q1 and A by the previous release's rule (OLD_REV) judged alike
 # Each compare reports stability, regret, coverage, agreement and captured speedup per p;
 # wall times land in RUN/wall_times.txt. About 45 minutes on a quiet 2-core machine.
 #   scripts/decision_targets.sh [RUN_DIR]        (default runs/decisions-DATE)
@@ -57,7 +57,13 @@ with_command "$out/quickstart_table_on_Q2.txt" osu-dl-bench compare "$run/Q1" "$
 # The previous rule on the same sweep, for the table beside today's.
 tree=$(mktemp -d)
 git worktree add -q "$tree/old" "$old_rev"
-(cd "$tree/old" && PYTHONPATH="$tree/old" python -m osu_dl_bench tune "$run/Q1" \
-    -o "$run/Q1-table-old.json" > /dev/null)
+for name in Q1 A; do
+    (cd "$tree/old" && PYTHONPATH="$tree/old" python -m osu_dl_bench tune "$run/$name" \
+        -o "$run/$name-table-old.json" > /dev/null)
+done
 git worktree remove --force "$tree/old"
 with_command "$out/quickstart_table_previous_rule.txt" cat "$run/Q1-table-old.summary.txt"
+with_command "$out/quickstart_table_previous_rule_on_Q2.txt" osu-dl-bench compare "$run/Q1" \
+    "$run/Q2" --table "$run/Q1-table-old.json"
+with_command "$out/decisions_previous_rule_A_on_B.txt" osu-dl-bench compare "$run/A" "$run/B" \
+    --table "$run/A-table-old.json"

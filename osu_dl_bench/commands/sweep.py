@@ -43,11 +43,11 @@ def run_adaptive_sweep(cfg: SweepConfig) -> int:
         if not opened:
             print(f"# adaptive: every point decided after {launch - 1} launches", flush=True)
             return code
-        reasons = [point.reason for point in opened]
-        store.write_focus(launch, focus_of(opened), reasons)
+        focus = focus_of(opened)
+        store.write_focus(launch, focus, [point.reason for point in opened])
         print(
             f"# adaptive: launch {launch} measures {len(opened)} open point(s) of "
-            f"{len(decided)} ({len(focus_of(opened))} candidates); why: {store.path}/focus.json",
+            f"{len(decided)} ({len(focus)} candidates); why: {store.path}/focus.json",
             flush=True,
         )
         code = max(code, run_sweep(extra_launch(cfg, launch)))

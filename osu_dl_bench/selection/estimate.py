@@ -31,7 +31,6 @@ class Measured:
     """One point's measurements: each candidate's series and the reference's label."""
 
     key: object  # the entry's key
-    collective: str
     size: int
     series: Mapping[str, Series]
     reference: str

@@ -23,8 +23,8 @@ value at which the median over the pool of ``F_chi2(df * S^2 / (x + b), df)`` is
 S^2 being each point's (or each band's) sample variance over its launches and ``b`` the
 known part (the DerSimonian-Laird idea, with the median for the mean so that a handful of
 wild points cannot inflate the machine's variance). A point whose own launches disagree
-more than the pool allows (chi-square test at HETEROGENEITY_ALPHA) keeps its own larger
-variance and is marked.
+more than the pool allows (chi-square test at HETEROGENEITY_ALPHA) is marked, and its
+interval widened by the excess of its own spread (selection.estimate).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import optimize, stats
 
+from collectives.units import format_size
 from osu_dl_bench.selection.paired import Launch, Series, finite, log_times, same_group_samples
 
 # Size bands of one pool each (bytes, lower edges): eager messages, the cache-sized middle,
@@ -138,8 +139,6 @@ def band_of(size: int) -> int:
 
 def band_name(band: int) -> str:
     """'0-4K', '4K-256K', '256K-' style text of a band."""
-    from collectives.units import format_size
-
     low = format_size(BAND_EDGES[band]) if band else "0"
     high = format_size(BAND_EDGES[band + 1]) if band + 1 < len(BAND_EDGES) else ""
     return f"{low}-{high}"
@@ -164,7 +163,6 @@ class Component:
     points: int  # points with >= 2 launches in the pool
     df: int  # degrees of freedom behind point_launch
     heterogeneous: int  # points whose own launches disagree beyond the pool
-    source: str  # the pool's name, or the wider pool it borrowed from
     # The correlation of two candidates' launch values at one point: the part of a launch's
     # shift that every candidate shares (native's own drift, seen through the ratio), which
     # cancels when two candidates are compared.
@@ -192,7 +190,7 @@ class LaunchPool:
         ):
             if key in self.components:
                 return self.components[key]
-        return Component(0.0, 0.0, 0, 0, 0, "none")
+        return Component(0.0, 0.0, 0, 0, 0)
 
     def lines(self) -> list[str]:
         """One line per pool, for the table's summary."""
@@ -310,14 +308,14 @@ def median_within(observations: Iterable[Observation]) -> float:
     return float(np.median(known)) if known else 0.0
 
 
-def _component(observations: list[Observation], source: str, within: float) -> Component:
+def _component(observations: list[Observation], within: float) -> Component:
     total, df = _point_launch(observations, within)
     wide = _launch_wide(observations, total, within)
-    partial = Component(total, wide, 0, df, 0, source)
+    partial = Component(total, wide, 0, df, 0)
     multi = [o for o in observations if o.values.count > 1]
     flagged = sum(heterogeneity(o.values, partial, within) < HETEROGENEITY_ALPHA for o in multi)
     shared = candidate_correlation(observations)
-    return Component(total, wide, len(multi), df, flagged, source, shared)
+    return Component(total, wide, len(multi), df, flagged, shared)
 
 
 def candidate_correlation(observations: list[Observation]) -> float:
@@ -360,13 +358,5 @@ def estimate_pool(observations: Iterable[Observation]) -> LaunchPool:
     components = {}
     for key, members in keyed.items():
         if sum(o.values.count > 1 for o in members) >= MIN_POOL_POINTS:
-            components[key] = _component(members, _pool_text(key), within)
+            components[key] = _component(members, within)
     return LaunchPool(components, within)
-
-
-def _pool_text(key: tuple) -> str:
-    entry, band, paired = key
-    parts = [str(entry or "every entry"), "all sizes" if band is None else band_name(band)]
-    if paired is not None:
-        parts.append("paired in rounds" if paired else "across launches")
-    return ", ".join(parts)

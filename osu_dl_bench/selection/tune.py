@@ -81,20 +81,21 @@ NOISE_RULE = (
     "each candidate's time is divided by clean native's (native of the mpi isolation "
     "group): per launch, the median of the round-paired log-ratios (for other backends "
     "and forced library algorithms, the log-ratio of the launches' medians); the run's "
-    "launch-to-launch variance is pooled over all its points (per collective, size band "
-    "and pairing; a point whose own launches disagree beyond the pool keeps its own "
-    "spread); each candidate's log-ratio is smoothed over log2(size) by a penalised "
-    "spline weighted by those variances (a point the curve misses by 3 standard errors "
-    "keeps its own estimate); 95% intervals are normal on the log scale; a candidate may "
-    "replace native only where the chance that it is more than 5% slower is below the "
-    "risk; among those and native, the tie set is every one whose time over the lowest "
-    "expected time's has a 95% interval reaching 1 (compared directly: the error all "
-    "candidates share at a point cancels); the choice is native if tied, else the "
-    "simplest variant (backend mpi first, then fewer non-default parameters, then fewer "
-    "parameters), then the lower expected time; neighbouring sizes whose tie sets "
-    "intersect share one choice (native only where tied at all of them); rows without "
-    "per-round times: interval = (q1, q3) / native's median; points without native, or "
-    "runs without a launch pool: the point's own paired ratio"
+    "launch-to-launch variance is pooled over all its points (per collective and job "
+    "shape, size band and pairing; a point whose own launches disagree beyond the pool "
+    "has its band widened by its own excess spread); each candidate's log-ratio is "
+    "smoothed over log2(size) by a penalised spline weighted by those variances (a point "
+    "the curve misses by 3 standard errors keeps its own estimate); 95% intervals are "
+    "Student's t on the log scale; a candidate may replace native only where the chance that "
+    "it is more than 5% slower is below the risk; among those and native, the tie set is "
+    "every one whose time over the lowest expected time's has a 95% interval reaching 1 "
+    "(compared directly: the error all candidates share at a point cancels); the choice "
+    "is native if tied, else the simplest variant (backend mpi first, then fewer "
+    "non-default parameters, then fewer parameters), then the lower expected time; "
+    "neighbouring sizes whose tie sets intersect share one choice (native only where tied"
+    " at all of them); rows without per-round times: interval = (q1, q3) / native's "
+    "median; points without native, or runs without a launch pool: the point's own paired"
+    " ratio"
 )
 EVIDENCE = "evidence"
 KEY_COLUMNS = ["collective", "device", "nodes", "ppn", "nprocs"]
@@ -231,8 +232,8 @@ class PointDecision:
             return None
         if self.reference is None:
             return paired_ratio(mine.series, theirs.series, *self._seed(label, other))
-        # Both ratios to native are the decisions' estimates: their quotient, with the
-        # log-scale variances added (both share native's noise, so this errs wide).
+        # Both ratios to native are the decisions' estimates: their quotient, the error
+        # they share (native's own launch drift) cancelling (paired.quotient).
         return quotient(mine.ratio, theirs.ratio)
 
     def _seed(self, label: str, other: str) -> tuple:
@@ -356,7 +357,7 @@ def measure_point(
     series = _measurements(without_twins(key.collective, at_size), choices)
     if not series:
         return None
-    measured = Measured(key, key.collective, size, series, _reference_label(series))
+    measured = Measured(key, size, series, _reference_label(series))
     return MeasuredPoint(measured, int(at_size["count"].iloc[0]), choices)
 
 
@@ -463,7 +464,7 @@ EVIDENCE_WORDS = {
     "curve": "from its curve over sizes",
     "point": "from this size alone with the run's pooled launch variance",
     "misfit": "from this size alone: the curve over sizes misses it",
-    "heterogeneous": "its launches disagree beyond the run's pool: its own spread",
+    "heterogeneous": "its launches disagree beyond the run's pool: band widened by them",
     "paired": "from this point's launches alone",
 }
 

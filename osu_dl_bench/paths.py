@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -12,20 +13,69 @@ from pathlib import Path
 from osu_dl_bench.errors import UsageError
 
 
-def check_writable_file(option: str, path: str | None) -> None:
+def check_writable_file(option: str, path: str | None, make_parents: bool = False) -> None:
     """UsageError naming ``option`` unless ``path`` names a file this process can create
-    (not a directory, in an existing directory it may write to)."""
+    (not a directory, in a directory it may write to; with ``make_parents``, a directory
+    it may create). Every OSError the check meets (a name too long, a symlink loop, a
+    read-only mount) is that one message, never a traceback."""
     if path is None:
         return
-    target = Path(path)
-    if target.is_dir():
+    try:
+        _check_file(option, path, make_parents)
+    except OSError as exc:
+        raise UsageError(f"{option} {path}: {os_reason(exc)}") from None
+
+
+def check_writable_directory(option: str, path: str | None) -> None:
+    """UsageError naming ``option`` unless ``path`` is a directory this process can
+    write to, or can create (its nearest existing ancestor is one it may write to)."""
+    if path is None:
+        return
+    try:
+        _check_directory(option, path, Path(os.path.abspath(path)))
+    except OSError as exc:
+        raise UsageError(f"{option} {path}: {os_reason(exc)}") from None
+
+
+def os_reason(exc: OSError) -> str:
+    """The operating system's words for ``exc`` (its strerror), without Python's."""
+    return exc.strerror or str(exc)
+
+
+def _check_file(option: str, path: str, make_parents: bool) -> None:
+    target = Path(os.path.abspath(path))  # abspath: no file system access, no loop
+    if make_parents:
+        _check_directory(option, path, target.parent)
+    else:
+        parent = _existing(target.parent)
+        if parent is None:
+            raise UsageError(f"{option} {path}: directory {target.parent} does not exist")
+        if not stat.S_ISDIR(parent.st_mode):
+            raise UsageError(f"{option} {path}: {target.parent} is not a directory")
+        probe_directory(option, path, target.parent)
+    if _existing(target) is not None and target.is_dir():
         raise UsageError(f"{option} {path}: is a directory: expected a file name")
-    parent = target.resolve().parent
-    if parent.exists() and not parent.is_dir():
-        raise UsageError(f"{option} {path}: {parent} is not a directory")
-    if not parent.is_dir():
-        raise UsageError(f"{option} {path}: directory {parent} does not exist")
-    probe_directory(option, path, parent)
+    # The name write_atomic writes first is longer than the target's own name.
+    _existing(target.with_name(temp_name(target)))
+
+
+def _check_directory(option: str, path: str, directory: Path) -> None:
+    nearest = directory
+    while (found := _existing(nearest)) is None:
+        nearest = nearest.parent
+    if not stat.S_ISDIR(found.st_mode):
+        raise UsageError(f"{option} {path}: {nearest} is not a directory")
+    probe_directory(option, path, nearest)
+
+
+def _existing(path: Path) -> os.stat_result | None:
+    """``path``'s status, None if nothing is there (or a file stands where a directory of
+    the path should); other OSErrors (a name too long, a symlink loop, no permission to
+    look) propagate."""
+    try:
+        return os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
 
 
 def probe_directory(option: str, path: str, directory: Path) -> None:
@@ -35,10 +85,15 @@ def probe_directory(option: str, path: str, directory: Path) -> None:
         fd, probe = tempfile.mkstemp(prefix=".osu-dl-bench-probe-", dir=directory)
     except OSError as exc:
         raise UsageError(
-            f"{option} {path}: cannot create files in {directory}: {exc.strerror or exc}"
+            f"{option} {path}: cannot create files in {directory}: {os_reason(exc)}"
         ) from None
     os.close(fd)
     os.unlink(probe)
+
+
+def temp_name(path: Path) -> str:
+    """The name write_atomic writes ``path``'s data under before renaming it."""
+    return f".{path.name}.tmp{os.getpid()}"
 
 
 def fsync_directory(path: Path) -> None:
@@ -58,7 +113,7 @@ def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
     previous file stays."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp = path.with_name(temp_name(path))
     try:
         write(tmp)
         with open(tmp, "rb+") as handle:

@@ -18,6 +18,7 @@ from osu_dl_bench.errors import UsageError, ValidationFailure
 from osu_dl_bench.measurement import report
 from osu_dl_bench.measurement.harness import Setting, bench_record, measure_collective
 from osu_dl_bench.measurement.kernel import plan_variants
+from osu_dl_bench.measurement.memory import check_node_memory
 from osu_dl_bench.measurement.options import BenchConfig, check_holds_an_element
 from osu_dl_bench.measurement.p2p import check_pair, measure_point_to_point
 from osu_dl_bench.measurement.records import BenchRecord, write_records
@@ -224,6 +225,9 @@ def run_bench(comm: MPI.Comm, cfg: BenchConfig) -> int:
     nprocs = comm.Get_size()
     agree_on_settings(comm, agree_on_errors(comm, lambda: _settings_every_rank_shares(cfg)))
     setting = agree_on_errors(comm, lambda: _setting(cfg, nprocs))
+    if setting.spec is not None:
+        largest = cfg.max_size // setting.etype.itemsize
+        check_node_memory(comm, [(setting.spec, largest)], setting.etype.itemsize, cfg.device)
     if cfg.device == "cuda":
         # One GPU per node-local rank before any buffer exists (latency/bw/bibw bind no
         # variant, so nothing else would choose it: every rank would use GPU 0).

@@ -45,6 +45,7 @@ import pandas as pd
 from collectives.units import format_size
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import RunStore
+from osu_dl_bench.paths import check_writable_file
 from osu_dl_bench.selection.agreement import (
     CAPTURE_MIN,
     CLEAR_WIN,
@@ -72,6 +73,7 @@ _PERCENT = f"{(SLOWER - 1) * 100:.0f}"
 def run_compare(args: argparse.Namespace) -> int:
     """Print (and with --out write) the decisions' report, then the measurements' shifts."""
     wanted = _process_counts(args.nprocs)
+    check_writable_file("--out", args.out, make_parents=True)
     a, b = measured_points(args.run_a), measured_points(args.run_b)
     both = paired_points(a, b)
     if wanted:

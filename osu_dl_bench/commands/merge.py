@@ -26,6 +26,7 @@ from osu_dl_bench.measurement.store import (
     RunStore,
     SweepPoint,
 )
+from osu_dl_bench.paths import check_writable_directory
 from osu_dl_bench.runtime import utc_now
 
 
@@ -43,6 +44,7 @@ def add_merge_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_merge(args: argparse.Namespace) -> int:
     """Write the merged run directory and say what it holds."""
+    check_writable_directory("-o", args.output)
     sources = _sources(args.runs, args.output)
     frames = [RunStore(path).load() for path in sources]
     metadata = [RunStore(path).read_metadata() for path in sources]

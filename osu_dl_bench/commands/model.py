@@ -14,6 +14,7 @@ from osu_dl_bench.measurement.calibration import CALIBRATION_CSV
 from osu_dl_bench.measurement.store import RESULTS
 from osu_dl_bench.model.platform import Platform, load_platform, with_inter
 from osu_dl_bench.model.platform_fit import PLATFORM_FILE, fit_platform, has_calibration
+from osu_dl_bench.paths import check_writable_directory, check_writable_file
 
 MODULE = "osu_dl_bench.model.calibrate"
 
@@ -298,6 +299,14 @@ def run_train(args: argparse.Namespace) -> int:
 ACTIONS = {"fit": run_fit, "accuracy": run_accuracy, "predict": run_predict, "train": run_train}
 
 
+# The options of the actions that name a file the action writes.
+OUTPUT_OPTIONS = (("-o", "output"), ("--csv", "csv"), ("--plot", "plot"))
+
+
 def run_model(args: argparse.Namespace) -> int:
-    """Dispatch ``osu-dl-bench model ACTION``."""
+    """Dispatch ``osu-dl-bench model ACTION``, its output paths checked first."""
+    for option, name in OUTPUT_OPTIONS:
+        check_writable_file(option, getattr(args, name, None), make_parents=True)
+    if args.model_command == "fit":
+        check_writable_directory("RUN_DIR", args.run_dir)
     return ACTIONS[args.model_command](args)

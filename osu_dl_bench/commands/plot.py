@@ -18,6 +18,7 @@ import pandas as pd
 from collectives.units import format_size
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import RunStore
+from osu_dl_bench.paths import check_writable_directory
 
 if TYPE_CHECKING:  # imported in the functions: tuning loads mpi4py.MPI, parsing must not
     from osu_dl_bench.selection.table import Entry, TuningTable
@@ -317,6 +318,7 @@ def _by_collective(table: TuningTable) -> dict[tuple[str, str], list[Entry]]:
 
 def run_plot(args: argparse.Namespace) -> int:
     """The plot subcommand: write the PNGs and list them."""
+    check_writable_directory("-o", args.output or str(Path(args.run_dir) / "plots"))
     for path in plot_run(args.run_dir, args.table, args.output):
         print(f"# wrote {path}")
     return 0

@@ -48,6 +48,7 @@ from typing import Any
 
 from osu_dl_bench.commands.train_bench_options import job_config, worker_argv
 from osu_dl_bench.jobs.plan import MPI_GROUP, group_of
+from osu_dl_bench.paths import check_writable_file
 
 DDP = "ddp-gloo"
 TUNED = "tuned"
@@ -65,6 +66,7 @@ def run_train_bench(args: argparse.Namespace) -> int:
     launch) measure that launch's configurations."""
     if args.worker:
         return _run_worker(args)
+    check_writable_file("--out", f"{args.out}.txt", make_parents=True)
     from osu_dl_bench.train.options import require_libraries
 
     require_libraries(_config(args))  # one message and exit 2 before any job starts

@@ -10,6 +10,7 @@ from collectives import SPECS
 from collectives.buffers import DEVICES
 from collectives.units import parse_size
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.paths import check_writable_file
 from osu_dl_bench.selection.exports import parse_exports, write_exports
 from osu_dl_bench.selection.names import TABLE_DIR
 from osu_dl_bench.selection.selector import Query, Selector, default_context, parse_force
@@ -24,6 +25,7 @@ def _table_path(args: argparse.Namespace) -> Path:
     path = Path(args.output or Path(TABLE_DIR) / f"{Path(args.run_dir).resolve().name}.json")
     if path.suffix != ".json":
         raise UsageError(f"-o {path}: expected a file ending in .json")
+    check_writable_file("-o", str(path), make_parents=True)
     return path
 
 

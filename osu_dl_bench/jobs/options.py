@@ -27,6 +27,7 @@ from osu_dl_bench.measurement.options import (
     positive_int,
 )
 from osu_dl_bench.measurement.store import RunStore
+from osu_dl_bench.paths import check_writable_directory
 from osu_dl_bench.runtime import DEFAULT_THREAD_LEVEL, THREAD_LEVELS, slurm_job
 
 LAUNCHERS = ("mpiexec", "srun")
@@ -498,6 +499,8 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
         raise UsageError("--np is required to launch jobs, e.g. --np 2,4 (or run with --inside)")
     _check_batch_options(args)
     _check_launch_options(args)
+    if not args.inside:  # the ranks of a launch write into what the orchestrator checked
+        check_writable_directory("-o", args.output)
     cfg = SweepConfig(
         nprocs=parse_process_counts(args.np) if args.np is not None else (),
         collectives=parse_collectives(args.collectives),

@@ -457,6 +457,11 @@ def run_guarded(body: Callable[[], int]) -> int:
             # program"): the user's mistake, refused before anything was copied.
             return _usage_error_exit(UsageError(str(exc)))
         rank = world_rank()
+        if "mpi4py.MPI" not in sys.modules and launcher_size() > 1:
+            # Before MPI started, the other ranks wait in MPI_Init for this one: start it
+            # and share the failure, so every rank ends with one message instead of a hang.
+            traceback.print_exc()
+            return _usage_error_exit(UsageError(f"{type(exc).__name__}: {exc}"))
         if _is_mpi_error(exc):
             # The library refused a call (a truncated message: ranks passed one call
             # different counts): its own words say what; our stack adds nothing.

@@ -47,11 +47,25 @@ class CallShape:
         return self.rank == self.root
 
 
+# Elements computed at once when building inputs: the int64 index arithmetic takes
+# several temporaries of 8 bytes an element, which for a whole large message would hold
+# more memory than the message's own buffers.
+INPUT_CHUNK = 1 << 20
+
+
 def input_values(
     rank: int, start: int, count: int, dtype: np.dtype, op: ReduceOp | None, nprocs: int
 ) -> np.ndarray:
     """Rank ``rank``'s input elements ``start .. start+count``: small integers, exact in
     every dtype, different per rank and element so a misplaced block shows."""
+    values = np.empty(count, dtype)
+    for lo in range(0, count, INPUT_CHUNK):
+        hi = min(count, lo + INPUT_CHUNK)
+        values[lo:hi] = _input_block(rank, start + lo, hi - lo, op, nprocs)
+    return values
+
+
+def _input_block(rank: int, start: int, count: int, op: ReduceOp | None, nprocs: int) -> np.ndarray:
     idx = np.arange(start, start + count, dtype=np.int64)
     if op is not None and op.name == "prod":
         # Only one rank contributes a factor other than 1 per element, so the product
@@ -59,7 +73,7 @@ def input_values(
         values = np.where(idx % nprocs == rank, 1 + idx % 3, 1)
     else:
         values = 1 + (idx * 7 + rank * 3) % 4
-    return values.astype(dtype)
+    return values
 
 
 def _reduced_values(

@@ -23,6 +23,7 @@ from mpi4py import MPI
 from collectives import Variant, mpit
 from collectives.device import select_local_gpu
 from collectives.registry import BoundCalls
+from collectives.specs import SPECS
 from osu_dl_bench.errors import UsageError, ValidationFailure
 from osu_dl_bench.jobs import runinfo
 from osu_dl_bench.jobs.launch import expected_layout
@@ -52,6 +53,7 @@ from osu_dl_bench.measurement.kernel import (
     measure_budget,
     prepare_inputs,
 )
+from osu_dl_bench.measurement.memory import check_node_memory
 from osu_dl_bench.measurement.reference import ReferenceTimer, outlying
 from osu_dl_bench.measurement.schedule import round_stats
 from osu_dl_bench.measurement.store import (
@@ -444,6 +446,19 @@ def _checked_setting(cfg: SweepConfig, world_size: int) -> Setting:
     return resolve_setting(cfg)
 
 
+def _check_memory(world: MPI.Comm, cfg: SweepConfig, setting: Setting) -> None:
+    """Refuse, on every rank, sizes whose buffers this node cannot hold at the largest
+    --np (before the run directory is opened: nothing is half measured)."""
+    itemsize = setting.etype.itemsize
+    calls = [
+        (SPECS[c], max(counts))
+        for c in cfg.collectives
+        if (counts := cfg.element_counts(c, itemsize))
+    ]
+    if calls:
+        check_node_memory(world, calls, itemsize, cfg.device, max(cfg.nprocs))
+
+
 def _open_run_dir(
     world: MPI.Comm, cfg: SweepConfig, store: RunStore, held: contextlib.ExitStack
 ) -> Done:
@@ -473,6 +488,8 @@ def run_inside(world: MPI.Comm, cfg: SweepConfig) -> int:
     if not cfg.nprocs:
         cfg = replace(cfg, nprocs=(world.Get_size(),))
     setting = agree_on_errors(world, lambda: _checked_setting(cfg, world.Get_size()))
+    if not cfg.dry_run:
+        _check_memory(world, cfg, setting)
     if cfg.device == "cuda" and not cfg.dry_run:
         # Chosen over the whole job once: the first point may run on a sub-communicator,
         # whose node-local ranks would not be the job's.

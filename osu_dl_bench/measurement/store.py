@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import fcntl
 import io
 import json
@@ -277,11 +278,15 @@ class RunStore:
         if not path.exists():
             return {"schema_version": SCHEMA_VERSION, "jobs": {}}
         try:
-            return json.loads(path.read_text())
+            metadata = json.loads(path.read_text())
         except json.JSONDecodeError as exc:
             raise UsageError(f"{path} line {exc.lineno}: not JSON ({exc.msg})") from None
         except (OSError, UnicodeDecodeError) as exc:
             raise UsageError(f"{path}: cannot read it ({exc})") from None
+        problem = _metadata_problem(metadata)
+        if problem:
+            raise UsageError(f"{path}: not a sweep's metadata ({problem})")
+        return metadata
 
     def write_metadata(self, metadata: dict[str, Any]) -> None:
         """Write the metadata file atomically (a failed write leaves the old one)."""
@@ -304,6 +309,37 @@ class RunStore:
         except OSError as exc:
             raise _write_error(target, exc) from None
         return target
+
+
+# The metadata fields that readers take apart, and the JSON type each must have.
+METADATA_FIELD_TYPES = {
+    "jobs": dict,
+    "sessions": list,
+    "launch_orders": list,
+    "submissions": list,
+    "hosts": list,
+}
+
+
+def _metadata_problem(metadata: Any) -> str | None:
+    """What makes ``metadata`` unreadable as a run's metadata (None if nothing does)."""
+    if not isinstance(metadata, dict):
+        return f"expected a JSON object, got {_json_type(metadata)}"
+    for name, kind in METADATA_FIELD_TYPES.items():
+        if name in metadata and not isinstance(metadata[name], kind):
+            return f"{name}: expected {_json_type(kind())}, got {_json_type(metadata[name])}"
+    for count, job in metadata.get("jobs", {}).items():
+        if not isinstance(job, dict):
+            return f"jobs.{count}: expected an object, got {_json_type(job)}"
+    return None
+
+
+def _json_type(value: Any) -> str:
+    """A value's JSON type in words."""
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+    if value is None:
+        return "null"
+    return names.get(type(value), "a number")
 
 
 class RunLock:
@@ -344,11 +380,16 @@ class RunLock:
         self.release()
 
 
+# The errors a write meets when space runs out: a full disk, a quota, a file size limit.
+OUT_OF_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
 def _write_error(path: Path, exc: OSError) -> StoreError:
     """The message for a write that failed: what is kept and how to go on."""
+    remedy = "make room" if exc.errno in OUT_OF_SPACE else "make it writable"
     return StoreError(
         f"cannot write {path} ({exc.strerror or exc})",
-        "the results stored before it are kept; make room and rerun with --resume",
+        f"the results stored before it are kept; {remedy} and rerun with --resume",
     )
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from mpirun import MPIEXEC, REPO, mpi_env, run_mpi, run_with_timeout
 
+from osu_dl_bench.measurement.options import host_memory_bytes
 from osu_dl_bench.runtime import printable
 
 DRIVER = str(REPO / "tests" / "drivers" / "uneven_errors.py")
@@ -163,3 +164,44 @@ def test_error_messages_escape_terminal_controls_in_echoed_values():
     proc = run_with_timeout([*CLI, "bench", "allreduce", "-o", "/nonexist\x1b[2J/x.csv"], 60)
     assert proc.returncode == 2 and "\x1b" not in proc.stderr
     assert "-o /nonexist\\x1b[2J/x.csv: directory" in proc.stderr
+
+
+def test_an_output_path_rank_0_cannot_use_ends_every_rank_before_mpi_starts(tmp_path: Path):
+    # Rank 0 checks -o before MPI starts while the others wait in MPI_Init for it.
+    name = str(tmp_path / ("e" * 300 + ".csv"))
+    proc = run_mpi(3, ["-m", "osu_dl_bench", "bench", "allreduce", "-m", "8:8", "-o", name], 60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.count("osu-dl-bench: error:") == 1, proc.stderr
+    assert ": File name too long" in proc.stderr and "Traceback" not in proc.stderr
+
+
+UNEXPECTED_BEFORE_MPI = """
+from osu_dl_bench.runtime import init_mpi, launcher_rank, run_guarded
+
+def body():
+    if launcher_rank() == 0:
+        raise OSError("a failure nobody foresaw")
+    init_mpi()
+    return 0
+
+raise SystemExit(run_guarded(body))
+"""
+
+
+def test_an_unforeseen_error_before_mpi_starts_on_one_rank_ends_every_rank():
+    proc = run_mpi(3, ["-c", UNEXPECTED_BEFORE_MPI], timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "error: rank 0: OSError: a failure nobody foresaw" in proc.stderr
+
+
+def test_a_message_too_large_for_the_node_is_refused_on_every_rank(tmp_path: Path):
+    # The largest power of two -m accepts here: with its copies it cannot fit twice.
+    size = str(1 << (host_memory_bytes().bit_length() - 1))
+    bench = ["bench", "allreduce", "-m", f"{size}:{size}", "-i", "2", "-x", "1"]
+    sweep = ["sweep", "--inside", "-m", f"{size}:{size}", "--collectives", "allreduce"]
+    for argv in (bench, [*sweep, "-a", "native", "-o", str(tmp_path / "run")]):
+        proc = run_mpi(2, ["-m", "osu_dl_bench", *argv], timeout=60)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert proc.stderr.count("osu-dl-bench: error:") == 1, proc.stderr
+        assert "allreduce at p = 2 holds at least" in proc.stderr
+        assert "more than the" in proc.stderr and "choose a smaller -m" in proc.stderr

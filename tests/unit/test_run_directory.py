@@ -3,6 +3,7 @@ second sweep into a directory in use, and a full disk in the middle of a real sw
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from support.sweep import (
 
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs import orchestrate, runinfo
+from osu_dl_bench.measurement import store as store_module
 from osu_dl_bench.measurement.store import POINT_KEY, SWEEP_FIELDS, RunStore, StoreError
 
 HEADER = ",".join(SWEEP_FIELDS)
@@ -86,6 +88,37 @@ def test_a_broken_metadata_file_is_a_clean_error(tmp_path):
     (tmp_path / "metadata.json").write_text('{\n "jobs": {\n')
     with pytest.raises(UsageError, match=r"metadata.json line 3: not JSON"):
         store.read_metadata()
+
+
+@pytest.mark.parametrize(
+    "text,problem",
+    [
+        ("[1, 2]", "expected a JSON object, got an array"),
+        ('{"jobs": 5}', "jobs: expected an object, got a number"),
+        ('{"jobs": {"2": [1]}}', "jobs.2: expected an object, got an array"),
+        ('{"hosts": {}}', "hosts: expected an array, got an object"),
+    ],
+)
+def test_metadata_that_is_json_but_not_a_runs_metadata_is_a_clean_error(tmp_path, text, problem):
+    (tmp_path / "metadata.json").write_text(text)
+    with pytest.raises(UsageError, match=f"metadata.json: not a sweep's metadata \\({problem}\\)"):
+        RunStore(tmp_path).read_metadata()
+
+
+@pytest.mark.parametrize(
+    "code,remedy",
+    [(errno.ENOSPC, "make room"), (errno.EDQUOT, "make room"), (errno.EROFS, "make it writable")],
+)
+def test_a_failed_write_says_the_remedy_for_its_cause(tmp_path, monkeypatch, code, remedy):
+    def fails(*args, **kwargs):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(store_module, "write_atomic", fails)
+    with pytest.raises(StoreError) as failed:
+        RunStore(tmp_path).write_metadata({})
+    assert f"{os.strerror(code)}): the results stored before it are kept; {remedy} and" in str(
+        failed.value
+    )
 
 
 def test_a_held_run_directory_refuses_a_second_lock_naming_the_holder(tmp_path):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from collectives import mpi
+from collectives.errors import UsageError
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -32,8 +33,15 @@ def emulated_ranks_per_node() -> int | None:
     """The emulated node size in force: the setter's value, else the environment's."""
     if _emulated_ranks_per_node is not None:
         return _emulated_ranks_per_node
-    value = os.environ.get(RANKS_PER_NODE_ENV, "")
-    return int(value) if value.isdigit() and int(value) > 0 else None
+    value = os.environ.get(RANKS_PER_NODE_ENV, "").strip()
+    if not value:
+        return None
+    if not (value.isdigit() and int(value) > 0):
+        raise UsageError(
+            f"{RANKS_PER_NODE_ENV}={value!r}: expected a whole number of "
+            "ranks per node, at least 1 (or unset it)"
+        )
+    return int(value)
 
 
 @dataclass

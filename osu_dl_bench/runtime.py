@@ -260,6 +260,7 @@ def discover_topology(comm, ranks_per_node: int | None = None) -> Topology:
 
     if ranks_per_node:
         set_emulated_ranks_per_node(ranks_per_node)
+    agree_on_errors(comm, emulated_ranks_per_node)  # a bad variable on any rank stops all
     hostnames = tuple(sorted(set(comm.allgather(MPI.Get_processor_name()))))
     nodes = split_nodes(comm)
     try:

@@ -2,10 +2,12 @@
 (for example one sweep per process count, each between calibration jobs, read by ``tune``,
 ``plot`` or ``model accuracy`` together). No MPI.
 
-The rows are appended in the order the runs are given; a point measured in several runs
-keeps every row, and readers take the last one, as after ``sweep --resume``. The metadata
-is the last run's, with the jobs of all (a process count in several runs keeps the earlier
-jobs under ``previous``), every host, the largest nodes and ppn, and ``merged_from``.
+The runs must share their MPI library, its version and their hosts (``--allow-mixed``
+merges others, each run's recorded). The rows are appended in the order the runs are
+given; a point measured in several runs keeps every row, and readers take the last one,
+as after ``sweep --resume``. The metadata is the last run's, with the jobs of all (a
+process count in several runs keeps the earlier jobs under ``previous``), every host, the
+largest nodes and ppn, and ``merged_from`` (each run's directory, rows and identity).
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ def add_merge_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="RUN",
         help="the merged run directory: new, or without results.csv and metadata.json",
     )
+    parser.add_argument(
+        "--allow-mixed",
+        action="store_true",
+        help="merge runs of different MPI libraries, versions or hosts (each run's is "
+        "recorded under merged_from; readers then compare what should not be compared)",
+    )
 
 
 def run_merge(args: argparse.Namespace) -> int:
@@ -48,6 +56,8 @@ def run_merge(args: argparse.Namespace) -> int:
     sources = _sources(args.runs, args.output)
     frames = [RunStore(path).load() for path in sources]
     metadata = [RunStore(path).read_metadata() for path in sources]
+    if not args.allow_mixed:
+        _refuse_mixed(sources, metadata)
     merged = pd.concat(frames, ignore_index=True)
     out = RunStore(args.output)
     _check_output(out)
@@ -83,6 +93,32 @@ def _sources(runs: list[str], output: str) -> list[Path]:
         if not RunStore(path).results_path.is_file():
             raise UsageError(f"{path}: no results.csv (expected a sweep's run directory)")
     return paths
+
+
+# What makes two runs' times comparable: the same MPI library, version and machines.
+IDENTITY = ("mpi_library", "mpi_version", "hosts")
+
+
+def _identity(meta: dict[str, Any]) -> dict[str, Any]:
+    """A run's IDENTITY fields (hosts as a sorted list)."""
+    found = {name: meta.get(name) for name in IDENTITY}
+    if isinstance(found["hosts"], list):
+        found["hosts"] = sorted(map(str, found["hosts"]))
+    return found
+
+
+def _refuse_mixed(sources: list[Path], metadata: list[dict[str, Any]]) -> None:
+    """UsageError naming the first field and runs that differ in IDENTITY."""
+    first = _identity(metadata[0])
+    for path, meta in zip(sources[1:], metadata[1:], strict=True):
+        theirs = _identity(meta)
+        for name in IDENTITY:
+            if theirs[name] != first[name]:
+                raise UsageError(
+                    f"merge: {sources[0]} and {path} differ in {name} ({first[name]!r} vs "
+                    f"{theirs[name]!r}): their times are not one machine's; merge runs of one "
+                    "library and machine, or pass --allow-mixed"
+                )
 
 
 def _check_output(out: RunStore) -> None:
@@ -142,7 +178,7 @@ def merged_metadata(
         sessions=[s for meta in metadata for s in meta.get("sessions") or []],
         complete=all(meta.get("complete", False) for meta in metadata),
         merged_from=[
-            {"run_dir": str(path), "rows": count, "command": meta.get("command")}
+            {"run_dir": str(path), "rows": count, "command": meta.get("command"), **_identity(meta)}
             for path, meta, count in zip(sources, metadata, rows, strict=True)
         ],
         command=command_line(),

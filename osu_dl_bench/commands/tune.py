@@ -8,6 +8,7 @@ from pathlib import Path
 
 from collectives import SPECS
 from collectives.buffers import DEVICES
+from collectives.shape import JobShape
 from collectives.units import parse_size
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.paths import check_writable_file
@@ -87,13 +88,17 @@ def _model(args: argparse.Namespace):
 
 def run_select(args: argparse.Namespace) -> int:
     """Print what the selector would pick for each collective and size, and why."""
-    if args.np < 1 or args.nodes < 1:
-        raise UsageError(f"--np and --nodes must be >= 1, got {args.np} and {args.nodes}")
+    layout = JobShape(args.np, args.nodes, args.ppn).problem()
+    if layout:
+        ppn = "" if args.ppn is None else f" --ppn {args.ppn}"
+        raise UsageError(f"--np {args.np} --nodes {args.nodes}{ppn}: {layout}")
     if args.device not in DEVICES:
         raise UsageError(f"-d {args.device}: expected one of {', '.join(DEVICES)}")
     force = None if args.force is None else parse_force(args.force, "--force")
     selector = Selector.from_file(args.table, force, _model(args), force_source="--force")
     sizes = [parse_size(s) for s in args.size.split(",") if s.strip()]
+    if not sizes:
+        raise UsageError(f"--size {args.size!r}: expected at least one size, e.g. 8,64K,1M")
     blocks = []
     for collective in _collectives(args, selector):
         for size in sizes:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from collectives.topology import emulated_ranks_per_node
 from collectives.units import doubling_sizes, split_variant_texts
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.options import (
@@ -501,6 +502,7 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
     _check_launch_options(args)
     if not args.inside:  # the ranks of a launch write into what the orchestrator checked
         check_writable_directory("-o", args.output)
+        emulated_ranks_per_node()  # the launched jobs inherit the variable: refused here
     cfg = SweepConfig(
         nprocs=parse_process_counts(args.np) if args.np is not None else (),
         collectives=parse_collectives(args.collectives),

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from collectives.shape import JobShape
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.paths import write_atomic
 
@@ -143,6 +144,9 @@ POSITIVE_FIELDS = (
     "median_us", "q1_us", "q3_us", "min_us", "max_us",
     "rounds", "iterations", "nprocs", "nodes", "ppn", "launch",
 )  # fmt: skip
+# Numbers that may be 0 (a barrier moves no bytes) but never below it: a size of -8
+# would pass every other check and reach a table that no selector could load.
+NON_NEGATIVE_FIELDS = ("size_bytes", "count")
 # int64's range: a larger whole number would wrap around when typed (1e30 -> -2**63).
 INT_LIMIT = 2**63
 STATES = (NORMAL, OUTLYING, REMEASURED)
@@ -522,12 +526,25 @@ def _typed(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple[int, str]]]:
         if name in POSITIVE_FIELDS:
             for number in frame.index[frame[name] <= 0]:
                 reasons.setdefault(number, f"{name} {str(raw[number])!r} is not above 0")
+        if name in NON_NEGATIVE_FIELDS:
+            for number in frame.index[frame[name] < 0]:
+                reasons.setdefault(number, f"{name} {str(raw[number])!r} is below 0")
         for number in frame.index[frame[name].isna()]:
             reasons.setdefault(number, _missing(name, raw[number]))
-    for number, why in _launch_problems(frame):
+    for number, why in [*_layout_problems(frame), *_launch_problems(frame)]:
         reasons.setdefault(number, why)
     frame = frame.drop(index=list(reasons)).astype({name: "int64" for name in INT_FIELDS})
     return frame, list(reasons.items())
+
+
+def _layout_problems(frame: pd.DataFrame) -> list[tuple[int, str]]:
+    """(line, reason) for rows whose nodes and ppn cannot hold their nprocs ranks."""
+    columns = ["nprocs", "nodes", "ppn"]
+    found = []
+    for counts, rows in frame.dropna(subset=columns).groupby(columns):
+        problem = JobShape(*(int(c) for c in counts)).problem()
+        found += [(number, problem) for number in rows.index] if problem else []
+    return found
 
 
 def _launch_problems(frame: pd.DataFrame) -> list[tuple[int, str]]:

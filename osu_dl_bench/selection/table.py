@@ -311,6 +311,9 @@ def _parse_entry(path: str, obj: dict, where: str) -> Entry:
             path, f"{where}.device", f"expected one of {', '.join(DEVICES)}, got {device!r}"
         )
     key = EntryKey(collective, device, obj["nodes"], obj["ppn"], obj["nprocs"])
+    layout = key.shape.problem()
+    if layout:
+        raise TableError(path, where, layout)
     ranges = _parse_ranges(path, obj["ranges"], collective, where)
     measured = _measured_bytes(path, obj, where)
     return Entry(key, ranges, measured, tuple(obj.get("points", [])))

@@ -205,3 +205,12 @@ def test_a_message_too_large_for_the_node_is_refused_on_every_rank(tmp_path: Pat
         assert proc.stderr.count("osu-dl-bench: error:") == 1, proc.stderr
         assert "allreduce at p = 2 holds at least" in proc.stderr
         assert "more than the" in proc.stderr and "choose a smaller -m" in proc.stderr
+
+
+@pytest.mark.parametrize("value", ["abc", "-1"])
+def test_an_emulated_node_size_that_is_no_count_ends_every_rank_with_one_message(value):
+    bench = ["-m", "osu_dl_bench", "bench", "allreduce", "-m", "8:8", "-i", "2", "-x", "1"]
+    proc = run_mpi(3, bench, timeout=60, env={"OSU_DL_BENCH_RANKS_PER_NODE": value})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.count("osu-dl-bench: error:") == 1, proc.stderr
+    assert f"OSU_DL_BENCH_RANKS_PER_NODE='{value}': expected a whole number" in proc.stderr

@@ -16,11 +16,11 @@ def _meta(nprocs, host, started):
     return {**METADATA, "hosts": [host], "nprocs": [nprocs], "jobs": {str(nprocs): job}}
 
 
-def _runs(tmp_path):
-    p2 = write_run(tmp_path / "p2", model_points(nprocs_list=(2,)), _meta(2, "a", "t1"))
-    p4 = write_run(tmp_path / "p4", model_points(nprocs_list=(4,)), _meta(4, "b", "t2"))
-    again = write_run(tmp_path / "p2b", model_points(nprocs_list=(2,), seed=9), _meta(2, "c", "t3"))
-    return p2, p4, again
+def _runs(tmp_path, hosts=("a", "a", "a")):
+    p2 = write_run(tmp_path / "p2", model_points(nprocs_list=(2,)), _meta(2, hosts[0], "t1"))
+    p4 = write_run(tmp_path / "p4", model_points(nprocs_list=(4,)), _meta(4, hosts[1], "t2"))
+    again = model_points(nprocs_list=(2,), seed=9)
+    return p2, p4, write_run(tmp_path / "p2b", again, _meta(2, hosts[2], "t3"))
 
 
 def test_merged_rows_follow_the_runs_in_order(tmp_path):
@@ -35,15 +35,17 @@ def test_merged_rows_follow_the_runs_in_order(tmp_path):
 
 
 def test_the_metadata_holds_every_job_and_host(tmp_path, capsys):
-    p2, p4, again = _runs(tmp_path)
+    p2, p4, again = _runs(tmp_path, hosts=("a", "b", "c"))
     out = tmp_path / "all"
-    assert main(["merge", str(p2), str(p4), str(again), "-o", str(out)]) == 0
+    argv = ["merge", str(p2), str(p4), str(again), "-o", str(out), "--allow-mixed"]
+    assert main(argv) == 0
     meta = json.loads((out / "metadata.json").read_text())
     assert sorted(meta["jobs"]) == ["2", "4"] and meta["hosts"] == ["a", "b", "c"]
     assert meta["jobs"]["2"]["started"] == "t3"  # the later run's job, the earlier kept
     assert [j["started"] for j in meta["jobs"]["2"]["previous"]] == ["t1"]
     assert meta["nprocs"] == [2, 4] and meta["ppn"] == 4
     assert [m["run_dir"] for m in meta["merged_from"]] == [str(p2), str(p4), str(again)]
+    assert [m["hosts"] for m in meta["merged_from"]] == [["a"], ["b"], ["c"]]
     assert "rows measure a point again" in capsys.readouterr().out
 
 
@@ -73,3 +75,22 @@ def test_a_directory_with_other_files_takes_the_merge(tmp_path):
     (out / "calibration.csv").write_text("kept\n")
     assert main(["merge", str(p2), str(p4), "-o", str(out)]) == 0
     assert (out / "calibration.csv").read_text() == "kept\n" and (out / "results.csv").exists()
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [("mpi_library", "Open MPI v5.0.8"), ("mpi_version", "3.1"), ("hosts", ["elsewhere"])],
+)
+def test_runs_of_another_library_version_or_machine_are_refused_unless_allowed(
+    tmp_path, capsys, field, value
+):
+    p2, p4, _ = _runs(tmp_path)
+    meta = RunStore(p4).read_metadata()
+    RunStore(p4).write_metadata({**meta, field: value})
+    assert main(["merge", str(p2), str(p4), "-o", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert f"differ in {field}" in err and "--allow-mixed" in err
+    assert not (tmp_path / "x" / "results.csv").exists()
+    assert main(["merge", str(p2), str(p4), "-o", str(tmp_path / "y"), "--allow-mixed"]) == 0
+    merged = json.loads((tmp_path / "y" / "metadata.json").read_text())
+    assert merged["merged_from"][1][field] == value

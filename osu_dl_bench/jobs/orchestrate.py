@@ -14,6 +14,7 @@ it is refused.
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import signal
 import subprocess
@@ -40,6 +41,7 @@ from osu_dl_bench.jobs.options import (
 )
 from osu_dl_bench.jobs.progress import Progress, decode_event, format_duration, plan_lines
 from osu_dl_bench.measurement.store import LOCK, RunLock, RunStore, StoreError
+from osu_dl_bench.runtime import OVERSUBSCRIBED_CVARS
 
 # The planner imports the registry (and torch, for Gloo): slow, but never minutes.
 PLANNER_TIMEOUT = 600.0
@@ -70,6 +72,14 @@ def run_planner(cfg: SweepConfig) -> dict[JobKey, dict[str, Any]]:
         )
         raise JobFailed(1) from None
     if proc.returncode != 0:
+        if proc.returncode != 2:  # a usage error explained itself
+            print(
+                "osu-dl-bench: error: the planner (a one-rank job that plans the launches) "
+                f"ended with exit code {proc.returncode}; nothing was measured"
+                f"{_library_settings_note()}",
+                file=sys.stderr,
+                flush=True,
+            )
         raise JobFailed(proc.returncode)
     events = (decode_event(line) for line in proc.stdout.splitlines())
     return {job_key(e): e for e in events if e and e["event"] == "plan"}
@@ -169,9 +179,32 @@ def _explain_failure(cfg: SweepConfig, job: JobKey, outcome: JobOutcome) -> None
     print(
         f"osu-dl-bench: error: the job for --np {job[0]} (launch {job[1]}, {job[2]}) {what}; "
         "the points measured so "
-        f"far are kept in {cfg.output}: rerun with --resume",
+        f"far are kept in {cfg.output}: rerun with --resume{_library_settings_note()}",
         file=sys.stderr,
         flush=True,
+    )
+
+
+# The environment prefixes through which users tune MPICH and Open MPI: a value the library
+# does not know ends MPI_Init with only the library's own terse words (MPICH: "Other MPI
+# error").
+LIBRARY_SETTING_PREFIXES = ("MPIR_CVAR_", "OMPI_MCA_", "PRTE_MCA_")
+
+
+def _library_settings_note() -> str:
+    """The MPI library settings the user's environment holds, as a hint for a job that
+    died without a usage error ('' when there are none)."""
+    ours = set(OVERSUBSCRIBED_CVARS)
+    given = sorted(
+        f"{name}={value}"
+        for name, value in os.environ.items()
+        if name.startswith(LIBRARY_SETTING_PREFIXES) and name not in ours
+    )
+    if not given:
+        return ""
+    return (
+        f"; the environment sets {', '.join(given)}: a value the MPI library does not "
+        "accept ends MPI_Init with the library's message above"
     )
 
 
@@ -307,19 +340,25 @@ def _submission_lines(
     )
 
 
+# Signals that end a sweep as Ctrl-C does: SIGTERM (timeout, scancel, a batch system's
+# kill) and SIGHUP (the terminal or ssh session that started it went away).
+STOPPING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
 @contextlib.contextmanager
 def _terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM (timeout, scancel, a batch system's kill) raises KeyboardInterrupt, so the
-    running job is stopped too instead of being orphaned."""
+    """STOPPING_SIGNALS raise KeyboardInterrupt, so the running job is stopped too instead
+    of being orphaned, and the user is told what is kept."""
 
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {number: signal.signal(number, interrupt) for number in STOPPING_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def _mark_incomplete(store: RunStore) -> None:

@@ -424,7 +424,7 @@ def _empty() -> pd.DataFrame:
 def _header_of(path: Path) -> list[str] | None:
     """The first line's fields of an existing results file (None if it has none)."""
     try:
-        with path.open(newline="") as handle:
+        with path.open(newline="", encoding="utf-8-sig") as handle:
             first = handle.readline()
     except (OSError, UnicodeDecodeError):
         return None
@@ -433,7 +433,8 @@ def _header_of(path: Path) -> list[str] | None:
 
 def _decode(path: Path, data: bytes) -> str:
     try:
-        return data.decode()
+        # utf-8-sig: a byte-order mark (spreadsheets write one) is not part of the header.
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise UsageError(f"{path} line {line}: not UTF-8 text ({exc.reason})") from None

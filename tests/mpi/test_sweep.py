@@ -257,13 +257,15 @@ def test_a_killed_rank_loses_at_most_its_point_and_resume_completes(tmp_path):
     assert len(RunStore(run_dir).load()) == len(after)
 
 
-def test_sigterm_stops_the_running_job_too(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_or_sighup_stops_the_running_job_too_keeping_the_points(tmp_path, signum):
     run_dir = tmp_path / "run"
     proc = _start_sweep(["--np", "2", "-a", "native", "-m", "8:1M", "-o", str(run_dir)])
     _wait_for_rows(proc, run_dir / "results.csv", 1)
-    proc.send_signal(signal.SIGTERM)  # the orchestrator alone, as timeout(1) would
+    proc.send_signal(signum)  # the orchestrator alone, as timeout(1) or a closed ssh would
     res = _finish(proc)
-    assert res.returncode == 130 and "interrupted" in res.stderr
+    assert res.returncode == 130, res.stdout + res.stderr
+    assert "interrupted: the points measured so far are kept in" in res.stderr
     deadline = time.monotonic() + 10  # the ranks get SIGTERM; give them time to exit
     while _ranks_of(run_dir) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -434,3 +436,15 @@ def test_dry_run_plans_without_measuring(tmp_path):
     assert "mpi" in groups and len(jobs) == 2 * 2 * len(groups), res.stdout
     assert f"# total: {16 * len(jobs)} points to measure" in res.stdout
     assert not run_dir.exists()
+
+
+def test_a_library_setting_mpich_refuses_is_named_beside_mpichs_own_message(tmp_path):
+    env = {"MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": "no_such_algorithm"}
+    argv = ["--np", "2", "-a", "native", "-m", "8:8", "--collectives", "allreduce"]
+    res = sweep([*argv, "-o", str(tmp_path / "run")], timeout=120, env=env)
+    assert res.returncode not in (0, 2), res.stdout + res.stderr
+    assert "Fatal error in internal_Init_thread" in res.stderr  # MPICH's words, kept
+    assert "the planner (a one-rank job that plans the launches) ended with exit code" in (
+        res.stderr
+    )
+    assert "sets MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM=no_such_algorithm" in res.stderr

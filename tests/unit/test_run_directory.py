@@ -157,3 +157,14 @@ def _sweep_config(run_dir: Path):
     from osu_dl_bench.jobs.options import config_from_args
 
     return config_from_args(build_parser().parse_args(["sweep", "--np", "2", "-o", str(run_dir)]))
+
+
+def test_a_results_file_with_a_byte_order_mark_reads_and_resumes(tmp_path):
+    store = stored_run(tmp_path, [8, 16])
+    data = store.results_path.read_bytes()
+    store.results_path.write_bytes(b"\xef\xbb\xbf" + data)  # as a spreadsheet saves it
+    frame, notes = store.read()
+    assert frame["size_bytes"].tolist() == [8, 16] and notes == []
+    store.check_appendable()  # the header is read without the mark
+    store.append([sweep_point(32)])
+    assert store.read()[0]["size_bytes"].tolist() == [8, 16, 32]

@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from osu_dl_bench.jobs import launch
+from osu_dl_bench.measurement.options import host_memory_bytes
 from osu_dl_bench.runtime import OVERSUBSCRIBED_CVARS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,11 +36,26 @@ TRAIN2 = [MPIEXEC, "-n", "2", *CLI, "train", "--steps", "2", "-b", "8"]
 
 @dataclass(frozen=True)
 class Case:
-    """One input: what it is, the command (run in ``cwd``), and the exit code expected."""
+    """One input: what it is, the command (run in ``cwd``), the exit code expected, and
+    the run directory (a name in the files) whose results must survive it."""
 
     what: str
     argv: list[str]
     expect: int = 2
+    keeps: str | None = None
+
+
+# Each rank (or the one process) writes its exit code to $EXITS/RANK, so the table shows
+# every rank's, not only the launcher's.
+RECORD_EXIT = '"$@"; code=$?; echo $code > "$EXITS/${PMI_RANK:-0}"; exit $code'
+
+
+def _recording(argv: list[str]) -> list[str]:
+    """``argv`` with each Python process wrapped to record its exit code."""
+    out: list[str] = []
+    for word in argv:
+        out += ["sh", "-c", RECORD_EXIT, "sh", word] if word == sys.executable else [word]
+    return out
 
 
 def _mpmd(*parts: tuple[int, list[str], str | None]) -> list[str]:
@@ -66,6 +84,154 @@ def _files(tmp: Path) -> dict[str, Path]:
     made["fifo"] = tmp / "fifo.json"
     os.mkfifo(made["fifo"])
     return made
+
+
+def _runs(tmp: Path) -> dict[str, Path]:
+    """A small real sweep, and copies of it spoilt as a careless user would."""
+    run = tmp / "run"
+    argv = [*CLI, "sweep", "--np", "2", "-a", "native,ring", "-m", "8:64", "--budget", "0.05"]
+    env = launch.mpi_environment(extra=OVERSUBSCRIBED_CVARS)
+    launch.run([*argv, "--launches", "2", "-o", str(run)], 300, env=env, cwd=tmp).check_returncode()
+    made = {"run": run}
+    for name in ("listmeta", "bom", "negative", "openmpi", "readonly"):
+        made[name] = tmp / name
+        shutil.copytree(run, made[name])
+    (made["listmeta"] / "metadata.json").write_text("[1, 2]")
+    results = made["bom"] / "results.csv"
+    results.write_bytes(b"\xef\xbb\xbf" + results.read_bytes())
+    _negative_sizes(made["negative"] / "results.csv")
+    meta = json.loads((made["openmpi"] / "metadata.json").read_text())
+    meta["mpi_library"] = "Open MPI v5.0.8"
+    (made["openmpi"] / "metadata.json").write_text(json.dumps(meta))
+    made["loop"] = tmp / "loop"
+    made["loop"].symlink_to(tmp / "loop2")
+    (tmp / "loop2").symlink_to(made["loop"])
+    entry = json.loads(TABLE.read_text())
+    entry["entries"][0].update(nodes=3, ppn=5, nprocs=2)
+    made["layout"] = tmp / "layout.json"
+    made["layout"].write_text(json.dumps(entry))
+    return made
+
+
+def _negative_sizes(path: Path) -> None:
+    """Every row of 8 bytes as -8 bytes: rows no measurement can give."""
+    lines = path.read_text().splitlines()
+    column = lines[0].split(",").index("size_bytes")
+    for i, line in enumerate(lines[1:], start=1):
+        cells = line.split(",")
+        if cells[column] == "8":
+            cells[column] = "-8"
+            lines[i] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _output_cases(f: dict[str, Path]) -> list[Case]:
+    """Careless input, third round: output paths, memory, metadata, layouts, libraries."""
+    long_name = str(f["run"].parent / ("e" * 300))
+    looped = str(f["loop"] / "x")
+    run, big = str(f["run"]), str(1 << (host_memory_bytes().bit_length() - 1))
+    in_read_only = " && ".join(
+        [
+            f"mount --bind {shlex.quote(str(f['readonly']))} {shlex.quote(str(f['readonly']))}",
+            f"mount -o remount,bind,ro {shlex.quote(str(f['readonly']))}",
+            shlex.join([*CLI, "plot", str(f["readonly"])]),
+        ]
+    )
+    table = str(f["run"].parent / "negative.json")
+    tune_then_select = " && ".join(
+        [
+            shlex.join([*CLI, "tune", str(f["negative"]), "-o", table]),
+            shlex.join([*CLI, "select", "--np", "2", "--size", "8", "--table", table]),
+        ]
+    )
+    mpi2, mpi3 = [MPIEXEC, "-n", "2", *CLI], [MPIEXEC, "-n", "3", *CLI]
+    return [
+        Case("bench -o with a 300-character name (p=3)", [*mpi3, *BENCH, "-o", f"{long_name}.csv"]),
+        Case(f"bench -m {big} on this node (p=2)", [*mpi2, *BENCH, "-m", f"{big}:{big}"]),
+        Case(f"sweep -m {big}", [*CLI, "sweep", "--np", "2", "-m", f"{big}:{big}", "-o", "big"]),
+        Case("tune -o with a 300-character name", [*CLI, "tune", run, "-o", f"{long_name}.json"]),
+        Case("sweep -o through a symlink loop", [*CLI, "sweep", "--np", "2", "-o", looped]),
+        Case("plot -o through a symlink loop", [*CLI, "plot", run, "-o", looped], keeps="run"),
+        Case("merge -o through a symlink loop", [*CLI, "merge", run, str(f["bom"]), "-o", looped]),
+        Case("compare --out through a symlink loop", [*CLI, "compare", run, run, "--out", looped]),
+        Case(
+            "train --save-params through a symlink loop (p=2)", [*TRAIN2, "--save-params", looped]
+        ),
+        Case("train --json with a 300-character name (p=2)", [*TRAIN2, "--json", long_name]),
+        Case(
+            "plot on a run directory on a read-only mount",
+            ["unshare", "-m", "sh", "-c", in_read_only],
+            keeps="readonly",
+        ),
+        Case(
+            "tune on metadata.json holding [1, 2]",
+            [*CLI, "tune", str(f["listmeta"]), "-o", "t.json"],
+        ),
+        Case(
+            "plot on metadata.json holding [1, 2]",
+            [*CLI, "plot", str(f["listmeta"])],
+            keeps="listmeta",
+        ),
+        Case(
+            "sweep --resume on metadata.json holding [1, 2]",
+            [
+                *CLI,
+                "sweep",
+                "--np",
+                "2",
+                "-a",
+                "native,ring",
+                "-m",
+                "8:64",
+                "--resume",
+                "-o",
+                str(f["listmeta"]),
+            ],
+            keeps="listmeta",
+        ),
+        Case(
+            "tune on rows of size -8, then select on its table", ["sh", "-c", tune_then_select], 0
+        ),
+        *[
+            Case(
+                f"OSU_DL_BENCH_RANKS_PER_NODE={value} (p=3)",
+                ["env", f"OSU_DL_BENCH_RANKS_PER_NODE={value}", *mpi3, *BENCH, "-m", "8:8"],
+            )
+            for value in ("abc", "0", "-1")
+        ],
+        Case(
+            "select --np 4 --nodes 5", [*CLI, "select", "--np", "4", "--nodes", "5", "--size", "8"]
+        ),
+        Case("select --np 2 --ppn 5", [*CLI, "select", "--np", "2", "--ppn", "5", "--size", "8"]),
+        Case("select --ppn 0", [*CLI, "select", "--np", "2", "--ppn", "0", "--size", "8"]),
+        Case("select --size ,,,", [*CLI, "select", "--np", "2", "--size", ",,,"]),
+        Case("table entry nodes 3, ppn 5, p 2", [*SELECT, str(f["layout"])]),
+        Case(
+            "merge an MPICH run with an Open MPI run",
+            [*CLI, "merge", run, str(f["openmpi"]), "-o", "mixed"],
+        ),
+        Case(
+            "tune on a results.csv with a byte-order mark",
+            [*CLI, "tune", str(f["bom"]), "-o", "b.json"],
+            0,
+        ),
+        Case(
+            "sweep with MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM=bogus",
+            [
+                "env",
+                "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM=bogus",
+                *CLI,
+                "sweep",
+                "--np",
+                "2",
+                "-m",
+                "8:8",
+                "-o",
+                "cvar",
+            ],
+            15,
+        ),
+    ]
 
 
 def _cases(f: dict[str, Path]) -> list[Case]:
@@ -148,18 +314,48 @@ def _cases(f: dict[str, Path]) -> list[Case]:
     ]
 
 
-def _run(case: Case, timeout: float, cwd: Path) -> tuple[int | None, str]:
-    """(exit code or None if it hung, the first error line)."""
+@dataclass(frozen=True)
+class Outcome:
+    """How a case ended: the launcher's exit code (None: hung), each rank's, its first
+    error line, and whether the run directory it names kept its results."""
+
+    code: int | None
+    ranks: str
+    message: str
+    kept: str
+
+
+def _run(case: Case, timeout: float, cwd: Path, files: dict[str, Path]) -> Outcome:
+    exits = Path(tempfile.mkdtemp(dir=cwd, prefix="exits-"))
     # Up to 3 ranks on this host's cores: MPICH's busy-polling collectives off.
-    env = launch.mpi_environment(extra=OVERSUBSCRIBED_CVARS)
+    env = launch.mpi_environment(extra={**OVERSUBSCRIBED_CVARS, "EXITS": str(exits)})
+    before = _results_bytes(files, case.keeps)
     try:
-        done = launch.run(case.argv, timeout, env=env, cwd=cwd)
+        done = launch.run(_recording(case.argv), timeout, env=env, cwd=cwd)
     except subprocess.TimeoutExpired:
-        return None, ""
+        return Outcome(None, _rank_codes(exits), "", "?")
     out, err = done.stdout, done.stderr
-    lines = [ln for ln in (err + out).splitlines() if "error" in ln.lower() or "FAIL" in ln]
+    said = (err + out).splitlines()
+    ours = [ln for ln in said if ln.startswith(("osu-dl-bench: error", "osu-dl-bench: warning"))]
+    lines = ours or [ln for ln in said if "error" in ln.lower() or "FAIL" in ln]
     summary = [ln for ln in out.splitlines() if ln.startswith("SUMMARY")]
-    return done.returncode, (summary or lines or [""])[0][:150]
+    kept = (
+        "n/a"
+        if before is None
+        else ("yes" if _results_bytes(files, case.keeps) == before else "NO")
+    )
+    ranks = _rank_codes(exits) if any(exits.iterdir()) else str(done.returncode)
+    return Outcome(done.returncode, ranks, (summary or lines or [""])[0][:150], kept)
+
+
+def _rank_codes(exits: Path) -> str:
+    """Each rank's exit code, in rank order ('-' where a rank recorded none: killed)."""
+    found = {int(p.name): p.read_text().strip() for p in exits.iterdir()}
+    return ",".join(found.get(rank, "-") for rank in range(max(found, default=-1) + 1)) or "-"
+
+
+def _results_bytes(files: dict[str, Path], name: str | None) -> bytes | None:
+    return None if name is None else (files[name] / "results.csv").read_bytes()
 
 
 def main() -> int:
@@ -169,15 +365,22 @@ def main() -> int:
     parser.add_argument("--only", default="", help="cases whose description holds this")
     args = parser.parse_args()
     bad = 0
-    print("| input | exit | expected | hung | message |\n|---|---|---|---|---|")
+    print(
+        "| input | exit | each rank | expected | hung | results kept | message |\n"
+        "|---|---|---|---|---|---|---|"
+    )
     with tempfile.TemporaryDirectory() as tmp:
-        files = _files(Path(tmp))
-        for case in (c for c in _cases(files) if args.only in c.what):
-            code, message = _run(case, args.timeout, Path(tmp))
-            bad += code != case.expect
-            shown = message.replace("|", "\\|").encode("unicode_escape").decode()
-            hung = "yes" if code is None else "no"
-            print(f"| {case.what} | {code} | {case.expect} | {hung} | {shown} |", flush=True)
+        files = {**_files(Path(tmp)), **_runs(Path(tmp))}
+        for case in (c for c in [*_cases(files), *_output_cases(files)] if args.only in c.what):
+            got = _run(case, args.timeout, Path(tmp), files)
+            bad += got.code != case.expect or got.kept == "NO"
+            shown = got.message.replace("|", "\\|").encode("unicode_escape").decode()
+            hung = "yes" if got.code is None else "no"
+            print(
+                f"| {case.what} | {got.code} | {got.ranks} | {case.expect} | {hung} | "
+                f"{got.kept} | {shown} |",
+                flush=True,
+            )
         bad += (Path(tmp) / "PWNED").exists()
     return 1 if bad else 0
 

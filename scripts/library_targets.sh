@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 15's targets, measured on this machine (run it quiet: nothing else running): the
+# Tuning the MPI library itself, measured on this machine (run it quiet: nothing else running): the
 # MPI library's own allreduce and bcast algorithms swept at p = 2 and 4, 8 B - 16 MiB
 # (each forced in launches of its own), tuned into the library's selection file, and the
 # file verified against the library's default, interleaved over launches:

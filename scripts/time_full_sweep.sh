@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Time the issue's full sweep: allreduce and bcast, every registered algorithm,
+# Time a full sweep: allreduce and bcast, every registered algorithm,
 # 8 B - 16 MiB, p = 2 and 4, into a fresh run directory (default runs/full-sweep-DATE).
-# Run it on a quiet machine; the issue asks for at most 10 minutes on 2 cores.
+# Run it on a quiet machine: its wall time is the figure.
 #   scripts/time_full_sweep.sh [RUN_DIR [extra sweep options, e.g. --budget 3]]
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 16's targets, measured on this machine (run it quiet: nothing else running):
+# The trainer's collectives, measured on this machine (run it quiet: nothing else running):
 #   - the tree allreduce against ring and native, 1-16 MiB, p = 2 and 4, over launches
 #                                                        -> results/tree_allreduce_p2_p4.txt
 #   - ResNet-50's gradient traffic replayed at p = 2, per algorithm and tuned

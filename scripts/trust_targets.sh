@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 14's targets, measured on this machine: allreduce and bcast, 8 B - 16 MiB, two
+# How far two sweeps agree, measured on this machine: allreduce and bcast, 8 B - 16 MiB, two
 # sweeps at least 10 minutes apart (A, then B), each at p = 2,4 and at p = 3, every
 # registered algorithm, default --launches and --budget. Then:
 #   - each sweep's wall time                                  -> RUN/wall_times.txt

@@ -13,7 +13,8 @@ from osu_dl_bench.train.options import add_benchmark_workload_arguments
 # a hung job.
 DEFAULT_TIMEOUT_S = 3600.0
 # Launches per isolation group, as the sweep's --launches: the launch-to-launch variance
-# is the largest part on this machine (issue 14), and three launches give its interval.
+# is the largest part on this machine (every sweep's launch pool shows it), and three
+# launches give its interval.
 DEFAULT_LAUNCHES = 3
 
 # (flag, attribute) of every option the launched job needs, in the order it gets them.

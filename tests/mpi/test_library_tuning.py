@@ -1,4 +1,4 @@
-"""Tuning the MPI library itself (issue 15) with real jobs: its own algorithms forced per
+"""Tuning the MPI library itself with real jobs: its own algorithms forced per
 launch (native:alg=NAME) and validated, bench's refusal of an algorithm its launch did not
 force, and sweep -> tune -> export -> verify-export, whose fingerprints prove that MPICH
 applied the file. Sizes and budgets are tiny: these check behaviour, not speed."""

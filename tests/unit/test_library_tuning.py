@@ -1,4 +1,4 @@
-"""Tuning the MPI library itself (issue 15), without an MPI job: the library's algorithms
+"""Tuning the MPI library itself, without an MPI job: the library's algorithms
 read through MPI_T (a singleton process, no launcher), ``native:alg=NAME`` candidates, the
 environment that forces them, their isolation groups, and the exports built from them."""
 

@@ -106,6 +106,11 @@ def fsync_directory(path: Path) -> None:
         os.close(fd)
 
 
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` through write_atomic."""
+    write_atomic(Path(path), lambda tmp: tmp.write_text(text))
+
+
 def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
     """``write(tmp)`` then rename over ``path``: readers see the old file or the whole new
     one, never half of one. The data is on disk before the rename and the rename before

@@ -34,7 +34,6 @@ import shlex
 import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -42,7 +41,7 @@ import pandas as pd
 from collectives.units import format_size
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import RunStore
-from osu_dl_bench.paths import check_writable_file
+from osu_dl_bench.paths import check_writable_file, write_text_atomic
 from osu_dl_bench.selection.agreement import (
     CAPTURE_MIN,
     CLEAR_WIN,
@@ -85,7 +84,7 @@ def run_compare(args: argparse.Namespace) -> int:
     text = "\n\n".join(reports)
     print(text, flush=True)
     if args.out:
-        Path(args.out).write_text(f"# command: {shlex.join(command_line(args))}\n{text}\n")
+        write_text_atomic(args.out, f"# command: {shlex.join(command_line(args))}\n{text}\n")
     return 0
 
 

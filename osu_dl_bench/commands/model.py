@@ -14,7 +14,7 @@ from osu_dl_bench.measurement.calibration import CALIBRATION_CSV
 from osu_dl_bench.measurement.store import RESULTS
 from osu_dl_bench.model.platform import Platform, load_platform, with_inter
 from osu_dl_bench.model.platform_fit import PLATFORM_FILE, fit_platform, has_calibration
-from osu_dl_bench.paths import check_writable_directory, check_writable_file
+from osu_dl_bench.paths import check_writable_directory, check_writable_file, write_text_atomic
 
 MODULE = "osu_dl_bench.model.calibrate"
 
@@ -22,8 +22,7 @@ MODULE = "osu_dl_bench.model.calibrate"
 def _emit(text: str, output: str | None) -> None:
     print(text, end="" if text.endswith("\n") else "\n")
     if output:
-        Path(output).parent.mkdir(parents=True, exist_ok=True)
-        Path(output).write_text(text if text.endswith("\n") else text + "\n")
+        write_text_atomic(output, text if text.endswith("\n") else text + "\n")
         print(f"# wrote {output}")
 
 
@@ -211,7 +210,7 @@ def run_accuracy(args: argparse.Namespace) -> int:
     head, last = text.rstrip("\n").rsplit("\n", 1)
     print(f"{head}\n# plot: {written}")
     if args.output:
-        Path(args.output).write_text(text)
+        write_text_atomic(args.output, text)
         print(f"# wrote {args.output}")
     print(last)  # the average accuracy stays the last line
     return 0

@@ -18,7 +18,7 @@ import pandas as pd
 from collectives.units import format_size
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import RunStore
-from osu_dl_bench.paths import check_writable_directory
+from osu_dl_bench.paths import check_writable_directory, write_atomic
 
 if TYPE_CHECKING:  # imported in the functions: tuning loads mpi4py.MPI, parsing must not
     from osu_dl_bench.selection.table import Entry, TuningTable
@@ -236,7 +236,7 @@ def _winners(plt, entries: list[Entry], colors, title: str, path: Path):
 
 def _save(plt, fig, path: Path) -> None:
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    write_atomic(Path(path), lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
     plt.close(fig)
 
 

@@ -48,7 +48,7 @@ from typing import Any
 
 from osu_dl_bench.commands.train_bench_options import job_config, worker_argv
 from osu_dl_bench.jobs.plan import MPI_GROUP, group_of
-from osu_dl_bench.paths import check_writable_file, write_atomic
+from osu_dl_bench.paths import check_writable_file, write_atomic, write_text_atomic
 
 DDP = "ddp-gloo"
 TUNED = "tuned"
@@ -415,7 +415,7 @@ def _write_part(args, part: dict[str, Any]) -> None:
     """The launch's record where the command asked (--part), else (a worker run by hand)
     the report of this one launch."""
     if args.part:
-        Path(args.part).write_text(json.dumps(part) + "\n")
+        write_text_atomic(args.part, json.dumps(part) + "\n")
         return
     _write(args, merge_parts([part], None, [(part["launch"], part["group"])]))
 
@@ -608,7 +608,7 @@ def _write(args, measured: Measured) -> None:
     text, summary = report_table(args, cfg, measured)
     print(text, flush=True)
     out = Path(args.out)
-    write_atomic(Path(f"{out}.txt"), lambda tmp: tmp.write_text(text + "\n"))
+    write_text_atomic(f"{out}.txt", text + "\n")
     found = best_tuned(summary)[1]
     payload = {
         "config": job_config(args),

@@ -11,7 +11,7 @@ from collectives.buffers import DEVICES
 from collectives.shape import JobShape
 from collectives.units import parse_size
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.paths import check_writable_file
+from osu_dl_bench.paths import check_writable_file, write_text_atomic
 from osu_dl_bench.selection.exports import parse_exports, write_exports
 from osu_dl_bench.selection.names import TABLE_DIR
 from osu_dl_bench.selection.selector import Query, Selector, default_context, parse_force
@@ -54,7 +54,7 @@ def run_tune(args: argparse.Namespace) -> int:
     if args.for_model:
         summary += "\n" + _traffic_text(args, table)
     summary_path = base.with_name(base.name + ".summary.txt")
-    summary_path.write_text(summary)
+    write_text_atomic(summary_path, summary)
     print(summary, end="")
     written = [path, summary_path]
     for library, paths, notes in write_exports(table, base, libraries):

@@ -41,6 +41,7 @@ from osu_dl_bench.jobs.options import (
 )
 from osu_dl_bench.jobs.progress import Progress, decode_event, format_duration, plan_lines
 from osu_dl_bench.measurement.store import LOCK, RunLock, RunStore, StoreError
+from osu_dl_bench.paths import write_text_atomic
 from osu_dl_bench.runtime import OVERSUBSCRIBED_CVARS
 
 # The planner imports the registry (and torch, for Gloo): slow, but never minutes.
@@ -300,7 +301,7 @@ def _write_script(store: RunStore, text: str) -> Path:
     """The batch script, written into the run directory."""
     script = store.path.resolve() / slurm.SCRIPT_NAME
     try:
-        script.write_text(text)
+        write_text_atomic(script, text)
     except OSError as exc:
         raise StoreError(f"cannot write {script} ({exc.strerror or exc})") from None
     return script

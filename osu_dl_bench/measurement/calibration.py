@@ -57,6 +57,7 @@ from pathlib import Path
 import numpy as np
 
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.paths import write_text_atomic
 from osu_dl_bench.runtime import library_version_line, on_rank0, utc_now
 
 CALIBRATION_CSV = "calibration.csv"
@@ -268,7 +269,7 @@ def write_calibration(
             writer.writeheader()
         writer.writerows({**row, "job": label} for row in rows)
     meta = {**meta, "job": label}
-    meta_path.write_text(json.dumps({**meta, "jobs": [*jobs, meta]}, indent=1) + "\n")
+    write_text_atomic(meta_path, json.dumps({**meta, "jobs": [*jobs, meta]}, indent=1) + "\n")
 
 
 def metadata(comm) -> dict:

@@ -40,7 +40,7 @@ import pandas as pd
 
 from collectives.shape import JobShape
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.paths import write_atomic
+from osu_dl_bench.paths import write_text_atomic
 
 SCHEMA_VERSION = 1
 RESULTS = "results.csv"
@@ -272,7 +272,7 @@ class RunStore:
             "reasons": reasons,
         }
         try:
-            write_atomic(path, lambda tmp: tmp.write_text(json.dumps(known, indent=1)))
+            write_text_atomic(path, json.dumps(known, indent=1))
         except OSError as exc:
             raise _write_error(path, exc) from None
 
@@ -297,7 +297,7 @@ class RunStore:
         path = self.path / METADATA
         text = json.dumps({"schema_version": SCHEMA_VERSION, **metadata}, indent=1)
         try:
-            write_atomic(path, lambda tmp: tmp.write_text(text))
+            write_text_atomic(path, text)
         except OSError as exc:
             raise _write_error(path, exc) from None
 

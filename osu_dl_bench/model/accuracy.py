@@ -28,6 +28,7 @@ from osu_dl_bench.model import measured
 from osu_dl_bench.model.corrections import formula_parts
 from osu_dl_bench.model.platform import Platform
 from osu_dl_bench.model.state import state_factors
+from osu_dl_bench.paths import write_atomic
 
 LARGE_BYTES = 64 << 10
 POINT = list(measured.POINT)
@@ -259,6 +260,6 @@ def plot(result: pd.DataFrame, path: Path) -> Path:
     ax.legend(fontsize=7)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    write_atomic(Path(path), lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
     plt.close(fig)
     return path

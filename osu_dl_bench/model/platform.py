@@ -61,6 +61,7 @@ from typing import Any
 
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jsonfile import UnreadableJson, load_json
+from osu_dl_bench.paths import write_text_atomic
 from osu_dl_bench.selection.schema_check import first_problem, load_schema
 
 SCHEMA_VERSION = 2  # schemas/platform.json reads 1 too: no contention states (shipped ones)
@@ -257,7 +258,7 @@ class Platform:
         """Write as indented JSON."""
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(json.dumps(self.as_dict(), indent=1) + "\n")
+        write_text_atomic(target, json.dumps(self.as_dict(), indent=1) + "\n")
         return target
 
 

@@ -19,8 +19,9 @@ cluster bootstrap (Davison and Hinkley, "Bootstrap Methods and their Application
 section 3.8, resampling of hierarchical data): draw launches with replacement, then values
 within each drawn launch with replacement, take the median of the pooled draw; the 2.5 and
 97.5 percentiles of 2000 such medians bound the interval. Launches are the top stage
-because the launch-to-launch variance is the largest part (the sweep's launch pools say how large). The generator is
-seeded from the point and the pair (``seed_of``), so the same run gives the same table.
+because the launch-to-launch variance is the largest part (the sweep's launch pools say
+how large). The generator is seeded from the point and the pair (``seed_of``), so the same
+run gives the same table.
 With a handful of launches the percentile bootstrap is too narrow (Cameron, Gelbach and
 Miller, "Bootstrap-based improvements for inference with clustered errors", 2008: few
 clusters, under-coverage), so the interval is widened to Student's t interval of the

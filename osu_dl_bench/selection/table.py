@@ -51,6 +51,7 @@ from collectives.registry import format_params
 from collectives.shape import JobShape
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jsonfile import UnreadableJson, describe, load_json
+from osu_dl_bench.paths import write_text_atomic
 from osu_dl_bench.runtime import utc_now
 from osu_dl_bench.selection.schema_check import first_problem, load_schema
 
@@ -210,8 +211,7 @@ class TuningTable:
             raise TableError(
                 target, "(table)", "holds a number that is not a finite number"
             ) from None
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text + "\n")
+        write_text_atomic(target, text + "\n")
         return target
 
 

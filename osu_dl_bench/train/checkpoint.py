@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.paths import fsync_directory, write_atomic
+from osu_dl_bench.paths import fsync_directory, write_atomic, write_text_atomic
 from osu_dl_bench.runtime import utc_now
 
 FORMAT = "osu-dl-bench train checkpoint"
@@ -101,7 +101,7 @@ def save_checkpoint(
     if rank == 0:
         write_atomic(partial / "state.pt", lambda p: torch.save(state(), p))
         stamped = {**asdict(meta), "created": utc_now()}
-        write_atomic(partial / "meta.json", lambda p: p.write_text(json.dumps(stamped)))
+        write_text_atomic(partial / "meta.json", json.dumps(stamped))
     barrier()  # every rank's files are in place
     final = root / _name(meta.step)
     if rank == 0:
@@ -109,7 +109,7 @@ def save_checkpoint(
             shutil.rmtree(final)
         os.replace(partial, final)
         fsync_directory(root)
-        write_atomic(root / LATEST, lambda p: p.write_text(final.name + "\n"))
+        write_text_atomic(root / LATEST, final.name + "\n")
         _prune(root, keep)
         # Safe while training goes on: no rank can start the next save before rank 0
         # has joined the next step's gradient allreduce.

@@ -113,7 +113,7 @@ def test_a_failed_write_says_the_remedy_for_its_cause(tmp_path, monkeypatch, cod
     def fails(*args, **kwargs):
         raise OSError(code, os.strerror(code))
 
-    monkeypatch.setattr(store_module, "write_atomic", fails)
+    monkeypatch.setattr(store_module, "write_text_atomic", fails)
     with pytest.raises(StoreError) as failed:
         RunStore(tmp_path).write_metadata({})
     assert f"{os.strerror(code)}): the results stored before it are kept; {remedy} and" in str(

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from collectives.registry import counterpart
+from osu_dl_bench.paths import write_text_atomic
 from osu_dl_bench.selection.exports.common import (
     Rule,
     SweptEntry,
@@ -198,7 +199,7 @@ def export(table: TuningTable, base: Path) -> tuple[list[Path], list[str]]:
     warn: list[str] = []
     notes: list[str] = []
     path = base.with_name(base.name + ".mpich.json")
-    path.write_text(json.dumps(document(table, warn, notes), indent=1) + "\n")
+    write_text_atomic(path, json.dumps(document(table, warn, notes), indent=1) + "\n")
     if not notes:
         return [path], warn
     notes_path = base.with_name(base.name + ".mpich.notes.txt")
@@ -206,7 +207,7 @@ def export(table: TuningTable, base: Path) -> tuple[list[Path], list[str]]:
         f"# {path.name}: MPICH's own algorithms as the sweep decided among them",
         f"# use: MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE={path.name} mpiexec ...",
     ]
-    notes_path.write_text("\n".join([*head, *notes]) + "\n")
+    write_text_atomic(notes_path, "\n".join([*head, *notes]) + "\n")
     return [path, notes_path], warn
 
 

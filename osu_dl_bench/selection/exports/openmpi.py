@@ -20,6 +20,7 @@ from typing import Any
 
 from collectives.registry import counterpart
 from osu_dl_bench import __version__
+from osu_dl_bench.paths import write_text_atomic
 from osu_dl_bench.selection.exports.common import (
     CommBounds,
     Rule,
@@ -203,8 +204,8 @@ def export(table: TuningTable, base: Path) -> tuple[list[Path], list[str]]:
     warn: list[str] = []
     rules_path = base.with_name(base.name + ".openmpi.rules")
     json_path = base.with_name(base.name + ".openmpi.json")
-    rules_path.write_text(classic_text(table, warn, rules_path.name))
-    json_path.write_text(json.dumps(json_document(table, []), indent=1) + "\n")
+    write_text_atomic(rules_path, classic_text(table, warn, rules_path.name))
+    write_text_atomic(json_path, json.dumps(json_document(table, []), indent=1) + "\n")
     return [rules_path, json_path], warn
 
 

@@ -50,7 +50,7 @@ from osu_dl_bench.selection.agreement import (
     captured_speedup,
     missed_wins,
 )
-from osu_dl_bench.selection.paired import Ratio, identity
+from osu_dl_bench.selection.paired import Ratio, identity, point_latency
 from osu_dl_bench.selection.selector import Query, Selector, default_context
 from osu_dl_bench.selection.tune import PointDecision, clean_rows, run_decisions
 
@@ -363,7 +363,7 @@ def measured_points(run_dir: str) -> pd.DataFrame:
         op=frame["op"].astype(object).fillna(""),  # bcast has no op: '' matches ''
         spread=(frame["q3_us"] - frame["q1_us"]) / frame["median_us"],
     )
-    grouped = frame.groupby(KEY, sort=False)[["median_us", "spread"]].median()
+    grouped = frame.groupby(KEY, sort=False).agg({"median_us": point_latency, "spread": "median"})
     return grouped.reset_index()[[*KEY, "median_us", "spread"]]
 
 

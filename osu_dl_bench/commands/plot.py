@@ -256,10 +256,16 @@ _POINT_ROW = ["collective", "device", "nodes", "ppn", "nprocs", "algorithm", "si
 def over_launches(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per candidate and size: the medians over launches of its rows as the tuner
     reads them (selection.tune.clean_rows: its own group, the last row of each launch)."""
+    from osu_dl_bench.selection.paired import point_latency
     from osu_dl_bench.selection.tune import clean_rows
 
-    stats = ["median_us", "q1_us", "q3_us", "busbw_gbs"]
-    return clean_rows(rows).groupby(_POINT_ROW, as_index=False)[stats].median()
+    stats = {
+        "median_us": point_latency,
+        "q1_us": "median",
+        "q3_us": "median",
+        "busbw_gbs": "median",
+    }
+    return clean_rows(rows).groupby(_POINT_ROW, as_index=False).agg(stats)
 
 
 def plot_run(run_dir: str, table_path: str | None = None, out_dir: str | None = None) -> list:

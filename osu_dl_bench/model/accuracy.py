@@ -66,7 +66,7 @@ def compare(platform: Platform, frame: pd.DataFrame) -> pd.DataFrame:
     median over launches of the scaled prediction), ``accuracy`` (NaN where not
     modelled) and ``large``. ``frame``: rows as load_measurements gives them, or any
     frame with a sweep's key columns and median_us (one launch)."""
-    rows = measured.clean_rows(frame)
+    rows = measured.model_rows(frame)
     predicted = _predicted_rows(platform, rows)
     out = predicted.groupby(POINT, as_index=False, sort=True).agg(
         median_us=("median_us", "median"), pred_us=("pred_us", "median")
@@ -81,7 +81,7 @@ def ceiling(frame: pd.DataFrame, result: pd.DataFrame | None = None) -> pd.DataF
     """Per point and algorithm: the odd launches' median as the prediction of the even
     launches' (``accuracy``), and ``large``; only the points ``result`` models (all if
     None). None for a sweep of one launch."""
-    rows = measured.clean_rows(frame)
+    rows = measured.model_rows(frame)
     if measured.launch_count(rows) < 2:
         return None
     both = measured.halves(rows)

@@ -30,7 +30,7 @@ from collectives.shape import JobShape
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.model.costs import predict_parts
 from osu_dl_bench.model.fit import robust_coefficients
-from osu_dl_bench.model.measured import POINT, clean_rows, points
+from osu_dl_bench.model.measured import POINT, model_rows, points
 from osu_dl_bench.model.platform import Correction, Platform
 from osu_dl_bench.model.state import state_factors
 
@@ -117,5 +117,5 @@ def fit_to_sweep(platform: Platform, rows: pd.DataFrame, how: str = "none") -> P
     """The platform with corrections fitted to a sweep's rows (cleaned: model.measured),
     their times put in the calibration's state by the ``how`` scaling, which it keeps."""
     plain = replace(platform, corrections=(), state_scaling=how)
-    measured = descaled_points(plain, clean_rows(rows), how)
+    measured = descaled_points(plain, model_rows(rows), how)
     return with_corrections(plain, fit_corrections(plain, measured))

@@ -22,14 +22,14 @@ import pandas as pd
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import (
     OPTIONAL_FIELDS,
-    POINT_KEY,
     RESULTS,
     TEXT_COLUMNS,
     RunStore,
     round_values,
     with_defaults,
 )
-from osu_dl_bench.selection.tune import without_contaminated_native, without_library_candidates
+from osu_dl_bench.selection.paired import point_latency
+from osu_dl_bench.selection.tune import clean_rows
 
 POINT = ("nprocs", "nodes", "ppn", "collective", "algorithm", "dtype", "op", "device", "size_bytes")
 # What a frame without them (a hand-made one) measured; op '' for a collective without one.
@@ -55,17 +55,13 @@ def _median_of_rounds(column: pd.Series) -> np.ndarray:
     return np.array([np.median(v) if v.size else np.nan for v in map(round_values, column)])
 
 
-def clean_rows(frame: pd.DataFrame) -> pd.DataFrame:
-    """Validated rows, the last of each (point, algorithm, group, launch), native only
-    from its clean launches, none of the library's forced algorithms (native:alg=NAME is
-    not the library's own choice the model predicts); with ``ref_copy``/``ref_allreduce``:
-    seconds, NaN if none."""
+def model_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows the model fits and scores: selection.tune.clean_rows keeping a
+    candidate's launches that validated (the model fits times, not decisions) and none of
+    the library's forced algorithms (native:alg=NAME is not the library's own choice the
+    model predicts); with ``ref_copy``/``ref_allreduce``: seconds, NaN if none."""
     frame = with_defaults(frame.copy(), {**OPTIONAL_FIELDS, **_CALL_DEFAULTS})
-    if "validation" in frame.columns:
-        frame = frame[frame["validation"].fillna("") != "fail"]
-    key = [k for k in POINT_KEY if k in frame.columns]
-    frame = frame.drop_duplicates(key, keep="last")
-    frame = without_library_candidates(without_contaminated_native(frame)).copy()
+    frame = clean_rows(frame, failed="row", forced_library=False).copy()
     frame["launch"] = frame["launch"].astype(int)
     frame["ref_copy"] = _median_of_rounds(frame["ref_copy_us"]) * 1e-6
     frame["ref_allreduce"] = _median_of_rounds(frame["ref_allreduce_us"]) * 1e-6
@@ -73,13 +69,14 @@ def clean_rows(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def load_rows(source: str | Path) -> pd.DataFrame:
-    """A sweep's clean rows (clean_rows): a run directory, its results.csv or any results CSV."""
+    """A sweep's rows as the model reads them (model_rows): a run directory, its
+    results.csv or any results CSV."""
     path = Path(source)
     frame = _read(path)
     missing = [c for c in _NEEDED if c not in frame.columns]
     if missing:
         raise UsageError(f"{path}: expected sweep columns {_NEEDED}; missing {missing}")
-    return clean_rows(frame)
+    return model_rows(frame)
 
 
 def points(rows: pd.DataFrame) -> pd.DataFrame:
@@ -88,7 +85,7 @@ def points(rows: pd.DataFrame) -> pd.DataFrame:
     return (
         rows.groupby(list(POINT), as_index=False, sort=True)
         .agg(
-            median_us=("median_us", "median"),
+            median_us=("median_us", point_latency),
             launches=("launch", "nunique"),
             ref_copy=("ref_copy", "median"),
             ref_allreduce=("ref_allreduce", "median"),

@@ -49,6 +49,13 @@ LEVEL = 0.95
 Z_LEVEL = float(stats.norm.ppf(0.5 + LEVEL / 2))
 
 
+def point_latency(launch_medians: Iterable[float]) -> float:
+    """A point's latency: the median over its launches of each launch's median time (one
+    slow launch among three moves it little). tune's records, plot, compare and the
+    model all read a point's latency through this one function."""
+    return float(np.median(np.asarray(list(launch_medians), dtype=float)))
+
+
 @dataclass(frozen=True, eq=False)
 class Launch:
     """One candidate's row in one launch: its per-round times (µs, in round order; empty
@@ -92,6 +99,10 @@ class Series:
         """Every round of every launch (empty for legacy rows)."""
         parts = [x.rounds for x in self.launches]
         return np.concatenate(parts) if parts else np.empty(0)
+
+    def latency_us(self) -> float:
+        """The point's latency (point_latency over this series' launches)."""
+        return point_latency(x.typical_us for x in self.launches)
 
     def quartiles_us(self) -> tuple[float, float, float]:
         """(q1, median, q3) over every round of every launch; for legacy rows, the medians

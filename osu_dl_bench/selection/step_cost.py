@@ -39,7 +39,7 @@ def loglog(x: float, x0: float, y0: float, x1: float, y1: float) -> float:
 def median_us(point: PointDecision, label: str) -> float | None:
     """The sweep's median time of ``label`` (or its twin) at a measured point."""
     candidate = point.candidates.get(point.twin_of(label))
-    return None if candidate is None else candidate.series.quartiles_us()[1]
+    return None if candidate is None else candidate.series.latency_us()
 
 
 def interpolated_us(lo: PointDecision, hi: PointDecision, label: str, size: int) -> float | None:

@@ -110,20 +110,31 @@ SERIES_COLUMNS = ("launch", "round_us", "median_us", "q1_us", "q3_us", "rounds")
 # --- rows ---------------------------------------------------------------------------------
 
 
-def usable_rows(frame: pd.DataFrame) -> pd.DataFrame:
-    """The rows decisions use: the last of each (point, algorithm, group, launch), and no
-    row of a (point, algorithm) that failed validation in any launch."""
-    frame = frame.drop_duplicates(list(POINT_KEY), keep="last")
-    failed = (frame["validation"].fillna("") == "fail").rename("failed")
+def usable_rows(frame: pd.DataFrame, failed: str = "candidate") -> pd.DataFrame:
+    """The last row of each (point, algorithm, group, launch), less what failed
+    validation: with ``failed="candidate"`` every row of a (point, algorithm) that failed
+    in any launch (a decision must not rest on a variant that once gave wrong results),
+    with ``"row"`` only the failing rows (a correct launch's time is still a time)."""
+    frame = frame.drop_duplicates([k for k in POINT_KEY if k in frame.columns], keep="last")
+    validation = frame["validation"] if "validation" in frame else pd.Series("", frame.index)
+    wrong = (validation.fillna("") == "fail").rename("failed")
+    if failed == "row":
+        return frame[~wrong]
     # dropna=False: bcast has no op, and its rows must group too.
-    spoilt = failed.groupby([frame[name] for name in CANDIDATE_KEY], dropna=False)
+    spoilt = wrong.groupby([frame[name] for name in CANDIDATE_KEY], dropna=False)
     return frame[~spoilt.transform("any")]
 
 
-def clean_rows(frame: pd.DataFrame) -> pd.DataFrame:
-    """``usable_rows`` less native measured beside another backend's threads (outside the
-    clean groups): each candidate as measured in its own isolation group."""
-    return without_contaminated_native(usable_rows(frame))
+def clean_rows(
+    frame: pd.DataFrame, failed: str = "candidate", forced_library: bool = True
+) -> pd.DataFrame:
+    """The rows every reader of a run takes (tune, plot, compare, the model): the
+    ``usable_rows`` (``failed`` says what a validation failure drops), less native
+    measured beside another backend's threads (outside the clean groups); with
+    ``forced_library=False`` also less the library's forced algorithms (native:alg=NAME),
+    which neither the runtime nor the model's native path can choose."""
+    rows = without_contaminated_native(usable_rows(frame, failed))
+    return rows if forced_library else without_library_candidates(rows)
 
 
 def without_contaminated_native(frame: pd.DataFrame) -> pd.DataFrame:
@@ -283,7 +294,7 @@ def _reference_label(series: Mapping[str, Series]) -> str:
     """Native if measured, else the lowest median (name order breaks ties)."""
     if "native" in series:
         return "native"
-    return min(series, key=lambda label: (series[label].quartiles_us()[1], label))
+    return min(series, key=lambda label: (series[label].latency_us(), label))
 
 
 def simplicity(collective: str, choice: Choice) -> tuple[bool, bool, int, int]:
@@ -505,17 +516,17 @@ def point_record(point: PointDecision) -> dict[str, Any]:
         point.candidates[point.best],
         point.native,
     )
-    q1, median, q3 = chosen.series.quartiles_us()
+    q1, _, q3 = chosen.series.quartiles_us()
     evidence = chosen.ratio if native is not None else identity(chosen.series)
     ratio = chosen.ratio if native is not None else None
     return {
         "size_bytes": point.size,
         "chosen": point.chosen,
         "backend": chosen.choice.backend,
-        "median_us": round(median, 3),
+        "median_us": round(chosen.series.latency_us(), 3),
         "q1_us": round(q1, 3),
         "q3_us": round(q3, 3),
-        "native_median_us": None if native is None else _rounded(native.series.quartiles_us()[1]),
+        "native_median_us": None if native is None else _rounded(native.series.latency_us()),
         "speedup": None if ratio is None else round(1 / ratio.ratio, 4),
         "ratio": None if ratio is None else round(ratio.ratio, 4),
         "ratio_low": None if ratio is None else round(ratio.low, 4),
@@ -526,7 +537,7 @@ def point_record(point: PointDecision) -> dict[str, Any]:
         "launches": evidence.launches,
         "rounds": evidence.rounds,
         "fastest": best.label,
-        "fastest_median_us": round(best.series.quartiles_us()[1], 3),
+        "fastest_median_us": round(best.series.latency_us(), 3),
         "candidates": len(point.candidates),
         "reason": _reason(point),
     }

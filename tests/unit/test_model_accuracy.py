@@ -19,7 +19,7 @@ from osu_dl_bench.measurement.store import RunStore, SweepPoint
 from osu_dl_bench.model import accuracy
 from osu_dl_bench.model.corrections import fit_corrections, fit_to_sweep, formula_parts
 from osu_dl_bench.model.costs import predict_parts, predict_seconds
-from osu_dl_bench.model.measured import clean_rows
+from osu_dl_bench.model.measured import model_rows
 from osu_dl_bench.model.platform import (
     ContentionState,
     Correction,
@@ -128,14 +128,14 @@ def test_ceiling_leaves_out_what_the_model_does_not_predict():
 def test_native_of_another_backends_launches_is_left_out():
     clean = _rows({1 << 20: [100.0, 100.0]}, algorithm="native")
     beside_gloo = clean.assign(group="gloo", median_us=400.0)
-    rows = clean_rows(pd.concat([clean, beside_gloo]))
+    rows = model_rows(pd.concat([clean, beside_gloo]))
     assert list(rows["median_us"]) == [100.0, 100.0]
 
 
 def test_the_librarys_forced_algorithms_are_not_native_to_the_model():
     clean = _rows({1 << 20: [100.0, 100.0]}, algorithm="native")
     forced = clean.assign(algorithm="native:alg=ring", group="alg_ring", median_us=70.0)
-    rows = clean_rows(pd.concat([clean, forced]))
+    rows = model_rows(pd.concat([clean, forced]))
     assert set(rows["algorithm"]) == {"native"} and list(rows["median_us"]) == [100.0, 100.0]
 
 

@@ -50,6 +50,22 @@ BAR_CHARS = "-#"  # tqdm's ascii: empty, full
 # A bar of fixed width, so the terminal's size plays no part: tqdm would trim the line to
 # the width and hide it past the height, and a terminal that reports 0 x 0 hides it.
 SCREEN = {"ncols": 120, "nrows": 20}
+# Seconds between redraws on a terminal.
+MIN_INTERVAL = 0.2
+
+
+def terminal_bar(total: int, stream: TextIO, bar_format: str, chars: str, leave: bool) -> tqdm:
+    """The suite's one kind of tqdm bar: fixed width, ASCII ``chars`` (empty, full),
+    redrawn at most every MIN_INTERVAL seconds (the sweep's points, the trainer's steps)."""
+    return tqdm(
+        total=total,
+        file=stream,
+        bar_format=bar_format,
+        ascii=chars,
+        mininterval=MIN_INTERVAL,
+        **SCREEN,
+        leave=leave,
+    )
 
 
 class Progress:
@@ -78,15 +94,7 @@ class Progress:
         self._shown_state: tuple[int, int] | None = None
         self._bar: tqdm | None = None
         if self.interactive:
-            self._bar = tqdm(
-                total=self.total,
-                file=stream,
-                bar_format=BAR_FORMAT,
-                ascii=BAR_CHARS,
-                mininterval=0.2,
-                **SCREEN,
-                leave=True,
-            )
+            self._bar = terminal_bar(self.total, stream, BAR_FORMAT, BAR_CHARS, leave=True)
 
     @property
     def total(self) -> int:

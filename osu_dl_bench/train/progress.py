@@ -7,14 +7,12 @@ from typing import TextIO
 
 from tqdm import tqdm
 
+from osu_dl_bench.jobs.progress import terminal_bar
+
 WIDTH = 30
-MIN_INTERVAL = 0.2
 # '[#####.....] 40/100 steps, loss 0.532' (tqdm puts ', ' before the postfix).
 BAR_FORMAT = f"[{{bar:{WIDTH}}}] {{n}}/{{total}} steps{{postfix}}"
 BAR_CHARS = ".#"  # tqdm's ascii: empty, full
-# A bar of fixed width, so the terminal's size plays no part: tqdm would trim the line to
-# the width and hide it past the height, and a terminal that reports 0 x 0 hides it.
-SCREEN = {"ncols": 120, "nrows": 20}
 
 
 class ProgressBar:
@@ -27,15 +25,7 @@ class ProgressBar:
 
     def _open(self) -> tqdm:
         # Opened on the first update: a bar made and never drawn would print on exit.
-        return tqdm(
-            total=self.total,
-            file=self.stream,
-            bar_format=BAR_FORMAT,
-            ascii=BAR_CHARS,
-            mininterval=MIN_INTERVAL,
-            **SCREEN,
-            leave=False,
-        )
+        return terminal_bar(self.total, self.stream, BAR_FORMAT, BAR_CHARS, leave=False)
 
     def update(self, done: int, loss: float) -> None:
         """Show ``done`` steps of ``total`` (throttled, always drawn at the end)."""

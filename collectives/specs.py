@@ -79,24 +79,27 @@ def _input_block(rank: int, start: int, count: int, op: ReduceOp | None, nprocs:
 def _reduced_values(
     start: int, count: int, dtype: np.dtype, op: ReduceOp, nprocs: int
 ) -> np.ndarray:
-    """The reduction over all ranks of their inputs, computed here with numpy."""
-    acc = input_values(0, start, count, dtype, op, nprocs)
-    for rank in range(1, nprocs):
-        op.ufunc(acc, input_values(rank, start, count, dtype, op, nprocs), out=acc)
+    """The reduction over all ranks of their inputs, computed here with numpy, a chunk at
+    a time (a whole rank's input beside the result would double the memory it takes)."""
+    acc = np.empty(count, dtype)
+    for lo in range(0, count, INPUT_CHUNK):
+        hi = min(count, lo + INPUT_CHUNK)
+        part = input_values(0, start + lo, hi - lo, dtype, op, nprocs)
+        for rank in range(1, nprocs):
+            op.ufunc(part, input_values(rank, start + lo, hi - lo, dtype, op, nprocs), out=part)
+        acc[lo:hi] = part
     return acc
 
 
 def _blocks_from_ranks(
     start_of: Callable[[int], int], n: int, dtype: np.dtype, nprocs: int
 ) -> np.ndarray:
-    """Concatenate rank j's elements ``start_of(j) .. +n`` for j = 0..p-1."""
-    return (
-        np.concatenate(
-            [input_values(j, start_of(j), n, dtype, None, nprocs) for j in range(nprocs)]
-        )
-        if nprocs
-        else np.empty(0, dtype)
-    )
+    """Rank j's elements ``start_of(j) .. +n`` for j = 0..p-1, one after the other (written
+    in place: a list of blocks then concatenated would hold the result twice)."""
+    blocks = np.empty(n * nprocs, dtype)
+    for j in range(nprocs):
+        blocks[j * n : (j + 1) * n] = input_values(j, start_of(j), n, dtype, None, nprocs)
+    return blocks
 
 
 @dataclass(frozen=True)

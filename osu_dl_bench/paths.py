@@ -117,6 +117,8 @@ def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
     returning; on any failure (a full disk, an interrupt) the temp file is removed and the
     previous file stays."""
     path = Path(path)
+    if path.is_symlink():  # write where the link points, as editors do; keep the link
+        path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(temp_name(path))
     try:

@@ -142,22 +142,29 @@ def raise_environment_thread_level(needed: str) -> str | None:
     return None
 
 
+class StartFailure(UsageError):
+    """A failure before MPI started that is not bad input (a bug, the system): settled
+    with the other ranks as a usage error is, but exit code 1."""
+
+
 def _agree_at_start_up(mpi, pending: UsageError | None) -> None:
     """Once per process: make the errors comm and exchange start-up errors over it."""
     global _errors_comm
     if _errors_comm is not None or not mpi.Is_initialized() or mpi.Is_finalized():
         return
     _errors_comm = mpi.COMM_WORLD.Dup()
-    everyone = _errors_comm.allgather((str(pending) if pending else None, _command))
-    message = joint_error([m for m, _ in everyone]) or _different_commands(everyone)
+    failed = isinstance(pending, StartFailure)
+    everyone = _errors_comm.allgather((str(pending) if pending else None, _command, failed))
+    message = joint_error([m for m, *_ in everyone]) or _different_commands(everyone)
     if message:
-        raise UsageError(message, agreed=True)
+        kind = StartFailure if any(f for *_, f in everyone) else UsageError
+        raise kind(message, agreed=True)
 
 
-def _different_commands(everyone: list[tuple[str | None, str | None]]) -> str | None:
+def _different_commands(everyone: list[tuple]) -> str | None:
     """A message naming the first rank that runs another command than rank 0, if any."""
     first = everyone[0][1]
-    for rank, (_, command) in enumerate(everyone):
+    for rank, (_, command, *_) in enumerate(everyone):
         if command != first:
             return (
                 f"rank {rank} runs {command or 'no osu-dl-bench command'}, rank 0 runs "
@@ -437,11 +444,13 @@ def agree_on_settings(comm, settings: Mapping[str, object]) -> None:
 def run_guarded(body: Callable[[], int]) -> int:
     """Run an MPI entry point: usage errors -> one message from rank 0, exit 2 on every
     rank (an error only some ranks met -> message from each of them, MPI_Abort);
-    validation failures -> exit 1; anything else -> traceback from that rank, MPI_Abort."""
+    validation failures -> exit 1; anything else -> traceback from that rank and exit 1:
+    before MPI started, every rank's, with one message (the others wait in MPI_Init for
+    it); after, by MPI_Abort."""
     try:
         return body()
     except UsageError as exc:
-        return _usage_error_exit(exc)
+        return _usage_error_exit(exc, code=1 if isinstance(exc, StartFailure) else 2)
     except ValidationFailure as exc:
         if world_rank() == 0:
             print(exc, flush=True)
@@ -462,7 +471,7 @@ def run_guarded(body: Callable[[], int]) -> int:
             # Before MPI started, the other ranks wait in MPI_Init for this one: start it
             # and share the failure, so every rank ends with one message instead of a hang.
             traceback.print_exc()
-            return _usage_error_exit(UsageError(f"{type(exc).__name__}: {exc}"))
+            return _usage_error_exit(StartFailure(f"{type(exc).__name__}: {exc}"), code=1)
         if _is_mpi_error(exc):
             # The library refused a call (a truncated message: ranks passed one call
             # different counts): its own words say what; our stack adds nothing.
@@ -488,17 +497,18 @@ def _is_collective_error(exc: Exception) -> bool:
     return errors is not None and isinstance(exc, errors.CollectiveError)
 
 
-def _usage_error_exit(exc: UsageError) -> int:
-    """Exit code 2 with one message from rank 0 once every rank agrees it failed;
-    otherwise this rank says what it met and aborts the job, which would wait forever."""
+def _usage_error_exit(exc: UsageError, code: int = 2) -> int:
+    """Exit ``code`` (2: bad input) with one message from rank 0 once every rank agrees it
+    failed; otherwise this rank says what it met and aborts the job, which would wait
+    forever."""
     message = str(exc) if exc.agreed else _settle(exc)
     if message is not None:
         if world_rank() == 0:
             _say_error(message)
-        return 2
+        return code
     _say_error(f"rank {world_rank()}: {exc} (the other ranks did not fail: aborting the job)")
-    _abort_if_others_wait(always=True, code=2)
-    return 2
+    _abort_if_others_wait(always=True, code=code)
+    return code
 
 
 def _say_error(message: str) -> None:

@@ -47,7 +47,9 @@ class Case:
 
 # Each rank (or the one process) writes its exit code to $EXITS/RANK, so the table shows
 # every rank's, not only the launcher's.
-RECORD_EXIT = '"$@"; code=$?; echo $code > "$EXITS/${PMI_RANK:-0}"; exit $code'
+RECORD_EXIT = (
+    '"$@"; code=$?; echo $code > "$EXITS/${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-0}}"; exit $code'
+)
 
 
 def _recording(argv: list[str]) -> list[str]:

@@ -18,7 +18,12 @@ from osu_dl_bench.errors import UsageError, ValidationFailure
 from osu_dl_bench.measurement import report
 from osu_dl_bench.measurement.harness import Setting, bench_record, measure_collective
 from osu_dl_bench.measurement.kernel import plan_variants
-from osu_dl_bench.measurement.memory import check_node_memory
+from osu_dl_bench.measurement.memory import (
+    Need,
+    check_node_memory,
+    collective_need,
+    point_to_point_need,
+)
 from osu_dl_bench.measurement.options import BenchConfig, check_holds_an_element
 from osu_dl_bench.measurement.p2p import check_pair, measure_point_to_point
 from osu_dl_bench.measurement.records import BenchRecord, write_records
@@ -73,6 +78,19 @@ def _check_replay(cfg: BenchConfig, dtype: str) -> None:
         raise UsageError(f"--buckets replays float32 gradients: expected -T float32, got {dtype}")
     if cfg.device == "cuda":
         raise UsageError("--buckets replays host buffers: expected -d cpu or cpu-registered")
+
+
+def _memory_need(cfg: BenchConfig, setting: Setting, nprocs: int) -> Need:
+    """What each rank holds at -m's largest size (validated at every root with -c and -k
+    rotate on a rooted collective)."""
+    if setting.spec is None:
+        return point_to_point_need(cfg.benchmark, cfg.max_size)
+    itemsize = setting.etype.itemsize
+    rotating = setting.spec.rooted and cfg.root.rotate
+    roots = nprocs if cfg.validate and rotating else 1
+    return collective_need(
+        setting.spec, cfg.max_size // itemsize, nprocs, itemsize, cfg.device, cfg.validate, roots
+    )
 
 
 def _settings_every_rank_shares(cfg: BenchConfig) -> dict[str, object]:
@@ -225,9 +243,7 @@ def run_bench(comm: MPI.Comm, cfg: BenchConfig) -> int:
     nprocs = comm.Get_size()
     agree_on_settings(comm, agree_on_errors(comm, lambda: _settings_every_rank_shares(cfg)))
     setting = agree_on_errors(comm, lambda: _setting(cfg, nprocs))
-    if setting.spec is not None:
-        largest = cfg.max_size // setting.etype.itemsize
-        check_node_memory(comm, [(setting.spec, largest)], setting.etype.itemsize, cfg.device)
+    check_node_memory(comm, [_memory_need(cfg, setting, nprocs)])
     if cfg.device == "cuda":
         # One GPU per node-local rank before any buffer exists (latency/bw/bibw bind no
         # variant, so nothing else would choose it: every rank would use GPU 0).

@@ -44,9 +44,13 @@ def add_merge_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--allow-mixed",
-        action="store_true",
-        help="merge runs of different MPI libraries, versions or hosts (each run's is "
-        "recorded under merged_from; readers then compare what should not be compared)",
+        nargs="?",
+        const=",".join(MIXABLE),
+        default="",
+        metavar="WHAT",
+        help="merge runs that differ in these (comma list of "
+        f"{', '.join(MIXABLE)}; alone: all): hosts for one sweep per allocation of one "
+        "cluster; each run's are recorded under merged_from",
     )
 
 
@@ -56,16 +60,16 @@ def run_merge(args: argparse.Namespace) -> int:
     sources = _sources(args.runs, args.output)
     frames = [RunStore(path).load() for path in sources]
     metadata = [RunStore(path).read_metadata() for path in sources]
-    if not args.allow_mixed:
-        _refuse_mixed(sources, metadata)
+    _refuse_mixed(sources, metadata, _mixable(args.allow_mixed))
     merged = pd.concat(frames, ignore_index=True)
+    # Before anything is written: a metadata field merging cannot read stops it here.
+    combined = merged_metadata(sources, metadata, [len(f) for f in frames])
     out = RunStore(args.output)
     _check_output(out)
     lock = out.lock()
     try:
         out.append(sweep_points(merged))
         parquet = out.write_parquet()
-        combined = merged_metadata(sources, metadata, [len(f) for f in frames])
         out.write_metadata({**combined, "parquet": parquet is not None})
     finally:
         lock.release()
@@ -97,6 +101,17 @@ def _sources(runs: list[str], output: str) -> list[Path]:
 
 # What makes two runs' times comparable: the same MPI library, version and machines.
 IDENTITY = ("mpi_library", "mpi_version", "hosts")
+# --allow-mixed's words for them.
+MIXABLE = {"library": "mpi_library", "version": "mpi_version", "hosts": "hosts"}
+
+
+def _mixable(text: str) -> set[str]:
+    """--allow-mixed's list as IDENTITY fields (UsageError naming an unknown word)."""
+    words = [w.strip() for w in text.split(",") if w.strip()]
+    unknown = [w for w in words if w not in MIXABLE]
+    if unknown:
+        raise UsageError(f"--allow-mixed {text}: {unknown[0]!r} is none of {', '.join(MIXABLE)}")
+    return {MIXABLE[w] for w in words}
 
 
 def _identity(meta: dict[str, Any]) -> dict[str, Any]:
@@ -107,18 +122,23 @@ def _identity(meta: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
-def _refuse_mixed(sources: list[Path], metadata: list[dict[str, Any]]) -> None:
-    """UsageError naming the first field and runs that differ in IDENTITY."""
+def _refuse_mixed(sources: list[Path], metadata: list[dict[str, Any]], allowed: set[str]) -> None:
+    """UsageError naming the first field outside ``allowed`` and the runs that differ in
+    it."""
     first = _identity(metadata[0])
     for path, meta in zip(sources[1:], metadata[1:], strict=True):
         theirs = _identity(meta)
-        for name in IDENTITY:
+        for name in (n for n in IDENTITY if n not in allowed):
             if theirs[name] != first[name]:
                 raise UsageError(
                     f"merge: {sources[0]} and {path} differ in {name} ({first[name]!r} vs "
                     f"{theirs[name]!r}): their times are not one machine's; merge runs of one "
-                    "library and machine, or pass --allow-mixed"
+                    f"library and machine, or pass --allow-mixed {_word_for(name)}"
                 )
+
+
+def _word_for(name: str) -> str:
+    return next(word for word, field in MIXABLE.items() if field == name)
 
 
 def _check_output(out: RunStore) -> None:

@@ -195,11 +195,10 @@ LIBRARY_SETTING_PREFIXES = ("MPIR_CVAR_", "OMPI_MCA_", "PRTE_MCA_")
 def _library_settings_note() -> str:
     """The MPI library settings the user's environment holds, as a hint for a job that
     died without a usage error ('' when there are none)."""
-    ours = set(OVERSUBSCRIBED_CVARS)
     given = sorted(
         f"{name}={value}"
         for name, value in os.environ.items()
-        if name.startswith(LIBRARY_SETTING_PREFIXES) and name not in ours
+        if name.startswith(LIBRARY_SETTING_PREFIXES) and OVERSUBSCRIBED_CVARS.get(name) != value
     )
     if not given:
         return ""

@@ -53,7 +53,7 @@ from osu_dl_bench.measurement.kernel import (
     measure_budget,
     prepare_inputs,
 )
-from osu_dl_bench.measurement.memory import check_node_memory
+from osu_dl_bench.measurement.memory import check_node_memory, collective_need
 from osu_dl_bench.measurement.reference import ReferenceTimer, outlying
 from osu_dl_bench.measurement.schedule import round_stats
 from osu_dl_bench.measurement.store import (
@@ -449,14 +449,14 @@ def _checked_setting(cfg: SweepConfig, world_size: int) -> Setting:
 def _check_memory(world: MPI.Comm, cfg: SweepConfig, setting: Setting) -> None:
     """Refuse, on every rank, sizes whose buffers this node cannot hold at the largest
     --np (before the run directory is opened: nothing is half measured)."""
-    itemsize = setting.etype.itemsize
-    calls = [
-        (SPECS[c], max(counts))
+    itemsize, nprocs = setting.etype.itemsize, max(cfg.nprocs)
+    needs = [
+        collective_need(SPECS[c], max(counts), nprocs, itemsize, cfg.device)
         for c in cfg.collectives
         if (counts := cfg.element_counts(c, itemsize))
     ]
-    if calls:
-        check_node_memory(world, calls, itemsize, cfg.device, max(cfg.nprocs))
+    if needs:
+        check_node_memory(world, needs, nprocs)
 
 
 def _open_run_dir(

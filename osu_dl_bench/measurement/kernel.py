@@ -39,6 +39,7 @@ from collectives.device import device_ready, for_backend, select_local_gpu, sett
 from collectives.dtypes import ElementType
 from collectives.ops import ReduceOp
 from collectives.registry import BoundCalls, CollectiveCall
+from collectives.specs import INPUT_CHUNK
 from osu_dl_bench.measurement.reference import ReferenceTimer
 from osu_dl_bench.measurement.schedule import (
     CALIBRATION_SHARE,
@@ -170,12 +171,18 @@ def prepare_inputs(
 
 
 def count_wrong(actual: Any, expected: np.ndarray, etype: ElementType) -> int:
-    """Elements of ``actual`` that differ from ``expected`` beyond the dtype's tolerance."""
+    """Elements of ``actual`` that differ from ``expected`` beyond the dtype's tolerance
+    (compared a chunk at a time: float64 copies of a whole large message would take
+    several times its memory)."""
     got = to_host(actual)
     if etype.is_integer:
         return int(np.count_nonzero(got != expected))
-    got64, want64 = got.astype(np.float64), expected.astype(np.float64)
-    return int(np.count_nonzero(np.abs(got64 - want64) > etype.rtol * np.abs(want64)))
+    wrong = 0
+    for lo in range(0, len(expected), INPUT_CHUNK):
+        got64 = got[lo : lo + INPUT_CHUNK].astype(np.float64)
+        want64 = expected[lo : lo + INPUT_CHUNK].astype(np.float64)
+        wrong += int(np.count_nonzero(np.abs(got64 - want64) > etype.rtol * np.abs(want64)))
+    return wrong
 
 
 def validate(comm: MPI.Comm, calls: Sequence[CollectiveCall], inputs: Inputs) -> list[int]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from collectives.specs import CallShape, CollectiveSpec
 from collectives.units import format_size
@@ -14,6 +15,17 @@ from osu_dl_bench.measurement.options import host_memory_bytes
 from osu_dl_bench.runtime import agree_on_errors
 
 MEMINFO = "/proc/meminfo"
+
+
+@dataclass(frozen=True)
+class Need:
+    """What one rank holds at least for one call: ``rank_bytes`` for a message of
+    ``message_bytes``, made of ``parts`` (in words)."""
+
+    what: str
+    message_bytes: int
+    rank_bytes: int
+    parts: str
 
 
 def available_bytes() -> int:
@@ -29,16 +41,36 @@ def available_bytes() -> int:
     return host_memory_bytes()
 
 
-def rank_bytes(spec: CollectiveSpec, n: int, nprocs: int, itemsize: int, device: str) -> int:
-    """Host bytes one rank holds at least for a call of ``n`` elements: its send and
-    receive buffers, their pristine copies and the expected result (on cuda, where those
-    live on the GPU, the host mirrors MPI is staged through)."""
+def collective_need(
+    spec: CollectiveSpec,
+    n: int,
+    nprocs: int,
+    itemsize: int,
+    device: str,
+    checked: bool = True,
+    roots: int = 1,
+) -> Need:
+    """Host bytes one rank holds at its peak for a call of ``n`` elements: its send and
+    receive buffers and, while they are filled, its input values; where the results are
+    ``checked`` their pristine copies and the expected result instead (validating at
+    several ``roots`` lays the buffers out again beside them). On cuda, where those live
+    on the GPU, the host mirrors MPI is staged through."""
     shape = CallShape(n, nprocs, rank=0, root=0, in_place=False)
-    send = spec.send_elems(n, nprocs) * itemsize
-    recv = spec.recv_count(shape) * itemsize
+    send, recv = spec.send_elems(n, nprocs) * itemsize, spec.recv_count(shape) * itemsize
+    message = n * itemsize
     if device == "cuda":
-        return send + recv
-    return 2 * (send + recv) + recv
+        return Need(spec.name, message, send + recv, "host mirrors of the send and receive buffers")
+    if not checked:
+        filling = send or recv  # the input values, built before they are copied in
+        return Need(spec.name, message, send + recv + filling, "send and receive buffers")
+    layouts = 2 if roots > 1 else 1
+    parts = "send and receive buffers, their pristine copies, the expected result"
+    return Need(spec.name, message, 2 * (send + recv) * layouts + recv, parts)
+
+
+def point_to_point_need(benchmark: str, message_bytes: int) -> Need:
+    """A point-to-point test's rank: one send and one receive buffer of the message."""
+    return Need(benchmark, message_bytes, 2 * message_bytes, "send and receive buffers")
 
 
 def node_ranks(comm) -> int:
@@ -53,28 +85,21 @@ def node_ranks(comm) -> int:
         local.Free()
 
 
-def check_node_memory(
-    comm,
-    calls: Iterable[tuple[CollectiveSpec, int]],
-    itemsize: int,
-    device: str,
-    nprocs: int | None = None,
-) -> None:
-    """One agreed UsageError on every rank of ``comm`` unless this node holds the buffers
-    of each of its ranks for the largest of ``calls`` ((spec, elements) at ``nprocs``
-    ranks, default ``comm``'s size)."""
+def check_node_memory(comm, needs: Iterable[Need], nprocs: int | None = None) -> None:
+    """One agreed UsageError on every rank of ``comm`` unless this node holds, for each of
+    its ranks, the largest of ``needs`` (calls at ``nprocs`` ranks, default ``comm``'s
+    size)."""
     sharing, nprocs = node_ranks(comm), nprocs or comm.Get_size()
-    need, spec, n = max((rank_bytes(s, k, nprocs, itemsize, device), s, k) for s, k in calls)
+    need = max(needs, key=lambda x: x.rank_bytes)
 
     def step() -> None:
         have = available_bytes()
-        if need * sharing > have:
+        if need.rank_bytes * sharing > have:
             raise UsageError(
-                f"-m {format_size(n * itemsize)}: {spec.name} at p = {nprocs} holds at least "
-                f"{_gib(need)} on each of {sharing} ranks of {socket.gethostname()} (send "
-                "and receive buffers, their pristine copies, the expected result): "
-                f"{_gib(need * sharing)}, more than the {_gib(have)} it has available; "
-                "choose a smaller -m"
+                f"-m {format_size(need.message_bytes)}: {need.what} at p = {nprocs} holds "
+                f"at least {_gib(need.rank_bytes)} on each of {sharing} ranks of "
+                f"{socket.gethostname()} ({need.parts}): {_gib(need.rank_bytes * sharing)}, "
+                f"more than the {_gib(have)} it has available; choose a smaller -m"
             )
 
     agree_on_errors(comm, step)

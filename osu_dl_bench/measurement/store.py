@@ -322,7 +322,11 @@ METADATA_FIELD_TYPES = {
     "launch_orders": list,
     "submissions": list,
     "hosts": list,
+    "nprocs": list,
+    "collectives": list,
 }
+# The fields of a job entry (and of the run) that are counts.
+COUNT_FIELDS = ("nprocs", "nodes", "ppn")
 
 
 def _metadata_problem(metadata: Any) -> str | None:
@@ -335,7 +339,17 @@ def _metadata_problem(metadata: Any) -> str | None:
     for count, job in metadata.get("jobs", {}).items():
         if not isinstance(job, dict):
             return f"jobs.{count}: expected an object, got {_json_type(job)}"
+        for name in (n for n in COUNT_FIELDS if n in job and not _is_count(job[n])):
+            return f"jobs.{count}.{name}: expected a whole number, got {_json_type(job[name])}"
+    for name in (n for n in ("nodes", "ppn") if n in metadata and not _is_count(metadata[n])):
+        return f"{name}: expected a whole number, got {_json_type(metadata[name])}"
+    if not all(map(_is_count, metadata.get("nprocs", []))):
+        return "nprocs: expected an array of whole numbers"
     return None
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _json_type(value: Any) -> str:

@@ -94,3 +94,33 @@ def test_runs_of_another_library_version_or_machine_are_refused_unless_allowed(
     assert main(["merge", str(p2), str(p4), "-o", str(tmp_path / "y"), "--allow-mixed"]) == 0
     merged = json.loads((tmp_path / "y" / "metadata.json").read_text())
     assert merged["merged_from"][1][field] == value
+
+
+def test_allow_mixed_names_what_may_differ(tmp_path, capsys):
+    p2, p4, _ = _runs(tmp_path, hosts=("a", "b", "a"))
+    meta = RunStore(p4).read_metadata()
+    RunStore(p4).write_metadata({**meta, "mpi_library": "Open MPI v5.0.8"})
+    argv = ["merge", str(p2), str(p4), "-o", str(tmp_path / "x"), "--allow-mixed", "hosts"]
+    assert main(argv) == 2
+    assert "differ in mpi_library" in capsys.readouterr().err  # hosts allowed, not library
+    assert main([*argv[:-1], "hosts,library"]) == 0
+    assert main([*argv[:-2], "-o", str(tmp_path / "y"), "--allow-mixed", "colour"]) == 2
+    assert "'colour' is none of library, version, hosts" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "field,value,problem",
+    [
+        ("collectives", 5, "collectives: expected an array, got a number"),
+        ("nprocs", ["x"], "nprocs: expected an array of whole numbers"),
+    ],
+)
+def test_metadata_merge_cannot_read_is_refused_before_anything_is_written(
+    tmp_path, capsys, field, value, problem
+):
+    p2, p4, _ = _runs(tmp_path)
+    meta = RunStore(p4).read_metadata()
+    (p4 / "metadata.json").write_text(json.dumps({**meta, field: value}))
+    assert main(["merge", str(p2), str(p4), "-o", str(tmp_path / "x")]) == 2
+    assert problem in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()

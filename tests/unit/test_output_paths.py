@@ -99,3 +99,10 @@ def test_every_writer_refuses_a_path_it_cannot_write_with_one_message(tmp_path, 
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert reason in err and "Traceback" not in err, (argv, err)
+
+
+def test_write_atomic_writes_through_a_symlink_and_keeps_it(tmp_path):
+    (tmp_path / "real.csv").write_text("old")
+    (tmp_path / "link.csv").symlink_to(tmp_path / "real.csv")
+    paths.write_text_atomic(tmp_path / "link.csv", "new")
+    assert (tmp_path / "link.csv").is_symlink() and (tmp_path / "real.csv").read_text() == "new"

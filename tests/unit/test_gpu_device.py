@@ -6,31 +6,15 @@ paths are in tests/mpi/test_gpu_paths.py."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 from mpi4py import MPI
+from support.strict import STRICT_CUPY
 
 from collectives import SPECS, Buffers, CallShape, device
 from collectives.common import copy_into, reduce_into, start_in_place
 from collectives.ops import reduce_op
-
-STRICT_CUPY = Path(__file__).resolve().parents[1] / "support" / "strict_cupy"
-
-
-@pytest.fixture
-def cupy(monkeypatch):
-    """The strict stand-in imported as ``cupy``, gone again after the test."""
-    monkeypatch.syspath_prepend(str(STRICT_CUPY))
-    for name in [m for m in sys.modules if m.split(".")[0] in ("cupy", "cupyx")]:
-        monkeypatch.delitem(sys.modules, name)
-    import cupy as module
-
-    monkeypatch.setattr(device, "_selected", {})
-    yield module
-    for name in [m for m in sys.modules if m.split(".")[0] in ("cupy", "cupyx")]:
-        del sys.modules[name]
 
 
 def _pending(cupy) -> bool:
@@ -157,19 +141,6 @@ def test_importing_the_packages_initialises_no_cuda(tmp_path):
     env = {"PYTHONPATH": str(STRICT_CUPY), "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-
-
-@pytest.fixture
-def plain_mpi(cupy, monkeypatch):
-    """MPI that is not CUDA-aware: a device array handed to it fails, as a device pointer
-    crashes such a library (the stand-in's NCCL takes raw pointers, so only MPI fails)."""
-    monkeypatch.setenv(device.CUDA_AWARE_ENV, "0")
-
-    def refused(array):
-        raise cupy.UnsynchronizedAccess("device memory handed to an MPI not CUDA-aware")
-
-    monkeypatch.setattr(cupy.ndarray, "__cuda_array_interface__", property(refused))
-    return cupy
 
 
 def _cuda_table(*spans):

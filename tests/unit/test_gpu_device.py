@@ -164,7 +164,7 @@ def test_tuned_stages_its_mpi_choices_where_mpi_is_not_cuda_aware(plain_mpi):
     native = lookup("allreduce", "native").variant()
     assert call is not sel.calls.get(MPI.COMM_SELF, native)  # staged
     # One algorithm at every size stays one call: no per-size lookup is put in front.
-    assert call is sel._call(MPI.COMM_SELF, native, ctx)
+    assert call is sel.bind_variant(MPI.COMM_SELF, native, ctx)
     for n in (1, 2048):
         send, recv = plain_mpi.asarray(np.ones(n, np.float32)), plain_mpi.zeros(n, np.float32)
         call(send, recv, reduce_op("sum"), 0)

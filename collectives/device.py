@@ -15,6 +15,10 @@ whether the MPI library reads device memory, and host staging where it does not.
   taken as not CUDA-aware, unless ``OSU_DL_BENCH_CUDA_AWARE=1`` says otherwise.
 - Staging. Where MPI is not CUDA-aware, ``for_backend`` wraps an MPI algorithm so that it
   runs on pinned host copies of the buffers (``cupyx.empty_pinned``).
+- Streams. cupy gives every thread the legacy default stream unless told otherwise, and
+  that stream is ordered against every blocking stream (CUDA Runtime API, "Stream
+  synchronization behavior"): a thread that communicates while another computes takes a
+  non-blocking stream of its own (``use_own_stream``).
 
 cupy is never imported here unless an array from it is already in hand, or a GPU is asked
 for, so importing this module starts no CUDA.
@@ -74,6 +78,21 @@ def settle_for(*arrays: Any) -> Callable[[], None]:
 
 def _nothing() -> None:
     return None
+
+
+_own_streams: list[Any] = []  # kept alive as long as the process
+
+
+def use_own_stream() -> Any:
+    """Make a new non-blocking cupy stream the calling thread's current one (on its current
+    device) and return it: kernels, copies and NCCL calls the thread queues from then on
+    neither wait for nor hold up the legacy default stream, where torch computes."""
+    import cupy
+
+    stream = cupy.cuda.Stream(non_blocking=True)
+    stream.use()
+    _own_streams.append(stream)
+    return stream
 
 
 # --- one GPU per rank -------------------------------------------------------------------

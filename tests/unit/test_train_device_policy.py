@@ -77,3 +77,24 @@ def test_host_arrays_of_a_gpu_run_are_decided_on_cpu_and_nccl_never_gets_numpy(n
     assert session.choose("allreduce", gradients).label == "nccl"
     session.allreduce_sum(gradients)
     assert (gradients.get() == 1).all()
+
+
+def test_the_communication_thread_has_its_own_non_blocking_stream(nccl, monkeypatch):
+    import torch
+
+    from osu_dl_bench.train import device as train_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda index: None)
+    policy = SelectorPolicy(MPI.COMM_SELF, ONE_RANK, Selector(force={}), device="cuda")
+    with CommThread() as thread:
+        session = Session(MPI.COMM_SELF, ONE_RANK, policy, thread)
+        assert train_device.place("cuda", session) == torch.device("cuda", 0)
+        stream = thread.run(nccl.cuda.get_current_stream)
+        # The legacy default stream is ordered with torch's kernels: no overlap there.
+        assert stream is not nccl.cuda.Stream.null and stream.non_blocking
+        assert nccl.cuda.get_current_stream() is nccl.cuda.Stream.null
+        gradients = nccl.asarray(np.ones(4, np.float32))  # the "backward" on the main thread
+        nccl.cuda.Stream.null.synchronize()  # what the trainer's event wait stands for
+        session.allreduce_sum(gradients)  # on the communication thread
+        assert (gradients.get() == 1).all() and not nccl.violations

@@ -187,3 +187,66 @@ def test_the_sweep_chooses_the_gpu_over_the_whole_job_first(cupy, monkeypatch, t
     assert worker.run_inside(MPI.COMM_WORLD, cfg) == 0
     # Later points may run on sub-communicators, whose node-local ranks are not the job's.
     assert chosen == ([MPI.COMM_WORLD] if dev == "cuda" else [])
+
+
+@pytest.fixture
+def copies(cupy, monkeypatch) -> dict[str, int]:
+    """How many device-to-host (get) and host-to-device (set) copies ran."""
+    counts = {"get": 0, "set": 0}
+    for name in counts:
+        real = getattr(cupy.ndarray, name)
+
+        def counted(self, *args, _real=real, _name=name, **kwargs):
+            counts[_name] += 1
+            return _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(cupy.ndarray, name, counted)
+    return counts
+
+
+def _noop(send, recv, op, root):
+    return None
+
+
+def test_staging_copies_recv_in_only_where_the_call_reads_it(cupy, copies):
+    send, recv = cupy.zeros(3, np.int64), cupy.zeros(3, np.int64)
+    device.staged(_noop)(send, recv, None, 0)
+    assert copies == {"get": 1, "set": 1}  # recv is only overwritten: not copied in
+    device.staged(_noop)(None, recv, None, 0)
+    assert copies == {"get": 2, "set": 2}  # in place: recv is read, so copied in
+
+
+@pytest.mark.parametrize(
+    "benchmark,rank,expected", [("bw", 0, (64, 0)), ("bw", 1, (0, 64)), ("latency", 0, (1, 1))]
+)
+def test_each_staged_point_to_point_message_pays_its_own_copy(
+    cupy, copies, benchmark, rank, expected
+):
+    from osu_dl_bench.measurement.p2p import staged_messages
+
+    send, recv = cupy.zeros(8, np.uint8), cupy.zeros(8, np.uint8)
+    device.staged(_noop, *staged_messages(benchmark, rank))(send, recv, None, 0)
+    assert (copies["get"], copies["set"]) == expected
+
+
+def test_staging_holds_bounded_pinned_memory_over_sizes_and_variants(cupy, monkeypatch):
+    import weakref
+
+    live: dict[int, int] = {}
+    real = device._pinned
+
+    def tracked(shape, dtype):
+        array = real(shape, dtype)
+        live[id(array)] = array.nbytes
+        weakref.finalize(array, live.pop, id(array))
+        return array
+
+    monkeypatch.setattr(device, "_pinned", tracked)
+    variants = [device.staged(_noop), device.staged(_noop)]
+    for exponent in range(4, 17):
+        n = 2**exponent // 4
+        send, recv = cupy.zeros(n, np.float32), cupy.zeros(n, np.float32)
+        for call in variants:
+            call(send, recv, None, 0)
+    # One shared send block and each variant's receive mirror, all of the last size.
+    assert sum(live.values()) <= 3 * 2**16

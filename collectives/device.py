@@ -152,6 +152,19 @@ def shared_gpu_reason(uuids: list[str]) -> str | None:
     return None
 
 
+def expected_sharing_reason(ranks_per_node: int) -> str | None:
+    """What ``select_local_gpu`` would find for ``ranks_per_node`` ranks on a node like
+    this one (GPU ``local rank % visible devices``, compared by UUID), for a process that
+    plans a job without running it; None where no device can be counted."""
+    import cupy
+
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception:  # cupy's CUDARuntimeError: no device, no driver
+        return None
+    return shared_gpu_reason([device_uuid(rank % count) for rank in range(ranks_per_node)])
+
+
 def gpu_sharing_reason() -> str | None:
     """Why ranks share a GPU, as found by ``select_local_gpu``; None when they do not or
     when no selection was made in this process (NCCL then reports a duplicate GPU)."""

@@ -12,9 +12,10 @@ memory at all where MPI is not CUDA-aware (OSU_DL_BENCH_CUDA_AWARE=0), fills onl
 from __future__ import annotations
 
 import re
+import sys
 
 import pytest
-from mpirun import REPO, driver_summary, run_cli, run_mpi
+from mpirun import REPO, driver_summary, mpi_env, run_cli, run_mpi, run_with_timeout
 
 from osu_dl_bench.measurement.store import RunStore
 
@@ -75,6 +76,17 @@ def test_sweep_on_device_buffers(tmp_path):
     frame = RunStore(run_dir).load()
     assert set(frame["nprocs"]) == {2, 3}
     assert {"nccl", "mpi"} <= set(frame["backend"])
+
+
+def test_a_sweep_with_more_ranks_than_gpus_plans_no_nccl_group(tmp_path):
+    run_dir = tmp_path / "run"
+    argv = [sys.executable, "-m", "osu_dl_bench", "sweep", "--np", "2", "-d", "cuda"]
+    argv += ["--collectives", "allreduce", "-m", "8:64", "--budget", "0.02", "--launches", "1"]
+    env = mpi_env(_env(False, STRICT_CUPY_DEVICES="1"))  # two ranks share the one GPU
+    res = run_with_timeout([*argv, "-o", str(run_dir)], 300, env)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    frame = RunStore(run_dir).load()
+    assert set(frame["backend"]) == {"mpi"} and set(frame["validation"]) == {"pass"}
 
 
 # The CLI on an MPI library that is not CUDA-aware: with OSU_DL_BENCH_CUDA_AWARE=0 the

@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from mpi4py import MPI
 
 available = True
 UNIQUE_ID_BYTES = 128
@@ -48,7 +47,6 @@ TYPES = [
     NCCL_FLOAT64,
 ) = range(9)
 NCCL_SUM, NCCL_PROD, NCCL_MAX, NCCL_MIN = range(4)
-OPS = [MPI.SUM, MPI.PROD, MPI.MAX, MPI.MIN]
 
 
 class NcclError(RuntimeError):
@@ -98,8 +96,11 @@ def _array(ptr, count, datatype):
     return np.frombuffer(raw, dtype)
 
 
-def _rendezvous(uid: bytes, ndev: int, rank: int) -> MPI.Comm:
-    """The members' communicator, NCCL rank order, made by the members alone."""
+def _rendezvous(uid: bytes, ndev: int, rank: int):
+    """The members' communicator, NCCL rank order, made by the members alone (mpi4py is
+    imported here: real cupy needs no MPI library to import)."""
+    from mpi4py import MPI
+
     folder = os.path.join(tempfile.gettempdir(), f"strict_cupy_nccl_{uid[:16].hex()}")
     os.makedirs(folder, exist_ok=True)
     mine = os.path.join(folder, str(rank))
@@ -136,8 +137,10 @@ class NcclCommunicator:
 
     def allReduce(self, sendbuf, recvbuf, count, datatype, op, stream):  # noqa: N802
         out = _array(recvbuf, count, datatype)
+        from mpi4py import MPI
+
         src = MPI.IN_PLACE if sendbuf == recvbuf else _array(sendbuf, count, datatype)
-        self.comm.Allreduce(src, out, OPS[op])
+        self.comm.Allreduce(src, out, [MPI.SUM, MPI.PROD, MPI.MAX, MPI.MIN][op])
 
     def bcast(self, buff, count, datatype, root, stream):
         self.comm.Bcast(_array(buff, count, datatype), root)

@@ -49,7 +49,7 @@ DEPENDENCIES = [
     ("torch", "torch >= 2.10", "pip install torch (a CUDA build)"),
 ]
 TORCH_MIN = (2, 10)
-EXCLUSIVE_PROCESS, PROHIBITED = 3, 2  # cudaComputeMode
+EXCLUSIVE, PROHIBITED, EXCLUSIVE_PROCESS = 1, 2, 3  # cudaComputeMode
 
 
 def missing_dependencies() -> list[str]:
@@ -86,7 +86,7 @@ def sharing_reason(modes: list[int], mps: bool) -> str | None:
     """None if two processes may share each GPU, else why not."""
     if any(mode == PROHIBITED for mode in modes):
         return "a GPU is in compute mode PROHIBITED: no process may use it"
-    if any(mode == EXCLUSIVE_PROCESS for mode in modes) and not mps:
+    if any(mode in (EXCLUSIVE, EXCLUSIVE_PROCESS) for mode in modes) and not mps:
         return "a GPU is in compute mode EXCLUSIVE_PROCESS without MPS: one process per GPU"
     return None
 

@@ -107,7 +107,11 @@ def report() -> int:
 
     from collectives import device
 
-    gpus = runtime.getDeviceCount()
+    try:
+        gpus = runtime.getDeviceCount()
+    except runtime.CUDARuntimeError as error:  # cudaErrorNoDevice: e.g. CUDA_VISIBLE_DEVICES=""
+        print(f"gpus=0\ncupy sees no GPU: {error}")
+        return 0
     modes = [int(runtime.getDeviceProperties(i).get("computeMode", 0)) for i in range(gpus)]
     mps = mps_running()
     share = sharing_reason(modes, mps)

@@ -124,6 +124,10 @@ if [ -z "$gpus" ]; then # a dependency is missing: nothing else can run
     grep '^MISSING' "$OUT/preflight.txt" >&2
     summary
 fi
+if [ "$gpus" = 0 ]; then
+    echo "gpu_smoke: cupy sees no GPU (CUDA_VISIBLE_DEVICES?): nothing to check" >&2
+    exit 77
+fi
 if [ "$rc" = 0 ]; then
     record preflight PASS "$(grep -v '=' "$OUT/preflight.txt" | tr '\n' ';' | cut -c1-200)"
 else

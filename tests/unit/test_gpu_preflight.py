@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import importlib.util
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from support.strict import STRICT_CUPY
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,16 +24,35 @@ def _preflight():
     return module
 
 
-def test_without_a_gpu_the_smoke_check_exits_77_with_its_reason(tmp_path):
-    (tmp_path / "nvidia-smi").write_text("#!/bin/sh\necho 'No devices were found'\nexit 6\n")
+def _smoke(tmp_path: Path, listing: str, **env: str) -> subprocess.CompletedProcess:
+    """gpu_smoke.sh with a fake nvidia-smi printing ``listing``."""
+    (tmp_path / "nvidia-smi").write_text(f"#!/bin/sh\necho '{listing}'\n")
     (tmp_path / "nvidia-smi").chmod(0o755)
-    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "OUT": str(tmp_path / "out")}
-    done = subprocess.run(
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "OUT": str(tmp_path / "out"), **env}
+    return subprocess.run(
         ["bash", "scripts/gpu_smoke.sh"], cwd=REPO, env=env, capture_output=True, text=True
     )
+
+
+def test_without_a_gpu_the_smoke_check_exits_77_with_its_reason(tmp_path):
+    done = _smoke(tmp_path, "No devices were found")
     assert done.returncode == 77
     assert "no NVIDIA GPU here (nvidia-smi -L lists none)" in done.stderr
     assert not (tmp_path / "out").exists()  # nothing ran
+
+
+def test_gpus_hidden_from_cuda_are_no_gpus_for_the_smoke_check(tmp_path):
+    # nvidia-smi lists every GPU of the node; cupy counts those CUDA_VISIBLE_DEVICES leaves.
+    done = _smoke(
+        tmp_path,
+        "GPU 0: Strict fake GPU (UUID: GPU-0)",
+        PYTHON=sys.executable,
+        PYTHONPATH=str(STRICT_CUPY),
+        CUDA_VISIBLE_DEVICES="",
+        DEPS=str(tmp_path / "no-deps"),
+    )
+    assert done.returncode == 77, done.stdout + done.stderr
+    assert "cupy sees no GPU" in done.stderr
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,14 @@ whether the MPI library reads device memory, and host staging where it does not.
   through ctypes from the libmpi this process loaded; where the symbol is missing MPI is
   taken as not CUDA-aware, unless ``OSU_DL_BENCH_CUDA_AWARE=1`` says otherwise.
 - Staging. Where MPI is not CUDA-aware, ``for_backend`` wraps an MPI algorithm so that it
-  runs on pinned host copies of the buffers (``cupyx.empty_pinned``).
+  runs on pinned host copies of the buffers (``cupyx.empty_pinned``): send is copied in,
+  recv only where the call reads it (in place), and recv is copied back. The pinned
+  memory stays bounded: one send block per thread, grown to the largest call, and one
+  receive mirror per wrapped call, of its latest size.
+- Streams. cupy gives every thread the legacy default stream unless told otherwise, and
+  that stream is ordered against every blocking stream (CUDA Runtime API, "Stream
+  synchronization behavior"): a thread that communicates while another computes takes a
+  non-blocking stream of its own (``use_own_stream``).
 
 cupy is never imported here unless an array from it is already in hand, or a GPU is asked
 for, so importing this module starts no CUDA.
@@ -25,6 +32,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -74,6 +82,21 @@ def settle_for(*arrays: Any) -> Callable[[], None]:
 
 def _nothing() -> None:
     return None
+
+
+_own_streams: list[Any] = []  # kept alive as long as the process
+
+
+def use_own_stream() -> Any:
+    """Make a new non-blocking cupy stream the calling thread's current one (on its current
+    device) and return it: kernels, copies and NCCL calls the thread queues from then on
+    neither wait for nor hold up the legacy default stream, where torch computes."""
+    import cupy
+
+    stream = cupy.cuda.Stream(non_blocking=True)
+    stream.use()
+    _own_streams.append(stream)
+    return stream
 
 
 # --- one GPU per rank -------------------------------------------------------------------
@@ -127,6 +150,19 @@ def shared_gpu_reason(uuids: list[str]) -> str | None:
             )
         seen[uuid] = rank
     return None
+
+
+def expected_sharing_reason(ranks_per_node: int) -> str | None:
+    """What ``select_local_gpu`` would find for ``ranks_per_node`` ranks on a node like
+    this one (GPU ``local rank % visible devices``, compared by UUID), for a process that
+    plans a job without running it; None where no device can be counted."""
+    import cupy
+
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception:  # cupy's CUDARuntimeError: no device, no driver
+        return None
+    return shared_gpu_reason([device_uuid(rank % count) for rank in range(ranks_per_node)])
 
 
 def gpu_sharing_reason() -> str | None:
@@ -193,29 +229,75 @@ def for_backend(call: Callable, backend: str, device: str) -> Callable:
     return staged(call) if needs_staging(device, backend) else call
 
 
-def staged(call: Callable) -> Callable:
+def staged(call: Callable, sends: int = 1, receives: int = 1) -> Callable:
     """Wrap a collective call: copy the device buffers into pinned host mirrors, run
-    ``call`` on those, copy the receive buffer back."""
-    mirrors: dict[tuple, np.ndarray] = {}
-
-    def host(name: str, array: Any) -> np.ndarray | None:
-        if array is None:
-            return None
-        key = (name, array.shape, array.dtype.str)
-        mirror = mirrors.get(key)
-        if mirror is None:
-            mirror = mirrors[key] = _pinned(array.shape, array.dtype)
-        array.get(out=mirror)  # blocking: the stream's earlier kernels are included
-        return mirror
+    ``call`` on those, copy the receive buffer back. ``sends``/``receives``: how many
+    messages one call sends from ``send`` and receives into ``recv`` (a bw window: 64),
+    each paying the copy it would pay staged on its own (0: no copy)."""
+    recv_mirror = _RecvMirror()
 
     def call_staged(send, recv, op, root):
-        hsend, hrecv = host("send", send), host("recv", recv)
+        hsend = None if send is None else _send_mirrors.mirror(send)
+        for _ in range(sends if send is not None else 0):
+            send.get(out=hsend)  # blocking: the stream's earlier kernels are included
+        hrecv = None if recv is None else recv_mirror.mirror(recv)
+        if send is None and recv is not None:
+            # In place, the call reads recv; otherwise MPI only overwrites it: no copy.
+            recv.get(out=hrecv)
         call(hsend, hrecv, op, root)
-        if recv is not None:
-            recv.set(hrecv)
+        if recv is not None and receives:
+            for _ in range(receives):
+                recv.set(hrecv)
             device_ready(recv)
 
     return call_staged
+
+
+class _SendMirrors(threading.local):
+    """Pinned host memory for send buffers, one block per thread grown to the largest
+    call seen: every staged call copies its whole send buffer in first, so they can
+    share it, and a sweep over sizes and variants holds one block, not one per size."""
+
+    def __init__(self) -> None:
+        self.block = np.empty(0, np.uint8)
+
+    def mirror(self, array: Any) -> np.ndarray:
+        if self.block.nbytes < array.nbytes:
+            self.block = np.empty(0, np.uint8)
+            _release_pinned()
+            self.block = _pinned((array.nbytes,), np.dtype(np.uint8))
+        return self.block[: array.nbytes].view(array.dtype).reshape(array.shape)
+
+
+_send_mirrors = _SendMirrors()
+
+
+class _RecvMirror:
+    """One staged call's receive mirror, of the current call's shape only (an earlier
+    size's is released). Not shared between calls: where the call only overwrites recv
+    nothing is copied in, so a shared block could hand an algorithm that leaves part of
+    recv unwritten another algorithm's right answer; a new mirror starts as all-ones
+    bytes instead (NaN, -1), which validation catches."""
+
+    def __init__(self) -> None:
+        self.array: np.ndarray | None = None
+
+    def mirror(self, array: Any) -> np.ndarray:
+        held = self.array
+        if held is None or held.shape != array.shape or held.dtype != array.dtype:
+            self.array = None
+            _release_pinned()
+            self.array = _pinned(array.shape, array.dtype)
+            self.array.view(np.uint8).fill(0xFF)
+        return self.array
+
+
+def _release_pinned() -> None:
+    """Give cupy's pinned-memory pool's unused blocks back (it keeps freed ones)."""
+    cupy = _cupy()
+    pool = getattr(cupy, "get_default_pinned_memory_pool", None) if cupy else None
+    if pool is not None:
+        pool().free_all_blocks()
 
 
 def _pinned(shape: tuple, dtype: np.dtype) -> np.ndarray:

@@ -1,45 +1,79 @@
 #!/usr/bin/env bash
-# The GPU path on a real GPU node, in one command (issue 17): preflight (versions,
-# CUDA-aware MPI or not, one device per rank), bench allreduce and bcast -d cuda -a all -c
-# at 8 B-64 MiB for float32/float16/int32, a race stress (ring and Rabenseifner at
-# 16-64 MiB, 20 validated runs, zero wrong elements), NCCL bus bandwidth, a short -d cuda
-# sweep -> tune -> bench -a tuned, and a 1-GPU training step. Prints one summary table and
-# exits 1 if any step failed, 77 where there is no GPU.
+# The GPU path on a real GPU node, in one command: preflight (every dependency imported,
+# GPUs counted by cupy, torch >= 2.10, compute mode, CUDA-aware MPI or not), one device
+# per rank, bench allreduce and bcast -d cuda -a all -c at 8 B-64 MiB for
+# float32/float16/int32, a race stress (ring and Rabenseifner at 16-64 MiB, 20 validated
+# runs, zero wrong elements), NCCL bandwidth, a short -d cuda sweep -> tune -> bench -a
+# tuned, and training steps on 1 and 2 ranks. Prints one summary table and exits 1 if any
+# step failed, 77 where there is no GPU.
 #
-# Uses every GPU of the node (nvidia-smi -L): NCCL runs on one rank per GPU (p = 1 on a
-# one-GPU machine); MPI algorithms run on max(2, GPUs) ranks, sharing GPUs where there are
-# fewer, and stage through host memory where MPI is not CUDA-aware (the bench output says
-# so). Settings: NP (ranks for NCCL, default the GPU count), MPI_NP (ranks for MPI
-# algorithms), MPIEXEC (default mpiexec), OUT (default runs/gpu_smoke), MAX (largest size,
-# default 64M), REPEATS (race stress runs, default 20), RACE (their sizes, default
-# 16M:64M), STEP_TIMEOUT (seconds a step may take before it counts as failed, default 1800).
+# Runs from this checkout as it is (python3 -m osu_dl_bench with the checkout on
+# PYTHONPATH; nothing installed). A node without an MPI library or jsonschema gets them
+# from carried wheels: scripts/gpu_wheels.sh fetches them into wheels/ where pip can
+# download; here they are installed offline into .gpu-deps/ (pip --no-index --prefix) and
+# put on PYTHONPATH, PATH, LD_LIBRARY_PATH and MPI4PY_LIBMPI (mpi4py's variable for where
+# libmpi is: the node's Python lives in another prefix, where mpi4py would not look).
+#
+# Uses every GPU cupy sees: NCCL runs on one rank per GPU (p = 1 on a one-GPU machine, so
+# its bus bandwidth, 0 by definition, is replaced by algbw); MPI algorithms run on max(2,
+# GPUs) ranks, sharing GPUs where there are fewer (unless the compute mode forbids it),
+# and stage through host memory where MPI is not CUDA-aware (the bench output says so;
+# the race stress, which targets device memory, is then N/A). Settings: PYTHON (default
+# python3), NP (ranks for NCCL, default the GPU count), MPI_NP (ranks for MPI algorithms),
+# MPIEXEC (default mpiexec), OUT (default runs/gpu_smoke), MAX (largest size, default
+# 64M), REPEATS (race stress runs, default 20), RACE (their sizes, default 16M:64M),
+# SWEEP_MAX (the sweep's and the tuned bench's largest size, default 1M), STEP_TIMEOUT
+# (seconds a step may take before it counts as failed, default 1800), WHEELS (default
+# wheels), DEPS (default .gpu-deps).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
-if [ -x .venv/bin/osu-dl-bench ]; then
-    export PATH="$PWD/.venv/bin:$PATH"
-fi
-PYTHON=${PYTHON:-python}
+REPO=$PWD
+PYTHON=${PYTHON:-python3}
 MPIEXEC=${MPIEXEC:-mpiexec}
 OUT=${OUT:-runs/gpu_smoke}
 MAX=${MAX:-64M}
 REPEATS=${REPEATS:-20}
 RACE=${RACE:-16M:64M}
+SWEEP_MAX=${SWEEP_MAX:-1M}
+WHEELS=${WHEELS:-wheels}
+DEPS=${DEPS:-.gpu-deps}
+case $DEPS in /*) ;; *) DEPS=$REPO/$DEPS ;; esac
 # A hung step is stopped and counted as failed.
 LIMIT=(timeout "${STEP_TIMEOUT:-1800}")
+OSU=("$PYTHON" -m osu_dl_bench)
+# What the carried wheels provide (typing-extensions only where the node lacks it).
+CARRIED=(mpich jsonschema referencing jsonschema-specifications rpds-py attrs)
 
-gpus=0
-if command -v nvidia-smi >/dev/null 2>&1; then
-    gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
-fi
-if [ "${gpus:-0}" -lt 1 ]; then
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
     echo "gpu_smoke: no NVIDIA GPU here (nvidia-smi -L lists none): nothing to check" >&2
     exit 77
 fi
-NP=${NP:-$gpus}
-MPI_NP=${MPI_NP:-$((gpus > 2 ? gpus : 2))}
+
+# --- the checkout and the carried dependencies on the paths --------------------------------
+use_deps() { # the install under $DEPS, if any, on every path that finds it
+    local site
+    site=$(find "$DEPS" -type d -name site-packages -print -quit 2>/dev/null)
+    [ -n "$site" ] || return 0
+    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+    export PATH="$DEPS/bin:$PATH"
+    export LD_LIBRARY_PATH="$DEPS/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export MPI4PY_LIBMPI="$DEPS/lib"
+}
+carried_present() { "$PYTHON" -c 'import jsonschema; from mpi4py import MPI' >/dev/null 2>&1; }
+
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+use_deps
+if ! carried_present && ls "$WHEELS"/*.whl >/dev/null 2>&1; then
+    names=("${CARRIED[@]}")
+    "$PYTHON" -c 'import typing_extensions' >/dev/null 2>&1 || names+=(typing-extensions)
+    echo "gpu_smoke: installing the carried wheels from $WHEELS/ into $DEPS/ (offline)"
+    "$PYTHON" -m pip install --quiet --no-index --no-deps --find-links "$WHEELS" \
+        --prefix "$DEPS" "${names[@]}" || echo "gpu_smoke: pip install from $WHEELS/ failed" >&2
+    use_deps
+fi
+
 rm -rf "$OUT"
 mkdir -p "$OUT"
-
 steps=()
 statuses=()
 details=()
@@ -66,30 +100,52 @@ run_step() {
     fi
 }
 
+summary() {
+    echo
+    printf '%-30s %-5s %s\n' STEP STATUS DETAIL
+    for i in "${!steps[@]}"; do
+        printf '%-30s %-5s %s\n' "${steps[$i]}" "${statuses[$i]}" "${details[$i]}"
+    done | tee "$OUT/summary.txt"
+    if [ "$failed" != 0 ]; then
+        echo "gpu_smoke: FAILED (logs in $OUT/)"
+        exit 1
+    fi
+    echo "gpu_smoke: all steps passed (logs in $OUT/)"
+    exit 0
+}
+
 # --- preflight ------------------------------------------------------------------------
-"$PYTHON" - >"$OUT/preflight.txt" 2>&1 <<'EOF'
-import cupy, mpi4py, numpy
-from mpi4py import MPI
-from cupy.cuda import nccl, runtime
-from collectives import device
-print("numpy", numpy.__version__, "| cupy", cupy.__version__, "| mpi4py", mpi4py.__version__)
-print("MPI:", MPI.Get_library_version().splitlines()[0])
-print("CUDA runtime", runtime.runtimeGetVersion(), "| driver", runtime.driverGetVersion())
-print("NCCL", nccl.get_version() if getattr(nccl, "available", False) else "missing")
-print("GPUs visible:", runtime.getDeviceCount())
-print("MPIX_Query_cuda_support:", device.query_cuda_support())
-print("CUDA-aware MPI (as used):", device.cuda_aware())
-EOF
+"$PYTHON" scripts/gpu_preflight.py >"$OUT/preflight.txt" 2>&1
 rc=$?
+value() { sed -n "s/^$1=//p" "$OUT/preflight.txt" | head -1; }
+gpus=$(value gpus)
+if [ -z "$gpus" ]; then # a dependency is missing: nothing else can run
+    record preflight FAIL "$OUT/preflight.txt"
+    grep '^MISSING' "$OUT/preflight.txt" >&2
+    summary
+fi
+if [ "$gpus" = 0 ]; then
+    echo "gpu_smoke: cupy sees no GPU (CUDA_VISIBLE_DEVICES?): nothing to check" >&2
+    exit 77
+fi
 if [ "$rc" = 0 ]; then
-    record preflight PASS "$(tr '\n' ';' <"$OUT/preflight.txt" | cut -c1-200)"
+    record preflight PASS "$(grep -v '=' "$OUT/preflight.txt" | tr '\n' ';' | cut -c1-200)"
 else
     record preflight FAIL "$OUT/preflight.txt"
 fi
-aware=$(grep -c 'CUDA-aware MPI (as used): True' "$OUT/preflight.txt" || true)
+aware=$(value aware)
+share=$(value share)
+torch_cuda=$(value torch_cuda)
+torch_ok=$(value torch_ok)
+NP=${NP:-$gpus}
+MPI_NP=${MPI_NP:-$((gpus > 2 ? gpus : 2))}
+if [ "$share" = no ] && [ "$MPI_NP" -gt "$gpus" ]; then
+    MPI_NP=$gpus
+    record "ranks sharing a GPU" SKIP "compute mode forbids it (preflight): MPI steps on p=$MPI_NP"
+fi
 
 # One device per rank, checked by UUID the way bench chooses GPUs (a file, since mpiexec
-# gives stdin to rank 0 alone).
+# gives stdin to rank 0 alone; it finds collectives through PYTHONPATH).
 cat >"$OUT/devices.py" <<'EOF'
 from mpi4py import MPI
 from collectives import device
@@ -113,7 +169,7 @@ fi
 for coll in allreduce bcast; do
     for dtype in float32 float16 int32; do
         run_step "$coll $dtype p=$MPI_NP" "$OUT/bench-$coll-$dtype.txt" \
-            "$MPIEXEC" -n "$MPI_NP" osu-dl-bench bench "$coll" -d cuda -a all -c \
+            "$MPIEXEC" -n "$MPI_NP" "${OSU[@]}" bench "$coll" -d cuda -a all -c \
             -m "8:$MAX" -T "$dtype" -i 10 -x 2
     done
 done
@@ -126,53 +182,59 @@ if [ "$aware" = 0 ]; then
 fi
 
 # --- race stress: the device-ready points of ring and Rabenseifner ------------------------
-wrong_runs=0
-for i in $(seq 1 "$REPEATS"); do
-    if ! "${LIMIT[@]}" "$MPIEXEC" -n "$MPI_NP" osu-dl-bench bench allreduce -d cuda -a ring,rabenseifner \
-        -c -m "$RACE" -i 2 -x 1 >"$OUT/race-$i.txt" 2>&1 ||
-        grep -qE '(^|[[:space:]])Fail([[:space:]]|$)' "$OUT/race-$i.txt"; then
-        wrong_runs=$((wrong_runs + 1))
-    fi
-done
-if [ "$wrong_runs" = 0 ]; then
-    record "race stress x$REPEATS" PASS "ring, rabenseifner at $RACE: zero wrong"
+if [ "$aware" = 0 ]; then
+    # Staged, the algorithms run on host mirrors: no device memory for a kernel to race.
+    record "race stress" N/A "MPI is not CUDA-aware: ring and rabenseifner run on host copies"
 else
-    record "race stress x$REPEATS" FAIL "$wrong_runs runs with wrong elements or errors ($OUT/race-*.txt)"
+    wrong_runs=0
+    for i in $(seq 1 "$REPEATS"); do
+        if ! "${LIMIT[@]}" "$MPIEXEC" -n "$MPI_NP" "${OSU[@]}" bench allreduce -d cuda \
+            -a ring,rabenseifner -c -m "$RACE" -i 2 -x 1 >"$OUT/race-$i.txt" 2>&1 ||
+            grep -qE '(^|[[:space:]])Fail([[:space:]]|$)' "$OUT/race-$i.txt"; then
+            wrong_runs=$((wrong_runs + 1))
+        fi
+    done
+    if [ "$wrong_runs" = 0 ]; then
+        record "race stress x$REPEATS" PASS "ring, rabenseifner at $RACE: zero wrong"
+    else
+        record "race stress x$REPEATS" FAIL "$wrong_runs runs with wrong elements or errors ($OUT/race-*.txt)"
+    fi
 fi
 
-# --- NCCL bus bandwidth -------------------------------------------------------------------
+# --- NCCL bandwidth -------------------------------------------------------------------------
 log="$OUT/nccl-busbw.txt"
-if "${LIMIT[@]}" "$MPIEXEC" -n "$NP" osu-dl-bench bench allreduce -d cuda -a nccl -c -f -m "8:$MAX" \
-    -i 20 -x 5 >"$log" 2>&1 && ! grep -qE '(^|[[:space:]])Fail([[:space:]]|$)' "$log"; then
-    busbw=$(grep -vE '^#|^$' "$log" | tail -1 | awk '{print $(NF-1)}')
-    record "nccl allreduce p=$NP" PASS "busbw at $MAX: ${busbw} GB/s"
+if "${LIMIT[@]}" "$MPIEXEC" -n "$NP" "${OSU[@]}" bench allreduce -d cuda -a nccl -c -f \
+    -m "8:$MAX" -i 20 -x 5 >"$log" 2>&1 && ! grep -qE '(^|[[:space:]])Fail([[:space:]]|$)' "$log"; then
+    row=$(grep -vE '^#|^$' "$log" | tail -1)
+    if [ "$NP" -gt 1 ]; then
+        record "nccl allreduce p=$NP" PASS "busbw at $MAX: $(awk '{print $(NF-1)}' <<<"$row") GB/s"
+    else # busbw = algbw * 2(p-1)/p is 0 at p = 1: algbw says what one GPU did
+        record "nccl allreduce p=1" PASS "algbw at $MAX: $(awk '{print $(NF-2)}' <<<"$row") GB/s (busbw is 0 at p=1)"
+    fi
 else
     record "nccl allreduce p=$NP" FAIL "$log"
 fi
 
 # --- sweep -> tune -> bench -a tuned ---------------------------------------------------------
-run_step "sweep -d cuda" "$OUT/sweep.txt" osu-dl-bench sweep --np "$MPI_NP" \
-    --collectives allreduce,bcast -m 8:1M -d cuda --budget 0.05 --launches 1 -o "$OUT/sweep"
-run_step "tune" "$OUT/tune.txt" osu-dl-bench tune "$OUT/sweep" -o "$OUT/table.json"
-run_step "bench -a tuned" "$OUT/tuned.txt" "$MPIEXEC" -n "$MPI_NP" osu-dl-bench bench \
-    allreduce -d cuda -a tuned --table "$OUT/table.json" -c -m 8:1M -i 10 -x 2
+run_step "sweep -d cuda" "$OUT/sweep.txt" "${OSU[@]}" sweep --np "$MPI_NP" \
+    --collectives allreduce,bcast -m "8:$SWEEP_MAX" -d cuda --budget 0.05 --launches 1 -o "$OUT/sweep"
+run_step "tune" "$OUT/tune.txt" "${OSU[@]}" tune "$OUT/sweep" -o "$OUT/table.json"
+run_step "bench -a tuned" "$OUT/tuned.txt" "$MPIEXEC" -n "$MPI_NP" "${OSU[@]}" bench \
+    allreduce -d cuda -a tuned --table "$OUT/table.json" -c -m "8:$SWEEP_MAX" -i 10 -x 2
 
-# --- one training step on one GPU -------------------------------------------------------------
-if osu-dl-bench train --help 2>/dev/null | grep -q -- '--device {[^}]*cuda'; then
-    run_step "train --device cuda" "$OUT/train.txt" "$MPIEXEC" -n 1 osu-dl-bench train \
-        --device cuda --data synthetic --steps 1 --json "$OUT/train.json"
-else
-    record "train --device cuda" SKIP "train --device cuda not available"
-fi
+# --- training steps: one rank, and two (sharing the GPU where there is one) ---------------
+for n in 1 2; do
+    name="train --device cuda -n $n"
+    if [ "$torch_ok" != 1 ]; then
+        record "$name" FAIL "torch older than 2.10 (preflight)"
+    elif [ "$torch_cuda" != 1 ]; then
+        record "$name" SKIP "torch sees no GPU (torch.cuda.is_available() is False)"
+    elif [ "$n" -gt "$gpus" ] && [ "$share" = no ]; then
+        record "$name" SKIP "$n ranks on $gpus GPU(s): the compute mode forbids sharing"
+    else
+        run_step "$name" "$OUT/train-$n.txt" "$MPIEXEC" -n "$n" "${OSU[@]}" train \
+            --device cuda --data synthetic --steps 2 --json "$OUT/train-$n.json"
+    fi
+done
 
-# --- summary ------------------------------------------------------------------------------
-echo
-printf '%-30s %-5s %s\n' STEP STATUS DETAIL
-for i in "${!steps[@]}"; do
-    printf '%-30s %-5s %s\n' "${steps[$i]}" "${statuses[$i]}" "${details[$i]}"
-done | tee "$OUT/summary.txt"
-if [ "$failed" != 0 ]; then
-    echo "gpu_smoke: FAILED (logs in $OUT/)"
-    exit 1
-fi
-echo "gpu_smoke: all steps passed (logs in $OUT/)"
+summary

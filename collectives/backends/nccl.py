@@ -24,9 +24,10 @@ own algorithm and protocol (src/graph/tuning.cc), so it is measured.
 
 Registered only where cupy imports, a CUDA device is present and cupy has NCCL; otherwise
 ``registry.UNAVAILABLE_BACKENDS['nccl']`` says why. Sources: cupy_backends/cuda/libs/nccl.pyx
-(NcclCommunicator takes ``tuple commId``; get_unique_id returns the 128 ``char``s of
-ncclUniqueId as a tuple of ints, whose sign follows the platform's char), the NCCL API
-documentation (ncclCommInitRank, ncclAllReduce, ncclBcast).
+(get_unique_id returns ncclUniqueId's 128 bytes as ``bytes`` from cupy 14, cupy PR #9438;
+in cupy 13 as a tuple of their ``char`` values, whose sign follows the platform's char;
+NcclCommunicator takes what get_unique_id gave), the NCCL API documentation
+(ncclCommInitRank, ncclAllReduce, ncclBcast).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import numpy as np
 from collectives.backends import cached_on_comm
 from collectives.buffers import cuda_unavailable_reason
 from collectives.common import Scratch
-from collectives.device import gpu_sharing_reason, selected_gpu
+from collectives.device import expected_sharing_reason, gpu_sharing_reason, selected_gpu
 from collectives.registry import (
     GPU_BUFFERS,
     SEVERAL_NODES,
@@ -102,7 +103,11 @@ def unavailable_reason() -> str | None:
 def _distinct_gpus(ctx: CallContext) -> bool:
     # Found by device UUID when the GPU was chosen (collectives.device.select_local_gpu):
     # counting visible devices would refuse one visible GPU per rank (--gpus-per-task=1).
-    return gpu_sharing_reason() is None
+    # A process that chose none (a sweep's one-process planner) predicts that choice from
+    # the job's shape, or it would plan an nccl group that the job then refuses.
+    if selected_gpu() is not None:
+        return gpu_sharing_reason() is None
+    return expected_sharing_reason(ctx.ranks_per_node) is None
 
 
 ONE_GPU_PER_RANK = Requirement(
@@ -135,8 +140,9 @@ def _new_nccl_comm(comm: MPI.Comm) -> Any:
 
     _use_local_device()
     rank = comm.Get_rank()
-    # The id goes over as cupy gives it (a tuple of 128 C chars: signed on x86, unsigned on
-    # ARM) and is handed back unchanged; converting through int8 would break on ARM.
+    # The id goes over as cupy gives it (cupy 14: bytes; cupy 13: a tuple of 128 C chars,
+    # signed on x86, unsigned on ARM) and is handed back unchanged; converting it (e.g.
+    # through int8) would break one version or one platform.
     uid = comm.bcast(nccl.get_unique_id() if rank == 0 else None, root=0)
     return nccl.NcclCommunicator(comm.Get_size(), uid, rank)
 

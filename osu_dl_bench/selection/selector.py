@@ -209,6 +209,14 @@ class Selector:
         chosen._bound = {}
         return chosen
 
+    def without_fixed(self) -> Selector:
+        """This selector with no fixed algorithms (forced ones, the table and the model
+        still decide)."""
+        chosen = copy.copy(self)
+        chosen.fixed = {}
+        chosen._bound = {}
+        return chosen
+
     @property
     def source(self) -> str:
         """Where the decisions come from, for messages."""
@@ -315,14 +323,14 @@ class Selector:
         entry = None if chosen or self.table is None else self.entry_for(query)
         if entry is None:
             # Forced, fixed, no table, or no entry: one decision holds for every size.
-            return self._call(comm, self.decide(query, context).variant, context)
+            return self.bind_variant(comm, self.decide(query, context).variant, context)
         if self.model is not None and not _is_exact(entry, query):
             return self._bind_per_size(comm, query, context)
         decisions = [
             _eligible(Decision(r.choice.variant(collective), "table", ""), collective, context)
             for r in entry.ranges
         ]
-        calls = [self._call(comm, d.variant, context) for d in decisions]
+        calls = [self.bind_variant(comm, d.variant, context) for d in decisions]
         if len({id(c) for c in calls}) == 1:
             return calls[0]  # one algorithm at every size: no lookup per call
         starts = [r.min_bytes for r in entry.ranges]
@@ -342,10 +350,11 @@ class Selector:
 
         return call
 
-    def _call(self, comm: Any, variant: Variant, context: CallContext) -> CollectiveCall:
+    def bind_variant(self, comm: Any, variant: Variant, context: CallContext) -> CollectiveCall:
         """``variant`` bound on ``comm`` as it must run on ``context.device`` buffers (staged
         through host memory where MPI is not CUDA-aware), one object per variant and
-        device so that one algorithm at every size is seen as one call."""
+        device so that one algorithm at every size is seen as one call: the one way to
+        bind a decision (bench -a tuned, select and the trainer)."""
         call = self.calls.get(comm, variant)
         key = (id(call), context.device)
         if key not in self._on_device:
@@ -364,7 +373,7 @@ class Selector:
             target = by_size.get(nbytes)
             if target is None:
                 variant = self.decide(replace(query, nbytes=nbytes), context).variant
-                target = by_size[nbytes] = self._call(comm, variant, context)
+                target = by_size[nbytes] = self.bind_variant(comm, variant, context)
             target(send, recv, op, root)
 
         return call

@@ -4,10 +4,13 @@ rank was given, with the views and waits that hand torch's tensors to the collec
 On the GPU the gradient buckets stay torch tensors (autograd writes into them) and the
 collectives see cupy views of the same memory (``cupy.asarray`` reads torch's
 ``__cuda_array_interface__``; nothing is copied). torch queues its kernels on its current
-stream while the collectives run on the communication thread: before a bucket or the
-state is handed over, an event recorded on torch's stream is waited for, so MPI or NCCL
-never reads a gradient a kernel is still writing (the same rule as
-``collectives.device.device_ready`` for cupy's own kernels).
+stream (the legacy default stream) while the collectives run on the communication thread,
+on a non-blocking stream of that thread's own (``collectives.device.use_own_stream``): on
+the default stream too, NCCL and the staging copies would be ordered with backward's
+kernels, and nothing would overlap. Before a bucket or the state is handed over, an event
+recorded on torch's stream is waited for, so MPI or NCCL never reads a gradient a kernel
+is still writing (the same rule as ``collectives.device.device_ready`` for cupy's own
+kernels).
 """
 
 from __future__ import annotations
@@ -27,14 +30,22 @@ def place(buffers: str, session: Any) -> torch.device:
     if buffers != "cuda":
         return torch.device("cpu")
     session.agree(_require_gpu)  # a rank without one fails them all, not a hang
-    from collectives.device import select_local_gpu
-
-    index = session.thread.run(select_local_gpu, session.comm)
+    index = session.thread.run(communication_gpu, session.comm)
     torch.cuda.set_device(index)  # the current device is per thread: the main one too
     import cupy
 
     cupy.cuda.Device(index).use()
     return torch.device("cuda", index)
+
+
+def communication_gpu(comm: Any) -> int:
+    """On the communication thread: choose this rank's GPU (collective over ``comm``) and
+    give the thread its own non-blocking stream on it; returns the device index."""
+    from collectives.device import select_local_gpu, use_own_stream
+
+    index = select_local_gpu(comm)
+    use_own_stream()  # after select_local_gpu made the device current: a stream has one
+    return index
 
 
 def _require_gpu() -> None:

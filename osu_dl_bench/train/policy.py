@@ -9,9 +9,13 @@ a registry variant bound on the trainer's communicator:
   bytes, buffer kind), then native;
 - ``FixedPolicy``: a selector policy with some collectives fixed.
 
-``choose`` binds (which may duplicate communicators), so it is collective over the
-communicator: every rank must ask the same questions in the same order, which the trainer
-does at set-up time, on its communication thread.
+``choose`` binds through the selector (``Selector.bind_variant``: staged through host
+memory where MPI is not CUDA-aware, as for bench -a tuned), which may duplicate
+communicators, so it is collective over the communicator: every rank must ask the same
+questions in the same order, which the trainer does at set-up time, on its communication
+thread. Host arrays of a run on GPU buffers (the metric sums) are decided as ``cpu``
+buffers, and the algorithms fixed on the command line (meant for the run's buffers) do
+not apply to them: nccl is never handed a numpy array.
 """
 
 from __future__ import annotations
@@ -46,8 +50,13 @@ class BoundCollective:
 class CollectivePolicy(Protocol):
     """Chooses and binds the algorithm of one call (collective over the communicator)."""
 
-    def choose(self, collective: str, nbytes: int, dtype: str = "float32") -> BoundCollective:
-        """The bound algorithm for a call of ``nbytes`` per rank of ``dtype``."""
+    device: str  # the kind of the run's buffers (cpu, cpu-registered, cuda)
+
+    def choose(
+        self, collective: str, nbytes: int, dtype: str = "float32", device: str | None = None
+    ) -> BoundCollective:
+        """The bound algorithm for a call of ``nbytes`` per rank of ``dtype`` on ``device``
+        buffers (None: the run's)."""
         ...
 
 
@@ -76,6 +85,7 @@ class SelectorPolicy:
         device: str = "cpu",
     ) -> None:
         self.comm, self.selector, self.topology, self.device = comm, selector, topology, device
+        self._auxiliary = selector.without_fixed()  # for buffers of another kind
         for collective in required:
             self._require_entry(collective)
 
@@ -89,15 +99,20 @@ class SelectorPolicy:
                 f"--{collective} ALG"
             )
 
-    def _query(self, collective: str, nbytes: int) -> Query:
+    def _query(self, collective: str, nbytes: int, device: str | None = None) -> Query:
         t = self.topology
-        return Query(collective, t.nprocs, nbytes, self.device, t.nodes, t.ppn)
+        return Query(collective, t.nprocs, nbytes, device or self.device, t.nodes, t.ppn)
 
-    def choose(self, collective: str, nbytes: int, dtype: str = "float32") -> BoundCollective:
-        """The selector's decision for this call, bound."""
-        context = call_context(self.topology, collective, dtype, self.device)
-        decision = self.selector.decide(self._query(collective, nbytes), context)
-        call = self.selector.calls.get(self.comm, decision.variant)
+    def choose(
+        self, collective: str, nbytes: int, dtype: str = "float32", device: str | None = None
+    ) -> BoundCollective:
+        """The selector's decision for this call on ``device`` buffers (None: the run's),
+        bound as the selector binds it."""
+        device = device or self.device
+        selector = self.selector if device == self.device else self._auxiliary
+        context = call_context(self.topology, collective, dtype, device)
+        decision = selector.decide(self._query(collective, nbytes, device), context)
+        call = selector.bind_variant(self.comm, decision.variant, context)
         return BoundCollective(decision.label, decision.how, call)
 
 

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from collectives.device import is_device_array
 from collectives.ops import reduce_op
 from osu_dl_bench.runtime import Topology, agree_on_errors, discover_topology, thread_level_name
 from osu_dl_bench.train.comm_thread import CommThread
@@ -22,6 +23,7 @@ from osu_dl_bench.train.policy import BoundCollective, CollectivePolicy, build_p
 
 T = TypeVar("T")
 _SUM = reduce_op("sum")
+HOST = "cpu"  # the buffer kind of a host array (metric sums) in a run on GPU buffers
 
 
 def threads_may_call_mpi() -> bool:
@@ -79,9 +81,11 @@ class Session:
         self, collective: str, array: np.ndarray, nbytes: int | None = None
     ) -> BoundCollective:
         """The policy's algorithm for a call on ``array``, chosen as for ``nbytes`` if
-        given, else its size (call on the thread)."""
+        given, else its size, and for the kind of memory ``array`` is in (call on the
+        thread)."""
         size = array.nbytes if nbytes is None else nbytes
-        return self.policy.choose(collective, size, array.dtype.name)
+        on_host = self.policy.device == "cuda" and not is_device_array(array)
+        return self.policy.choose(collective, size, array.dtype.name, HOST if on_host else None)
 
     def allreduce_sum(self, array: np.ndarray) -> None:
         """Sum ``array`` over ranks, in place."""

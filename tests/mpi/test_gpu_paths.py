@@ -4,16 +4,18 @@ staging, a short -d cuda sweep, NCCL's unique id as ARM's unsigned chars give it
 an MPI that is not CUDA-aware: sweep -> tune -> bench -a tuned, and latency/bw, each rank
 on its own GPU.
 
-The stand-in fails a run that hands MPI memory a kernel has not finished with, fills only
-through ``set``, and refuses NCCL ids that are not cupy's tuple: today's bugs on a GPU.
+The stand-in fails a run that hands MPI memory a kernel has not finished with, or device
+memory at all where MPI is not CUDA-aware (OSU_DL_BENCH_CUDA_AWARE=0), fills only through
+``set``, and refuses NCCL ids that are not what that cupy version gives.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 
 import pytest
-from mpirun import REPO, driver_summary, run_cli, run_mpi
+from mpirun import REPO, driver_summary, mpi_env, run_cli, run_mpi, run_with_timeout
 
 from osu_dl_bench.measurement.store import RunStore
 
@@ -43,11 +45,13 @@ def test_every_algorithm_is_right_on_device_buffers(nprocs):
     assert summary["passed"] > 0
 
 
-def test_nccl_takes_the_unique_id_as_arm_gives_it():
+@pytest.mark.parametrize(
+    "cupy_id", [{}, {"STRICT_CUPY_VERSION": "13", "STRICT_CUPY_UNSIGNED_CHAR": "1"}]
+)
+def test_nccl_takes_the_unique_id_as_cupy_13_on_arm_and_cupy_14_give_it(cupy_id):
     args = [DRIVER, "--device", "cuda", "--backends", "nccl", "--collectives", "allreduce"]
     args += ["--dtypes", "float32", "--ops", "sum", "--sizes", "13"]
-    env = _env(True, STRICT_CUPY_UNSIGNED_CHAR="1")
-    summary = driver_summary(run_mpi(2, args, timeout=120, env=env))
+    summary = driver_summary(run_mpi(2, args, timeout=120, env=_env(True, **cupy_id)))
     assert summary["failed"] == 0 and summary["passed"] > 0, summary
 
 
@@ -74,26 +78,32 @@ def test_sweep_on_device_buffers(tmp_path):
     assert {"nccl", "mpi"} <= set(frame["backend"])
 
 
-# The CLI under a stand-in for an MPI library that is not CUDA-aware: with
-# OSU_DL_BENCH_CUDA_AWARE=0 a device array handed to MPI (mpi4py reaches it through
-# __cuda_array_interface__; the stand-in's NCCL uses raw pointers) fails the run, as a real
-# non-CUDA-aware MPI would crash on a device pointer. Each rank prints (to stderr, apart from
-# rank 0's rows) the GPU it used last.
-UNSTAGED = "strict cupy: UNSTAGED: device memory handed to an MPI that is not CUDA-aware"
-CLI_ON_PLAIN_MPI = f"""
-import os, sys
+def test_a_sweep_with_more_ranks_than_gpus_plans_no_nccl_group(tmp_path):
+    run_dir = tmp_path / "run"
+    argv = [sys.executable, "-m", "osu_dl_bench", "sweep", "--np", "2", "-d", "cuda"]
+    argv += ["--collectives", "allreduce", "-m", "8:64", "--budget", "0.02", "--launches", "1"]
+    env = mpi_env(_env(False, STRICT_CUPY_DEVICES="1"))  # two ranks share the one GPU
+    res = run_with_timeout([*argv, "-o", str(run_dir)], 300, env)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    frame = RunStore(run_dir).load()
+    assert set(frame["backend"]) == {"mpi"} and set(frame["validation"]) == {"pass"}
+
+
+# The CLI on an MPI library that is not CUDA-aware: with OSU_DL_BENCH_CUDA_AWARE=0 the
+# stand-in fails a device array handed to MPI (mpi4py reaches it through
+# __cuda_array_interface__; the stand-in's NCCL uses raw pointers), as a real non-CUDA-aware
+# MPI would crash on a device pointer. Each rank prints (to stderr, apart from rank 0's
+# rows) the GPU it used last.
+UNSTAGED = "strict cupy: UNSTAGED"
+CLI_ON_PLAIN_MPI = """
+import sys
 import cupy
 from mpi4py import MPI
 
-if os.environ.get("OSU_DL_BENCH_CUDA_AWARE") == "0":
-    def _refused(array):
-        print({UNSTAGED!r}, file=sys.stderr, flush=True)
-        raise cupy.UnsynchronizedAccess({UNSTAGED!r})
-    cupy.ndarray.__cuda_array_interface__ = property(_refused)
 rank = MPI.COMM_WORLD.Get_rank()
 from osu_dl_bench.cli import main
 code = main(sys.argv[1:])
-print(f"GPU rank {{rank}} device {{cupy.cuda.Device._current}}", file=sys.stderr, flush=True)
+print(f"GPU rank {rank} device {cupy.cuda.Device._current}", file=sys.stderr, flush=True)
 raise SystemExit(code)
 """
 

@@ -3,9 +3,13 @@
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from support.strict import STRICT_CUPY
+
+from collectives import device
 
 LAUNCHERS = frozenset({"mpiexec", "mpiexec.hydra", "mpirun", "srun", "sbatch", "salloc"})
 
@@ -28,3 +32,28 @@ def no_mpi_jobs(monkeypatch):
         real_init(self, args, *rest, **kwargs)
 
     monkeypatch.setattr(subprocess.Popen, "__init__", refusing_init)
+
+
+@pytest.fixture
+def cupy(monkeypatch):
+    """The strict stand-in imported as ``cupy``, gone again after the test; MPI is taken
+    as CUDA-aware (``plain_mpi``: not)."""
+    monkeypatch.setenv(device.CUDA_AWARE_ENV, "1")
+    monkeypatch.syspath_prepend(str(STRICT_CUPY))
+    for name in [m for m in sys.modules if m.split(".")[0] in ("cupy", "cupyx")]:
+        monkeypatch.delitem(sys.modules, name)
+    import cupy as module
+
+    monkeypatch.setattr(device, "_selected", {})
+    yield module
+    for name in [m for m in sys.modules if m.split(".")[0] in ("cupy", "cupyx")]:
+        del sys.modules[name]
+
+
+@pytest.fixture
+def plain_mpi(cupy, monkeypatch):
+    """MPI that is not CUDA-aware: the stand-in then fails any device array handed to MPI,
+    as a device pointer crashes such a library (its NCCL takes raw pointers, so only MPI
+    fails)."""
+    monkeypatch.setenv(device.CUDA_AWARE_ENV, "0")
+    return cupy

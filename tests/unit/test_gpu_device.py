@@ -6,31 +6,15 @@ paths are in tests/mpi/test_gpu_paths.py."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 from mpi4py import MPI
+from support.strict import STRICT_CUPY
 
 from collectives import SPECS, Buffers, CallShape, device
 from collectives.common import copy_into, reduce_into, start_in_place
 from collectives.ops import reduce_op
-
-STRICT_CUPY = Path(__file__).resolve().parents[1] / "support" / "strict_cupy"
-
-
-@pytest.fixture
-def cupy(monkeypatch):
-    """The strict stand-in imported as ``cupy``, gone again after the test."""
-    monkeypatch.syspath_prepend(str(STRICT_CUPY))
-    for name in [m for m in sys.modules if m.split(".")[0] in ("cupy", "cupyx")]:
-        monkeypatch.delitem(sys.modules, name)
-    import cupy as module
-
-    monkeypatch.setattr(device, "_selected", {})
-    yield module
-    for name in [m for m in sys.modules if m.split(".")[0] in ("cupy", "cupyx")]:
-        del sys.modules[name]
 
 
 def _pending(cupy) -> bool:
@@ -159,19 +143,6 @@ def test_importing_the_packages_initialises_no_cuda(tmp_path):
     assert done.returncode == 0, done.stderr
 
 
-@pytest.fixture
-def plain_mpi(cupy, monkeypatch):
-    """MPI that is not CUDA-aware: a device array handed to it fails, as a device pointer
-    crashes such a library (the stand-in's NCCL takes raw pointers, so only MPI fails)."""
-    monkeypatch.setenv(device.CUDA_AWARE_ENV, "0")
-
-    def refused(array):
-        raise cupy.UnsynchronizedAccess("device memory handed to an MPI not CUDA-aware")
-
-    monkeypatch.setattr(cupy.ndarray, "__cuda_array_interface__", property(refused))
-    return cupy
-
-
 def _cuda_table(*spans):
     import dataclasses
 
@@ -193,7 +164,7 @@ def test_tuned_stages_its_mpi_choices_where_mpi_is_not_cuda_aware(plain_mpi):
     native = lookup("allreduce", "native").variant()
     assert call is not sel.calls.get(MPI.COMM_SELF, native)  # staged
     # One algorithm at every size stays one call: no per-size lookup is put in front.
-    assert call is sel._call(MPI.COMM_SELF, native, ctx)
+    assert call is sel.bind_variant(MPI.COMM_SELF, native, ctx)
     for n in (1, 2048):
         send, recv = plain_mpi.asarray(np.ones(n, np.float32)), plain_mpi.zeros(n, np.float32)
         call(send, recv, reduce_op("sum"), 0)
@@ -216,3 +187,66 @@ def test_the_sweep_chooses_the_gpu_over_the_whole_job_first(cupy, monkeypatch, t
     assert worker.run_inside(MPI.COMM_WORLD, cfg) == 0
     # Later points may run on sub-communicators, whose node-local ranks are not the job's.
     assert chosen == ([MPI.COMM_WORLD] if dev == "cuda" else [])
+
+
+@pytest.fixture
+def copies(cupy, monkeypatch) -> dict[str, int]:
+    """How many device-to-host (get) and host-to-device (set) copies ran."""
+    counts = {"get": 0, "set": 0}
+    for name in counts:
+        real = getattr(cupy.ndarray, name)
+
+        def counted(self, *args, _real=real, _name=name, **kwargs):
+            counts[_name] += 1
+            return _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(cupy.ndarray, name, counted)
+    return counts
+
+
+def _noop(send, recv, op, root):
+    return None
+
+
+def test_staging_copies_recv_in_only_where_the_call_reads_it(cupy, copies):
+    send, recv = cupy.zeros(3, np.int64), cupy.zeros(3, np.int64)
+    device.staged(_noop)(send, recv, None, 0)
+    assert copies == {"get": 1, "set": 1}  # recv is only overwritten: not copied in
+    device.staged(_noop)(None, recv, None, 0)
+    assert copies == {"get": 2, "set": 2}  # in place: recv is read, so copied in
+
+
+@pytest.mark.parametrize(
+    "benchmark,rank,expected", [("bw", 0, (64, 0)), ("bw", 1, (0, 64)), ("latency", 0, (1, 1))]
+)
+def test_each_staged_point_to_point_message_pays_its_own_copy(
+    cupy, copies, benchmark, rank, expected
+):
+    from osu_dl_bench.measurement.p2p import staged_messages
+
+    send, recv = cupy.zeros(8, np.uint8), cupy.zeros(8, np.uint8)
+    device.staged(_noop, *staged_messages(benchmark, rank))(send, recv, None, 0)
+    assert (copies["get"], copies["set"]) == expected
+
+
+def test_staging_holds_bounded_pinned_memory_over_sizes_and_variants(cupy, monkeypatch):
+    import weakref
+
+    live: dict[int, int] = {}
+    real = device._pinned
+
+    def tracked(shape, dtype):
+        array = real(shape, dtype)
+        live[id(array)] = array.nbytes
+        weakref.finalize(array, live.pop, id(array))
+        return array
+
+    monkeypatch.setattr(device, "_pinned", tracked)
+    variants = [device.staged(_noop), device.staged(_noop)]
+    for exponent in range(4, 17):
+        n = 2**exponent // 4
+        send, recv = cupy.zeros(n, np.float32), cupy.zeros(n, np.float32)
+        for call in variants:
+            call(send, recv, None, 0)
+    # One shared send block and each variant's receive mirror, all of the last size.
+    assert sum(live.values()) <= 3 * 2**16

@@ -8,15 +8,23 @@ It models what our code must get right about cupy (cupy/_core/core.pyx, cupy doc
   memory. Its constructor takes a *shape* (``ndarray(values)`` is a bug); implicit
   conversion to numpy raises TypeError, as in cupy (use ``get``/``set``); numpy arrays are
   refused as operands of its kernels, as cupy refuses them.
-- Kernels are asynchronous: every operation that runs a kernel (a ufunc, a copy, a
-  setitem, ``zeros``, ``set``) marks the allocations it reads or writes as *pending* until
-  a synchronisation (a stream's or the device's ``synchronize``). MPI reaches a cupy array
-  only through ``__cuda_array_interface__`` (mpi4py's path for GPU arrays): reading it
-  while the allocation is pending raises ``UnsynchronizedAccess``, the race a real GPU
-  would hide. ``get`` is stream-ordered, so it may read pending memory.
-- ``cuda.nccl``: ``get_unique_id`` returns a tuple of 128 C chars, signed
+- Kernels are asynchronous and run on the calling thread's current stream (see
+  cuda/__init__.py for the ordering rules): every operation that runs a kernel (a ufunc,
+  a copy, a setitem, ``zeros``, ``set``) marks the allocations it reads or writes as
+  *pending* on that stream until a synchronisation that covers it (that stream's, or one
+  ordered with it, or the device's). A kernel or a ``get`` on memory still pending on a
+  stream that the current one is not ordered with raises ``UnsynchronizedAccess`` (two
+  streams racing).
+- MPI reaches a cupy array only through ``__cuda_array_interface__`` (mpi4py's path for
+  GPU arrays). Reading it while the allocation is pending raises ``UnsynchronizedAccess``,
+  the race a real GPU would hide; reading it at all where MPI is not CUDA-aware (unless
+  ``OSU_DL_BENCH_CUDA_AWARE=1`` says the run's MPI is) raises it too ("UNSTAGED"), as a
+  device pointer handed to such a library crashes it or reads garbage.
+- ``set`` refuses another dtype or shape, as cupy's does (cupy/_core/core.pyx).
+- ``cuda.nccl``: ``get_unique_id`` returns what cupy 14 returns, ``bytes`` (cupy PR #9438),
+  or with ``STRICT_CUPY_VERSION=13`` cupy 13's tuple of 128 C chars, signed
   (``STRICT_CUPY_UNSIGNED_CHAR=1``: unsigned, as on ARM); ``NcclCommunicator`` takes
-  exactly such a tuple. Its "NCCL" is MPI on COMM_WORLD ranks (see cuda/nccl.py).
+  exactly what that version gives. Its "NCCL" is MPI on COMM_WORLD ranks (cuda/nccl.py).
 - ``cuda.runtime``: ``STRICT_CUPY_DEVICES`` devices (default 8; CUDA_VISIBLE_DEVICES
   narrows and renumbers them), each with a UUID fixed by host and physical index; any
   runtime call sets ``cuda.runtime.initialised`` (importing cupy initialises nothing).
@@ -25,13 +33,14 @@ It models what our code must get right about cupy (cupy/_core/core.pyx, cupy doc
 from __future__ import annotations
 
 import numbers
+import os
 import sys
 
 import numpy as np
 
 from . import cuda
 
-__version__ = "0.0.0+strict"
+__version__ = ("13.6.0" if os.environ.get("STRICT_CUPY_VERSION") == "13" else "14.0.0") + "+strict"
 _MAX_NDIM = 64  # cupy's MAX_NDIM
 float16, float32, float64 = np.float16, np.float32, np.float64
 int8, int16, int32, int64 = np.int8, np.int16, np.int32, np.int64
@@ -48,21 +57,58 @@ class _Allocation:
     __slots__ = ("__weakref__",)
 
 
-_pending: set[int] = set()  # ids of allocations touched by kernels not yet synchronised
+# id of an allocation -> the streams with kernels on it not yet synchronised
+_pending: dict[int, list] = {}
 _live: dict[int, _Allocation] = {}
-violations: list[str] = []  # every unsynchronised hand-over to MPI, for tests
+violations: list[str] = []  # every unsynchronised or unstaged hand-over to MPI, for tests
+CUDA_AWARE_ENV = "OSU_DL_BENCH_CUDA_AWARE"
+UNSTAGED = "strict cupy: UNSTAGED: device memory handed to an MPI that is not CUDA-aware"
+UNSYNCHRONIZED = (
+    "strict cupy: UNSYNCHRONIZED ACCESS: device memory handed to MPI "
+    "(__cuda_array_interface__) while a kernel queued on it is not synchronised"
+)
+RACE = "strict cupy: STREAM RACE: a kernel on one stream uses memory another stream is writing"
+
+
+def _violation(message: str) -> None:
+    # mpi4py probes for __cuda_array_interface__ in a way that swallows exceptions (then
+    # says "expecting buffer"): the reason is also recorded and printed.
+    violations.append(message)
+    print(message, file=sys.stderr, flush=True)
+    raise UnsynchronizedAccess(message)
+
+
+def _check_ordered(array) -> None:
+    current = cuda.get_current_stream()
+    if any(not current.ordered_with(s) for s in _pending.get(id(array._alloc), ())):
+        _violation(f"{RACE} ({current} after {_pending[id(array._alloc)]})")
 
 
 def _mark(*arrays) -> None:
+    current = cuda.get_current_stream()
     for array in arrays:
         if isinstance(array, ndarray):
-            _pending.add(id(array._alloc))
+            _check_ordered(array)
+            streams = _pending.setdefault(id(array._alloc), [])
+            if current not in streams:
+                streams.append(current)
             _live[id(array._alloc)] = array._alloc
 
 
-def _synchronize() -> None:
-    _pending.clear()
-    _live.clear()
+def _synchronize(stream=None) -> None:
+    """Complete the kernels of ``stream`` and of the streams it is ordered with (None: of
+    every stream, as a device synchronisation does)."""
+    for key in list(_pending):
+        left = [] if stream is None else [s for s in _pending[key] if not stream.ordered_with(s)]
+        if left:
+            _pending[key] = left
+        else:
+            del _pending[key]
+            _live.pop(key, None)
+
+
+def _mpi_reads_device_memory() -> bool:
+    return os.environ.get(CUDA_AWARE_ENV, "").strip() == "1"
 
 
 class _Pointer:
@@ -200,7 +246,9 @@ class ndarray:  # noqa: N801 - cupy's name
 
     # --- host transfers ---
     def get(self, stream=None, order="C", out=None, blocking=True) -> np.ndarray:
-        """Device to host; ordered after the stream's kernels, so pending memory is fine."""
+        """Device to host, ordered after the current stream's kernels (so memory pending
+        there is fine; memory another, unordered stream is writing is a race)."""
+        _check_ordered(self)
         if out is None:
             return self._a.copy()
         if not isinstance(out, np.ndarray) or out.shape != self._a.shape:
@@ -212,26 +260,22 @@ class ndarray:  # noqa: N801 - cupy's name
         """Host to device, asynchronous (cudaMemcpyAsync) like cupy's."""
         if not isinstance(arr, np.ndarray):
             raise TypeError(f"Only numpy.ndarray can be set to cupy.ndarray, got {type(arr)}")
+        if arr.dtype != self._a.dtype:
+            raise TypeError(f"{arr.dtype} array cannot be set to {self._a.dtype} array")
         if arr.shape != self._a.shape:
             raise ValueError(f"Shape mismatch. Old shape: {self.shape}, new shape: {arr.shape}")
         if not self._a.flags.c_contiguous:
             raise RuntimeError("Cannot set to non-contiguous array")
-        self._a[...] = arr.astype(self._a.dtype, copy=False)
+        self._a[...] = arr
         _mark(self)
 
     # --- how mpi4py reaches device memory ---
     @property
     def __cuda_array_interface__(self) -> dict:
+        if not _mpi_reads_device_memory():
+            _violation(UNSTAGED)
         if id(self._alloc) in _pending:
-            # mpi4py probes for this attribute in a way that swallows exceptions (then says
-            # "expecting buffer"): the reason is also recorded and printed.
-            message = (
-                "strict cupy: UNSYNCHRONIZED ACCESS: device memory handed to MPI "
-                "(__cuda_array_interface__) while a kernel queued on it is not synchronised"
-            )
-            violations.append(message)
-            print(message, file=sys.stderr, flush=True)
-            raise UnsynchronizedAccess(message)
+            _violation(UNSYNCHRONIZED)
         return {
             "version": 2,
             "shape": self._a.shape,

@@ -3,10 +3,12 @@
 ncclCommInitRank is emulated with MPI_Comm_create_group, collective over the members only,
 as ncclCommInitRank is: the members find each other's world ranks through a directory
 named after the unique id (a rendezvous on this host's file system).
-The unique id is what cupy gives (cupy_backends/cuda/libs/nccl.pyx: a tuple of the 128
-``char`` of ncclUniqueId), signed by default, unsigned with STRICT_CUPY_UNSIGNED_CHAR=1 (ARM);
-NcclCommunicator(ndev, commId, rank) takes only such a tuple, and refuses two ranks on one
-GPU as NCCL does ("Duplicate GPU detected").
+The unique id is what cupy gives (cupy_backends/cuda/libs/nccl.pyx): in cupy 14 the 128
+bytes of ncclUniqueId as ``bytes`` (cupy PR #9438), in cupy 13 (STRICT_CUPY_VERSION=13) a
+tuple of their 128 ``char`` values, signed by default, unsigned with
+STRICT_CUPY_UNSIGNED_CHAR=1 (ARM). NcclCommunicator(ndev, commId, rank) takes only what
+that version gives, and refuses two ranks on one GPU as NCCL does ("Duplicate GPU
+detected").
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from mpi4py import MPI
 
 available = True
 UNIQUE_ID_BYTES = 128
@@ -46,7 +47,6 @@ TYPES = [
     NCCL_FLOAT64,
 ) = range(9)
 NCCL_SUM, NCCL_PROD, NCCL_MAX, NCCL_MIN = range(4)
-OPS = [MPI.SUM, MPI.PROD, MPI.MAX, MPI.MIN]
 
 
 class NcclError(RuntimeError):
@@ -62,9 +62,30 @@ def get_version() -> int:
     return 22304
 
 
-def get_unique_id() -> tuple:
+def _cupy13() -> bool:
+    return os.environ.get("STRICT_CUPY_VERSION") == "13"
+
+
+def get_unique_id() -> bytes | tuple:
+    raw = os.urandom(UNIQUE_ID_BYTES)
+    if not _cupy13():
+        return raw
     chars = _char_range()
-    return tuple(int(b) + chars.start for b in os.urandom(UNIQUE_ID_BYTES))
+    return tuple(int(b) + chars.start for b in raw)
+
+
+def _id_bytes(commId) -> bytes:  # noqa: N803 - cupy's name
+    """The id's 128 bytes, from exactly the type this cupy version takes."""
+    if not _cupy13():
+        if type(commId) is not bytes or len(commId) != UNIQUE_ID_BYTES:
+            raise TypeError(f"NcclCommunicator: commId must be 128 bytes, got {type(commId)}")
+        return commId
+    if type(commId) is not tuple or len(commId) != UNIQUE_ID_BYTES:
+        raise TypeError(f"NcclCommunicator: commId must be a tuple of 128, got {type(commId)}")
+    chars = _char_range()
+    if not all(type(c) is int and c in chars for c in commId):
+        raise OverflowError(f"NcclCommunicator: commId holds values outside {chars}")
+    return bytes(c - chars.start for c in commId)
 
 
 def _array(ptr, count, datatype):
@@ -75,8 +96,11 @@ def _array(ptr, count, datatype):
     return np.frombuffer(raw, dtype)
 
 
-def _rendezvous(uid: bytes, ndev: int, rank: int) -> MPI.Comm:
-    """The members' communicator, NCCL rank order, made by the members alone."""
+def _rendezvous(uid: bytes, ndev: int, rank: int):
+    """The members' communicator, NCCL rank order, made by the members alone (mpi4py is
+    imported here: real cupy needs no MPI library to import)."""
+    from mpi4py import MPI
+
     folder = os.path.join(tempfile.gettempdir(), f"strict_cupy_nccl_{uid[:16].hex()}")
     os.makedirs(folder, exist_ok=True)
     mine = os.path.join(folder, str(rank))
@@ -104,12 +128,7 @@ def _current_uuid() -> bytes:
 
 class NcclCommunicator:
     def __init__(self, ndev, commId, rank):  # noqa: N803 - cupy's names
-        if type(commId) is not tuple or len(commId) != UNIQUE_ID_BYTES:
-            raise TypeError(f"NcclCommunicator: commId must be a tuple of 128, got {type(commId)}")
-        chars = _char_range()
-        if not all(type(c) is int and c in chars for c in commId):
-            raise OverflowError(f"NcclCommunicator: commId holds values outside {chars}")
-        self.comm = _rendezvous(bytes(c - chars.start for c in commId), ndev, rank)
+        self.comm = _rendezvous(_id_bytes(commId), ndev, rank)
         assert self.comm.Get_size() == ndev and self.comm.Get_rank() == rank
         assert len(set(self.comm.allgather(commId))) == 1, "ranks got different ids"
         uuids = self.comm.allgather(_current_uuid())
@@ -118,8 +137,10 @@ class NcclCommunicator:
 
     def allReduce(self, sendbuf, recvbuf, count, datatype, op, stream):  # noqa: N802
         out = _array(recvbuf, count, datatype)
+        from mpi4py import MPI
+
         src = MPI.IN_PLACE if sendbuf == recvbuf else _array(sendbuf, count, datatype)
-        self.comm.Allreduce(src, out, OPS[op])
+        self.comm.Allreduce(src, out, [MPI.SUM, MPI.PROD, MPI.MAX, MPI.MIN][op])
 
     def bcast(self, buff, count, datatype, root, stream):
         self.comm.Bcast(_array(buff, count, datatype), root)

@@ -1,0 +1,100 @@
+"""The trainer's collective policy on GPU buffers, on the strict cupy stand-in: its choice
+is bound the way bench -a tuned binds it (staged where MPI is not CUDA-aware), host arrays
+of a GPU run (the metric sums) are decided as cpu buffers, and nccl is never handed numpy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+from support.tuning import make_entry, make_table
+
+from collectives import registry
+from collectives.ops import reduce_op
+from osu_dl_bench.runtime import Topology
+from osu_dl_bench.selection import Selector
+from osu_dl_bench.train.comm_thread import CommThread
+from osu_dl_bench.train.policy import FixedPolicy, SelectorPolicy, call_context
+from osu_dl_bench.train.session import Session
+
+ONE_RANK = Topology(1, 1, 1, ("host",))
+
+
+@pytest.fixture
+def nccl(monkeypatch, request):
+    """The nccl backend registered on the stand-in (whose "NCCL" is MPI), gone afterwards."""
+    registry.load_algorithms()  # before cupy imports: no test after this one sees nccl
+    cupy = request.getfixturevalue("cupy")
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.delitem(registry.UNAVAILABLE_BACKENDS, "nccl", raising=False)
+    from collectives.backends import nccl as backend
+
+    if ("allreduce", "nccl") not in registry._REGISTRY:
+        backend.register_backend()
+    return cupy
+
+
+def _session(policy) -> Session:
+    return Session(MPI.COMM_SELF, ONE_RANK, policy, CommThread(inline=True))
+
+
+def _cuda_table(name: str):
+    entry = make_entry(1, [(0, name)])
+    return make_table(dataclasses.replace(entry, key=dataclasses.replace(entry.key, device="cuda")))
+
+
+def test_the_policy_binds_its_choice_as_the_selector_does_staged_on_plain_mpi(plain_mpi):
+    selector = Selector(force={})
+    policy = SelectorPolicy(MPI.COMM_SELF, ONE_RANK, selector, device="cuda")
+    gradients = plain_mpi.asarray(np.full(5, 2.0, np.float32))
+    plain_mpi.cuda.Device().synchronize()
+    bound = policy.choose("allreduce", gradients.nbytes)
+    bound.call(None, gradients, reduce_op("sum"), 0)  # unstaged, MPI would get device memory
+    assert (gradients.get() == 2.0).all() and not plain_mpi.violations
+    context = call_context(ONE_RANK, "allreduce", "float32", "cuda")
+    native = registry.lookup("allreduce", "native").variant()
+    assert bound.call is selector.bind_variant(MPI.COMM_SELF, native, context)
+
+
+@pytest.mark.parametrize("how", ["fixed", "table"])
+def test_host_arrays_of_a_gpu_run_are_decided_on_cpu_and_nccl_never_gets_numpy(nccl, how):
+    variant = registry.lookup("allreduce", "nccl").variant()
+    if how == "fixed":
+        policy = FixedPolicy(MPI.COMM_SELF, ONE_RANK, {"allreduce": variant}, device="cuda")
+    else:
+        selector = Selector(_cuda_table("nccl"), force={})
+        policy = SelectorPolicy(MPI.COMM_SELF, ONE_RANK, selector, ("allreduce",), "cuda")
+    session = _session(policy)
+    sums = np.array([1.5, 2.0, 3.0])  # float64 metric sums, 24 bytes
+    assert session.choose("allreduce", sums).label == "native"
+    session.allreduce_sum(sums)
+    assert sums.tolist() == [1.5, 2.0, 3.0]
+    gradients = nccl.asarray(np.ones(4, np.float32))
+    nccl.cuda.Device().synchronize()
+    assert session.choose("allreduce", gradients).label == "nccl"
+    session.allreduce_sum(gradients)
+    assert (gradients.get() == 1).all()
+
+
+def test_the_communication_thread_has_its_own_non_blocking_stream(nccl, monkeypatch):
+    import torch
+
+    from osu_dl_bench.train import device as train_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda index: None)
+    policy = SelectorPolicy(MPI.COMM_SELF, ONE_RANK, Selector(force={}), device="cuda")
+    with CommThread() as thread:
+        session = Session(MPI.COMM_SELF, ONE_RANK, policy, thread)
+        assert train_device.place("cuda", session) == torch.device("cuda", 0)
+        stream = thread.run(nccl.cuda.get_current_stream)
+        # The legacy default stream is ordered with torch's kernels: no overlap there.
+        assert stream is not nccl.cuda.Stream.null and stream.non_blocking
+        assert nccl.cuda.get_current_stream() is nccl.cuda.Stream.null
+        gradients = nccl.asarray(np.ones(4, np.float32))  # the "backward" on the main thread
+        nccl.cuda.Stream.null.synchronize()  # what the trainer's event wait stands for
+        session.allreduce_sum(gradients)  # on the communication thread
+        assert (gradients.get() == 1).all() and not nccl.violations

@@ -100,7 +100,7 @@ def _check_names(collectives: tuple[str, ...], algorithm_texts: list[str]) -> No
 
 
 @dataclass(frozen=True)
-class Setting:
+class SweepSetting:
     """What stays fixed over a sweep: element type, op, array module, variants."""
 
     etype: ElementType
@@ -118,7 +118,7 @@ class Setting:
         return op.name if op else None
 
 
-def resolve_setting(cfg: SweepConfig) -> Setting:
+def resolve_setting(cfg: SweepConfig) -> SweepSetting:
     """Resolve and check every name of the config; a UsageError says what is wrong."""
     etype = element_type(cfg.dtype)
     reducing = [c for c in cfg.collectives if SPECS[c].reduces]
@@ -139,7 +139,7 @@ def resolve_setting(cfg: SweepConfig) -> Setting:
             f"-a {cfg.algorithms}: names no algorithm of {', '.join(empty)} "
             f"(see osu-dl-bench list {empty[0]})"
         )
-    return Setting(etype, op, array_module(cfg.device), variants)
+    return SweepSetting(etype, op, array_module(cfg.device), variants)
 
 
 @dataclass(frozen=True)
@@ -237,7 +237,7 @@ def isolation_groups(plans: list[CollectivePlan]) -> list[str]:
 
 def plan_collectives(
     cfg: SweepConfig,
-    setting: Setting,
+    setting: SweepSetting,
     nprocs: int,
     nodes: int,
     ppn: int,
@@ -266,7 +266,7 @@ class LaunchSlot:
 
 def point_key(
     cfg: SweepConfig,
-    setting: Setting,
+    setting: SweepSetting,
     plan: CollectivePlan,
     variant: Variant,
     n: int,
@@ -330,7 +330,7 @@ def finished_points(store: RunStore) -> Done:
 
 def pending(
     cfg: SweepConfig,
-    setting: Setting,
+    setting: SweepSetting,
     plan: CollectivePlan,
     n: int,
     done: set,
@@ -369,7 +369,7 @@ class JobPlan:
 
 def job_plan(
     cfg: SweepConfig,
-    setting: Setting,
+    setting: SweepSetting,
     nprocs: int,
     plans: list[CollectivePlan],
     done: set,

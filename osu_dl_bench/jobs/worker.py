@@ -35,7 +35,7 @@ from osu_dl_bench.jobs.plan import (
     Done,
     JobPlan,
     LaunchSlot,
-    Setting,
+    SweepSetting,
     finished_points,
     forcing_proof,
     is_forced_group,
@@ -77,7 +77,7 @@ from osu_dl_bench.runtime import (
 
 def sweep_points(
     cfg: SweepConfig,
-    setting: Setting,
+    setting: SweepSetting,
     plan: CollectivePlan,
     n: int,
     variants: list[Variant],
@@ -179,7 +179,7 @@ class Job:
 
     comm: MPI.Comm
     cfg: SweepConfig
-    setting: Setting
+    setting: SweepSetting
     store: RunStore
     done: Done
     report: Reporter
@@ -323,7 +323,7 @@ def _slots(cfg: SweepConfig, plans: list[CollectivePlan]) -> list[LaunchSlot]:
 
 
 def _sweep_one_count(
-    world: MPI.Comm, comm: MPI.Comm, cfg: SweepConfig, setting: Setting, **shared: Any
+    world: MPI.Comm, comm: MPI.Comm, cfg: SweepConfig, setting: SweepSetting, **shared: Any
 ) -> list[tuple[SweepPoint, int]]:
     """Every pending point at this communicator's size, in each of its launch slots;
     returns the failed candidates."""
@@ -439,14 +439,14 @@ def _share_stop(world: MPI.Comm, stopped: UsageError | None) -> None:
         raise UsageError(message, agreed=True)
 
 
-def _checked_setting(cfg: SweepConfig, world_size: int) -> Setting:
+def _checked_setting(cfg: SweepConfig, world_size: int) -> SweepSetting:
     too_big = [p for p in cfg.nprocs if p > world_size]
     if too_big:
         raise UsageError(f"--np {too_big[0]}: only {world_size} processes in this job")
     return resolve_setting(cfg)
 
 
-def _check_memory(world: MPI.Comm, cfg: SweepConfig, setting: Setting) -> None:
+def _check_memory(world: MPI.Comm, cfg: SweepConfig, setting: SweepSetting) -> None:
     """Refuse, on every rank, sizes whose buffers this node cannot hold at the largest
     --np (before the run directory is opened: nothing is half measured)."""
     itemsize, nprocs = setting.etype.itemsize, max(cfg.nprocs)
@@ -501,7 +501,7 @@ def run_inside(world: MPI.Comm, cfg: SweepConfig) -> int:
 
 
 def _sweep_counts(
-    world: MPI.Comm, cfg: SweepConfig, setting: Setting, store: RunStore, done: set
+    world: MPI.Comm, cfg: SweepConfig, setting: SweepSetting, store: RunStore, done: set
 ) -> int:
     """Every --np count in turn, then the verdict; returns the exit code."""
     report = Reporter(world, cfg.orchestrated)

@@ -1,4 +1,4 @@
-"""What the ``model`` actions do (options: model.options). They run as one process, not an
+"""What the ``model`` actions do (options: commands.model_options). They run as one process, not an
 MPI job (``fit`` launches its calibration job itself when the run has no calibration rows
 of its sweep's launches), so they print directly."""
 

@@ -1,4 +1,4 @@
-"""What the ``tune`` and ``select`` subcommands do (options: tuning.options). They run as
+"""What the ``tune`` and ``select`` subcommands do (options: commands.tune_options). They run as
 one process, not an MPI job, so they print directly."""
 
 from __future__ import annotations

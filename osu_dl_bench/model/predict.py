@@ -1,6 +1,6 @@
 """Predicted times of every registered variant at scale, and the predicted tuning table.
 
-The table has the measured tables' schema (tuning.table), one entry per collective for the
+The table has the measured tables' schema (selection.table), one entry per collective for the
 requested layout, ``"provenance": {"predicted": true, "platform": ...}`` and per size the
 predicted time of the fastest eligible variant and of native (``median_us`` and
 ``native_median_us`` are predictions there). The selector loads it like any other table.

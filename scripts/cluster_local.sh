@@ -328,6 +328,9 @@ export OSU_DL_BENCH_CLUSTER_RATE=$(config_value rate)
 # find the peer's shared memory: all nodes share /dev/shm).
 export MPIR_CVAR_CH4_NETMOD=ofi
 export FI_PROVIDER=tcp
+# MPI RMA without libfabric's: the shared-memory windows of shm and hierarchical live until
+# exit, and their registrations made MPI_Finalize fail (fabricclose: resource busy).
+export MPIR_CVAR_CH4_OFI_ENABLE_RMA=0
 export UCX_TLS=tcp,self
 # Open MPI: TCP between nodes, shared memory within one; out-of-band over the bridge.
 export OMPI_MCA_pml=ob1

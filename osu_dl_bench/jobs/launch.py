@@ -329,11 +329,15 @@ def planner_command(cfg: SweepConfig) -> list[str]:
 
 
 def expected_layout(cfg: SweepConfig, nprocs: int) -> tuple[int, int]:
-    """(nodes, ranks per node) a job of nprocs ranks should get: emulated nodes, the Slurm
-    allocation's nodes, or one host. The job measures its real layout; this is for
-    planning and for the environment."""
+    """(nodes, ranks per node) a job of nprocs ranks should get: emulated nodes, the hosts
+    OSU_DL_BENCH_HOSTS names, the Slurm allocation's nodes, or one host. The job measures
+    its real layout; this is for planning and for the environment."""
     if cfg.ranks_per_node:
         return math.ceil(nprocs / cfg.ranks_per_node), min(cfg.ranks_per_node, nprocs)
+    remote = remote_hosts() if cfg.launcher == "mpiexec" else None
+    if remote is not None:
+        ppn = remote.ranks_per_node(nprocs)
+        return math.ceil(nprocs / ppn), ppn
     job = slurm_job()
     if cfg.launcher == "srun" and job is not None and job.nodes:
         nodes = min(job.nodes, nprocs)

@@ -235,3 +235,10 @@ def test_srun_ignores_the_hosts_and_hosts_without_an_agent_are_a_usage_error(
         launch.launcher_prefix(2)
     monkeypatch.delenv(launch.HOSTS_VARIABLE)
     assert launch.remote_hosts() is None
+
+
+def test_a_sweep_plans_the_layout_the_named_hosts_give(cluster):
+    cfg = _sweep_config("--np", "4")
+    assert launch.expected_layout(cfg, 4) == (2, 2)
+    assert launch.expected_layout(cfg, 3) == (2, 2)
+    assert launch.expected_layout(_sweep_config("--np", "4", "--ranks-per-node", "4"), 4) == (1, 4)

@@ -25,7 +25,7 @@ mkdir -p "$run" "$out"
 . scripts/results_lib.sh # (the repository root is the working directory)
 
 cluster() { bash scripts/cluster_local.sh "$@"; }
-nodes=$(cluster status 2>/dev/null | grep -c '^node[0-9]* ' || true)
+nodes=$(cluster env 2>/dev/null | sed -n 's/^export OSU_DL_BENCH_HOSTS=//p' | tr ',' '\n' | grep -c . || true)
 if ((nodes < 4)); then
     echo "bring a cluster of 4 nodes up first: bash scripts/cluster_local.sh up" >&2
     exit 1

@@ -1,8 +1,8 @@
 """Across the nodes of a cluster on this machine (scripts/cluster_local.sh: network
 namespaces on a bridge, tbf-shaped links): bring-up and tear-down, MPICH's hydra at 2 and
 4 nodes, Open MPI's prterun at 2, srun across every node, the hierarchical algorithms
-validated at 2 nodes x 2 ranks, and a table's node dimension read by the selector in a
-training run. The nodes and ranks per node in records come from MPI (Split_type shared),
+validated at 2 nodes x 2 ranks, a table's node dimension read by the selector in a
+training run, and the model's inter-node link fitted over two nodes. The nodes and ranks per node in records come from MPI (Split_type shared),
 never from an emulation flag.
 
 They skip, saying why, unless run as root with a cluster up
@@ -14,6 +14,7 @@ import importlib.util
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from unittest import mock
 
@@ -191,3 +192,15 @@ def test_the_selector_takes_the_tables_row_for_this_node_shape_in_training(clust
     assert "# start-up bcast: hierarchical" in res.stdout
     assert "# allreduce: hierarchical" in res.stdout
     assert "validation:" in res.stdout and ": PASS" in res.stdout
+
+
+def test_model_fit_over_two_nodes_fits_the_inter_node_link(cluster, tmp_path):
+    nodes = _nodes(cluster)[:2]
+    env = mpi_env({**cluster, launch.HOSTS_VARIABLE: ",".join(nodes)})
+    cmd = [sys.executable, "-m", "osu_dl_bench", "model", "fit", "--np", "2"]
+    cmd += ["-m", "8:256K", "--rounds", "3", str(tmp_path / "fit")]
+    res = run_with_timeout(cmd, JOB_TIMEOUT, env)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "inter: measured; fitted across nodes node1,node2" in res.stdout
+    assert "intra: NOT measured" in res.stdout
+    assert f"shaped to {cluster['OSU_DL_BENCH_CLUSTER_RATE']}" in res.stdout

@@ -2,8 +2,8 @@
 namespaces on a bridge, tbf-shaped links): bring-up and tear-down, MPICH's hydra at 2 and
 4 nodes, Open MPI's prterun at 2, srun across every node, the hierarchical algorithms
 validated at 2 nodes x 2 ranks, a table's node dimension read by the selector in a
-training run, and the model's inter-node link fitted over two nodes. The nodes and ranks per node in records come from MPI (Split_type shared),
-never from an emulation flag.
+training run, and the model's inter-node link fitted over two nodes. The nodes and ranks
+per node in records come from MPI (Split_type shared), never from an emulation flag.
 
 They skip, saying why, unless run as root with a cluster up
 (`bash scripts/cluster_local.sh up`, as .ci/run does)."""

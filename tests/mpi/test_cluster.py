@@ -50,8 +50,8 @@ def cluster() -> dict[str, str]:
         pytest.skip("needs root (network namespaces): run as root with a cluster up")
     res = _script("env")
     if res.returncode != 0:
-        why = res.stderr.strip().splitlines()[-1] if res.stderr.strip() else "no answer"
-        pytest.skip(f"no cluster is up ({why}); bring one up: bash {SCRIPT} up")
+        lines = res.stderr.strip().splitlines() or [f"no answer from {SCRIPT} env"]
+        pytest.skip(lines[-1].removeprefix("cluster_local: error: "))
     return _exports(res.stdout)
 
 

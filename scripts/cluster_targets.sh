@@ -66,16 +66,21 @@ hier_allreduce=hierarchical:inner=native,hierarchical:inner=ring,hierarchical:in
 hier_bcast=hierarchical:inner=native,hierarchical:inner=binomial,hierarchical:inner=chain
 sweeps_2x2() {
     # sweeps_2x2 SUFFIX: allreduce and bcast at 2 nodes x 2 ranks, flat and hierarchical
+    # The reports run after the sweeps: what the machine was doing during them is kept.
+    echo "# load before the sweeps$1: $(load) on $(nproc) cores" >"$run/h2x2$1.load"
     sweep "$hosts2" 4 allreduce \
         "native,ring:seg=0,recursive_doubling,rabenseifner,reduce_bcast,tree,$hier_allreduce" \
         "$run/h2x2-allreduce$1"
     sweep "$hosts2" 4 bcast \
         "native,binomial,chain,scatter_ring_allgather,scatter_rd_allgather,$hier_bcast" \
         "$run/h2x2-bcast$1"
+    echo "# load after the sweeps$1: $(load)" >>"$run/h2x2$1.load"
 }
 hierarchical_report() {
     echo "# sweeps at 2 nodes x 2 ranks, 64K-16M, BUDGET=$budget s per point, $launches launches:"
     echo "#   $run/h2x2-allreduce, $run/h2x2-bcast (links at 1gbit, MPICH over libfabric's tcp)"
+    cat "$run/h2x2.load"
+    echo "# python scripts/family_ratios.py RUN hierarchical FLAT; osu-dl-bench tune RUN"
     python scripts/family_ratios.py "$run/h2x2-allreduce" hierarchical "$flat_allreduce" \
         --collective allreduce
     python scripts/family_ratios.py "$run/h2x2-bcast" hierarchical "$flat_bcast" \
@@ -87,7 +92,9 @@ hierarchical_report() {
 stability_report() {
     echo "# the first sweeps ended at $(date -u -r "$run/h2x2-bcast.log" +%H:%M:%S), the second"
     echo "#   began at $second UTC (links at 1gbit, BUDGET=$budget s per point, $launches launches)"
+    cat "$run/h2x2.load" "$run/h2x2-B.load"
     for collective in allreduce bcast; do
+        echo "# osu-dl-bench compare $run/h2x2-$collective $run/h2x2-$collective-B"
         osu-dl-bench compare "$run/h2x2-$collective" "$run/h2x2-$collective-B"
     done
 }

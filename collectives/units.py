@@ -24,6 +24,22 @@ def parse_size(text: str) -> int:
     return int(match.group(1)) * _SUFFIX[match.group(2).upper()]
 
 
+# tc's rate units (tc(8), "RATES"): bit for bits per second, bps for bytes per second,
+# decimal prefixes.
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(bit|bps)\s*$", re.IGNORECASE)
+_RATE_PREFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+
+
+def parse_link_rate(text: str) -> float:
+    """Bytes per second of a rate in tc's units ('1gbit', '250mbit', '10mbps')."""
+    match = _RATE.match(text)
+    if not match:
+        raise ValueError(f"expected a rate such as 1gbit or 250mbit, got {text!r}")
+    value, prefix, unit = match.groups()
+    per_second = float(value) * _RATE_PREFIX[prefix.lower()]
+    return per_second / 8 if unit.lower() == "bit" else per_second
+
+
 def doubling_sizes(lo: int, hi: int) -> list[int]:
     """OSU's size loop: lo, 2 lo, 4 lo, ... up to hi (0 is followed by 1)."""
     sizes, size = [], lo

@@ -4,6 +4,9 @@ second family, paired and with 95% intervals, as `tune` decides (selection.tune)
 
     python scripts/family_ratios.py RUN_DIR tree ring [--collective allreduce]
 
+A family may be several, comma-separated (`hierarchical ring,rabenseifner,tree`): the best
+variant of any of them.
+
 Prints one line per (p, size): native's median, then FAMILY's best variant (the lowest
 ratio to native among its variants) with its ratio and interval, OTHER's likewise, and
 FAMILY / OTHER paired as the tuner pairs (exp median log-ratio, cluster bootstrap).
@@ -19,8 +22,10 @@ from osu_dl_bench.selection.tune import PointDecision, run_decisions
 
 
 def _best(point: PointDecision, family: str) -> str | None:
-    """The variant of ``family`` with the lowest ratio here, if any was measured."""
-    labels = [c for c in point.candidates if c.split(":")[0] == family]
+    """The variant of ``family`` (or of any of its comma-separated families) with the
+    lowest ratio here, if any was measured."""
+    families = set(family.split(","))
+    labels = [c for c in point.candidates if c.split(":")[0] in families]
     return min(labels, key=lambda c: point.candidates[c].ratio.ratio, default=None)
 
 

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # A one-node Slurm on localhost for the tests and CI: Debian's slurm-wlm and munge, with
 # munged, slurmctld and slurmd running as root and their configuration, state, logs and
-# pid files in one directory. Stopping kills exactly the pids recorded there.
+# pid files in one directory. Stopping kills exactly the pids recorded there. Given nodes
+# (OSU_DL_BENCH_SLURM_NODES) and a command that runs a program on one
+# (OSU_DL_BENCH_SLURM_NODE_EXEC), it runs one slurmd per node instead: scripts/cluster_local.sh
+# starts its cluster's Slurm that way.
 #
 # usage: scripts/slurm_local.sh install|start|stop|status|env
 #   install  apt-get install slurm-wlm and munge, unless their programs are already here
@@ -13,6 +16,11 @@
 # environment:
 #   OSU_DL_BENCH_SLURM_DIR   state directory (default /tmp/osu-dl-bench-slurm)
 #   OSU_DL_BENCH_SLURM_CPUS  CPUs the node announces (default 8)
+#   OSU_DL_BENCH_SLURM_NODES      nodes as NAME=ADDRESS words (default localhost=127.0.0.1)
+#   OSU_DL_BENCH_SLURM_NODE_EXEC  command prefix that runs a program on NODE, given NODE
+#                                 first (default: none, every slurmd runs here)
+#   OSU_DL_BENCH_SLURM_CTLD_ADDR  the address slurmctld listens at (default: localhost)
+#   OSU_DL_BENCH_SLURM_CTLD_PORT  its port (default 6817)
 set -euo pipefail
 
 STATE=${OSU_DL_BENCH_SLURM_DIR:-/tmp/osu-dl-bench-slurm}
@@ -24,7 +32,10 @@ CONF="$STATE/slurm.conf"
 # otherwise; the link lets them work without it, and is made only where nothing else is.
 SYSTEM_CONF=/etc/slurm/slurm.conf
 START_TIMEOUT=${OSU_DL_BENCH_SLURM_START_TIMEOUT:-60}
-DAEMONS=(munged slurmctld slurmd)
+read -r -a NODES <<<"${OSU_DL_BENCH_SLURM_NODES:-localhost=127.0.0.1}"
+read -r -a NODE_EXEC <<<"${OSU_DL_BENCH_SLURM_NODE_EXEC:-}"
+CTLD_ADDR=${OSU_DL_BENCH_SLURM_CTLD_ADDR:-}
+CTLD_PORT=${OSU_DL_BENCH_SLURM_CTLD_PORT:-6817}
 
 log() { echo "slurm_local: $*" >&2; }
 
@@ -35,6 +46,14 @@ die() {
 
 pid_file() { echo "$STATE/$1.pid"; }
 
+# A daemon's key names its pid file: munged, slurmctld, slurmd-NODE (one per node).
+daemon_keys() {
+    local item
+    echo munged
+    echo slurmctld
+    for item in "${NODES[@]}"; do echo "slurmd-${item%%=*}"; done
+}
+
 running_pid() {
     # The daemon's pid if its pid file names a live process of that name, else nothing:
     # after a crash the pid may since belong to an unrelated process, never to be killed.
@@ -43,7 +62,7 @@ running_pid() {
     [[ -s $file ]] || return 1
     pid=$(<"$file")
     [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
-    [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$1" ]] || return 1
+    [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "${1%%-*}" ]] || return 1
     echo "$pid"
 }
 
@@ -72,27 +91,49 @@ write_munge_key() {
     chmod 0400 "$key"
 }
 
+node_lines() {
+    # NodeName lines and the partition's node list.
+    local item names=()
+    for item in "${NODES[@]}"; do
+        [[ $item =~ ^[A-Za-z0-9-]+=[0-9.]+$ ]] || die "node '$item': expected NAME=ADDRESS"
+        echo "NodeName=${item%%=*} NodeAddr=${item#*=} CPUs=$CPUS State=UNKNOWN"
+        names+=("${item%%=*}")
+    done
+    local IFS=,
+    echo "PartitionName=debug Nodes=${names[*]} Default=YES MaxTime=INFINITE State=UP"
+}
+
+controller() {
+    # slurmctld checks that it runs on the host SlurmctldHost names.
+    if [[ -n $CTLD_ADDR ]]; then
+        echo "$(hostname -s)($CTLD_ADDR)"
+    else
+        echo localhost
+    fi
+}
+
 write_config() {
     mkdir -p "$STATE/munge" "$STATE/ctld" "$STATE/spool"
     chmod 0700 "$STATE/munge"
     write_munge_key
     cat >"$CONF" <<EOF
-# Written by scripts/slurm_local.sh: one node on localhost, daemons as root.
+# Written by scripts/slurm_local.sh: ${#NODES[@]} node(s), daemons as root.
 ClusterName=osudlbench
-SlurmctldHost=localhost
+SlurmctldHost=$(controller)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$STATE/munge/munge.socket
-SlurmctldPort=6817
+SlurmctldPort=$CTLD_PORT
 SlurmdPort=6818
 StateSaveLocation=$STATE/ctld
-SlurmdSpoolDir=$STATE/spool
+# %n: each node's slurmd its own (slurm.conf(5)).
+SlurmdSpoolDir=$STATE/spool/%n
 SlurmctldPidFile=$(pid_file slurmctld)
-SlurmdPidFile=$(pid_file slurmd)
+SlurmdPidFile=$STATE/slurmd-%n.pid
 SlurmctldLogFile=$STATE/slurmctld.log
-SlurmdLogFile=$STATE/slurmd.log
+SlurmdLogFile=$STATE/slurmd-%n.log
 # No cgroups: containers and CI runners rarely let a daemon manage them.
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -107,8 +148,7 @@ ReturnToService=2
 SlurmdParameters=config_overrides
 # Finished jobs stay visible to scontrol for 10 minutes (no accounting database here).
 MinJobAge=600
-NodeName=localhost NodeAddr=127.0.0.1 CPUs=$CPUS State=UNKNOWN
-PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+$(node_lines)
 EOF
     cat >"$STATE/cgroup.conf" <<EOF
 # Written by scripts/slurm_local.sh: the plugins above use no cgroups.
@@ -143,22 +183,23 @@ start_daemon() {
     die "$name wrote no pid file $(pid_file "$name"): see $STATE/$name.log"
 }
 
-wait_for_node() {
-    local deadline=$((SECONDS + START_TIMEOUT)) state=""
+wait_for_nodes() {
+    local deadline=$((SECONDS + START_TIMEOUT)) states=""
     while ((SECONDS < deadline)); do
-        state=$(SLURM_CONF=$CONF sinfo -h -n localhost -o %T 2>/dev/null || true)
-        case $state in
-        idle* | mixed* | allocated*) return ;;
-        esac
+        states=$(SLURM_CONF=$CONF sinfo -h -N -o %T 2>/dev/null | sort -u | paste -sd, -)
+        # Every node takes jobs once none is in another state than these.
+        if [[ -n $states ]] && ! grep -qvE '^(idle|mixed|allocated)' <<<"${states//,/$'\n'}"; then
+            return
+        fi
         sleep 0.5
     done
-    die "the node is '${state:-unknown}' after ${START_TIMEOUT}s, not idle: see $STATE/*.log"
+    die "nodes are '${states:-unknown}' after ${START_TIMEOUT}s, not idle: see $STATE/*.log"
 }
 
 all_running() {
-    local name
-    for name in "${DAEMONS[@]}"; do
-        running_pid "$name" >/dev/null || return 1
+    local key
+    for key in $(daemon_keys); do
+        running_pid "$key" >/dev/null || return 1
     done
 }
 
@@ -172,25 +213,35 @@ cmd_start() {
         --log-file="$STATE/munged.log" --seed-file="$STATE/munge/munged.seed" --force
     # -c: a fresh controller forgets jobs of an earlier run instead of recovering them.
     start_daemon slurmctld slurmctld -c -f "$CONF"
-    # The host's name is not localhost, so name the node explicitly.
-    start_daemon slurmd slurmd -N localhost -f "$CONF"
-    link_system_config
-    wait_for_node
-    log "ready: node localhost with $CPUS CPUs, partition debug; state in $STATE"
+    local item node
+    for item in "${NODES[@]}"; do
+        node=${item%%=*}
+        # The host's name is not the node's, so name the node explicitly.
+        mkdir -p "$STATE/spool/$node"
+        start_daemon "slurmd-$node" "${NODE_EXEC[@]}" ${NODE_EXEC:+"$node"} \
+            slurmd -N "$node" -f "$CONF"
+    done
+    [[ -n $CTLD_ADDR ]] || link_system_config
+    wait_for_nodes
+    log "ready: ${#NODES[@]} node(s) with $CPUS CPUs each, partition debug; state in $STATE"
 }
 
 cmd_stop() {
-    local name pid i
-    for ((i = ${#DAEMONS[@]} - 1; i >= 0; i--)); do
-        name=${DAEMONS[i]}
-        pid=$(running_pid "$name") || continue
+    # Every daemon with a pid file here, nodes' slurmds first, so a crashed start that
+    # recorded fewer or other nodes is stopped all the same.
+    local key pid file keys=()
+    for file in "$STATE"/slurmd*.pid "$STATE/slurmctld.pid" "$STATE/munged.pid"; do
+        [[ -e $file ]] && keys+=("$(basename "$file" .pid)")
+    done
+    for key in "${keys[@]}"; do
+        pid=$(running_pid "$key") || continue
         kill "$pid" 2>/dev/null || true
         for _ in $(seq 50); do
             kill -0 "$pid" 2>/dev/null || break
             sleep 0.2
         done
         kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null
-        log "stopped $name (pid $pid)"
+        log "stopped $key (pid $pid)"
     done
     if [[ -L $SYSTEM_CONF && $(readlink "$SYSTEM_CONF") == "$CONF" ]]; then
         rm -f "$SYSTEM_CONF"
@@ -199,7 +250,7 @@ cmd_stop() {
 
 cmd_status() {
     local name pid down=0
-    for name in "${DAEMONS[@]}"; do
+    for name in $(daemon_keys); do
         if pid=$(running_pid "$name"); then
             echo "$name running (pid $pid)"
         else

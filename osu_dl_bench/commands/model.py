@@ -123,8 +123,38 @@ def run_fit(args: argparse.Namespace) -> int:
         platform = _corrected(platform, run_dir, args.state_scaling)
     path = platform.write(run_dir / PLATFORM_FILE)
     print(platform_text(platform))
+    shaped = _shaped_rate_line(platform)
+    if shaped:
+        print(shaped)
     print(f"# wrote {path}")
     return 0
+
+
+# Set by scripts/cluster_local.sh env: the rate tbf shapes each node's link to.
+SHAPED_RATE_VARIABLE = "OSU_DL_BENCH_CLUSTER_RATE"
+
+
+def _shaped_rate_line(platform: Platform) -> str | None:
+    """The fitted inter-node bandwidth (its largest sizes' piece) beside the rate the
+    links were shaped to, where both are known."""
+    import os
+
+    from collectives.units import parse_link_rate
+
+    shaped = os.environ.get(SHAPED_RATE_VARIABLE)
+    if not shaped or not platform.inter.measured or not platform.inter.alpha_beta:
+        return None
+    try:
+        rate = parse_link_rate(shaped)
+    except ValueError as exc:
+        raise UsageError(f"{SHAPED_RATE_VARIABLE}: {exc}") from None
+    _, beta = platform.inter.alpha_beta[-1].values
+    fitted = 1 / beta if beta else float("inf")
+    return (
+        f"# inter-node link: fitted {fitted / 1e6:.1f} MB/s from "
+        f"{format_size(platform.inter.alpha_beta[-1].min_bytes)}, shaped to {shaped} "
+        f"({rate / 1e6:.1f} MB/s): {fitted / rate:.1%} of it"
+    )
 
 
 def _link_lines(link) -> list[str]:

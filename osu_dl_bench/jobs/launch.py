@@ -98,6 +98,61 @@ def find_mpiexec() -> str:
     return found
 
 
+# Nodes reached through the library's own remote launcher (scripts/cluster_local.sh env
+# sets them): host names, the ssh stand-in that runs a command on a host, and the address
+# the hosts reach this one at.
+HOSTS_VARIABLE = "OSU_DL_BENCH_HOSTS"
+AGENT_VARIABLE = "OSU_DL_BENCH_LAUNCH_AGENT"
+ADDRESS_VARIABLE = "OSU_DL_BENCH_LAUNCH_ADDRESS"
+
+
+@dataclass(frozen=True)
+class RemoteHosts:
+    """The nodes mpiexec starts ranks on, the program it reaches them with (in ssh's
+    place) and the address they reach mpiexec at (None: the library's choice)."""
+
+    hosts: tuple[str, ...]
+    agent: str
+    address: str | None = None
+
+    def ranks_per_node(self, nprocs: int) -> int:
+        """Ranks per node of an even block layout over as few of the hosts as it needs."""
+        return math.ceil(nprocs / len(self.hosts))
+
+
+def remote_hosts(env: Mapping[str, str] | None = None) -> RemoteHosts | None:
+    """The nodes OSU_DL_BENCH_HOSTS names, with their agent; None where it is unset."""
+    env = os.environ if env is None else env
+    hosts = tuple(h for h in env.get(HOSTS_VARIABLE, "").split(",") if h)
+    if not hosts:
+        return None
+    agent = env.get(AGENT_VARIABLE, "")
+    if not agent or not os.access(agent, os.X_OK):
+        raise UsageError(
+            f"{HOSTS_VARIABLE}={','.join(hosts)} needs {AGENT_VARIABLE}, a program that runs "
+            f"a command on a host as ssh does (got {agent!r}; scripts/cluster_local.sh env "
+            "sets both)"
+        )
+    return RemoteHosts(hosts, agent, env.get(ADDRESS_VARIABLE) or None)
+
+
+def remote_arguments(remote: RemoteHosts, mpi: str | None, ppn: int | None = None) -> list[str]:
+    """The mpiexec options that start ranks on ``remote``'s hosts with its agent, ``ppn``
+    to a node (None: the library's default): Open MPI's prterun (--host NAME:SLOTS, its
+    ssh agent) or MPICH's hydra (-hosts, -launcher-exec, -localhost)."""
+    if mpi == "openmpi":
+        # Its default maps by core, and a node's cores as it sees them may fill one node
+        # first: ppr places ppn on each.
+        slots = f":{ppn}" if ppn else ""
+        hosts = ",".join(f"{host}{slots}" for host in remote.hosts)
+        placed = ["--map-by", f"ppr:{ppn}:node"] if ppn else []
+        return ["--host", hosts, *placed, "--prtemca", "plm_ssh_agent", remote.agent]
+    args = ["-hosts", ",".join(remote.hosts), "-launcher", "ssh"]
+    args += ["-launcher-exec", remote.agent]
+    args += ["-localhost", remote.address] if remote.address else []
+    return args + (["-ppn", str(ppn)] if ppn else [])
+
+
 def launcher_prefix(
     nprocs: int,
     launcher: str = "mpiexec",
@@ -106,7 +161,9 @@ def launcher_prefix(
 ) -> list[str]:
     """'mpiexec -n N [ARGS]' or 'srun -n N --mpi=pmi2 [ARGS]' (later srun options win);
     with --mpi NAME, that install's mpiexec (Open MPI's with --oversubscribe: it refuses
-    more ranks than cores, which the sweep's small hosts ask for)."""
+    more ranks than cores, which the sweep's small hosts ask for). Where
+    OSU_DL_BENCH_HOSTS names nodes, mpiexec spreads the ranks over them in blocks (srun
+    spans the nodes Slurm gives it)."""
     if launcher == "srun":
         srun = shutil.which("srun")
         if not srun:
@@ -117,6 +174,9 @@ def launcher_prefix(
     prefix = library_prefix(mpi)
     mpiexec = str(prefix / "bin" / "mpiexec") if prefix is not None else find_mpiexec()
     extra = ["--oversubscribe"] if mpi == "openmpi" else []
+    remote = remote_hosts()
+    if remote is not None:
+        extra += remote_arguments(remote, mpi, remote.ranks_per_node(nprocs))
     return [mpiexec, "-n", str(nprocs), *extra, *launcher_args]
 
 
@@ -269,11 +329,15 @@ def planner_command(cfg: SweepConfig) -> list[str]:
 
 
 def expected_layout(cfg: SweepConfig, nprocs: int) -> tuple[int, int]:
-    """(nodes, ranks per node) a job of nprocs ranks should get: emulated nodes, the Slurm
-    allocation's nodes, or one host. The job measures its real layout; this is for
-    planning and for the environment."""
+    """(nodes, ranks per node) a job of nprocs ranks should get: emulated nodes, the hosts
+    OSU_DL_BENCH_HOSTS names, the Slurm allocation's nodes, or one host. The job measures
+    its real layout; this is for planning and for the environment."""
     if cfg.ranks_per_node:
         return math.ceil(nprocs / cfg.ranks_per_node), min(cfg.ranks_per_node, nprocs)
+    remote = remote_hosts() if cfg.launcher == "mpiexec" else None
+    if remote is not None:
+        ppn = remote.ranks_per_node(nprocs)
+        return math.ceil(nprocs / ppn), ppn
     job = slurm_job()
     if cfg.launcher == "srun" and job is not None and job.nodes:
         nodes = min(job.nodes, nprocs)
@@ -290,3 +354,26 @@ def job_environment(
     settings: a forced POSIX algorithm is what the launch is for)."""
     local = nprocs if cfg.launcher == "mpiexec" else expected_layout(cfg, nprocs)[1]
     return mpi_environment(local, {**library_environment(cfg.mpi), **(forced or {})})
+
+
+# --- as a command -------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str]) -> int:
+    """``python -m osu_dl_bench.jobs.launch MPIEXEC_ARGS...``: this environment's mpiexec
+    over the nodes OSU_DL_BENCH_HOSTS names (scripts/cluster_local.sh mpiexec runs it),
+    the caller's own options (-n, -ppn) after the hosts'."""
+    remote = remote_hosts()
+    if remote is None:
+        raise UsageError(f'{HOSTS_VARIABLE} names no nodes: eval "$(scripts/cluster_local.sh env)"')
+    cmd = [find_mpiexec(), *remote_arguments(remote, None), *argv]
+    os.execv(cmd[0], cmd)
+    return 0  # not reached: execv replaces this process
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except UsageError as exc:
+        print(f"osu_dl_bench.jobs.launch: {exc}", file=sys.stderr)
+        sys.exit(2)

@@ -51,8 +51,13 @@ def calibrate(comm, args: argparse.Namespace) -> int:
     if comm.Get_size() < 2:
         raise UsageError(f"the calibration job needs at least 2 ranks, got {comm.Get_size()}")
     meta = metadata(comm)
-    if len(meta["hosts"]) != 1:
-        raise UsageError(f"the calibration job measures one node, got hosts {meta['hosts']}")
+    # One node measures the intra-node link, one rank per node the inter-node one; a mix
+    # would blend the two in one fit.
+    if len(meta["hosts"]) not in (1, comm.Get_size()):
+        raise UsageError(
+            "the calibration job measures one node or one rank per node, got "
+            f"{comm.Get_size()} ranks on hosts {meta['hosts']}"
+        )
     rows = measure(comm, sizes, Effort(rounds=max(1, args.rounds)), ReferenceTimer(comm))
     if comm.Get_rank() == 0:
         write_calibration(Path(args.run_dir), rows, meta, args.append)

@@ -14,12 +14,16 @@ of the ref_copy and ref_allreduce rows (the machine's state while it calibrated)
 platform's ``intra`` link is the state with the fewest ranks.
 The inter-node link cannot be measured on one host: it is recorded as not measured (a copy
 of the intra-node link) and predictions across nodes then need a named interconnect.
+A calibration that ran one rank per node on several nodes (scripts/cluster_local.sh)
+measured the link between nodes instead: that is the inter-node link, and the intra-node
+one is then the copy, not measured.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -136,6 +140,40 @@ def fit_state(frame: pd.DataFrame, ranks: int) -> tuple[ContentionState, dict]:
     return state, quality
 
 
+def one_rank_per_node(meta: dict) -> tuple[str, ...]:
+    """The nodes of a calibration whose every job ran one rank on each of several nodes
+    (its exchanges all crossed the network); () otherwise."""
+    jobs = meta.get("jobs") or [meta]
+    hosts = [job.get("hosts") or () for job in jobs]
+    if all(len(job.get("hosts") or ()) == job.get("nprocs", 0) > 1 for job in jobs):
+        return tuple(sorted({host for h in hosts for host in h}))
+    return ()
+
+
+def _links(fitted: Link, meta: dict) -> tuple[Link, Link]:
+    """(intra, inter): the fitted link is the inter-node one where every rank had a node
+    of its own, else the intra-node one; the other is its copy, marked not measured."""
+    nodes = one_rank_per_node(meta)
+    if nodes:
+        note = fitted.note.replace("fitted:", f"fitted across nodes {','.join(nodes)}:", 1)
+        inter = replace(fitted, note=note)
+        intra = replace(
+            fitted,
+            measured=False,
+            note="not measured: every calibration rank had a node of its own; a copy of the "
+            "inter-node link",
+        )
+        return intra, inter
+    hosts = meta.get("hosts") or []
+    inter = replace(
+        fitted,
+        measured=False,
+        note=f"not measured: the calibration ran on one host ({','.join(hosts) or '?'}); "
+        "a copy of the intra-node link. Predict across nodes with --inter NAME",
+    )
+    return fitted, inter
+
+
 def fit_platform(run_dir: str | Path, name: str | None = None) -> tuple[Platform, dict]:
     """The platform of a run directory's calibration, and the fit's quality."""
     run_dir = Path(run_dir)
@@ -144,18 +182,10 @@ def fit_platform(run_dir: str | Path, name: str | None = None) -> tuple[Platform
     states = tuple(state for state, _ in fitted)
     quality = {f"p={state.ranks}": q for state, q in fitted}
     base = states[0]
-    hosts = meta.get("hosts") or []
-    inter = Link(
-        base.intra.alpha_beta,
-        base.intra.gamma,
-        gamma_native=base.intra.gamma_native,
-        measured=False,
-        note=f"not measured: the calibration ran on one host ({','.join(hosts) or '?'}); "
-        "a copy of the intra-node link. Predict across nodes with --inter NAME",
-    )
+    intra, inter = _links(base.intra, meta)
     platform = Platform(
         name=name or run_dir.resolve().name,
-        intra=base.intra,
+        intra=intra,
         inter=inter,
         cores_per_node=meta.get("cores_per_node"),
         software_overhead_s=base.software_overhead_s,

@@ -192,3 +192,53 @@ def test_stop_reaches_a_process_that_leads_no_group():
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     # Signalled alone: were this test's own process group signalled, pytest would die.
     assert launch.stop(proc, grace=5.0) == -signal.SIGTERM
+
+
+@pytest.fixture
+def cluster(monkeypatch, tmp_path):
+    """OSU_DL_BENCH_HOSTS naming two nodes and an executable agent, as cluster_local.sh's
+    env sets them."""
+    agent = tmp_path / "agent"
+    agent.write_text("#!/bin/sh\n")
+    agent.chmod(0o755)
+    monkeypatch.setenv(launch.HOSTS_VARIABLE, "node1,node2")
+    monkeypatch.setenv(launch.AGENT_VARIABLE, str(agent))
+    monkeypatch.setenv(launch.ADDRESS_VARIABLE, "10.0.0.254")
+    return str(agent)
+
+
+def test_mpiexec_spreads_ranks_over_the_named_hosts_in_blocks(launchers, cluster):
+    cmd = launch.launcher_prefix(4)
+    assert cmd == [
+        launchers["mpiexec"],
+        *["-n", "4", "-hosts", "node1,node2", "-launcher", "ssh", "-launcher-exec", cluster],
+        *["-localhost", "10.0.0.254", "-ppn", "2"],
+    ]
+
+
+def test_open_mpi_places_ppn_ranks_on_each_host_with_its_ssh_agent(cluster, monkeypatch):
+    remote = launch.remote_hosts()
+    assert remote is not None and remote.ranks_per_node(3) == 2
+    args = launch.remote_arguments(remote, "openmpi", 2)
+    assert args == [
+        *["--host", "node1:2,node2:2", "--map-by", "ppr:2:node"],
+        *["--prtemca", "plm_ssh_agent", cluster],
+    ]
+
+
+def test_srun_ignores_the_hosts_and_hosts_without_an_agent_are_a_usage_error(
+    launchers, cluster, monkeypatch
+):
+    assert launch.launcher_prefix(2, "srun") == [launchers["srun"], "-n", "2", "--mpi=pmi2"]
+    monkeypatch.setenv(launch.AGENT_VARIABLE, "/nonexistent/agent")
+    with pytest.raises(UsageError, match="OSU_DL_BENCH_LAUNCH_AGENT"):
+        launch.launcher_prefix(2)
+    monkeypatch.delenv(launch.HOSTS_VARIABLE)
+    assert launch.remote_hosts() is None
+
+
+def test_a_sweep_plans_the_layout_the_named_hosts_give(cluster):
+    cfg = _sweep_config("--np", "4")
+    assert launch.expected_layout(cfg, 4) == (2, 2)
+    assert launch.expected_layout(cfg, 3) == (2, 2)
+    assert launch.expected_layout(_sweep_config("--np", "4", "--ranks-per-node", "4"), 4) == (1, 4)

@@ -282,3 +282,23 @@ def test_bad_platform_file_names_the_field(tmp_path):
         platform_from_dict(good, "bad.json")
     with pytest.raises(UsageError, match="not a shipped platform"):
         load_platform(tmp_path / "missing.json")
+
+
+def test_a_calibration_with_a_node_per_rank_measured_the_inter_node_link():
+    from osu_dl_bench.model.platform_fit import one_rank_per_node
+
+    across = {"jobs": [{"nprocs": 2, "hosts": ["node1", "node2"]}]}
+    assert one_rank_per_node(across) == ("node1", "node2")
+    shared = {"jobs": [*across["jobs"], {"nprocs": 4, "hosts": ["node1", "node2"]}]}
+    assert one_rank_per_node(shared) == ()
+    assert one_rank_per_node({"nprocs": 2, "hosts": ["vm"]}) == ()
+
+
+def test_tc_rates_read_as_bytes_per_second():
+    from collectives.units import parse_link_rate
+
+    assert parse_link_rate("1gbit") == 125e6
+    assert parse_link_rate("250mbit") == 31.25e6
+    assert parse_link_rate("10mbps") == 10e6
+    with pytest.raises(ValueError, match="expected a rate"):
+        parse_link_rate("1gbit;ls")

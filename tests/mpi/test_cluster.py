@@ -1,0 +1,206 @@
+"""Across the nodes of a cluster on this machine (scripts/cluster_local.sh: network
+namespaces on a bridge, tbf-shaped links): bring-up and tear-down, MPICH's hydra at 2 and
+4 nodes, Open MPI's prterun at 2, srun across every node, the hierarchical algorithms
+validated at 2 nodes x 2 ranks, a table's node dimension read by the selector in a
+training run, and the model's inter-node link fitted over two nodes. The nodes and ranks
+per node in records come from MPI (Split_type shared), never from an emulation flag.
+
+They skip, saying why, unless run as root with a cluster up
+(`bash scripts/cluster_local.sh up`, as .ci/run does)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from unittest import mock
+
+import pytest
+from mpirun import REPO, mpi_env, run_with_timeout
+from support.tuning import make_entry, make_table
+
+from osu_dl_bench.jobs import launch
+
+SCRIPT = REPO / "scripts" / "cluster_local.sh"
+# A job across namespaces starts in ~1 s; its sizes cross a 1 Gbit/s link in milliseconds.
+JOB_TIMEOUT = 180.0
+
+
+def _script(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return run_with_timeout(["bash", str(SCRIPT), *args], 120, env={**os.environ, **(env or {})})
+
+
+def _exports(text: str) -> dict[str, str]:
+    """The variables of `cluster_local.sh env`'s export lines."""
+    found = {}
+    for line in text.splitlines():
+        if line.startswith("export ") and "=" in line:
+            name, value = line.removeprefix("export ").split("=", 1)
+            found[name] = value
+    return found
+
+
+@pytest.fixture(scope="module")
+def cluster() -> dict[str, str]:
+    """The environment `cluster_local.sh env` prints for the cluster that is up."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces): run as root with a cluster up")
+    res = _script("env")
+    if res.returncode != 0:
+        lines = res.stderr.strip().splitlines() or [f"no answer from {SCRIPT} env"]
+        pytest.skip(lines[-1].removeprefix("cluster_local: error: "))
+    return _exports(res.stdout)
+
+
+def _nodes(cluster: dict[str, str]) -> list[str]:
+    return cluster[launch.HOSTS_VARIABLE].split(",")
+
+
+def _on_nodes(cluster, count: int, nprocs: int, argv: list[str], mpi=None, launcher="mpiexec"):
+    """Run ``python -m osu_dl_bench ARGV`` as nprocs ranks over the cluster's first
+    ``count`` nodes, through the job launcher."""
+    nodes = _nodes(cluster)
+    if len(nodes) < count:
+        pytest.skip(f"the cluster has {len(nodes)} nodes, this test needs {count}")
+    env = {**cluster, launch.HOSTS_VARIABLE: ",".join(nodes[:count])}
+    args = ["-N", str(count)] if launcher == "srun" else []
+    with mock.patch.dict(os.environ, env):
+        cmd = launch.mpi_command(nprocs, ["-m", "osu_dl_bench", *argv], launcher, args, mpi)
+        job_env = mpi_env({**env, **launch.library_environment(mpi)})
+    res = run_with_timeout(cmd, JOB_TIMEOUT, job_env)
+    assert res.returncode == 0, f"{' '.join(cmd)}\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+    return res
+
+
+def _records(path: Path) -> list[dict]:
+    return json.loads(path.read_text())
+
+
+def _validated_across(path: Path, nodes: int, ppn: int) -> list[dict]:
+    """The records of a validated bench run, laid out as MPI saw it."""
+    records = _records(path)
+    assert records and {r["validation"] for r in records} == {"pass"}
+    assert {(r["nodes"], r["ppn"]) for r in records} == {(nodes, ppn)}
+    assert {r["hostnames"] for r in records} == {",".join(f"node{i + 1}" for i in range(nodes))}
+    return records
+
+
+def _bench(collective: str, out: Path, *extra: str) -> list[str]:
+    return ["bench", collective, "-m", "8:1M", "-c", "-i", "5", "-x", "1", "-o", str(out), *extra]
+
+
+# --- bring-up and tear-down ---------------------------------------------------------------
+
+
+def test_up_twice_changes_nothing_and_down_removes_what_up_recorded(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces, veth, tc)")
+    # A cluster of its own beside the one the other tests use: its own names and subnet.
+    env = {
+        "OSU_DL_BENCH_CLUSTER_DIR": str(tmp_path / "state"),
+        "OSU_DL_BENCH_CLUSTER_NAME": "odbtst",
+        "OSU_DL_BENCH_CLUSTER_SUBNET": "10.213.9",
+        "OSU_DL_BENCH_CLUSTER_SLURM": "0",
+    }
+    up = ["up", "--nodes", "2", "--rate", "500mbit", "--slow", "node2=100mbit"]
+    try:
+        first = _script(*up, env=env)
+        if first.returncode != 0 and "cannot create" in first.stderr:
+            pytest.skip(first.stderr.strip())
+        assert first.returncode == 0, first.stderr
+        recorded = (tmp_path / "state" / "created").read_text()
+        assert _script(*up, env=env).returncode == 0
+        assert (tmp_path / "state" / "created").read_text() == recorded
+        assert "odbtst-node1" in recorded and "odbtst-br" in recorded
+
+        assert _script("exec", "node2", "hostname", env=env).stdout.strip() == "node2"
+        shaped = run_with_timeout(["tc", "qdisc", "show", "dev", "odbtst-v2"], 30).stdout
+        assert "rate 100Mbit" in shaped
+        for bad in ("node3", "node1;true", "../node1"):
+            res = _script("exec", bad, "true", env=env)
+            assert res.returncode == 1 and "no node" in res.stderr, bad
+        assert _script("up", "--nodes", "3", env=env).returncode == 1  # another shape: down first
+
+        # A crash half-way through a tear-down: one namespace already gone.
+        run_with_timeout(["ip", "netns", "delete", "odbtst-node1"], 30)
+    finally:
+        down = _script("down", env=env)
+    assert down.returncode == 0, down.stderr
+    assert "odbtst" not in run_with_timeout(["ip", "netns", "list"], 30).stdout
+    assert "odbtst" not in run_with_timeout(["ip", "link", "show"], 30).stdout
+    assert _script("status", env=env).returncode == 1
+
+
+# --- jobs across nodes --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("nodes", [2, 4])
+def test_mpich_ranks_on_separate_nodes_see_them_as_nodes(cluster, tmp_path, nodes):
+    out = tmp_path / "bench.json"
+    _on_nodes(cluster, nodes, nodes, _bench("allreduce", out))
+    _validated_across(out, nodes, 1)
+
+
+def test_open_mpi_ranks_on_two_nodes_through_its_ssh_agent(cluster, tmp_path):
+    if not os.environ.get(launch.PREFIX_VARIABLES["openmpi"]):
+        pytest.skip(f"{launch.PREFIX_VARIABLES['openmpi']} is not set (see .ci/run)")
+    out = tmp_path / "bench.json"
+    _on_nodes(cluster, 2, 4, _bench("allreduce", out), mpi="openmpi")
+    records = _validated_across(out, 2, 2)
+    assert {r["mpi_library"].split()[0] for r in records} == {"Open"}
+
+
+def test_srun_spans_every_node(cluster, tmp_path):
+    if "SLURM_CONF" not in cluster:
+        pytest.skip("the cluster runs no Slurm (slurm-wlm not installed when it came up)")
+    nodes = len(_nodes(cluster))
+    out = tmp_path / "bench.json"
+    _on_nodes(cluster, nodes, nodes, _bench("bcast", out), launcher="srun")
+    records = _validated_across(out, nodes, 1)
+    assert {r["slurm_nodes"] for r in records} == {str(nodes)}
+
+
+@pytest.mark.parametrize("collective", ["allreduce", "bcast"])
+def test_hierarchical_algorithms_validate_across_two_nodes_of_two_ranks(
+    cluster, tmp_path, collective
+):
+    out = tmp_path / "bench.json"
+    argv = [*_bench(collective, out), "-a", "hierarchical,native", "-m", "8:4M"]
+    argv += ["-k", "rotate"] if collective == "bcast" else []
+    _on_nodes(cluster, 2, 4, argv)
+    records = _validated_across(out, 2, 2)
+    assert {r["algorithm"].split(":")[0] for r in records} == {"hierarchical", "native"}
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None,
+    reason="torch is not installed (pip install 'osu-dl-bench[train]')",
+)
+def test_the_selector_takes_the_tables_row_for_this_node_shape_in_training(cluster, tmp_path):
+    # One shape per row: the one-node row names a flat algorithm, the two-node row
+    # hierarchical.
+    entries = []
+    for collective, flat in (("allreduce", "ring"), ("bcast", "binomial")):
+        entries.append(make_entry(4, [(0, flat)], collective, nodes=1))
+        entries.append(make_entry(4, [(0, "hierarchical")], collective, nodes=2, ppn=2))
+    table = make_table(*entries).write(tmp_path / "cluster.json")
+    res = _on_nodes(cluster, 2, 4, ["train", "--validate", "--epochs", "1", "--table", str(table)])
+    assert "p=4 (2 node(s) x 2 ppn)" in res.stdout
+    assert "# start-up bcast: hierarchical" in res.stdout
+    assert "# allreduce: hierarchical" in res.stdout
+    assert "validation:" in res.stdout and ": PASS" in res.stdout
+
+
+def test_model_fit_over_two_nodes_fits_the_inter_node_link(cluster, tmp_path):
+    nodes = _nodes(cluster)[:2]
+    env = mpi_env({**cluster, launch.HOSTS_VARIABLE: ",".join(nodes)})
+    cmd = [sys.executable, "-m", "osu_dl_bench", "model", "fit", "--np", "2"]
+    cmd += ["-m", "8:256K", "--rounds", "3", str(tmp_path / "fit")]
+    res = run_with_timeout(cmd, JOB_TIMEOUT, env)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "inter: measured; fitted across nodes node1,node2" in res.stdout
+    assert "intra: NOT measured" in res.stdout
+    assert f"shaped to {cluster['OSU_DL_BENCH_CLUSTER_RATE']}" in res.stdout

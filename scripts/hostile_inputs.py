@@ -338,7 +338,11 @@ def _run(case: Case, timeout: float, cwd: Path, files: dict[str, Path]) -> Outco
         return Outcome(None, _rank_codes(exits), "", "?")
     out, err = done.stdout, done.stderr
     said = (err + out).splitlines()
-    ours = [ln for ln in said if ln.startswith(("osu-dl-bench: error", "osu-dl-bench: warning"))]
+    ours = [
+        ln
+        for ln in said
+        if ln.startswith(("osu-dl-bench: error", "osu-dl-bench: warning", "# warning"))
+    ]
     lines = ours or [ln for ln in said if "error" in ln.lower() or "FAIL" in ln]
     summary = [ln for ln in out.splitlines() if ln.startswith("SUMMARY")]
     kept = (

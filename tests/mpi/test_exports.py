@@ -214,3 +214,24 @@ def test_openmpi_applies_the_classic_export_and_ignores_a_broken_one(
     lines[first_row] = "8" + lines[first_row][1:]
     broken.write_text("\n".join(lines) + "\n")
     assert with_file(broken) == default
+
+
+def test_mpich_takes_the_one_node_entries_of_a_table_measured_on_several_nodes(tmp_path):
+    # On one node MPICH must follow comm_size=node_comm_size to the one-node entry (ring
+    # from 64 KiB), not the 2-node entry after it (recursive doubling).
+    from support.tuning import make_entry, make_table
+
+    one = make_entry(4, [(0, "native"), (65536, "ring")])
+    several = make_entry(4, [(0, "native"), (65536, "recursive_doubling")], nodes=2, ppn=2)
+    files, _ = export_files(make_table(one, several), tmp_path, "mpich")
+    driver = tmp_path / "fingerprint.py"
+    driver.write_text(FINGERPRINT_PY)
+    args = [str(driver), *map(str, SIZES)]
+    exported = {"MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE": str(files["exp.mpich.json"])}
+    tuned = _fingerprint(run_mpi(4, args, timeout=120, env=exported))
+    ring = _fingerprint(
+        run_mpi(4, args, timeout=120, env={"MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": "ring"})
+    )
+    doubling = {"MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": "recursive_doubling"}
+    assert ring[1] != _fingerprint(run_mpi(4, args, timeout=120, env=doubling))[1]
+    assert tuned[1:] == ring[1:]

@@ -184,3 +184,22 @@ def test_provenance_comment_lines_carry_no_control_characters():
     lines = provenance_lines(table)
     assert all("\x00" not in ln and "\n" not in ln and "\x1b" not in ln for ln in lines)
     assert "measured with: Open MPI v5.0.11 on vm, d # injected" in lines
+
+
+def test_mpich_keys_one_node_and_several_node_entries_apart():
+    """A table measured on one node and on several: MPICH's csel key for a communicator
+    within one node (comm_size=node_comm_size) takes the one-node entries, the keys after
+    it the several-node ones; a table of one node only is written as before."""
+    from osu_dl_bench.selection.exports.mpich import ONE_NODE_KEY, document, file_algorithm
+
+    one = make_entry(4, [(0, "native"), (65536, "ring")])
+    several = make_entry(4, [(0, "native"), (65536, "recursive_doubling")], nodes=2, ppn=2)
+    tree = document(make_table(one, several), [])
+    intra = tree["collective=allreduce"]["comm_type=intra"]
+    assert next(iter(intra)) == ONE_NODE_KEY and list(intra)[-1] == "comm_size=any"
+    assert file_algorithm(tree, "allreduce", 4, 1 << 20, nodes=1) == "ring"
+    assert file_algorithm(tree, "allreduce", 4, 1 << 20, nodes=2) == "recursive_doubling"
+    only_several = document(make_table(several), [])["collective=allreduce"]["comm_type=intra"]
+    assert only_several[ONE_NODE_KEY] == default_tree()["collective=allreduce"]["comm_type=intra"]
+    only_one = document(make_table(one), [])["collective=allreduce"]["comm_type=intra"]
+    assert ONE_NODE_KEY not in only_one

@@ -36,13 +36,24 @@ class Rule:
     note: str
 
 
-def entries_per_comm_size(table: TuningTable, collective: str, warn: list[str]) -> list[Entry]:
-    """Host-buffer entries of a collective, one per comm size (sorted). Libraries do not key
-    rules on nodes and ppn: with several shapes of one size, the one with most nodes wins."""
+def in_scope(nodes: int, scope: str | None) -> bool:
+    """Whether an entry measured on ``nodes`` nodes belongs to ``scope``: "one" (one node),
+    "many" (several), or None (any)."""
+    return scope is None or (nodes == 1) == (scope == "one")
+
+
+def entries_per_comm_size(
+    table: TuningTable, collective: str, warn: list[str], scope: str | None = None
+) -> list[Entry]:
+    """Host-buffer entries of a collective in ``scope`` (in_scope), one per comm size
+    (sorted). Where the format keys no rule on nodes or ppn (Open MPI's), the one with
+    most nodes of several shapes of one size wins."""
     chosen: dict[int, Entry] = {}
     for entry in table.entries:
         key = entry.key
         if key.collective != collective or key.device != EXPORTED_DEVICE:
+            continue
+        if not in_scope(key.nodes, scope):
             continue
         other = chosen.get(key.nprocs)
         if other is None or key.nodes > other.key.nodes:
@@ -136,17 +147,19 @@ class SweptEntry:
 
 
 def swept_entries(
-    table: TuningTable, library: str, collective: str, warn: list[str]
+    table: TuningTable, library: str, collective: str, warn: list[str], scope: str | None = None
 ) -> list[SweptEntry] | None:
-    """The entries of a collective where the sweep measured ``library``'s own algorithms
-    (host buffers, one per comm size: the most nodes); None where it measured none, so
-    the export keeps translating the table's own choices."""
+    """The entries of a collective in ``scope`` (in_scope) where the sweep measured
+    ``library``'s own algorithms (host buffers, one per comm size: the most nodes); None
+    where it measured none, so the export keeps translating the table's own choices."""
     tuning = table.header.get(LIBRARY_TUNING) or {}
     if tuning.get("library") != library:
         return None
     chosen: dict[int, SweptEntry] = {}
     for item in tuning.get("entries") or []:
         if item["collective"] != collective or item["device"] != EXPORTED_DEVICE:
+            continue
+        if not in_scope(int(item["nodes"]), scope):
             continue
         entry = SweptEntry(int(item["nprocs"]), int(item["nodes"]), tuple(item["ranges"]))
         other = chosen.get(entry.nprocs)

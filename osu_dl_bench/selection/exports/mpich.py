@@ -152,10 +152,15 @@ def _size_tree(collective: str, rules: list[Rule], default_intra: dict[str, Any]
 
 
 def _intra_tree(
-    collective: str, table: TuningTable, default_intra: dict[str, Any], warn: list[str]
+    collective: str,
+    table: TuningTable,
+    default_intra: dict[str, Any],
+    warn: list[str],
+    scope: str | None = None,
 ) -> dict[str, Any] | None:
-    """comm_size<=N keys (bounds of the nearest-entry rule), last =any; None if no entry."""
-    entries = entries_per_comm_size(table, collective, warn)
+    """comm_size<=N keys (bounds of the nearest-entry rule), last =any, over the entries
+    in ``scope``; None if there is none."""
+    entries = entries_per_comm_size(table, collective, warn, scope)
     if not entries:
         return None
     tree = {}
@@ -173,20 +178,52 @@ def _intra_tree(
     return tree
 
 
+# MPICH's csel key that holds where the whole communicator is on one node (csel.c:
+# CSEL_NODE_TYPE__OPERATOR__COMM_SIZE_NODE_COMM_SIZE); a table measured on several nodes
+# puts its one-node entries under it and its several-node entries after it.
+ONE_NODE_KEY = "comm_size=node_comm_size"
+
+
+def _scoped_tree(
+    collective: str,
+    table: TuningTable,
+    default_intra: dict[str, Any],
+    warn: list[str],
+    notes: list[str],
+    scope: str | None,
+) -> dict[str, Any] | None:
+    """The comm_size tree of the entries in ``scope``: MPICH's own algorithms as the sweep
+    decided among them where it measured them, else the table's choices' counterparts."""
+    swept = swept_entries(table, LIBRARY, collective, warn, scope)
+    if swept is None:
+        return _intra_tree(collective, table, default_intra, warn, scope)
+    intra, lines = _swept_tree(collective, swept, default_intra, warn)
+    notes.extend(lines)
+    return intra
+
+
+def _measured_on_several_nodes(table: TuningTable, collective: str) -> bool:
+    entries = [e.key for e in table.entries if e.key.collective == collective]
+    return any(key.nodes > 1 for key in entries)
+
+
 def document(table: TuningTable, warn: list[str], notes: list[str] | None = None) -> dict[str, Any]:
     """MPICH's default tree with the table's collectives in it: MPICH's own algorithms as
     the sweep decided among them where it measured them (``notes`` gets what was measured
-    for each rule), else the counterparts of the table's choices."""
-    tree = default_tree()
+    for each rule), else the counterparts of the table's choices. A table measured on
+    several nodes keys its one-node entries on ONE_NODE_KEY (MPICH's default tree where it
+    has none) and its several-node entries after it."""
+    tree, notes = default_tree(), notes if notes is not None else []
     for collective in COLLECTIVES:
         branch = tree[f"collective={collective}"]
         default_intra = branch["comm_type=intra"]
-        swept = swept_entries(table, LIBRARY, collective, warn)
-        if swept is not None:
-            intra, lines = _swept_tree(collective, swept, default_intra, warn)
-            (notes if notes is not None else []).extend(lines)
+        if not _measured_on_several_nodes(table, collective):
+            intra = _scoped_tree(collective, table, default_intra, warn, notes, None)
         else:
-            intra = _intra_tree(collective, table, default_intra, warn)
+            one = _scoped_tree(collective, table, default_intra, warn, notes, "one")
+            several = _scoped_tree(collective, table, default_intra, warn, notes, "many")
+            one = one if one is not None else copy.deepcopy(default_intra)
+            intra = {ONE_NODE_KEY: one, **(several or {"comm_size=any": default_intra})}
         if intra is not None:
             branch["comm_type=intra"] = intra
     return tree
@@ -235,13 +272,21 @@ def _through_guards(node: dict[str, Any]) -> dict[str, Any]:
     return node
 
 
-def file_algorithm(tree: dict[str, Any], collective: str, nprocs: int, size: int) -> str | None:
+def file_algorithm(
+    tree: dict[str, Any], collective: str, nprocs: int, size: int, nodes: int = 1
+) -> str | None:
     """The MPICH algorithm value (MPIR_CVAR_<COLL>_INTRA_ALGORITHM's, e.g. 'ring') that an
-    exported file names for an intra-node ``collective`` of ``size`` bytes on ``nprocs``
-    ranks, or None where it keeps MPICH's default subtree there. Reads the shape this
-    export writes: comm_size then avg_msg_size keys, in file order, then the guards (for a
-    commutative built-in op)."""
+    exported file names for an intra-communicator ``collective`` of ``size`` bytes on
+    ``nprocs`` ranks over ``nodes`` nodes, or None where it keeps MPICH's default subtree
+    there. Reads the shape this export writes: ONE_NODE_KEY if any, comm_size then
+    avg_msg_size keys, in file order, then the guards (for a commutative built-in op)."""
     node = tree.get(f"collective={collective}", {}).get("comm_type=intra", {})
+    if ONE_NODE_KEY in node:
+        node = (
+            node[ONE_NODE_KEY]
+            if nodes == 1
+            else {k: v for k, v in node.items() if k != ONE_NODE_KEY}
+        )
     for name, value in (("comm_size", nprocs), ("avg_msg_size", size)):
         keys = [k for k in node if _bound_holds(k, name, value) is not None]
         if not keys:

@@ -12,9 +12,14 @@
 #   results/cluster_train_2x2.txt          train --validate at 2 x 2 with the 2 x 2 table
 #   results/cluster_decisions_2x2.txt      the 2 x 2 sweeps again, at least 10 minutes after
 #                                          the first: the first's decisions judged on them
+#   results/cluster_layouts.txt            hierarchical against flat and native at 4 x 1 and
+#                                          2 x 1, 8 B-16 MiB
+#   results/cluster_library_2x2.txt        MPICH's own allreduce and bcast algorithms forced
+#                                          one by one at 2 x 2 (native:alg=all), tuned, and
+#                                          the exported selection file's notes
 #
 #   scripts/cluster_targets.sh [RUN_DIR]
-# PARTS (default "fit hierarchical accuracy train stability") picks parts; stability and
+# PARTS (default "fit hierarchical accuracy train stability"; also "layouts library") picks parts; stability and
 # train need hierarchical's sweeps in RUN_DIR, accuracy needs fit's. BUDGET (timed seconds
 # per point, all launches; default 4) and LAUNCHES (3) trade time for width. The links are
 # put back to 1gbit at the end, whatever happened.
@@ -55,10 +60,11 @@ fit() {
 }
 
 sweep() {
-    # sweep HOSTS NP COLLECTIVES ALGORITHMS DIR: ranks in blocks over HOSTS
+    # sweep HOSTS NP COLLECTIVES ALGORITHMS DIR [SIZES]: ranks in blocks over HOSTS
     rm -rf "$5"
-    OSU_DL_BENCH_HOSTS=$1 osu-dl-bench sweep --np "$2" --collectives "$3" -m 64K:16M -a "$4" \
-        --budget "$budget" --launches "$launches" --no-calibration -o "$5" >"$5.log" 2>&1 </dev/null
+    OSU_DL_BENCH_HOSTS=$1 osu-dl-bench sweep --np "$2" --collectives "$3" -m "${6:-64K:16M}" \
+        -a "$4" --budget "$budget" --launches "$launches" --no-calibration -o "$5" \
+        >"$5.log" 2>&1 </dev/null
 }
 flat_allreduce=ring,recursive_doubling,rabenseifner,reduce_bcast,tree
 flat_bcast=binomial,chain,scatter_ring_allgather,scatter_rd_allgather
@@ -99,6 +105,34 @@ stability_report() {
     done
 }
 
+layouts_report() {
+    # layouts_report: 4 x 1 and 2 x 1 (one rank per node: hierarchical has no intra-node
+    # part), the full size range
+    for shape in 4x1 2x1; do
+        echo "# sweep at ${shape} (nodes x ppn), 8 B-16 MiB: $run/l$shape (links at 1gbit)"
+        cat "$run/l$shape.load"
+        python scripts/family_ratios.py "$run/l$shape-allreduce" hierarchical "$flat_allreduce" \
+            --collective allreduce
+        python scripts/family_ratios.py "$run/l$shape-bcast" hierarchical "$flat_bcast" \
+            --collective bcast
+    done
+}
+layout_sweeps() {
+    # layout_sweeps SHAPE HOSTS NP
+    echo "# load before the sweeps: $(load) on $(nproc) cores" >"$run/l$1.load"
+    sweep "$2" "$3" allreduce "native,ring:seg=0,recursive_doubling,rabenseifner,tree,$hier_allreduce" \
+        "$run/l$1-allreduce" 8:16M
+    sweep "$2" "$3" bcast "native,binomial,chain,scatter_ring_allgather,$hier_bcast" \
+        "$run/l$1-bcast" 8:16M
+    echo "# load after the sweeps: $(load)" >>"$run/l$1.load"
+}
+library_report() {
+    echo "# MPICH's own algorithms forced one by one (native:alg=all) at 2 nodes x 2 ranks,"
+    echo "#   64K-16M, links at 1gbit: $run/lib2x2"
+    osu-dl-bench tune "$run/lib2x2" -o "$run/table-lib2x2.json" --export mpich
+    cat "$run/table-lib2x2.mpich.notes.txt" 2>/dev/null || true
+}
+
 if [[ $parts == *" fit "* ]]; then
     fit 250mbit 8:16M
     fit 1gbit 8:64M
@@ -126,4 +160,13 @@ if [[ $parts == *" stability "* ]]; then
     second=$(date -u +%H:%M:%S)
     sweeps_2x2 -B
     with_command "$out/cluster_decisions_2x2.txt" stability_report
+fi
+if [[ $parts == *" layouts "* ]]; then
+    layout_sweeps 4x1 "$hosts4" 4
+    layout_sweeps 2x1 "$hosts2" 2
+    with_command "$out/cluster_layouts.txt" layouts_report
+fi
+if [[ $parts == *" library "* ]]; then
+    sweep "$hosts2" 4 allreduce,bcast "native,native:alg=all" "$run/lib2x2"
+    with_command "$out/cluster_library_2x2.txt" library_report
 fi

@@ -82,15 +82,19 @@ sweeps_2x2() {
         "$run/h2x2-bcast$1"
     echo "# load after the sweeps$1: $(load)" >>"$run/h2x2$1.load"
 }
+hierarchical_ratios() {
+    # hierarchical_ratios PREFIX: hierarchical against the best flat algorithm and native,
+    # in PREFIX-allreduce and PREFIX-bcast
+    python scripts/family_ratios.py "$1-allreduce" hierarchical "$flat_allreduce" \
+        --collective allreduce
+    python scripts/family_ratios.py "$1-bcast" hierarchical "$flat_bcast" --collective bcast
+}
 hierarchical_report() {
     echo "# sweeps at 2 nodes x 2 ranks, 64K-16M, BUDGET=$budget s per point, $launches launches:"
     echo "#   $run/h2x2-allreduce, $run/h2x2-bcast (links at 1gbit, MPICH over libfabric's tcp)"
     cat "$run/h2x2.load"
     echo "# python scripts/family_ratios.py RUN hierarchical FLAT; osu-dl-bench tune RUN"
-    python scripts/family_ratios.py "$run/h2x2-allreduce" hierarchical "$flat_allreduce" \
-        --collective allreduce
-    python scripts/family_ratios.py "$run/h2x2-bcast" hierarchical "$flat_bcast" \
-        --collective bcast
+    hierarchical_ratios "$run/h2x2"
     for collective in allreduce bcast; do
         osu-dl-bench tune "$run/h2x2-$collective" -o "$run/table-2x2-$collective.json"
     done
@@ -111,10 +115,7 @@ layouts_report() {
     for shape in 4x1 2x1; do
         echo "# sweep at ${shape} (nodes x ppn), 8 B-16 MiB: $run/l$shape (links at 1gbit)"
         cat "$run/l$shape.load"
-        python scripts/family_ratios.py "$run/l$shape-allreduce" hierarchical "$flat_allreduce" \
-            --collective allreduce
-        python scripts/family_ratios.py "$run/l$shape-bcast" hierarchical "$flat_bcast" \
-            --collective bcast
+        hierarchical_ratios "$run/l$shape"
     done
 }
 layout_sweeps() {

@@ -42,38 +42,73 @@ def check_pair(nprocs: int, benchmark: str) -> None:
         raise UsageError(f"{benchmark} needs exactly 2 processes, got {nprocs}")
 
 
-def latency_round(comm: MPI.Comm, send, recv) -> None:
-    """One ping-pong between ranks 0 and 1 (osu_latency.c's loop body)."""
-    if comm.Get_rank() == 0:
-        comm.Send(send, 1, TAG)
-        comm.Recv(recv, 1, TAG)
+# The two ranks of a test: the first starts the ping-pong and sends bw's window.
+FIRST_PAIR = (0, 1)
+
+
+def latency_round(comm: MPI.Comm, send, recv, pair: tuple[int, int] = FIRST_PAIR) -> None:
+    """One ping-pong between the ranks of ``pair``, the first starting it (osu_latency.c's
+    loop body)."""
+    first, second = pair
+    if comm.Get_rank() == first:
+        comm.Send(send, second, TAG)
+        comm.Recv(recv, second, TAG)
     else:
-        comm.Recv(recv, 0, TAG)
-        comm.Send(send, 0, TAG)
+        comm.Recv(recv, first, TAG)
+        comm.Send(send, first, TAG)
 
 
-def _bw_round(comm: MPI.Comm, send, recv, ack) -> None:
-    if comm.Get_rank() == 0:
-        MPI.Request.Waitall([comm.Isend(send, 1, TAG) for _ in range(BW_WINDOW)])
-        comm.Recv(ack, 1, ACK_TAG)
+def _bw_round(comm: MPI.Comm, send, recv, ack, pair: tuple[int, int]) -> None:
+    first, second = pair
+    if comm.Get_rank() == first:
+        MPI.Request.Waitall([comm.Isend(send, second, TAG) for _ in range(BW_WINDOW)])
+        comm.Recv(ack, second, ACK_TAG)
     else:
-        MPI.Request.Waitall([comm.Irecv(recv, 0, TAG) for _ in range(BW_WINDOW)])
-        comm.Send(ack, 0, ACK_TAG)
+        MPI.Request.Waitall([comm.Irecv(recv, first, TAG) for _ in range(BW_WINDOW)])
+        comm.Send(ack, first, ACK_TAG)
 
 
-def _bibw_round(comm: MPI.Comm, send, recv, ack) -> None:
-    peer = 1 - comm.Get_rank()
+def _bibw_round(comm: MPI.Comm, send, recv, ack, pair: tuple[int, int]) -> None:
+    peer = pair[1] if comm.Get_rank() == pair[0] else pair[0]
     requests = [comm.Irecv(recv, peer, TAG) for _ in range(BW_WINDOW)]
     requests += [comm.Isend(send, peer, TAG) for _ in range(BW_WINDOW)]
     MPI.Request.Waitall(requests)
 
 
-def _round_call(comm: MPI.Comm, benchmark: str, ack: np.ndarray) -> CollectiveCall:
-    """One OSU round in the kernel's call signature (op and root unused)."""
+def pair_round(
+    comm: MPI.Comm, benchmark: str, ack: np.ndarray, pair: tuple[int, int] = FIRST_PAIR
+) -> CollectiveCall:
+    """One OSU round between the ranks of ``pair`` (bw: the first sends) in the kernel's
+    call signature (op and root unused); both ranks of the pair call it."""
     if benchmark == "latency":
-        return lambda send, recv, op, root: latency_round(comm, send, recv)
+        return lambda send, recv, op, root: latency_round(comm, send, recv, pair)
     window_round = _bw_round if benchmark == "bw" else _bibw_round
-    return lambda send, recv, op, root: window_round(comm, send, recv, ack)
+    return lambda send, recv, op, root: window_round(comm, send, recv, ack, pair)
+
+
+def time_pair(
+    round_call: CollectiveCall, bufs: Buffers, warmup: int, iterations: int
+) -> np.ndarray:
+    """Seconds of each of ``iterations`` rounds after ``warmup`` untimed ones, back to back
+    through the kernel's loop, as this rank saw them (the pair's first rank: OSU's)."""
+    warm, timed = np.zeros((1, warmup)), np.zeros((1, iterations))
+    timed_round(_no_barrier, [round_call], [0], bufs, None, [0] * warmup, warm)
+    timed_round(_no_barrier, [round_call], [0], bufs, None, [0] * iterations, timed)
+    return timed[0]
+
+
+def messages_per_round(benchmark: str) -> int:
+    """Messages one round carries: a ping-pong's two, a window (each way for bibw)."""
+    if benchmark == "latency":
+        return 2
+    return BW_WINDOW * (2 if benchmark == "bibw" else 1)
+
+
+def bandwidth_mbs(benchmark: str, size: int, times: np.ndarray) -> float:
+    """OSU's bandwidth of rounds that took ``times`` seconds: bytes sent over the total
+    time, in MB/s (1 MB = 1e6 B); 0 where no time passed."""
+    total = float(np.sum(times))
+    return size * messages_per_round(benchmark) * len(times) / total / 1e6 if total > 0 else 0.0
 
 
 def staged_messages(benchmark: str, rank: int) -> tuple[int, int]:
@@ -100,12 +135,11 @@ def measure_point_to_point(
     if cfg.device == "cuda":
         select_local_gpu(comm)  # cached: the GPU bench chose, or chosen here
     # Point-to-point is MPI's: staged through host memory where MPI is not CUDA-aware.
-    round_call = _round_call(comm, cfg.benchmark, np.zeros(1, np.int32))
+    round_call = pair_round(comm, cfg.benchmark, np.zeros(1, np.int32))
     if needs_staging(cfg.device, "mpi"):
         round_call = staged(round_call, *staged_messages(cfg.benchmark, rank))
         if rank == 0:
             print(f"# {STAGING_NOTE}", flush=True)  # as the collectives' harness says it
-    calls = [round_call]
     for size in cfg.sizes():
         n = size // setting.etype.itemsize
         if size and not n:
@@ -114,11 +148,8 @@ def measure_point_to_point(
         send = setting.xp.asarray(input_values(rank, 0, n, dtype, None, 2))
         recv = setting.xp.zeros(n, dtype)
         device_ready(send, recv)  # the fill and the memset are kernels MPI must not race
-        bufs, warm, timed = Buffers(send, recv), np.zeros((1, warmup)), np.zeros((1, iterations))
         comm.Barrier()
-        timed_round(_no_barrier, calls, [0], bufs, None, [0] * warmup, warm)
-        timed_round(_no_barrier, calls, [0], bufs, None, [0] * iterations, timed)
-        times = timed[0]
+        times = time_pair(round_call, Buffers(send, recv), warmup, iterations)
         comm.Bcast(times, 0)
         wrong = None
         if cfg.validate:
@@ -142,14 +173,9 @@ def _p2p_record(
     iterations: int,
     wrong: int | None,
 ) -> BenchRecord:
-    if cfg.benchmark == "latency":
-        per_message = times / 2  # a round trip carries the message twice
-        bandwidth = None
-    else:
-        messages = BW_WINDOW * (2 if cfg.benchmark == "bibw" else 1)
-        per_message = times / messages
-        total = times.sum()
-        bandwidth = size * messages * iterations / total / 1e6 if total > 0 else 0.0
+    # A round trip carries the message twice; a window BW_WINDOW times (each way, bibw).
+    per_message = times / messages_per_round(cfg.benchmark)
+    bandwidth = None if cfg.benchmark == "latency" else bandwidth_mbs(cfg.benchmark, size, times)
     us = per_message * 1e6
     avg = float(us.mean()) if us.size else 0.0
     gbs = size / (avg * 1e-6) / 1e9 if avg > 0 else 0.0

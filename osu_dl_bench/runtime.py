@@ -441,6 +441,15 @@ def agree_on_settings(comm, settings: Mapping[str, object]) -> None:
                 )
 
 
+def wait_politely(comm, pause_s: float = 0.005) -> None:
+    """A barrier over ``comm`` that sleeps instead of spinning: ranks idle while others
+    measure must not steal their cores (every rank of ``comm`` must call this one, not
+    MPI_Barrier: a blocking and a non-blocking barrier do not match)."""
+    request = comm.Ibarrier()
+    while not request.Test():
+        time.sleep(pause_s)
+
+
 def run_guarded(body: Callable[[], int]) -> int:
     """Run an MPI entry point: usage errors -> one message from rank 0, exit 2 on every
     rank (an error only some ranks met -> message from each of them, MPI_Abort);

@@ -72,6 +72,7 @@ from osu_dl_bench.runtime import (
     discover_topology,
     on_rank0,
     utc_now,
+    wait_politely,
 )
 
 
@@ -422,14 +423,6 @@ def _first_ranks(world: MPI.Comm, nprocs: int) -> MPI.Comm:
     return world.Split(0 if rank < nprocs else MPI.UNDEFINED, rank)
 
 
-def _wait_politely(world: MPI.Comm) -> None:
-    """A barrier that sleeps instead of spinning: ranks idle while a smaller process count
-    is measured must not steal its cores."""
-    request = world.Ibarrier()
-    while not request.Test():
-        time.sleep(0.005)
-
-
 def _share_stop(world: MPI.Comm, stopped: UsageError | None) -> None:
     """Raise, on every rank, the error that stopped a smaller process count (a full disk):
     the ranks that waited for it would otherwise wait for the next count forever. Rank 0
@@ -519,7 +512,7 @@ def _sweep_counts(
                 if not exc.agreed:
                     raise
                 stopped = exc  # agreed by this count's ranks: the others must hear it too
-        _wait_politely(world)
+        wait_politely(world)  # idle ranks must not steal the measured count's cores
         _share_stop(world, stopped)
     # Rank 0 took part in every process count, so its list is the whole story.
     failed = world.bcast(len(failures), root=0)

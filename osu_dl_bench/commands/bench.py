@@ -14,17 +14,25 @@ from collectives.ops import reduce_op
 from collectives.registry import BoundCalls
 from collectives.units import format_size
 from osu_dl_bench import __version__
+from osu_dl_bench.diagnosis.linkmap import (
+    judge_links,
+    linkmap_header,
+    linkmap_record,
+    report_lines,
+    write_linkmap,
+)
 from osu_dl_bench.errors import UsageError, ValidationFailure
 from osu_dl_bench.measurement import report
 from osu_dl_bench.measurement.harness import Setting, bench_record, measure_collective
 from osu_dl_bench.measurement.kernel import plan_variants
+from osu_dl_bench.measurement.linkmap import LinkSettings, measure_links
 from osu_dl_bench.measurement.memory import (
     Need,
     check_node_memory,
     collective_need,
     point_to_point_need,
 )
-from osu_dl_bench.measurement.options import BenchConfig, check_holds_an_element
+from osu_dl_bench.measurement.options import LINKMAP, BenchConfig, check_holds_an_element
 from osu_dl_bench.measurement.p2p import check_pair, measure_point_to_point
 from osu_dl_bench.measurement.records import BenchRecord, write_records
 from osu_dl_bench.measurement.replay import measure_replay, prepare_buckets, steps_for
@@ -34,6 +42,7 @@ from osu_dl_bench.runtime import (
     collect_metadata,
     discover_topology,
     file_fingerprint,
+    on_rank0,
 )
 from osu_dl_bench.selection.selector import Selector, parse_bench_algorithms
 from osu_dl_bench.train.options import DEFAULT_BUCKET_CAP, DEFAULT_FIRST_BUCKET
@@ -238,10 +247,28 @@ def _replay(
     return 0
 
 
+def _linkmap(comm: MPI.Comm, cfg: BenchConfig) -> int:
+    """bench linkmap: every pair of nodes measured, the matrices and what stands out
+    printed by rank 0, the record written with -o."""
+    topo = discover_topology(comm, cfg.ranks_per_node)
+    check_node_memory(comm, [point_to_point_need(LINKMAP, cfg.max_size)])
+    metadata = collect_metadata(topo).as_dict()
+    settings = LinkSettings(cfg.max_size, cfg.iterations, cfg.warmup, cfg.repetitions)
+    samples = measure_links(comm, settings)
+    linkmap = judge_links(samples) if comm.Get_rank() == 0 else None
+    if linkmap is not None:
+        _print(comm, *linkmap_header(linkmap.samples, topo.nprocs), *report_lines(linkmap))
+    if cfg.output:
+        on_rank0(comm, lambda: write_linkmap(cfg.output, linkmap_record(linkmap, metadata)))
+    return 0
+
+
 def run_bench(comm: MPI.Comm, cfg: BenchConfig) -> int:
     """Run one bench configuration; returns the exit code (raises on bad input)."""
     nprocs = comm.Get_size()
     agree_on_settings(comm, agree_on_errors(comm, lambda: _settings_every_rank_shares(cfg)))
+    if cfg.benchmark == LINKMAP:
+        return _linkmap(comm, cfg)
     setting = agree_on_errors(comm, lambda: _setting(cfg, nprocs))
     check_node_memory(comm, [_memory_need(cfg, setting, nprocs)])
     if cfg.device == "cuda":

@@ -22,7 +22,9 @@ DEVICE_HELP = (
 # The collectives collectives.specs describes, in its order (reading it starts no MPI).
 COLLECTIVES = tuple(SPECS)
 POINT_TO_POINT = ("latency", "bw", "bibw")
-BENCHMARKS = COLLECTIVES + POINT_TO_POINT
+# Point-to-point latency and bandwidth between every pair of nodes (measurement.linkmap).
+LINKMAP = "linkmap"
+BENCHMARKS = COLLECTIVES + POINT_TO_POINT + (LINKMAP,)
 # OSU's defaults (c/util/osu_util.h): iterations and warm-up up to 8 KiB, then above it.
 LARGE_MESSAGE_SIZE = 8192
 DEFAULT_ITERATIONS = {"small": 1000, "large": 100}
@@ -36,6 +38,23 @@ BW_WINDOW = 64
 MAX_ITERATIONS = 10**7
 # Sizes nothing can describe (a typo such as 1:99999999999G): refused by every -m.
 MAX_SIZE_BYTES = 1 << 50
+# linkmap's bandwidth message: a window of BW_WINDOW carries 4 MiB, 50 times tbf's 80 KB
+# burst on the cluster on one machine and far above a 1-10 Gbit/s link's bandwidth-delay
+# product; OSU bw between two of its nodes reaches the shaped rate from 2 KiB on (1 Gbit/s:
+# 115-124 MB/s from 2 KiB to 4 MiB; 100 Mbit/s: 11.9 MB/s from 16 KiB). osu_bw.c's 4 MiB
+# would make a window 256 MiB: 21 s per sample at 100 Mbit/s. On faster fabrics raise -m
+# until a window lasts a few milliseconds.
+LINKMAP_MESSAGE_BYTES = 64 << 10
+# A window of 64 messages of at most this size (4 GiB) takes 0.3 s at 100 Gbit/s.
+LINKMAP_MAX_MESSAGE_BYTES = 64 << 20
+# Windows per bandwidth sample and untimed ones before it: a sample follows the pair's
+# latency phase, so the connection is made and the first window pays no set-up.
+LINKMAP_WINDOWS, LINKMAP_WARMUP_WINDOWS = 1, 0
+# Cycles over every pair, one sample per link each: a 95% interval for a median from n
+# samples by order statistics needs n >= 6 (at n = 5 even [min, max] covers 93.8%); at 10
+# it is [2nd, 9th] (97.9%; Conover, "Practical Nonparametric Statistics", 3rd ed., 3.2).
+LINKMAP_REPETITIONS = 10
+MAX_REPETITIONS = 10_000
 
 
 def host_memory_bytes() -> int:
@@ -86,6 +105,8 @@ class BenchConfig:
     table: str | None = None
     # A model whose DDP gradient buckets are replayed instead of -m's sizes (allreduce).
     buckets: str | None = None
+    # linkmap: cycles over every pair of nodes (None for the other benchmarks).
+    repetitions: int | None = None
 
     @property
     def is_point_to_point(self) -> bool:
@@ -264,6 +285,17 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         help="allreduce only: replay one training step's gradient traffic, MODEL's DDP "
         "buckets back to back (resnet50, vgg16, alexnet, cnn, resnet); -i/-x count steps",
     )
+    parser.add_argument(
+        "--repetitions",
+        type=whole_number(1, MAX_REPETITIONS),
+        default=None,
+        metavar="R",
+        help=f"linkmap only: cycles over every pair of nodes, one latency and one bandwidth "
+        f"sample per link each (default {LINKMAP_REPETITIONS}); linkmap's -m is the bandwidth "
+        f"message size (default {format_size(LINKMAP_MESSAGE_BYTES)}, a window of "
+        f"{BW_WINDOW}), -i/-x its windows per sample (default {LINKMAP_WINDOWS}/"
+        f"{LINKMAP_WARMUP_WINDOWS}), -o a .json record",
+    )
 
 
 def check_bucket_replay(args: argparse.Namespace) -> None:
@@ -283,8 +315,66 @@ def check_bucket_replay(args: argparse.Namespace) -> None:
         )
 
 
+# The options linkmap has no use for, with their defaults: refused when given.
+_NOT_FOR_LINKMAP = {
+    "-f": ("full", False),
+    "-c": ("validation", False),
+    "-l": ("in_place", False),
+    "-T": ("dtype", "float32"),
+    "--op": ("op", "sum"),
+    "-k": ("root", "fixed:0"),
+    "-z": ("tail", False),
+    "-d": ("device", "cpu"),
+    "-a": ("algorithm", "native"),
+    "--table": ("table", None),
+    "--buckets": ("buckets", None),
+}
+
+
+def _linkmap_config(args: argparse.Namespace) -> BenchConfig:
+    """bench linkmap: -m one size (the bandwidth message), -i/-x windows, --repetitions
+    cycles, -o a .json record; the collectives' options refused."""
+    for option, (dest, default) in _NOT_FOR_LINKMAP.items():
+        if getattr(args, dest) != default:
+            raise UsageError(
+                f"bench linkmap: {option} has no meaning here (it measures host "
+                "buffers of bytes between nodes, unchecked)"
+            )
+    text = args.message_size or format_size(LINKMAP_MESSAGE_BYTES)
+    if ":" in text:
+        raise UsageError(
+            f"bench linkmap -m {text}: expected one size (the bandwidth message), e.g. -m 64K"
+        )
+    _, size = parse_size_range(
+        text, 0, LINKMAP_MAX_MESSAGE_BYTES, f" (a window carries {BW_WINDOW} of them)"
+    )
+    if size < 1:
+        raise UsageError(f"bench linkmap -m {text}: expected at least 1 byte")
+    if args.output is not None and not args.output.lower().endswith(".json"):
+        raise UsageError(
+            f"bench linkmap -o {args.output}: expected a .json file (the record triage reads)"
+        )
+    return BenchConfig(
+        benchmark=LINKMAP,
+        min_size=size,
+        max_size=size,
+        iterations=LINKMAP_WINDOWS if args.iterations is None else args.iterations,
+        warmup=LINKMAP_WARMUP_WINDOWS if args.warmup is None else args.warmup,
+        output=args.output,
+        thread_level=args.thread_level,
+        ranks_per_node=args.ranks_per_node,
+        repetitions=args.repetitions or LINKMAP_REPETITIONS,
+    )
+
+
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     """Build and check a BenchConfig from parsed arguments (no MPI needed)."""
+    if args.benchmark == LINKMAP:
+        return _linkmap_config(args)
+    if args.repetitions is not None:
+        raise UsageError(
+            f"--repetitions {args.repetitions}: linkmap only, got bench {args.benchmark}"
+        )
     check_bucket_replay(args)
     point_to_point = args.benchmark in POINT_TO_POINT
     size_text = args.message_size or ("0:4M" if point_to_point else "1:1M")

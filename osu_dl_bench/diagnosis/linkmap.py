@@ -1,0 +1,359 @@
+"""bench linkmap's judgement: the latency and bandwidth matrices, the links and nodes that
+stand out from their peers (diagnosis.outliers, the one rule), the printed report and
+the machine-readable record.
+
+Who is judged against whom, with diagnosis.outliers.stand_out (the one rule):
+- a link, against the other links of one of its ends: "A->B" (bandwidth, what A sends
+  to B; lower is worse) among A's other sends and among B's other receives, "A-B"
+  (latency of a ping-pong, both ways; higher is worse) among A's and among B's other
+  pairs. A link slower than its ends' other links is the path between them; each named
+  link is shown once, with the group it stands out most in;
+- a node, against the other nodes: "A sends" (every link from A), "A receives" (every
+  link into A) by bandwidth and "A" (every pair with A) by latency. A node whose links
+  are slow as a whole is its own NIC or cable, not one path.
+Judging a link against every other link instead fails exactly where it matters: one
+slow node makes N - 1 of the N (N - 1) / 2 pairs slow, half of them at N = 4, and the
+pooled peers' median then falls on either side by chance.
+
+The record (``-o FILE.json``), which ``triage`` reads:
+
+    {"kind": "linkmap", "format": 1,
+     "hosts": ["node1", ...],               node names; a node's index is its position
+     "leaders": [0, 1, ...],                the rank that measured for each node
+     "settings": {"message_bytes", "window", "windows", "warmup_windows", "repetitions",
+                  "latency_bytes", "latency_iterations", "latency_warmup"},
+     "latency_us": [[null, 31.2, ...], ...],   median one-way latency, symmetric
+     "bandwidth_mbs": [[null, 118.9, ...], ...],   median MB/s (1e6 B), row sends to column
+     "pairs": [{"nodes": [A, B], "latency_us": SUMMARY}, ...],          A before B
+     "links": [{"source": A, "target": B, "bandwidth_mbs": SUMMARY}, ...],   both ways
+     "findings": [{"metric": "bandwidth" | "latency", "unit": "link" | "node",
+                   "name": "A->B" | "A-B" | "A sends" | "A receives" | "A",
+                   "nodes": [A, B] or [A], "direction": "sends" | "receives" | null,
+                   "among": "A's sends" | "B's receives" | "A's pairs" | "the other nodes",
+                   "median", "peers", "ratio", "ratio_ci": [lo, hi], "excess",
+                   "excess_ci": [lo, hi], "share", "samples"}, ...],   worst first per kind
+     "metadata": {...}}                     the run's metadata (library, hosts, command)
+
+SUMMARY is {"median", "min", "max", "samples": [one per cycle, in cycle order]}; a value
+that is not a number (a ratio against a zero median) is null. ``share`` is the fraction
+of the unit's samples beyond the peers' 5th percentile (bandwidth) or 95th (latency).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from collectives.units import format_size
+from osu_dl_bench import __version__
+from osu_dl_bench.diagnosis.outliers import Finding, stand_out
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.measurement.linkmap import (
+    LATENCY_BYTES,
+    LATENCY_ITERATIONS,
+    LinkSamples,
+    round_robin,
+)
+from osu_dl_bench.measurement.options import BW_WINDOW
+from osu_dl_bench.paths import os_reason, write_text_atomic
+
+FORMAT = 1
+KIND = "linkmap"
+
+
+@dataclass(frozen=True)
+class Named:
+    """A link or node that stands out, and the evidence."""
+
+    metric: str  # "bandwidth" or "latency"
+    unit: str  # "link" or "node"
+    nodes: tuple[str, ...]  # the link's two nodes (source first), or the node
+    direction: str | None  # a node's "sends" or "receives" (bandwidth); None otherwise
+    among: str  # the peers it was judged against: "node1's sends", "the other nodes"
+    finding: Finding
+
+
+@dataclass(frozen=True)
+class LinkMap:
+    """The measured samples and what stands out in them."""
+
+    samples: LinkSamples
+    findings: tuple[Named, ...]
+
+    def named(self, unit: str) -> list[Named]:
+        """The findings about links or about nodes."""
+        return [n for n in self.findings if n.unit == unit]
+
+
+def link_name(source: str, target: str) -> str:
+    """A direction of a link, as bandwidth names it."""
+    return f"{source}->{target}"
+
+
+def pair_name(a: str, b: str) -> str:
+    """A pair of nodes, as latency names it."""
+    return f"{a}-{b}"
+
+
+def _medians(values: Mapping[tuple[int, int], Sequence[float]]) -> dict[tuple[int, int], float]:
+    return {key: float(np.median(v)) for key, v in values.items() if len(v)}
+
+
+def latency_matrix(samples: LinkSamples) -> list[list[float | None]]:
+    """Median one-way latency (us) between every two nodes, symmetric; None on the
+    diagonal and where nothing was measured."""
+    n = len(samples.hosts)
+    matrix: list[list[float | None]] = [[None] * n for _ in range(n)]
+    for (a, b), value in _medians(samples.latency_us).items():
+        matrix[a][b] = matrix[b][a] = value
+    return matrix
+
+
+def bandwidth_matrix(samples: LinkSamples) -> list[list[float | None]]:
+    """Median bandwidth (MB/s) from each node (row) to each other (column)."""
+    n = len(samples.hosts)
+    matrix: list[list[float | None]] = [[None] * n for _ in range(n)]
+    for (source, target), value in _medians(samples.bandwidth_mbs).items():
+        matrix[source][target] = value
+    return matrix
+
+
+def _judge(
+    units: Mapping[str, tuple[tuple[str, ...], str | None, Sequence[float]]],
+    metric: str,
+    unit: str,
+    among: str,
+) -> list[Named]:
+    """stand_out over ``units`` (name -> (nodes, direction, samples)), judged ``among``."""
+    worse = "lower" if metric == "bandwidth" else "higher"
+    found = stand_out({name: values for name, (_, _, values) in units.items()}, worse=worse)
+    return [Named(metric, unit, units[f.name][0], units[f.name][1], among, f) for f in found]
+
+
+def _link_groups(samples: LinkSamples) -> list[tuple[str, str, dict]]:
+    """(metric, among, units) per node: the links it sends on, those it receives on, its
+    pairs; each unit name -> (nodes, None, samples)."""
+    hosts = samples.hosts
+    groups = []
+    for node, host in enumerate(hosts):
+        sends, receives, pairs = {}, {}, {}
+        for (s, t), values in sorted(samples.bandwidth_mbs.items()):
+            entry = ((hosts[s], hosts[t]), None, values)
+            if s == node:
+                sends[link_name(hosts[s], hosts[t])] = entry
+            if t == node:
+                receives[link_name(hosts[s], hosts[t])] = entry
+        for (a, b), values in sorted(samples.latency_us.items()):
+            if node in (a, b):
+                pairs[pair_name(hosts[a], hosts[b])] = ((hosts[a], hosts[b]), None, values)
+        groups += [
+            ("bandwidth", f"{host}'s sends", sends),
+            ("bandwidth", f"{host}'s receives", receives),
+            ("latency", f"{host}'s pairs", pairs),
+        ]
+    return groups
+
+
+def _strongest(found: list[Named]) -> list[Named]:
+    """Each link once, with its strongest evidence (the group it stands out most in)."""
+    best: dict[tuple[str, str], Named] = {}
+    for named in found:
+        key = (named.metric, named.finding.name)
+        if key not in best or abs(named.finding.excess) > abs(best[key].finding.excess):
+            best[key] = named
+    return sorted(best.values(), key=lambda n: (n.metric, -abs(n.finding.excess)))
+
+
+def _node_units(samples: LinkSamples) -> tuple[dict, dict]:
+    """Per node: the samples of every link it sends on, receives on (bandwidth), and of
+    every pair it is in (latency)."""
+    hosts = samples.hosts
+    by_bandwidth, by_latency = {}, {}
+    for node, host in enumerate(hosts):
+        sent = [v for (s, _), vs in samples.bandwidth_mbs.items() if s == node for v in vs]
+        received = [v for (_, t), vs in samples.bandwidth_mbs.items() if t == node for v in vs]
+        by_bandwidth[f"{host} sends"] = ((host,), "sends", sent)
+        by_bandwidth[f"{host} receives"] = ((host,), "receives", received)
+        paired = [v for pair, vs in samples.latency_us.items() if node in pair for v in vs]
+        by_latency[host] = ((host,), None, paired)
+    return by_bandwidth, by_latency
+
+
+def judge_links(samples: LinkSamples) -> LinkMap:
+    """The links slower than the other links of one of their ends, and the nodes whose
+    links as a whole are slower than the other nodes' (diagnosis.outliers.stand_out);
+    bandwidth before latency, links before nodes."""
+    links = [
+        named
+        for metric, among, units in _link_groups(samples)
+        for named in _judge(units, metric, "link", among)
+    ]
+    node_bandwidth, node_latency = _node_units(samples)
+    nodes = [
+        *_judge(node_bandwidth, "bandwidth", "node", "the other nodes"),
+        *_judge(node_latency, "latency", "node", "the other nodes"),
+    ]
+    return LinkMap(samples, (*_strongest(links), *nodes))
+
+
+# --- the printed report ------------------------------------------------------------------
+
+_UNITS = {"bandwidth": "MB/s", "latency": "us"}
+
+
+def _matrix_lines(hosts: tuple[str, ...], matrix: list[list[float | None]]) -> list[str]:
+    width = max(10, *(len(h) + 2 for h in hosts))
+    head = f"{'#':<{width}}" + "".join(f"{h:>{width}}" for h in hosts)
+    rows = [
+        f"{host:<{width}}" + "".join(f"{'-' if v is None else f'{v:.2f}':>{width}}" for v in row)
+        for host, row in zip(hosts, matrix, strict=True)
+    ]
+    return [head, *rows]
+
+
+def _interval(low: float, high: float) -> str:
+    if math.isnan(low) or math.isnan(high):
+        return "no interval"
+    return f"95% CI {low:.2f}-{high:.2f}"
+
+
+def _evidence(named: Named, links_named: int | None = None) -> str:
+    f, unit = named.finding, _UNITS[named.metric]
+    side = "below the peers' 5th percentile" if named.metric == "bandwidth" else "above their 95th"
+    beyond = round(f.share * f.samples)
+    text = (
+        f"{named.metric} {f.name}: {f.median:.2f} {unit}, peers ({named.among}) "
+        f"{f.peers:.2f} {unit}, ratio {f.ratio:.2f} ({_interval(*f.ratio_ci)}), "
+        f"{beyond} of {f.samples} samples {side}"
+    )
+    if links_named is not None:
+        text += f"; {links_named} of its links named above"
+    return text
+
+
+def _links_of(node: Named, links: list[Named]) -> int:
+    """How many of the named links of the same metric this node is on (in the same
+    direction, for bandwidth)."""
+    host = node.nodes[0]
+    position = {"sends": 0, "receives": 1}.get(node.direction or "")
+    return sum(
+        1
+        for link in links
+        if link.metric == node.metric
+        and (host in link.nodes if position is None else link.nodes[position] == host)
+    )
+
+
+def linkmap_header(samples: LinkSamples, nprocs: int) -> list[str]:
+    """What was measured, and how: the '#' lines above the matrices."""
+    settings, hosts = samples.settings, samples.hosts
+    steps = round_robin(len(hosts))
+    windows = f"{settings.windows} window" + ("" if settings.windows == 1 else "s")
+    return [
+        f"# osu-dl-bench linkmap v{__version__}: {len(hosts)} nodes, ranks "
+        f"{' '.join(map(str, samples.leaders))} of {nprocs} measuring for them",
+        f"# Round-robin: {len(steps)} steps per cycle, up to {len(hosts) // 2} pairs at once; "
+        f"{settings.repetitions} cycles, one sample per link each; latency: median of "
+        f"{LATENCY_ITERATIONS} ping-pongs; bandwidth: {windows} (after "
+        f"{settings.warmup_windows} untimed) each way",
+    ]
+
+
+def report_lines(linkmap: LinkMap) -> list[str]:
+    """The matrices, then one line per named link and node with its evidence (or that
+    none stands out)."""
+    samples, settings = linkmap.samples, linkmap.samples.settings
+    hosts = samples.hosts
+    window = settings.message_bytes * BW_WINDOW
+    lines = [
+        f"# Latency (us, one way, {LATENCY_BYTES} B ping-pong; "
+        f"median of {settings.repetitions} cycles)",
+        *_matrix_lines(hosts, latency_matrix(samples)),
+        f"# Bandwidth (MB/s, row sends to column; windows of {BW_WINDOW} x "
+        f"{format_size(settings.message_bytes)} = {format_size(window)}; "
+        f"median of {settings.repetitions} cycles)",
+        *_matrix_lines(hosts, bandwidth_matrix(samples)),
+        "# Links that stand out (each against the other links of one of its ends, 95% intervals)",
+    ]
+    links = linkmap.named("link")
+    lines += [_evidence(n) for n in links] or ["no link stands out"]
+    lines.append("# Nodes that stand out (all links of each node against the other nodes')")
+    nodes = linkmap.named("node")
+    lines += [_evidence(n, _links_of(n, links)) for n in nodes] or ["no node stands out"]
+    return lines
+
+
+# --- the record -----------------------------------------------------------------------------
+
+
+def _number(value: float | None) -> float | None:
+    """JSON has no NaN: None in its place."""
+    return None if value is None or not math.isfinite(value) else float(value)
+
+
+def _summary(values: Sequence[float]) -> dict[str, object]:
+    return {
+        "median": _number(float(np.median(values))) if len(values) else None,
+        "min": _number(min(values)) if len(values) else None,
+        "max": _number(max(values)) if len(values) else None,
+        "samples": [_number(v) for v in values],
+    }
+
+
+def _finding_record(named: Named) -> dict[str, object]:
+    f = asdict(named.finding)
+    for key in ("median", "peers", "ratio", "excess", "share"):
+        f[key] = _number(f[key])
+    for key in ("ratio_ci", "excess_ci"):
+        f[key] = [_number(v) for v in f[key]]
+    return {
+        "metric": named.metric,
+        "unit": named.unit,
+        "name": named.finding.name,
+        "nodes": list(named.nodes),
+        "direction": named.direction,
+        "among": named.among,
+        **{k: v for k, v in f.items() if k != "name"},
+    }
+
+
+def _matrix_record(matrix: list[list[float | None]]) -> list[list[float | None]]:
+    return [[_number(v) for v in row] for row in matrix]
+
+
+def linkmap_record(linkmap: LinkMap, metadata: Mapping[str, str]) -> dict[str, object]:
+    """The machine-readable record (the format in this module's docstring)."""
+    samples = linkmap.samples
+    hosts = samples.hosts
+    return {
+        "kind": KIND,
+        "format": FORMAT,
+        "hosts": list(hosts),
+        "leaders": list(samples.leaders),
+        "settings": samples.settings.as_dict(),
+        "latency_us": _matrix_record(latency_matrix(samples)),
+        "bandwidth_mbs": _matrix_record(bandwidth_matrix(samples)),
+        "pairs": [
+            {"nodes": [hosts[a], hosts[b]], "latency_us": _summary(values)}
+            for (a, b), values in sorted(samples.latency_us.items())
+        ],
+        "links": [
+            {"source": hosts[s], "target": hosts[t], "bandwidth_mbs": _summary(values)}
+            for (s, t), values in sorted(samples.bandwidth_mbs.items())
+        ],
+        "findings": [_finding_record(n) for n in linkmap.findings],
+        "metadata": dict(metadata),
+    }
+
+
+def write_linkmap(path: str, record: Mapping[str, object]) -> None:
+    """Write the record atomically; UsageError saying why where it cannot be written."""
+    text = json.dumps(record, indent=1, allow_nan=False) + "\n"
+    try:
+        write_text_atomic(path, text)
+    except OSError as exc:
+        raise UsageError(f"-o {path}: cannot write ({os_reason(exc)})") from None

@@ -8,12 +8,15 @@ Who is judged against whom, with diagnosis.outliers.stand_out (the one rule):
   (latency of a ping-pong, both ways; higher is worse) among A's and among B's other
   pairs. A link slower than its ends' other links is the path between them; each named
   link is shown once, with the group it stands out most in;
-- a node, against the other nodes: "A sends" (every link from A), "A receives" (every
-  link into A) by bandwidth and "A" (every pair with A) by latency. A node whose links
-  are slow as a whole is its own NIC or cable, not one path.
+- a node, against the links between the other nodes: "A sends" (every link from A),
+  "A receives" (every link into A) by bandwidth and "A" (every pair with A) by latency.
+  A node whose links are slow as a whole is its own NIC or cable, not one path. Its own
+  links are kept out of the reference, or a slow node would drag its peers' samples down
+  with it (two nodes have no link apart: neither is named, the link is).
 Judging a link against every other link instead fails exactly where it matters: one
 slow node makes N - 1 of the N (N - 1) / 2 pairs slow, half of them at N = 4, and the
-pooled peers' median then falls on either side by chance.
+pooled peers' median then falls on either side by chance (measured: at N = 4 with one
+node at 1/10, no link was named).
 
 The record (``-o FILE.json``), which ``triage`` reads:
 
@@ -63,6 +66,8 @@ from osu_dl_bench.paths import os_reason, write_text_atomic
 
 FORMAT = 1
 KIND = "linkmap"
+# Order statistics give a median's 95% interval from 6 samples on (0.5^5 > 2.5%).
+FEWEST_FOR_AN_INTERVAL = 6
 
 
 @dataclass(frozen=True)
@@ -168,36 +173,55 @@ def _strongest(found: list[Named]) -> list[Named]:
     return sorted(best.values(), key=lambda n: (n.metric, -abs(n.finding.excess)))
 
 
-def _node_units(samples: LinkSamples) -> tuple[dict, dict]:
-    """Per node: the samples of every link it sends on, receives on (bandwidth), and of
-    every pair it is in (latency)."""
+def _node_views(samples: LinkSamples, node: int) -> list[tuple[str, str | None, list, dict]]:
+    """(metric, direction, the node's samples, the links between the other nodes as
+    units) for what the node sends, receives (bandwidth) and its pairs (latency)."""
     hosts = samples.hosts
-    by_bandwidth, by_latency = {}, {}
-    for node, host in enumerate(hosts):
-        sent = [v for (s, _), vs in samples.bandwidth_mbs.items() if s == node for v in vs]
-        received = [v for (_, t), vs in samples.bandwidth_mbs.items() if t == node for v in vs]
-        by_bandwidth[f"{host} sends"] = ((host,), "sends", sent)
-        by_bandwidth[f"{host} receives"] = ((host,), "receives", received)
-        paired = [v for pair, vs in samples.latency_us.items() if node in pair for v in vs]
-        by_latency[host] = ((host,), None, paired)
-    return by_bandwidth, by_latency
+    sends, receives, apart = [], [], {}
+    for (s, t), values in sorted(samples.bandwidth_mbs.items()):
+        if s == node:
+            sends += values
+        elif t == node:
+            receives += values
+        else:
+            apart[link_name(hosts[s], hosts[t])] = ((hosts[s], hosts[t]), None, values)
+    paired, pairs_apart = [], {}
+    for (a, b), values in sorted(samples.latency_us.items()):
+        if node in (a, b):
+            paired += values
+        else:
+            pairs_apart[pair_name(hosts[a], hosts[b])] = ((hosts[a], hosts[b]), None, values)
+    return [
+        ("bandwidth", "sends", sends, apart),
+        ("bandwidth", "receives", receives, apart),
+        ("latency", None, paired, pairs_apart),
+    ]
+
+
+def _judge_nodes(samples: LinkSamples) -> list[Named]:
+    """Each node's links (what it sends, receives, its pairs) against the links between
+    the other nodes: a slow node's own links must not be in the reference it is judged
+    by, nor its links to a slow node in another node's (none where only two nodes)."""
+    found = []
+    for node, host in enumerate(samples.hosts):
+        for metric, direction, own, apart in _node_views(samples, node):
+            name = f"{host} {direction}" if direction else host
+            units = {**apart, name: ((host,), direction, own)}
+            named = _judge(units, metric, "node", "links between the other nodes")
+            found += [n for n in named if n.finding.name == name]
+    return sorted(found, key=lambda n: (n.metric, -abs(n.finding.excess)))
 
 
 def judge_links(samples: LinkSamples) -> LinkMap:
     """The links slower than the other links of one of their ends, and the nodes whose
-    links as a whole are slower than the other nodes' (diagnosis.outliers.stand_out);
-    bandwidth before latency, links before nodes."""
+    links are slower than the links between the other nodes
+    (diagnosis.outliers.stand_out); bandwidth before latency, links before nodes."""
     links = [
         named
         for metric, among, units in _link_groups(samples)
         for named in _judge(units, metric, "link", among)
     ]
-    node_bandwidth, node_latency = _node_units(samples)
-    nodes = [
-        *_judge(node_bandwidth, "bandwidth", "node", "the other nodes"),
-        *_judge(node_latency, "latency", "node", "the other nodes"),
-    ]
-    return LinkMap(samples, (*_strongest(links), *nodes))
+    return LinkMap(samples, (*_strongest(links), *_judge_nodes(samples)))
 
 
 # --- the printed report ------------------------------------------------------------------
@@ -252,15 +276,26 @@ def linkmap_header(samples: LinkSamples, nprocs: int) -> list[str]:
     """What was measured, and how: the '#' lines above the matrices."""
     settings, hosts = samples.settings, samples.hosts
     steps = round_robin(len(hosts))
-    windows = f"{settings.windows} window" + ("" if settings.windows == 1 else "s")
-    return [
+    lines = [
         f"# osu-dl-bench linkmap v{__version__}: {len(hosts)} nodes, ranks "
         f"{' '.join(map(str, samples.leaders))} of {nprocs} measuring for them",
-        f"# Round-robin: {len(steps)} steps per cycle, up to {len(hosts) // 2} pairs at once; "
-        f"{settings.repetitions} cycles, one sample per link each; latency: median of "
-        f"{LATENCY_ITERATIONS} ping-pongs; bandwidth: {windows} (after "
-        f"{settings.warmup_windows} untimed) each way",
+        f"# Round-robin: {_count(len(steps), 'step')} per cycle, up to "
+        f"{_count(len(hosts) // 2, 'pair')} at once; {_count(settings.repetitions, 'cycle')}, "
+        f"one sample per link each; latency: median of {LATENCY_ITERATIONS} ping-pongs; "
+        f"bandwidth: {_count(settings.windows, 'window')} (after {settings.warmup_windows} "
+        "untimed) each way",
     ]
+    if settings.repetitions < FEWEST_FOR_AN_INTERVAL:
+        lines.append(
+            f"# Note: from fewer than {FEWEST_FOR_AN_INTERVAL} samples no interval of a "
+            "median reaches 95% (at 5, even [min, max] covers 93.8%): take the intervals "
+            "below as rough; --repetitions 10 gives [2nd, 9th]"
+        )
+    return lines
+
+
+def _count(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 def report_lines(linkmap: LinkMap) -> list[str]:
@@ -281,7 +316,7 @@ def report_lines(linkmap: LinkMap) -> list[str]:
     ]
     links = linkmap.named("link")
     lines += [_evidence(n) for n in links] or ["no link stands out"]
-    lines.append("# Nodes that stand out (all links of each node against the other nodes')")
+    lines.append("# Nodes that stand out (each node's links against the links between the others)")
     nodes = linkmap.named("node")
     lines += [_evidence(n, _links_of(n, links)) for n in nodes] or ["no node stands out"]
     return lines

@@ -114,9 +114,9 @@ def check_nodes(hosts: tuple[str, ...], nprocs: int) -> None:
     """A link needs two nodes: one clear message where MPI reports only one."""
     if len(hosts) < 2:
         raise UsageError(
-            f"linkmap measures the links between nodes: MPI reports 1 node ({hosts[0]}) for "
-            f"all {nprocs} ranks; launch across nodes (mpiexec -hosts, srun -N) or emulate "
-            "nodes on one host with --ranks-per-node",
+            f"linkmap measures the links between nodes: MPI reports one node ({hosts[0]}) "
+            f"for the job's {nprocs} rank{'' if nprocs == 1 else 's'}; launch across nodes "
+            "(mpiexec -hosts, srun -N) or emulate nodes on one host with --ranks-per-node",
             agreed=True,
         )
 

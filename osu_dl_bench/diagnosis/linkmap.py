@@ -8,11 +8,12 @@ Who is judged against whom, with diagnosis.outliers.stand_out (the one rule):
   (latency of a ping-pong, both ways; higher is worse) among A's and among B's other
   pairs. A link slower than its ends' other links is the path between them; each named
   link is shown once, with the group it stands out most in;
-- a node, against the links between the other nodes: "A sends" (every link from A),
-  "A receives" (every link into A) by bandwidth and "A" (every pair with A) by latency.
-  A node whose links are slow as a whole is its own NIC or cable, not one path. Its own
-  links are kept out of the reference, or a slow node would drag its peers' samples down
-  with it (two nodes have no link apart: neither is named, the link is).
+- a node all of whose links of one kind are named, against the links between the other
+  nodes: "A sends" (every link from A), "A receives" (every link into A) by bandwidth
+  and "A" (every pair with A) by latency. A node whose links are all slow is its own NIC
+  or cable, not one path. Its own links are kept out of the reference, or a slow node
+  would drag its peers' samples down with it (two nodes have no link apart: neither is
+  named, nor is the link, which has no peers).
 Judging a link against every other link instead fails exactly where it matters: one
 slow node makes N - 1 of the N (N - 1) / 2 pairs slow, half of them at N = 4, and the
 pooled peers' median then falls on either side by chance (measured: at N = 4 with one
@@ -173,55 +174,73 @@ def _strongest(found: list[Named]) -> list[Named]:
     return sorted(best.values(), key=lambda n: (n.metric, -abs(n.finding.excess)))
 
 
-def _node_views(samples: LinkSamples, node: int) -> list[tuple[str, str | None, list, dict]]:
-    """(metric, direction, the node's samples, the links between the other nodes as
-    units) for what the node sends, receives (bandwidth) and its pairs (latency)."""
+@dataclass(frozen=True)
+class _NodeView:
+    """One node's links of one kind (what it sends, receives, its pairs) and the links
+    between the other nodes, one unit per other node (the links it sends on, the pairs
+    it is the first of): the same pooled reference as one unit per link, at N rather
+    than N^2 units to bootstrap."""
+
+    metric: str
+    direction: str | None
+    names: frozenset[str]
+    samples: list[float]
+    apart: dict[str, tuple[tuple[str, ...], None, list[float]]]
+
+
+_VIEWS = (("bandwidth", "sends"), ("bandwidth", "receives"), ("latency", None))
+
+
+def _node_views(samples: LinkSamples, node: int) -> list[_NodeView]:
+    """The node's three views: what it sends and receives (bandwidth), its pairs."""
     hosts = samples.hosts
-    sends, receives, apart = [], [], {}
-    for (s, t), values in sorted(samples.bandwidth_mbs.items()):
-        if s == node:
-            sends += values
-        elif t == node:
-            receives += values
-        else:
-            apart[link_name(hosts[s], hosts[t])] = ((hosts[s], hosts[t]), None, values)
-    paired, pairs_apart = [], {}
-    for (a, b), values in sorted(samples.latency_us.items()):
-        if node in (a, b):
-            paired += values
-        else:
-            pairs_apart[pair_name(hosts[a], hosts[b])] = ((hosts[a], hosts[b]), None, values)
-    return [
-        ("bandwidth", "sends", sends, apart),
-        ("bandwidth", "receives", receives, apart),
-        ("latency", None, paired, pairs_apart),
-    ]
+    views = []
+    for metric, direction in _VIEWS:
+        measured = samples.bandwidth_mbs if metric == "bandwidth" else samples.latency_us
+        name_of = link_name if metric == "bandwidth" else pair_name
+        end = {"sends": 0, "receives": 1}.get(direction or "")  # None: either end
+        names, own, apart = set(), [], {}
+        for pair, values in sorted(measured.items()):
+            first = hosts[pair[0]]
+            if node not in pair:
+                group = f"{first} {'sends' if direction else 'pairs'}"
+                apart.setdefault(group, ((first,), None, []))[2].extend(values)
+            elif end is None or pair[end] == node:
+                names.add(name_of(first, hosts[pair[1]]))
+                own.extend(values)
+        views.append(_NodeView(metric, direction, frozenset(names), own, apart))
+    return views
 
 
-def _judge_nodes(samples: LinkSamples) -> list[Named]:
-    """Each node's links (what it sends, receives, its pairs) against the links between
-    the other nodes: a slow node's own links must not be in the reference it is judged
-    by, nor its links to a slow node in another node's (none where only two nodes)."""
+def _judge_nodes(samples: LinkSamples, links: list[Named]) -> list[Named]:
+    """The nodes all of whose links of one kind stand out (what it sends, receives, its
+    pairs), judged against the links between the other nodes: a slow node's own links
+    must not be in the reference it is judged by, nor other nodes' links to it."""
+    named_links = {(n.metric, n.finding.name) for n in links}
     found = []
     for node, host in enumerate(samples.hosts):
-        for metric, direction, own, apart in _node_views(samples, node):
-            name = f"{host} {direction}" if direction else host
-            units = {**apart, name: ((host,), direction, own)}
-            named = _judge(units, metric, "node", "links between the other nodes")
-            found += [n for n in named if n.finding.name == name]
+        for view in _node_views(samples, node):
+            if not view.names or not all((view.metric, n) in named_links for n in view.names):
+                continue
+            name = f"{host} {view.direction}" if view.direction else host
+            units = {**view.apart, name: ((host,), view.direction, view.samples)}
+            judged = _judge(units, view.metric, "node", "links between the other nodes")
+            found += [n for n in judged if n.finding.name == name]
     return sorted(found, key=lambda n: (n.metric, -abs(n.finding.excess)))
 
 
 def judge_links(samples: LinkSamples) -> LinkMap:
-    """The links slower than the other links of one of their ends, and the nodes whose
-    links are slower than the links between the other nodes
+    """The links slower than the other links of one of their ends, and the nodes all of
+    whose links of one kind are, against the links between the other nodes
     (diagnosis.outliers.stand_out); bandwidth before latency, links before nodes."""
-    links = [
-        named
-        for metric, among, units in _link_groups(samples)
-        for named in _judge(units, metric, "link", among)
-    ]
-    return LinkMap(samples, (*_strongest(links), *_judge_nodes(samples)))
+    links = _strongest(
+        [
+            named
+            for metric, among, units in _link_groups(samples)
+            for named in _judge(units, metric, "link", among)
+        ]
+    )
+    return LinkMap(samples, (*links, *_judge_nodes(samples, links)))
 
 
 # --- the printed report ------------------------------------------------------------------
@@ -315,7 +334,8 @@ def report_lines(linkmap: LinkMap) -> list[str]:
         "# Links that stand out (each against the other links of one of its ends, 95% intervals)",
     ]
     links = linkmap.named("link")
-    lines += [_evidence(n) for n in links] or ["no link stands out"]
+    alone = " (two nodes: the link has no peers, read its rate above)" if len(hosts) == 2 else ""
+    lines += [_evidence(n) for n in links] or [f"no link stands out{alone}"]
     lines.append("# Nodes that stand out (each node's links against the links between the others)")
     nodes = linkmap.named("node")
     lines += [_evidence(n, _links_of(n, links)) for n in nodes] or ["no node stands out"]

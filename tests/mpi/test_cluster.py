@@ -11,6 +11,7 @@ They skip, saying why, unless run as root with a cluster up
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import os
 import subprocess
@@ -204,3 +205,41 @@ def test_model_fit_over_two_nodes_fits_the_inter_node_link(cluster, tmp_path):
     assert "inter: measured; fitted across nodes node1,node2" in res.stdout
     assert "intra: NOT measured" in res.stdout
     assert f"shaped to {cluster['OSU_DL_BENCH_CLUSTER_RATE']}" in res.stdout
+
+
+def test_linkmap_names_a_slow_nodes_links_both_ways_and_the_node(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces, veth, tc)")
+    # A cluster of its own, 3 nodes (odd: one sits out each step), node3 at 1/10 the rate.
+    env = {
+        "OSU_DL_BENCH_CLUSTER_DIR": str(tmp_path / "state"),
+        "OSU_DL_BENCH_CLUSTER_NAME": "odblnk",
+        "OSU_DL_BENCH_CLUSTER_SUBNET": "10.213.10",
+        "OSU_DL_BENCH_CLUSTER_SLURM": "0",
+    }
+    out = tmp_path / "map.json"
+    try:
+        up = _script("up", "--nodes", "3", "--rate", "500mbit", "--slow", "node3=50mbit", env=env)
+        if up.returncode != 0 and "cannot create" in up.stderr:
+            pytest.skip(up.stderr.strip())
+        assert up.returncode == 0, up.stderr
+        # The launch agent is this script again: it must find the same cluster's state.
+        private = {**_exports(_script("env", env=env).stdout), **env}
+        # 1 MiB windows: 0.17 s each at 50 Mbit/s; 6 cycles, the fewest for a 95% interval.
+        argv = ["bench", "linkmap", "-m", "16K", "--repetitions", "6", "-o", str(out)]
+        _on_nodes(private, 3, 3, argv)
+    finally:
+        down = _script("down", env=env)
+    assert down.returncode == 0, down.stderr
+    record = json.loads(out.read_text())
+    assert record["hosts"] == ["node1", "node2", "node3"]  # MPI's own host names
+    links = {f["name"] for f in record["findings"] if f["unit"] == "link"}
+    nodes = {f["name"] for f in record["findings"] if f["unit"] == "node"}
+    assert links == {"node1->node3", "node3->node1", "node2->node3", "node3->node2"}
+    assert nodes == {"node3 sends", "node3 receives"}
+    # tbf shapes both directions of node3's link: what it sends and what it receives.
+    slow, fast = 50e6 / 8 / 1e6, 500e6 / 8 / 1e6
+    matrix = record["bandwidth_mbs"]
+    for source, target in itertools.permutations(range(3), 2):
+        rate = slow if 2 in (source, target) else fast
+        assert 0.75 * rate < matrix[source][target] < 1.1 * rate, (source, target, matrix)

@@ -134,6 +134,18 @@ def check_samples(samples: Mapping[str, Sequence[float]], worse: str) -> dict[st
     return arrays
 
 
+def against_peers(
+    samples: Mapping[str, Sequence[float]], name: str, seed: int = 0
+) -> Finding | None:
+    """One unit against the pooled samples of the others, whether it stands out or not
+    (None without samples or peers): the evidence beside a verdict made elsewhere."""
+    arrays = check_samples(samples, "higher")
+    if name not in arrays or len(arrays) < 2:
+        return None
+    peers = np.concatenate([v for other, v in arrays.items() if other != name])
+    return _finding(name, arrays[name], peers, np.random.default_rng(seed))
+
+
 def stand_out(
     samples: Mapping[str, Sequence[float]],
     worse: str = "higher",

@@ -75,7 +75,8 @@ def _on_nodes(
     if len(nodes) < count:
         pytest.skip(f"the cluster has {len(nodes)} nodes, this test needs {count}")
     env = {**cluster, **(env or {}), launch.HOSTS_VARIABLE: ",".join(nodes[:count])}
-    args = ["-N", str(count)] if launcher == "srun" else []
+    per_node = f"--ntasks-per-node={nprocs // count}"
+    args = ["-N", str(count), per_node] if launcher == "srun" else []
     python = python_args or ["-m", "osu_dl_bench", *argv]
     with mock.patch.dict(os.environ, env):
         cmd = launch.mpi_command(nprocs, python, launcher, args, mpi)
@@ -161,6 +162,18 @@ def test_open_mpi_ranks_on_two_nodes_through_its_ssh_agent(cluster, tmp_path):
     _on_nodes(cluster, 2, 4, _bench("allreduce", out), mpi="openmpi")
     records = _validated_across(out, 2, 2)
     assert {r["mpi_library"].split()[0] for r in records} == {"Open"}
+
+
+def test_open_mpi_ranks_on_two_nodes_through_srun_and_pmix(cluster, tmp_path):
+    if not os.environ.get(launch.PREFIX_VARIABLES["openmpi"]):
+        pytest.skip(f"{launch.PREFIX_VARIABLES['openmpi']} is not set (see .ci/run)")
+    if "SLURM_CONF" not in cluster:
+        pytest.skip("the cluster runs no Slurm (slurm-wlm not installed when it came up)")
+    out = tmp_path / "bench.json"
+    _on_nodes(cluster, 2, 4, _bench("allreduce", out), mpi="openmpi", launcher="srun")
+    records = _validated_across(out, 2, 2)
+    assert {r["mpi_library"].split()[0] for r in records} == {"Open"}
+    assert {r["slurm_nodes"] for r in records} == {"2"}
 
 
 def test_srun_spans_every_node(cluster, tmp_path):

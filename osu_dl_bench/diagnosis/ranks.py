@@ -27,7 +27,22 @@ import pandas as pd
 from osu_dl_bench.diagnosis.outliers import Finding, against_peers, stand_out
 from osu_dl_bench.measurement.store import round_values
 
-EVIDENCE_COLUMNS = ("point", "rank", "node", "lag_us", "finish_us", "wait_us", "call_us")
+EVIDENCE_COLUMNS = (
+    "point",
+    "size_bytes",
+    "rank",
+    "node",
+    "lag_us",
+    "finish_us",
+    "wait_us",
+    "call_us",
+)
+# Small messages are bound by latency and large ones by bandwidth, so a slow link shows
+# in one regime only: each is judged on its own (64 KiB: where OSU's large-message
+# settings begin, LARGE_MESSAGE_SIZE in osu_util.h). A regime needs a few points to be
+# judged at all.
+REGIMES = (("messages < 64 KiB", 0, 65536), ("messages >= 64 KiB", 65536, None))
+MIN_POINTS = 3
 # A lag under half the call time is left unnamed by default: the barrier before each
 # call releases ranks up to a message latency apart, always in the same order (MPICH's
 # dissemination barrier: log2(p) rounds; 4 ranks on one host: the last one 11 us behind
@@ -43,6 +58,7 @@ class Named:
     time), the same in microseconds, and at how many points it passed the minimum."""
 
     kind: str  # "late" or "slow"
+    regime: str
     unit: str
     share: Finding
     micros: Finding | None
@@ -61,6 +77,7 @@ def evidence_from_records(records: pd.DataFrame) -> pd.DataFrame:
             rows.append(
                 {
                     "point": point,
+                    "size_bytes": int(record["size_bytes"]),
                     "rank": int(entry["rank"]),
                     "node": str(entry.get("node", "")),
                     "lag_us": float(entry["lag_us"]),
@@ -103,6 +120,7 @@ def evidence_from_run(results: pd.DataFrame, metadata: dict[str, Any]) -> pd.Dat
             rows.append(
                 {
                     "point": point,
+                    "size_bytes": int(row["size_bytes"]),
                     "rank": rank,
                     "node": nodes[rank] if rank < len(nodes) else "",
                     "lag_us": lags[rank],
@@ -134,7 +152,13 @@ def _samples(evidence: pd.DataFrame, by: str, column: str, share: bool) -> dict[
 
 
 def _named(
-    evidence: pd.DataFrame, by: str, column: str, kind: str, min_share: float, skip: set[str]
+    evidence: pd.DataFrame,
+    by: str,
+    column: str,
+    kind: str,
+    min_share: float,
+    skip: set[str],
+    regime: str = "",
 ) -> list[Named]:
     """The units of ``by`` whose ``column`` stands out, with their evidence."""
     shares = _samples(evidence, by, column, share=True)
@@ -147,6 +171,7 @@ def _named(
         found.append(
             Named(
                 kind,
+                regime,
                 finding.name,
                 finding,
                 against_peers(micros, finding.name),
@@ -158,22 +183,33 @@ def _named(
 
 
 def triage(evidence: pd.DataFrame, min_share: float = MIN_SHARE) -> list[Named]:
-    """Late and slow ranks, then late and slow nodes (where the run spans several)."""
+    """Late and slow ranks, then late and slow nodes (where the run spans several), in
+    each message regime that holds enough points."""
     evidence = evidence[evidence["call_us"] > 0].copy()
     evidence["unit"] = [
         _label(r, n) for r, n in zip(evidence["rank"], evidence["node"], strict=True)
     ]
-    named = _named(evidence, "unit", "lag_us", "late", min_share, set())
+    named = []
+    for regime, low, high in REGIMES:
+        sizes = evidence["size_bytes"]
+        part = evidence[(sizes >= low) & (sizes < high if high else True)]
+        if part["point"].nunique() >= MIN_POINTS:
+            named += _triage_regime(part, min_share, regime)
+    return named
+
+
+def _triage_regime(evidence: pd.DataFrame, min_share: float, regime: str) -> list[Named]:
+    named = _named(evidence, "unit", "lag_us", "late", min_share, set(), regime)
     late = {n.unit for n in named}
-    named += _named(evidence, "unit", "finish_us", "slow", min_share, late)
+    named += _named(evidence, "unit", "finish_us", "slow", min_share, late, regime)
     if evidence["node"].nunique() > 1:
         # A node is as late as its latest rank at each point.
         by_node = evidence.groupby(["point", "node"], as_index=False).agg(
             lag_us=("lag_us", "max"), finish_us=("finish_us", "max"), call_us=("call_us", "max")
         )
-        nodes = _named(by_node, "node", "lag_us", "late", min_share, set())
+        nodes = _named(by_node, "node", "lag_us", "late", min_share, set(), regime)
         late_nodes = {n.unit for n in nodes}
-        nodes += _named(by_node, "node", "finish_us", "slow", min_share, late_nodes)
+        nodes += _named(by_node, "node", "finish_us", "slow", min_share, late_nodes, regime)
         named += nodes
     return named
 
@@ -192,7 +228,7 @@ def named_line(named: Named) -> str:
     """One finding as a sentence with its evidence."""
     share = named.share
     text = (
-        f"{named.unit} {WHAT[named.kind]}: "
+        f"{named.regime}: {named.unit} {WHAT[named.kind]}: "
         f"{share.median:.2f} of the call time against its peers' {share.peers:.2f} "
         f"(95% CI of the difference {share.excess_ci[0]:.2f}-{share.excess_ci[1]:.2f})"
     )

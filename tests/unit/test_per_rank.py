@@ -50,6 +50,7 @@ def _evidence(lags_us: dict[int, float], points: int = 12, call_us: float = 3000
             rows.append(
                 {
                     "point": f"allreduce native {8 << p} B",
+                    "size_bytes": 8 << p,
                     "rank": rank,
                     "node": f"node{rank // 2 + 1}",
                     "lag_us": lag + jitter,
@@ -67,6 +68,21 @@ def test_a_rank_that_arrives_a_call_late_is_named_with_its_delay():
     assert [n.unit for n in late] == ["rank 2 (node2)", "node2"]
     assert late[0].micros.excess == pytest.approx(2000, rel=0.05)
     assert late[0].points_over == late[0].points == 12
+
+
+def test_each_message_regime_is_judged_on_its_own():
+    # node2's link slows only the large messages: named there, not among the small ones.
+    small = _evidence({0: 0, 1: 10, 2: 20, 3: 10}, points=6)
+    large = _evidence({0: 0, 1: 10, 2: 2500, 3: 10}, points=4, seed=1)
+    large["size_bytes"] += 1 << 20
+    large["point"] += " (large)"
+    named = triage(pd.concat([small, large], ignore_index=True))
+    assert {(n.regime, n.unit) for n in named} == {
+        ("messages >= 64 KiB", "rank 2 (node2)"),
+        ("messages >= 64 KiB", "node2"),
+    }
+    # Two points of a regime are too few to judge.
+    assert triage(large[large["size_bytes"] < (1 << 20) + 32]) == []
 
 
 def test_uniform_ranks_and_small_barrier_skews_are_not_named():

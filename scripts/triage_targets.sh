@@ -5,8 +5,8 @@
 #     delay    rank 2 sleeps DELAY s before every call (OSU_DL_BENCH_DELAY_RANK, a test
 #              hook), allreduce 8 B-4 KiB: named? its delay as measured
 #     uniform  every link at RATE, bcast 8 B-4 MiB: anything named?
-#     slow     node4's link at SLOW (a tenth of RATE), bcast 8 B-4 MiB: node4 named, and
-#              nothing else?
+#     slow     node4's link at SLOW (a tenth of RATE), bcast 8 B-4 MiB: node4 named slow,
+#              and no other node?
 #
 #   scripts/triage_targets.sh [RUN_DIR]
 # RUNS (default 10) runs of each; RATE (1gbit), SLOW (100mbit), DELAY (0.005). The links
@@ -79,7 +79,8 @@ report() {
         delay) [[ $line == *"late rank 2 (node3)"* && $line != *"rank 0"* && $line != *"rank 1 "* && $line != *"rank 3"* ]] &&
             within_a_fifth "$line" && hits=$((hits + 1)) ;;
         uniform) [[ $line == "nothing named" ]] && hits=$((hits + 1)) ;;
-        slow) [[ $line == *"node4"* && $line != *"node1"* && $line != *"node2"* && $line != *"node3"* ]] && hits=$((hits + 1)) ;;
+        slow) [[ $line == *"slow node4"* && $line != *"slow node1"* && $line != *"slow node2"* &&
+            $line != *"slow node3"* ]] && hits=$((hits + 1)) ;;
         esac
     done
     echo "# $case: $hits of $runs runs as expected${2:-}"
@@ -112,6 +113,6 @@ summary() {
     cat "$run/load"
     report delay " (rank 2 named alone, its delay measured within 20% of $delay s)"
     report uniform " (nothing named)"
-    report slow " (node4 named, no other node)"
+    report slow " (node4 named slow, no other node named slow)"
 }
 with_command "$out/cluster_triage.txt" summary

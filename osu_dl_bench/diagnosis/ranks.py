@@ -49,7 +49,6 @@ MIN_POINTS = 3
 # on 20-40 us calls, last at 94-100% of them), and the benchmark's barrier is not the
 # rank's fault.
 MIN_SHARE = 0.5
-MIN_RATIO = 1.25
 
 
 @dataclass(frozen=True)
@@ -145,9 +144,9 @@ def _label(rank: int, node: str) -> str:
 
 
 def _samples(evidence: pd.DataFrame, by: str, column: str, share: bool) -> dict[str, np.ndarray]:
-    """Per unit (rank label or node), its values of ``column``: as shares of the call
-    time, or in microseconds."""
-    values = evidence[column] / evidence["call_us"] if share else evidence[column]
+    """Per unit (rank label or node), its values of ``column``: as shares of the call's
+    own time, or in microseconds."""
+    values = evidence[column] / evidence["work_us"] if share else evidence[column]
     return {str(unit): values[group.index].to_numpy() for unit, group in evidence.groupby(by)}
 
 
@@ -164,7 +163,7 @@ def _named(
     shares = _samples(evidence, by, column, share=True)
     micros = _samples(evidence, by, column, share=False)
     found = []
-    for finding in stand_out(shares, "higher", MIN_RATIO, min_share):
+    for finding in stand_out(shares, "higher", None, min_share):
         if finding.name in skip:
             continue
         over = int(np.sum(shares[finding.name] > min_share))
@@ -182,10 +181,19 @@ def _named(
     return found
 
 
+def _own_time(evidence: pd.DataFrame) -> pd.Series:
+    """Per row, its point's own call time: the call time less the latest rank's lag (the
+    time the collective takes once everyone is in, without the wait for a late rank),
+    at least a tenth of the call time."""
+    latest = evidence.groupby("point")["lag_us"].transform("max")
+    return np.maximum(evidence["call_us"] - latest, 0.1 * evidence["call_us"])
+
+
 def triage(evidence: pd.DataFrame, min_share: float = MIN_SHARE) -> list[Named]:
     """Late and slow ranks, then late and slow nodes (where the run spans several), in
     each message regime that holds enough points."""
     evidence = evidence[evidence["call_us"] > 0].copy()
+    evidence["work_us"] = _own_time(evidence)
     evidence["unit"] = [
         _label(r, n) for r, n in zip(evidence["rank"], evidence["node"], strict=True)
     ]
@@ -205,7 +213,7 @@ def _triage_regime(evidence: pd.DataFrame, min_share: float, regime: str) -> lis
     if evidence["node"].nunique() > 1:
         # A node is as late as its latest rank at each point.
         by_node = evidence.groupby(["point", "node"], as_index=False).agg(
-            lag_us=("lag_us", "max"), finish_us=("finish_us", "max"), call_us=("call_us", "max")
+            lag_us=("lag_us", "max"), finish_us=("finish_us", "max"), work_us=("work_us", "max")
         )
         nodes = _named(by_node, "node", "lag_us", "late", min_share, set(), regime)
         late_nodes = {n.unit for n in nodes}

@@ -26,7 +26,7 @@ from osu_dl_bench.measurement.store import RunStore
 
 @dataclass(frozen=True)
 class TriageConfig:
-    """What triage reads and how much of the call time a lag must be to be named."""
+    """What triage reads and how much of the call's own time a lag must be to be named."""
 
     source: Path
     min_share: float
@@ -43,7 +43,8 @@ def add_triage_arguments(parser: argparse.ArgumentParser) -> None:
         "--min-share",
         type=float,
         default=MIN_SHARE,
-        help=f"name a rank only where its lag exceeds this share of the call time "
+        help=f"name a rank only where its lag exceeds its peers' by this share of the "
+        "call's own time (the call less the wait for the latest rank) "
         f"(default {MIN_SHARE:g})",
     )
 

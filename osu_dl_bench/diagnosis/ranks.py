@@ -3,14 +3,17 @@ sweep keep (measurement.ranks).
 
 The evidence is one row per (point, rank): the rank's median lag behind the earliest
 arrival, its median finish after the earliest, and the point's call time. Each point is
-one sample per rank, judged as a share of the point's call time, so that points of
+one sample per rank, judged as a share of the call's own time (the call time less the
+latest rank's lag: what the collective takes once every rank is in), so that points of
 different sizes weigh alike and a lag that is small beside the call is not a finding:
 
 - late: arrives after the others (``lag``);
 - slow: finishes after the others although it does not arrive late (``finish``).
 
 A rank (or node: at each point, its latest rank) is named when diagnosis.outliers says its
-shares stand out from its peers' and exceed ``min_share`` of the call; the evidence
+shares lie beyond its peers' by more than the peers differ among themselves and by more
+than ``min_share`` (differences only: the lags of the punctual ranks are near zero, so
+their ratios mean nothing); the evidence
 printed beside it is in microseconds: its median against the peers', with a 95% interval,
 and at how many points it passed ``min_share``.
 """
@@ -43,11 +46,11 @@ EVIDENCE_COLUMNS = (
 # judged at all.
 REGIMES = (("messages < 64 KiB", 0, 65536), ("messages >= 64 KiB", 65536, None))
 MIN_POINTS = 3
-# A lag under half the call time is left unnamed by default: the barrier before each
-# call releases ranks up to a message latency apart, always in the same order (MPICH's
-# dissemination barrier: log2(p) rounds; 4 ranks on one host: the last one 11 us behind
-# on 20-40 us calls, last at 94-100% of them), and the benchmark's barrier is not the
-# rank's fault.
+# A lag under half the call's own time beyond the peers' is left unnamed by default: the
+# barrier before each call releases ranks up to a message latency apart, always in the
+# same order (MPICH's dissemination barrier: log2(p) rounds; 4 ranks on one host: the
+# last one 11 us behind, the others 5-6 us, on calls of 14-20 us of their own, last at
+# 94-100% of them), and the benchmark's barrier is not the rank's fault.
 MIN_SHARE = 0.5
 
 
@@ -237,7 +240,7 @@ def named_line(named: Named) -> str:
     share = named.share
     text = (
         f"{named.regime}: {named.unit} {WHAT[named.kind]}: "
-        f"{share.median:.2f} of the call time against its peers' {share.peers:.2f} "
+        f"{share.median:.2f} of the call's own time against its peers' {share.peers:.2f} "
         f"(95% CI of the difference {share.excess_ci[0]:.2f}-{share.excess_ci[1]:.2f})"
     )
     if named.micros is not None:
@@ -257,7 +260,7 @@ def report_lines(evidence: pd.DataFrame, named: list[Named], min_share: float) -
     lines = [
         f"# {points} points x {ranks} ranks on {len(nodes) or 'unknown'} node(s)"
         + (f" ({', '.join(nodes)})" if nodes else ""),
-        f"# named: a share of the call time beyond the peers' own spread and above "
+        f"# named: a share of the call's own time beyond the peers' own spread and above "
         f"{min_share:g} of the call (95% intervals by bootstrap over points)",
     ]
     for kind in WHAT:

@@ -234,6 +234,21 @@ def _add_model(sub) -> None:
     add_model_arguments(parser)
 
 
+def _cmd_triage(args: argparse.Namespace) -> int:
+    from osu_dl_bench.commands.triage import config_from_args, run_triage
+
+    return run_triage(config_from_args(args))  # no MPI: it reads stored timings
+
+
+def _add_triage(sub) -> None:
+    from osu_dl_bench.commands.triage import add_triage_arguments
+
+    parser = sub.add_parser(
+        "triage", help="which ranks and nodes are late or slow, from per-rank timing"
+    )
+    add_triage_arguments(parser)
+
+
 def _cmd_clean(args: argparse.Namespace) -> int:
     from osu_dl_bench.commands.clean import run_clean
 
@@ -278,6 +293,7 @@ COMMANDS: dict[str, tuple[Callable, Callable[[argparse.Namespace], int]]] = {
     "train": (_add_train, _cmd_train),
     "train-bench": (_add_train_bench, _cmd_train_bench),
     "model": (_add_model, _cmd_model),
+    "triage": (_add_triage, _cmd_triage),
     "clean": (_add_clean, _cmd_clean),
     "verify-export": (_add_verify_export, _cmd_verify_export),
 }

@@ -246,6 +246,8 @@ class Topology:
     ppn: int
     hostnames: tuple[str, ...]
     emulated: bool = False
+    # Each rank's node, in rank order: its host name (on emulated nodes, the node's index).
+    rank_nodes: tuple[str, ...] = ()
 
     @property
     def shape(self) -> JobShape:
@@ -268,7 +270,7 @@ def discover_topology(comm, ranks_per_node: int | None = None) -> Topology:
     if ranks_per_node:
         set_emulated_ranks_per_node(ranks_per_node)
     agree_on_errors(comm, emulated_ranks_per_node)  # a bad variable on any rank stops all
-    hostnames = tuple(sorted(set(comm.allgather(MPI.Get_processor_name()))))
+    names = comm.allgather(MPI.Get_processor_name())
     nodes = split_nodes(comm)
     try:
         ppn = comm.allreduce(nodes.local.Get_size(), op=MPI.MAX)
@@ -277,7 +279,9 @@ def discover_topology(comm, ranks_per_node: int | None = None) -> Topology:
         if nodes.leaders != MPI.COMM_NULL:
             nodes.leaders.Free()
     emulated = emulated_ranks_per_node() is not None
-    return Topology(comm.Get_size(), nodes.nodes, ppn, hostnames, emulated)
+    rank_nodes = comm.allgather(f"emulated-node{nodes.node}" if emulated else names[comm.rank])
+    hostnames = tuple(sorted(set(names)))
+    return Topology(comm.Get_size(), nodes.nodes, ppn, hostnames, emulated, tuple(rank_nodes))
 
 
 @dataclass(frozen=True)

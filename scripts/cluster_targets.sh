@@ -12,6 +12,7 @@
 #   results/cluster_train_2x2.txt          train --validate at 2 x 2 with the 2 x 2 table
 #   results/cluster_decisions_2x2.txt      the 2 x 2 sweeps again, at least 10 minutes after
 #                                          the first: the first's decisions judged on them
+#   results/cluster_hierarchical_2x2_small.txt  the same sweeps at 8 B-32 KiB
 #   results/cluster_layouts.txt            hierarchical against flat and native at 4 x 1 and
 #                                          2 x 1, 8 B-16 MiB
 #   results/cluster_library_2x2.txt        MPICH's own allreduce and bcast algorithms forced
@@ -19,7 +20,7 @@
 #                                          the exported selection file's notes
 #
 #   scripts/cluster_targets.sh [RUN_DIR]
-# PARTS (default "fit hierarchical accuracy train stability"; also "layouts library") picks parts; stability and
+# PARTS (default "fit hierarchical accuracy train stability"; also "small layouts library") picks parts; stability and
 # train need hierarchical's sweeps in RUN_DIR, accuracy needs fit's. BUDGET (timed seconds
 # per point, all launches; default 4) and LAUNCHES (3) trade time for width. The links are
 # put back to 1gbit at the end, whatever happened.
@@ -71,23 +72,24 @@ flat_bcast=binomial,chain,scatter_ring_allgather,scatter_rd_allgather
 hier_allreduce=hierarchical:inner=native,hierarchical:inner=ring,hierarchical:inner=rabenseifner
 hier_bcast=hierarchical:inner=native,hierarchical:inner=binomial,hierarchical:inner=chain
 sweeps_2x2() {
-    # sweeps_2x2 SUFFIX: allreduce and bcast at 2 nodes x 2 ranks, flat and hierarchical
-    # The reports run after the sweeps: what the machine was doing during them is kept.
+    # sweeps_2x2 SUFFIX [SIZES]: allreduce and bcast at 2 nodes x 2 ranks, flat and
+    # hierarchical. The reports run after the sweeps: what the machine was doing during
+    # them is kept.
     echo "# load before the sweeps$1: $(load) on $(nproc) cores" >"$run/h2x2$1.load"
     sweep "$hosts2" 4 allreduce \
         "native,ring:seg=0,recursive_doubling,rabenseifner,reduce_bcast,tree,$hier_allreduce" \
-        "$run/h2x2-allreduce$1"
+        "$run/h2x2-allreduce$1" "${2:-64K:16M}"
     sweep "$hosts2" 4 bcast \
         "native,binomial,chain,scatter_ring_allgather,scatter_rd_allgather,$hier_bcast" \
-        "$run/h2x2-bcast$1"
+        "$run/h2x2-bcast$1" "${2:-64K:16M}"
     echo "# load after the sweeps$1: $(load)" >>"$run/h2x2$1.load"
 }
 hierarchical_ratios() {
-    # hierarchical_ratios PREFIX: hierarchical against the best flat algorithm and native,
-    # in PREFIX-allreduce and PREFIX-bcast
-    python scripts/family_ratios.py "$1-allreduce" hierarchical "$flat_allreduce" \
+    # hierarchical_ratios PREFIX [SUFFIX]: hierarchical against the best flat algorithm and
+    # native, in PREFIX-allreduceSUFFIX and PREFIX-bcastSUFFIX
+    python scripts/family_ratios.py "$1-allreduce${2:-}" hierarchical "$flat_allreduce" \
         --collective allreduce
-    python scripts/family_ratios.py "$1-bcast" hierarchical "$flat_bcast" --collective bcast
+    python scripts/family_ratios.py "$1-bcast${2:-}" hierarchical "$flat_bcast" --collective bcast
 }
 hierarchical_report() {
     echo "# sweeps at 2 nodes x 2 ranks, 64K-16M, BUDGET=$budget s per point, $launches launches:"
@@ -98,6 +100,12 @@ hierarchical_report() {
     for collective in allreduce bcast; do
         osu-dl-bench tune "$run/h2x2-$collective" -o "$run/table-2x2-$collective.json"
     done
+}
+small_report() {
+    echo "# sweeps at 2 nodes x 2 ranks, 8 B-32 KiB, BUDGET=$budget s per point, $launches launches:"
+    echo "#   $run/h2x2-allreduce-small, $run/h2x2-bcast-small (links at 1gbit)"
+    cat "$run/h2x2-small.load"
+    hierarchical_ratios "$run/h2x2" -small
 }
 stability_report() {
     echo "# the first sweeps ended at $(date -u -r "$run/h2x2-bcast.log" +%H:%M:%S), the second"
@@ -141,6 +149,10 @@ fi
 if [[ $parts == *" hierarchical "* ]]; then
     sweeps_2x2 ""
     with_command "$out/cluster_hierarchical_2x2.txt" hierarchical_report
+fi
+if [[ $parts == *" small "* ]]; then
+    sweeps_2x2 -small 8:32K
+    with_command "$out/cluster_hierarchical_2x2_small.txt" small_report
 fi
 if [[ $parts == *" accuracy "* ]]; then
     sweep "$hosts4" 4 allreduce,bcast \

@@ -7,7 +7,7 @@
 # starts its cluster's Slurm that way.
 #
 # usage: scripts/slurm_local.sh install|start|stop|status|env
-#   install  apt-get install slurm-wlm and munge, unless their programs are already here
+#   install  apt-get install slurm-wlm, munge and libpmix-dev, unless already here
 #   start    write slurm.conf and cgroup.conf, start the daemons (reusing running ones) and
 #            wait until the node takes jobs
 #   stop     kill the daemons by the pids in their pid files
@@ -66,17 +66,22 @@ running_pid() {
     echo "$pid"
 }
 
+# libpmix-dev: Slurm's mpi/pmix plugin opens the unversioned libpmix.so, which Open MPI 5's
+# ranks need under srun (--mpi=pmix; the mpich wheel uses pmi2 and needs none).
+PACKAGES=(slurm-wlm munge libpmix-dev)
+
 cmd_install() {
     if command -v sbatch >/dev/null && command -v slurmctld >/dev/null &&
-        command -v slurmd >/dev/null && command -v munged >/dev/null; then
-        log "slurm-wlm and munge are installed"
+        command -v slurmd >/dev/null && command -v munged >/dev/null &&
+        { ! command -v dpkg >/dev/null || dpkg -s libpmix-dev >/dev/null 2>&1; }; then
+        log "slurm-wlm, munge and libpmix-dev are installed"
         return
     fi
-    [[ $(id -u) == 0 ]] || die "installing slurm-wlm and munge needs root (apt-get)"
-    command -v apt-get >/dev/null || die "no apt-get: install slurm-wlm and munge yourself"
-    log "installing slurm-wlm and munge with apt-get"
+    [[ $(id -u) == 0 ]] || die "installing ${PACKAGES[*]} needs root (apt-get)"
+    command -v apt-get >/dev/null || die "no apt-get: install ${PACKAGES[*]} yourself"
+    log "installing ${PACKAGES[*]} with apt-get"
     apt-get update -q >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${PACKAGES[@]}" >/dev/null
 }
 
 write_munge_key() {
@@ -114,6 +119,7 @@ controller() {
 
 write_config() {
     mkdir -p "$STATE/munge" "$STATE/ctld" "$STATE/spool"
+    for item in "${NODES[@]}"; do mkdir -p "$STATE/tmp/${item%%=*}"; done
     chmod 0700 "$STATE/munge"
     write_munge_key
     cat >"$CONF" <<EOF
@@ -130,6 +136,9 @@ SlurmdPort=6818
 StateSaveLocation=$STATE/ctld
 # %n: each node's slurmd its own (slurm.conf(5)).
 SlurmdSpoolDir=$STATE/spool/%n
+# The nodes of scripts/cluster_local.sh share one /tmp, where Slurm's PMIx plugin makes
+# each step's directory by the same name on every node: each node its own (%n).
+TmpFS=$STATE/tmp/%n
 SlurmctldPidFile=$(pid_file slurmctld)
 SlurmdPidFile=$STATE/slurmd-%n.pid
 SlurmctldLogFile=$STATE/slurmctld.log

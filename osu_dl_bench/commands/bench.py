@@ -242,6 +242,9 @@ def _replay(
     if cfg.output:
         _save(comm, cfg.output, records, {**metadata, **_replay_columns(plan)})
     failure = _validation_error(records)
+    if cfg.per_rank:
+        for record in records:
+            _print(comm, "", *report.per_rank_lines(record))
     if failure:
         raise failure
     return 0
@@ -320,6 +323,9 @@ def run_bench(comm: MPI.Comm, cfg: BenchConfig) -> int:
                 *report.header_lines(cfg, label, backend, nprocs),
                 *(report.row(cfg, r) for r in records if r.algorithm == label),
             )
+    if cfg.per_rank:
+        for record in records:
+            _print(comm, "", *report.per_rank_lines(record))
     if failure:
         raise failure
     return 0

@@ -105,9 +105,10 @@ def _finding(name: str, own: np.ndarray, peers: np.ndarray, rng: np.random.Gener
     )
 
 
-def _beyond(finding: Finding, worse: str, ratio_cut: float, excess_cut: float) -> bool:
-    """Whether the whole interval lies beyond both cut-offs on the worse side."""
-    has_ratio = not math.isnan(finding.ratio_ci[0])
+def _beyond(finding: Finding, worse: str, ratio_cut: float | None, excess_cut: float) -> bool:
+    """Whether the whole interval lies beyond both cut-offs on the worse side (the ratio's
+    only where ``ratio_cut`` is given and the ratio is defined)."""
+    has_ratio = ratio_cut is not None and not math.isnan(finding.ratio_ci[0])
     if worse == "higher":
         by_ratio = not has_ratio or finding.ratio_ci[0] > ratio_cut
         return by_ratio and finding.excess_ci[0] > excess_cut
@@ -134,15 +135,29 @@ def check_samples(samples: Mapping[str, Sequence[float]], worse: str) -> dict[st
     return arrays
 
 
+def against_peers(
+    samples: Mapping[str, Sequence[float]], name: str, seed: int = 0
+) -> Finding | None:
+    """One unit against the pooled samples of the others, whether it stands out or not
+    (None without samples or peers): the evidence beside a verdict made elsewhere."""
+    arrays = check_samples(samples, "higher")
+    if name not in arrays or len(arrays) < 2:
+        return None
+    peers = np.concatenate([v for other, v in arrays.items() if other != name])
+    return _finding(name, arrays[name], peers, np.random.default_rng(seed))
+
+
 def stand_out(
     samples: Mapping[str, Sequence[float]],
     worse: str = "higher",
-    min_ratio: float = 1.25,
+    min_ratio: float | None = 1.25,
     min_excess: float = 0.0,
     seed: int = 0,
 ) -> list[Finding]:
     """Units whose samples are worse than their peers' beyond the run's own spread, worst
-    first (non-finite samples are left out; a unit needs at least one peer)."""
+    first (non-finite samples are left out; a unit needs at least one peer). Without
+    ``min_ratio`` only differences count: for quantities whose zero is the norm (a lag
+    behind the earliest rank), where ratios of near-zero medians mean nothing."""
     arrays = check_samples(samples, worse)
     if len(arrays) < 2:
         return []
@@ -154,7 +169,7 @@ def stand_out(
         peer_medians = np.array([m for other, m in medians.items() if other != name])
         ratio_spread, excess_spread = _spread(peer_medians)
         finding = _finding(name, own, peers, rng)
-        ratio_cut = max(min_ratio, ratio_spread)
+        ratio_cut = None if min_ratio is None else max(min_ratio, ratio_spread)
         if _beyond(finding, worse, ratio_cut, max(min_excess, excess_spread)):
             found.append(replace(finding, share=_share(own, peers, worse)))
     return sorted(found, key=lambda f: abs(f.excess), reverse=True)

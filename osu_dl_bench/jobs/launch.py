@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import IO
 
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.jobs.options import SRUN_DEFAULT_ARGS, SweepConfig
+from osu_dl_bench.jobs.options import SRUN_MPI_PLUGIN, SweepConfig
 from osu_dl_bench.runtime import OVERSUBSCRIBED_CVARS, slurm_job
 
 LAUNCHERS = ("mpiexec", "srun")
@@ -159,7 +159,8 @@ def launcher_prefix(
     launcher_args: Sequence[str] = (),
     mpi: str | None = None,
 ) -> list[str]:
-    """'mpiexec -n N [ARGS]' or 'srun -n N --mpi=pmi2 [ARGS]' (later srun options win);
+    """'mpiexec -n N [ARGS]' or 'srun -n N --mpi=PLUGIN [ARGS]' (pmi2; pmix for Open MPI;
+    later srun options win);
     with --mpi NAME, that install's mpiexec (Open MPI's with --oversubscribe: it refuses
     more ranks than cores, which the sweep's small hosts ask for). Where
     OSU_DL_BENCH_HOSTS names nodes, mpiexec spreads the ranks over them in blocks (srun
@@ -168,7 +169,8 @@ def launcher_prefix(
         srun = shutil.which("srun")
         if not srun:
             raise UsageError("--launcher srun: srun is not on PATH (is Slurm installed here?)")
-        return [srun, "-n", str(nprocs), *SRUN_DEFAULT_ARGS, *launcher_args]
+        plugin = SRUN_MPI_PLUGIN[mpi or "mpich"]
+        return [srun, "-n", str(nprocs), f"--mpi={plugin}", *launcher_args]
     if launcher != "mpiexec":
         raise UsageError(f"--launcher {launcher}: expected one of {', '.join(LAUNCHERS)}")
     prefix = library_prefix(mpi)

@@ -32,8 +32,10 @@ from osu_dl_bench.paths import check_writable_directory
 from osu_dl_bench.runtime import DEFAULT_THREAD_LEVEL, THREAD_LEVELS, slurm_job
 
 LAUNCHERS = ("mpiexec", "srun")
-# srun's default PMI for the mpich wheel (Open MPI needs --mpi=pmix instead).
-SRUN_DEFAULT_ARGS = ("--mpi=pmi2",)
+# srun's process-management interface per MPI library: the mpich wheel speaks PMI-2;
+# Open MPI 5 speaks only PMIx ("Launching with Slurm" in Open MPI 5's documentation:
+# srun --mpi=pmix), which Slurm's mpi/pmix plugin serves where libpmix is installed.
+SRUN_MPI_PLUGIN = {"mpich": "pmi2", "openmpi": "pmix"}
 DEFAULT_COLLECTIVES = ("allreduce", "bcast")
 DEFAULT_SIZES = "8:16M"
 # Seconds of timed rounds per (p, collective, size) point, whatever the number of
@@ -334,7 +336,7 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
         choices=LAUNCHERS,
         default=None,
         help="how each process count's job starts (default mpiexec, with --submit srun; "
-        "srun adds --mpi=pmi2)",
+        "srun adds --mpi=pmi2, with --mpi openmpi --mpi=pmix)",
     )
     parser.add_argument(
         "--mpi",

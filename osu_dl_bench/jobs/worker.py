@@ -54,6 +54,7 @@ from osu_dl_bench.measurement.kernel import (
     prepare_inputs,
 )
 from osu_dl_bench.measurement.memory import check_node_memory, collective_need
+from osu_dl_bench.measurement.ranks import ClockSync, RankTimes, synchronise_clocks
 from osu_dl_bench.measurement.reference import ReferenceTimer, outlying
 from osu_dl_bench.measurement.schedule import round_stats
 from osu_dl_bench.measurement.store import (
@@ -90,9 +91,10 @@ def sweep_points(
     its rounds and the machine-state reference of each round."""
     spec, size = plan.spec, n * setting.etype.itemsize
     copy_us, allreduce_us = (format_rounds(column * 1e6) for column in timing.reference.T)
+    per_rank = timing.per_rank or [None] * len(variants)
     points = []
-    for variant, stats, wrong, rounds in zip(
-        variants, round_stats(timing.times), timing.wrong, timing.round_us(), strict=True
+    for variant, stats, wrong, rounds, ranks in zip(
+        variants, round_stats(timing.times), timing.wrong, timing.round_us(), per_rank, strict=True
     ):
         seconds = stats.median_us * 1e-6
         algbw = spec.algbw_bytes(size, plan.nprocs) / seconds / 1e9 if seconds > 0 else 0.0
@@ -121,9 +123,21 @@ def sweep_points(
                 round_us=format_rounds(rounds),
                 ref_copy_us=copy_us,
                 ref_allreduce_us=allreduce_us,
+                **_per_rank_fields(ranks),
             )
         )
     return points
+
+
+def _per_rank_fields(ranks: RankTimes | None) -> dict[str, str]:
+    """SweepPoint's per-rank columns ('' where this rank holds no per-rank times)."""
+    if ranks is None:
+        return {}
+    summaries = ranks.summaries(())
+    return {
+        f"rank_{name}": format_rounds(np.array([getattr(s, name) for s in summaries]))
+        for name in ("lag_us", "wait_us", "finish_us", "p99_us")
+    }
 
 
 # The share of the budget a backend's own launches get: they time two candidates (native
@@ -187,6 +201,7 @@ class Job:
     slot: LaunchSlot
     binder: BoundCalls = field(init=False)
     reference: ReferenceTimer = field(init=False)
+    clock: ClockSync = field(init=False)
     # Per measured point: (plan, n, its median reference (copy, allreduce)), for the
     # machine-state check; the points found outlying wait to be measured again.
     states: list[tuple[CollectivePlan, int, np.ndarray]] = field(default_factory=list)
@@ -196,6 +211,7 @@ class Job:
     def __post_init__(self) -> None:
         self.binder = BoundCalls()  # each variant bound once per job
         self.reference = ReferenceTimer(self.comm)
+        self.clock = synchronise_clocks(self.comm)  # once per launch (measurement.ranks)
 
     @property
     def budget(self) -> float:
@@ -248,7 +264,7 @@ class Job:
         inputs = prepare_inputs(
             self.comm, plan.spec, setting.etype, setting.op_for(plan.spec), setting.xp, n
         )
-        return measure_budget(self.comm, calls, inputs, self.budget, self.reference)
+        return measure_budget(self.comm, calls, inputs, self.budget, self.reference, self.clock)
 
     def _typical(self, count: int) -> np.ndarray | None:
         """The launch's typical reference: the median over its first ``count`` points."""
@@ -348,7 +364,12 @@ def _sweep_launch(world: MPI.Comm, topo: Topology, job: Job) -> list[tuple[Sweep
     # A forced group proves, before measuring, that the library runs its algorithm.
     forced = forcing_proof(plans, slot.group) if is_forced_group(slot.group) else {}
     meta, started = collect_metadata(topo), utc_now()
-    forced_fields = {**_forced_fields(forced), **_fingerprint_fields(comm, cfg, slot)}
+    forced_fields = {
+        **_forced_fields(forced),
+        **_fingerprint_fields(comm, cfg, slot),
+        "rank_nodes": list(topo.rank_nodes),
+        "clock_residual_us": round(job.clock.residual * 1e6, 3),
+    }
     entry = _job_entry(world, topo, meta, plan, started=started, **forced_fields)
     record = lambda entry: runinfo.record_job(job.store, topo.nprocs, entry, _slot_key(slot))  # noqa: E731
     on_rank0(comm, lambda: record(entry))

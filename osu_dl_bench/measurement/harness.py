@@ -20,11 +20,18 @@ from collectives.registry import BoundCalls
 from osu_dl_bench.measurement.kernel import (
     FAULT_ENV,
     OsuStats,
+    OsuTiming,
     device_calls,
     measure_osu,
     prepare_inputs,
 )
 from osu_dl_bench.measurement.options import BenchConfig
+from osu_dl_bench.measurement.ranks import (
+    ClockSync,
+    RankTimes,
+    gather_rank_times,
+    synchronise_clocks,
+)
 from osu_dl_bench.measurement.records import BenchRecord
 from osu_dl_bench.runtime import Topology
 
@@ -48,6 +55,7 @@ def bench_record(
     stats: OsuStats,
     iterations: int,
     wrong: int | None,
+    ranks: RankEvidence | None = None,
 ) -> BenchRecord:
     spec, size = setting.spec, n * setting.etype.itemsize
     seconds = stats.avg_us * 1e-6
@@ -72,7 +80,42 @@ def bench_record(
         validation=None if wrong is None else ("fail" if wrong else "pass"),
         wrong_elements=wrong,
         **asdict(stats),
+        **(ranks.record_fields() if ranks else {}),
     )
+
+
+@dataclass(frozen=True)
+class RankEvidence:
+    """One candidate's per-rank timing at one point, as a record keeps it."""
+
+    times: RankTimes
+    nodes: tuple[str, ...]
+    clock: ClockSync
+    raw: bool
+
+    def record_fields(self) -> dict[str, Any]:
+        """BenchRecord's per_rank and clock_residual_us."""
+        summaries = [s.as_dict() for s in self.times.summaries(self.nodes)]
+        if self.raw:
+            raw = self.times.raw()
+            for r, summary in enumerate(summaries):
+                summary.update({name: values[r] for name, values in raw.items()})
+        return {
+            "per_rank": tuple(summaries),
+            "clock_residual_us": round(self.clock.residual * 1e6, 3),
+        }
+
+
+def _rank_evidence(
+    comm: MPI.Comm, cfg: BenchConfig, topo: Topology, timing: OsuTiming, clock: ClockSync | None
+) -> list[RankEvidence | None]:
+    """Per candidate, on rank 0, its per-rank timing (None without --per-rank or elsewhere)."""
+    if clock is None or timing.times is None or timing.arrivals is None:
+        return [None] * len(timing.stats)
+    gathered = gather_rank_times(comm, timing.arrivals, timing.times, clock)
+    if gathered is None:
+        return [None] * len(timing.stats)
+    return [RankEvidence(t, topo.rank_nodes, clock, cfg.per_rank_raw) for t in gathered]
 
 
 def _element_counts(cfg: BenchConfig, setting: Setting) -> list[int]:
@@ -102,6 +145,7 @@ def measure_collective(
     calls = device_calls(comm, BoundCalls(), variants, cfg.device)
     if os.environ.get(FAULT_ENV) == "raise" and comm.Get_rank() == nprocs - 1:
         raise RuntimeError("fault injected on the last rank (test hook)")
+    clock = synchronise_clocks(comm) if cfg.per_rank else None
     check_roots = None
     if cfg.validate:
         check_roots = list(range(nprocs)) if cfg.root.rotate else [cfg.root.fixed]
@@ -125,9 +169,13 @@ def measure_collective(
             [cfg.root.root_at(i, nprocs) for i in range(warmup)],
             [cfg.root.root_at(i, nprocs) for i in range(iterations)],
             check_roots,
+            per_rank=cfg.per_rank,
         )
         wrongs = [None] * len(variants) if timing.wrong is None else timing.wrong
+        evidence = _rank_evidence(comm, cfg, topo, timing, clock)
         yield [
-            bench_record(cfg, setting, topo, variant, n, stats, iterations, wrong)
-            for variant, stats, wrong in zip(variants, timing.stats, wrongs, strict=True)
+            bench_record(cfg, setting, topo, variant, n, stats, iterations, wrong, ranks)
+            for variant, stats, wrong, ranks in zip(
+                variants, timing.stats, wrongs, evidence, strict=True
+            )
         ]

@@ -26,6 +26,7 @@ memory that does not grow with the candidates); a check restores the inputs firs
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,7 @@ from collectives.dtypes import ElementType
 from collectives.ops import ReduceOp
 from collectives.registry import BoundCalls, CollectiveCall
 from collectives.specs import INPUT_CHUNK
+from osu_dl_bench.measurement.ranks import ClockSync, RankTimes, gather_rank_times
 from osu_dl_bench.measurement.reference import ReferenceTimer
 from osu_dl_bench.measurement.schedule import (
     CALIBRATION_SHARE,
@@ -55,6 +57,9 @@ from osu_dl_bench.measurement.schedule import (
 # wrong result is reported; "raise" raises on the last rank (bench), to prove one rank's
 # error aborts the job.
 FAULT_ENV = "OSU_DL_BENCH_INJECT_FAULT"
+# Test-only hook: "RANK:SECONDS" makes that rank sleep between the barrier and each timed
+# call, to prove a late rank is named with its delay (measurement.ranks, triage).
+DELAY_ENV = "OSU_DL_BENCH_DELAY_RANK"
 
 
 @dataclass(frozen=True)
@@ -215,6 +220,23 @@ def validate_at_roots(
     return wrong
 
 
+def delay_for(rank: int) -> float:
+    """Seconds this rank sleeps before each timed call under the test hook DELAY_ENV
+    ("RANK:SECONDS"), else 0."""
+    value = os.environ.get(DELAY_ENV)
+    if not value:
+        return 0.0
+    try:
+        target, seconds = value.split(":")
+        delay = float(seconds)
+        target_rank = int(target)
+    except ValueError:
+        raise ValueError(f"{DELAY_ENV}={value!r}: expected RANK:SECONDS, e.g. 2:0.002") from None
+    if not 0 <= delay < 10:
+        raise ValueError(f"{DELAY_ENV}={value!r}: expected 0 <= SECONDS < 10")
+    return delay if target_rank == rank else 0.0
+
+
 def timed_round(
     barrier: Callable[[], Any],
     calls: Sequence[CollectiveCall],
@@ -224,33 +246,41 @@ def timed_round(
     roots: Sequence[int],
     times: np.ndarray,
     interleaved: bool = False,
+    arrivals: np.ndarray | None = None,
+    delay: float = 0.0,
 ) -> None:
     """The hot loop: the candidates in ``order``, each called once per root, every call after
     an untimed ``barrier()`` with the timer around the call alone; the seconds of call i of
-    candidate j go to times[j, i]. Blocked (default): one candidate's calls back to back,
+    candidate j go to times[j, i], and its start on this rank's clock to arrivals[j, i]
+    when given (measurement.ranks). Blocked (default): one candidate's calls back to back,
     then the next one's; interleaved: one call of every candidate per root. On GPU buffers
     the clock stops once the device is idle (kernels are asynchronous; NCCL's calls wait
-    for their stream, so MPI's must be timed alike)."""
+    for their stream, so MPI's must be timed alike). ``delay``: seconds slept between the
+    barrier and each call (the DELAY_ENV test hook: a rank that arrives late)."""
     wtime = MPI.Wtime
     send, recv = bufs.send, bufs.recv
     settle = settle_for(send, recv)
+    scratch = np.zeros(times.shape) if arrivals is None else arrivals
 
-    def timed(call: CollectiveCall, row: np.ndarray, i: int, root: int) -> None:
+    def timed(call: CollectiveCall, row: np.ndarray, i: int, root: int, stamps) -> None:
         barrier()
+        if delay:
+            time.sleep(delay)
         start = wtime()
         call(send, recv, op, root)
         settle()
         row[i] = wtime() - start
+        stamps[i] = start
 
-    pairs = [(calls[j], times[j]) for j in order]
+    pairs = [(calls[j], times[j], scratch[j]) for j in order]
     if interleaved:
         for i, root in enumerate(roots):
-            for call, row in pairs:
-                timed(call, row, i, root)
+            for call, row, stamps in pairs:
+                timed(call, row, i, root, stamps)
     else:
-        for call, row in pairs:
+        for call, row, stamps in pairs:
             for i, root in enumerate(roots):
-                timed(call, row, i, root)
+                timed(call, row, i, root, stamps)
 
 
 def slowest_rank(comm: MPI.Comm, times: np.ndarray) -> np.ndarray:
@@ -277,19 +307,28 @@ class OsuStats:
 
 @dataclass(frozen=True)
 class OsuTiming:
-    """What OSU mode produced for every candidate of one point."""
+    """What OSU mode produced for every candidate of one point; with ``per_rank``, this
+    rank's call times and starts, (candidates, iterations) seconds (measurement.ranks)."""
 
     stats: list[OsuStats]
     wrong: list[int] | None  # None when not checked
+    times: np.ndarray | None = None
+    arrivals: np.ndarray | None = None
 
 
 def _interleaved(
-    comm: MPI.Comm, calls: Sequence[CollectiveCall], inputs: Inputs, roots: Sequence[int]
+    comm: MPI.Comm,
+    calls: Sequence[CollectiveCall],
+    inputs: Inputs,
+    roots: Sequence[int],
+    arrivals: np.ndarray | None = None,
 ) -> np.ndarray:
     """times[candidate, iteration], the candidates interleaved within every iteration."""
     times = np.zeros((len(calls), len(roots)))
     order = range(len(calls))
-    timed_round(comm.Barrier, calls, order, inputs.bufs, inputs.op, roots, times, interleaved=True)
+    delay = delay_for(comm.Get_rank())
+    bufs, op = inputs.bufs, inputs.op
+    timed_round(comm.Barrier, calls, order, bufs, op, roots, times, True, arrivals, delay)
     return times
 
 
@@ -319,14 +358,17 @@ def measure_osu(
     warmup_roots: Sequence[int],
     timed_roots: Sequence[int],
     check_roots: Sequence[int] | None = None,
+    per_rank: bool = False,
 ) -> OsuTiming:
     """OSU mode: one untimed call per warm-up root and one timed call per timed root, then
-    (when ``check_roots`` is given) each candidate checked at every such root."""
+    (when ``check_roots`` is given) each candidate checked at every such root; ``per_rank``
+    keeps this rank's call times and starts."""
     _interleaved(comm, calls, inputs, warmup_roots)
-    times = _interleaved(comm, calls, inputs, timed_roots)
+    arrivals = np.zeros((len(calls), len(timed_roots))) if per_rank else None
+    times = _interleaved(comm, calls, inputs, timed_roots, arrivals)
     stats = [osu_stats(comm, row) for row in times]
     wrong = None if check_roots is None else validate_at_roots(comm, calls, inputs, check_roots)
-    return OsuTiming(stats, wrong)
+    return OsuTiming(stats, wrong, times if per_rank else None, arrivals)
 
 
 # --- Time-budget mode -------------------------------------------------------------------
@@ -338,9 +380,11 @@ def _pass_seconds(
     """Wall time of ``count`` iterations of every candidate, the slowest rank's."""
     scratch = np.zeros((len(calls), count))
     roots = [inputs.shape.root] * count
+    delay = delay_for(comm.Get_rank())
     comm.Barrier()
     start = MPI.Wtime()
-    timed_round(comm.Barrier, calls, range(len(calls)), inputs.bufs, inputs.op, roots, scratch)
+    order, bufs, op = range(len(calls)), inputs.bufs, inputs.op
+    timed_round(comm.Barrier, calls, order, bufs, op, roots, scratch, False, None, delay)
     elapsed = np.array([MPI.Wtime() - start])
     comm.Allreduce(MPI.IN_PLACE, elapsed, MPI.MAX)
     return float(elapsed[0])
@@ -368,25 +412,35 @@ def timed_rounds(
     iterations: int,
     budget: float,
     reference: ReferenceTimer,
-) -> tuple[np.ndarray, np.ndarray]:
+    clock: ClockSync | None = None,
+) -> tuple[np.ndarray, np.ndarray, list[RankTimes] | None]:
     """times[round, candidate, iteration] and the machine-state reference[round, (copy,
-    allreduce)], in seconds, the maximum across ranks. Each round starts with the
+    allreduce)], in seconds, the maximum across ranks, and (with ``clock``, on rank 0)
+    every rank's own times and starts per candidate. Each round starts with the
     reference. Rounds go on while the budget lasts (schedule.another_round); rank 0's
     clock decides, so every rank stops after the same round."""
     times = np.zeros((MAX_ROUNDS, len(calls), iterations))
+    arrivals = np.zeros_like(times)
     state = np.zeros((MAX_ROUNDS, 2))
     roots = [inputs.shape.root] * iterations
     barrier, more = comm.Barrier, np.ones(1, dtype=np.int8)
+    bufs, op, delay = inputs.bufs, inputs.op, delay_for(comm.Get_rank())
     start, rounds = MPI.Wtime(), 0
     while more[0]:
         state[rounds] = reference.sample()
         order = rotation(rounds, len(calls))
-        timed_round(barrier, calls, order, inputs.bufs, inputs.op, roots, times[rounds])
+        timed_round(
+            barrier, calls, order, bufs, op, roots, times[rounds], False, arrivals[rounds], delay
+        )
         rounds += 1
         more[0] = another_round(rounds, MPI.Wtime() - start, budget)
         comm.Bcast(more, root=0)
     # Reductions after the point, so the timed loop has no extra traffic.
-    return slowest_rank(comm, times[:rounds]), slowest_rank(comm, state[:rounds])
+    per_rank = None
+    if clock is not None:
+        own, starts = (a[:rounds].transpose(1, 0, 2) for a in (times, arrivals))
+        per_rank = gather_rank_times(comm, starts, own, clock)
+    return slowest_rank(comm, times[:rounds]), slowest_rank(comm, state[:rounds]), per_rank
 
 
 @dataclass(frozen=True)
@@ -397,6 +451,8 @@ class BudgetTiming:
     schedule: Schedule  # as run
     times: np.ndarray  # (rounds, candidates, iterations), seconds, max across ranks
     reference: np.ndarray  # (rounds, 2): the machine state's copy and allreduce, seconds
+    # Rank 0 only, with a clock: every rank's own times and starts, per candidate.
+    per_rank: list[RankTimes] | None = None
 
     def round_us(self) -> np.ndarray:
         """round_us[candidate, round]: a round's time, the mean over its iterations."""
@@ -409,11 +465,12 @@ def measure_budget(
     inputs: Inputs,
     budget: float,
     reference: ReferenceTimer | None = None,
+    clock: ClockSync | None = None,
 ) -> BudgetTiming:
     """Time-budget mode: check every candidate once (its warm-up), calibrate, time rounds
-    (each beside the machine-state reference)."""
+    (each beside the machine-state reference); with ``clock``, per-rank times on rank 0."""
     wrong = validate(comm, calls, inputs)
     iterations = calibrate(comm, calls, inputs, budget)
     reference = reference or ReferenceTimer(comm)
-    times, state = timed_rounds(comm, calls, inputs, iterations, budget, reference)
-    return BudgetTiming(wrong, Schedule(len(times), iterations), times, state)
+    times, state, per_rank = timed_rounds(comm, calls, inputs, iterations, budget, reference, clock)
+    return BudgetTiming(wrong, Schedule(len(times), iterations), times, state, per_rank)

@@ -96,6 +96,10 @@ class BenchConfig:
     op: str = "sum"
     root: RootPolicy = RootPolicy(rotate=False)
     percentiles: bool = False
+    # Per-rank timing (measurement.ranks): summaries printed and kept; raw: every call's
+    # stamps kept in the -o file too.
+    per_rank: bool = False
+    per_rank_raw: bool = False
     device: str = "cpu"
     algorithms: str = "native"
     output: str | None = None
@@ -251,6 +255,17 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="P50 and P99 of the per-iteration maximum across ranks",
     )
+    parser.add_argument(
+        "--per-rank",
+        action="store_true",
+        help="per rank and per node: how late each rank arrives, how long it waits for the "
+        "others, its P50/P99 (clocks aligned to rank 0's); kept in -o",
+    )
+    parser.add_argument(
+        "--per-rank-raw",
+        action="store_true",
+        help="--per-rank, and every call's arrival and time per rank in the -o file",
+    )
     parser.add_argument("-d", "--device", default="cpu", help=DEVICE_HELP)
     parser.add_argument(
         "-a",
@@ -398,6 +413,8 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         op=args.op,
         root=parse_root(args.root),
         percentiles=args.tail,
+        per_rank=args.per_rank or args.per_rank_raw,
+        per_rank_raw=args.per_rank_raw,
         device=args.device,
         algorithms=args.algorithm,
         output=args.output,

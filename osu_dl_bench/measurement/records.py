@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -46,6 +47,10 @@ class BenchRecord:
     bandwidth_mbs: float | None = None
     # The per-iteration maxima across ranks, in microseconds.
     iter_max_us: tuple[float, ...] = ()
+    # With --per-rank (measurement.ranks): each rank's summary (and, raw, its stamps), and
+    # the bound on the clock alignment's error.
+    per_rank: tuple[dict, ...] = ()
+    clock_residual_us: float | None = None
 
 
 RECORD_FIELDS = tuple(f.name for f in fields(BenchRecord))
@@ -76,6 +81,7 @@ def write_records(path: str, records: list[BenchRecord], metadata: dict[str, str
     """Write records atomically, so a crash or a full disk never leaves half a file."""
     frame = records_frame(records, metadata)
     frame["iter_max_us"] = frame["iter_max_us"].map(list)
+    frame["per_rank"] = frame["per_rank"].map(list)
     suffix = Path(path).suffix.lower()
     write_atomic(Path(path), lambda tmp: _write_frame(frame, str(tmp), suffix))
 
@@ -83,10 +89,12 @@ def write_records(path: str, records: list[BenchRecord], metadata: dict[str, str
 def _write_frame(frame: pd.DataFrame, path: str, suffix: str) -> None:
     if suffix == ".csv":
         frame["iter_max_us"] = frame["iter_max_us"].map(lambda xs: " ".join(f"{x:.3f}" for x in xs))
+        frame["per_rank"] = frame["per_rank"].map(json.dumps)
         frame.to_csv(path, index=False)
     elif suffix == ".json":
         frame.to_json(path, orient="records", indent=1)
     else:
+        frame["per_rank"] = frame["per_rank"].map(json.dumps)  # nested lists of ranks' stamps
         frame.to_parquet(path, index=False)
 
 

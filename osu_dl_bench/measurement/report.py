@@ -92,3 +92,37 @@ def row(cfg: BenchConfig, record: BenchRecord) -> str:
     cols = columns(cfg) + ([_validation_column()] if cfg.validate else [])
     size = "" if cfg.benchmark == "barrier" else str(record.size_bytes)
     return f"{size:<{SIZE_WIDTH}}" + "".join(f"{c.value(record):>{c.width}}" for c in cols)
+
+
+RANK_FIELDS = ("lag_us", "wait_us", "finish_us", "p50_us", "p99_us")
+RANK_HEADINGS = ("lag(us)", "wait(us)", "finish(us)", "P50(us)", "P99(us)")
+
+
+def per_rank_lines(record: BenchRecord) -> list[str]:
+    """The per-rank and per-node block of one record (bench --per-rank): each rank's
+    median lag behind the earliest arrival, wait for the last, finish after the
+    earliest, its own P50/P99 and how often it arrived last; per node, its worst rank's."""
+    ranks = record.per_rank
+    if not ranks:
+        return []
+    head = "".join(f"{h:>12}" for h in RANK_HEADINGS)
+    lines = [
+        f"# per rank: {record.collective} {record.algorithm}, {record.size_bytes} B "
+        f"(clocks aligned to rank 0's within {record.clock_residual_us:.1f} us)",
+        f"# {'rank':>4}  {'node':<16}{head}{'last':>7}",
+    ]
+    for r in ranks:
+        values = "".join(f"{r[f]:>12.2f}" for f in RANK_FIELDS)
+        lines.append(f"  {r['rank']:>4}  {r['node'][:16]:<16}{values}{r['last_share']:>7.0%}")
+    nodes: dict[str, list[dict]] = {}
+    for r in ranks:
+        nodes.setdefault(r["node"], []).append(r)
+    if len(nodes) > 1:
+        lines.append(f"# per node (its worst rank): {'node':<16}{'ranks':>8}{head}")
+        for node, members in nodes.items():
+            worst = "".join(
+                f"{(min if f == 'wait_us' else max)(m[f] for m in members):>12.2f}"
+                for f in RANK_FIELDS
+            )
+            lines.append(f"  {'':>26}{node[:16]:<16}{len(members):>8}{worst}")
+    return lines

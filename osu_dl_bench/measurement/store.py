@@ -97,9 +97,20 @@ class SweepPoint:
     round_us: str = ""  # per-round times, space-separated, round order: paired by round
     ref_copy_us: str = ""  # per round: the reference memory copy (measurement.reference)
     ref_allreduce_us: str = ""  # per round: the reference 8-byte allreduce
+    # Per rank, space-separated in rank order, over the candidate's timed calls
+    # (measurement.ranks): median arrival after the earliest rank, median wait for the
+    # last one, median finish after the earliest, 99th percentile of its own call times.
+    rank_lag_us: str = ""
+    rank_wait_us: str = ""
+    rank_finish_us: str = ""
+    rank_p99_us: str = ""
 
 
 SWEEP_FIELDS = tuple(f.name for f in fields(SweepPoint))
+PER_RANK_FIELDS = ("rank_lag_us", "rank_wait_us", "rank_finish_us", "rank_p99_us")
+# A results file must have these to be continued (the per-rank columns are left out of
+# rows appended to a file written before them).
+APPENDABLE_FIELDS = tuple(name for name in SWEEP_FIELDS if name not in PER_RANK_FIELDS)
 # Columns a results file may lack (written before launches existed), with their values.
 OPTIONAL_FIELDS = {f.name: f.default for f in fields(SweepPoint) if f.default is not MISSING}
 REQUIRED_FIELDS = tuple(name for name in SWEEP_FIELDS if name not in OPTIONAL_FIELDS)
@@ -191,11 +202,13 @@ class RunStore:
         """Append points and flush them to disk at once (a row cut short by a full disk
         is cut off first, so no row is written onto it)."""
         try:
+            header = _header_of(self.results_path)
             with self.results_path.open("a+b") as raw:
                 _cut_partial_line(raw)
                 new = raw.tell() == 0
+                names = SWEEP_FIELDS if new or not header else header
                 with io.TextIOWrapper(raw, newline="", write_through=True) as handle:
-                    writer = csv.DictWriter(handle, fieldnames=SWEEP_FIELDS)
+                    writer = csv.DictWriter(handle, fieldnames=names, extrasaction="ignore")
                     if new:
                         writer.writeheader()
                     writer.writerows(asdict(point) for point in points)
@@ -208,7 +221,7 @@ class RunStore:
         """Refuse to resume a results file of the older layout (no launch columns): rows of
         two layouts cannot share one CSV header."""
         header = _header_of(self.results_path)
-        missing = [name for name in SWEEP_FIELDS if header and name not in header]
+        missing = [name for name in APPENDABLE_FIELDS if header and name not in header]
         if missing:
             raise UsageError(
                 f"{self.results_path} was written before launches were recorded (no "
@@ -582,17 +595,19 @@ def _launch_problems(frame: pd.DataFrame) -> list[tuple[int, str]]:
 
 
 def _rounds_problem(name: str, text: str) -> str | None:
-    """Why a per-round cell is not positive finite times. Its count may differ from the
-    row's rounds (the paired ratio uses the values it holds; one value cannot place a
-    candidate below its reference, see selection.paired)."""
-    values = text.split()
-    for value in values:
+    """Why a per-round cell is not positive finite times (per-rank cells: not negative,
+    the earliest rank's lag is 0). Its count may differ from the row's rounds (the paired
+    ratio uses the values it holds; one value cannot place a candidate below its
+    reference, see selection.paired)."""
+    may_be_zero = name in PER_RANK_FIELDS
+    for value in text.split():
         try:
             number = float(value)
         except ValueError:
             return f"{name} holds {value[:20]!r}, expected a time in µs"
-        if not (math.isfinite(number) and number > 0):
-            return f"{name} holds {value[:20]!r}, expected a positive finite time in µs"
+        if not (math.isfinite(number) and (number > 0 or (may_be_zero and number == 0))):
+            kind = "a finite time of 0 or more" if may_be_zero else "a positive finite time"
+            return f"{name} holds {value[:20]!r}, expected {kind} in µs"
     return None
 
 

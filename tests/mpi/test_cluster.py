@@ -60,16 +60,27 @@ def _nodes(cluster: dict[str, str]) -> list[str]:
     return cluster[launch.HOSTS_VARIABLE].split(",")
 
 
-def _on_nodes(cluster, count: int, nprocs: int, argv: list[str], mpi=None, launcher="mpiexec"):
-    """Run ``python -m osu_dl_bench ARGV`` as nprocs ranks over the cluster's first
-    ``count`` nodes, through the job launcher."""
+def _on_nodes(
+    cluster,
+    count: int,
+    nprocs: int,
+    argv: list[str],
+    mpi=None,
+    launcher="mpiexec",
+    python_args: list[str] | None = None,
+    env: dict[str, str] | None = None,
+):
+    """Run ``python -m osu_dl_bench ARGV`` (or ``python PYTHON_ARGS``) as nprocs ranks
+    over the cluster's first ``count`` nodes, through the job launcher."""
     nodes = _nodes(cluster)
     if len(nodes) < count:
         pytest.skip(f"the cluster has {len(nodes)} nodes, this test needs {count}")
-    env = {**cluster, launch.HOSTS_VARIABLE: ",".join(nodes[:count])}
-    args = ["-N", str(count)] if launcher == "srun" else []
+    env = {**cluster, **(env or {}), launch.HOSTS_VARIABLE: ",".join(nodes[:count])}
+    per_node = f"--ntasks-per-node={nprocs // count}"
+    args = ["-N", str(count), per_node] if launcher == "srun" else []
+    python = python_args or ["-m", "osu_dl_bench", *argv]
     with mock.patch.dict(os.environ, env):
-        cmd = launch.mpi_command(nprocs, ["-m", "osu_dl_bench", *argv], launcher, args, mpi)
+        cmd = launch.mpi_command(nprocs, python, launcher, args, mpi)
         job_env = mpi_env({**env, **launch.library_environment(mpi)})
     res = run_with_timeout(cmd, JOB_TIMEOUT, job_env)
     assert res.returncode == 0, f"{' '.join(cmd)}\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
@@ -154,6 +165,18 @@ def test_open_mpi_ranks_on_two_nodes_through_its_ssh_agent(cluster, tmp_path):
     assert {r["mpi_library"].split()[0] for r in records} == {"Open"}
 
 
+def test_open_mpi_ranks_on_two_nodes_through_srun_and_pmix(cluster, tmp_path):
+    if not os.environ.get(launch.PREFIX_VARIABLES["openmpi"]):
+        pytest.skip(f"{launch.PREFIX_VARIABLES['openmpi']} is not set (see .ci/run)")
+    if "SLURM_CONF" not in cluster:
+        pytest.skip("the cluster runs no Slurm (slurm-wlm not installed when it came up)")
+    out = tmp_path / "bench.json"
+    _on_nodes(cluster, 2, 4, _bench("allreduce", out), mpi="openmpi", launcher="srun")
+    records = _validated_across(out, 2, 2)
+    assert {r["mpi_library"].split()[0] for r in records} == {"Open"}
+    assert {r["slurm_nodes"] for r in records} == {"2"}
+
+
 def test_srun_spans_every_node(cluster, tmp_path):
     if "SLURM_CONF" not in cluster:
         pytest.skip("the cluster runs no Slurm (slurm-wlm not installed when it came up)")
@@ -205,6 +228,29 @@ def test_model_fit_over_two_nodes_fits_the_inter_node_link(cluster, tmp_path):
     assert "inter: measured; fitted across nodes node1,node2" in res.stdout
     assert "intra: NOT measured" in res.stdout
     assert f"shaped to {cluster['OSU_DL_BENCH_CLUSTER_RATE']}" in res.stdout
+
+
+def test_mpich_takes_the_several_node_entries_of_an_export_across_two_nodes(cluster, tmp_path):
+    # The mirror of test_exports' one-node case: at 2 nodes x 2 ranks MPICH must pass the
+    # comm_size=node_comm_size entry (ring from 64 KiB) and take the 2-node one
+    # (recursive doubling), as forcing recursive doubling does.
+    from support.exports import FINGERPRINT_PY, export_files, fingerprint_of
+
+    one = make_entry(4, [(0, "native"), (65536, "ring")])
+    several = make_entry(4, [(0, "native"), (65536, "recursive_doubling")], nodes=2, ppn=2)
+    files, _ = export_files(make_table(one, several), tmp_path, "mpich")
+    driver = tmp_path / "fingerprint.py"
+    driver.write_text(FINGERPRINT_PY)
+    python = [str(driver), *map(str, (64, 65536, 8 << 20))]
+
+    def fingerprint(**env: str):
+        return fingerprint_of(_on_nodes(cluster, 2, 4, [], python_args=python, env=env))
+
+    tuned = fingerprint(MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE=str(files["exp.mpich.json"]))
+    doubling = fingerprint(MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM="recursive_doubling")
+    ring = fingerprint(MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM="ring")
+    assert ring[1] != doubling[1], "ring and recursive doubling cannot be told apart here"
+    assert tuned[1:] == doubling[1:]
 
 
 def test_linkmap_names_a_slow_nodes_links_both_ways_and_the_node(tmp_path):

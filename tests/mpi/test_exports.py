@@ -8,57 +8,17 @@ its own fingerprint in the result. A run with the exported file must match, size
 the runs that force the algorithm the table chose; a broken file must not.
 """
 
-import json
 import os
 import sys
 from pathlib import Path
 
 import pytest
 from mpirun import run_mpi, run_with_timeout
-from support.exports import export_files
+from support.exports import FINGERPRINT_PY, export_files, fingerprint_of
 
 pytestmark = pytest.mark.usefixtures("registered")
 # The allreduce sizes the fingerprint runs use, one per range of the table below.
 SIZES = (64, 65536, 8 << 20)
-
-
-FINGERPRINT_PY = r"""
-import json, sys
-import numpy as np
-from mpi4py import MPI
-comm = MPI.COMM_WORLD
-rank, p = comm.Get_rank(), comm.Get_size()
-def mix(inbuf, inoutbuf, datatype):
-    a = np.frombuffer(inbuf, dtype=np.uint64)
-    b = np.frombuffer(inoutbuf, dtype=np.uint64)
-    b[:] = b * np.uint64(31) + a * np.uint64(7) + np.uint64(1)
-fingerprint = MPI.Op.Create(mix, commute=True)  # a lie: the result shows the algorithm
-prints, ok = [], True
-for size in map(int, sys.argv[1:]):
-    n = size // 8
-    x = np.full(n, rank + 7, dtype=np.uint64)
-    y = np.empty_like(x)
-    comm.Allreduce(x, y, fingerprint)
-    prints.append(comm.gather(int(y[-1] % 999983), root=0))
-    s = np.full(n, rank + 1.0)
-    t = np.empty_like(s)
-    comm.Allreduce(s, t, MPI.SUM)
-    b = np.arange(n, dtype=np.float64) if rank == 0 else np.zeros(n)
-    comm.Bcast(b, root=0)
-    ok &= bool((t == p * (p + 1) / 2).all() and (b == np.arange(n)).all())
-comm.Barrier()
-ok = comm.allreduce(ok, op=MPI.LAND)
-if rank == 0:
-    print("FINGERPRINT " + json.dumps({"prints": prints, "ok": ok}))
-"""
-
-
-def _fingerprint(result):
-    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("FINGERPRINT ")]
-    assert result.returncode == 0 and lines, f"{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
-    data = json.loads(lines[-1].removeprefix("FINGERPRINT "))
-    assert data["ok"], "wrong allreduce or bcast results"
-    return [tuple(p) for p in data["prints"]]
 
 
 def test_mpich_applies_the_export_and_rejects_broken_files(winning_table, tmp_path):
@@ -70,11 +30,11 @@ def test_mpich_applies_the_export_and_rejects_broken_files(winning_table, tmp_pa
     def run(**env):
         return run_mpi(4, args, timeout=120, env=env)
 
-    tuned = _fingerprint(
+    tuned = fingerprint_of(
         run(MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE=str(files["exp.mpich.json"]))
     )
-    default = _fingerprint(run())
-    ring = _fingerprint(run(MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM="ring"))
+    default = fingerprint_of(run())
+    ring = fingerprint_of(run(MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM="ring"))
     assert ring[1] != default[1], "ring and MPICH's default cannot be told apart here"
     assert tuned == [default[0], ring[1], default[2]]  # native, ring, unmapped -> default
 
@@ -177,7 +137,7 @@ def openmpi(tmp_path_factory):
     return mpiexec, program
 
 
-def _ompi_fingerprint(openmpi, *mca):
+def _ompifingerprint_of(openmpi, *mca):
     mpiexec, program = openmpi
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     cmd = [str(mpiexec), "-n", "4", "--oversubscribe", "--mca", "coll_base_verbose", "1"]
@@ -196,13 +156,13 @@ def test_openmpi_applies_the_classic_export_and_ignores_a_broken_one(
     dynamic = ("coll_tuned_use_dynamic_rules", 1)
 
     def with_file(path):
-        return _ompi_fingerprint(openmpi, dynamic, ("coll_tuned_dynamic_rules_filename", path))
+        return _ompifingerprint_of(openmpi, dynamic, ("coll_tuned_dynamic_rules_filename", path))
 
     def forced(alg):
-        return _ompi_fingerprint(openmpi, dynamic, ("coll_tuned_allreduce_algorithm", alg))
+        return _ompifingerprint_of(openmpi, dynamic, ("coll_tuned_allreduce_algorithm", alg))
 
     tuned = with_file(files["exp.openmpi.rules"])
-    default = _ompi_fingerprint(openmpi)
+    default = _ompifingerprint_of(openmpi)
     ring, nonoverlapping = forced(4), forced(2)
     assert ring[1] != default[1] and nonoverlapping[2] != default[2], "indistinguishable"
     assert tuned == [default[0], ring[1], nonoverlapping[2]]
@@ -228,10 +188,10 @@ def test_mpich_takes_the_one_node_entries_of_a_table_measured_on_several_nodes(t
     driver.write_text(FINGERPRINT_PY)
     args = [str(driver), *map(str, SIZES)]
     exported = {"MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE": str(files["exp.mpich.json"])}
-    tuned = _fingerprint(run_mpi(4, args, timeout=120, env=exported))
-    ring = _fingerprint(
+    tuned = fingerprint_of(run_mpi(4, args, timeout=120, env=exported))
+    ring = fingerprint_of(
         run_mpi(4, args, timeout=120, env={"MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": "ring"})
     )
     doubling = {"MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": "recursive_doubling"}
-    assert ring[1] != _fingerprint(run_mpi(4, args, timeout=120, env=doubling))[1]
+    assert ring[1] != fingerprint_of(run_mpi(4, args, timeout=120, env=doubling))[1]
     assert tuned[1:] == ring[1:]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from osu_dl_bench.selection import build_table
 from osu_dl_bench.selection.exports import parse_exports, write_exports
 from support.tuning import point, write_run
@@ -39,3 +41,45 @@ def export_files(table, tmp_path, names="openmpi,mpich"):
     return {p.name: p for _, paths, _ in written for p in paths}, [
         w for _, _, notes in written for w in notes
     ]
+
+
+# An allreduce run whose result shows the algorithm that produced it: a user-defined
+# reduction declared commutative that is not ("a*31 + b*7 + 1").
+FINGERPRINT_PY = r"""
+import json, sys
+import numpy as np
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+rank, p = comm.Get_rank(), comm.Get_size()
+def mix(inbuf, inoutbuf, datatype):
+    a = np.frombuffer(inbuf, dtype=np.uint64)
+    b = np.frombuffer(inoutbuf, dtype=np.uint64)
+    b[:] = b * np.uint64(31) + a * np.uint64(7) + np.uint64(1)
+fingerprint = MPI.Op.Create(mix, commute=True)  # a lie: the result shows the algorithm
+prints, ok = [], True
+for size in map(int, sys.argv[1:]):
+    n = size // 8
+    x = np.full(n, rank + 7, dtype=np.uint64)
+    y = np.empty_like(x)
+    comm.Allreduce(x, y, fingerprint)
+    prints.append(comm.gather(int(y[-1] % 999983), root=0))
+    s = np.full(n, rank + 1.0)
+    t = np.empty_like(s)
+    comm.Allreduce(s, t, MPI.SUM)
+    b = np.arange(n, dtype=np.float64) if rank == 0 else np.zeros(n)
+    comm.Bcast(b, root=0)
+    ok &= bool((t == p * (p + 1) / 2).all() and (b == np.arange(n)).all())
+comm.Barrier()
+ok = comm.allreduce(ok, op=MPI.LAND)
+if rank == 0:
+    print("FINGERPRINT " + json.dumps({"prints": prints, "ok": ok}))
+"""
+
+
+def fingerprint_of(result):
+    """The per-size fingerprints a FINGERPRINT_PY run printed (fails if it failed)."""
+    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("FINGERPRINT ")]
+    assert result.returncode == 0 and lines, f"{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
+    data = json.loads(lines[-1].removeprefix("FINGERPRINT "))
+    assert data["ok"], "wrong allreduce or bcast results"
+    return [tuple(p) for p in data["prints"]]

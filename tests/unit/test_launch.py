@@ -230,6 +230,9 @@ def test_srun_ignores_the_hosts_and_hosts_without_an_agent_are_a_usage_error(
     launchers, cluster, monkeypatch
 ):
     assert launch.launcher_prefix(2, "srun") == [launchers["srun"], "-n", "2", "--mpi=pmi2"]
+    # Open MPI 5 speaks PMIx only.
+    pmix = launch.launcher_prefix(2, "srun", mpi="openmpi")
+    assert pmix == [launchers["srun"], "-n", "2", "--mpi=pmix"]
     monkeypatch.setenv(launch.AGENT_VARIABLE, "/nonexistent/agent")
     with pytest.raises(UsageError, match="OSU_DL_BENCH_LAUNCH_AGENT"):
         launch.launcher_prefix(2)

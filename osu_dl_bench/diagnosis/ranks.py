@@ -1,0 +1,270 @@
+"""Which rank or node is late or slow, from the per-rank timing that bench --per-rank and
+sweep keep (measurement.ranks).
+
+The evidence is one row per (point, rank): the rank's median lag behind the earliest
+arrival, its median finish after the earliest, and the point's call time. Each point is
+one sample per rank, judged as a share of the call's own time (the call time less the
+latest rank's lag: what the collective takes once every rank is in), so that points of
+different sizes weigh alike and a lag that is small beside the call is not a finding:
+
+- late: arrives after the others (``lag``);
+- slow: finishes after the others although it does not arrive late (``finish``).
+
+A rank (or node: at each point, its latest rank) is named when diagnosis.outliers says its
+shares lie beyond its peers' by more than the peers differ among themselves and by more
+than ``min_share`` (differences only: the lags of the punctual ranks are near zero, so
+their ratios mean nothing); the evidence
+printed beside it is in microseconds: its median against the peers', with a 95% interval,
+and at how many points it passed ``min_share``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from osu_dl_bench.diagnosis.outliers import Finding, against_peers, stand_out
+from osu_dl_bench.measurement.store import round_values
+
+EVIDENCE_COLUMNS = (
+    "point",
+    "size_bytes",
+    "rank",
+    "node",
+    "lag_us",
+    "finish_us",
+    "wait_us",
+    "call_us",
+)
+# Small messages are bound by latency and large ones by bandwidth, so a slow link shows
+# in one regime only: each is judged on its own (64 KiB: where OSU's large-message
+# settings begin, LARGE_MESSAGE_SIZE in osu_util.h). A regime needs a few points to be
+# judged at all.
+REGIMES = (("messages < 64 KiB", 0, 65536), ("messages >= 64 KiB", 65536, None))
+MIN_POINTS = 3
+# A lag under half the call's own time beyond the peers' is left unnamed by default: the
+# barrier before each call releases ranks up to a message latency apart, always in the
+# same order (MPICH's dissemination barrier: log2(p) rounds; 4 ranks on one host: the
+# last one 11 us behind, the others 5-6 us, on calls of 14-20 us of their own, last at
+# 94-100% of them), and the benchmark's barrier is not the rank's fault.
+MIN_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class Named:
+    """A rank or node named late or slow: the verdict's finding (in shares of the call
+    time), the same in microseconds, and at how many points it passed the minimum."""
+
+    kind: str  # "late" or "slow"
+    regime: str
+    unit: str
+    share: Finding
+    micros: Finding | None
+    points_over: int
+    points: int
+
+
+def evidence_from_records(records: pd.DataFrame) -> pd.DataFrame:
+    """The evidence of bench records written with --per-rank (their per_rank field)."""
+    rows = []
+    for record in records.to_dict("records"):
+        per_rank = _per_rank_list(record.get("per_rank"))
+        call = record.get("p50_us") or record.get("avg_us") or 0.0
+        point = f"{record['collective']} {record['algorithm']} {record['size_bytes']} B"
+        for entry in per_rank:
+            rows.append(
+                {
+                    "point": point,
+                    "size_bytes": int(record["size_bytes"]),
+                    "rank": int(entry["rank"]),
+                    "node": str(entry.get("node", "")),
+                    "lag_us": float(entry["lag_us"]),
+                    "finish_us": float(entry["finish_us"]),
+                    "wait_us": float(entry["wait_us"]),
+                    "call_us": float(call),
+                }
+            )
+    return pd.DataFrame(rows, columns=EVIDENCE_COLUMNS)
+
+
+def _per_rank_list(value: Any) -> list[dict]:
+    """A record's per_rank field, as JSON text (CSV, Parquet) or a list (JSON)."""
+    if isinstance(value, str):
+        value = json.loads(value) if value.strip() else []
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return []
+    return list(value)
+
+
+def evidence_from_run(results: pd.DataFrame, metadata: dict[str, Any]) -> pd.DataFrame:
+    """The evidence of a sweep's rows that carry per-rank columns (nodes from each
+    launch's metadata)."""
+    rows = []
+    if "rank_lag_us" not in results:
+        return pd.DataFrame(rows, columns=EVIDENCE_COLUMNS)
+    for row in results.to_dict("records"):
+        lags = round_values(row["rank_lag_us"])
+        if not lags.size:
+            continue
+        finish, wait = round_values(row["rank_finish_us"]), round_values(row["rank_wait_us"])
+        if not finish.size == wait.size == lags.size:
+            continue
+        nodes = _rank_nodes(metadata, row)
+        point = (
+            f"p={row['nprocs']} {row['collective']} {row['algorithm']} {row['size_bytes']} B"
+            f" launch {row['launch']}"
+        )
+        for rank in range(lags.size):
+            rows.append(
+                {
+                    "point": point,
+                    "size_bytes": int(row["size_bytes"]),
+                    "rank": rank,
+                    "node": nodes[rank] if rank < len(nodes) else "",
+                    "lag_us": lags[rank],
+                    "finish_us": finish[rank],
+                    "wait_us": wait[rank],
+                    "call_us": float(row["median_us"]),
+                }
+            )
+    return pd.DataFrame(rows, columns=EVIDENCE_COLUMNS)
+
+
+def _rank_nodes(metadata: dict[str, Any], row: dict[str, Any]) -> list[str]:
+    """Each rank's node in the launch that measured ``row`` ([] if not recorded)."""
+    job = metadata.get("jobs", {}).get(str(row["nprocs"]), {})
+    launch = job.get("launches", {}).get(f"{row['launch']}/{row['group']}", job)
+    nodes = launch.get("rank_nodes", [])
+    return [str(n) for n in nodes] if isinstance(nodes, list) else []
+
+
+def _label(rank: int, node: str) -> str:
+    return f"rank {rank} ({node})" if node else f"rank {rank}"
+
+
+def _samples(evidence: pd.DataFrame, by: str, column: str, share: bool) -> dict[str, np.ndarray]:
+    """Per unit (rank label or node), its values of ``column``: as shares of the call's
+    own time, or in microseconds."""
+    values = evidence[column] / evidence["work_us"] if share else evidence[column]
+    return {str(unit): values[group.index].to_numpy() for unit, group in evidence.groupby(by)}
+
+
+def _named(
+    evidence: pd.DataFrame,
+    by: str,
+    column: str,
+    kind: str,
+    min_share: float,
+    skip: set[str],
+    regime: str = "",
+) -> list[Named]:
+    """The units of ``by`` whose ``column`` stands out, with their evidence."""
+    shares = _samples(evidence, by, column, share=True)
+    micros = _samples(evidence, by, column, share=False)
+    found = []
+    for finding in stand_out(shares, "higher", None, min_share):
+        if finding.name in skip:
+            continue
+        over = int(np.sum(shares[finding.name] > min_share))
+        found.append(
+            Named(
+                kind,
+                regime,
+                finding.name,
+                finding,
+                against_peers(micros, finding.name),
+                over,
+                shares[finding.name].size,
+            )
+        )
+    return found
+
+
+def _own_time(evidence: pd.DataFrame) -> pd.Series:
+    """Per row, its point's own call time: the call time less the latest rank's lag (the
+    time the collective takes once everyone is in, without the wait for a late rank),
+    at least a tenth of the call time."""
+    latest = evidence.groupby("point")["lag_us"].transform("max")
+    return np.maximum(evidence["call_us"] - latest, 0.1 * evidence["call_us"])
+
+
+def triage(evidence: pd.DataFrame, min_share: float = MIN_SHARE) -> list[Named]:
+    """Late and slow ranks, then late and slow nodes (where the run spans several), in
+    each message regime that holds enough points."""
+    evidence = evidence[evidence["call_us"] > 0].copy()
+    evidence["work_us"] = _own_time(evidence)
+    evidence["unit"] = [
+        _label(r, n) for r, n in zip(evidence["rank"], evidence["node"], strict=True)
+    ]
+    named = []
+    for regime, low, high in REGIMES:
+        sizes = evidence["size_bytes"]
+        part = evidence[(sizes >= low) & (sizes < high if high else True)]
+        if part["point"].nunique() >= MIN_POINTS:
+            named += _triage_regime(part, min_share, regime)
+    return named
+
+
+def _triage_regime(evidence: pd.DataFrame, min_share: float, regime: str) -> list[Named]:
+    named = _named(evidence, "unit", "lag_us", "late", min_share, set(), regime)
+    late = {n.unit for n in named}
+    named += _named(evidence, "unit", "finish_us", "slow", min_share, late, regime)
+    if evidence["node"].nunique() > 1:
+        # A node is as late as its latest rank at each point.
+        by_node = evidence.groupby(["point", "node"], as_index=False).agg(
+            lag_us=("lag_us", "max"), finish_us=("finish_us", "max"), work_us=("work_us", "max")
+        )
+        nodes = _named(by_node, "node", "lag_us", "late", min_share, set(), regime)
+        late_nodes = {n.unit for n in nodes}
+        nodes += _named(by_node, "node", "finish_us", "slow", min_share, late_nodes, regime)
+        named += nodes
+    return named
+
+
+WHAT = {
+    "late": "arrives after the others",
+    "slow": "finishes after the others without arriving late",
+}
+
+
+def _us(value: float) -> str:
+    return f"{value / 1000:.3g} ms" if abs(value) >= 1000 else f"{value:.3g} us"
+
+
+def named_line(named: Named) -> str:
+    """One finding as a sentence with its evidence."""
+    share = named.share
+    text = (
+        f"{named.regime}: {named.unit} {WHAT[named.kind]}: "
+        f"{share.median:.2f} of the call's own time against its peers' {share.peers:.2f} "
+        f"(95% CI of the difference {share.excess_ci[0]:.2f}-{share.excess_ci[1]:.2f})"
+    )
+    if named.micros is not None:
+        m = named.micros
+        text += (
+            f"; by {_us(m.excess)} (95% CI {_us(m.excess_ci[0])}-{_us(m.excess_ci[1])}) "
+            f"more than its peers' median {_us(m.peers)}"
+        )
+    return text + f"; at {named.points_over} of {named.points} points"
+
+
+def report_lines(evidence: pd.DataFrame, named: list[Named], min_share: float) -> list[str]:
+    """The triage report: what was read, then the named ranks and nodes or 'nothing
+    stands out'."""
+    points, ranks = evidence["point"].nunique(), evidence["rank"].nunique()
+    nodes = sorted(n for n in evidence["node"].unique() if n)
+    lines = [
+        f"# {points} points x {ranks} ranks on {len(nodes) or 'unknown'} node(s)"
+        + (f" ({', '.join(nodes)})" if nodes else ""),
+        f"# named: a share of the call's own time beyond the peers' own spread and above "
+        f"{min_share:g} of the call (95% intervals by bootstrap over points)",
+    ]
+    for kind in WHAT:
+        found = [n for n in named if n.kind == kind]
+        lines.append(f"{kind}:")
+        lines += [f"  {named_line(n)}" for n in found] or ["  nothing stands out"]
+    return lines

@@ -1,0 +1,148 @@
+"""Per-rank timing without MPI: the summaries measurement.ranks computes, the rows a run
+keeps, and triage's verdicts (diagnosis.ranks) on evidence built by hand."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from support.sweep import sweep_point
+
+from osu_dl_bench.commands.triage import TriageConfig, run_triage
+from osu_dl_bench.diagnosis.ranks import (
+    EVIDENCE_COLUMNS,
+    evidence_from_records,
+    evidence_from_run,
+    triage,
+)
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.measurement.ranks import ClockSync, RankTimes
+from osu_dl_bench.measurement.store import SWEEP_FIELDS, RunStore
+
+
+def test_summaries_measure_lag_wait_and_finish_from_the_earliest_and_last_rank():
+    # Three ranks, two calls: rank 2 arrives 5 us after rank 0 and 3 us after rank 1.
+    arrival = np.array([[0.0, 10.0], [2.0, 12.0], [5.0, 15.0]]) * 1e-6
+    duration = np.array([[9.0, 9.0], [7.0, 7.0], [4.0, 4.0]]) * 1e-6
+    first, second, late = RankTimes(arrival, duration).summaries(("a", "a", "b"))
+    assert late.node == "b" and late.lag_us == pytest.approx(5.0)
+    assert late.wait_us == pytest.approx(0.0) and first.wait_us == pytest.approx(5.0)
+    assert second.finish_us == pytest.approx(0.0)  # 2 + 7 = 9, the earliest finish
+    assert first.finish_us == pytest.approx(0.0) and late.finish_us == pytest.approx(0.0)
+    assert late.last_share == 1.0 and first.last_share == 0.0
+    assert first.p99_us == pytest.approx(9.0)
+
+
+def test_stamps_move_onto_rank_zeros_clock():
+    clock = ClockSync(np.array([0.0, 1.5, -2.0]), 1e-6)
+    stamps = np.array([[[10.0]], [[11.5]], [[8.0]]])
+    assert np.allclose(clock.to_rank0(stamps), 10.0)
+
+
+def _evidence(lags_us: dict[int, float], points: int = 12, call_us: float = 3000.0, seed=0):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for p in range(points):
+        for rank, lag in lags_us.items():
+            jitter = abs(rng.normal(0, 15))
+            rows.append(
+                {
+                    "point": f"allreduce native {8 << p} B",
+                    "size_bytes": 8 << p,
+                    "rank": rank,
+                    "node": f"node{rank // 2 + 1}",
+                    "lag_us": lag + jitter,
+                    "finish_us": abs(rng.normal(0, 15)),
+                    "wait_us": 0.0,
+                    "call_us": call_us,
+                }
+            )
+    return pd.DataFrame(rows, columns=EVIDENCE_COLUMNS)
+
+
+def test_a_rank_that_arrives_a_call_late_is_named_with_its_delay():
+    named = triage(_evidence({0: 0, 1: 10, 2: 2000, 3: 20}))
+    late = [n for n in named if n.kind == "late"]
+    assert [n.unit for n in late] == ["rank 2 (node2)", "node2"]
+    assert late[0].micros.excess == pytest.approx(2000, rel=0.05)
+    assert late[0].points_over == late[0].points == 12
+
+
+def test_each_message_regime_is_judged_on_its_own():
+    # node2's link slows only the large messages: named there, not among the small ones.
+    small = _evidence({0: 0, 1: 10, 2: 20, 3: 10}, points=6)
+    large = _evidence({0: 0, 1: 10, 2: 2500, 3: 10}, points=4, seed=1)
+    large["size_bytes"] += 1 << 20
+    large["point"] += " (large)"
+    named = triage(pd.concat([small, large], ignore_index=True))
+    assert {(n.regime, n.unit) for n in named} == {
+        ("messages >= 64 KiB", "rank 2 (node2)"),
+        ("messages >= 64 KiB", "node2"),
+    }
+    # Two points of a regime are too few to judge.
+    assert triage(large[large["size_bytes"] < (1 << 20) + 32]) == []
+
+
+def test_uniform_ranks_and_small_barrier_skews_are_not_named():
+    # Barrier exit order: rank 3 always 60 us behind, a fifth of a 300 us call.
+    assert triage(_evidence({0: 0, 1: 20, 2: 30, 3: 60}, call_us=300.0)) == []
+    for seed in range(5):
+        assert triage(_evidence({r: 10 for r in range(5)}, seed=seed)) == []
+
+
+def test_evidence_from_a_bench_csv_and_from_a_run_directory(tmp_path):
+    per_rank = [
+        {"rank": r, "node": "h", "lag_us": r, "wait_us": 0, "finish_us": 1, "p99_us": 2}
+        for r in range(3)
+    ]
+    records = pd.DataFrame(
+        [
+            {"collective": "bcast", "algorithm": "native", "size_bytes": 8, "p50_us": 5.0}
+            | {"avg_us": 4.0, "per_rank": json.dumps(per_rank)}
+        ]
+    )
+    evidence = evidence_from_records(records)
+    assert list(evidence["lag_us"]) == [0, 1, 2] and set(evidence["call_us"]) == {5.0}
+
+    point = sweep_point(64, median=100.0)
+    cells = {"rank_lag_us": "0.000 2.500", "rank_wait_us": "2.500 0.000"}
+    cells |= {"rank_finish_us": "0.000 1.000", "rank_p99_us": "3.000 4.000"}
+    frame = pd.DataFrame([{**point.__dict__, **cells, "nprocs": 2}])
+    metadata = {"jobs": {"2": {"launches": {"1/shared": {"rank_nodes": ["n1", "n2"]}}}}}
+    evidence = evidence_from_run(frame, metadata)
+    assert list(evidence["node"]) == ["n1", "n2"] and list(evidence["lag_us"]) == [0, 2.5]
+
+
+def test_a_run_written_before_per_rank_columns_continues_with_its_own_header(tmp_path):
+    store = RunStore(tmp_path / "run")
+    store.create()
+    old = [name for name in SWEEP_FIELDS if not name.startswith("rank_")]
+    store.results_path.write_text(",".join(old) + "\n")
+    store.check_appendable()
+    store.append([sweep_point(8)])
+    assert store.results_path.read_text().splitlines()[0] == ",".join(old)
+    assert len(store.load()) == 1
+
+
+def test_per_rank_cells_may_hold_zero_but_not_negative_lags(tmp_path):
+    store = RunStore(tmp_path / "run")
+    store.create()
+    zero = sweep_point(8).__dict__ | {"rank_lag_us": "0.000 1.000"}
+    negative = sweep_point(16).__dict__ | {"rank_lag_us": "-1.000 1.000"}
+    store.append([type(sweep_point(8))(**zero), type(sweep_point(8))(**negative)])
+    frame, notes = store.read()
+    assert list(frame["size_bytes"]) == [8] and "rank_lag_us" in notes[0]
+
+
+def test_triage_refuses_what_holds_no_per_rank_timing(tmp_path):
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps([{"collective": "bcast", "avg_us": 1.0}]))
+    for source, message in (
+        (plain, "no per-rank timing"),
+        (tmp_path / "missing.json", "no such file"),
+        (tmp_path, "no results.csv"),
+    ):
+        with pytest.raises(UsageError, match=message):
+            run_triage(TriageConfig(source, 0.5))

@@ -205,7 +205,11 @@ def positive_int(text: str) -> int:
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the bench options on a (sub)parser."""
-    parser.add_argument("benchmark", choices=BENCHMARKS, help="collective or point-to-point test")
+    parser.add_argument(
+        "benchmark",
+        choices=BENCHMARKS,
+        help="collective, point-to-point test, or linkmap (every pair of nodes)",
+    )
     parser.add_argument(
         "-m",
         "--message-size",

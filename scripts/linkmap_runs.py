@@ -31,7 +31,7 @@ def _wall(path: Path) -> str:
 
 
 def _bandwidths(record: dict, slow: str) -> tuple[float, float]:
-    """Median MB/s of the links that touch the slow node and of the others."""
+    """Median MB/s of the slow node's links (both ways) and of the others."""
     touching, others = [], []
     for link in record["links"]:
         median = link["bandwidth_mbs"]["median"]
@@ -66,18 +66,18 @@ def _exact(record: dict, slow: str) -> bool:
 
 
 def _describe(findings: list[dict]) -> str:
-    return " ".join(f["name"].replace(" ", ":") for f in findings) or "-"
+    return " ".join(sorted(f["name"].replace(" ", ":") for f in findings)) or "-"
 
 
 def _table(paths: list[Path], slow: str) -> list[dict]:
     rows = []
-    print(f"{'run':>4} {'wall_s':>7} {'slow_MBps':>10} {'other_MBps':>10}  links / nodes named")
+    print(f"{'run':>4} {'wall_s':>7} {slow + '_MBps':>11} {'other_MBps':>10}  links / nodes named")
     for path in paths:
         record = load_json(path)
         links, nodes = _named(record)
         touching, others = _bandwidths(record, slow)
         print(
-            f"{_run_number(path):>4} {_wall(path):>7} {touching:>10.2f} {others:>10.2f}  "
+            f"{_run_number(path):>4} {_wall(path):>7} {touching:>11.2f} {others:>10.2f}  "
             f"{len(links)}: {_describe(links)} / {_describe(nodes)}"
         )
         rows.append({"record": record, "links": links, "nodes": nodes})

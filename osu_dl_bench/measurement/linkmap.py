@@ -3,18 +3,23 @@
 One leader per node (its lowest rank) measures; the other ranks wait without spinning.
 The pairs follow a round-robin schedule (the circle method: node 0 stays, the others
 rotate by one place per step), so every step pairs each node with at most one other and
-all pairs of a step run at once without sharing a node; N - 1 steps (N for odd N, each
+the pairs of a step can run at once without sharing a node; N - 1 steps (N for odd N, each
 node sitting one out) meet every pair once. The whole cycle repeats ``repetitions``
 times, so a change in the machine's speed during the run hits every link alike and each
 link has one sample per cycle.
 
 Each step has three phases, the leaders meeting between them (so no pair's bulk traffic
-overlaps another pair's latency): an 8 B ping-pong (osu_latency.c's round, p2p's
+overlaps another pair's latency). First an 8 B ping-pong (osu_latency.c's round, p2p's
 ``latency_round``; a sample is the median one-way time of LATENCY_ITERATIONS rounds),
-then OSU's bw each way (osu_bw.c's window of BW_WINDOW messages, p2p's bw round: a
-sample is ``windows`` windows from one node to the other), first from the lower node to
-the higher, then back. Both directions, because a link can be slow one way only (a
-shaped egress, a half-duplex port).
+the pairs of the step one after another: a sample takes about a millisecond, so this
+costs N/2 ms a step, and a ping-pong measured beside another competes with it for cores
+wherever nodes share them (measured on the cluster on one machine, 4 nodes on 2 cores:
+the two pairs of a step ping-ponging at once took 300-700 us one way instead of 10 in
+3 of 10 runs, always the same step's two pairs, whose links were then named). Then OSU's
+bw each way, the pairs at once (osu_bw.c's window of BW_WINDOW messages, p2p's bw
+round: a sample is ``windows`` windows from one node to the other), first from the lower
+node to the higher, then back. Both directions, because a link can be slow one way only
+(a shaped egress, a half-duplex port).
 
 Returns raw samples on rank 0; naming links that stand out is diagnosis.linkmap's job.
 """
@@ -144,13 +149,14 @@ def _measure_as_leader(
             if os.environ.get(FAULT_ENV) == "raise" and me == leaders.Get_size() - 1:
                 raise RuntimeError("fault injected on the last node's leader (test hook)")
             pair = _pair_of(step, me)
-            if pair is not None:
-                call = pair_round(leaders, "latency", ack, pair)
-                times = time_pair(call, small, LATENCY_WARMUP, LATENCY_ITERATIONS)
-                if me == pair[0]:
-                    one_way_us = float(np.median(times)) / 2 * 1e6
-                    latency.setdefault(pair, []).append(one_way_us)
-            wait_politely(leaders, PHASE_PAUSE_S)
+            for turn in step:  # latency: one pair at a time (see the module's docstring)
+                if turn == pair:
+                    call = pair_round(leaders, "latency", ack, pair)
+                    times = time_pair(call, small, LATENCY_WARMUP, LATENCY_ITERATIONS)
+                    if me == pair[0]:
+                        one_way_us = float(np.median(times)) / 2 * 1e6
+                        latency.setdefault(pair, []).append(one_way_us)
+                wait_politely(leaders, PHASE_PAUSE_S)
             for direction in (pair, pair[::-1]) if pair else (None, None):
                 if direction is not None:
                     call = pair_round(leaders, "bw", ack, direction)

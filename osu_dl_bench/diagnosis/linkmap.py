@@ -69,6 +69,13 @@ FORMAT = 1
 KIND = "linkmap"
 # Order statistics give a median's 95% interval from 6 samples on (0.5^5 > 2.5%).
 FEWEST_FOR_AN_INTERVAL = 6
+# The smallest effect worth a name (stand_out's min_ratio): bandwidth the rule's own 1.25;
+# latency 2, because where a pair's two ranks run moves it by half on its own: on the
+# cluster on one machine (4 nodes on 2 shared cores) pairs of uniform links sat at 9.5
+# or at 14.5 us one way for a whole run, and at 1.25 a latency link was named in 6 of 10
+# uniform runs. A link fault worth chasing (a lossy cable, a congested port) costs
+# several times the latency, and a switch hop more or less is topology, not a fault.
+MIN_RATIO = {"bandwidth": 1.25, "latency": 2.0}
 
 
 @dataclass(frozen=True)
@@ -136,7 +143,8 @@ def _judge(
 ) -> list[Named]:
     """stand_out over ``units`` (name -> (nodes, direction, samples)), judged ``among``."""
     worse = "lower" if metric == "bandwidth" else "higher"
-    found = stand_out({name: values for name, (_, _, values) in units.items()}, worse=worse)
+    values = {name: values for name, (_, _, values) in units.items()}
+    found = stand_out(values, worse=worse, min_ratio=MIN_RATIO[metric])
     return [Named(metric, unit, units[f.name][0], units[f.name][1], among, f) for f in found]
 
 

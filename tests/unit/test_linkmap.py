@@ -253,3 +253,17 @@ def test_repetitions_belong_to_linkmap_alone():
     with pytest.raises(UsageError, match="linkmap only, got bench bw"):
         _config("bw", "--repetitions", "3")
     assert _config("bw").repetitions is None
+
+
+def test_latency_needs_twice_its_peers_to_be_named_bandwidth_a_quarter_less():
+    # Where two ranks run moves a pair's latency by half on its own (9.5 or 14.5 us).
+    samples = _samples(4, spread=0.02)
+    for factor, named in ((1.5, set()), (3.0, {"node1-node2"})):
+        latency = dict(samples.latency_us)
+        latency[(0, 1)] = tuple(v * factor for v in latency[(0, 1)])
+        linkmap = judge_links(replace(samples, latency_us=latency))
+        assert {n.finding.name for n in linkmap.named("link")} == named, factor
+    bandwidth = dict(samples.bandwidth_mbs)
+    bandwidth[(0, 1)] = tuple(v / 1.5 for v in bandwidth[(0, 1)])
+    linkmap = judge_links(replace(samples, bandwidth_mbs=bandwidth))
+    assert {n.finding.name for n in linkmap.named("link")} == {"node1->node2"}

@@ -3,12 +3,13 @@
     mpiexec -n 2 python scripts/heartbeat_overhead.py [--calls 20000] [--reps 31]
 
 Times ``kernel.timed_round`` with a mapped heartbeat file (measurement.heartbeat) against
-the same loop without the heartbeat's lines (REFERENCE below: the loop as it was before
-them), repetitions interleaved because this machine's speed swings. Two cases: a call
-and a barrier that do nothing (the loop's own cost, where the added stores show alone),
-and an 8-byte MPI_Allreduce after MPI_Barrier on COMM_WORLD (what a sweep's smallest
-point pays per call). Prints the median nanoseconds per call of each and the difference;
-the heartbeat's stores are outside the timer, so they lengthen a round, not a timing.
+the same loop without the heartbeat's lines (``reference_round``: the loop as it is
+without them), in repetitions whose two runs go back to back, because this machine's
+speed swings. Two cases: a call and a barrier that do nothing (the loop's own cost, where
+the added stores show alone), and an 8-byte MPI_Allreduce after MPI_Barrier on
+COMM_WORLD (what a sweep's smallest point pays per call). Prints the median nanoseconds
+per call of each, and the median and quartiles of the difference within a repetition.
+The heartbeat's stores are outside the timer: they lengthen a round, not a timing.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from osu_dl_bench.jobs.entry import run_in_job
 
 
 def reference_round(barrier, calls, order, bufs, op, roots, times) -> None:
-    """kernel.timed_round (blocked) without the heartbeat's lines: the baseline."""
+    """kernel.timed_round (blocked, no arrivals kept, no delay) without the heartbeat's
+    lines: the baseline."""
     from mpi4py import MPI
 
     from collectives.device import settle_for
@@ -33,17 +35,22 @@ def reference_round(barrier, calls, order, bufs, op, roots, times) -> None:
     wtime = MPI.Wtime
     send, recv = bufs.send, bufs.recv
     settle = settle_for(send, recv)
+    scratch = np.zeros(times.shape)
+    delay = 0.0
 
-    def timed(call, row, i, root) -> None:
+    def timed(call, row, i, root, stamps) -> None:
         barrier()
+        if delay:
+            time.sleep(delay)
         start = wtime()
         call(send, recv, op, root)
         settle()
         row[i] = wtime() - start
+        stamps[i] = start
 
-    for call, row in [(calls[j], times[j]) for j in order]:
+    for call, row, stamps in [(calls[j], times[j], scratch[j]) for j in order]:
         for i, root in enumerate(roots):
-            timed(call, row, i, root)
+            timed(call, row, i, root, stamps)
 
 
 def per_call_ns(run, comm, calls: int) -> float:
@@ -81,7 +88,7 @@ def measure(comm, args: argparse.Namespace) -> int:
     lines = [
         f"# {MPI.Get_library_version().splitlines()[0].strip()}, p={comm.Get_size()}, "
         f"{args.calls} calls x {args.reps} interleaved repetitions, medians (ns per call)",
-        f"{'case':<38}{'without':>10}{'with':>10}{'added':>8}",
+        f"{'case':<38}{'without':>10}{'with':>10}{'added':>8}   added q1..q3",
     ]
     for name, (barrier, call) in cases.items():
         runs = {
@@ -102,7 +109,10 @@ def measure(comm, args: argparse.Namespace) -> int:
                 seen[key].append(per_call_ns(run, comm, args.calls))
         without, with_beat = seen["without"], seen["with"]
         a, b = statistics.median(without), statistics.median(with_beat)
-        lines.append(f"{name:<38}{a:>10.0f}{b:>10.0f}{b - a:>8.0f}")
+        # each repetition's pair ran back to back: their difference sees one machine state
+        added = sorted(w - o for w, o in zip(with_beat, without, strict=True))
+        q1, mid, q3 = (added[len(added) * k // 4] for k in (1, 2, 3))
+        lines.append(f"{name:<38}{a:>10.0f}{b:>10.0f}{mid:>8.0f}   {q1:.0f}..{q3:.0f}")
     if comm.Get_rank() == 0:
         print("\n".join(lines), flush=True)
     return 0

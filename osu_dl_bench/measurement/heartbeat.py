@@ -291,11 +291,6 @@ class Beat:
     entered_call: Call | None = None
     completed_call: Call | None = None
 
-    @property
-    def started_ok(self) -> bool:
-        """Whether the rank opened its file."""
-        return self.problem is None
-
 
 def read(path: Path, rank: int) -> Beat:
     """The heartbeat in ``path`` (a rank's file), never raising on a bad one."""

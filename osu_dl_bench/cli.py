@@ -66,10 +66,22 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         return run_sweep(cfg)
     from osu_dl_bench.runtime import init_mpi
 
+    if cfg.inside:
+        _start_heartbeat()
     mpi = init_mpi(cfg.thread_level)
     from osu_dl_bench.jobs.worker import run_inside, run_plan_only
 
     return run_plan_only(cfg) if cfg.plan_only else run_inside(mpi.COMM_WORLD, cfg)
+
+
+def _start_heartbeat() -> None:
+    """This rank's heartbeat, before MPI starts, where the orchestrator asked for one (a
+    rank stuck in MPI's start-up shows as such in a stall report)."""
+    from osu_dl_bench.measurement import heartbeat
+
+    warning = heartbeat.start_from_environment(launcher_rank())
+    if warning:
+        print(f"osu-dl-bench: warning: {warning}", file=sys.stderr, flush=True)
 
 
 def _add_sweep(sub) -> None:

@@ -74,7 +74,13 @@ def _evidence(source: Path) -> pd.DataFrame:
         raise UsageError(f"{source}: cannot read it as bench records ({exc})") from None
     if "per_rank" not in records:
         raise UsageError(f"{source}: no per-rank timing (measure with bench --per-rank -o)")
-    return evidence_from_records(records)
+    try:
+        return evidence_from_records(records)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise UsageError(
+            f"{source}: a record's per-rank timing is not what bench --per-rank writes "
+            f"({type(exc).__name__}: {str(exc)[:80]})"
+        ) from None
 
 
 def run_triage(cfg: TriageConfig) -> int:

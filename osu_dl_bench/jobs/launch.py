@@ -273,10 +273,16 @@ def _pump(stream: IO[str], lines: queue.Queue) -> None:
     lines.put(None)
 
 
-def follow(proc: subprocess.Popen, stall_timeout: float, on_line: Callable[[str], object]) -> Ended:
+def follow(
+    proc: subprocess.Popen,
+    stall_timeout: float,
+    on_line: Callable[[str], object],
+    on_stall: Callable[[], object] | None = None,
+) -> Ended:
     """Hand each line the job writes to its stdout pipe to ``on_line`` until it ends; stop
     it if it writes nothing (or does not exit after closing its output) for
-    ``stall_timeout`` seconds. Any exception, KeyboardInterrupt included, stops it too."""
+    ``stall_timeout`` seconds, after calling ``on_stall()`` while its processes are still
+    there to be looked at. Any exception, KeyboardInterrupt included, stops it too."""
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
     try:
@@ -284,7 +290,12 @@ def follow(proc: subprocess.Popen, stall_timeout: float, on_line: Callable[[str]
             on_line(line)
         return Ended(proc.wait(stall_timeout))
     except (queue.Empty, subprocess.TimeoutExpired):
-        return Ended(stop(proc), stalled=True)
+        try:
+            if on_stall is not None:
+                on_stall()
+        finally:  # whatever on_stall met, the job is stopped
+            code = stop(proc)
+        return Ended(code, stalled=True)
     except BaseException:
         stop(proc)
         raise

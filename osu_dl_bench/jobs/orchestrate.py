@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.jobs import launch, runinfo, slurm
+from osu_dl_bench.jobs import launch, runinfo, slurm, stalls
 from osu_dl_bench.jobs.launch import (
     check_not_in_mpi_job,
     job_command,
@@ -40,9 +41,11 @@ from osu_dl_bench.jobs.options import (
     check_run_dir,
 )
 from osu_dl_bench.jobs.progress import Progress, decode_event, format_duration, plan_lines
+from osu_dl_bench.jobs.stalls import StallReport
+from osu_dl_bench.measurement import heartbeat
 from osu_dl_bench.measurement.store import LOCK, RunLock, RunStore, StoreError
-from osu_dl_bench.paths import write_text_atomic
-from osu_dl_bench.runtime import OVERSUBSCRIBED_CVARS
+from osu_dl_bench.paths import os_reason, write_text_atomic
+from osu_dl_bench.runtime import OVERSUBSCRIBED_CVARS, utc_now
 
 # The planner imports the registry (and torch, for Gloo): slow, but never minutes.
 PLANNER_TIMEOUT = 600.0
@@ -107,13 +110,15 @@ def launch_order(cfg: SweepConfig, keys: list[JobKey], seed: int) -> list[JobKey
 
 @dataclass
 class JobOutcome:
-    """How a job ended: its exit code, whether it finished its points, and the point it
-    was measuring when it stalled (None if it did not)."""
+    """How a job ended: its exit code, whether it finished its points, the point it was
+    measuring when it stalled (None if it did not) and what its ranks' heartbeats said
+    then (None without heartbeats)."""
 
     code: int
     finished: bool
     failures: int
     stalled_at: str | None = None
+    stall: StallReport | None = None
 
 
 class _JobLines:
@@ -143,32 +148,145 @@ class _JobLines:
 
 
 def follow_job(
-    proc: subprocess.Popen, job: JobKey, progress: Progress, stall_timeout: float
+    proc: subprocess.Popen,
+    job: JobKey,
+    progress: Progress,
+    stall_timeout: float,
+    heartbeats: Path | None = None,
 ) -> JobOutcome:
     """Pass a job's ordinary lines through, turn its events into progress, and stop it if
     it reports nothing for ``stall_timeout`` seconds (a hung algorithm must not hang the
-    sweep)."""
+    sweep), after reporting what its ranks' heartbeats in ``heartbeats`` say."""
     lines = _JobLines(job, progress)
-    ended = launch.follow(proc, stall_timeout, lines.take)
+    reports: list[StallReport] = []
+
+    def report_stall() -> None:
+        if heartbeats is None:
+            return
+        report = stalls.sample(heartbeats, job[0])
+        reports.append(report)
+        progress.clear()
+        print(
+            f"osu-dl-bench: the job for {_job_text(job)} reported nothing for "
+            f"{stall_timeout:g} s while measuring {lines.measuring}; its ranks' heartbeats:",
+            *(f"  {line}" for line in report.lines()),
+            sep="\n",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    ended = launch.follow(proc, stall_timeout, lines.take, report_stall)
     if ended.stalled:
-        return JobOutcome(ended.code, False, 0, stalled_at=lines.measuring)
+        stall = reports[0] if reports else None
+        return JobOutcome(ended.code, False, 0, stalled_at=lines.measuring, stall=stall)
     done = lines.done
     return JobOutcome(ended.code, done is not None, done["failures"] if done else 0)
 
 
+def _job_text(job: JobKey) -> str:
+    """'--np 4 (launch 1, mpi)'."""
+    return f"--np {job[0]} (launch {job[1]}, {job[2]})"
+
+
+# Where the jobs' heartbeats go, in the run directory: one folder per job while it runs.
+HEARTBEATS = "heartbeats"
+
+
+class Heartbeats:
+    """The jobs' heartbeat folders in the run directory. Where one cannot be made (an
+    unwritable directory, a full disk), one warning says so and the sweep's jobs run
+    without heartbeats: a stall is then reported without its ranks' steps."""
+
+    def __init__(self, run_dir: str | os.PathLike) -> None:
+        self.root = Path(run_dir).resolve() / HEARTBEATS
+        self.failed = False
+
+    def make(self, job: JobKey) -> Path | None:
+        """The job's folder, with a file per rank (None: no heartbeats)."""
+        if self.failed:
+            return None
+        folder = self.root / f"p{job[0]}-{job[1]}-{job[2]}"
+        try:
+            heartbeat.create_files(folder, job[0])
+        except OSError as exc:
+            self.failed = True
+            self.remove(folder)
+            print(
+                f"osu-dl-bench: warning: the jobs run without heartbeats (cannot write "
+                f"{exc.filename or folder}: {os_reason(exc)}): a stall will be reported "
+                "without its ranks' steps",
+                file=sys.stderr,
+                flush=True,
+            )
+            return None
+        return folder
+
+    def remove(self, folder: Path | None) -> None:
+        """A job's folder once the job has ended, and the heartbeats' own once empty."""
+        if folder is None:
+            return
+        shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            self.root.rmdir()
+
+
 def run_job(
-    cfg: SweepConfig, job: JobKey, progress: Progress, forced: dict[str, str] | None = None
+    cfg: SweepConfig,
+    job: JobKey,
+    progress: Progress,
+    forced: dict[str, str] | None = None,
+    heartbeats: Heartbeats | None = None,
 ) -> JobOutcome:
     """Launch one job (a process count's launch of one group) and follow it until it ends;
-    ``forced``: the variables that force a library algorithm's group (the planner's)."""
+    ``forced``: the variables that force a library algorithm's group (the planner's);
+    ``heartbeats``: where its ranks keep theirs (None: they keep none)."""
     nprocs = job[0]
-    proc = launch.start(job_command(cfg, *job), env=job_environment(cfg, nprocs, forced))
-    return follow_job(proc, job, progress, cfg.stall_timeout)
+    env = job_environment(cfg, nprocs, forced)
+    folder = heartbeats.make(job) if heartbeats is not None else None
+    if folder is not None:
+        env[heartbeat.DIRECTORY_ENV] = str(folder)
+    try:
+        proc = launch.start(job_command(cfg, *job), env=env)
+        return follow_job(proc, job, progress, cfg.stall_timeout, folder)
+    finally:
+        if heartbeats is not None:
+            heartbeats.remove(folder)
+
+
+def _record_stall(cfg: SweepConfig, job: JobKey, outcome: JobOutcome) -> None:
+    """Keep the stall report in the run directory's metadata. The stall is the error to
+    report: if this fails as well (a full disk), it is only mentioned."""
+    if outcome.stall is None:
+        return
+    entry = {
+        "nprocs": job[0],
+        "launch": job[1],
+        "group": job[2],
+        "date": utc_now(),
+        "stall_timeout_s": cfg.stall_timeout,
+        "measuring": outcome.stalled_at,
+        "summary": outcome.stall.summary(),
+        **outcome.stall.record(),
+    }
+    try:
+        runinfo.record_stall(RunStore(cfg.output), entry)
+    except UsageError as exc:
+        failure = exc.failure if isinstance(exc, StoreError) else exc
+        print(
+            f"osu-dl-bench: note: could not also record the stall report: {failure}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _explain_failure(cfg: SweepConfig, job: JobKey, outcome: JobOutcome) -> None:
     """One message for a job that stopped the sweep (a usage error explained itself)."""
-    if outcome.stalled_at is not None:
+    if outcome.stall is not None:
+        what = (
+            f"reported nothing for {cfg.stall_timeout:g} s while measuring "
+            f"{outcome.stalled_at} and was stopped: {outcome.stall.summary()}"
+        )
+    elif outcome.stalled_at is not None:
         what = (
             f"reported nothing for {cfg.stall_timeout:g} s while measuring "
             f"{outcome.stalled_at} (a hung algorithm? leave it out with -a) and was stopped"
@@ -178,8 +296,7 @@ def _explain_failure(cfg: SweepConfig, job: JobKey, outcome: JobOutcome) -> None
     else:
         return
     print(
-        f"osu-dl-bench: error: the job for --np {job[0]} (launch {job[1]}, {job[2]}) {what}; "
-        "the points measured so "
+        f"osu-dl-bench: error: the job for {_job_text(job)} {what}; the points measured so "
         f"far are kept in {cfg.output}: rerun with --resume{_library_settings_note()}",
         file=sys.stderr,
         flush=True,
@@ -217,16 +334,18 @@ def _run_jobs(
 ) -> int:
     """Every job in turn; the exit code of the sweep."""
     code = 0
+    heartbeats = Heartbeats(cfg.output)
     for job in order:
         if not plans[job]["todo"]:
             continue  # resumed and complete: its launch entry already says what ran
-        outcome = run_job(cfg, job, progress, plans[job].get("env"))
+        outcome = run_job(cfg, job, progress, plans[job].get("env"), heartbeats)
         if outcome.code == 0:
             continue
         if outcome.finished:
             code = 1  # wrong results, already reported and stored: keep going
             continue
         progress.clear()
+        _record_stall(cfg, job, outcome)
         _explain_failure(cfg, job, outcome)
         raise JobFailed(outcome.code if outcome.stalled_at is None else 1)
     return code

@@ -112,6 +112,13 @@ def record_job(store: RunStore, nprocs: int, job: dict[str, Any], launch: str = 
     store.write_metadata(metadata)
 
 
+def record_stall(store: RunStore, stall: dict[str, Any]) -> None:
+    """Note a job stopped for reporting nothing, with what its ranks' heartbeats said."""
+    metadata = store.read_metadata()
+    metadata.setdefault("stalls", []).append(stall)
+    store.write_metadata(metadata)
+
+
 def record_completion(store: RunStore, complete: bool, **fields: Any) -> None:
     """Mark the sweep finished (every planned point stored) or not, with a date."""
     metadata = store.read_metadata()

@@ -46,6 +46,7 @@ from osu_dl_bench.jobs.plan import (
     sweep_groups,
 )
 from osu_dl_bench.jobs.progress import encode_event, plan_line, point_line, skipped_lines
+from osu_dl_bench.measurement import heartbeat
 from osu_dl_bench.measurement.calibration import run_calibration
 from osu_dl_bench.measurement.kernel import (
     BudgetTiming,
@@ -264,7 +265,11 @@ class Job:
         inputs = prepare_inputs(
             self.comm, plan.spec, setting.etype, setting.op_for(plan.spec), setting.xp, n
         )
-        return measure_budget(self.comm, calls, inputs, self.budget, self.reference, self.clock)
+        beat = heartbeat.current()
+        beat.point(plan.spec.name, n * setting.etype.itemsize, [v.label for v in variants])
+        timing = measure_budget(self.comm, calls, inputs, self.budget, self.reference, self.clock)
+        beat.phase("between points")
+        return timing
 
     def _typical(self, count: int) -> np.ndarray | None:
         """The launch's typical reference: the median over its first ``count`` points."""
@@ -376,7 +381,9 @@ def _sweep_launch(world: MPI.Comm, topo: Topology, job: Job) -> list[tuple[Sweep
     if cfg.calibrate and slot.group == MPI_GROUP and plan.todo:
         # The model's calibration kernels in the same launch as the points they predict
         # (its placement and machine state); a few seconds at most.
+        heartbeat.current().phase("model calibration")
         run_calibration(comm, job.store.path, f"p{topo.nprocs}-launch{slot.launch}")
+        heartbeat.current().phase("between points")
     results = []
     for cplan in plans:
         for n in cplan.counts:

@@ -41,6 +41,7 @@ from collectives.dtypes import ElementType
 from collectives.ops import ReduceOp
 from collectives.registry import BoundCalls, CollectiveCall
 from collectives.specs import INPUT_CHUNK
+from osu_dl_bench.measurement import heartbeat
 from osu_dl_bench.measurement.ranks import ClockSync, RankTimes, gather_rank_times
 from osu_dl_bench.measurement.reference import ReferenceTimer
 from osu_dl_bench.measurement.schedule import (
@@ -195,10 +196,14 @@ def validate(comm: MPI.Comm, calls: Sequence[CollectiveCall], inputs: Inputs) ->
     rank, nprocs, shape = comm.Get_rank(), comm.Get_size(), inputs.shape
     expected = inputs.expected()
     wrong = np.zeros(len(calls), dtype=np.int64)
+    heartbeat.current().phase("check")
+    marks, at = heartbeat.current().step(range(len(calls)), 1, interleaved=False)
     for j, call in enumerate(calls):
         inputs.reset()
+        marks[0] = at = at + 1  # heartbeat: this call entered
         comm.Barrier()
         call(inputs.bufs.send, inputs.bufs.recv, inputs.op, shape.root)
+        marks[1] = at  # heartbeat: this call completed
         output = inputs.spec.output(inputs.bufs, shape)
         if output is None:
             continue
@@ -261,8 +266,13 @@ def timed_round(
     send, recv = bufs.send, bufs.recv
     settle = settle_for(send, recv)
     scratch = np.zeros(times.shape) if arrivals is None else arrivals
+    # This rank's heartbeat (measurement.heartbeat): the position of the call entered and
+    # of the call completed, two stores outside the timer, read by a stall report.
+    marks, at = heartbeat.current().step(order, len(roots), interleaved)
 
     def timed(call: CollectiveCall, row: np.ndarray, i: int, root: int, stamps) -> None:
+        nonlocal at
+        marks[0] = at = at + 1
         barrier()
         if delay:
             time.sleep(delay)
@@ -271,6 +281,7 @@ def timed_round(
         settle()
         row[i] = wtime() - start
         stamps[i] = start
+        marks[1] = at
 
     pairs = [(calls[j], times[j], scratch[j]) for j in order]
     if interleaved:
@@ -397,6 +408,7 @@ def calibrate(
     every rank reaches the same count (times are maxima across ranks)."""
     target = CALIBRATION_SHARE * budget
     count = 1
+    heartbeat.current().phase("calibration")
     while True:
         seconds = _pass_seconds(comm, calls, inputs, count)
         following = next_calibration_count(count, seconds, target)
@@ -427,6 +439,7 @@ def timed_rounds(
     bufs, op, delay = inputs.bufs, inputs.op, delay_for(comm.Get_rank())
     start, rounds = MPI.Wtime(), 0
     while more[0]:
+        heartbeat.current().phase("round", rounds + 1)
         state[rounds] = reference.sample()
         order = rotation(rounds, len(calls))
         timed_round(
@@ -436,6 +449,7 @@ def timed_rounds(
         more[0] = another_round(rounds, MPI.Wtime() - start, budget)
         comm.Bcast(more, root=0)
     # Reductions after the point, so the timed loop has no extra traffic.
+    heartbeat.current().phase("exchange")
     per_rank = None
     if clock is not None:
         own, starts = (a[:rounds].transpose(1, 0, 2) for a in (times, arrivals))

@@ -334,6 +334,7 @@ METADATA_FIELD_TYPES = {
     "sessions": list,
     "launch_orders": list,
     "submissions": list,
+    "stalls": list,
     "hosts": list,
     "nprocs": list,
     "collectives": list,

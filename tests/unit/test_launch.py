@@ -164,6 +164,21 @@ def test_an_error_while_following_stops_the_job_and_propagates():
     assert proc.returncode == -signal.SIGTERM
 
 
+def test_a_stalled_job_is_looked_at_while_alive_and_stopped_even_if_looking_fails():
+    proc = launch.start(
+        [sys.executable, "-c", "print('x', flush=True); import time; time.sleep(600)"]
+    )
+    seen = []
+
+    def look() -> None:
+        seen.append(proc.poll())
+        raise RuntimeError("cannot read the heartbeats")
+
+    with pytest.raises(RuntimeError):
+        launch.follow(proc, 1.0, lambda line: None, look)
+    assert seen == [None] and proc.returncode == -signal.SIGTERM
+
+
 def test_a_job_that_ignores_sigterm_is_killed_after_the_grace():
     code = (
         "import signal, time\n"

@@ -146,3 +146,12 @@ def test_triage_refuses_what_holds_no_per_rank_timing(tmp_path):
     ):
         with pytest.raises(UsageError, match=message):
             run_triage(TriageConfig(source, 0.5))
+
+
+def test_triage_refuses_malformed_per_rank_timing_in_one_message(tmp_path):
+    base = {"collective": "bcast", "algorithm": "native", "size_bytes": 8, "p50_us": 1.0}
+    for per_rank in ([{"rank": 0}], "\x1b[31mnot json", [{"rank": "x", "lag_us": 1}]):
+        path = tmp_path / "bad.json"
+        path.write_text(json.dumps([{**base, "avg_us": 1.0, "per_rank": per_rank}]))
+        with pytest.raises(UsageError, match="not what bench --per-rank writes"):
+            run_triage(TriageConfig(path, 0.5))

@@ -1,0 +1,220 @@
+"""The stall report from heartbeat files (no MPI): who never arrived, who stopped responding,
+who never started, and a report that any file leaves standing; then the orchestrator's
+side: the report printed before the job is stopped, and kept in the run directory."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from osu_dl_bench.jobs import orchestrate, stalls
+from osu_dl_bench.jobs.options import add_sweep_arguments, config_from_args
+from osu_dl_bench.jobs.progress import Progress, encode_event
+from osu_dl_bench.measurement import heartbeat
+from osu_dl_bench.measurement.heartbeat import Heartbeat, file_name, read
+from osu_dl_bench.measurement.store import RunStore
+
+LABELS = ["native", "ring"]
+
+
+class Job:
+    """Heartbeat files of ``nprocs`` ranks that have reached the same point and phase."""
+
+    def __init__(self, folder, nprocs: int, opened: int | None = None) -> None:
+        self.folder = folder
+        heartbeat.create_files(folder, nprocs)
+        self.beats = [Heartbeat(folder / file_name(r), r) for r in range(opened or nprocs)]
+        for beat in self.beats:
+            beat.point("allreduce", 1 << 20, LABELS)
+            beat.phase("round", 2)
+            beat.tick()
+        self.marks = [beat.step([1, 0], 20, interleaved=False) for beat in self.beats]
+
+    def run(self, rank: int, completed: int, entered: bool) -> None:
+        """Rank ``rank`` completed ``completed`` calls of the step and entered the next."""
+        marks, at = self.marks[rank]
+        marks[1] = at + completed
+        marks[0] = at + completed + entered
+
+    def read(self, nprocs: int):
+        return [read(self.folder / file_name(r), r) for r in range(nprocs)]
+
+    def report(self, nprocs: int, stopped: tuple[int, ...] = (), **kwargs):
+        """Two reads, the ranks not in ``stopped`` ticking in between."""
+        first = self.read(nprocs)
+        time.sleep(0.01)
+        for beat in self.beats:
+            if beat._record["rank"] not in stopped:
+                beat.tick()
+        second = self.read(nprocs)
+        now = max(b.tick for b in second if b.problem is None) + 30
+        return stalls.build(str(self.folder), first, second, now, "elsewhere", **kwargs)
+
+
+def test_a_rank_that_stopped_before_the_call_the_others_wait_in_is_named(tmp_path):
+    job = Job(tmp_path, 3)
+    job.run(0, 37, entered=True)
+    job.run(1, 36, entered=False)  # stopped between its 36th call and the 37th
+    job.run(2, 37, entered=True)
+    report = job.report(3, stopped=(1,))
+    assert report.never_arrived == (1,) and report.not_responding == (1,)
+    assert report.waiting_in == "allreduce 1 MiB, candidate native, round 2, iteration 18 of 20"
+    lines = report.lines()
+    assert lines[1].startswith("rank 1 (") and ", pid " in lines[1]
+    assert (
+        "last completed allreduce 1 MiB, candidate native, round 2, iteration 16 of 20; "
+        "now in round 2 of allreduce 1 MiB, between timed calls; "
+        "stopped responding 30 s ago" in lines[1]
+    )
+    assert "never arrived at allreduce 1 MiB, candidate native, round 2, iteration 18" in lines[3]
+    assert lines[4].startswith("not responding") and lines[4].endswith("rank 1 (30 s)")
+    assert report.summary() == "rank 1 stopped responding"
+
+
+def test_a_rank_stopped_inside_the_call_is_named_by_its_tick_alone(tmp_path):
+    job = Job(tmp_path, 4)
+    for rank in range(4):
+        job.run(rank, 3, entered=True)
+    report = job.report(4, stopped=(2,), process_state=lambda pid: "stopped")
+    assert report.never_arrived == () and report.not_responding == (2,)
+    assert "now in allreduce 1 MiB, candidate ring, round 2, iteration 4 of 20" in report.lines()[2]
+    assert report.ranks[2].process is None  # another host: its process is not looked up
+
+
+def test_a_stopped_process_on_this_host_is_said_to_be_stopped(tmp_path):
+    job = Job(tmp_path, 2)
+    first = job.read(2)
+    host = first[0].host
+    report = stalls.build("dir", first, first, first[0].tick + 5, host, lambda pid: "stopped")
+    assert report.not_responding == (0, 1)
+    assert report.lines()[0].endswith("stopped responding 5 s ago (its process is stopped)")
+    assert report.summary() == "ranks 0, 1 stopped responding"
+
+
+def test_ranks_without_a_heartbeat_are_named_and_the_others_still_reported(tmp_path):
+    job = Job(tmp_path, 5, opened=2)  # ranks 2, 3, 4 never opened theirs
+    (tmp_path / file_name(3)).write_bytes(b"short")
+    (tmp_path / file_name(4)).unlink()
+    for rank in range(2):
+        job.run(rank, 0, entered=True)
+    report = job.report(6)  # rank 5: not even a file
+    assert report.no_heartbeat == (2, 3, 4, 5)
+    lines = report.lines()
+    assert lines[2] == (
+        "rank 2: the rank never opened its heartbeat file: it did not start (or could not "
+        "open its file)"
+    )
+    assert lines[3].startswith("rank 3: heartbeat file cut short (5 of")
+    assert lines[4] == "rank 4: no heartbeat file: it did not start (or could not open its file)"
+    assert lines[-1] == "no heartbeat: ranks 2, 3, 4, 5"
+    assert report.never_arrived == () and report.not_responding == ()
+    json.dumps(report.record())  # the run directory can keep it
+
+
+def test_every_rank_alive_in_the_same_call_points_at_the_call(tmp_path):
+    job = Job(tmp_path, 3)
+    for rank in range(3):
+        job.run(rank, 20, entered=True)
+    report = job.report(3)
+    assert report.lines()[-1] == (
+        "every rank responds and is in allreduce 1 MiB, candidate native, round 2, iteration 1 "
+        "of 20, which does not return (a hung algorithm? leave it out with -a)"
+    )
+    assert "which does not return" in report.summary()
+
+
+def test_sample_reads_twice_a_gap_apart(tmp_path):
+    job = Job(tmp_path, 2)
+    gaps = []
+
+    def sleep(gap: float) -> None:
+        gaps.append(gap)
+        job.beats[0].tick()  # rank 0 lives, rank 1 does not
+
+    time.sleep(0.01)
+    report = stalls.sample(tmp_path, 2, sleep=sleep)
+    assert gaps == [stalls.SAMPLE_GAP] and report.not_responding == (1,)
+
+
+def test_the_process_state_of_a_local_rank():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert stalls.local_process_state(child.pid) == "running"
+        os.kill(child.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while stalls.local_process_state(child.pid) != "stopped" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert stalls.local_process_state(child.pid) == "stopped"
+    finally:
+        child.kill()
+        child.wait()
+    assert stalls.local_process_state(child.pid) == "ended"
+
+
+@pytest.mark.parametrize("nbytes,text", [(8, "8 B"), (1000, "1000 B"), (65536, "64 KiB")])
+def test_sizes_read_as_people_write_them(nbytes, text):
+    assert stalls.size_text(nbytes) == text
+
+
+# --- the orchestrator ---------------------------------------------------------------------
+
+# A job of two ranks as the orchestrator sees one: rank 0 opens its heartbeat, says what
+# it measures and goes silent while its liveness tick goes on; rank 1 never starts.
+SILENT_JOB = (
+    "import os, time\n"
+    "from osu_dl_bench.measurement import heartbeat\n"
+    "heartbeat.start(os.environ[heartbeat.DIRECTORY_ENV], 0)\n"
+    f"print({encode_event('measuring', collective='bcast', size_bytes=64)!r}, flush=True)\n"
+    "time.sleep(120)\n"
+)
+
+
+def test_a_stalled_job_is_reported_from_its_heartbeats_before_it_is_stopped(tmp_path, capsys):
+    folder = tmp_path / "beats"
+    heartbeat.create_files(folder, 2)
+    env = {**os.environ, heartbeat.DIRECTORY_ENV: str(folder)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SILENT_JOB], stdout=subprocess.PIPE, text=True, env=env
+    )
+    bar = Progress({(2, 1, "mpi"): 1}, stream=io.StringIO(), interactive=False)
+    outcome = orchestrate.follow_job(proc, (2, 1, "mpi"), bar, 2.0, folder)
+    assert proc.poll() is not None and outcome.stalled_at == "bcast 64 B"
+    assert outcome.stall.no_heartbeat == (1,) and outcome.stall.not_responding == ()
+    err = capsys.readouterr().err
+    assert (
+        "the job for --np 2 (launch 1, mpi) reported nothing for 2 s while measuring "
+        "bcast 64 B; its ranks' heartbeats:\n  rank 0 (" in err
+    )
+    assert "now in start-up" in err and "  rank 1: the rank never opened" in err
+
+
+def test_the_stall_is_kept_in_the_metadata_and_named_in_the_error(tmp_path, capsys):
+    job = Job(tmp_path / "beats", 2)
+    job.run(0, 5, entered=True)
+    report = job.report(2, stopped=(1,))
+    parser = argparse.ArgumentParser()
+    add_sweep_arguments(parser)
+    args = ["--np", "2", "-o", str(tmp_path / "run"), "--stall-timeout", "7"]
+    cfg = config_from_args(parser.parse_args(args))
+    RunStore(cfg.output).create()
+    outcome = orchestrate.JobOutcome(1, False, 0, stalled_at="allreduce 1048576 B", stall=report)
+    orchestrate._record_stall(cfg, (2, 1, "mpi"), outcome)
+    orchestrate._explain_failure(cfg, (2, 1, "mpi"), outcome)
+    (stall,) = RunStore(cfg.output).read_metadata()["stalls"]
+    assert (stall["nprocs"], stall["launch"], stall["group"]) == (2, 1, "mpi")
+    assert stall["not_responding"] == [1] and stall["never_arrived"] == [1]
+    assert stall["ranks"][1]["last_completed"] is None and stall["report"] == report.lines()
+    err = capsys.readouterr().err
+    assert (
+        "the job for --np 2 (launch 1, mpi) reported nothing for 7 s while measuring "
+        "allreduce 1048576 B and was stopped: rank 1 stopped responding; the points "
+        "measured so far are kept in" in err
+    )

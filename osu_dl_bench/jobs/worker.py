@@ -55,7 +55,7 @@ from osu_dl_bench.measurement.kernel import (
     prepare_inputs,
 )
 from osu_dl_bench.measurement.memory import check_node_memory, collective_need
-from osu_dl_bench.measurement.ranks import ClockSync, RankTimes, synchronise_clocks
+from osu_dl_bench.measurement.ranks import SUMMARY_FIELDS, ClockSync, synchronise_clocks
 from osu_dl_bench.measurement.reference import ReferenceTimer, outlying
 from osu_dl_bench.measurement.schedule import round_stats
 from osu_dl_bench.measurement.store import (
@@ -92,7 +92,7 @@ def sweep_points(
     its rounds and the machine-state reference of each round."""
     spec, size = plan.spec, n * setting.etype.itemsize
     copy_us, allreduce_us = (format_rounds(column * 1e6) for column in timing.reference.T)
-    per_rank = timing.per_rank or [None] * len(variants)
+    per_rank = [None] * len(variants) if timing.per_rank is None else list(timing.per_rank)
     points = []
     for variant, stats, wrong, rounds, ranks in zip(
         variants, round_stats(timing.times), timing.wrong, timing.round_us(), per_rank, strict=True
@@ -130,13 +130,13 @@ def sweep_points(
     return points
 
 
-def _per_rank_fields(ranks: RankTimes | None) -> dict[str, str]:
-    """SweepPoint's per-rank columns ('' where this rank holds no per-rank times)."""
-    if ranks is None:
+def _per_rank_fields(table: np.ndarray | None) -> dict[str, str]:
+    """SweepPoint's per-rank columns from a (ranks, SUMMARY_FIELDS) table ('' where this
+    rank holds none)."""
+    if table is None:
         return {}
-    summaries = ranks.summaries(())
     return {
-        f"rank_{name}": format_rounds(np.array([getattr(s, name) for s in summaries]))
+        f"rank_{name}": format_rounds(table[:, SUMMARY_FIELDS.index(name)])
         for name in ("lag_us", "wait_us", "finish_us", "p99_us")
     }
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
 from mpi4py import MPI
 
 from collectives import CollectiveSpec, Variant
@@ -30,6 +31,8 @@ from osu_dl_bench.measurement.ranks import (
     ClockSync,
     RankTimes,
     gather_rank_times,
+    rank_summaries,
+    summaries_of,
     synchronise_clocks,
 )
 from osu_dl_bench.measurement.records import BenchRecord
@@ -88,16 +91,16 @@ def bench_record(
 class RankEvidence:
     """One candidate's per-rank timing at one point, as a record keeps it."""
 
-    times: RankTimes
+    table: np.ndarray  # (ranks, ranks.SUMMARY_FIELDS)
     nodes: tuple[str, ...]
     clock: ClockSync
-    raw: bool
+    raw: RankTimes | None  # every call's stamps, with --per-rank-raw
 
     def record_fields(self) -> dict[str, Any]:
         """BenchRecord's per_rank and clock_residual_us."""
-        summaries = [s.as_dict() for s in self.times.summaries(self.nodes)]
-        if self.raw:
-            raw = self.times.raw()
+        summaries = [s.as_dict() for s in summaries_of(self.table, self.nodes)]
+        if self.raw is not None:
+            raw = self.raw.raw()
             for r, summary in enumerate(summaries):
                 summary.update({name: values[r] for name, values in raw.items()})
         return {
@@ -112,10 +115,17 @@ def _rank_evidence(
     """Per candidate, on rank 0, its per-rank timing (None without --per-rank or elsewhere)."""
     if clock is None or timing.times is None or timing.arrivals is None:
         return [None] * len(timing.stats)
-    gathered = gather_rank_times(comm, timing.arrivals, timing.times, clock)
-    if gathered is None:
+    tables = rank_summaries(comm, timing.arrivals, timing.times, clock)
+    raw = (
+        gather_rank_times(comm, timing.arrivals, timing.times, clock) if cfg.per_rank_raw else None
+    )
+    if tables is None:
         return [None] * len(timing.stats)
-    return [RankEvidence(t, topo.rank_nodes, clock, cfg.per_rank_raw) for t in gathered]
+    raws = raw or [None] * len(tables)
+    return [
+        RankEvidence(table, topo.rank_nodes, clock, stamps)
+        for table, stamps in zip(tables, raws, strict=True)
+    ]
 
 
 def _element_counts(cfg: BenchConfig, setting: Setting) -> list[int]:

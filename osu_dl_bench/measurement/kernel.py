@@ -42,7 +42,7 @@ from collectives.ops import ReduceOp
 from collectives.registry import BoundCalls, CollectiveCall
 from collectives.specs import INPUT_CHUNK
 from osu_dl_bench.measurement import heartbeat
-from osu_dl_bench.measurement.ranks import ClockSync, RankTimes, gather_rank_times
+from osu_dl_bench.measurement.ranks import ClockSync, rank_summaries
 from osu_dl_bench.measurement.reference import ReferenceTimer
 from osu_dl_bench.measurement.schedule import (
     CALIBRATION_SHARE,
@@ -425,12 +425,13 @@ def timed_rounds(
     budget: float,
     reference: ReferenceTimer,
     clock: ClockSync | None = None,
-) -> tuple[np.ndarray, np.ndarray, list[RankTimes] | None]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """times[round, candidate, iteration] and the machine-state reference[round, (copy,
     allreduce)], in seconds, the maximum across ranks, and (with ``clock``, on rank 0)
-    every rank's own times and starts per candidate. Each round starts with the
-    reference. Rounds go on while the budget lasts (schedule.another_round); rank 0's
-    clock decides, so every rank stops after the same round."""
+    every rank's summary per candidate (measurement.ranks.rank_summaries). Each round
+    starts with the reference. Rounds go on while the budget lasts
+    (schedule.another_round); rank 0's clock decides, so every rank stops after the same
+    round."""
     times = np.zeros((MAX_ROUNDS, len(calls), iterations))
     arrivals = np.zeros_like(times)
     state = np.zeros((MAX_ROUNDS, 2))
@@ -452,8 +453,10 @@ def timed_rounds(
     heartbeat.current().phase("exchange")
     per_rank = None
     if clock is not None:
-        own, starts = (a[:rounds].transpose(1, 0, 2) for a in (times, arrivals))
-        per_rank = gather_rank_times(comm, starts, own, clock)
+        own, starts = (
+            a[:rounds].transpose(1, 0, 2).reshape(len(calls), -1) for a in (times, arrivals)
+        )
+        per_rank = rank_summaries(comm, starts, own, clock)
     return slowest_rank(comm, times[:rounds]), slowest_rank(comm, state[:rounds]), per_rank
 
 
@@ -465,8 +468,8 @@ class BudgetTiming:
     schedule: Schedule  # as run
     times: np.ndarray  # (rounds, candidates, iterations), seconds, max across ranks
     reference: np.ndarray  # (rounds, 2): the machine state's copy and allreduce, seconds
-    # Rank 0 only, with a clock: every rank's own times and starts, per candidate.
-    per_rank: list[RankTimes] | None = None
+    # Rank 0 only, with a clock: (candidates, ranks, ranks.SUMMARY_FIELDS).
+    per_rank: np.ndarray | None = None
 
     def round_us(self) -> np.ndarray:
         """round_us[candidate, round]: a round's time, the mean over its iterations."""

@@ -100,6 +100,54 @@ class RankSummary:
         return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
 
 
+SUMMARY_FIELDS = ("lag_us", "wait_us", "finish_us", "p50_us", "p99_us", "last_share")
+
+
+def summarise(
+    own: np.ndarray, duration: np.ndarray, first: np.ndarray, last: np.ndarray, done: np.ndarray
+) -> np.ndarray:
+    """One rank's summary per candidate, SUMMARY_FIELDS in that order: from its arrivals
+    ``own`` and call times, and per call the earliest and latest arrival and the earliest
+    completion over all ranks (arrays of shape (candidates, calls), seconds)."""
+    columns = (
+        np.median(own - first, axis=-1) * 1e6,
+        np.median(last - own, axis=-1) * 1e6,
+        np.median(own + duration - done, axis=-1) * 1e6,
+        np.percentile(duration, 50, axis=-1) * 1e6,
+        np.percentile(duration, 99, axis=-1) * 1e6,
+        np.mean(own == last, axis=-1),
+    )
+    return np.stack(columns, axis=-1)
+
+
+def summaries_of(table: np.ndarray, nodes: tuple[str, ...]) -> list[RankSummary]:
+    """RankSummary per rank from a (ranks, SUMMARY_FIELDS) table."""
+    return [
+        RankSummary(r, nodes[r] if r < len(nodes) else "", *map(float, row))
+        for r, row in enumerate(table)
+    ]
+
+
+def rank_summaries(
+    comm: MPI.Comm, arrivals: np.ndarray, durations: np.ndarray, clock: ClockSync
+) -> np.ndarray | None:
+    """On rank 0, every rank's summary per candidate, shape (candidates, ranks,
+    SUMMARY_FIELDS); None elsewhere. Each rank summarises its own calls (the earliest and
+    latest arrival and the earliest completion of each call come by Allreduce), so rank 0
+    receives a few numbers per rank, never every rank's stamps. ``arrivals`` and
+    ``durations``: this rank's (candidates, calls) arrays on its own clock."""
+    own = np.ascontiguousarray(arrivals - clock.offsets[comm.Get_rank()])
+    done = own + durations
+    first, last, earliest = np.empty_like(own), np.empty_like(own), np.empty_like(own)
+    comm.Allreduce(own, first, MPI.MIN)
+    comm.Allreduce(own, last, MPI.MAX)
+    comm.Allreduce(done, earliest, MPI.MIN)
+    local = np.ascontiguousarray(summarise(own, durations, first, last, earliest))
+    table = np.empty((comm.Get_size(), *local.shape)) if comm.Get_rank() == 0 else None
+    comm.Gather(local, table, root=0)
+    return None if table is None else table.transpose(1, 0, 2)
+
+
 @dataclass(frozen=True)
 class RankTimes:
     """Every rank's arrivals and call times of one candidate at one point, in seconds,
@@ -111,24 +159,9 @@ class RankTimes:
     def summaries(self, nodes: tuple[str, ...]) -> list[RankSummary]:
         """Per rank: median lag, wait and finish, p50 and p99 of its own call times."""
         arrival, duration = self.arrival, self.duration
-        finish = arrival + duration
-        lag = arrival - arrival.min(axis=0)
-        wait = arrival.max(axis=0) - arrival
-        late = finish - finish.min(axis=0)
-        last = arrival == arrival.max(axis=0)
-        return [
-            RankSummary(
-                rank=r,
-                node=nodes[r] if r < len(nodes) else "",
-                lag_us=float(np.median(lag[r])) * 1e6,
-                wait_us=float(np.median(wait[r])) * 1e6,
-                finish_us=float(np.median(late[r])) * 1e6,
-                p50_us=float(np.percentile(duration[r], 50)) * 1e6,
-                p99_us=float(np.percentile(duration[r], 99)) * 1e6,
-                last_share=float(np.mean(last[r])),
-            )
-            for r in range(arrival.shape[0])
-        ]
+        first, last = arrival.min(axis=0), arrival.max(axis=0)
+        done = (arrival + duration).min(axis=0)
+        return summaries_of(summarise(arrival, duration, first, last, done), nodes)
 
     def raw(self) -> dict[str, list[list[float]]]:
         """The per-rank arrays in microseconds, arrivals from the earliest stamp."""

@@ -24,7 +24,7 @@ from osu_dl_bench.diagnosis.linkmap import (
 from osu_dl_bench.errors import UsageError, ValidationFailure
 from osu_dl_bench.measurement import report
 from osu_dl_bench.measurement.harness import Setting, bench_record, measure_collective
-from osu_dl_bench.measurement.kernel import plan_variants
+from osu_dl_bench.measurement.kernel import delay_for, plan_variants
 from osu_dl_bench.measurement.linkmap import LinkSettings, measure_links
 from osu_dl_bench.measurement.memory import (
     Need,
@@ -273,6 +273,7 @@ def run_bench(comm: MPI.Comm, cfg: BenchConfig) -> int:
     if cfg.benchmark == LINKMAP:
         return _linkmap(comm, cfg)
     setting = agree_on_errors(comm, lambda: _setting(cfg, nprocs))
+    agree_on_errors(comm, lambda: delay_for(comm))  # the test hook, checked once
     check_node_memory(comm, [_memory_need(cfg, setting, nprocs)])
     if cfg.device == "cuda":
         # One GPU per node-local rank before any buffer exists (latency/bw/bibw bind no

@@ -52,7 +52,7 @@ def add_triage_arguments(parser: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> TriageConfig:
     """The checked options."""
     if not (math.isfinite(args.min_share) and 0 <= args.min_share < 100):
-        raise UsageError(f"--min-share {args.min_share}: expected a number from 0 to 100")
+        raise UsageError(f"--min-share {args.min_share}: expected 0 or more, below 100")
     return TriageConfig(Path(args.source), args.min_share)
 
 
@@ -68,8 +68,14 @@ def _evidence(source: Path) -> pd.DataFrame:
             f"{source}: expected a run directory or a bench file ending in "
             f"{', '.join(OUTPUT_SUFFIXES)}"
         )
+    if source.name == "results.csv":
+        raise UsageError(f"{source}: give the run directory ({source.parent}), not its results.csv")
     try:
         records = read_records(str(source))
+    except ImportError:
+        raise UsageError(
+            f"{source}: reading .parquet needs pyarrow (pip install pyarrow)"
+        ) from None
     except (OSError, ValueError, json.JSONDecodeError) as exc:
         raise UsageError(f"{source}: cannot read it as bench records ({exc})") from None
     if "per_rank" not in records:

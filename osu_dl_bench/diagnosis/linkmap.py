@@ -69,6 +69,8 @@ FORMAT = 1
 KIND = "linkmap"
 # Order statistics give a median's 95% interval from 6 samples on (0.5^5 > 2.5%).
 FEWEST_FOR_AN_INTERVAL = 6
+# A link or node is judged only from this many repetitions: one sample has no spread.
+FEWEST_TO_JUDGE = 3
 # The smallest effect worth a name (stand_out's min_ratio): bandwidth the rule's own 1.25;
 # latency 2, because where a pair's two ranks run moves it by half on its own: on the
 # cluster on one machine (4 nodes on 2 shared cores) pairs of uniform links sat at 9.5
@@ -240,7 +242,10 @@ def _judge_nodes(samples: LinkSamples, links: list[Named]) -> list[Named]:
 def judge_links(samples: LinkSamples) -> LinkMap:
     """The links slower than the other links of one of their ends, and the nodes all of
     whose links of one kind are, against the links between the other nodes
-    (diagnosis.outliers.stand_out); bandwidth before latency, links before nodes."""
+    (diagnosis.outliers.stand_out); bandwidth before latency, links before nodes. Fewer
+    than FEWEST_TO_JUDGE repetitions name nothing: a lone sample has no spread to judge."""
+    if samples.settings.repetitions < FEWEST_TO_JUDGE:
+        return LinkMap(samples, ())
     links = _strongest(
         [
             named
@@ -315,8 +320,13 @@ def linkmap_header(samples: LinkSamples, nprocs: int) -> list[str]:
     if settings.repetitions < FEWEST_FOR_AN_INTERVAL:
         lines.append(
             f"# Note: from fewer than {FEWEST_FOR_AN_INTERVAL} samples no interval of a "
-            "median reaches 95% (at 5, even [min, max] covers 93.8%): take the intervals "
-            "below as rough; --repetitions 10 gives [2nd, 9th]"
+            "median reaches 95% (at 5, even [min, max] covers 93.8%): the bootstrap "
+            "intervals below run narrow; more --repetitions widen the evidence"
+            + (
+                f"; below {FEWEST_TO_JUDGE} nothing is judged"
+                if settings.repetitions < FEWEST_TO_JUDGE
+                else ""
+            )
         )
     return lines
 

@@ -29,6 +29,7 @@ import pandas as pd
 
 from osu_dl_bench.diagnosis.outliers import Finding, against_peers, stand_out
 from osu_dl_bench.measurement.store import round_values
+from osu_dl_bench.runtime import printable
 
 EVIDENCE_COLUMNS = (
     "point",
@@ -39,6 +40,7 @@ EVIDENCE_COLUMNS = (
     "finish_us",
     "wait_us",
     "call_us",
+    "residual_us",
 )
 # Small messages are bound by latency and large ones by bandwidth, so a slow link shows
 # in one regime only: each is judged on its own (64 KiB: where OSU's large-message
@@ -86,6 +88,7 @@ def evidence_from_records(records: pd.DataFrame) -> pd.DataFrame:
                     "finish_us": float(entry["finish_us"]),
                     "wait_us": float(entry["wait_us"]),
                     "call_us": float(call),
+                    "residual_us": float(record.get("clock_residual_us") or 0.0),
                 }
             )
     return pd.DataFrame(rows, columns=EVIDENCE_COLUMNS)
@@ -113,7 +116,7 @@ def evidence_from_run(results: pd.DataFrame, metadata: dict[str, Any]) -> pd.Dat
         finish, wait = round_values(row["rank_finish_us"]), round_values(row["rank_wait_us"])
         if not finish.size == wait.size == lags.size:
             continue
-        nodes = _rank_nodes(metadata, row)
+        nodes, residual = _rank_nodes(metadata, row)
         point = (
             f"p={row['nprocs']} {row['collective']} {row['algorithm']} {row['size_bytes']} B"
             f" launch {row['launch']}"
@@ -129,20 +132,29 @@ def evidence_from_run(results: pd.DataFrame, metadata: dict[str, Any]) -> pd.Dat
                     "finish_us": finish[rank],
                     "wait_us": wait[rank],
                     "call_us": float(row["median_us"]),
+                    "residual_us": residual,
                 }
             )
     return pd.DataFrame(rows, columns=EVIDENCE_COLUMNS)
 
 
-def _rank_nodes(metadata: dict[str, Any], row: dict[str, Any]) -> list[str]:
-    """Each rank's node in the launch that measured ``row`` ([] if not recorded)."""
-    job = metadata.get("jobs", {}).get(str(row["nprocs"]), {})
-    launch = job.get("launches", {}).get(f"{row['launch']}/{row['group']}", job)
-    nodes = launch.get("rank_nodes", [])
-    return [str(n) for n in nodes] if isinstance(nodes, list) else []
+def _rank_nodes(metadata: dict[str, Any], row: dict[str, Any]) -> tuple[list[str], float]:
+    """Each rank's node in the launch that measured ``row`` ([] if not recorded), and the
+    launch's clock residual (0 if not recorded)."""
+    job = _object(_object(metadata.get("jobs")).get(str(row["nprocs"])))
+    launch = _object(_object(job.get("launches")).get(f"{row['launch']}/{row['group']}", job))
+    nodes, residual = launch.get("rank_nodes", []), launch.get("clock_residual_us", 0.0)
+    residual = float(residual) if isinstance(residual, (int, float)) else 0.0
+    return ([str(n) for n in nodes] if isinstance(nodes, list) else []), residual
+
+
+def _object(value: Any) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else an empty one (a hand-edited metadata.json)."""
+    return value if isinstance(value, dict) else {}
 
 
 def _label(rank: int, node: str) -> str:
+    node = printable(node)[:40]  # a node name is the host's: shown, never obeyed
     return f"rank {rank} ({node})" if node else f"rank {rank}"
 
 
@@ -201,12 +213,23 @@ def triage(evidence: pd.DataFrame, min_share: float = MIN_SHARE) -> list[Named]:
         _label(r, n) for r, n in zip(evidence["rank"], evidence["node"], strict=True)
     ]
     named = []
+    for regime, part in regimes(evidence).items():
+        if part["point"].nunique() >= MIN_POINTS:
+            named += _triage_regime(part, min_share, regime)
+    # A lag the clocks cannot tell from zero is no finding, whatever its share.
+    residual = float(np.nan_to_num(evidence["residual_us"].max()))
+    return [n for n in named if n.micros is not None and n.micros.excess_ci[0] > residual]
+
+
+def regimes(evidence: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The evidence of each message regime that holds any."""
+    found = {}
     for regime, low, high in REGIMES:
         sizes = evidence["size_bytes"]
         part = evidence[(sizes >= low) & (sizes < high if high else True)]
-        if part["point"].nunique() >= MIN_POINTS:
-            named += _triage_regime(part, min_share, regime)
-    return named
+        if not part.empty:
+            found[regime] = part
+    return found
 
 
 def _triage_regime(evidence: pd.DataFrame, min_share: float, regime: str) -> list[Named]:
@@ -239,7 +262,7 @@ def named_line(named: Named) -> str:
     """One finding as a sentence with its evidence."""
     share = named.share
     text = (
-        f"{named.regime}: {named.unit} {WHAT[named.kind]}: "
+        f"{named.regime}: {printable(named.unit)[:60]} {WHAT[named.kind]}: "
         f"{share.median:.2f} of the call's own time against its peers' {share.peers:.2f} "
         f"(95% CI of the difference {share.excess_ci[0]:.2f}-{share.excess_ci[1]:.2f})"
     )
@@ -257,12 +280,22 @@ def report_lines(evidence: pd.DataFrame, named: list[Named], min_share: float) -
     stands out'."""
     points, ranks = evidence["point"].nunique(), evidence["rank"].nunique()
     nodes = sorted(n for n in evidence["node"].unique() if n)
+    residual = float(np.nan_to_num(evidence["residual_us"].max()))
+    judged = {r: p["point"].nunique() for r, p in regimes(evidence).items()}
     lines = [
         f"# {points} points x {ranks} ranks on {len(nodes) or 'unknown'} node(s)"
-        + (f" ({', '.join(nodes)})" if nodes else ""),
+        + (f" ({', '.join(printable(n)[:40] for n in nodes)})" if nodes else ""),
         f"# named: a share of the call's own time beyond the peers' own spread and above "
-        f"{min_share:g} of the call (95% intervals by bootstrap over points)",
+        f"{min_share:g} of the call's own time, and a lag beyond the clocks' alignment "
+        f"({residual:.1f} us); 95% intervals by bootstrap over points",
+        "# "
+        + "; ".join(
+            f"{r}: {n} points" + ("" if n >= MIN_POINTS else f", too few to judge (< {MIN_POINTS})")
+            for r, n in judged.items()
+        ),
     ]
+    if not any(n >= MIN_POINTS for n in judged.values()):
+        return [*lines, f"too few points to judge: at least {MIN_POINTS} sizes per regime"]
     for kind in WHAT:
         found = [n for n in named if n.kind == kind]
         lines.append(f"{kind}:")

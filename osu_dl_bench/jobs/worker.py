@@ -50,6 +50,7 @@ from osu_dl_bench.measurement import heartbeat
 from osu_dl_bench.measurement.calibration import run_calibration
 from osu_dl_bench.measurement.kernel import (
     BudgetTiming,
+    delay_for,
     device_calls,
     measure_budget,
     prepare_inputs,
@@ -350,6 +351,7 @@ def _sweep_one_count(
     """Every pending point at this communicator's size, in each of its launch slots;
     returns the failed candidates."""
     topo = discover_topology(comm, cfg.ranks_per_node)
+    agree_on_errors(comm, lambda: delay_for(comm))  # the test hook, checked once
     every = plan_collectives(cfg, setting, topo.nprocs, topo.nodes, topo.ppn)
     failures: list[tuple[SweepPoint, int]] = []
     for slot in _slots(cfg, every):

@@ -41,6 +41,7 @@ from collectives.dtypes import ElementType
 from collectives.ops import ReduceOp
 from collectives.registry import BoundCalls, CollectiveCall
 from collectives.specs import INPUT_CHUNK
+from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement import heartbeat
 from osu_dl_bench.measurement.ranks import ClockSync, rank_summaries
 from osu_dl_bench.measurement.reference import ReferenceTimer
@@ -225,21 +226,23 @@ def validate_at_roots(
     return wrong
 
 
-def delay_for(rank: int) -> float:
+def delay_for(comm: MPI.Comm) -> float:
     """Seconds this rank sleeps before each timed call under the test hook DELAY_ENV
-    ("RANK:SECONDS"), else 0."""
+    ("RANK:SECONDS"), else 0; a UsageError for a value that names no rank of ``comm`` or
+    no delay (check it once with runtime.agree_on_errors: every rank reads the same)."""
     value = os.environ.get(DELAY_ENV)
     if not value:
         return 0.0
+    expected = f"{DELAY_ENV}={value!r}: expected RANK:SECONDS with 0 <= RANK < "
+    expected += f"{comm.Get_size()} and 0 <= SECONDS < 10, e.g. 1:0.005"
     try:
         target, seconds = value.split(":")
-        delay = float(seconds)
-        target_rank = int(target)
+        delay, target_rank = float(seconds), int(target)
     except ValueError:
-        raise ValueError(f"{DELAY_ENV}={value!r}: expected RANK:SECONDS, e.g. 2:0.002") from None
-    if not 0 <= delay < 10:
-        raise ValueError(f"{DELAY_ENV}={value!r}: expected 0 <= SECONDS < 10")
-    return delay if target_rank == rank else 0.0
+        raise UsageError(expected) from None
+    if not (0 <= delay < 10 and 0 <= target_rank < comm.Get_size()):
+        raise UsageError(expected)
+    return delay if target_rank == comm.Get_rank() else 0.0
 
 
 def timed_round(
@@ -337,7 +340,7 @@ def _interleaved(
     """times[candidate, iteration], the candidates interleaved within every iteration."""
     times = np.zeros((len(calls), len(roots)))
     order = range(len(calls))
-    delay = delay_for(comm.Get_rank())
+    delay = delay_for(comm)
     bufs, op = inputs.bufs, inputs.op
     timed_round(comm.Barrier, calls, order, bufs, op, roots, times, True, arrivals, delay)
     return times
@@ -391,7 +394,7 @@ def _pass_seconds(
     """Wall time of ``count`` iterations of every candidate, the slowest rank's."""
     scratch = np.zeros((len(calls), count))
     roots = [inputs.shape.root] * count
-    delay = delay_for(comm.Get_rank())
+    delay = delay_for(comm)
     comm.Barrier()
     start = MPI.Wtime()
     order, bufs, op = range(len(calls)), inputs.bufs, inputs.op
@@ -437,7 +440,7 @@ def timed_rounds(
     state = np.zeros((MAX_ROUNDS, 2))
     roots = [inputs.shape.root] * iterations
     barrier, more = comm.Barrier, np.ones(1, dtype=np.int8)
-    bufs, op, delay = inputs.bufs, inputs.op, delay_for(comm.Get_rank())
+    bufs, op, delay = inputs.bufs, inputs.op, delay_for(comm)
     start, rounds = MPI.Wtime(), 0
     while more[0]:
         heartbeat.current().phase("round", rounds + 1)

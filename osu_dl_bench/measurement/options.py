@@ -347,6 +347,8 @@ _NOT_FOR_LINKMAP = {
     "-a": ("algorithm", "native"),
     "--table": ("table", None),
     "--buckets": ("buckets", None),
+    "--per-rank": ("per_rank", False),
+    "--per-rank-raw": ("per_rank_raw", False),
 }
 
 
@@ -396,6 +398,12 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         )
     check_bucket_replay(args)
     point_to_point = args.benchmark in POINT_TO_POINT
+    if (args.per_rank or args.per_rank_raw) and (point_to_point or args.buckets):
+        what = f"bench {args.benchmark}" if point_to_point else "--buckets"
+        raise UsageError(
+            f"--per-rank: times a collective's calls rank by rank; {what} has none "
+            "(bench linkmap compares the links between nodes)"
+        )
     size_text = args.message_size or ("0:4M" if point_to_point else "1:1M")
     lo, hi = parse_allocated_sizes(size_text, default_min=0 if point_to_point else 1)
     if not point_to_point and args.benchmark != "barrier":

@@ -155,3 +155,34 @@ def test_triage_refuses_malformed_per_rank_timing_in_one_message(tmp_path):
         path.write_text(json.dumps([{**base, "avg_us": 1.0, "per_rank": per_rank}]))
         with pytest.raises(UsageError, match="not what bench --per-rank writes"):
             run_triage(TriageConfig(path, 0.5))
+
+
+def test_a_lag_the_clocks_cannot_resolve_is_not_named():
+    # 0.6 us behind on 1 us calls is a large share, but the clocks agree only to 5 us.
+    evidence = _evidence({0: 0.0, 1: 0.6, 2: 0.0, 3: 0.0}, call_us=1.6)
+    evidence["lag_us"] = evidence["lag_us"].clip(upper=0.6)
+    evidence.loc[evidence["rank"] != 1, "lag_us"] = 0.0
+    evidence["finish_us"] = 0.0
+    assert [n.unit for n in triage(evidence)][:1] == ["rank 1 (node1)"]
+    evidence["residual_us"] = 5.0
+    assert triage(evidence) == []
+
+
+def test_too_few_points_are_said_to_be_too_few_not_judged_clean(tmp_path):
+    from osu_dl_bench.diagnosis.ranks import report_lines
+
+    evidence = _evidence({0: 0, 1: 2000, 2: 0}, points=2)
+    lines = report_lines(evidence, triage(evidence), 0.5)
+    assert "too few to judge" in lines[2] and lines[-1].startswith("too few points to judge")
+    assert not any("nothing stands out" in line for line in lines)
+
+
+def test_a_hand_edited_metadata_gives_no_nodes_rather_than_a_crash():
+    frame = pd.DataFrame(
+        [
+            {**sweep_point(64).__dict__, "rank_lag_us": "0.000 1.000", "rank_wait_us": "1 0"}
+            | {"rank_finish_us": "0 0", "rank_p99_us": "1 1", "nprocs": 2}
+        ]
+    )
+    for metadata in ({"jobs": {"2": {"launches": []}}}, {"jobs": []}, {"jobs": {"2": 7}}):
+        assert list(evidence_from_run(frame, metadata)["node"]) == ["", ""]

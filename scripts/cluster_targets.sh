@@ -35,12 +35,7 @@ mkdir -p "$run" "$out"
 [[ -x .venv/bin/osu-dl-bench ]] && export PATH="$PWD/.venv/bin:$PATH"
 . scripts/results_lib.sh # (the repository root is the working directory)
 
-cluster() { bash scripts/cluster_local.sh "$@"; }
-nodes=$(cluster env 2>/dev/null | sed -n 's/^export OSU_DL_BENCH_HOSTS=//p' | tr ',' '\n' | grep -c . || true)
-if ((nodes < 4)); then
-    echo "bring a cluster of 4 nodes up first: bash scripts/cluster_local.sh up" >&2
-    exit 1
-fi
+need_cluster 4
 rate() {
     # rate RATE: every link shaped to RATE (up again with the same nodes only reshapes).
     cluster up --nodes "$nodes" --rate "$1" >/dev/null

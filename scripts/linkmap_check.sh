@@ -21,12 +21,7 @@ mkdir -p "$run" "$out"
 [[ -x .venv/bin/osu-dl-bench ]] && export PATH="$PWD/.venv/bin:$PATH"
 . scripts/results_lib.sh # (the repository root is the working directory)
 
-cluster() { bash scripts/cluster_local.sh "$@"; }
-nodes=$(cluster env 2>/dev/null | sed -n 's/^export OSU_DL_BENCH_HOSTS=//p' | tr ',' '\n' | grep -c . || true)
-if ((nodes < 3)); then
-    echo "bring a cluster of 3 nodes or more up first: bash scripts/cluster_local.sh up" >&2
-    exit 1
-fi
+need_cluster 3
 slow="node$nodes"
 # shape [--slow NODE=RATE]: every link at RATE (up again with the same nodes only reshapes).
 shape() { cluster up --nodes "$nodes" --rate "$rate" "$@" >/dev/null 2>&1; }

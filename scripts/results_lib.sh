@@ -13,3 +13,13 @@ with_command() {  # with_command FILE CMD...: FILE gets '# command: CMD' and CMD
     } > "$file"
     echo "# wrote $file"
 }
+
+cluster() { bash scripts/cluster_local.sh "$@"; }
+
+need_cluster() {  # need_cluster N: sets nodes to the up cluster's node count, or exits
+    nodes=$(cluster env 2>/dev/null | sed -n 's/^export OSU_DL_BENCH_HOSTS=//p' | tr ',' '\n' | grep -c . || true)
+    if ((nodes < $1)); then
+        echo "bring a cluster of $1 nodes or more up first: bash scripts/cluster_local.sh up" >&2
+        exit 1
+    fi
+}

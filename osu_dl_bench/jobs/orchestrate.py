@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -268,15 +268,19 @@ def _record_stall(cfg: SweepConfig, job: JobKey, outcome: JobOutcome) -> None:
         "summary": outcome.stall.summary(),
         **outcome.stall.record(),
     }
+    _second_record(
+        lambda: runinfo.record_stall(RunStore(cfg.output), entry), "record the stall report"
+    )
+
+
+def _second_record(write: Callable[[], object], what: str) -> None:
+    """Write a record after an error was reported: if this fails as well (the same full
+    disk), it is only mentioned, so the first error stays the one reported."""
     try:
-        runinfo.record_stall(RunStore(cfg.output), entry)
-    except UsageError as exc:
-        failure = exc.failure if isinstance(exc, StoreError) else exc
-        print(
-            f"osu-dl-bench: note: could not also record the stall report: {failure}",
-            file=sys.stderr,
-            flush=True,
-        )
+        write()
+    except UsageError as second:
+        failure = second.failure if isinstance(second, StoreError) else second
+        print(f"osu-dl-bench: note: could not also {what}: {failure}", file=sys.stderr, flush=True)
 
 
 def _explain_failure(cfg: SweepConfig, job: JobKey, outcome: JobOutcome) -> None:
@@ -484,15 +488,9 @@ def _mark_incomplete(store: RunStore) -> None:
     """Record that the sweep stopped early. The error that stopped it has been (or is
     about to be) reported; if this fails as well (the same full disk), it is only
     mentioned, so the first error stays the one reported."""
-    try:
-        runinfo.record_completion(store, complete=False)
-    except UsageError as second:
-        failure = second.failure if isinstance(second, StoreError) else second
-        print(
-            f"osu-dl-bench: note: could not also mark the run incomplete: {failure}",
-            file=sys.stderr,
-            flush=True,
-        )
+    _second_record(
+        lambda: runinfo.record_completion(store, complete=False), "mark the run incomplete"
+    )
 
 
 def _launch_all(cfg: SweepConfig, plans: dict[JobKey, dict[str, Any]]) -> int:

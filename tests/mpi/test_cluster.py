@@ -30,6 +30,16 @@ SCRIPT = REPO / "scripts" / "cluster_local.sh"
 JOB_TIMEOUT = 180.0
 
 
+def _private_cluster(tmp_path: Path, name: str, subnet: str) -> dict[str, str]:
+    """The variables of a cluster of the test's own, beside the one the others use."""
+    return {
+        "OSU_DL_BENCH_CLUSTER_DIR": str(tmp_path / "state"),
+        "OSU_DL_BENCH_CLUSTER_NAME": name,
+        "OSU_DL_BENCH_CLUSTER_SUBNET": subnet,
+        "OSU_DL_BENCH_CLUSTER_SLURM": "0",
+    }
+
+
 def _script(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return run_with_timeout(["bash", str(SCRIPT), *args], 120, env={**os.environ, **(env or {})})
 
@@ -111,12 +121,7 @@ def test_up_twice_changes_nothing_and_down_removes_what_up_recorded(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("needs root (network namespaces, veth, tc)")
     # A cluster of its own beside the one the other tests use: its own names and subnet.
-    env = {
-        "OSU_DL_BENCH_CLUSTER_DIR": str(tmp_path / "state"),
-        "OSU_DL_BENCH_CLUSTER_NAME": "odbtst",
-        "OSU_DL_BENCH_CLUSTER_SUBNET": "10.213.9",
-        "OSU_DL_BENCH_CLUSTER_SLURM": "0",
-    }
+    env = _private_cluster(tmp_path, "odbtst", "10.213.9")
     up = ["up", "--nodes", "2", "--rate", "500mbit", "--slow", "node2=100mbit"]
     try:
         first = _script(*up, env=env)
@@ -257,12 +262,7 @@ def test_linkmap_names_a_slow_nodes_links_both_ways_and_the_node(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("needs root (network namespaces, veth, tc)")
     # A cluster of its own, 3 nodes (odd: one sits out each step), node3 at 1/10 the rate.
-    env = {
-        "OSU_DL_BENCH_CLUSTER_DIR": str(tmp_path / "state"),
-        "OSU_DL_BENCH_CLUSTER_NAME": "odblnk",
-        "OSU_DL_BENCH_CLUSTER_SUBNET": "10.213.10",
-        "OSU_DL_BENCH_CLUSTER_SLURM": "0",
-    }
+    env = _private_cluster(tmp_path, "odblnk", "10.213.10")
     out = tmp_path / "map.json"
     try:
         up = _script("up", "--nodes", "3", "--rate", "500mbit", "--slow", "node3=50mbit", env=env)

@@ -156,13 +156,6 @@ class RankTimes:
     arrival: np.ndarray
     duration: np.ndarray
 
-    def summaries(self, nodes: tuple[str, ...]) -> list[RankSummary]:
-        """Per rank: median lag, wait and finish, p50 and p99 of its own call times."""
-        arrival, duration = self.arrival, self.duration
-        first, last = arrival.min(axis=0), arrival.max(axis=0)
-        done = (arrival + duration).min(axis=0)
-        return summaries_of(summarise(arrival, duration, first, last, done), nodes)
-
     def raw(self) -> dict[str, list[list[float]]]:
         """The per-rank arrays in microseconds, arrivals from the earliest stamp."""
         start = float(self.arrival.min()) if self.arrival.size else 0.0

@@ -18,7 +18,7 @@ from osu_dl_bench.diagnosis.ranks import (
     triage,
 )
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.measurement.ranks import ClockSync, RankTimes
+from osu_dl_bench.measurement.ranks import ClockSync, summaries_of, summarise
 from osu_dl_bench.measurement.store import SWEEP_FIELDS, RunStore
 
 
@@ -26,7 +26,11 @@ def test_summaries_measure_lag_wait_and_finish_from_the_earliest_and_last_rank()
     # Three ranks, two calls: rank 2 arrives 5 us after rank 0 and 3 us after rank 1.
     arrival = np.array([[0.0, 10.0], [2.0, 12.0], [5.0, 15.0]]) * 1e-6
     duration = np.array([[9.0, 9.0], [7.0, 7.0], [4.0, 4.0]]) * 1e-6
-    first, second, late = RankTimes(arrival, duration).summaries(("a", "a", "b"))
+    # Each rank's row from its own calls and the per-call extremes over all ranks, as
+    # rank_summaries computes it rank by rank.
+    extremes = arrival.min(axis=0), arrival.max(axis=0), (arrival + duration).min(axis=0)
+    table = summarise(arrival, duration, *extremes)
+    first, second, late = summaries_of(table, ("a", "a", "b"))
     assert late.node == "b" and late.lag_us == pytest.approx(5.0)
     assert late.wait_us == pytest.approx(0.0) and first.wait_us == pytest.approx(5.0)
     assert second.finish_us == pytest.approx(0.0)  # 2 + 7 = 9, the earliest finish

@@ -57,10 +57,10 @@ def session_fields(cfg: SweepConfig, launcher: str) -> dict[str, Any]:
     }
 
 
-def record_session(store: RunStore, cfg: SweepConfig, launcher: str) -> None:
-    """Start (or, with --resume, continue) the metadata with this invocation."""
+def record_session(store: RunStore, session: dict[str, Any]) -> None:
+    """Start (or, with --resume, continue) the metadata with this invocation's fields
+    (``session_fields`` of a sweep; an experiment's own, with command, date, launcher)."""
     metadata = store.read_metadata()
-    session = session_fields(cfg, launcher)
     history = metadata.get("sessions", [])
     history.append({k: session[k] for k in ("command", "date", "launcher")})
     metadata.update(session, sessions=history, complete=False)

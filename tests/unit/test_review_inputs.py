@@ -13,9 +13,10 @@ from support.files import fake_segment, platform_json, stale_names, write_file
 from support.tuning import model_points, write_run
 
 from collectives.registry import parse_variant, parse_variants
+from osu_dl_bench.commands.bench_options import add_bench_arguments, config_from_args
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.options import check_script_values
-from osu_dl_bench.measurement.options import add_bench_arguments, config_from_args, parse_root
+from osu_dl_bench.measurement.options import parse_root
 from osu_dl_bench.model.platform import PlatformError, load_platform
 from osu_dl_bench.selection import build_table
 from osu_dl_bench.selection.table import TableError
@@ -65,7 +66,7 @@ def test_minus_k_shows_escape_sequences_escaped():
 def test_bidi_and_format_characters_are_refused_in_a_batch_script(char):
     args = argparse.Namespace(partition=f"gpu{char}x")
     with pytest.raises(UsageError, match="--partition") as info:
-        check_script_values(args)
+        check_script_values(vars(args))
     assert char not in str(info.value)
 
 

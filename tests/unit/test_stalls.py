@@ -15,8 +15,8 @@ import time
 
 import pytest
 
+from osu_dl_bench.commands.sweep_options import add_sweep_arguments, config_from_args
 from osu_dl_bench.jobs import orchestrate, stalls
-from osu_dl_bench.jobs.options import add_sweep_arguments, config_from_args
 from osu_dl_bench.jobs.progress import Progress, encode_event
 from osu_dl_bench.measurement import heartbeat
 from osu_dl_bench.measurement.heartbeat import Heartbeat, file_name, read

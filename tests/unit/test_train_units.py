@@ -13,8 +13,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from osu_dl_bench.commands.train_options import add_train_arguments, config_from_args
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.train.options import MODELS, add_train_arguments, config_from_args
+from osu_dl_bench.train.options import MODELS
 
 needs_torch = pytest.mark.skipif(
     importlib.util.find_spec("torch") is None,

@@ -13,11 +13,10 @@ from collectives.dtypes import ELEMENT_TYPES, element_type
 from collectives.ops import REDUCE_OPS, reduce_op
 from collectives.specs import input_values
 from collectives.units import format_size, parse_size
+from osu_dl_bench.commands.bench_options import add_bench_arguments, config_from_args
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement import records
 from osu_dl_bench.measurement.options import (
-    add_bench_arguments,
-    config_from_args,
     host_memory_bytes,
     parse_root,
     parse_size_range,

@@ -1,0 +1,69 @@
+"""argparse value types and help texts that several subcommands' options share.
+
+Loaded to build the parser, before MPI: nothing here imports the registry.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+# Declared here, not in collectives.buffers: options are parsed before MPI is loaded.
+DEVICE_HELP = (
+    "buffer kind: cpu (numpy), cpu-registered (numpy in memory the node's ranks can map, "
+    "as NCCL's registered buffers: the cma algorithms then copy with plain loads) or "
+    "cuda (cupy)"
+)
+
+
+def whole_number(least: int, most: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``least`` to ``most``."""
+
+    def parse(text: str) -> int:
+        digits = text.strip().lstrip("+-")
+        value = int(text) if digits.isdigit() and len(digits) <= 20 else least - 1
+        if not least <= value <= most:
+            raise argparse.ArgumentTypeError(
+                f"expected a whole number from {least} to {most}, got {text!r}"
+            )
+        return value
+
+    return parse
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def seconds_up_to(limit: float) -> Callable[[str], float]:
+    """An argparse type: seconds in (0, limit]."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not 0 < value <= limit:
+            raise argparse.ArgumentTypeError(f"expected seconds in (0, {limit:g}], got {text!r}")
+        return value
+
+    return parse
+
+
+def whole_number_up_to(limit: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from 1 to ``limit``."""
+
+    def parse(text: str) -> int:
+        value = positive_int(text)
+        if value > limit:
+            raise argparse.ArgumentTypeError(f"expected at most {limit}, got {value}")
+        return value
+
+    return parse

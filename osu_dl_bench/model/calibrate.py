@@ -1,7 +1,7 @@
 """The standalone calibration job, for runs whose sweep did not calibrate in its launches.
 
-    mpiexec -n P python -m osu_dl_bench.model.calibrate RUN_DIR [-m 8:64M] [--rounds 10]
-        [--append]
+    mpiexec -n P python -m osu_dl_bench.commands.calibration_job RUN_DIR [-m 8:64M]
+        [--rounds 10] [--append]
 
 The kernels, the files they write (RUN_DIR/calibration.csv and calibration.json) and their
 kinds are measurement.calibration's, which the sweep also runs once in every launch of its
@@ -14,7 +14,6 @@ cores, and what a message costs then is set by the scheduler, not by the memory 
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from osu_dl_bench.measurement.calibration import (
@@ -28,26 +27,18 @@ from osu_dl_bench.measurement.calibration import (
     write_calibration,
 )
 
-__all__ = ["CALIBRATION_CSV", "CALIBRATION_JSON", "KINDS", "REFERENCE_KINDS", "calibrate", "main"]
+__all__ = ["CALIBRATION_CSV", "CALIBRATION_JSON", "KINDS", "REFERENCE_KINDS", "calibrate"]
 
 
-def _parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="osu_dl_bench.model.calibrate")
-    parser.add_argument("run_dir")
-    parser.add_argument("-m", "--message-size", default="8:64M")
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--append", action="store_true", help="add to RUN_DIR's calibration")
-    return parser.parse_args(argv)
-
-
-def calibrate(comm, args: argparse.Namespace) -> int:
-    """Measure this job's ranks and write (rank 0) the calibration into args.run_dir."""
+def calibrate(comm, run_dir: str, message_size: str, rounds: int, append: bool) -> int:
+    """Measure this job's ranks at every doubling size of ``message_size`` ('MIN:MAX') and
+    write (rank 0) the calibration into ``run_dir``, or add it to the earlier ones."""
     from collectives.units import doubling_sizes
     from osu_dl_bench.errors import UsageError
     from osu_dl_bench.measurement.options import parse_size_range
     from osu_dl_bench.measurement.reference import ReferenceTimer
 
-    sizes = doubling_sizes(*parse_size_range(args.message_size, 8))
+    sizes = doubling_sizes(*parse_size_range(message_size, 8))
     if comm.Get_size() < 2:
         raise UsageError(f"the calibration job needs at least 2 ranks, got {comm.Get_size()}")
     meta = metadata(comm)
@@ -58,19 +49,7 @@ def calibrate(comm, args: argparse.Namespace) -> int:
             "the calibration job measures one node or one rank per node, got "
             f"{comm.Get_size()} ranks on hosts {meta['hosts']}"
         )
-    rows = measure(comm, sizes, Effort(rounds=max(1, args.rounds)), ReferenceTimer(comm))
+    rows = measure(comm, sizes, Effort(rounds=max(1, rounds)), ReferenceTimer(comm))
     if comm.Get_rank() == 0:
-        write_calibration(Path(args.run_dir), rows, meta, args.append)
+        write_calibration(Path(run_dir), rows, meta, append)
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the calibration job (p >= 2 ranks on one node)."""
-    from osu_dl_bench.jobs.entry import run_in_job
-
-    args = _parse(argv)
-    return run_in_job(lambda comm: calibrate(comm, args))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

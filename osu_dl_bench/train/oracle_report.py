@@ -3,10 +3,10 @@ scaling predicted on a named interconnect, and the strategies' first estimates."
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 
 from collectives.shape import JobShape
@@ -24,6 +24,24 @@ from osu_dl_bench.train.oracle import (
 
 # train-bench configurations -> (allreduce variant or None for the fastest, overlap).
 _NOT_MODELLED = ("gloo", "ddp-gloo")
+
+
+@dataclass(frozen=True)
+class TrainReportRequest:
+    """What ``model train`` reports on: the workload (train-bench's JSON overrides it),
+    the measured p and the scaling to predict."""
+
+    model: str
+    batch_size: int
+    depth: int
+    width: int
+    image_size: int
+    num_classes: int
+    np: int
+    threads: int | None
+    measured: str | None
+    scale_np: str
+    scale_ppn: int
 
 
 def _measured(path: str | None) -> tuple[dict, dict[str, float]]:
@@ -44,18 +62,18 @@ def _measured(path: str | None) -> tuple[dict, dict[str, float]]:
     return config, {k: statistics.median(v) for k, v in by_label.items()}
 
 
-def _train_config(args: argparse.Namespace, measured: dict):
+def _train_config(request: TrainReportRequest, measured: dict):
     from osu_dl_bench.train.options import TrainConfig
 
     pick = lambda key, default: measured.get(key) or default  # noqa: E731
     return TrainConfig(
-        model=pick("model", args.model),
+        model=pick("model", request.model),
         data="synthetic",
-        batch_size=int(pick("batch_size", args.batch_size)),
-        depth=int(pick("depth", args.depth)),
-        width=int(pick("width", args.width)),
-        image_size=int(pick("image_size", args.image_size)),
-        num_classes=int(pick("num_classes", args.num_classes)),
+        batch_size=int(pick("batch_size", request.batch_size)),
+        depth=int(pick("depth", request.depth)),
+        width=int(pick("width", request.width)),
+        image_size=int(pick("image_size", request.image_size)),
+        num_classes=int(pick("num_classes", request.num_classes)),
     )
 
 
@@ -138,20 +156,20 @@ def _strategies(stats, nps: list[int], local: int, height: int) -> list[str]:
     return lines
 
 
-def train_report(args: argparse.Namespace, platform: Platform, scale: Platform) -> str:
+def train_report(request: TrainReportRequest, platform: Platform, scale: Platform) -> str:
     """The whole report (text)."""
     from osu_dl_bench.train.models import InputShape
 
-    config, measured = _measured(args.measured)
-    cfg = _train_config(args, config)
-    nprocs = int(config.get("np") or args.np)
+    config, measured = _measured(request.measured)
+    cfg = _train_config(request, config)
+    nprocs = int(config.get("np") or request.np)
     local = cfg.local_batch(nprocs)
-    threads = args.threads or max(1, (os.cpu_count() or 1) // nprocs)
+    threads = request.threads or max(1, (os.cpu_count() or 1) // nprocs)
     shape = InputShape(3, cfg.image_size, cfg.num_classes)
     net = build_network(cfg, shape)
     stats = model_stats(net, shape, cfg)
     compute = measure_compute(net, shape, local, threads)
-    nps = [int(x) for x in args.scale_np.split(",") if x.strip()]
+    nps = [int(x) for x in request.scale_np.split(",") if x.strip()]
     lines, accuracies = _comparison(platform, compute, stats, nprocs, measured, cfg.batch_size)
     mean = statistics.mean(accuracies) if accuracies else float("nan")
     buckets = ", ".join(format_size(b) for b in stats.bucket_bytes)
@@ -163,14 +181,14 @@ def train_report(args: argparse.Namespace, platform: Platform, scale: Platform) 
             f"forward {compute.forward * 1e3:.2f} ms, backward {compute.backward * 1e3:.2f} ms, "
             f"optimizer {compute.optimizer * 1e3:.2f} ms",
             f"# communication predicted on platform {platform.name}; "
-            f"measured: {args.measured or 'none'}",
+            f"measured: {request.measured or 'none'}",
             f"## step time at p={nprocs}: predicted (compute + exposed communication) vs measured",
             *lines,
             "",
             f"## weak scaling on {scale.name} ({'ASSUMED' if scale.assumed else 'measured'}: "
-            f"{scale.source}), {args.scale_ppn} ranks per node, local batch {local}, fastest "
+            f"{scale.source}), {request.scale_ppn} ranks per node, local batch {local}, fastest "
             "predicted allreduce per bucket, overlap as the trainer does",
-            *_scaling(scale, compute, stats, nps, args.scale_ppn, local),
+            *_scaling(scale, compute, stats, nps, request.scale_ppn, local),
             "",
             "## first estimates per strategy (Kahira et al. 2021), weak scaling (global batch "
             f"{local} x p): memory per rank (weights, gradients, momentum, activations) and "

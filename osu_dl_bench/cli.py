@@ -41,13 +41,15 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
+    from osu_dl_bench.commands.listing_options import config_from_args
     from osu_dl_bench.runtime import init_mpi
 
+    cfg = config_from_args(args)
     init_mpi()
     from osu_dl_bench.commands.listing import algorithm_listing
 
     if launcher_rank() == 0:
-        print(algorithm_listing(args.collective))
+        print(algorithm_listing(cfg.collective))
     return 0
 
 
@@ -101,8 +103,10 @@ def _add_bench(sub) -> None:
 
 
 def _add_list(sub) -> None:
+    from osu_dl_bench.commands.listing_options import add_list_arguments
+
     parser = sub.add_parser("list", help="registered algorithms, their constraints and backends")
-    parser.add_argument("collective", nargs="?", default=None, help="only this collective")
+    add_list_arguments(parser)
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
@@ -138,16 +142,18 @@ def _add_select(sub) -> None:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
+    from osu_dl_bench.commands.plot_options import config_from_args
     from osu_dl_bench.runtime import init_mpi
 
+    cfg = config_from_args(args)
     init_mpi()
     from osu_dl_bench.commands.plot import run_plot
 
-    return run_plot(args)
+    return run_plot(cfg)
 
 
 def _add_plot(sub) -> None:
-    from osu_dl_bench.commands.plot import add_plot_arguments
+    from osu_dl_bench.commands.plot_options import add_plot_arguments
 
     parser = sub.add_parser("plot", help="PNG plots of a run directory (and its tuning table)")
     add_plot_arguments(parser)
@@ -217,12 +223,13 @@ def _add_compare(sub) -> None:
 
 def _cmd_merge(args: argparse.Namespace) -> int:
     from osu_dl_bench.commands.merge import run_merge
+    from osu_dl_bench.commands.merge_options import config_from_args
 
-    return run_merge(args)  # no MPI: it copies rows and metadata
+    return run_merge(config_from_args(args))  # no MPI: it copies rows and metadata
 
 
 def _add_merge(sub) -> None:
-    from osu_dl_bench.commands.merge import add_merge_arguments
+    from osu_dl_bench.commands.merge_options import add_merge_arguments
 
     parser = sub.add_parser("merge", help="several sweeps' run directories as one")
     add_merge_arguments(parser)
@@ -247,13 +254,14 @@ def _add_model(sub) -> None:
 
 
 def _cmd_triage(args: argparse.Namespace) -> int:
-    from osu_dl_bench.commands.triage import config_from_args, run_triage
+    from osu_dl_bench.commands.triage import run_triage
+    from osu_dl_bench.commands.triage_options import config_from_args
 
     return run_triage(config_from_args(args))  # no MPI: it reads stored timings
 
 
 def _add_triage(sub) -> None:
-    from osu_dl_bench.commands.triage import add_triage_arguments
+    from osu_dl_bench.commands.triage_options import add_triage_arguments
 
     parser = sub.add_parser(
         "triage", help="which ranks and nodes are late or slow, from per-rank timing"
@@ -263,12 +271,13 @@ def _add_triage(sub) -> None:
 
 def _cmd_clean(args: argparse.Namespace) -> int:
     from osu_dl_bench.commands.clean import run_clean
+    from osu_dl_bench.commands.clean_options import config_from_args
 
-    return run_clean(args)  # no MPI: it tidies up after jobs that are gone
+    return run_clean(config_from_args(args))  # no MPI: it tidies up after jobs that are gone
 
 
 def _add_clean(sub) -> None:
-    from osu_dl_bench.commands.clean import add_clean_arguments
+    from osu_dl_bench.commands.clean_options import add_clean_arguments
 
     parser = sub.add_parser(
         "clean", help="remove MPICH shared-memory segments that killed or aborted jobs left"

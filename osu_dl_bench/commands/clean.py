@@ -12,15 +12,18 @@ readable /proc/PID/fd and /proc/PID/maps is checked. No MPI is loaded.
 
 from __future__ import annotations
 
-import argparse
 import os
 import stat
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from osu_dl_bench.errors import UsageError
+
+if TYPE_CHECKING:  # clean_options reads this module's defaults
+    from osu_dl_bench.commands.clean_options import CleanConfig
 
 SHM_DIR = Path("/dev/shm")
 # The names MPICH gives its segment files (seen after killed jobs of the mpich wheel).
@@ -129,42 +132,15 @@ def _mib(nbytes: int) -> str:
     return f"{nbytes / (1 << 20):.1f} MiB"
 
 
-def _age(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= 10**9:
-        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
-    return value
-
-
-def add_clean_arguments(parser: argparse.ArgumentParser) -> None:
-    """Declare the clean options."""
-    parser.add_argument(
-        "--dry-run", action="store_true", help="list what would be removed, remove nothing"
-    )
-    parser.add_argument(
-        "--min-age",
-        type=_age,
-        default=MIN_AGE_S,
-        metavar="SECONDS",
-        help=f"leave younger segments alone (default {MIN_AGE_S:g} s)",
-    )
-    parser.add_argument(
-        "--dir", default=str(SHM_DIR), help=f"where MPICH keeps its segments (default {SHM_DIR})"
-    )
-
-
-def run_clean(args: argparse.Namespace) -> int:
+def run_clean(cfg: CleanConfig) -> int:
     """Remove (or with --dry-run list) the stale segments; 1 if some could not be removed."""
-    directory = Path(args.dir)
+    directory = Path(cfg.dir)
     if not directory.is_dir():
-        raise UsageError(f"--dir {args.dir}: not a directory")
-    stale = stale_segments(directory, os.getuid(), args.min_age)
-    failures = [] if args.dry_run else remove(stale)
+        raise UsageError(f"--dir {cfg.dir}: not a directory")
+    stale = stale_segments(directory, os.getuid(), cfg.min_age)
+    failures = [] if cfg.dry_run else remove(stale)
     failed = {f[0].path for f in failures}
-    verb = "would remove" if args.dry_run else "removed"
+    verb = "would remove" if cfg.dry_run else "removed"
     for segment in stale:
         if segment.path not in failed:
             print(f"{verb} {segment.path} ({_mib(segment.size)})")

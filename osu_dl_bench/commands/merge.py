@@ -12,13 +12,13 @@ largest nodes and ppn, and ``merged_from`` (each run's directory, rows and ident
 
 from __future__ import annotations
 
-import argparse
 import math
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from osu_dl_bench.commands.merge_options import MIXABLE, MergeConfig
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import (
     METADATA,
@@ -32,39 +32,17 @@ from osu_dl_bench.paths import check_writable_directory
 from osu_dl_bench.runtime import utc_now
 
 
-def add_merge_arguments(parser: argparse.ArgumentParser) -> None:
-    """RUN RUN [RUN ...] -o RUN."""
-    parser.add_argument("runs", metavar="RUN", nargs="+", help="sweeps' run directories")
-    parser.add_argument(
-        "-o",
-        "--output",
-        required=True,
-        metavar="RUN",
-        help="the merged run directory: new, or without results.csv and metadata.json",
-    )
-    parser.add_argument(
-        "--allow-mixed",
-        nargs="?",
-        const=",".join(MIXABLE),
-        default="",
-        metavar="WHAT",
-        help="merge runs that differ in these (comma list of "
-        f"{', '.join(MIXABLE)}; alone: all): hosts for one sweep per allocation of one "
-        "cluster; each run's are recorded under merged_from",
-    )
-
-
-def run_merge(args: argparse.Namespace) -> int:
+def run_merge(cfg: MergeConfig) -> int:
     """Write the merged run directory and say what it holds."""
-    check_writable_directory("-o", args.output)
-    sources = _sources(args.runs, args.output)
+    check_writable_directory("-o", cfg.output)
+    sources = _sources(cfg.runs, cfg.output)
     frames = [RunStore(path).load() for path in sources]
     metadata = [RunStore(path).read_metadata() for path in sources]
-    _refuse_mixed(sources, metadata, _mixable(args.allow_mixed))
+    _refuse_mixed(sources, metadata, _mixable(cfg.allow_mixed))
     merged = pd.concat(frames, ignore_index=True)
     # Before anything is written: a metadata field merging cannot read stops it here.
     combined = merged_metadata(sources, metadata, [len(f) for f in frames])
-    out = RunStore(args.output)
+    out = RunStore(cfg.output)
     _check_output(out)
     lock = out.lock()
     try:
@@ -101,8 +79,6 @@ def _sources(runs: list[str], output: str) -> list[Path]:
 
 # What makes two runs' times comparable: the same MPI library, version and machines.
 IDENTITY = ("mpi_library", "mpi_version", "hosts")
-# --allow-mixed's words for them.
-MIXABLE = {"library": "mpi_library", "version": "mpi_version", "hosts": "hosts"}
 
 
 def _mixable(text: str) -> set[str]:

@@ -9,13 +9,13 @@ chosen algorithm over size x process count.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from collectives.units import format_size
+from osu_dl_bench.commands.plot_options import PlotConfig
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import RunStore
 from osu_dl_bench.paths import check_writable_directory, write_atomic
@@ -24,15 +24,6 @@ if TYPE_CHECKING:  # imported in the functions: tuning loads mpi4py.MPI, parsing
     from osu_dl_bench.selection.table import Entry, TuningTable
 
 CHOICE_BAND = "#f2b705"
-
-
-def add_plot_arguments(parser: argparse.ArgumentParser) -> None:
-    """Declare the plot options."""
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="a sweep's run directory")
-    parser.add_argument(
-        "--table", default=None, help="tuning table for the bands (default: tune the run now)"
-    )
-    parser.add_argument("-o", "--output", default=None, help="directory (default RUN_DIR/plots)")
 
 
 def _pyplot():
@@ -322,9 +313,9 @@ def _by_collective(table: TuningTable) -> dict[tuple[str, str], list[Entry]]:
     return groups
 
 
-def run_plot(args: argparse.Namespace) -> int:
+def run_plot(cfg: PlotConfig) -> int:
     """The plot subcommand: write the PNGs and list them."""
-    check_writable_directory("-o", args.output or str(Path(args.run_dir) / "plots"))
-    for path in plot_run(args.run_dir, args.table, args.output):
+    check_writable_directory("-o", cfg.output or str(Path(cfg.run_dir) / "plots"))
+    for path in plot_run(cfg.run_dir, cfg.table, cfg.output):
         print(f"# wrote {path}")
     return 0

@@ -4,16 +4,13 @@ file. No MPI is loaded."""
 
 from __future__ import annotations
 
-import argparse
 import json
-import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
+from osu_dl_bench.commands.triage_options import TriageConfig
 from osu_dl_bench.diagnosis.ranks import (
-    MIN_SHARE,
     evidence_from_records,
     evidence_from_run,
     report_lines,
@@ -22,38 +19,6 @@ from osu_dl_bench.diagnosis.ranks import (
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.records import OUTPUT_SUFFIXES, read_records
 from osu_dl_bench.measurement.store import RunStore
-
-
-@dataclass(frozen=True)
-class TriageConfig:
-    """What triage reads and how much of the call's own time a lag must be to be named."""
-
-    source: Path
-    min_share: float
-
-
-def add_triage_arguments(parser: argparse.ArgumentParser) -> None:
-    """triage's options."""
-    parser.add_argument(
-        "source",
-        metavar="RUN_OR_FILE",
-        help="a sweep's run directory, or a file written by bench --per-rank -o",
-    )
-    parser.add_argument(
-        "--min-share",
-        type=float,
-        default=MIN_SHARE,
-        help=f"name a rank only where its lag exceeds its peers' by this share of the "
-        "call's own time (the call less the wait for the latest rank) "
-        f"(default {MIN_SHARE:g})",
-    )
-
-
-def config_from_args(args: argparse.Namespace) -> TriageConfig:
-    """The checked options."""
-    if not (math.isfinite(args.min_share) and 0 <= args.min_share < 100):
-        raise UsageError(f"--min-share {args.min_share}: expected 0 or more, below 100")
-    return TriageConfig(Path(args.source), args.min_share)
 
 
 def _evidence(source: Path) -> pd.DataFrame:

@@ -1,0 +1,45 @@
+"""The merge subcommand's options, parsed into a MergeConfig."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+# --allow-mixed's words for the identity fields (merge.IDENTITY) a run may differ in.
+MIXABLE = {"library": "mpi_library", "version": "mpi_version", "hosts": "hosts"}
+
+
+@dataclass(frozen=True)
+class MergeConfig:
+    """The runs to merge, in order, the merged run directory and --allow-mixed's text."""
+
+    runs: tuple[str, ...]
+    output: str
+    allow_mixed: str
+
+
+def add_merge_arguments(parser: argparse.ArgumentParser) -> None:
+    """RUN RUN [RUN ...] -o RUN."""
+    parser.add_argument("runs", metavar="RUN", nargs="+", help="sweeps' run directories")
+    parser.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="RUN",
+        help="the merged run directory: new, or without results.csv and metadata.json",
+    )
+    parser.add_argument(
+        "--allow-mixed",
+        nargs="?",
+        const=",".join(MIXABLE),
+        default="",
+        metavar="WHAT",
+        help="merge runs that differ in these (comma list of "
+        f"{', '.join(MIXABLE)}; alone: all): hosts for one sweep per allocation of one "
+        "cluster; each run's are recorded under merged_from",
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> MergeConfig:
+    """The MergeConfig of parsed arguments."""
+    return MergeConfig(tuple(args.runs), args.output, args.allow_mixed)

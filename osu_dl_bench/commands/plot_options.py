@@ -1,0 +1,29 @@
+"""The plot subcommand's options, parsed into a PlotConfig."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PlotConfig:
+    """The run to plot, its tuning table (None: tune it now) and where the PNGs go."""
+
+    run_dir: str
+    table: str | None
+    output: str | None
+
+
+def add_plot_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the plot options."""
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a sweep's run directory")
+    parser.add_argument(
+        "--table", default=None, help="tuning table for the bands (default: tune the run now)"
+    )
+    parser.add_argument("-o", "--output", default=None, help="directory (default RUN_DIR/plots)")
+
+
+def config_from_args(args: argparse.Namespace) -> PlotConfig:
+    """The PlotConfig of parsed arguments."""
+    return PlotConfig(args.run_dir, args.table, args.output)

@@ -49,7 +49,7 @@ def worker(comm, thread_level: str, device: str, round_index: int, out: str, bud
     from collectives.dtypes import element_type
     from collectives.ops import reduce_op
     from osu_dl_bench.measurement.kernel import measure_budget, plan_variants, prepare_inputs
-    from osu_dl_bench.runtime import discover_topology
+    from osu_dl_bench.runtime.topology import discover_topology
 
     topo = discover_topology(comm)
     etype, op = element_type("float32"), reduce_op("sum")

@@ -34,7 +34,7 @@ from pathlib import Path
 from osu_dl_bench.jobs import launch
 from osu_dl_bench.measurement import heartbeat
 from osu_dl_bench.measurement.store import RunStore
-from osu_dl_bench.runtime import OVERSUBSCRIBED_CVARS
+from osu_dl_bench.runtime.launcher import OVERSUBSCRIBED_CVARS
 
 REPO = Path(__file__).resolve().parents[1]
 SWEEP = [sys.executable, "-m", "osu_dl_bench", "sweep"]

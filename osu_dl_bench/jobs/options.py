@@ -29,7 +29,8 @@ from osu_dl_bench.measurement.options import (
 )
 from osu_dl_bench.measurement.store import RunStore
 from osu_dl_bench.paths import check_writable_directory
-from osu_dl_bench.runtime import DEFAULT_THREAD_LEVEL, THREAD_LEVELS, slurm_job
+from osu_dl_bench.runtime.slurm_env import slurm_job
+from osu_dl_bench.runtime.start import DEFAULT_THREAD_LEVEL, THREAD_LEVELS
 
 LAUNCHERS = ("mpiexec", "srun")
 # srun's process-management interface per MPI library: the mpich wheel speaks PMI-2;

@@ -58,7 +58,8 @@ import numpy as np
 
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.paths import write_text_atomic
-from osu_dl_bench.runtime import library_version_line, on_rank0, utc_now
+from osu_dl_bench.runtime.agreement import on_rank0
+from osu_dl_bench.runtime.metadata import library_version_line, utc_now
 
 CALIBRATION_CSV = "calibration.csv"
 CALIBRATION_JSON = "calibration.json"

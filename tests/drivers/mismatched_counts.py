@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from osu_dl_bench.runtime import init_mpi, run_guarded
+from osu_dl_bench.runtime.guard import run_guarded
+from osu_dl_bench.runtime.start import init_mpi
 
 MPI = init_mpi("single")
 

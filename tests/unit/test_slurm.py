@@ -12,7 +12,8 @@ from support.sweep import sweep_config
 
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs import runinfo, slurm
-from osu_dl_bench.runtime import local_rank_count, parse_tasks_per_node, slurm_job
+from osu_dl_bench.runtime.launcher import local_rank_count
+from osu_dl_bench.runtime.slurm_env import parse_tasks_per_node, slurm_job
 
 _LAUNCHER_VARS = (
     "MPI_LOCALNRANKS",

@@ -45,7 +45,7 @@ from osu_dl_bench.runtime.agreement import (
 from osu_dl_bench.runtime.metadata import collect_metadata
 from osu_dl_bench.runtime.topology import discover_topology
 from osu_dl_bench.selection.selector import Selector, parse_bench_algorithms
-from osu_dl_bench.train.options import DEFAULT_BUCKET_CAP, DEFAULT_FIRST_BUCKET
+from osu_dl_bench.train.ddp_defaults import DEFAULT_BUCKET_CAP, DEFAULT_FIRST_BUCKET
 from osu_dl_bench.train.traffic import BucketPlan, bucket_plan, check_model_name
 
 

@@ -16,7 +16,7 @@ process count, kind and size, the median over jobs. Kinds, every rank taking par
   left one (mpi4py's buffer calls, as the algorithms use them): alpha and beta of the
   intra-node link with all p ranks active (on an oversubscribed node, mostly the cost of
   waiting for a descheduled peer);
-- ``pingpong`` (p = 2 only): the one-way time of OSU's ping-pong (bench.p2p's round), for
+- ``pingpong`` (p = 2 only): the one-way time of OSU's ping-pong (measurement.p2p's round), for
   reference: one copy in flight, where a collective's steps have all ranks copying;
 - ``reduce``: ``ufunc(a, b, out=a)`` on every rank at once (as the algorithms reduce: in
   place, sharing the cores and the memory bus): gamma;

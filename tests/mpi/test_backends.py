@@ -5,7 +5,7 @@ GPU: its correctness tests run wherever both exist and are skipped with the reas
 elsewhere; on CPU its algorithms also run on a stand-in for cupy whose "NCCL" is MPI, which
 checks our layouts, roots and node logic but not cupy or NCCL themselves.
 
-Run as a script (``python tests/test_backends.py``, under mpiexec) this file is the device
+Run as a script (``python tests/mpi/test_backends.py``, under mpiexec) this file is the device
 correctness driver: every registered nccl algorithm on cupy buffers against the expected
 result, ending with one ``SUMMARY {json}`` line from rank 0.
 """

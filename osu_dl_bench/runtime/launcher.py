@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 
 from osu_dl_bench.runtime.slurm_env import slurm_local_count
 
@@ -57,20 +58,21 @@ def launcher_size() -> int:
     names = ["PMI_SIZE", "OMPI_COMM_WORLD_SIZE"]
     if "PMIX_RANK" in os.environ:  # srun --mpi=pmix sets no PMI_SIZE
         names.append("SLURM_STEP_NUM_TASKS")
-    for var in names:
-        value = os.environ.get(var, "")
-        if value.isdigit():
-            return int(value)
-    return 1
+    return _first_whole_number(names, 1)
 
 
 def launcher_rank() -> int:
     """This process's rank as the launcher (mpiexec, srun) announced it; 0 if none did."""
-    for var in _LAUNCHER_RANK_VARS:
+    return _first_whole_number(_LAUNCHER_RANK_VARS, 0)
+
+
+def _first_whole_number(names: Sequence[str], default: int) -> int:
+    """The first of the environment variables ``names`` that holds a whole number."""
+    for var in names:
         value = os.environ.get(var, "")
         if value.isdigit():
             return int(value)
-    return 0
+    return default
 
 
 def world_rank() -> int:

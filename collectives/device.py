@@ -16,8 +16,11 @@ whether the MPI library reads device memory, and host staging where it does not.
 - Staging. Where MPI is not CUDA-aware, ``for_backend`` wraps an MPI algorithm so that it
   runs on pinned host copies of the buffers (``cupyx.empty_pinned``): send is copied in,
   recv only where the call reads it (in place), and recv is copied back. The pinned
-  memory stays bounded: one send block per thread, grown to the largest call, and one
-  receive mirror per wrapped call, of its latest size.
+  memory stays bounded: one send block per thread, grown to the largest call, and per
+  wrapped call one receive mirror per size, the most recently used kept while they fit
+  ``RECV_MIRROR_BYTES``. Pinning is slow (cudaHostAlloc maps and locks every page), so
+  a call that alternates sizes, as the trainer's gradient buckets do, must not pin anew
+  each time.
 - Streams. cupy gives every thread the legacy default stream unless told otherwise, and
   that stream is ordered against every blocking stream (CUDA Runtime API, "Stream
   synchronization behavior"): a thread that communicates while another computes takes a
@@ -33,6 +36,7 @@ import ctypes
 import os
 import sys
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -272,24 +276,43 @@ class _SendMirrors(threading.local):
 _send_mirrors = _SendMirrors()
 
 
+# Pinned receive mirrors one wrapped call keeps across sizes (the least recently used
+# are released beyond it; the current size's is always kept).
+RECV_MIRROR_BYTES = 1 << 30
+
+
 class _RecvMirror:
-    """One staged call's receive mirror, of the current call's shape only (an earlier
-    size's is released). Not shared between calls: where the call only overwrites recv
-    nothing is copied in, so a shared block could hand an algorithm that leaves part of
-    recv unwritten another algorithm's right answer; a new mirror starts as all-ones
-    bytes instead (NaN, -1), which validation catches."""
+    """One staged call's receive mirrors, one per shape, the most recently used kept while
+    their bytes fit RECV_MIRROR_BYTES. Not shared between calls: where the call only
+    overwrites recv nothing is copied in, so a shared block could hand an algorithm that
+    leaves part of recv unwritten another algorithm's right answer; a new mirror starts
+    as all-ones bytes instead (NaN, -1), which validation catches."""
 
     def __init__(self) -> None:
-        self.array: np.ndarray | None = None
+        self.arrays: OrderedDict[tuple, np.ndarray] = OrderedDict()
 
     def mirror(self, array: Any) -> np.ndarray:
-        held = self.array
-        if held is None or held.shape != array.shape or held.dtype != array.dtype:
-            self.array = None
+        key = (array.shape, np.dtype(array.dtype).str)
+        held = self.arrays.get(key)
+        if held is not None:
+            self.arrays.move_to_end(key)
+            return held
+        self._make_room(array.nbytes)
+        held = self.arrays[key] = _pinned(array.shape, array.dtype)
+        held.view(np.uint8).fill(0xFF)
+        return held
+
+    def _make_room(self, nbytes: int) -> None:
+        """Release the least recently used mirrors until ``nbytes`` more fit."""
+        held = sum(a.nbytes for a in self.arrays.values())
+        released = False
+        while self.arrays and held + nbytes > RECV_MIRROR_BYTES:
+            _, oldest = self.arrays.popitem(last=False)
+            held -= oldest.nbytes
+            released = True
+        if released:
+            del oldest  # the pool can only give back blocks nothing refers to
             _release_pinned()
-            self.array = _pinned(array.shape, array.dtype)
-            self.array.view(np.uint8).fill(0xFF)
-        return self.array
 
 
 def _release_pinned() -> None:

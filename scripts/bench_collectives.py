@@ -40,7 +40,10 @@ JOBS = (("single", "cpu"), ("multiple", "cpu"), ("single", "cpu-registered"))
 
 
 def worker(comm, thread_level: str, device: str, round_index: int, out: str, budget: float) -> int:
-    """Inside mpiexec: measure every eligible variant and the memcpy bound; rank 0 appends."""
+    """Inside mpiexec: measure every eligible variant and the memcpy bound; rank 0 writes
+    the launch's record (its rows, and its collective points for the run directory)."""
+    from dataclasses import asdict
+
     import numpy as np
     from mpi4py import MPI as mpi
 
@@ -48,13 +51,19 @@ def worker(comm, thread_level: str, device: str, round_index: int, out: str, bud
     from collectives.buffers import array_module
     from collectives.dtypes import element_type
     from collectives.ops import reduce_op
+    from osu_dl_bench.jobs.plan import CollectivePlan, LaunchSlot, SweepSetting
+    from osu_dl_bench.jobs.worker import sweep_points
     from osu_dl_bench.measurement.kernel import measure_budget, plan_variants, prepare_inputs
+    from osu_dl_bench.paths import write_text_atomic
+    from osu_dl_bench.runtime.metadata import collect_metadata
     from osu_dl_bench.runtime.topology import discover_topology
 
     topo = discover_topology(comm)
     etype, op = element_type("float32"), reduce_op("sum")
     xp = array_module(device)
-    rows = []
+    setting = SweepSetting(etype, op, xp, {})
+    slot = LaunchSlot(round_index + 1, group_name(thread_level, device))
+    rows, points = [], []
     for collective in COLLECTIVES:
         spec = SPECS[collective]
         ctx = CallContext(comm.size, etype, op, device, topo.nodes, topo.ppn)
@@ -62,9 +71,12 @@ def worker(comm, thread_level: str, device: str, round_index: int, out: str, bud
         variants = plan_variants(every, ctx).eligible
         calls = [v.bind(comm) for v in variants]
         point_op = op if spec.reduces else None
+        plan = CollectivePlan(spec, [], variants, [], comm.size, topo.nodes, topo.ppn)
         for size in SIZES:
-            inputs = prepare_inputs(comm, spec, etype, point_op, xp, size // etype.dtype.itemsize)
+            count = size // etype.dtype.itemsize
+            inputs = prepare_inputs(comm, spec, etype, point_op, xp, count)
             timing = measure_budget(comm, calls, inputs, budget)
+            points += sweep_points(device, setting, plan, count, variants, timing, slot)
             # A round's time: the mean over its iterations; the job's: the median round.
             medians = np.median(timing.times.mean(axis=2), axis=0) * 1e6
             rows += [
@@ -96,9 +108,20 @@ def worker(comm, thread_level: str, device: str, round_index: int, out: str, bud
             }
         )
     if comm.rank == 0:
-        with open(out, "a") as handle:
-            handle.writelines(json.dumps(row) + "\n" for row in rows)
+        meta = collect_metadata(topo).as_dict()
+        record = {"rows": rows, "points": [asdict(point) for point in points]}
+        record |= {"nprocs": comm.size, "nodes": topo.nodes, "ppn": topo.ppn}
+        record |= {"hosts": list(topo.hostnames)}
+        record |= {k: meta[k] for k in ("mpi_library", "mpi_version", "mpi4py_version")}
+        write_text_atomic(out, json.dumps(record))
     return 0
+
+
+def group_name(thread_level: str, device: str) -> str:
+    """The isolation group of a job's launches: the first job's is the MPI library's
+    default group ('mpi', the reference tune pairs the others with), then
+    'multiple-cpu', 'single-cpu-registered'."""
+    return "mpi" if (thread_level, device) == JOBS[0] else f"{thread_level}-{device}"
 
 
 def _memcpy_us(comm, mpi, np, size: int) -> float:
@@ -116,33 +139,68 @@ def _memcpy_us(comm, mpi, np, size: int) -> float:
     return float(np.median(worst) * 1e6)
 
 
-def orchestrate(args: argparse.Namespace) -> None:
-    """Launch each round's jobs (JOBS), then aggregate and print the comparison."""
+def orchestrate(args: argparse.Namespace) -> int:
+    """Launch each round's jobs (JOBS) through the experiment engine into the run
+    directory, then aggregate and print the comparison; the exit code."""
+    from osu_dl_bench.errors import UsageError
     from osu_dl_bench.jobs import launch
+    from osu_dl_bench.jobs.experiment import RecordedExperiment, Turn, run_recorded
+    from osu_dl_bench.jobs.orchestrate import JobFailed, JobOutcome
+    from osu_dl_bench.paths import write_text_atomic
 
-    raw = Path(tempfile.mkstemp(suffix=".jsonl")[1])
-    for round_index in range(args.rounds):
-        for level, device in JOBS:
+    levels = {group_name(level, device): (level, device) for level, device in JOBS}
+    config = {"np": args.np, "rounds": args.rounds, "budget": args.budget}
+
+    def run(turn: Turn) -> JobOutcome:
+        level, device = levels[turn.job[2]]
+        round_index = turn.job[1] - 1
+        print(
+            f"round {round_index + 1}/{args.rounds}: thread level {level}, buffers {device}",
+            file=sys.stderr,
+            flush=True,
+        )
+        argv = [__file__, "--worker", level, "--device", device, "--round", str(round_index)]
+        argv += ["--raw", str(turn.part), "--budget", str(args.budget)]
+        cmd = launch.mpi_command(args.np, argv)
+        env = launch.mpi_environment(args.np)
+        try:
+            code = launch.run(cmd, args.timeout, env=env, stdout=None, stderr=None).returncode
+            ended = f"ended with exit code {code}"
+        except subprocess.TimeoutExpired:
+            code, ended = 1, f"did not finish within {args.timeout:g} s (--timeout)"
+        if code != 0:
             print(
-                f"round {round_index + 1}/{args.rounds}: thread level {level}, buffers {device}",
+                f"bench_collectives: error: the job of round {round_index + 1} ({level}, "
+                f"{device}) {ended}; the rounds before it are kept in {run_dir}: rerun "
+                "with --resume",
                 file=sys.stderr,
                 flush=True,
             )
-            argv = [__file__, "--worker", level, "--device", device, "--round", str(round_index)]
-            argv += ["--raw", str(raw), "--budget", str(args.budget)]
-            cmd = launch.mpi_command(args.np, argv)
-            job = launch.run(
-                cmd, args.timeout, env=launch.mpi_environment(args.np), stdout=None, stderr=None
-            )
-            if job.returncode != 0:
-                raise subprocess.CalledProcessError(job.returncode, cmd)
-    rows = [json.loads(line) for line in raw.read_text().splitlines()]
+        return JobOutcome(code, finished=False, failures=0)
+
+    with tempfile.TemporaryDirectory(prefix="bench-collectives-") as scratch:
+        run_dir = args.run_dir or args.out or str(Path(scratch) / "run")
+        spec = RecordedExperiment(
+            "bench_collectives", config, run_dir, "--run-dir", (args.np,), args.rounds,
+            tuple(levels), resume=args.resume, shuffle=False,
+        )  # fmt: skip
+        try:
+            found = run_recorded(spec, run)
+        except JobFailed as exc:
+            return exc.code or 1
+        except UsageError as exc:
+            print(f"bench_collectives: error: {exc}", file=sys.stderr)
+            return 2
+    if found.code != 0:
+        return found.code
+    rows = [row for record in found.records for row in record["rows"]]
     report = _aggregate(rows, args.rounds)
     print(report)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(f"{args.out}.jsonl").write_text(raw.read_text())
-        Path(f"{args.out}.txt").write_text(report + "\n")
+        write_text_atomic(f"{args.out}.jsonl", "".join(json.dumps(row) + "\n" for row in rows))
+        write_text_atomic(f"{args.out}.txt", report + "\n")
+    return 0
 
 
 def _per_round(rows: list[dict], collective: str, size: int, pick) -> dict[int, float]:
@@ -220,7 +278,13 @@ def main() -> None:
     parser.add_argument("--np", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--budget", type=float, default=3.0, help="seconds per size and job")
-    parser.add_argument("--out", default=None, help="write OUT.txt and OUT.jsonl")
+    parser.add_argument(
+        "--out", default=None, help="write OUT.txt and OUT.jsonl, and the run directory OUT"
+    )
+    parser.add_argument(
+        "--run-dir", default=None, help="the run directory (default OUT; without --out, none kept)"
+    )
+    parser.add_argument("--resume", action="store_true", help="continue the run directory")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per job (900)")
     parser.add_argument("--worker", choices=("single", "multiple"), help=argparse.SUPPRESS)
     parser.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
@@ -235,7 +299,7 @@ def main() -> None:
 
         raise SystemExit(run_in_job(body, args.worker))
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    orchestrate(args)
+    raise SystemExit(orchestrate(args))
 
 
 if __name__ == "__main__":

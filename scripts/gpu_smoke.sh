@@ -9,10 +9,7 @@
 #
 # Runs from this checkout as it is (python3 -m osu_dl_bench with the checkout on
 # PYTHONPATH; nothing installed). A node without an MPI library or jsonschema gets them
-# from carried wheels: scripts/gpu_wheels.sh fetches them into wheels/ where pip can
-# download; here they are installed offline into .gpu-deps/ (pip --no-index --prefix) and
-# put on PYTHONPATH, PATH, LD_LIBRARY_PATH and MPI4PY_LIBMPI (mpi4py's variable for where
-# libmpi is: the node's Python lives in another prefix, where mpi4py would not look).
+# from carried wheels (scripts/gpu_env.sh says how).
 #
 # Uses every GPU cupy sees: NCCL runs on one rank per GPU (p = 1 on a one-GPU machine, so
 # its bus bandwidth, 0 by definition, is replaced by algbw); MPI algorithms run on max(2,
@@ -27,7 +24,6 @@
 # wheels), DEPS (default .gpu-deps).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
-REPO=$PWD
 PYTHON=${PYTHON:-python3}
 MPIEXEC=${MPIEXEC:-mpiexec}
 OUT=${OUT:-runs/gpu_smoke}
@@ -35,14 +31,9 @@ MAX=${MAX:-64M}
 REPEATS=${REPEATS:-20}
 RACE=${RACE:-16M:64M}
 SWEEP_MAX=${SWEEP_MAX:-1M}
-WHEELS=${WHEELS:-wheels}
-DEPS=${DEPS:-.gpu-deps}
-case $DEPS in /*) ;; *) DEPS=$REPO/$DEPS ;; esac
 # A hung step is stopped and counted as failed.
 LIMIT=(timeout "${STEP_TIMEOUT:-1800}")
 OSU=("$PYTHON" -m osu_dl_bench)
-# What the carried wheels provide (typing-extensions only where the node lacks it).
-CARRIED=(mpich jsonschema referencing jsonschema-specifications rpds-py attrs)
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
     echo "gpu_smoke: no NVIDIA GPU here (nvidia-smi -L lists none): nothing to check" >&2
@@ -50,27 +41,8 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep
 fi
 
 # --- the checkout and the carried dependencies on the paths --------------------------------
-use_deps() { # the install under $DEPS, if any, on every path that finds it
-    local site
-    site=$(find "$DEPS" -type d -name site-packages -print -quit 2>/dev/null)
-    [ -n "$site" ] || return 0
-    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
-    export PATH="$DEPS/bin:$PATH"
-    export LD_LIBRARY_PATH="$DEPS/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    export MPI4PY_LIBMPI="$DEPS/lib"
-}
-carried_present() { "$PYTHON" -c 'import jsonschema; from mpi4py import MPI' >/dev/null 2>&1; }
-
-export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
-use_deps
-if ! carried_present && ls "$WHEELS"/*.whl >/dev/null 2>&1; then
-    names=("${CARRIED[@]}")
-    "$PYTHON" -c 'import typing_extensions' >/dev/null 2>&1 || names+=(typing-extensions)
-    echo "gpu_smoke: installing the carried wheels from $WHEELS/ into $DEPS/ (offline)"
-    "$PYTHON" -m pip install --quiet --no-index --no-deps --find-links "$WHEELS" \
-        --prefix "$DEPS" "${names[@]}" || echo "gpu_smoke: pip install from $WHEELS/ failed" >&2
-    use_deps
-fi
+# shellcheck source=scripts/gpu_env.sh
+. scripts/gpu_env.sh
 
 rm -rf "$OUT"
 mkdir -p "$OUT"

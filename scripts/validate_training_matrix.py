@@ -21,6 +21,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -142,18 +143,21 @@ def _run_case(plan: dict, case: dict, scratch: Path, rank: int) -> dict:
 
 
 def worker(comm, plan_path: str, out_dir: str) -> int:
-    """Run the plan's cases at this job's p; rank 0 appends one JSON line per case."""
+    """Run the plan's cases at this job's p; rank 0 rewrites results.jsonl after each case."""
+    from osu_dl_bench.paths import write_text_atomic
+
     plan, out = json.loads(Path(plan_path).read_text()), Path(out_dir)
     cases = _cases(plan, comm.Get_size())
     rank = comm.Get_rank()
     if rank == 0:
-        (out / "cases.json").write_text(json.dumps(cases))
+        write_text_atomic(out / "cases.json", json.dumps(cases))
+    rows = []
     with tempfile.TemporaryDirectory() as scratch:
         for case in cases:
             row = _run_case(plan, case, Path(scratch), rank)
             if rank == 0:
-                with open(out / "results.jsonl", "a") as handle:
-                    handle.write(json.dumps(row) + "\n")
+                rows.append(json.dumps(row) + "\n")
+                write_text_atomic(out / "results.jsonl", "".join(rows))
     return 0
 
 
@@ -173,13 +177,14 @@ def _env(nprocs: int) -> dict[str, str]:
 def _launch(nprocs: int, plan_path: Path, out: Path, timeout: float) -> str:
     """One mpiexec job running every case at ``nprocs``; '' or why it ended badly."""
     from osu_dl_bench.jobs import launch
+    from osu_dl_bench.paths import write_text_atomic
 
     cmd = launch.mpi_command(nprocs, [__file__, "--worker", str(plan_path), str(out)])
     try:
         job = launch.run(cmd, timeout, env=_env(nprocs), cwd=REPO, stderr=subprocess.STDOUT)
     except subprocess.TimeoutExpired:
         return f"timed out after {timeout:.0f} s"
-    (out / "job.log").write_text(job.stdout)
+    write_text_atomic(out / "job.log", job.stdout)
     return "" if job.returncode == 0 else f"job exit {job.returncode} (see {out}/job.log)"
 
 
@@ -255,6 +260,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--batch", type=int, default=BATCH, help=f"global batch ({BATCH})")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per p (900)")
     parser.add_argument("--json", default=None, help="also write the rows")
+    parser.add_argument(
+        "--run-dir", default=None, help="keep each p's rows in this run directory (resumable)"
+    )
+    parser.add_argument("--resume", action="store_true", help="continue --run-dir")
     parser.add_argument("train_args", nargs="*", help="after --: more train options")
     args = parser.parse_args(argv)
     lists = {
@@ -275,20 +284,54 @@ def main(argv: list[str]) -> int:
     counts = _parse_nprocs(args.nprocs)
     if counts is None or args.steps < 1 or args.batch < 1:
         parser.error("--nprocs takes counts >= 1 (2,3,4); --steps and --batch are >= 1")
-    rows = []
+    found = _run_matrix(args, plan, counts)
+    if found is None:
+        return 2
+    rows = [row for record in found.records for row in record["rows"]]
+    print("\n".join(table(rows)), flush=True)
+    if args.json:
+        from osu_dl_bench.paths import write_text_atomic
+
+        write_text_atomic(args.json, json.dumps(rows, indent=1))
+    failed = found.code != 0 or any(r["result"] in ("FAIL", "ERROR", "NOT RUN") for r in rows)
+    return 1 if failed else 0
+
+
+def _run_matrix(args: argparse.Namespace, plan: dict, counts: list[int]):
+    """One job per p through the experiment engine, each p's rows kept in the run directory
+    (a resumed run skips every p whose cases all ran); the engine's result, or None after
+    a usage error (said)."""
+    from osu_dl_bench.errors import UsageError
+    from osu_dl_bench.jobs.experiment import RecordedExperiment, Turn, run_recorded
+    from osu_dl_bench.jobs.orchestrate import JobOutcome
+    from osu_dl_bench.paths import write_text_atomic
+
     with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "plan.json").write_text(json.dumps(plan))
-        for nprocs in counts:
-            out = Path(tmp) / f"p{nprocs}"
+        write_text_atomic(Path(tmp) / "plan.json", json.dumps(plan))
+
+        def run(turn: Turn) -> JobOutcome:
+            nprocs = turn.job[0]
+            out = Path(run_dir) / f"p{nprocs}"  # the job's log stays beside its rows
+            shutil.rmtree(out, ignore_errors=True)
             out.mkdir()
             start = time.perf_counter()
             problem = _launch(nprocs, Path(tmp) / "plan.json", out, args.timeout)
-            rows += _rows(nprocs, out, problem)
+            record = {"nprocs": nprocs, "rows": _rows(nprocs, out, problem)}
+            write_text_atomic(turn.part, json.dumps(record | {"complete": not problem}))
             print(f"# p={nprocs}: {time.perf_counter() - start:.0f} s {problem}", flush=True)
-    print("\n".join(table(rows)), flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
-    return 1 if any(r["result"] in ("FAIL", "ERROR", "NOT RUN") for r in rows) else 0
+            return JobOutcome(1 if problem else 0, finished=True, failures=0)
+
+        run_dir = args.run_dir or str(Path(tmp) / "run")
+        distinct = tuple(dict.fromkeys(counts))  # each p once
+        spec = RecordedExperiment(
+            "validate_training_matrix", plan, run_dir, "--run-dir", distinct, 1, ("mpi",),
+            resume=args.resume, shuffle=False,
+        )  # fmt: skip
+        try:
+            return run_recorded(spec, run)
+        except UsageError as exc:
+            print(f"validate_training_matrix: error: {exc}", file=sys.stderr)
+            return None
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from mpi4py import MPI
 
@@ -23,7 +23,14 @@ from osu_dl_bench.diagnosis.linkmap import (
 )
 from osu_dl_bench.errors import UsageError, ValidationFailure
 from osu_dl_bench.measurement import report
-from osu_dl_bench.measurement.harness import Setting, bench_record, measure_collective
+from osu_dl_bench.measurement.bounds import bound_bytes
+from osu_dl_bench.measurement.harness import (
+    Setting,
+    bench_record,
+    candidate_labels,
+    label_of,
+    measure_collective,
+)
 from osu_dl_bench.measurement.kernel import delay_for, plan_variants
 from osu_dl_bench.measurement.linkmap import LinkSettings, measure_links
 from osu_dl_bench.measurement.memory import (
@@ -97,9 +104,14 @@ def _memory_need(cfg: BenchConfig, setting: Setting, nprocs: int) -> Need:
     itemsize = setting.etype.itemsize
     rotating = setting.spec.rooted and cfg.root.rotate
     roots = nprocs if cfg.validate and rotating else 1
-    return collective_need(
+    need = collective_need(
         setting.spec, cfg.max_size // itemsize, nprocs, itemsize, cfg.device, cfg.validate, roots
     )
+    extra = bound_bytes(cfg.device, cfg.max_size) if cfg.bounds else 0
+    if not extra:
+        return need
+    parts = f"{need.parts}, and the copy bound's two buffers"
+    return replace(need, rank_bytes=need.rank_bytes + extra, parts=parts)
 
 
 def _settings_every_rank_shares(cfg: BenchConfig) -> dict[str, object]:
@@ -235,7 +247,7 @@ def _replay(
     count = sum(plan.bucket_counts)
     wrongs = timing.wrong or [None] * len(variants)
     records = [
-        bench_record(cfg, setting, topo, variant, count, stats, steps, wrong)
+        bench_record(cfg, setting, topo, label_of(variant), count, stats, steps, wrong)
         for variant, stats, wrong in zip(variants, timing.stats, wrongs, strict=True)
     ]
     _print(comm, *(_replay_row(cfg, r) for r in records))
@@ -301,7 +313,7 @@ def run_bench(comm: MPI.Comm, cfg: BenchConfig) -> int:
         labels = [("native", "mpi")]
     else:
         measured = measure_collective(comm, cfg, setting, topo, variants)
-        labels = [(v.label, v.algorithm.backend) for v in variants]
+        labels = candidate_labels(cfg, variants)
     stream = len(labels) == 1
     if stream:
         _print(comm, *report.header_lines(cfg, *labels[0], nprocs))

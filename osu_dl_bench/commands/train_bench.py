@@ -34,11 +34,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -60,43 +58,50 @@ GROUPS = (MPI_GROUP, GLOO_GROUP)
 
 
 def run_train_bench(args: argparse.Namespace) -> int:
-    """Run every group's launches in turn and report, or (with --worker, inside one
-    launch) measure that launch's configurations."""
+    """Run every group's launches in turn through the experiment engine, keeping each in
+    the run directory OUT, and report; or (with --worker, inside one launch) measure that
+    launch's configurations."""
     if args.worker:
         return _run_worker(args)
     check_writable_file("--out", f"{args.out}.txt", make_parents=True)
+    from osu_dl_bench.jobs.experiment import RecordedExperiment, Turn, run_recorded
+    from osu_dl_bench.jobs.orchestrate import JobFailed, JobOutcome
     from osu_dl_bench.train.options import require_libraries
 
     require_libraries(_config(args))  # one message and exit 2 before any job starts
-    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
-    order = launch_order(args.launches, GROUPS, seed)
-    parts = []
-    with tempfile.TemporaryDirectory(prefix="train-bench-") as tmp:
-        for index, (number, group) in enumerate(order, 1):
-            print(
-                f"# launch {number}/{args.launches}, group {group} ({index} of {len(order)})",
-                flush=True,
-            )
-            part = Path(tmp) / f"launch{number}-{group}.json"
-            what = f"launch {number} of group {group}"
-            code = launch_job(job_command(args, number, group, str(part)), args.timeout, what)
-            if code != 0:
-                return code
-            parts.append(json.loads(part.read_text()))
-    _write(args, merge_parts(parts, seed, order))
+    spec = RecordedExperiment(
+        "train-bench", job_config(args), args.out, "--out", (args.np,), args.launches, GROUPS,
+        resume=args.resume, seed=args.seed,
+    )  # fmt: skip
+
+    def launch(turn: Turn) -> JobOutcome:
+        _, number, group = turn.job
+        print(
+            f"# launch {number}/{args.launches}, group {group} ({turn.index} of {turn.total})",
+            flush=True,
+        )
+        what = f"launch {number} of group {group}"
+        code = launch_job(job_command(args, number, group, str(turn.part)), args.timeout, what)
+        return JobOutcome(code, finished=False, failures=0)
+
+    try:
+        found = run_recorded(spec, launch, training_points)
+    except JobFailed as exc:
+        return exc.code or 1
+    if found.code != 0:
+        return found.code
+    order = [(number, group) for _, number, group in found.order]
+    _write(args, merge_parts(found.records, found.seed, order))
     return 0
 
 
 def launch_order(launches: int, groups: Iterable[str], seed: int) -> list[tuple[int, str]]:
-    """(launch, group) in the order they run: launch 1 of every group, then launch 2, ...;
-    the groups shuffled within each launch by a generator seeded with ``seed``."""
-    rng = random.Random(seed)
-    order = []
-    for number in range(1, launches + 1):
-        shuffled = list(groups)
-        rng.shuffle(shuffled)
-        order += [(number, group) for group in shuffled]
-    return order
+    """(launch, group) in the order they run: the engine's order (jobs.orchestrate) of
+    one process count's launches."""
+    from osu_dl_bench.jobs.orchestrate import launch_order as engine_order
+
+    keys = [(0, number, group) for number in range(1, launches + 1) for group in groups]
+    return [(number, group) for _, number, group in engine_order(launches, (0,), keys, seed)]
 
 
 def job_command(
@@ -397,17 +402,26 @@ def _part(args, session, rows, skipped, configs, trainers) -> dict[str, Any]:
     from osu_dl_bench.runtime.metadata import collect_metadata
     from osu_dl_bench.train.models import parameter_count
 
+    topology = session.topology
+    metadata = collect_metadata(topology).as_dict()
     return {
         "launch": args.launch,
         "group": args.group or "all",
         "nprocs": session.nprocs,
+        "nodes": topology.nodes,
+        "ppn": topology.ppn,
+        "hosts": sorted(set(topology.hostnames)),
+        "global_batch": args.batch_size,
+        "steps": args.steps,
         "configs": {c.label: c.group for c in configs},
         "measured": list(trainers),
         "rows": rows,
         "skipped": skipped,
         "parameters": parameter_count(next(iter(trainers.values())).model),
         "torch_threads": torch.get_num_threads(),
-        "metadata": collect_metadata(session.topology).as_dict(),
+        "metadata": metadata,
+        # The run directory's identity of the run (merge compares them).
+        **{name: metadata[name] for name in ("mpi_library", "mpi_version", "mpi4py_version")},
     }
 
 
@@ -418,6 +432,61 @@ def _write_part(args, part: dict[str, Any]) -> None:
         write_text_atomic(args.part, json.dumps(part) + "\n")
         return
     _write(args, merge_parts([part], None, [(part["launch"], part["group"])]))
+
+
+# --- the run directory ------------------------------------------------------------------
+
+# How results.csv names a training step: a point whose candidates are the configurations.
+TRAIN_STEP = "train_step"
+
+
+def training_points(record: dict[str, Any]) -> list[Any]:
+    """One launch's record as run-directory points: per configuration, the time of one
+    training step in each round (global batch / img/s), as a sweep's candidate at the
+    gradients' size (parameters x 4 B), so merge and the run directory's readers take it."""
+    steps: dict[str, list[float]] = {}
+    for row in sorted(record["rows"], key=lambda r: r["round"]):
+        steps.setdefault(row["config"], []).append(record["global_batch"] / row["img_per_s"])
+    return [_step_point(record, label, seconds) for label, seconds in steps.items()]
+
+
+def _step_point(record: dict[str, Any], label: str, seconds: list[float]) -> Any:
+    """One configuration's training steps of one launch as a SweepPoint."""
+    from dataclasses import asdict
+
+    import numpy as np
+
+    from collectives.specs import SPECS
+    from osu_dl_bench.measurement.schedule import round_stats
+    from osu_dl_bench.measurement.store import SweepPoint, format_rounds
+
+    nprocs, size = record["nprocs"], record["parameters"] * 4
+    stats = round_stats(np.array(seconds).reshape(-1, 1, 1))[0]
+    # The gradients' bytes over a step's time; the bus factor is the allreduce's that
+    # carries them.
+    algbw = size / (stats.median_us * 1e-6) / 1e9
+    return SweepPoint(
+        collective=TRAIN_STEP,
+        backend=record["configs"].get(label, MPI_GROUP),
+        algorithm=label,
+        dtype="float32",
+        op="sum",
+        device="cpu",
+        size_bytes=size,
+        count=record["parameters"],
+        nprocs=nprocs,
+        nodes=record["nodes"],
+        ppn=record["ppn"],
+        **asdict(stats),
+        rounds=len(seconds),
+        iterations=record["steps"],
+        algbw_gbs=algbw,
+        busbw_gbs=algbw * SPECS["allreduce"].busbw_factor(nprocs),
+        validation=None,
+        launch=record["launch"],
+        group=record["group"],
+        round_us=format_rounds(np.array(seconds) * 1e6),
+    )
 
 
 # --- the report -------------------------------------------------------------------------

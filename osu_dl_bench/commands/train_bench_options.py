@@ -70,7 +70,11 @@ def add_train_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=_non_negative, default=2, help="untimed steps before each")
     parser.add_argument("--table", default=None, help="tuning table for the 'tuned' row")
     add_benchmark_workload_arguments(parser, "global batch", "torch threads per rank")
-    parser.add_argument("--out", default="results/train_p2", help="writes OUT.txt and OUT.json")
+    parser.add_argument(
+        "--out",
+        default="results/train_p2",
+        help="writes OUT.txt and OUT.json, and the run directory OUT (every launch, resumable)",
+    )
     parser.add_argument(
         "--timeout",
         type=_seconds,
@@ -82,6 +86,11 @@ def add_train_bench_arguments(parser: argparse.ArgumentParser) -> None:
         type=_non_negative,
         default=None,
         help="seed of the groups' order within each launch (default: random, recorded)",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run directory OUT: run only the launches it does not hold",
     )
     # Inside a launch: which one, of which group, and where rank 0 writes its record.
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

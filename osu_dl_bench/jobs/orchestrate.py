@@ -14,6 +14,7 @@ it is refused.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import random
 import shutil
@@ -21,7 +22,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,15 +96,17 @@ def job_key(plan: dict[str, Any]) -> JobKey:
     return plan["nprocs"], plan["launch"], plan["group"]
 
 
-def launch_order(cfg: SweepConfig, keys: list[JobKey], seed: int) -> list[JobKey]:
+def launch_order(
+    launches: int, nprocs: Sequence[int], keys: list[JobKey], seed: int
+) -> list[JobKey]:
     """The order the jobs run in: launch 1 of every process count, then launch 2, ...;
     within each, the isolation groups shuffled, so no backend always runs first (the
     machine drifts) and each backend's launch k runs beside the MPI library's launch k."""
     rng = random.Random(seed)
     order = []
-    for index in range(1, cfg.launches + 1):
-        for nprocs in cfg.nprocs:
-            groups = [key for key in keys if key[:2] == (nprocs, index)]
+    for index in range(1, launches + 1):
+        for count in nprocs:
+            groups = [key for key in keys if key[:2] == (count, index)]
             rng.shuffle(groups)
             order += groups
     return order
@@ -334,24 +337,20 @@ def _launcher_label(cfg: SweepConfig) -> str:
     return " ".join([cfg.launcher, *cfg.launcher_args])
 
 
-def _run_jobs(
-    cfg: SweepConfig, order: list[JobKey], plans: dict[JobKey, dict[str, Any]], progress: Progress
-) -> int:
-    """Every job in turn; the exit code of the sweep."""
+def _run_jobs(experiment: Experiment, progress: Progress) -> int:
+    """Every job in turn; the exit code of the experiment."""
     code = 0
-    heartbeats = Heartbeats(cfg.output)
-    for job in order:
-        if not plans[job]["todo"]:
+    for job in experiment.order:
+        if not experiment.todo[job]:
             continue  # resumed and complete: its launch entry already says what ran
-        outcome = run_job(cfg, job, progress, plans[job].get("env"), heartbeats)
+        outcome = experiment.run(job, progress)
         if outcome.code == 0:
             continue
         if outcome.finished:
             code = 1  # wrong results, already reported and stored: keep going
             continue
         progress.clear()
-        _record_stall(cfg, job, outcome)
-        _explain_failure(cfg, job, outcome)
+        experiment.explain(job, outcome)
         raise JobFailed(outcome.code if outcome.stalled_at is None else 1)
     return code
 
@@ -494,28 +493,58 @@ def _mark_incomplete(store: RunStore) -> None:
     )
 
 
-def _launch_all(cfg: SweepConfig, plans: dict[JobKey, dict[str, Any]]) -> int:
-    store = RunStore(cfg.output)
-    store.create()
-    seed = random.SystemRandom().randrange(2**32)
-    order = launch_order(cfg, list(plans), seed)
-    runinfo.record_session(store, cfg, launcher=_launcher_label(cfg))
-    runinfo.record_launch_order(store, seed, [f"p{p} {k}/{g}" for p, k, g in order])
-    progress = Progress({job: plan["todo"] for job, plan in plans.items()})
+@dataclass(frozen=True)
+class Experiment:
+    """What the one experiment engine runs (the sweep, train-bench, the scripts' matrices):
+    its run directory (held and created by the caller), its jobs (process count, launch,
+    isolation group) in the order they run with the work each has left (0: stored by an
+    earlier session), the measurement that runs one job, and what to say of a job that
+    stops the experiment (a usage error explained itself)."""
+
+    output: str
+    order: list[JobKey]
+    todo: Mapping[JobKey, int]
+    run: Callable[[JobKey, Progress], JobOutcome]
+    explain: Callable[[JobKey, JobOutcome], None]
+    # Whether the points' progress bar is drawn (an experiment whose jobs print their own
+    # lines and report no points draws none).
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class ExperimentEnd:
+    """How an experiment ended: its exit code, the points measured in this session, the
+    seconds it took and the lines saying where its results are (none when interrupted)."""
+
+    code: int
+    points: int
+    seconds: float
+    lines: list[str]
+
+
+def run_experiment(experiment: Experiment) -> ExperimentEnd:
+    """Run the experiment's pending jobs in order, then mark its run directory complete.
+    Ctrl-C, SIGTERM or SIGHUP stops the running job and ends with 130; a job that stops
+    the experiment raises JobFailed; either way the run is marked incomplete and every
+    stored point is kept for a resume."""
+    store = RunStore(experiment.output)
+    todo = dict(experiment.todo)
+    quiet = None if experiment.progress else io.StringIO()
+    progress = Progress(todo) if quiet is None else Progress(todo, quiet, interactive=False)
     start = time.monotonic()
     progress.show(force=True)
     try:
         with _terminate_as_interrupt():
-            code = _run_jobs(cfg, order, plans, progress)
+            code = _run_jobs(experiment, progress)
     except KeyboardInterrupt:
         progress.clear()
         print(
-            f"\ninterrupted: the points measured so far are kept in {cfg.output}; "
+            f"\ninterrupted: the points measured so far are kept in {experiment.output}; "
             "rerun with --resume",
             file=sys.stderr,
         )
         _mark_incomplete(store)
-        return 130
+        return ExperimentEnd(130, progress.done, time.monotonic() - start, [])
     except Exception:
         progress.clear()
         _mark_incomplete(store)
@@ -523,8 +552,29 @@ def _launch_all(cfg: SweepConfig, plans: dict[JobKey, dict[str, Any]]) -> int:
     finally:
         progress.close()
     lines = runinfo.finish_run(store, complete=True)
-    lines.insert(
-        0, f"# {progress.done} points measured in {format_duration(time.monotonic() - start)}"
-    )
-    print("\n".join(lines), flush=True)
-    return code
+    return ExperimentEnd(code, progress.done, time.monotonic() - start, lines)
+
+
+def _launch_all(cfg: SweepConfig, plans: dict[JobKey, dict[str, Any]]) -> int:
+    store = RunStore(cfg.output)
+    store.create()
+    seed = random.SystemRandom().randrange(2**32)
+    order = launch_order(cfg.launches, cfg.nprocs, list(plans), seed)
+    runinfo.record_session(store, runinfo.session_fields(cfg, launcher=_launcher_label(cfg)))
+    runinfo.record_launch_order(store, seed, [f"p{p} {k}/{g}" for p, k, g in order])
+    heartbeats = Heartbeats(cfg.output)
+
+    def run(job: JobKey, progress: Progress) -> JobOutcome:
+        return run_job(cfg, job, progress, plans[job].get("env"), heartbeats)
+
+    def explain(job: JobKey, outcome: JobOutcome) -> None:
+        _record_stall(cfg, job, outcome)
+        _explain_failure(cfg, job, outcome)
+
+    todo = {job: plan["todo"] for job, plan in plans.items()}
+    ended = run_experiment(Experiment(cfg.output, order, todo, run, explain))
+    if ended.code == 130:
+        return 130  # interrupted: said so, run marked incomplete
+    lines = [f"# {ended.points} points measured in {format_duration(ended.seconds)}"]
+    print("\n".join(lines + ended.lines), flush=True)
+    return ended.code

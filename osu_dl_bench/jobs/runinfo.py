@@ -58,10 +58,10 @@ def session_fields(cfg: SweepConfig, launcher: str) -> dict[str, Any]:
     }
 
 
-def record_session(store: RunStore, cfg: SweepConfig, launcher: str) -> None:
-    """Start (or, with --resume, continue) the metadata with this invocation."""
+def record_session(store: RunStore, session: dict[str, Any]) -> None:
+    """Start (or, with --resume, continue) the metadata with this invocation's fields
+    (``session_fields`` of a sweep; an experiment's own, with command, date, launcher)."""
     metadata = store.read_metadata()
-    session = session_fields(cfg, launcher)
     history = metadata.get("sessions", [])
     history.append({k: session[k] for k in ("command", "date", "launcher")})
     metadata.update(session, sessions=history, complete=False)
@@ -102,10 +102,11 @@ def record_job(store: RunStore, nprocs: int, job: dict[str, Any], launch: str = 
     launches[launch] = {**job, "previous": previous} if previous else job
     jobs[str(nprocs)] = {**job, "launches": launches}
     entries = list(jobs.values())
+    # A launch record of an experiment may lack the library's fields (a job that ended
+    # before it could say): the run keeps what an earlier job said.
+    library = ("mpi_library", "mpi_version", "mpi4py_version")
+    metadata.update({name: job[name] for name in library if name in job})
     metadata.update(
-        mpi_library=job["mpi_library"],
-        mpi_version=job["mpi_version"],
-        mpi4py_version=job["mpi4py_version"],
         hosts=sorted({h for e in entries for h in e.get("hosts", [])}),
         nodes=max(e.get("nodes", 0) for e in entries),
         ppn=max(e.get("ppn", 0) for e in entries),

@@ -73,7 +73,7 @@ from osu_dl_bench.runtime.topology import Topology, discover_topology
 
 
 def sweep_points(
-    cfg: SweepConfig,
+    device: str,
     setting: SweepSetting,
     plan: CollectivePlan,
     n: int,
@@ -100,7 +100,7 @@ def sweep_points(
                 algorithm=variant.label,
                 dtype=setting.etype.name,
                 op=setting.op_name(spec),
-                device=cfg.device,
+                device=device,
                 size_bytes=size,
                 count=n,
                 nprocs=plan.nprocs,
@@ -291,7 +291,9 @@ class Job:
         timing: BudgetTiming,
         state: str,
     ) -> list[tuple[SweepPoint, int]]:
-        points = sweep_points(self.cfg, self.setting, plan, n, variants, timing, self.slot, state)
+        points = sweep_points(
+            self.cfg.device, self.setting, plan, n, variants, timing, self.slot, state
+        )
         on_rank0(self.comm, lambda: self.store.append(points))
         self.report.point(points, time.perf_counter() - self._started)
         return list(zip(points, timing.wrong, strict=True))
@@ -493,7 +495,7 @@ def _open_run_dir(
         if not cfg.dry_run:
             store.create()
             if not cfg.orchestrated:
-                runinfo.record_session(store, cfg, launcher="inside")
+                runinfo.record_session(store, runinfo.session_fields(cfg, launcher="inside"))
         return done
 
     return world.bcast(agree_on_errors(world, step), root=0)

@@ -18,8 +18,11 @@ from collectives.device import STAGING_NOTE, needs_staging
 from collectives.dtypes import ElementType
 from collectives.ops import ReduceOp
 from collectives.registry import BoundCalls
+from osu_dl_bench.measurement.bounds import BACKEND as bounds_backend
+from osu_dl_bench.measurement.bounds import bound_calls, bound_labels
 from osu_dl_bench.measurement.kernel import (
     FAULT_ENV,
+    Inputs,
     OsuStats,
     OsuTiming,
     device_calls,
@@ -53,20 +56,21 @@ def bench_record(
     cfg: BenchConfig,
     setting: Setting,
     topo: Topology,
-    variant: Variant,
+    label: tuple[str, str],
     n: int,
     stats: OsuStats,
     iterations: int,
     wrong: int | None,
     ranks: RankEvidence | None = None,
 ) -> BenchRecord:
+    """One size's record of the candidate ``label`` (its name and backend)."""
     spec, size = setting.spec, n * setting.etype.itemsize
     seconds = stats.avg_us * 1e-6
     algbw = spec.algbw_bytes(size, topo.nprocs) / seconds / 1e9 if seconds > 0 else 0.0
     return BenchRecord(
         collective=spec.name,
-        algorithm=variant.label,
-        backend=variant.algorithm.backend,
+        algorithm=label[0],
+        backend=label[1],
         dtype=setting.etype.name,
         op=setting.op.name if setting.op else None,
         size_bytes=size,
@@ -79,7 +83,8 @@ def bench_record(
         root=str(cfg.root) if spec.rooted else None,
         iterations=iterations,
         algbw_gbs=algbw,
-        busbw_gbs=algbw * spec.busbw_factor(topo.nprocs),
+        # A bound moves its bytes once, whatever the ranks: no bus factor.
+        busbw_gbs=algbw * (1.0 if label[1] == bounds_backend else spec.busbw_factor(topo.nprocs)),
         validation=None if wrong is None else ("fail" if wrong else "pass"),
         wrong_elements=wrong,
         **asdict(stats),
@@ -183,9 +188,45 @@ def measure_collective(
         )
         wrongs = [None] * len(variants) if timing.wrong is None else timing.wrong
         evidence = _rank_evidence(comm, cfg, topo, timing, clock)
-        yield [
-            bench_record(cfg, setting, topo, variant, n, stats, iterations, wrong, ranks)
+        records = [
+            bench_record(cfg, setting, topo, label_of(variant), n, stats, iterations, wrong, ranks)
             for variant, stats, wrong, ranks in zip(
                 variants, timing.stats, wrongs, evidence, strict=True
             )
         ]
+        if cfg.bounds:
+            records += _bound_records(comm, cfg, setting, topo, inputs, n, iterations, warmup)
+        yield records
+
+
+def label_of(variant: Variant) -> tuple[str, str]:
+    """A variant's name and backend, as its records and tables show them."""
+    return variant.label, variant.algorithm.backend
+
+
+def candidate_labels(cfg: BenchConfig, variants: list[Variant]) -> list[tuple[str, str]]:
+    """(name, backend) of every table a collective run prints: the variants', then the
+    bounds' with --bounds."""
+    bounds = [(name, bounds_backend) for name in bound_labels(cfg.device)] if cfg.bounds else []
+    return [label_of(v) for v in variants] + bounds
+
+
+def _bound_records(
+    comm: MPI.Comm,
+    cfg: BenchConfig,
+    setting: Setting,
+    topo: Topology,
+    inputs: Inputs,
+    n: int,
+    iterations: int,
+    warmup: int,
+) -> list[BenchRecord]:
+    """--bounds at one size, timed after the candidates were checked (the staging copies
+    overwrite the result): one unchecked record per bound."""
+    calls = bound_calls(cfg.device, setting.xp, n, setting.etype.dtype)
+    roots = [inputs.shape.root]
+    timing = measure_osu(comm, calls, inputs, roots * warmup, roots * iterations)
+    return [
+        bench_record(cfg, setting, topo, (name, bounds_backend), n, stats, iterations, None)
+        for name, stats in zip(bound_labels(cfg.device), timing.stats, strict=True)
+    ]

@@ -100,6 +100,9 @@ class BenchConfig:
     # stamps kept in the -o file too.
     per_rank: bool = False
     per_rank_raw: bool = False
+    # Also time the message's copy on its device, and on a GPU the staging copies
+    # (measurement.bounds).
+    bounds: bool = False
     device: str = "cpu"
     algorithms: str = "native"
     output: str | None = None
@@ -270,6 +273,12 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="--per-rank, and every call's arrival and time per rank in the -o file",
     )
+    parser.add_argument(
+        "--bounds",
+        action="store_true",
+        help="also time, at every size, one copy of the message on its own device (the "
+        "copy bound) and, with -d cuda, the copies a staged MPI call pays (staging)",
+    )
     parser.add_argument("-d", "--device", default="cpu", help=DEVICE_HELP)
     parser.add_argument(
         "-a",
@@ -349,6 +358,7 @@ _NOT_FOR_LINKMAP = {
     "--buckets": ("buckets", None),
     "--per-rank": ("per_rank", False),
     "--per-rank-raw": ("per_rank_raw", False),
+    "--bounds": ("bounds", False),
 }
 
 
@@ -404,6 +414,11 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
             f"--per-rank: times a collective's calls rank by rank; {what} has none "
             "(bench linkmap compares the links between nodes)"
         )
+    if args.bounds and (point_to_point or args.buckets or args.benchmark == "barrier"):
+        what = "--buckets" if args.buckets else f"bench {args.benchmark}"
+        raise UsageError(
+            f"--bounds: times copies of a collective's message beside it; {what} has none"
+        )
     size_text = args.message_size or ("0:4M" if point_to_point else "1:1M")
     lo, hi = parse_allocated_sizes(size_text, default_min=0 if point_to_point else 1)
     if not point_to_point and args.benchmark != "barrier":
@@ -427,6 +442,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         percentiles=args.tail,
         per_rank=args.per_rank or args.per_rank_raw,
         per_rank_raw=args.per_rank_raw,
+        bounds=args.bounds,
         device=args.device,
         algorithms=args.algorithm,
         output=args.output,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from collectives.dtypes import element_type
 from collectives.specs import SPECS
 from osu_dl_bench import __version__
+from osu_dl_bench.measurement import bounds
 from osu_dl_bench.measurement.options import BenchConfig
 from osu_dl_bench.measurement.records import BenchRecord
 
@@ -81,6 +82,8 @@ def header_lines(cfg: BenchConfig, algorithm: str, backend: str, nprocs: int) ->
         + (f"  Root: {cfg.root}" if spec is not None and spec.rooted else "")
         + ("  In-place: yes" if cfg.in_place else ""),
     ]
+    if backend == bounds.BACKEND:
+        lines.append(f"# Bound: {bounds.DESCRIPTIONS[algorithm]} (not checked)")
     cols = columns(cfg) + ([_validation_column()] if cfg.validate else [])
     size_heading = "# Size" if cfg.benchmark != "barrier" else "#"
     lines.append(f"{size_heading:<{SIZE_WIDTH}}" + "".join(f"{c.heading:>{c.width}}" for c in cols))

@@ -65,6 +65,13 @@ def array_view(tensor: torch.Tensor) -> Any:
     return tensor.numpy()
 
 
+def device_idle(device: torch.device) -> None:
+    """Wait until ``device`` has run every kernel queued so far (nothing on the CPU): a
+    clock stopped before that would leave the step's last kernels out of its time."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def _nothing() -> None:
     return None
 

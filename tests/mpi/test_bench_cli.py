@@ -116,6 +116,8 @@ def test_corrupted_result_fails_validation_and_keeps_records(tmp_path):
         (2, ["bench", "allreduce", "-a", "ring:seg=abc"], "ring: seg expects a size such as 256K"),
         (2, ["bench", "allreduce", "-a", "ring:seg=1"], "seg expects 0 (whole blocks) or a size"),
         (2, ["bench", "allreduce", "-m", "1:2"], "-m 1:2: no size holds one element of 4 B"),
+        (2, ["bench", "latency", "--bounds"], "--bounds: times copies of a collective's message"),
+        (3, ["bench", "barrier", "--bounds"], "bench barrier has none"),
     ],
 )
 def test_bad_input_gives_one_message_and_exit_2_everywhere(nprocs, argv, message):
@@ -199,6 +201,24 @@ def test_several_algorithms_print_consecutive_tables():
     res = run_cli(2, ["bench", "allreduce", "-m", "8:32", "-a", "native,ring", "-i", "5"])
     assert res.returncode == 0, res.stderr
     assert res.stdout.count("# Size") == 2
+
+
+def test_bounds_print_an_unchecked_copy_table_and_keep_its_records(tmp_path):
+    out = tmp_path / "bounds.json"
+    argv = ["bench", "allreduce", "-m", "1K:64K", "-a", "native", "--bounds", "-c", "-f"]
+    res = run_cli(3, [*argv, "-i", "10", "-x", "1", "-o", str(out)])
+    assert res.returncode == 0, res.stderr
+    tables = res.stdout.split("# OSU MPI Allreduce Latency Test")[1:]
+    assert [t.splitlines()[2].split()[2] for t in tables] == ["native", "copy"]
+    assert "# Bound: one copy of the message" in tables[1]
+    copy_rows = [ln.split() for ln in tables[1].splitlines() if ROW.match(ln)]
+    assert [int(r[0]) for r in copy_rows] == [1024 << k for k in range(7)]
+    assert all(len(r) == 7 and float(r[1]) > 0 for r in copy_rows)  # no Validation value
+    records = pd.DataFrame(json.loads(out.read_text()))
+    bound = records[records.backend == "bound"]
+    assert list(bound.algorithm.unique()) == ["copy"] and bound.validation.isna().all()
+    assert (bound.busbw_gbs == bound.algbw_gbs).all()  # a copy moves its bytes once
+    assert (records[records.backend == "mpi"].validation == "pass").all()
 
 
 def test_an_algorithm_named_twice_is_measured_once():

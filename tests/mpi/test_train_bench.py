@@ -83,3 +83,18 @@ def test_the_report_gives_each_ratio_with_its_interval(measured):
         r"\(95% CI [\d.]+-(>100|[\d.]+)\) over 2 launches$"
     )
     assert best.match(text.splitlines()[-1]) and text in res.stdout + "\n"
+
+
+def test_every_launch_is_kept_in_the_run_directory_and_a_resume_runs_none_again(measured):
+    from osu_dl_bench.measurement.store import RunStore
+
+    out, data, res = measured
+    store = RunStore(out)
+    frame = store.load()
+    assert set(frame["collective"]) == {"train_step"}
+    assert len(frame) == len({(r["config"], r["launch"], r["group"]) for r in data["rows"]})
+    assert store.read_metadata()["complete"] is True
+    again = run_with_timeout([*res.args, "--resume"], 120, mpi_env())
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "# launch" not in again.stdout  # every launch was kept
+    assert json.loads(out.with_suffix(".json").read_text())["rows"] == data["rows"]

@@ -242,11 +242,29 @@ def test_staging_holds_bounded_pinned_memory_over_sizes_and_variants(cupy, monke
         return array
 
     monkeypatch.setattr(device, "_pinned", tracked)
+    monkeypatch.setattr(device, "RECV_MIRROR_BYTES", 2**16)
     variants = [device.staged(_noop), device.staged(_noop)]
     for exponent in range(4, 17):
         n = 2**exponent // 4
         send, recv = cupy.zeros(n, np.float32), cupy.zeros(n, np.float32)
         for call in variants:
             call(send, recv, None, 0)
-    # One shared send block and each variant's receive mirror, all of the last size.
+    # One shared send block of the last size, and each variant's receive mirrors within
+    # RECV_MIRROR_BYTES (here the last size).
     assert sum(live.values()) <= 3 * 2**16
+
+
+def test_staging_pins_once_per_size_when_a_call_alternates_sizes(cupy, monkeypatch):
+    # The trainer's buckets: one staged allreduce called with sizes in turn, every step.
+    pinned = []
+    real = device._pinned
+    monkeypatch.setattr(
+        device, "_pinned", lambda shape, dtype: pinned.append(shape) or real(shape, dtype)
+    )
+    call = device.staged(_noop)
+    buckets = [cupy.zeros(n, np.float32) for n in (500, 6875, 3775)]
+    for _step in range(5):
+        for bucket in buckets:
+            call(None, bucket, None, 0)
+    # The send block (in place: none) and one receive mirror per bucket, pinned once.
+    assert sorted(pinned) == [(500,), (3775,), (6875,)]

@@ -48,16 +48,14 @@ def _keys(groups=("mpi", "gloo"), nprocs=(2, 4), launches=3):
 
 
 def test_launch_k_of_every_job_runs_before_any_launch_k_plus_one():
-    cfg = SimpleNamespace(launches=3, nprocs=(2, 4))
-    order = launch_order(cfg, _keys(), seed=7)
+    order = launch_order(3, (2, 4), _keys(), seed=7)
     assert sorted(order) == sorted(_keys())
     assert [key[1] for key in order] == sorted(key[1] for key in order)
-    assert order == launch_order(cfg, _keys(), seed=7)  # the recorded seed replays it
+    assert order == launch_order(3, (2, 4), _keys(), seed=7)  # the recorded seed replays it
 
 
 def test_the_groups_order_is_shuffled_within_a_launch():
-    cfg = SimpleNamespace(launches=3, nprocs=(2, 4))
-    firsts = {tuple(launch_order(cfg, _keys(), seed)[:2]) for seed in range(20)}
+    firsts = {tuple(launch_order(3, (2, 4), _keys(), seed)[:2]) for seed in range(20)}
     assert len(firsts) > 1  # not always the MPI library's group first
 
 

@@ -236,6 +236,7 @@ def _fake_launches(monkeypatch, fail_at=None):
         record |= {"configs": HOME, "measured": [], "skipped": [f"s {group}", "same"]}
         record |= {"parameters": 10, "torch_threads": 1, "metadata": {"host": "h"}}
         record |= {"process_threads": 4 if group == "mpi" else 12}
+        record |= {"nodes": 1, "ppn": 2, "hosts": ["h"], "global_batch": 8, "steps": 2}
         with open(part, "w") as f:
             json.dump(record, f)
         return 0
@@ -284,3 +285,63 @@ def test_a_job_past_its_timeout_is_stopped(capsys):
 
 def test_a_job_that_ends_gives_its_exit_code():
     assert train_bench.launch_job([sys.executable, "-c", "raise SystemExit(3)"], 30) == 3
+
+
+# --- the run directory ------------------------------------------------------------------
+
+
+def test_the_run_directory_keeps_every_launch_and_merge_reads_it(monkeypatch, tmp_path):
+    from osu_dl_bench.measurement.store import RunStore
+
+    _fake_launches(monkeypatch)
+    for name in ("a", "b"):
+        args = _parse("--launches", "3", "--seed", "9", "--out", str(tmp_path / name))
+        assert train_bench.run_train_bench(args) == 0
+    store = RunStore(tmp_path / "a")
+    frame = store.load()
+    # one row per configuration and launch of a group, its rounds paired by round
+    assert len(frame) == len({(r["config"], r["launch"], r["group"]) for r in _rows()})
+    assert set(frame["collective"]) == {"train_step"} and set(frame["rounds"]) == {3}
+    tuned = frame[(frame["algorithm"] == "tuned") & (frame["launch"] == 1)].iloc[0]
+    assert tuned["median_us"] == pytest.approx(8 / 130 * 1e6)  # global batch / img/s
+    metadata = store.read_metadata()
+    assert metadata["experiment"] == "train-bench" and metadata["complete"] is True
+    assert sorted(metadata["jobs"]["2"]["launches"]) == ["1/gloo", "1/mpi", "2/gloo"] + [
+        "2/mpi",
+        "3/gloo",
+        "3/mpi",
+    ]
+    merged = tmp_path / "merged"
+    assert main(["merge", str(tmp_path / "a"), str(tmp_path / "b"), "-o", str(merged)]) == 0
+    assert len(RunStore(merged).load()) == 2 * len(frame)
+
+
+def test_a_stopped_run_resumes_with_only_the_launches_it_lacks(monkeypatch, tmp_path, capsys):
+    out = tmp_path / "t"
+    _fake_launches(monkeypatch, fail_at=3)
+    args = ["--launches", "3", "--seed", "9", "--out", str(out)]
+    assert train_bench.run_train_bench(_parse(*args)) == 3
+    assert not out.with_suffix(".json").exists()
+    capsys.readouterr()
+    # the run directory holds two launches: without --resume it is refused, one message
+    assert main(["train-bench", *args]) == 2
+    assert "add --resume" in capsys.readouterr().err
+    assert main(["train-bench", *args, "--rounds", "4", "--resume"]) == 2
+    assert "other options (rounds)" in capsys.readouterr().err
+    ran = _fake_launches(monkeypatch)
+    assert train_bench.run_train_bench(_parse(*args, "--resume")) == 0
+    expected = train_bench.launch_order(3, ("mpi", "gloo"), 9)
+    assert [(n, g) for n, g, _ in ran] == expected[2:]  # the first two are kept
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert len(data["rows"]) == len(_rows())
+    assert data["launch_order"]["order"] == [f"{n}/{g}" for n, g in expected]
+
+
+def test_a_run_directory_in_use_is_refused(monkeypatch, tmp_path, capsys):
+    from osu_dl_bench.measurement.store import RunStore
+
+    ran = _fake_launches(monkeypatch)
+    out = tmp_path / "t"
+    with RunStore(out).lock():
+        assert main(["train-bench", "--out", str(out)]) == 2
+    assert "in use by another sweep" in capsys.readouterr().err and not ran

@@ -1,0 +1,65 @@
+"""What bench --bounds times beside the algorithms, size by size, through the same loop
+(kernel.timed_round): what moving the message costs without any communication.
+
+- ``copy``: one copy of the message into another buffer on the same device (numpy's
+  memcpy on the host, cupy's copy kernel on a GPU). No collective that reads
+  its input and writes its output moves the message faster on one process, so at p = 1
+  it is the ceiling of algorithm bandwidth (nccl-tests report NCCL's algbw against the
+  device's copy bandwidth the same way).
+- ``staging`` (-d cuda only): the copies a staged MPI call pays around the call itself
+  where MPI is not CUDA-aware: the send buffer to pinned host memory and the result
+  back (collectives.device.staged around a call that does nothing). A staged algorithm's
+  time less this is the time MPI spent.
+
+Neither is checked (they compute nothing) and neither is an algorithm the tables can
+choose: their records carry the backend ``bound``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from collectives.device import staged
+from collectives.registry import CollectiveCall
+
+COPY = "copy"
+STAGING = "staging"
+BACKEND = "bound"
+DESCRIPTIONS = {
+    COPY: "one copy of the message into another buffer on the same device",
+    STAGING: "a staged MPI call's copies alone: send buffer to pinned host memory, "
+    "result back to the device",
+}
+
+
+def bound_labels(device: str) -> tuple[str, ...]:
+    """The bounds timed on ``device``: the copy, and on a GPU the staging copies."""
+    return (COPY, STAGING) if device == "cuda" else (COPY,)
+
+
+def bound_calls(device: str, xp: Any, count: int, dtype: np.dtype) -> list[CollectiveCall]:
+    """The calls of ``bound_labels(device)`` for a message of ``count`` elements."""
+    source, target = xp.zeros(count, dtype), xp.empty(count, dtype)
+
+    def copy(send, recv, op, root) -> None:
+        # As the kernel restores inputs (Inputs.reset); the loop waits for the device
+        # before it stops the clock (kernel.timed_round).
+        target[...] = source
+
+    calls = [copy]
+    if device == "cuda":
+        calls.append(staged(_no_call))
+    return calls
+
+
+def bound_bytes(device: str, message_bytes: int) -> int:
+    """Host memory the bounds add to one rank at a message size: the copy's two
+    buffers (on a GPU they are device memory, and the staging mirrors are MPI's own)."""
+    return 0 if device == "cuda" else 2 * message_bytes
+
+
+def _no_call(send, recv, op, root) -> None:
+    """A collective that does nothing: staged, only the staging copies remain."""
+    return None

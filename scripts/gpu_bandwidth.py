@@ -1,0 +1,121 @@
+"""One table from bench's -o records of a GPU run: NCCL's algorithm bandwidth on device
+buffers beside the device's copy bound, and MPI's staged algorithms beside them with the
+staging cost.
+
+    python scripts/gpu_bandwidth.py RECORDS.json [RECORDS.json ...]
+
+Reads every record (bench -d cuda ... --bounds -o F.json) and prints, per message size:
+- per collective and process count, NCCL's algbw (GB/s), and the best MPI algorithm's
+  (its name), both as bench computed them (message bytes over OSU's average latency);
+- the ``copy`` bound of each process count: one copy of the message on the device
+  (measurement.bounds), the most a collective that moves the message once can reach;
+- the ``staging`` bound: the microseconds a staged MPI call spends copying through
+  pinned host memory, and their share of the best staged algorithm's time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import pandas as pd
+
+from osu_dl_bench.measurement.bounds import BACKEND, COPY, STAGING
+from osu_dl_bench.measurement.records import read_records
+
+KEYS = ["collective", "size_bytes"]
+
+
+def load(paths: list[str]) -> pd.DataFrame:
+    """Every record of ``paths``, one row each."""
+    return pd.concat([read_records(path) for path in paths], ignore_index=True)
+
+
+def _best(rows: pd.DataFrame, prefix: str) -> pd.DataFrame:
+    """Per (collective, size): the fastest of ``rows``, its name, GB/s, us and p."""
+    if rows.empty:
+        return pd.DataFrame()
+    best = rows.loc[rows.groupby(KEYS)["avg_us"].idxmin()].set_index(KEYS)
+    return best[["algorithm", "algbw_gbs", "avg_us", "nprocs"]].add_prefix(prefix)
+
+
+def table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per (collective, size): NCCL at its process count with the copy bound timed beside
+    it, the best staged MPI algorithm at its own with the staging copies timed beside it."""
+    bounds = frame[frame.backend == BACKEND]
+    nccl_p = frame.loc[frame.backend == "nccl", "nprocs"].min()
+    mpi_p = frame.loc[frame.backend == "mpi", "nprocs"].max()
+    copy = bounds[(bounds.algorithm == COPY) & (bounds.nprocs == nccl_p)]
+    staging = bounds[(bounds.algorithm == STAGING) & (bounds.nprocs == mpi_p)]
+    joined = pd.concat(
+        [
+            _best(frame[frame.backend == "nccl"], "nccl_"),
+            _best(frame[frame.backend == "mpi"], "mpi_"),
+            _best(copy, "copy_"),
+            _best(staging, "staging_"),
+        ],
+        axis=1,
+    )
+    if "staging_avg_us" in joined and "mpi_avg_us" in joined:
+        joined["staging_share"] = joined["staging_avg_us"] / joined["mpi_avg_us"]
+    return joined.sort_index()
+
+
+def _cell(row: pd.Series, column: str, spec: str) -> str:
+    value = row.get(column)
+    return "-" if value is None or pd.isna(value) else format(value, spec)
+
+
+def _processes(joined: pd.DataFrame, column: str) -> str:
+    values = joined[column].dropna().unique() if column in joined else []
+    return "/".join(str(int(v)) for v in sorted(values)) or "-"
+
+
+def lines(joined: pd.DataFrame) -> list[str]:
+    """The table as text, a block per collective."""
+    out = []
+    for collective, block in joined.groupby(level=0):
+        nccl_p, mpi_p = _processes(block, "nccl_nprocs"), _processes(block, "mpi_nprocs")
+        out += [
+            "",
+            f"# {collective}: algbw in GB/s (message bytes / OSU's average latency)",
+            f"# nccl at p = {nccl_p}, beside copy: one device-to-device copy of the message "
+            "in the same run",
+            f"# best staged MPI algorithm at p = {mpi_p}, beside the host copies a staged call "
+            "pays in the same run (us, and their share of that algorithm's time)",
+        ]
+        if collective == "bcast" and nccl_p == "1":
+            # At p = 1 the root's buffer already is the result: nothing moves.
+            out.append("# nccl at p = 1: a bcast moves no bytes; its algbw is not a bandwidth")
+        out += [
+            f"{'# size':<12}{'nccl':>10}{'copy':>10}{'best mpi (staged)':>34}"
+            f"{'staging us':>12}{'share':>8}",
+        ]
+        for (_, size), row in block.iterrows():
+            mpi = "-"
+            if not pd.isna(row.get("mpi_algbw_gbs", float("nan"))):
+                mpi = f"{row['mpi_algbw_gbs']:.2f} ({row['mpi_algorithm']})"
+            out.append(
+                f"{size:<12}{_cell(row, 'nccl_algbw_gbs', '.2f'):>10}"
+                f"{_cell(row, 'copy_algbw_gbs', '.2f'):>10}{mpi:>34}"
+                f"{_cell(row, 'staging_avg_us', '.1f'):>12}"
+                f"{_cell(row, 'staging_share', '.0%'):>8}"
+            )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the table of the records named on the command line."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("records", nargs="+", help="bench -o files (.json, .csv, .parquet)")
+    args = parser.parse_args(argv)
+    frame = load(args.records)
+    if frame.empty:
+        print("gpu_bandwidth: no records in " + ", ".join(args.records), file=sys.stderr)
+        return 1
+    print("\n".join(lines(table(frame))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Everything a short loan of a GPU node should measure, in one command, each step under a
+# time limit so that one hung step costs only its own rows:
+#   1. the device as nvidia-smi names it;
+#   2. bandwidth on device buffers: NCCL allreduce and bcast at p = 1 with the device's
+#      copy bound timed in the same run (bench --bounds), and MPI's staged algorithms at
+#      p = 2 (two ranks on the GPU) with the staging copies timed in the same run; one
+#      table of both (scripts/gpu_bandwidth.py);
+#   3. training: train --device cuda at p = 1 against the same model and batch trained by
+#      the plain PyTorch loop (scripts/plain_torch_loop.py), alternated over ROUNDS rounds
+#      so a drift of the device hits both; train --validate at p = 2 on the one GPU;
+#   4. scripts/gpu_smoke.sh (largest size SMOKE_MAX).
+# Writes OUT/summary.txt (every table) and each step's log beside it. Exit 1 if a step
+# failed, 77 where there is no GPU.
+#
+# Settings: PARTS (default "bandwidth training smoke"), RUN_DIR (default runs/gpu_run), BW_MAX (largest bandwidth size, default 1G),
+# MPI_BW (MPI's algorithms there, per collective), STEPS (training steps, default 50),
+# ROUNDS (default 2), SMOKE_MAX (default 16M), STEP_TIMEOUT (seconds per step, default
+# 300), PYTHON, MPIEXEC, WHEELS, DEPS (scripts/gpu_env.sh).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+OUT=${RUN_DIR:-runs/gpu_run}
+PARTS=${PARTS:-bandwidth training smoke}
+BW_MAX=${BW_MAX:-1G}
+STEPS=${STEPS:-50}
+ROUNDS=${ROUNDS:-2}
+SMOKE_MAX=${SMOKE_MAX:-16M}
+MPIEXEC=${MPIEXEC:-mpiexec}
+LIMIT=(timeout "${STEP_TIMEOUT:-300}")
+BW_COLLECTIVES=(allreduce bcast)
+declare -A MPI_BW=([allreduce]=native,ring,rabenseifner [bcast]=native,binomial,scatter_ring_allgather)
+# The workload of the training rows: ResNet-18 on 224 x 224 synthetic images, batch 64.
+WORKLOAD=(--model resnet --data synthetic --depth 18 --image-size 224 --batch-size 64)
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+    echo "gpu_run: no NVIDIA GPU here (nvidia-smi -L lists none): nothing to measure" >&2
+    exit 77
+fi
+# shellcheck source=scripts/gpu_env.sh
+. scripts/gpu_env.sh
+OSU=("$PYTHON" -m osu_dl_bench)
+rm -rf "$OUT"
+mkdir -p "$OUT"
+failed=0
+SUMMARY=$OUT/summary.txt
+
+say() { printf '%s\n' "$@" | tee -a "$SUMMARY"; }
+
+# step NAME LOG COMMAND...: run it under the limit; a failure is counted and named.
+step() {
+    local name=$1 log=$2 rc
+    shift 2
+    echo "+ $*" >"$log"
+    "${LIMIT[@]}" "$@" >>"$log" 2>&1
+    rc=$?
+    if [ "$rc" != 0 ]; then
+        failed=1
+        say "FAILED ($rc): $name: $* (log $log)"
+    fi
+    return "$rc"
+}
+
+say "# gpu_run $(date -u +%FT%TZ): $(nvidia-smi -L | head -1)"
+nvidia-smi --query-gpu=name,memory.total,driver_version,compute_mode,clocks.max.sm \
+    --format=csv | tee -a "$SUMMARY"
+
+wanted() { [[ " $PARTS " == *" $1 "* ]]; }
+
+# --- 2. bandwidth on device buffers ----------------------------------------------------
+records=()
+wanted bandwidth || BW_COLLECTIVES=()
+for coll in "${BW_COLLECTIVES[@]}"; do
+    json=$OUT/bw-nccl-$coll-p1.json
+    step "nccl $coll p=1" "$OUT/bw-nccl-$coll-p1.txt" "$MPIEXEC" -n 1 "${OSU[@]}" bench \
+        "$coll" -d cuda -a nccl --bounds -c -f -m "1K:$BW_MAX" -i 50 -x 5 -o "$json" &&
+        records+=("$json")
+done
+for coll in "${BW_COLLECTIVES[@]}"; do
+    json=$OUT/bw-mpi-$coll-p2.json
+    step "mpi $coll p=2 staged" "$OUT/bw-mpi-$coll-p2.txt" "$MPIEXEC" -n 2 "${OSU[@]}" \
+        bench "$coll" -d cuda -a "${MPI_BW[$coll]}" --bounds -c -f -m "1K:$BW_MAX" -i 10 \
+        -x 2 -o "$json" && records+=("$json")
+done
+if [ "${#records[@]}" -gt 0 ]; then
+    say "" "# bench -d cuda --bounds -c -f -m 1K:$BW_MAX: nccl -n 1 (-i 50 -x 5); MPI -n 2" \
+        "# (-i 10 -x 2; allreduce ${MPI_BW[allreduce]}; bcast ${MPI_BW[bcast]})"
+    "$PYTHON" scripts/gpu_bandwidth.py "${records[@]}" 2>&1 | tee -a "$SUMMARY"
+fi
+
+# --- 3. training -------------------------------------------------------------------------
+wanted training || ROUNDS=0
+[ "$ROUNDS" = 0 ] || say "" "# training, ${WORKLOAD[*]} --steps $STEPS --device cuda, $ROUNDS rounds alternated"
+for round in $(seq 1 "$ROUNDS"); do
+    log=$OUT/train-p1-round$round.txt
+    step "train p=1 round $round" "$log" "$MPIEXEC" -n 1 "${OSU[@]}" train --device cuda \
+        "${WORKLOAD[@]}" --steps "$STEPS" --progress off --json "$OUT/train-p1-round$round.json" &&
+        say "round $round train -n 1: $(grep -E '^# img/s total' "$log")"
+    log=$OUT/plain-round$round.txt
+    step "plain loop round $round" "$log" "$PYTHON" scripts/plain_torch_loop.py --device cuda \
+        "${WORKLOAD[@]}" --steps "$STEPS" --progress off &&
+        say "round $round plain loop: $(grep -E '^# img/s' "$log")"
+done
+log=$OUT/validate-p2.txt
+wanted training && step "train --validate p=2" "$log" "$MPIEXEC" -n 2 "${OSU[@]}" train --device cuda \
+    --validate --steps 20 --progress off --json "$OUT/validate-p2.json" &&
+    say "train --validate -n 2 (cnn, digits, one GPU, MPI staged): $(grep -E '^# validation' "$log")"
+
+# --- 4. the smoke check ------------------------------------------------------------------
+if wanted smoke; then
+    say "" "# scripts/gpu_smoke.sh (MAX=$SMOKE_MAX, STEP_TIMEOUT=120)"
+    OUT=$OUT/smoke MAX=$SMOKE_MAX STEP_TIMEOUT=120 bash scripts/gpu_smoke.sh >"$OUT/smoke.txt" 2>&1
+    rc=$?
+    [ "$rc" = 0 ] || failed=1
+    sed -n '/^STEP /,$p' "$OUT/smoke.txt" | tee -a "$SUMMARY"
+    grep -v '=' "$OUT/smoke/preflight.txt" 2>/dev/null | tee -a "$SUMMARY"
+fi
+say "gpu_run: $([ "$failed" = 0 ] && echo 'every step passed' || echo 'some steps FAILED') (logs in $OUT/)"
+exit "$failed"

@@ -1,0 +1,92 @@
+"""The GPU run's helpers that need no GPU: the bandwidth table of scripts/gpu_bandwidth.py,
+the plain PyTorch loop of scripts/plain_torch_loop.py on the CPU, and the wait that puts a
+step's last kernels inside its time."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _record(collective, algorithm, backend, nprocs, size, avg_us):
+    return {
+        "collective": collective,
+        "algorithm": algorithm,
+        "backend": backend,
+        "nprocs": nprocs,
+        "size_bytes": size,
+        "avg_us": avg_us,
+        "algbw_gbs": size / avg_us / 1e3,
+    }
+
+
+def test_the_bandwidth_table_puts_nccl_beside_the_copy_and_mpi_beside_staging(tmp_path, capsys):
+    nccl, mpi = tmp_path / "nccl.json", tmp_path / "mpi.json"
+    size = 1 << 20
+    nccl.write_text(
+        json.dumps(
+            [
+                _record("allreduce", "nccl", "nccl", 1, size, 10.0),
+                _record("allreduce", "copy", "bound", 1, size, 8.0),
+                _record("allreduce", "staging", "bound", 1, size, 99.0),  # not MPI's p
+            ]
+        )
+    )
+    mpi.write_text(
+        json.dumps(
+            [
+                _record("allreduce", "native", "mpi", 2, size, 400.0),
+                _record("allreduce", "ring", "mpi", 2, size, 200.0),
+                _record("allreduce", "copy", "bound", 2, size, 9.0),
+                _record("allreduce", "staging", "bound", 2, size, 50.0),
+            ]
+        )
+    )
+    assert _script("gpu_bandwidth").main([str(nccl), str(mpi)]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith(str(size)))
+    # nccl and the copy of its own run (p=1); the fastest MPI algorithm and the staging of
+    # its own run (p=2), 50 of its 200 us.
+    assert row.split() == ["1048576", "104.86", "131.07", "5.24", "(ring)", "50.0", "25%"]
+    assert "nccl at p = 1" in out and "MPI algorithm at p = 2" in out
+
+
+def test_the_bandwidth_table_says_a_bcast_at_one_process_moves_nothing(tmp_path, capsys):
+    path = tmp_path / "bcast.json"
+    path.write_text(json.dumps([_record("bcast", "nccl", "nccl", 1, 1024, 5.0)]))
+    assert _script("gpu_bandwidth").main([str(path)]) == 0
+    assert "a bcast moves no bytes" in capsys.readouterr().out
+
+
+def test_the_plain_loop_trains_the_trainers_model_and_reports_img_s(capsys):
+    pytest.importorskip("torch")
+    argv = ["--model", "cnn", "--data", "synthetic", "--image-size", "8", "--steps", "12"]
+    assert _script("plain_torch_loop").main([*argv, "-b", "8", "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "# plain PyTorch loop: cnn, batch 8, 12 steps on cpu" in out
+    # 12 steps: 2 warm-up, then two timing iterations of 5.
+    assert "(2 iterations of 5 steps after 2 warm-up)" in out
+
+
+def test_a_step_on_a_gpu_waits_for_its_kernels_before_the_clock_stops(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from osu_dl_bench.train.device import device_idle
+
+    waited = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: waited.append(device))
+    device_idle(torch.device("cpu"))
+    assert waited == []
+    device_idle(torch.device("cuda", 0))
+    assert waited == [torch.device("cuda", 0)]

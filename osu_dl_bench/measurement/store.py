@@ -437,7 +437,8 @@ def _write_error(path: Path, exc: OSError) -> StoreError:
     remedy = "make room" if exc.errno in OUT_OF_SPACE else "make it writable"
     return StoreError(
         f"cannot write {path} ({exc.strerror or exc})",
-        f"the results stored before it are kept; {remedy} and rerun with --resume",
+        f"the results stored before it are kept; {remedy} and run it again (a sweep: with "
+        "--resume)",
     )
 
 

@@ -101,7 +101,7 @@ def resolve_inner(collective: str, name: str) -> Variant:
 def inner_reason(collective: str, ctx: CallContext, params) -> str | None:
     """Why the inner algorithm cannot run among this context's node leaders, or None."""
     inner = resolve_inner(collective, params["inner"])
-    leaders = replace(ctx, nprocs=ctx.nodes, ranks_per_node=1)
+    leaders = replace(ctx, nprocs=ctx.nodes, ppn=1)
     reason = inner.ineligible_reason(leaders)
     return f"inner {inner.label} among {ctx.nodes} node leaders {reason}" if reason else None
 

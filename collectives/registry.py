@@ -40,12 +40,12 @@ class CallContext:
     op: ReduceOp | None
     device: str = "cpu"
     nodes: int = 1
-    ranks_per_node: int = 1
+    ppn: int = 1  # ranks per node, as Topology, Query and the tables name it
 
     @property
     def shape(self) -> JobShape:
         """The job's shape the call runs in."""
-        return JobShape(self.nprocs, self.nodes, self.ranks_per_node)
+        return JobShape(self.nprocs, self.nodes, self.ppn)
 
 
 @dataclass(frozen=True)

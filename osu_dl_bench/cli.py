@@ -12,7 +12,9 @@ from collections.abc import Callable
 
 from osu_dl_bench import __version__
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.runtime import launcher_rank, run_guarded, set_command
+from osu_dl_bench.runtime.guard import run_guarded
+from osu_dl_bench.runtime.launcher import launcher_rank
+from osu_dl_bench.runtime.start import set_command
 
 
 class _Parser(argparse.ArgumentParser):
@@ -29,7 +31,7 @@ class _Parser(argparse.ArgumentParser):
 def _cmd_bench(args: argparse.Namespace) -> int:
     from osu_dl_bench.commands.bench_options import config_from_args
     from osu_dl_bench.measurement.records import check_output_path
-    from osu_dl_bench.runtime import init_mpi
+    from osu_dl_bench.runtime.start import init_mpi
 
     cfg = config_from_args(args)
     if launcher_rank() == 0:  # only rank 0 writes -o
@@ -42,7 +44,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 def _cmd_list(args: argparse.Namespace) -> int:
     from osu_dl_bench.commands.listing_options import config_from_args
-    from osu_dl_bench.runtime import init_mpi
+    from osu_dl_bench.runtime.start import init_mpi
 
     cfg = config_from_args(args)
     init_mpi()
@@ -66,7 +68,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         from osu_dl_bench.jobs.orchestrate import run_sweep
 
         return run_sweep(cfg)
-    from osu_dl_bench.runtime import init_mpi
+    from osu_dl_bench.runtime.start import init_mpi
 
     if cfg.inside:
         _start_heartbeat()
@@ -110,7 +112,7 @@ def _add_list(sub) -> None:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from osu_dl_bench.runtime import init_mpi
+    from osu_dl_bench.runtime.start import init_mpi
 
     init_mpi()  # the registry, which the table is checked against, loads mpi4py
     from osu_dl_bench.commands.tune import run_tune
@@ -126,7 +128,7 @@ def _add_tune(sub) -> None:
 
 
 def _cmd_select(args: argparse.Namespace) -> int:
-    from osu_dl_bench.runtime import init_mpi
+    from osu_dl_bench.runtime.start import init_mpi
 
     init_mpi()
     from osu_dl_bench.commands.tune import run_select
@@ -143,7 +145,7 @@ def _add_select(sub) -> None:
 
 def _cmd_plot(args: argparse.Namespace) -> int:
     from osu_dl_bench.commands.plot_options import config_from_args
-    from osu_dl_bench.runtime import init_mpi
+    from osu_dl_bench.runtime.start import init_mpi
 
     cfg = config_from_args(args)
     init_mpi()
@@ -161,7 +163,7 @@ def _add_plot(sub) -> None:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from osu_dl_bench.commands.train_options import config_from_args
-    from osu_dl_bench.runtime import agree_on_errors, agree_on_settings
+    from osu_dl_bench.runtime.agreement import agree_on_errors, agree_on_settings
     from osu_dl_bench.train.options import (
         init_training_mpi,
         require_libraries,
@@ -204,7 +206,7 @@ def _add_train_bench(sub) -> None:
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     if args.table:
-        from osu_dl_bench.runtime import init_mpi
+        from osu_dl_bench.runtime.start import init_mpi
 
         init_mpi()  # the registry, which the table is checked against, loads mpi4py
     from osu_dl_bench.commands.compare import run_compare
@@ -236,7 +238,7 @@ def _add_merge(sub) -> None:
 
 
 def _cmd_model(args: argparse.Namespace) -> int:
-    from osu_dl_bench.runtime import init_mpi
+    from osu_dl_bench.runtime.start import init_mpi
 
     init_mpi()  # the registry, whose cost formulas the model evaluates, loads mpi4py
     from osu_dl_bench.commands.model import run_model

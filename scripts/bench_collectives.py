@@ -55,7 +55,8 @@ def worker(comm, thread_level: str, device: str, round_index: int, out: str, bud
     from osu_dl_bench.jobs.worker import sweep_points
     from osu_dl_bench.measurement.kernel import measure_budget, plan_variants, prepare_inputs
     from osu_dl_bench.paths import write_text_atomic
-    from osu_dl_bench.runtime import collect_metadata, discover_topology
+    from osu_dl_bench.runtime.metadata import collect_metadata
+    from osu_dl_bench.runtime.topology import discover_topology
 
     topo = discover_topology(comm)
     etype, op = element_type("float32"), reduce_op("sum")

@@ -59,7 +59,7 @@ def overhead(comm, rounds: int) -> int:
     from collectives.dtypes import element_type
     from collectives.ops import reduce_op
     from osu_dl_bench.measurement.harness import Setting
-    from osu_dl_bench.runtime import discover_topology
+    from osu_dl_bench.runtime.topology import discover_topology
 
     setting = Setting(SPECS["allreduce"], element_type("float32"), reduce_op("sum"), np)
     topo = discover_topology(comm)

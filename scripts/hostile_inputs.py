@@ -23,7 +23,7 @@ from pathlib import Path
 
 from osu_dl_bench.jobs import launch
 from osu_dl_bench.measurement.options import host_memory_bytes
-from osu_dl_bench.runtime import OVERSUBSCRIBED_CVARS
+from osu_dl_bench.runtime.launcher import OVERSUBSCRIBED_CVARS
 
 REPO = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "osu_dl_bench.cli"]

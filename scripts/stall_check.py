@@ -34,7 +34,8 @@ from pathlib import Path
 from osu_dl_bench.jobs import launch
 from osu_dl_bench.measurement import heartbeat
 from osu_dl_bench.measurement.store import RunStore
-from osu_dl_bench.runtime import OVERSUBSCRIBED_CVARS
+from osu_dl_bench.paths import write_text_atomic
+from osu_dl_bench.runtime.launcher import OVERSUBSCRIBED_CVARS
 
 REPO = Path(__file__).resolve().parents[1]
 SWEEP = [sys.executable, "-m", "osu_dl_bench", "sweep"]
@@ -199,7 +200,7 @@ def main() -> int:
         f"# {time.monotonic() - start:.0f} s wall; load after: {load()}",
     ]
     print("\n".join(lines[-2:]), flush=True)
-    Path(args.out).write_text("\n".join(lines) + "\n")
+    write_text_atomic(args.out, "\n".join(lines) + "\n")
     print(f"# wrote {args.out}")
     return 0 if len(good) == len(trials) else 1
 

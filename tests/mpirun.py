@@ -10,7 +10,7 @@ from pathlib import Path
 
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs import launch
-from osu_dl_bench.runtime import OVERSUBSCRIBED_CVARS
+from osu_dl_bench.runtime.launcher import OVERSUBSCRIBED_CVARS
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent

@@ -107,7 +107,7 @@ def _distinct_gpus(ctx: CallContext) -> bool:
     # the job's shape, or it would plan an nccl group that the job then refuses.
     if selected_gpu() is not None:
         return gpu_sharing_reason() is None
-    return expected_sharing_reason(ctx.ranks_per_node) is None
+    return expected_sharing_reason(ctx.ppn) is None
 
 
 ONE_GPU_PER_RANK = Requirement(

@@ -25,7 +25,7 @@ from osu_dl_bench.measurement.options import (
     parse_root,
     parse_size_range,
 )
-from osu_dl_bench.runtime import DEFAULT_THREAD_LEVEL, THREAD_LEVELS
+from osu_dl_bench.runtime.start import DEFAULT_THREAD_LEVEL, THREAD_LEVELS
 
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:

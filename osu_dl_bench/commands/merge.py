@@ -29,7 +29,7 @@ from osu_dl_bench.measurement.store import (
     SweepPoint,
 )
 from osu_dl_bench.paths import check_writable_directory
-from osu_dl_bench.runtime import utc_now
+from osu_dl_bench.runtime.metadata import utc_now
 
 
 def run_merge(cfg: MergeConfig) -> int:

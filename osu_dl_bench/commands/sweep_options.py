@@ -37,7 +37,7 @@ from osu_dl_bench.jobs.options import (
 )
 from osu_dl_bench.measurement.options import parse_allocated_sizes
 from osu_dl_bench.paths import check_writable_directory
-from osu_dl_bench.runtime import DEFAULT_THREAD_LEVEL, THREAD_LEVELS
+from osu_dl_bench.runtime.start import DEFAULT_THREAD_LEVEL, THREAD_LEVELS
 
 # Slurm's time formats: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
 _TIME_LIMIT = re.compile(r"(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2})")

@@ -399,7 +399,7 @@ def _part(args, session, rows, skipped, configs, trainers) -> dict[str, Any]:
     """Rank 0's record of one launch."""
     import torch
 
-    from osu_dl_bench.runtime import collect_metadata
+    from osu_dl_bench.runtime.metadata import collect_metadata
     from osu_dl_bench.train.models import parameter_count
 
     topology = session.topology

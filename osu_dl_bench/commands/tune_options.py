@@ -1,6 +1,6 @@
 """Options of the tune and select subcommands. Declared apart from the code that runs them
 because that code loads the registry, and with it mpi4py.MPI, which must wait until the
-options are parsed (see osu_dl_bench.runtime)."""
+options are parsed (see osu_dl_bench.runtime.start)."""
 
 from __future__ import annotations
 

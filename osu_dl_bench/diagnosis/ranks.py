@@ -29,7 +29,7 @@ import pandas as pd
 
 from osu_dl_bench.diagnosis.outliers import Finding, against_peers, stand_out
 from osu_dl_bench.measurement.store import round_values
-from osu_dl_bench.runtime import printable
+from osu_dl_bench.runtime.text import printable
 
 EVIDENCE_COLUMNS = (
     "point",

@@ -1,5 +1,5 @@
 """The entry of a program that runs inside an MPI job (the model's calibration job, the
-scripts' workers): MPI started at a thread level, then the body under runtime.run_guarded,
+scripts' workers): MPI started at a thread level, then the body under runtime.guard.run_guarded,
 so an error is one message and one exit code on every rank, never a hung job. The
 ``osu-dl-bench`` command does the same in cli.main, where each subcommand picks its level.
 """
@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from osu_dl_bench.runtime import DEFAULT_THREAD_LEVEL, init_mpi, run_guarded
+from osu_dl_bench.runtime.guard import run_guarded
+from osu_dl_bench.runtime.start import DEFAULT_THREAD_LEVEL, init_mpi
 
 
 def run_in_job(body: Callable[[Any], int], thread_level: str = DEFAULT_THREAD_LEVEL) -> int:

@@ -33,7 +33,7 @@ from osu_dl_bench.jobs.orchestrate import (
 )
 from osu_dl_bench.jobs.progress import Progress
 from osu_dl_bench.measurement.store import RunStore, SweepPoint
-from osu_dl_bench.runtime import utc_now
+from osu_dl_bench.runtime.metadata import utc_now
 
 # A record's collective points, as SweepPoint fields: appended to results.csv, not kept in
 # the metadata.

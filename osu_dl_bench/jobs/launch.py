@@ -29,7 +29,8 @@ from typing import IO
 
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.options import SRUN_MPI_PLUGIN, SweepConfig
-from osu_dl_bench.runtime import OVERSUBSCRIBED_CVARS, slurm_job
+from osu_dl_bench.runtime.launcher import OVERSUBSCRIBED_CVARS
+from osu_dl_bench.runtime.slurm_env import slurm_job
 
 LAUNCHERS = ("mpiexec", "srun")
 # Seconds a job has to end after SIGTERM before what is left of it is killed.
@@ -199,7 +200,7 @@ def mpi_environment(
     """This process's environment for a job, plus MPICH's no-busy-poll settings (unless
     set already) when ``local_ranks`` outnumber this host's cores, then ``extra``.
 
-    runtime.init_mpi sets those settings itself only when the launcher announces the
+    runtime.start.init_mpi sets those settings itself only when the launcher announces the
     local rank count, which srun does not always do."""
     env = dict(os.environ)
     if local_ranks is not None and local_ranks > (os.cpu_count() or 1):

@@ -22,7 +22,7 @@ from collectives.units import doubling_sizes, split_variant_texts
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.options import COLLECTIVES
 from osu_dl_bench.measurement.store import RunStore
-from osu_dl_bench.runtime import slurm_job
+from osu_dl_bench.runtime.slurm_env import slurm_job
 
 LAUNCHERS = ("mpiexec", "srun")
 # srun's process-management interface per MPI library: the mpich wheel speaks PMI-2;

@@ -11,10 +11,9 @@ import time
 from collections.abc import Callable, Hashable
 from typing import Any, TextIO
 
-from tqdm import tqdm
-
 from collectives.units import format_size
 from osu_dl_bench.measurement.store import SweepPoint
+from osu_dl_bench.terminal_bar import BarStyle, TerminalBar, render_line
 
 # Event lines start with this marker; every other line of a job is passed through.
 EVENT_PREFIX = "@osu-dl-bench-sweep "
@@ -45,27 +44,7 @@ def format_duration(seconds: float) -> str:
 
 
 # The bar and what it shows: points done / total, time elapsed, time left at the pace so far.
-BAR_FORMAT = "[{bar:24}] {n:>4}/{total} points  {elapsed} elapsed  ETA {remaining}"
-BAR_CHARS = "-#"  # tqdm's ascii: empty, full
-# A bar of fixed width, so the terminal's size plays no part: tqdm would trim the line to
-# the width and hide it past the height, and a terminal that reports 0 x 0 hides it.
-SCREEN = {"ncols": 120, "nrows": 20}
-# Seconds between redraws on a terminal.
-MIN_INTERVAL = 0.2
-
-
-def terminal_bar(total: int, stream: TextIO, bar_format: str, chars: str, leave: bool) -> tqdm:
-    """The suite's one kind of tqdm bar: fixed width, ASCII ``chars`` (empty, full),
-    redrawn at most every MIN_INTERVAL seconds (the sweep's points, the trainer's steps)."""
-    return tqdm(
-        total=total,
-        file=stream,
-        bar_format=bar_format,
-        ascii=chars,
-        mininterval=MIN_INTERVAL,
-        **SCREEN,
-        leave=leave,
-    )
+POINTS = BarStyle("[{bar:24}] {n:>4}/{total} points  {elapsed} elapsed  ETA {remaining}", "-#")
 
 
 class Progress:
@@ -92,9 +71,10 @@ class Progress:
         self.interval = interval
         self._last_shown: float | None = None
         self._shown_state: tuple[int, int] | None = None
-        self._bar: tqdm | None = None
+        self._bar: TerminalBar | None = None
         if self.interactive:
-            self._bar = terminal_bar(self.total, stream, BAR_FORMAT, BAR_CHARS, leave=True)
+            self._bar = TerminalBar(self.total, stream, POINTS, leave=True)
+            self._bar.open()
 
     @property
     def total(self) -> int:
@@ -105,15 +85,13 @@ class Progress:
         """A job's own count of its points replaces the planner's estimate."""
         self.todo[job] = todo
         if self._bar is not None:
-            self._bar.total = self.total
-            self._bar.refresh()
+            self._bar.refresh(self.total)
 
     def advance(self) -> None:
         """One more point measured."""
         self.done += 1
         if self._bar is not None:
-            self._bar.total = self.total
-            self._bar.update(1)
+            self._bar.update(self.done, self.total)
         else:
             self.show()
 
@@ -125,11 +103,7 @@ class Progress:
 
     def render(self) -> str:
         """'[######------]   12/88 points  00:45 elapsed  ETA 02:13'."""
-        elapsed = self.clock() - self.start
-        rate = self.done / elapsed if self.done and elapsed > 0 else None
-        return tqdm.format_meter(
-            self.done, self.total, elapsed, bar_format=BAR_FORMAT, ascii=BAR_CHARS, rate=rate
-        )
+        return render_line(POINTS, self.done, self.total, self.clock() - self.start)
 
     def show(self, force: bool = False) -> None:
         """Draw the bar (rate-limited when not on a terminal)."""

@@ -11,7 +11,8 @@ from typing import Any
 from osu_dl_bench import __version__
 from osu_dl_bench.jobs.options import SweepConfig, command_line
 from osu_dl_bench.measurement.store import RunStore
-from osu_dl_bench.runtime import slurm_job, utc_now
+from osu_dl_bench.runtime.metadata import utc_now
+from osu_dl_bench.runtime.slurm_env import slurm_job
 
 # The array library behind each buffer kind (-d).
 ARRAY_MODULES = {"cpu": "numpy", "cpu-registered": "numpy (registered memory)", "cuda": "cupy"}

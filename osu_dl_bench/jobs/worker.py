@@ -67,16 +67,9 @@ from osu_dl_bench.measurement.store import (
     SweepPoint,
     format_rounds,
 )
-from osu_dl_bench.runtime import (
-    RunMetadata,
-    Topology,
-    agree_on_errors,
-    collect_metadata,
-    discover_topology,
-    on_rank0,
-    utc_now,
-    wait_politely,
-)
+from osu_dl_bench.runtime.agreement import agree_on_errors, on_rank0, wait_politely
+from osu_dl_bench.runtime.metadata import RunMetadata, collect_metadata, utc_now
+from osu_dl_bench.runtime.topology import Topology, discover_topology
 
 
 def sweep_points(

@@ -16,7 +16,7 @@ process count, kind and size, the median over jobs. Kinds, every rank taking par
   left one (mpi4py's buffer calls, as the algorithms use them): alpha and beta of the
   intra-node link with all p ranks active (on an oversubscribed node, mostly the cost of
   waiting for a descheduled peer);
-- ``pingpong`` (p = 2 only): the one-way time of OSU's ping-pong (bench.p2p's round), for
+- ``pingpong`` (p = 2 only): the one-way time of OSU's ping-pong (measurement.p2p's round), for
   reference: one copy in flight, where a collective's steps have all ranks copying;
 - ``reduce``: ``ufunc(a, b, out=a)`` on every rank at once (as the algorithms reduce: in
   place, sharing the cores and the memory bus): gamma;
@@ -35,9 +35,13 @@ process count, kind and size, the median over jobs. Kinds, every rank taking par
 
 Every sample reuses the same buffers, as the OSU-style benchmark and the sweep do (their
 iterations run on one send and one receive buffer): what is timed is the cache state the
-sweep's times see, warm up to the caches' size. Kinds are interleaved in rounds (the
+sweep's times see, warm up to the caches' size. Every sample is timed by the kernel's loop
+(measurement.kernel.timed_round: an untimed barrier, the timer around the call alone), so
+a stall report shows the calibration's calls too. Kinds are interleaved in rounds (the
 machine changes speed over time) and medians over all samples are kept; the iterations per
-round adapt to about ``target_s`` per kind and size.
+round adapt to about ``target_s`` per kind and size. The files are written through the run
+directory's store (measurement.store.RunStore): appended as results.csv is, or replaced
+atomically.
 
 mpi4py is imported inside the functions: the model reads this module's file names and
 kinds in a process that must not start MPI.
@@ -45,7 +49,6 @@ kinds in a process that must not start MPI.
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import platform as _platform
@@ -56,9 +59,11 @@ from pathlib import Path
 
 import numpy as np
 
+from collectives.specs import Buffers
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.paths import write_text_atomic
-from osu_dl_bench.runtime import library_version_line, on_rank0, utc_now
+from osu_dl_bench.measurement.store import RunStore
+from osu_dl_bench.runtime.agreement import on_rank0
+from osu_dl_bench.runtime.metadata import library_version_line, utc_now
 
 CALIBRATION_CSV = "calibration.csv"
 CALIBRATION_JSON = "calibration.json"
@@ -67,7 +72,6 @@ REFERENCE_KINDS = ("ref_copy", "ref_allreduce")
 KINDS = ("exchange", "pingpong", "reduce", "reduce_mpi", "step", "barrier", *REFERENCE_KINDS)
 STEP_MAX_BYTES = 4096  # the step's overhead matters (and is measured) at small sizes only
 POOL_DEPTH = 1  # the benchmark reuses one send and one receive buffer: so does the calibration
-POOL_CAP_BYTES = 256 << 20  # per kind and rank: fewer buffers for the largest sizes
 MAX_ITERATIONS = 200
 
 # The standalone job: every doubling size, 10 rounds of about 2 ms per kind.
@@ -109,12 +113,12 @@ def spread_order(sizes: Sequence[int]) -> list[int]:
     return [n for start in range(3) for n in ordered[start::3]]
 
 
-def _pool(size: int, dtype: np.dtype) -> list[np.ndarray]:
-    depth = max(1, min(POOL_DEPTH, POOL_CAP_BYTES // max(size, 1)))
-    count = max(1, size // dtype.itemsize)
+def _buffers(size: int) -> Buffers:
+    """One float32 send and one receive buffer of ``size`` bytes, for every sample."""
+    count = max(1, size // 4)
     # Zeros written explicitly: real pages (not the shared zero page), and sums that never
     # overflow however often a buffer is reduced into.
-    return [np.full(count, 0.0, dtype) for _ in range(depth)]
+    return Buffers(np.full(count, 0.0, np.float32), np.full(count, 0.0, np.float32))
 
 
 def _iterations(seconds: float, effort: Effort) -> int:
@@ -123,48 +127,43 @@ def _iterations(seconds: float, effort: Effort) -> int:
     return int(np.clip(count, effort.min_iterations, MAX_ITERATIONS))
 
 
-def _timed(comm, body: Callable[[int], None], count: int) -> np.ndarray:
-    """Seconds of ``body(i)`` for i < count, each after a barrier; the slower rank's."""
-    from mpi4py import MPI
+def _timed(comm, call: Callable, bufs: Buffers, count: int) -> np.ndarray:
+    """Seconds of ``count`` calls of ``call`` timed by the kernel's loop; the slowest rank's."""
+    from osu_dl_bench.measurement.kernel import slowest_rank, timed_round
 
-    times = np.empty(count)
-    for i in range(count):
-        comm.Barrier()
-        start = MPI.Wtime()
-        body(i)
-        times[i] = MPI.Wtime() - start
-    comm.Allreduce(MPI.IN_PLACE, times, MPI.MAX)
-    return times
+    times = np.zeros((1, count))
+    timed_round(comm.Barrier, [call], [0], bufs, None, [0] * count, times)
+    return slowest_rank(comm, times)[0]
 
 
-def _kinds(comm, size: int, send: list, recv: list) -> dict[str, tuple[Callable, float]]:
-    """kind -> (body(i), seconds per sample factor) for this size and process count."""
+def _kinds(comm, size: int) -> dict[str, tuple[Callable, float]]:
+    """kind -> (call(send, recv, op, root), seconds per sample factor) for this size and
+    process count; the calls take the kernel's signature and ignore ``op`` and ``root``."""
     from mpi4py import MPI
 
     from osu_dl_bench.measurement.p2p import latency_round  # OSU's ping-pong round, reused as is
 
-    rank, p, depth = comm.Get_rank(), comm.Get_size(), len(send)
+    rank, p = comm.Get_rank(), comm.Get_size()
     right, left = (rank + 1) % p, (rank - 1) % p
 
-    def exchange(i: int) -> None:
-        comm.Sendrecv(send[i % depth], right, 11, recv[i % depth], left, 11)
+    def exchange(send, recv, op, root) -> None:
+        comm.Sendrecv(send, right, 11, recv, left, 11)
 
-    def pingpong(i: int) -> None:
-        latency_round(comm, send[i % depth], recv[i % depth])
+    def pingpong(send, recv, op, root) -> None:
+        latency_round(comm, send, recv)
 
-    def reduce(i: int) -> None:
-        np.add(recv[i % depth], send[i % depth], out=recv[i % depth])
+    def reduce(send, recv, op, root) -> None:
+        np.add(recv, send, out=recv)
 
-    def reduce_mpi(i: int) -> None:
-        MPI.SUM.Reduce_local(send[i % depth], recv[i % depth])
+    def reduce_mpi(send, recv, op, root) -> None:
+        MPI.SUM.Reduce_local(send, recv)
 
-    def step(i: int) -> None:
-        buf, tmp = recv[i % depth], send[i % depth]
-        half = len(buf) // 2 or 1
-        comm.Sendrecv(buf[:half], right, 11, tmp[:half], left, 11)
-        np.add(buf[:half], tmp[:half], out=buf[:half])
+    def step(send, recv, op, root) -> None:
+        half = len(recv) // 2 or 1
+        comm.Sendrecv(recv[:half], right, 11, send[:half], left, 11)
+        np.add(recv[:half], send[:half], out=recv[:half])
 
-    def barrier(i: int) -> None:
+    def barrier(send, recv, op, root) -> None:
         comm.Barrier()
 
     kinds = {"exchange": (exchange, 1.0), "reduce": (reduce, 1.0), "reduce_mpi": (reduce_mpi, 1.0)}
@@ -208,19 +207,18 @@ class _References:
 
 def _size_rows(comm, size: int, effort: Effort, refs: _References) -> list[dict]:
     """Rows of one size: every kind in rotated order, ``effort.rounds`` times."""
-    send, recv = _pool(size, np.dtype(np.float32)), _pool(size, np.dtype(np.float32))
-    kinds = _kinds(comm, size, send, recv)
+    bufs, kinds = _buffers(size), _kinds(comm, size)
     counts = {}
-    for name, (body, _) in kinds.items():
-        _timed(comm, body, 1)  # warm-up: first touch of the pages, the library's first call
-        counts[name] = _iterations(float(np.max(_timed(comm, body, 1))), effort)
+    for name, (call, _) in kinds.items():
+        _timed(comm, call, bufs, 1)  # warm-up: first touch of the pages, the library's first call
+        counts[name] = _iterations(float(np.max(_timed(comm, call, bufs, 1))), effort)
     samples: dict[str, list[np.ndarray]] = {k: [] for k in kinds}
     names = list(kinds)
     for r in range(effort.rounds):
         refs.sample()
         for name in names[r % len(names) :] + names[: r % len(names)]:
-            body, factor = kinds[name]
-            samples[name].append(_timed(comm, body, counts[name]) * factor)
+            call, factor = kinds[name]
+            samples[name].append(_timed(comm, call, bufs, counts[name]) * factor)
     p = comm.Get_size()
     return [_row(name, size, p, np.concatenate(parts)) for name, parts in samples.items()]
 
@@ -257,19 +255,21 @@ def write_calibration(
     """calibration.csv and calibration.json in ``run_dir``; ``append`` adds this job's rows
     (and its metadata to the list of jobs) to an earlier calibration's, so calibrations
     spread over a sweep's duration see the machine in the states the sweep saw. ``job``
-    labels the rows (default: the job's index)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
+    labels the rows (default: the job's index). The run directory's store writes them:
+    the rows appended as results.csv's are, every other file replaced atomically."""
+    store = RunStore(run_dir)
+    store.create()
     csv_path, meta_path = run_dir / CALIBRATION_CSV, run_dir / CALIBRATION_JSON
     append = append and csv_path.exists() and meta_path.exists()
     jobs = json.loads(meta_path.read_text()).get("jobs", []) if append else []
     label = str(len(jobs)) if job is None else job
-    with open(csv_path, "a" if append else "w", newline="") as f:
-        writer = csv.DictWriter(f, FIELDS)
-        if not append:
-            writer.writeheader()
-        writer.writerows({**row, "job": label} for row in rows)
+    labelled = [{**row, "job": label} for row in rows]
+    if append:
+        store.append_rows(CALIBRATION_CSV, FIELDS, labelled)
+    else:
+        store.write_rows(CALIBRATION_CSV, FIELDS, labelled)
     meta = {**meta, "job": label}
-    write_text_atomic(meta_path, json.dumps({**meta, "jobs": [*jobs, meta]}, indent=1) + "\n")
+    store.write_text(CALIBRATION_JSON, json.dumps({**meta, "jobs": [*jobs, meta]}, indent=1) + "\n")
 
 
 def metadata(comm) -> dict:

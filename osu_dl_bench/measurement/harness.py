@@ -39,7 +39,7 @@ from osu_dl_bench.measurement.ranks import (
     synchronise_clocks,
 )
 from osu_dl_bench.measurement.records import BenchRecord
-from osu_dl_bench.runtime import Topology
+from osu_dl_bench.runtime.topology import Topology
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from collectives.specs import SPECS
 from collectives.units import doubling_sizes, format_size, parse_size
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.runtime import DEFAULT_THREAD_LEVEL
+from osu_dl_bench.runtime.start import DEFAULT_THREAD_LEVEL
 
 # The collectives collectives.specs describes, in its order (reading it starts no MPI).
 COLLECTIVES = tuple(SPECS)

@@ -30,7 +30,7 @@ from osu_dl_bench.measurement.harness import Setting
 from osu_dl_bench.measurement.kernel import count_wrong, timed_round
 from osu_dl_bench.measurement.options import BW_WINDOW, BenchConfig
 from osu_dl_bench.measurement.records import BenchRecord
-from osu_dl_bench.runtime import Topology
+from osu_dl_bench.runtime.topology import Topology
 
 TAG = 1
 ACK_TAG = 2

@@ -30,7 +30,7 @@ import os
 import re
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -201,21 +201,43 @@ class RunStore:
     def append(self, points: list[SweepPoint]) -> None:
         """Append points and flush them to disk at once (a row cut short by a full disk
         is cut off first, so no row is written onto it)."""
+        self.append_rows(RESULTS, SWEEP_FIELDS, (asdict(point) for point in points))
+
+    def append_rows(self, name: str, columns: Sequence[str], rows: Iterable[Mapping]) -> None:
+        """Append ``rows`` to the directory's CSV file ``name`` as points are appended: a
+        row cut short is cut off first, a new file gets ``columns`` as its header (an
+        existing one keeps its own), and the rows are on disk before this returns."""
+        path = self.path / name
         try:
-            header = _header_of(self.results_path)
-            with self.results_path.open("a+b") as raw:
+            header = _header_of(path)
+            with path.open("a+b") as raw:
                 _cut_partial_line(raw)
                 new = raw.tell() == 0
-                names = SWEEP_FIELDS if new or not header else header
                 with io.TextIOWrapper(raw, newline="", write_through=True) as handle:
-                    writer = csv.DictWriter(handle, fieldnames=names, extrasaction="ignore")
+                    writer = csv.DictWriter(handle, header or columns, extrasaction="ignore")
                     if new:
                         writer.writeheader()
-                    writer.writerows(asdict(point) for point in points)
+                    writer.writerows(rows)
                     handle.flush()
                     os.fsync(handle.fileno())
         except OSError as exc:
-            raise _write_error(self.results_path, exc) from None
+            raise _write_error(path, exc) from None
+
+    def write_rows(self, name: str, columns: Sequence[str], rows: Iterable[Mapping]) -> None:
+        """Replace the directory's CSV file ``name`` by ``columns`` and ``rows``, atomically."""
+        text = io.StringIO()
+        writer = csv.DictWriter(text, columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+        self.write_text(name, text.getvalue())
+
+    def write_text(self, name: str, text: str) -> None:
+        """Replace the directory's file ``name`` atomically (a failed write leaves the old one)."""
+        path = self.path / name
+        try:
+            write_text_atomic(path, text)
+        except OSError as exc:
+            raise _write_error(path, exc) from None
 
     def check_appendable(self) -> None:
         """Refuse to resume a results file of the older layout (no launch columns): rows of
@@ -284,10 +306,7 @@ class RunStore:
             "points": [list(point) for point in sorted(points)],
             "reasons": reasons,
         }
-        try:
-            write_text_atomic(path, json.dumps(known, indent=1))
-        except OSError as exc:
-            raise _write_error(path, exc) from None
+        self.write_text(FOCUS, json.dumps(known, indent=1))
 
     def read_metadata(self) -> dict[str, Any]:
         """The metadata file, or an empty skeleton."""
@@ -307,12 +326,9 @@ class RunStore:
 
     def write_metadata(self, metadata: dict[str, Any]) -> None:
         """Write the metadata file atomically (a failed write leaves the old one)."""
-        path = self.path / METADATA
-        text = json.dumps({"schema_version": SCHEMA_VERSION, **metadata}, indent=1)
-        try:
-            write_text_atomic(path, text)
-        except OSError as exc:
-            raise _write_error(path, exc) from None
+        self.write_text(
+            METADATA, json.dumps({"schema_version": SCHEMA_VERSION, **metadata}, indent=1)
+        )
 
     def write_parquet(self) -> Path | None:
         """Copy the results to Parquet when pyarrow is installed."""
@@ -421,7 +437,8 @@ def _write_error(path: Path, exc: OSError) -> StoreError:
     remedy = "make room" if exc.errno in OUT_OF_SPACE else "make it writable"
     return StoreError(
         f"cannot write {path} ({exc.strerror or exc})",
-        f"the results stored before it are kept; {remedy} and rerun with --resume",
+        f"the results stored before it are kept; {remedy} and run it again (a sweep: with "
+        "--resume)",
     )
 
 

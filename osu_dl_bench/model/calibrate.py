@@ -26,6 +26,8 @@ from osu_dl_bench.measurement.calibration import (
     metadata,
     write_calibration,
 )
+from osu_dl_bench.measurement.store import RunStore
+from osu_dl_bench.runtime.agreement import on_rank0
 
 __all__ = ["CALIBRATION_CSV", "CALIBRATION_JSON", "KINDS", "REFERENCE_KINDS", "calibrate"]
 
@@ -50,6 +52,12 @@ def calibrate(comm, run_dir: str, message_size: str, rounds: int, append: bool) 
             f"{comm.Get_size()} ranks on hosts {meta['hosts']}"
         )
     rows = measure(comm, sizes, Effort(rounds=max(1, rounds)), ReferenceTimer(comm))
-    if comm.Get_rank() == 0:
-        write_calibration(Path(run_dir), rows, meta, append)
+    on_rank0(comm, lambda: write_locked(Path(run_dir), rows, meta, append))
     return 0
+
+
+def write_locked(run_dir: Path, rows: list[dict], meta: dict, append: bool) -> None:
+    """Write the calibration holding the run directory's lock, as a sweep does: a sweep
+    writing its own launches' calibration there makes this job refuse, not interleave."""
+    with RunStore(run_dir).lock():
+        write_calibration(run_dir, rows, meta, append)

@@ -27,7 +27,7 @@ d_r and d_b the depths of the reduce and bcast trees:
 
 w is measured: MPI_Barrier on one node is the same machinery, one gather and one release
 wave (barrier_s of the platform's contention state); without it, the link's alpha.
-Oversubscribed runs turn that path off (runtime.OVERSUBSCRIBED_CVARS sets the POSIX
+Oversubscribed runs turn that path off (runtime.launcher.OVERSUBSCRIBED_CVARS sets the POSIX
 algorithms to ``mpir``) and reach the tree.
 """
 

@@ -34,7 +34,7 @@ from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.calibration import CALIBRATION_CSV, CALIBRATION_JSON, KINDS
 from osu_dl_bench.model.fit import PieceFit, fit_pieces
 from osu_dl_bench.model.platform import ContentionState, Link, Piece, Platform, Reference
-from osu_dl_bench.runtime import utc_now
+from osu_dl_bench.runtime.metadata import utc_now
 
 PLATFORM_FILE = "platform.json"
 

@@ -19,7 +19,7 @@ from collectives.units import format_size
 from osu_dl_bench import __version__
 from osu_dl_bench.model.costs import predict_seconds
 from osu_dl_bench.model.platform import Platform
-from osu_dl_bench.runtime import utc_now
+from osu_dl_bench.runtime.metadata import utc_now
 from osu_dl_bench.selection.table import (
     Choice,
     Entry,

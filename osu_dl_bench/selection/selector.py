@@ -314,9 +314,7 @@ class Selector:
         return self._bound[key]
 
     def _bind(self, comm: Any, collective: str, context: CallContext) -> CollectiveCall:
-        query = Query(
-            collective, comm.Get_size(), 0, context.device, context.nodes, context.ranks_per_node
-        )
+        query = Query(collective, comm.Get_size(), 0, context.device, context.nodes, context.ppn)
         chosen = collective in self.forced or collective in self.fixed
         if not chosen and self.table is None and self.model is not None:
             return self._bind_per_size(comm, query, context)
@@ -399,7 +397,7 @@ def _context_key(context: CallContext) -> tuple:
         None if op is None else (op.name, op.commutative),
         context.device,
         context.nodes,
-        context.ranks_per_node,
+        context.ppn,
     )
 
 

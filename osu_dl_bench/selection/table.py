@@ -52,7 +52,7 @@ from collectives.shape import JobShape
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jsonfile import UnreadableJson, describe, load_json
 from osu_dl_bench.paths import write_text_atomic
-from osu_dl_bench.runtime import utc_now
+from osu_dl_bench.runtime.metadata import utc_now
 from osu_dl_bench.selection.schema_check import first_problem, load_schema
 
 SCHEMA_VERSION = 1

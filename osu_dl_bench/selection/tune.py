@@ -57,7 +57,7 @@ from collectives.units import format_size
 from osu_dl_bench import __version__
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import POINT_KEY, RunStore, round_values
-from osu_dl_bench.runtime import utc_now
+from osu_dl_bench.runtime.metadata import utc_now
 from osu_dl_bench.selection.estimate import Measured, entry_ratios, run_pool
 from osu_dl_bench.selection.evidence import LaunchPool
 from osu_dl_bench.selection.paired import (

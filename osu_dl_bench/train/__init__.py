@@ -6,8 +6,9 @@ Uses the collectives and tuning packages; neither imports this one. Importing th
 package loads neither torch nor MPI: the modules that need them are imported by the
 command after its options are parsed (``options`` is torch- and MPI-free).
 
-Modules: options (config), policy (which algorithm per call), comm_thread (the one thread
-that calls MPI), buckets and reducer (gradient buckets, hooks, overlap), comm_hooks
-(averaging, fp16 compression), trainer (a replica's step), data and models, checkpoint,
+Modules: options (config), ddp_defaults (DDP's bucket sizes), policy (which algorithm
+per call), comm_thread (the one thread that calls MPI), buckets and reducer (gradient
+buckets, hooks, overlap), comm_hooks (averaging, fp16 compression), trainer (a replica's
+step), data and models, traffic (a model's buckets, without torch's weights), checkpoint,
 validate, records and report, run (the command).
 """

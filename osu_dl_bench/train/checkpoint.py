@@ -37,7 +37,7 @@ import torch
 
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.paths import fsync_directory, write_atomic, write_text_atomic
-from osu_dl_bench.runtime import utc_now
+from osu_dl_bench.runtime.metadata import utc_now
 
 FORMAT = "osu-dl-bench train checkpoint"
 VERSION = 1

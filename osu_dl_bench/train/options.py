@@ -2,7 +2,7 @@
 commands.train_options parses the command line into it.
 
 Declared apart from the trainer because the trainer loads torch (seconds) and the
-registry (mpi4py.MPI, which must wait until the options are parsed: osu_dl_bench.runtime).
+registry (mpi4py.MPI, which must wait until the options are parsed: osu_dl_bench.runtime.start).
 Checks that need no MPI are made here, so every rank reaches the same verdict before any
 collective runs.
 """
@@ -19,18 +19,16 @@ from pathlib import Path
 
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.paths import check_writable_file, probe_directory
-from osu_dl_bench.runtime import file_fingerprint, init_mpi, raise_environment_thread_level
+from osu_dl_bench.runtime.agreement import file_fingerprint
+from osu_dl_bench.runtime.start import init_mpi, raise_environment_thread_level
+from osu_dl_bench.train.ddp_defaults import DEFAULT_BUCKET_CAP, DEFAULT_FIRST_BUCKET
 
 # Model names (osu_dl_bench.train.models builds them; a test checks the two agree).
 MODELS = ("cnn", "resnet")
 DATASETS = ("digits", "synthetic")
 DEFAULT_DATA = {"cnn": "digits", "resnet": "synthetic"}
-# PyTorch DDP's defaults: bucket_cap_mb=25 and dist._DEFAULT_FIRST_BUCKET_BYTES (1 MiB);
-# the small first bucket starts communication early in backward.
-DEFAULT_BUCKET_CAP = 25 << 20
-DEFAULT_FIRST_BUCKET = 1 << 20
 # The trainer's communication thread issues every MPI call, so SERIALIZED is enough, and
-# MULTIPLE would slow MPICH down (runtime.DEFAULT_THREAD_LEVEL explains why).
+# MULTIPLE would slow MPICH down (runtime.start.DEFAULT_THREAD_LEVEL explains why).
 THREAD_LEVEL = "serialized"
 # Checkpoints are loaded with torch.load(weights_only=True); releases before 2.10 had
 # known ways for a crafted file around it. pyproject.toml's extras state the same floor.

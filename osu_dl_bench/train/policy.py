@@ -29,7 +29,7 @@ from collectives.dtypes import element_type
 from collectives.ops import reduce_op
 from collectives.registry import CollectiveCall, parse_variant
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.runtime import Topology
+from osu_dl_bench.runtime.topology import Topology
 from osu_dl_bench.selection.selector import Query, Selector
 from osu_dl_bench.train.options import TrainConfig
 

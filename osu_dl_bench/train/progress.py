@@ -1,52 +1,35 @@
-"""Rank 0's progress bar on stderr (tqdm, redrawn in place at most a few times a second)."""
+"""Rank 0's progress bar on stderr: the suite's one bar (terminal_bar) with steps and loss."""
 
 from __future__ import annotations
 
 import sys
 from typing import TextIO
 
-from tqdm import tqdm
+from osu_dl_bench.terminal_bar import BarStyle, TerminalBar
 
-from osu_dl_bench.jobs.progress import terminal_bar
-
-WIDTH = 30
 # '[#####.....] 40/100 steps, loss 0.532' (tqdm puts ', ' before the postfix).
-BAR_FORMAT = f"[{{bar:{WIDTH}}}] {{n}}/{{total}} steps{{postfix}}"
-BAR_CHARS = ".#"  # tqdm's ascii: empty, full
+STEPS = BarStyle("[{bar:30}] {n}/{total} steps{postfix}", ".#")
 
 
 class ProgressBar:
-    """``[#####.....] 40/100 steps, loss 0.532`` rewritten in place by tqdm."""
+    """``[#####.....] 40/100 steps, loss 0.532`` rewritten in place, erased when done."""
 
     def __init__(self, total: int, enabled: bool, stream: TextIO | None = None) -> None:
         self.total, self.enabled = max(total, 1), enabled
-        self.stream = stream or sys.stderr
-        self._bar: tqdm | None = None
-
-    def _open(self) -> tqdm:
         # Opened on the first update: a bar made and never drawn would print on exit.
-        return terminal_bar(self.total, self.stream, BAR_FORMAT, BAR_CHARS, leave=False)
+        self._bar = TerminalBar(self.total, stream or sys.stderr, STEPS, leave=False)
 
     def update(self, done: int, loss: float) -> None:
         """Show ``done`` steps of ``total`` (throttled, always drawn at the end)."""
         if not self.enabled:
             return
-        if self._bar is None:
-            self._bar = self._open()
-        self._bar.set_postfix_str(f"loss {loss:.4f}", refresh=False)
-        self._bar.update(min(done, self.total) - self._bar.n)
+        self._bar.update(min(done, self.total), postfix=f"loss {loss:.4f}")
         if done >= self.total:
             self._bar.refresh()
 
     def clear(self) -> None:
-        """Erase the bar so a line can be printed in its place."""
-        if self._bar is None:
-            return
-        if self._bar.n >= self.total:
-            self._bar.close()  # finished: leave=False erases it for good
-            self._bar = None
-        else:
-            self._bar.clear()
+        """Erase the bar so a line can be printed in its place (for good once finished)."""
+        self._bar.clear()
 
 
 def progress_enabled(mode: str, rank: int, stream: TextIO | None = None) -> bool:

@@ -24,7 +24,7 @@ from torch import nn
 
 from osu_dl_bench.errors import UsageError, ValidationFailure
 from osu_dl_bench.paths import write_atomic
-from osu_dl_bench.runtime import collect_metadata
+from osu_dl_bench.runtime.metadata import collect_metadata
 from osu_dl_bench.train import checkpoint as ckpt
 from osu_dl_bench.train.comm_hooks import wrong_allreduce_hook
 from osu_dl_bench.train.comm_thread import CommThread

@@ -22,7 +22,8 @@ import json
 import sys
 from dataclasses import dataclass
 
-from osu_dl_bench.runtime import init_mpi, run_guarded
+from osu_dl_bench.runtime.guard import run_guarded
+from osu_dl_bench.runtime.start import init_mpi
 
 MPI = init_mpi("single")
 
@@ -33,7 +34,7 @@ from collectives.dtypes import element_type  # noqa: E402
 from collectives.ops import reduce_op  # noqa: E402
 from collectives.registry import Algorithm, BoundCalls, Variant  # noqa: E402
 from osu_dl_bench.measurement.kernel import count_wrong  # noqa: E402
-from osu_dl_bench.runtime import discover_topology  # noqa: E402
+from osu_dl_bench.runtime.topology import discover_topology  # noqa: E402
 
 # The fewest pieces a stand-in cuts its unit into: a first, a middle and a last one, the
 # last ragged where the unit is not a multiple of the piece (odd element counts).

@@ -1,6 +1,6 @@
 """Hostile-input driver: ranks pass one cma or shm collective call different arguments.
 
-Run under mpiexec by tests/test_mismatched_counts.py. In every case every rank must raise
+Run under mpiexec by tests/mpi/test_mismatched_counts.py. In every case every rank must raise
 CountMismatch with the same message, naming the rank at fault and both byte counts (or
 element types, roots, buffers); no byte of any buffer, nor of the canaries around it, may
 change (nothing is copied); and the binding must stay usable: a matching call right after
@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from osu_dl_bench.runtime import init_mpi, run_guarded
+from osu_dl_bench.runtime.guard import run_guarded
+from osu_dl_bench.runtime.start import init_mpi
 
 MPI = init_mpi("single")
 
@@ -29,7 +30,7 @@ from collectives.ops import reduce_op  # noqa: E402
 MARGIN = 64  # canary elements before, between and after the buffers
 CANARY = 0x5A
 N = 3001  # float64 elements: several 4 KiB chunks, not divisible by p
-LONGER = 1000  # the issue's bcast wrote this many elements past a peer's buffer
+LONGER = 1000  # elements past a peer's buffer an unchecked bcast once wrote
 MUCH_LONGER = 200_000  # beyond the shared window a 24 KB call leaves: shm must grow
 SUM = reduce_op("sum")
 

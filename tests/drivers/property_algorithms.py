@@ -13,7 +13,8 @@ import argparse
 import json
 import sys
 
-from osu_dl_bench.runtime import init_mpi, run_guarded
+from osu_dl_bench.runtime.guard import run_guarded
+from osu_dl_bench.runtime.start import init_mpi
 
 MPI = init_mpi("single")
 
@@ -25,7 +26,7 @@ from collectives import CallContext, algorithms  # noqa: E402
 from collectives.dtypes import element_type  # noqa: E402
 from collectives.ops import reduce_op  # noqa: E402
 from osu_dl_bench.measurement.kernel import count_wrong  # noqa: E402
-from osu_dl_bench.runtime import discover_topology  # noqa: E402
+from osu_dl_bench.runtime.topology import discover_topology  # noqa: E402
 
 DTYPES = ("float32", "float64", "float16", "int32", "int64")
 OPS = ("sum", "max", "min", "prod")

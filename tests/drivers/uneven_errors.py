@@ -5,14 +5,16 @@ given different counts)."""
 
 import sys
 
-from osu_dl_bench import runtime
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.runtime import guard
+from osu_dl_bench.runtime.guard import run_guarded
+from osu_dl_bench.runtime.start import init_mpi
 
-runtime.SETTLE_SECONDS = 3.0  # keep the test short; ranks of one error meet in ms
+guard.SETTLE_SECONDS = 3.0  # keep the test short; ranks of one error meet in ms
 
 
 def body() -> int:
-    comm = runtime.init_mpi("single").COMM_WORLD
+    comm = init_mpi("single").COMM_WORLD
     rank = comm.Get_rank()
     if sys.argv[1] == "truncated":
         import numpy as np
@@ -30,4 +32,4 @@ def body() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(runtime.run_guarded(body))
+    sys.exit(run_guarded(body))

@@ -5,7 +5,7 @@ GPU: its correctness tests run wherever both exist and are skipped with the reas
 elsewhere; on CPU its algorithms also run on a stand-in for cupy whose "NCCL" is MPI, which
 checks our layouts, roots and node logic but not cupy or NCCL themselves.
 
-Run as a script (``python tests/test_backends.py``, under mpiexec) this file is the device
+Run as a script (``python tests/mpi/test_backends.py``, under mpiexec) this file is the device
 correctness driver: every registered nccl algorithm on cupy buffers against the expected
 result, ending with one ``SUMMARY {json}`` line from rank 0.
 """
@@ -78,7 +78,7 @@ def test_gloo_large_messages_match_expected():
 # while its peers are still inside the collective made Gloo abort them, in about half the runs.
 EXIT_SCRIPT = """
 import numpy as np
-from osu_dl_bench.runtime import init_mpi
+from osu_dl_bench.runtime.start import init_mpi
 MPI = init_mpi()
 from collectives import lookup
 from collectives.ops import reduce_op
@@ -304,12 +304,12 @@ def _check_device_algorithm(comm, algo, topo) -> tuple[int, int, list[str]]:
 
 
 def _device_driver_main() -> int:
-    from osu_dl_bench.runtime import init_mpi
+    from osu_dl_bench.runtime.start import init_mpi
 
     MPI = init_mpi("single")
     from collectives import all_algorithms
     from collectives.registry import UNAVAILABLE_BACKENDS
-    from osu_dl_bench.runtime import discover_topology
+    from osu_dl_bench.runtime.topology import discover_topology
 
     comm = MPI.COMM_WORLD
     assert "nccl" not in UNAVAILABLE_BACKENDS, UNAVAILABLE_BACKENDS["nccl"]
@@ -329,6 +329,6 @@ def _device_driver_main() -> int:
 
 
 if __name__ == "__main__":
-    from osu_dl_bench.runtime import run_guarded
+    from osu_dl_bench.runtime.guard import run_guarded
 
     sys.exit(run_guarded(_device_driver_main))

@@ -11,7 +11,7 @@ import pytest
 from mpirun import MPIEXEC, REPO, mpi_env, run_mpi, run_with_timeout
 
 from osu_dl_bench.measurement.options import host_memory_bytes
-from osu_dl_bench.runtime import printable
+from osu_dl_bench.runtime.text import printable
 
 DRIVER = str(REPO / "tests" / "drivers" / "uneven_errors.py")
 CLI = [sys.executable, "-m", "osu_dl_bench.cli"]
@@ -176,7 +176,9 @@ def test_an_output_path_rank_0_cannot_use_ends_every_rank_before_mpi_starts(tmp_
 
 
 UNEXPECTED_BEFORE_MPI = """
-from osu_dl_bench.runtime import init_mpi, launcher_rank, run_guarded
+from osu_dl_bench.runtime.guard import run_guarded
+from osu_dl_bench.runtime.launcher import launcher_rank
+from osu_dl_bench.runtime.start import init_mpi
 
 def body():
     if launcher_rank() == 0:

@@ -87,7 +87,7 @@ ENTRY_PROGRAM = """
 import sys
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.entry import run_in_job
-from osu_dl_bench.runtime import thread_level_name
+from osu_dl_bench.runtime.start import thread_level_name
 
 
 def level(comm):

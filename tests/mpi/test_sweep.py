@@ -366,7 +366,7 @@ def test_inside_sweeps_smaller_counts_on_the_first_ranks(tmp_path):
 
 GRID_DRIVER = """
 import sys
-from osu_dl_bench.runtime import init_mpi
+from osu_dl_bench.runtime.start import init_mpi
 init_mpi()
 from collectives import lookup
 from collectives.registry import POWER_OF_TWO, register

@@ -11,7 +11,7 @@ import pytest
 
 from osu_dl_bench.commands.bench_options import add_bench_arguments, config_from_args
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.train.options import DEFAULT_BUCKET_CAP, DEFAULT_FIRST_BUCKET
+from osu_dl_bench.train.ddp_defaults import DEFAULT_BUCKET_CAP, DEFAULT_FIRST_BUCKET
 from osu_dl_bench.train.traffic import MODEL_NAMES, bucket_plan, build_on_meta, check_model_name
 
 needs_torch = pytest.mark.skipif(

@@ -1,19 +1,30 @@
-"""The calibration files (measurement.calibration): jobs appended under their labels, and
-the in-launch sizes enough for the fit's pieces; the kernels themselves run in
+"""The calibration files (measurement.calibration): jobs appended under their labels through
+the run directory's store, and the in-launch sizes enough for the fit's pieces; the kernels
+run here on COMM_SELF (timed by the kernel's loop) and across ranks in
 tests/mpi/test_model.py."""
 
 import json
 
 import pandas as pd
+import pytest
+from mpi4py import MPI
 
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.measurement import heartbeat
 from osu_dl_bench.measurement.calibration import (
+    CALIBRATION_CSV,
     FIELDS,
     IN_LAUNCH_SIZES,
     MIN_SIZES,
     STEP_MAX_BYTES,
+    Effort,
+    measure,
     spread_order,
     write_calibration,
 )
+from osu_dl_bench.measurement.heartbeat import Heartbeat, file_name, read
+from osu_dl_bench.measurement.store import RunStore, StoreError
+from osu_dl_bench.model.calibrate import write_locked
 from osu_dl_bench.model.fit import fit_pieces
 
 
@@ -55,3 +66,42 @@ def test_a_calibration_cut_short_still_spans_the_sizes():
     first = order[:MIN_SIZES]  # what a launch measures however slow the node
     assert min(first) == min(IN_LAUNCH_SIZES) and max(first) >= 1 << 20
     assert len([n for n in order[: 2 * MIN_SIZES] if n <= STEP_MAX_BYTES]) >= 3
+
+
+def test_an_append_cuts_off_a_row_a_full_disk_cut_short_first(tmp_path):
+    write_calibration(tmp_path, _rows("exchange", (8, 16), 1e-6), {}, False, "first")
+    path = tmp_path / CALIBRATION_CSV
+    path.write_bytes(path.read_bytes() + b"exchange,32,2,1e-0")  # the disk filled up here
+    write_calibration(tmp_path, _rows("reduce", (8,), 2e-6), {}, True, "second")
+    frame = pd.read_csv(path)
+    assert list(frame["kind"]) == ["exchange", "exchange", "reduce"]
+    assert list(frame["job"]) == ["first", "first", "second"]
+
+
+def test_a_calibration_that_cannot_be_written_is_the_stores_one_message(tmp_path):
+    (tmp_path / CALIBRATION_CSV).mkdir()  # where the file should go
+    with pytest.raises(StoreError, match=CALIBRATION_CSV):
+        write_calibration(tmp_path, _rows("exchange", (8,), 1e-6), {}, False)
+
+
+def test_the_standalone_job_refuses_a_directory_a_sweep_holds(tmp_path):
+    with RunStore(tmp_path).lock(), pytest.raises(UsageError, match="in use by another sweep"):
+        write_locked(tmp_path, _rows("exchange", (8,), 1e-6), {}, False)
+    assert not (tmp_path / CALIBRATION_CSV).exists()
+    write_locked(tmp_path, _rows("exchange", (8,), 1e-6), {}, False)  # free once released
+    assert len(pd.read_csv(tmp_path / CALIBRATION_CSV)) == 1
+
+
+def test_the_kernels_are_timed_by_the_kernels_loop_so_a_stall_report_sees_them(
+    tmp_path, monkeypatch
+):
+    heartbeat.create_files(tmp_path, 1)
+    beat = Heartbeat(tmp_path / file_name(0), 0)
+    monkeypatch.setattr(heartbeat, "_current", beat)
+    rows = measure(MPI.COMM_SELF, (8,), Effort(rounds=2, target_s=1e-5, min_iterations=1))
+    kinds = {"exchange", "reduce", "reduce_mpi", "step", "barrier"}  # no pingpong at p = 1
+    assert {row["kind"] for row in rows} == kinds
+    assert all(row["median_s"] > 0 and row["samples"] >= 2 for row in rows)
+    after = read(tmp_path / file_name(0), 0)
+    # Two untimed samples per kind, then two rounds of every kind: each call marked.
+    assert after.completed == after.entered >= 4 * len(kinds)

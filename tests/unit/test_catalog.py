@@ -72,7 +72,7 @@ def test_the_thread_level_asked_for_holds_after_the_catalog_was_read():
     seen = _python(
         _READ_THE_CATALOG
         + """
-from osu_dl_bench.runtime import init_mpi
+from osu_dl_bench.runtime.start import init_mpi
 MPI = init_mpi("single")
 print(json.dumps({"single": MPI.Query_thread() == MPI.THREAD_SINGLE}))
 """

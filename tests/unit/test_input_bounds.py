@@ -11,7 +11,7 @@ import pytest
 from support.files import fake_segment, platform_json, stale_names, write_file
 
 from collectives import algorithms, all_algorithms, lookup
-from collectives.registry import Algorithm, Split, parse_variant, whole_message
+from collectives.registry import Algorithm, Split, parse_variant, parse_variants, whole_message
 from osu_dl_bench import jsonfile
 from osu_dl_bench.commands import clean
 from osu_dl_bench.errors import UsageError
@@ -314,3 +314,54 @@ def test_young_segments_and_other_files_are_kept(tmp_path):
 def test_another_users_segment_is_kept(tmp_path):
     os.chown(fake_segment(tmp_path), 4242, -1)
     assert stale_names(tmp_path) == []
+
+
+def test_a_repeated_parameter_is_refused():
+    with pytest.raises(UsageError, match="seg given twice"):
+        parse_variant("allreduce", "ring:seg=4K,seg=8K")
+
+
+def test_a_repeated_algorithm_is_measured_once():
+    assert [v.label for v in parse_variants("allreduce", "ring,ring")] == ["ring:seg=256K"]
+
+
+def test_a_platform_number_above_the_bound_names_the_bound(tmp_path):
+    data = platform_json()
+    data["links"]["intra"]["alpha_beta"][0]["alpha_s"] = 1e308
+    path = write_file(tmp_path / "p.json", json.dumps(data))
+    with pytest.raises(PlatformError, match=r"expected a number from 0 to 1e\+300, got 1e\+308"):
+        load_platform(path)
+
+
+def test_an_empty_platform_list_says_empty(tmp_path):
+    data = platform_json()
+    data["links"]["intra"]["alpha_beta"] = []
+    path = write_file(tmp_path / "p.json", json.dumps(data))
+    with pytest.raises(PlatformError, match="expected a non-empty list, got an empty list"):
+        load_platform(path)
+
+
+def test_a_segment_open_through_a_symlinked_directory_is_kept(tmp_path):
+    real = tmp_path / "A"
+    real.mkdir()
+    path = fake_segment(real)
+    (tmp_path / "B").symlink_to(real)
+    with open(path, "rb"):
+        assert stale_names(tmp_path / "B") == []
+
+
+def test_a_segment_open_through_another_link_is_kept(tmp_path):
+    path = fake_segment(tmp_path)
+    other = tmp_path / "elsewhere"
+    os.link(path, other)
+    with open(other, "rb"):
+        assert stale_names(tmp_path) == []
+    import mmap
+
+    with open(other, "r+b") as stream:
+        mapping = mmap.mmap(stream.fileno(), 0)
+    try:
+        assert stale_names(tmp_path) == []
+    finally:
+        mapping.close()
+    assert stale_names(tmp_path) == [path.name]

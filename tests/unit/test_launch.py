@@ -16,7 +16,7 @@ import pytest
 from osu_dl_bench.commands.sweep_options import add_sweep_arguments, config_from_args
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs import launch
-from osu_dl_bench.runtime import OVERSUBSCRIBED_CVARS
+from osu_dl_bench.runtime.launcher import OVERSUBSCRIBED_CVARS
 
 CORES = os.cpu_count() or 1
 

@@ -122,7 +122,7 @@ def test_plots_show_each_candidate_from_its_own_group_over_its_launches():
 
 def test_the_mpi_settings_hint_names_users_values_and_not_the_suites_own(monkeypatch):
     from osu_dl_bench.jobs.orchestrate import _library_settings_note
-    from osu_dl_bench.runtime import OVERSUBSCRIBED_CVARS
+    from osu_dl_bench.runtime.launcher import OVERSUBSCRIBED_CVARS
 
     name = next(iter(OVERSUBSCRIBED_CVARS))
     monkeypatch.setenv(name, OVERSUBSCRIBED_CVARS[name])

@@ -329,7 +329,7 @@ def test_the_algorithm_an_open_mpi_rules_file_names_is_read_back(tmp_path):
 def test_the_library_version_line_drops_the_nul_open_mpi_ends_its_text_with():
     from types import SimpleNamespace
 
-    from osu_dl_bench.runtime import library_version_line
+    from osu_dl_bench.runtime.metadata import library_version_line
 
     text = "Open MPI v5.0.11, package: Open MPI, Sep 16, 2026\x00"
     mpi = SimpleNamespace(Get_library_version=lambda: text)

@@ -57,7 +57,7 @@ def test_the_training_bar_shows_steps_and_loss_and_leaves_no_trace():
         .startswith("[##############################] 10/10 steps, loss 0.2500")
     )
     bar.clear()
-    assert out.getvalue().endswith("\r") and bar._bar is None
+    assert out.getvalue().endswith("\r") and not bar._bar.is_open
 
 
 def test_a_disabled_training_bar_writes_nothing():

@@ -4,6 +4,7 @@ second sweep into a directory in use, and a full disk in the middle of a real sw
 from __future__ import annotations
 
 import errno
+import math
 import os
 from pathlib import Path
 
@@ -13,11 +14,13 @@ from support.sweep import (
     stored_run,
     sweep_point,
 )
+from support.tuning import model_points, write_run
 
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs import orchestrate, runinfo
 from osu_dl_bench.measurement import store as store_module
 from osu_dl_bench.measurement.store import POINT_KEY, SWEEP_FIELDS, RunStore, StoreError
+from osu_dl_bench.selection import build_table
 
 HEADER = ",".join(SWEEP_FIELDS)
 
@@ -168,3 +171,30 @@ def test_a_results_file_with_a_byte_order_mark_reads_and_resumes(tmp_path):
     store.check_appendable()  # the header is read without the mark
     store.append([sweep_point(32)])
     assert store.read()[0]["size_bytes"].tolist() == [8, 16, 32]
+
+
+def _infinite_native(tmp_path):
+    run = write_run(tmp_path / "run", model_points(nprocs_list=(2,), collectives=("allreduce",)))
+    results = RunStore(run).results_path
+    lines = results.read_text().splitlines()
+    header = lines[0].split(",")
+    stats = [header.index(n) for n in ("median_us", "q1_us", "q3_us", "spread_us")]
+    out = [lines[0]]
+    for line in lines[1:]:
+        fields = line.split(",")
+        if fields[header.index("algorithm")] == "native":
+            for i in stats:
+                fields[i] = "1e999"
+        out.append(",".join(fields))
+    results.write_text("\n".join(out) + "\n")
+    return run
+
+
+def test_rows_with_infinite_statistics_are_dropped_and_counted(tmp_path):
+    run = _infinite_native(tmp_path)
+    frame, notes = RunStore(run).read()
+    assert not frame.empty and "native" not in set(frame["algorithm"])
+    assert len(notes) == 1 and "median_us 'inf' is not a finite number" in notes[0]
+    table, warnings = build_table(run)
+    for point in (p for e in table.entries for p in e.points):
+        assert all(math.isfinite(v) for v in point.values() if isinstance(v, float)), point

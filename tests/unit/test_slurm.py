@@ -4,6 +4,7 @@ p = 2 and 4 and a 2-rank training validation, each job with a hard timeout."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -12,7 +13,9 @@ from support.sweep import sweep_config
 
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs import runinfo, slurm
-from osu_dl_bench.runtime import local_rank_count, parse_tasks_per_node, slurm_job
+from osu_dl_bench.jobs.options import check_script_values
+from osu_dl_bench.runtime.launcher import local_rank_count
+from osu_dl_bench.runtime.slurm_env import parse_tasks_per_node, slurm_job
 
 _LAUNCHER_VARS = (
     "MPI_LOCALNRANKS",
@@ -162,3 +165,11 @@ def test_the_provenance_comment_stays_one_line(monkeypatch):
     note = text.splitlines()[1]
     assert note.startswith("# Written by `osu-dl-bench sweep --submit -a ")
     assert "native\\ntouch /tmp/x" in note and "r\\r\\x1b[2J\\u2028y" in note
+
+
+@pytest.mark.parametrize("char", ["\u202e", "\u2066", "\u200b", "\ufeff"])
+def test_bidi_and_format_characters_are_refused_in_a_batch_script(char):
+    args = argparse.Namespace(partition=f"gpu{char}x")
+    with pytest.raises(UsageError, match="--partition") as info:
+        check_script_values(vars(args))
+    assert char not in str(info.value)

@@ -14,7 +14,7 @@ from support.tuning import make_entry, make_table
 
 from collectives import registry
 from collectives.ops import reduce_op
-from osu_dl_bench.runtime import Topology
+from osu_dl_bench.runtime.topology import Topology
 from osu_dl_bench.selection import Selector
 from osu_dl_bench.train.comm_thread import CommThread
 from osu_dl_bench.train.policy import FixedPolicy, SelectorPolicy, call_context

@@ -620,7 +620,7 @@ def test_the_atomic_writer_leaves_the_old_file_when_a_write_fails(tmp_path):
     ],
 )
 def test_the_trainer_overrides_a_thread_level_below_serialized(monkeypatch, asked, now, replaced):
-    from osu_dl_bench.runtime import THREAD_LEVEL_ENV, raise_environment_thread_level
+    from osu_dl_bench.runtime.start import THREAD_LEVEL_ENV, raise_environment_thread_level
 
     monkeypatch.setenv(THREAD_LEVEL_ENV, asked)
     assert raise_environment_thread_level("serialized") == replaced
@@ -628,7 +628,7 @@ def test_the_trainer_overrides_a_thread_level_below_serialized(monkeypatch, aske
 
 
 def test_an_unset_thread_level_stays_unset(monkeypatch):
-    from osu_dl_bench.runtime import THREAD_LEVEL_ENV, raise_environment_thread_level
+    from osu_dl_bench.runtime.start import THREAD_LEVEL_ENV, raise_environment_thread_level
 
     monkeypatch.delenv(THREAD_LEVEL_ENV, raising=False)
     assert raise_environment_thread_level("serialized") is None

@@ -1,5 +1,6 @@
 """Building tuning tables from synthetic run directories, and validating table files."""
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -10,6 +11,7 @@ from support.tuning import (
     launch_rows,
     launch_run,
     machine_states,
+    model_points,
     point,
     scaled,
     write_run,
@@ -369,3 +371,11 @@ def test_a_candidate_that_failed_validation_in_one_launch_is_never_chosen(tmp_pa
     rows += [fast[0], replace(fast[1], validation="fail"), fast[2]]
     (entry,) = build_table(write_run(tmp_path / "run", rows), "v")[0].entries
     assert entry.points[0]["chosen"] == "native" and entry.points[0]["candidates"] == 1
+
+
+def test_a_table_with_a_non_finite_number_is_not_written(tmp_path):
+    table, _ = build_table(write_run(tmp_path / "run", model_points(nprocs_list=(2,))))
+    table.entries[0].points[0]["median_us"] = math.inf
+    with pytest.raises(TableError, match="not a finite number"):
+        table.write(tmp_path / "t.json")
+    assert not (tmp_path / "t.json").exists()

@@ -190,3 +190,26 @@ def test_a_failed_write_leaves_no_temporary_file(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         records.write_records(str(tmp_path / "out.json"), [], {})
     assert _entries(tmp_path) == []
+
+
+def test_minus_k_shows_escape_sequences_escaped():
+    with pytest.raises(UsageError) as info:
+        parse_root("\x1b[31mx")
+    assert "\x1b" not in str(info.value) and "\\x1b" in str(info.value)
+
+
+def _bench(*argv):
+    parser = argparse.ArgumentParser()
+    add_bench_arguments(parser)
+    return parser.parse_args(["allreduce", *argv])
+
+
+def test_ranks_per_node_below_one_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        _bench("--ranks-per-node", "0")
+    assert "expected a whole number >= 1, got '0'" in capsys.readouterr().err
+
+
+def test_an_empty_minus_a_is_refused_at_parse():
+    with pytest.raises(UsageError, match=r"expected NAME\[,NAME\] or all, got ''"):
+        config_from_args(_bench("-a", ""))

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from collectives.units import format_size
-from osu_dl_bench.runtime import printable
+from osu_dl_bench.runtime.text import printable
 from osu_dl_bench.selection.table import Choice, Entry, TuningTable, hosts_text
 
 # MPI libraries tune host-memory collectives; GPU entries stay with the runtime selector.

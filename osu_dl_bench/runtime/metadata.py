@@ -1,0 +1,77 @@
+"""What a result records of its run to be reproduced and compared: the MPI library and
+versions, hosts, thread level, Slurm job, time."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import sys
+from dataclasses import asdict, dataclass
+
+from osu_dl_bench import __version__
+from osu_dl_bench.runtime.launcher import OVERSUBSCRIBED_CVARS
+from osu_dl_bench.runtime.slurm_env import slurm_job
+from osu_dl_bench.runtime.start import thread_level_name
+from osu_dl_bench.runtime.text import is_control
+from osu_dl_bench.runtime.topology import Topology
+
+
+def utc_now() -> str:
+    """The current UTC time to the second (ISO 8601), as every record and file dates."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True)
+class RunMetadata:
+    """What a result needs to be reproduced and compared: library, versions, hosts, time."""
+
+    mpi_library: str
+    mpi_version: str
+    mpi4py_version: str
+    thread_level: str
+    hostnames: str
+    package_version: str
+    timestamp: str
+    command: str
+    # MPICH shared-memory settings in force (set for oversubscribed runs).
+    mpich_posix_cvars: str
+    # The Slurm job the run belongs to ("" outside Slurm), so results can be traced to it.
+    slurm_job_id: str = ""
+    slurm_nodes: str = ""
+    slurm_ntasks_per_node: str = ""
+
+    def as_dict(self) -> dict[str, str]:
+        """Plain dict, for records and metadata files."""
+        return asdict(self)
+
+
+def collect_metadata(topology: Topology) -> RunMetadata:
+    """Metadata of the current run (same on every rank)."""
+    import mpi4py
+    from mpi4py import MPI
+
+    major, minor = MPI.Get_version()
+    slurm = slurm_job()
+    return RunMetadata(
+        mpi_library=library_version_line(MPI),
+        mpi_version=f"{major}.{minor}",
+        mpi4py_version=mpi4py.__version__,
+        thread_level=thread_level_name(MPI.Query_thread()),
+        hostnames=",".join(topology.hostnames),
+        package_version=__version__,
+        timestamp=utc_now(),
+        command=" ".join(sys.argv),
+        mpich_posix_cvars=",".join(
+            f"{k}={os.environ[k]}" for k in OVERSUBSCRIBED_CVARS if k in os.environ
+        ),
+        slurm_job_id=slurm.job_id if slurm else "",
+        slurm_nodes=str(slurm.nodes) if slurm else "",
+        slurm_ntasks_per_node=str(slurm.ntasks_per_node) if slurm else "",
+    )
+
+
+def library_version_line(mpi) -> str:
+    """The first line of MPI_Get_library_version, controls as spaces: Open MPI's text
+    carries its C string's NUL (dropped), which ended up inside written files."""
+    lines = mpi.Get_library_version().replace("\0", "").strip().splitlines() or [""]
+    return "".join(" " if is_control(ch) else ch for ch in lines[0]).strip()

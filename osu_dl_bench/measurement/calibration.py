@@ -3,7 +3,7 @@ active, and the machine's reference state they were measured in.
 
 Two callers: the sweep runs ``run_calibration`` once in every launch of its "mpi" group
 (a few seconds: sparse sizes, two rounds), so the parameters come from the same launches
-and minutes as the times they predict; ``python -m osu_dl_bench.model.calibrate`` (``model
+and minutes as the times they predict; ``python -m osu_dl_bench.commands.calibration_job`` (``model
 fit --calibrate``) runs ``measure`` in a job of its own, for runs without such rows.
 
 RUN_DIR/calibration.csv has one row per (kind, size) and job: ``kind, size_bytes, nprocs,

@@ -2,13 +2,12 @@
 (kernel.timed_round): what moving the message costs without any communication.
 
 - ``copy``: one copy of the message into another buffer on the same device (numpy's
-  memcpy on the host, cupy's copy kernel on a GPU). No collective that reads
-  its input and writes its output moves the message faster on one process, so at p = 1
-  it is the ceiling of algorithm bandwidth (nccl-tests report NCCL's algbw against the
-  device's copy bandwidth the same way).
-- ``staging`` (-d cuda only): the copies a staged MPI call pays around the call itself
-  where MPI is not CUDA-aware: the send buffer to pinned host memory and the result
-  back (collectives.device.staged around a call that does nothing). A staged algorithm's
+  memcpy on the host, cupy's copy kernel on a GPU). A collective that must read its input
+  and write its output once moves the message no faster on one process, so at p = 1 it
+  is a ceiling of the algorithm bandwidth. Its algbw counts the bytes copied.
+- ``staging`` (-d cuda, where MPI is not CUDA-aware): the copies a staged MPI call pays
+  around the call itself: the send buffer to pinned host memory and the result back
+  (collectives.device.staged around a call that does nothing). A staged algorithm's
   time less this is the time MPI spent.
 
 Neither is checked (they compute nothing) and neither is an algorithm the tables can
@@ -21,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from collectives.device import staged
+from collectives.device import needs_staging, staged
 from collectives.registry import CollectiveCall
 
 COPY = "copy"
@@ -35,8 +34,9 @@ DESCRIPTIONS = {
 
 
 def bound_labels(device: str) -> tuple[str, ...]:
-    """The bounds timed on ``device``: the copy, and on a GPU the staging copies."""
-    return (COPY, STAGING) if device == "cuda" else (COPY,)
+    """The bounds timed on ``device``: the copy, and the staging copies where MPI's
+    algorithms stage (a GPU, an MPI that is not CUDA-aware)."""
+    return (COPY, STAGING) if needs_staging(device, "mpi") else (COPY,)
 
 
 def bound_calls(device: str, xp: Any, count: int, dtype: np.dtype) -> list[CollectiveCall]:
@@ -44,19 +44,22 @@ def bound_calls(device: str, xp: Any, count: int, dtype: np.dtype) -> list[Colle
     source, target = xp.zeros(count, dtype), xp.empty(count, dtype)
 
     def copy(send, recv, op, root) -> None:
+        """One copy of the message (the call's own buffers are not touched)."""
         # As the kernel restores inputs (Inputs.reset); the loop waits for the device
         # before it stops the clock (kernel.timed_round).
         target[...] = source
 
     calls = [copy]
-    if device == "cuda":
+    if STAGING in bound_labels(device):
         calls.append(staged(_no_call))
     return calls
 
 
 def bound_bytes(device: str, message_bytes: int) -> int:
     """Host memory the bounds add to one rank at a message size: the copy's two
-    buffers (on a GPU they are device memory, and the staging mirrors are MPI's own)."""
+    buffers on the host (on a GPU they are device memory; the staging bound's pinned
+    mirrors, a send block shared with the algorithms and one receive mirror, are not
+    counted, as the algorithms' own are not)."""
     return 0 if device == "cuda" else 2 * message_bytes
 
 

@@ -221,6 +221,18 @@ def test_bounds_print_an_unchecked_copy_table_and_keep_its_records(tmp_path):
     assert (records[records.backend == "mpi"].validation == "pass").all()
 
 
+def test_a_bound_counts_the_bytes_it_copies_not_the_collectives(tmp_path):
+    # allgather's algbw counts p blocks; the copy moves one.
+    out = tmp_path / "allgather.json"
+    argv = ["bench", "allgather", "-m", "64K:64K", "--bounds", "-i", "5", "-x", "1", "-o", str(out)]
+    assert run_cli(3, argv).returncode == 0
+    records = pd.DataFrame(json.loads(out.read_text()))
+    copy = records[records.algorithm == "copy"].iloc[0]
+    native = records[records.algorithm == "native"].iloc[0]
+    assert copy.algbw_gbs == pytest.approx(65536 / copy.avg_us / 1e3)
+    assert native.algbw_gbs == pytest.approx(3 * 65536 / native.avg_us / 1e3)
+
+
 def test_an_algorithm_named_twice_is_measured_once():
     res = run_cli(2, ["bench", "allreduce", "-m", "8:32", "-a", "native,native", "-i", "5"])
     assert res.returncode == 0, res.stderr

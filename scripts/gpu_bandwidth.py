@@ -62,11 +62,13 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _cell(row: pd.Series, column: str, spec: str) -> str:
+    """``row[column]`` formatted, or '-' where it is missing."""
     value = row.get(column)
     return "-" if value is None or pd.isna(value) else format(value, spec)
 
 
 def _processes(joined: pd.DataFrame, column: str) -> str:
+    """The process counts in ``column``, as '1' or '2/4' ('-' for none)."""
     values = joined[column].dropna().unique() if column in joined else []
     return "/".join(str(int(v)) for v in sorted(values)) or "-"
 
@@ -104,15 +106,31 @@ def lines(joined: pd.DataFrame) -> list[str]:
     return out
 
 
+def _not_one_table(frame: pd.DataFrame) -> str | None:
+    """Why the records do not make one table (None if they do)."""
+    if frame.empty or not set(KEYS + ["backend", "algorithm", "nprocs"]) <= set(frame):
+        return "no bench records (bench -o F.json)"
+    for column in ("dtype", "device"):
+        if column in frame and frame[column].nunique() > 1:
+            values = ", ".join(sorted(map(str, frame[column].unique())))
+            return f"records of several {column}s ({values}): give one table's files"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the table of the records named on the command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("records", nargs="+", help="bench -o files (.json, .csv, .parquet)")
     args = parser.parse_args(argv)
-    frame = load(args.records)
-    if frame.empty:
-        print("gpu_bandwidth: no records in " + ", ".join(args.records), file=sys.stderr)
-        return 1
+    try:
+        frame = load(args.records)
+    except (OSError, ValueError) as error:  # missing, unreadable, not bench's records
+        print(f"gpu_bandwidth: cannot read the records: {error}", file=sys.stderr)
+        return 2
+    problem = _not_one_table(frame)
+    if problem:
+        print(f"gpu_bandwidth: {', '.join(args.records)}: {problem}", file=sys.stderr)
+        return 2
     print("\n".join(lines(table(frame))))
     return 0
 

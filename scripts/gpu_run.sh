@@ -13,10 +13,11 @@
 # Writes OUT/summary.txt (every table) and each step's log beside it. Exit 1 if a step
 # failed, 77 where there is no GPU.
 #
-# Settings: PARTS (default "bandwidth training smoke"), RUN_DIR (default runs/gpu_run), BW_MAX (largest bandwidth size, default 1G),
-# MPI_BW (MPI's algorithms there, per collective), STEPS (training steps, default 50),
-# ROUNDS (default 2), SMOKE_MAX (default 16M), STEP_TIMEOUT (seconds per step, default
-# 300), PYTHON, MPIEXEC, WHEELS, DEPS (scripts/gpu_env.sh).
+# Settings: PARTS (default "bandwidth training smoke"), RUN_DIR (default runs/gpu_run: a
+# new folder, or one this script made, which it empties), BW_MAX (largest bandwidth size,
+# default 1G), MPI_ALLREDUCE and MPI_BCAST (MPI's algorithms there), STEPS (training
+# steps, default 50), ROUNDS (default 2), SMOKE_MAX (default 16M), STEP_TIMEOUT (seconds
+# per step, default 300), PYTHON, MPIEXEC, WHEELS, DEPS (scripts/gpu_env.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 OUT=${RUN_DIR:-runs/gpu_run}
@@ -28,9 +29,24 @@ SMOKE_MAX=${SMOKE_MAX:-16M}
 MPIEXEC=${MPIEXEC:-mpiexec}
 LIMIT=(timeout "${STEP_TIMEOUT:-300}")
 BW_COLLECTIVES=(allreduce bcast)
-declare -A MPI_BW=([allreduce]=native,ring,rabenseifner [bcast]=native,binomial,scatter_ring_allgather)
+declare -A MPI_BW=(
+    [allreduce]=${MPI_ALLREDUCE:-native,ring,rabenseifner}
+    [bcast]=${MPI_BCAST:-native,binomial,scatter_ring_allgather}
+)
 # The workload of the training rows: ResNet-18 on 224 x 224 synthetic images, batch 64.
 WORKLOAD=(--model resnet --data synthetic --depth 18 --image-size 224 --batch-size 64)
+
+usage() { echo "gpu_run: $*" >&2; exit 2; }
+for part in $PARTS; do
+    case $part in bandwidth | training | smoke) ;; *) usage "PARTS: unknown part '$part' (bandwidth, training, smoke)" ;; esac
+done
+for name in STEPS ROUNDS; do
+    [[ ${!name} =~ ^[0-9]+$ ]] || usage "$name=${!name}: expected a whole number"
+done
+# The folder is emptied: only a new one, or one whose summary says this script made it.
+if [ -e "$OUT" ] && ! grep -qs '^# gpu_run ' "$OUT/summary.txt"; then
+    usage "RUN_DIR=$OUT exists and is not a gpu_run folder: choose a new one"
+fi
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
     echo "gpu_run: no NVIDIA GPU here (nvidia-smi -L lists none): nothing to measure" >&2
@@ -94,11 +110,11 @@ for round in $(seq 1 "$ROUNDS"); do
     log=$OUT/train-p1-round$round.txt
     step "train p=1 round $round" "$log" "$MPIEXEC" -n 1 "${OSU[@]}" train --device cuda \
         "${WORKLOAD[@]}" --steps "$STEPS" --progress off --json "$OUT/train-p1-round$round.json" &&
-        say "round $round train -n 1: $(grep -E '^# img/s total' "$log")"
+        say "round $round train -n 1: $(grep -E '^# img/s total' "$log" || echo 'no img/s line')"
     log=$OUT/plain-round$round.txt
     step "plain loop round $round" "$log" "$PYTHON" scripts/plain_torch_loop.py --device cuda \
         "${WORKLOAD[@]}" --steps "$STEPS" --progress off &&
-        say "round $round plain loop: $(grep -E '^# img/s' "$log")"
+        say "round $round plain loop: $(grep -E '^# img/s' "$log" || echo 'no img/s line')"
 done
 log=$OUT/validate-p2.txt
 wanted training && step "train --validate p=2" "$log" "$MPIEXEC" -n 2 "${OSU[@]}" train --device cuda \

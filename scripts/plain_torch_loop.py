@@ -9,7 +9,9 @@ Prints img/s the way ``train`` does (train.records: mean +- 1.96 std over timing
 iterations of --batches-per-iter steps after --warmup-steps), from steps timed the way
 the trainer times them: the batch copied to the device, forward, backward, the
 optimizer's step, until the device is idle. Compare it with ``train`` at ``-n 1`` on the
-same options: the ratio is what the trainer's machinery costs a step.
+same options: the ratio is what the trainer's machinery costs a step. The options of
+communication, validation, checkpoints and output have no meaning in one process without
+MPI and are ignored.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 from torch import nn
 
 from osu_dl_bench.commands.train_options import add_train_arguments, config_from_args
+from osu_dl_bench.errors import UsageError
 from osu_dl_bench.train.data import ShardedSampler, load_data
 from osu_dl_bench.train.device import device_idle
 from osu_dl_bench.train.models import build_model
@@ -58,7 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     """Parse train's options, train with the plain loop, print img/s."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_train_arguments(parser)
-    cfg = config_from_args(parser.parse_args(argv))
+    try:
+        cfg = config_from_args(parser.parse_args(argv))
+    except UsageError as error:
+        parser.error(str(error))  # one message, exit 2
     device = torch.device("cuda" if cfg.buffers == "cuda" else "cpu")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)

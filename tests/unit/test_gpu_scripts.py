@@ -70,6 +70,37 @@ def test_the_bandwidth_table_says_a_bcast_at_one_process_moves_nothing(tmp_path,
     assert "a bcast moves no bytes" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(
+    "content,message",
+    [(None, "cannot read the records"), ("[]", "no bench records"), ("[1, 2]", "no bench records")],
+)
+def test_the_bandwidth_table_refuses_what_is_not_records(tmp_path, capsys, content, message):
+    path = tmp_path / "r.json"
+    if content is not None:
+        path.write_text(content)
+    assert _script("gpu_bandwidth").main([str(path)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_bandwidth_table_refuses_records_of_several_dtypes(tmp_path, capsys):
+    rows = [
+        {**_record("allreduce", "nccl", "nccl", 1, 1024, 5.0), "dtype": dtype}
+        for dtype in ("float32", "float16")
+    ]
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(rows))
+    assert _script("gpu_bandwidth").main([str(path)]) == 2
+    assert "several dtypes (float16, float32)" in capsys.readouterr().err
+
+
+def test_the_plain_loop_refuses_a_bad_option_in_one_line(capsys):
+    pytest.importorskip("torch")
+    with pytest.raises(SystemExit) as ended:
+        _script("plain_torch_loop").main(["--steps", "0"])
+    assert ended.value.code == 2
+    assert "--steps" in capsys.readouterr().err
+
+
 def test_the_plain_loop_trains_the_trainers_model_and_reports_img_s(capsys):
     pytest.importorskip("torch")
     argv = ["--model", "cnn", "--data", "synthetic", "--image-size", "8", "--steps", "12"]

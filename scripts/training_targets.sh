@@ -33,6 +33,8 @@ with_command "$out/bucket_replay_resnet50_p2.txt" replay "$mpi_algorithms" mpi
 with_command "$run/bucket_replay_resnet50_p2_gloo.txt" replay native,gloo gloo
 tail -n +3 "$run/bucket_replay_resnet50_p2_gloo.txt" >> "$out/bucket_replay_resnet50_p2.txt"
 
+# train-bench keeps its launches in the run directory OUT: a new measurement starts empty.
+rm -rf "$out/train_p2"
 osu-dl-bench train-bench --np 2 --table "$table" --launches "${LAUNCHES:-3}" --rounds "${ROUNDS:-3}" \
     --out "$out/train_p2"
 echo "# load after: $(load)" >> "$out/train_p2.txt"

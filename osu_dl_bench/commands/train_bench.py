@@ -66,9 +66,11 @@ def run_train_bench(args: argparse.Namespace) -> int:
     check_writable_file("--out", f"{args.out}.txt", make_parents=True)
     from osu_dl_bench.jobs.experiment import RecordedExperiment, Turn, run_recorded
     from osu_dl_bench.jobs.orchestrate import JobFailed, JobOutcome
-    from osu_dl_bench.train.options import require_libraries
+    from osu_dl_bench.train.options import check_train_config, require_libraries
 
-    require_libraries(_config(args))  # one message and exit 2 before any job starts
+    # One message and exit 2 before any job starts, and before the run directory exists.
+    check_train_config(_config(args))
+    require_libraries(_config(args))
     spec = RecordedExperiment(
         "train-bench", job_config(args), args.out, "--out", (args.np,), args.launches, GROUPS,
         resume=args.resume, seed=args.seed,

@@ -65,6 +65,14 @@ def test_bad_options_exit_2_with_one_message(argv, capsys):
     assert "expected" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv", [["--batch-size", "0"], ["--depth", "-1"]])
+def test_a_bad_training_option_is_refused_before_the_run_directory_exists(argv, capsys, tmp_path):
+    out = tmp_path / "tb"
+    assert main(["train-bench", *argv, "--out", str(out)]) == 2
+    assert "expected" in capsys.readouterr().err
+    assert not out.exists()  # a second try needs no --resume
+
+
 def test_every_configuration_leads_one_round_in_turn():
     labels = ["a", "b", "c"]
     orders = [train_bench.rotated_order(labels, i) for i in range(4)]

@@ -171,8 +171,12 @@ def orchestrate(args: argparse.Namespace) -> int:
         if code != 0:
             print(
                 f"bench_collectives: error: the job of round {round_index + 1} ({level}, "
-                f"{device}) {ended}; the rounds before it are kept in {run_dir}: rerun "
-                "with --resume",
+                f"{device}) {ended}"
+                + (
+                    f"; the rounds before it are kept in {run_dir}: rerun with --resume"
+                    if args.run_dir or args.out
+                    else " (no run directory kept: give --run-dir to keep one)"
+                ),
                 file=sys.stderr,
                 flush=True,
             )
@@ -291,6 +295,8 @@ def main() -> None:
     parser.add_argument("--raw", help=argparse.SUPPRESS)
     parser.add_argument("--round", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.resume and not (args.run_dir or args.out):
+        parser.error("--resume continues a kept run directory: give --run-dir or --out")
     if args.worker:
         from osu_dl_bench.jobs.entry import run_in_job
 

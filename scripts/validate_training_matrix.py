@@ -266,6 +266,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--resume", action="store_true", help="continue --run-dir")
     parser.add_argument("train_args", nargs="*", help="after --: more train options")
     args = parser.parse_args(argv)
+    if args.resume and not args.run_dir:
+        parser.error("--resume continues a kept run directory: give --run-dir")
     lists = {
         k: v if v == "all" else v.split(",")
         for k, v in (("allreduce", args.allreduce), ("bcast", args.bcast))

@@ -18,6 +18,7 @@ class CleanConfig:
 
 
 def _age(text: str) -> float:
+    """An age in seconds (argparse type): a number from 0 to 1e9."""
     try:
         value = float(text)
     except ValueError:

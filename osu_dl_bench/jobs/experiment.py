@@ -197,6 +197,7 @@ def run_recorded(
         todo = {job: 0 if kept.get(job, {}).get(COMPLETE, job in kept) else 1 for job in order}
 
         def run(job: JobKey, progress: Progress) -> JobOutcome:
+            """One launch: its record, if it left one, kept before the next starts."""
             part = store.path / f".launch-p{job[0]}-{job[1]}-{job[2]}.json"
             part.unlink(missing_ok=True)
             try:

@@ -95,6 +95,7 @@ def _usage_error_exit(exc: UsageError, code: int = 2) -> int:
 
 
 def _say_error(message: str) -> None:
+    """The one error line, control characters made printable."""
     print(f"osu-dl-bench: error: {printable(message)}", file=sys.stderr, flush=True)
 
 

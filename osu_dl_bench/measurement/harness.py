@@ -66,9 +66,12 @@ def bench_record(
     """One size's record of the candidate ``label`` (its name and backend)."""
     spec, size = setting.spec, n * setting.etype.itemsize
     seconds = stats.avg_us * 1e-6
-    # A bound copies one message of ``size`` bytes, whatever the collective counts.
-    moved = size if label[1] == bounds_backend else spec.algbw_bytes(size, topo.nprocs)
+    # A bound copies one message of ``size`` bytes once, whatever the collective counts
+    # and whatever the ranks: no p blocks, no bus factor.
+    bound = label[1] == bounds_backend
+    moved = size if bound else spec.algbw_bytes(size, topo.nprocs)
     algbw = moved / seconds / 1e9 if seconds > 0 else 0.0
+    bus_factor = 1.0 if bound else spec.busbw_factor(topo.nprocs)
     return BenchRecord(
         collective=spec.name,
         algorithm=label[0],
@@ -85,8 +88,7 @@ def bench_record(
         root=str(cfg.root) if spec.rooted else None,
         iterations=iterations,
         algbw_gbs=algbw,
-        # A bound moves its bytes once, whatever the ranks: no bus factor.
-        busbw_gbs=algbw * (1.0 if label[1] == bounds_backend else spec.busbw_factor(topo.nprocs)),
+        busbw_gbs=algbw * bus_factor,
         validation=None if wrong is None else ("fail" if wrong else "pass"),
         wrong_elements=wrong,
         **asdict(stats),

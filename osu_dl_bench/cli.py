@@ -242,12 +242,14 @@ def _add_merge(sub) -> None:
 
 
 def _cmd_model(args: argparse.Namespace) -> int:
+    from osu_dl_bench.commands.model_options import config_from_args
     from osu_dl_bench.runtime.start import init_mpi
 
+    cfg = config_from_args(args)
     init_mpi()  # the registry, whose cost formulas the model evaluates, loads mpi4py
     from osu_dl_bench.commands.model import run_model
 
-    return run_model(args)
+    return run_model(cfg)
 
 
 def _add_model(sub) -> None:

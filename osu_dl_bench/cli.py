@@ -112,12 +112,14 @@ def _add_list(sub) -> None:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
+    from osu_dl_bench.commands.tune_options import tune_config_from_args
     from osu_dl_bench.runtime.start import init_mpi
 
+    cfg = tune_config_from_args(args)
     init_mpi()  # the registry, which the table is checked against, loads mpi4py
     from osu_dl_bench.commands.tune import run_tune
 
-    return run_tune(args)
+    return run_tune(cfg)
 
 
 def _add_tune(sub) -> None:
@@ -128,12 +130,14 @@ def _add_tune(sub) -> None:
 
 
 def _cmd_select(args: argparse.Namespace) -> int:
+    from osu_dl_bench.commands.tune_options import select_config_from_args
     from osu_dl_bench.runtime.start import init_mpi
 
+    cfg = select_config_from_args(args)
     init_mpi()
     from osu_dl_bench.commands.tune import run_select
 
-    return run_select(args)
+    return run_select(cfg)
 
 
 def _add_select(sub) -> None:
@@ -238,12 +242,14 @@ def _add_merge(sub) -> None:
 
 
 def _cmd_model(args: argparse.Namespace) -> int:
+    from osu_dl_bench.commands.model_options import config_from_args
     from osu_dl_bench.runtime.start import init_mpi
 
+    cfg = config_from_args(args)
     init_mpi()  # the registry, whose cost formulas the model evaluates, loads mpi4py
     from osu_dl_bench.commands.model import run_model
 
-    return run_model(args)
+    return run_model(cfg)
 
 
 def _add_model(sub) -> None:

@@ -8,7 +8,10 @@ What it measures and writes is model.calibrate's.
 
 from __future__ import annotations
 
-from osu_dl_bench.commands.model_options import calibration_job_parser
+from osu_dl_bench.commands.model_options import (
+    calibration_job_config_from_args,
+    calibration_job_parser,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -16,9 +19,9 @@ def main(argv: list[str] | None = None) -> int:
     from osu_dl_bench.jobs.entry import run_in_job
     from osu_dl_bench.model.calibrate import calibrate
 
-    args = calibration_job_parser().parse_args(argv)
+    cfg = calibration_job_config_from_args(calibration_job_parser().parse_args(argv))
     return run_in_job(
-        lambda comm: calibrate(comm, args.run_dir, args.message_size, args.rounds, args.append)
+        lambda comm: calibrate(comm, cfg.run_dir, cfg.message_size, cfg.rounds, cfg.append)
     )
 
 

@@ -4,11 +4,18 @@ of its sweep's launches), so they print directly."""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from collectives.shape import JobShape
-from collectives.units import doubling_sizes, format_size
+from collectives.units import format_size
+from osu_dl_bench.commands.model_options import (
+    AccuracyConfig,
+    FitConfig,
+    ModelConfig,
+    PlatformChoice,
+    PredictConfig,
+    TrainModelConfig,
+)
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.calibration import CALIBRATION_CSV
 from osu_dl_bench.measurement.store import RESULTS
@@ -26,14 +33,14 @@ def _emit(text: str, output: str | None) -> None:
         print(f"# wrote {output}")
 
 
-def platform_from_args(args: argparse.Namespace, default: str | None = None) -> Platform:
+def chosen_platform(choice: PlatformChoice, default: str | None = None) -> Platform:
     """--platform (or ``default``), with --inter's inter-node link if given."""
-    name = args.platform or default
+    name = choice.platform or default
     if name is None:
         raise UsageError("--platform: expected a platform file, run directory or shipped name")
     platform = load_platform(name)
-    if args.inter:
-        platform = with_inter(platform, load_platform(args.inter))
+    if choice.inter:
+        platform = with_inter(platform, load_platform(choice.inter))
     return platform
 
 
@@ -50,26 +57,16 @@ def _require_inter(platform: Platform, layout: JobShape) -> None:
 # --- fit --------------------------------------------------------------------------------
 
 
-def calibration_counts(text: str) -> list[int]:
-    """--np's process counts (the sweep's syntax), each >= 2: a calibration needs peers."""
-    from osu_dl_bench.jobs.options import parse_process_counts
-
-    counts = list(parse_process_counts(text))
-    if min(counts) < 2:
-        raise UsageError(f"--np {text!r}: expected process counts >= 2, such as 2,3,4")
-    return counts
-
-
-def _calibrate(args: argparse.Namespace, run_dir: Path, counts: list[int]) -> None:
+def _calibrate(cfg: FitConfig, run_dir: Path) -> None:
     """One calibration job per process count, appended one after the other."""
     from osu_dl_bench.jobs.launch import check_not_in_mpi_job, mpi_command
 
     check_not_in_mpi_job()
-    for index, nprocs in enumerate(counts):
-        argv = ["-m", MODULE, str(run_dir), "-m", args.message_size]
-        argv += ["--rounds", str(args.rounds)]
-        argv += ["--append"] if args.append or index > 0 else []
-        _run_job(mpi_command(nprocs, argv), nprocs, args.timeout)
+    for index, nprocs in enumerate(cfg.counts):
+        argv = ["-m", MODULE, str(run_dir), "-m", cfg.message_size]
+        argv += ["--rounds", str(cfg.rounds)]
+        argv += ["--append"] if cfg.append or index > 0 else []
+        _run_job(mpi_command(nprocs, argv), nprocs, cfg.timeout)
 
 
 def _run_job(cmd: list[str], nprocs: int, timeout: float) -> None:
@@ -104,23 +101,22 @@ def _corrected(platform: Platform, run_dir: Path, how: str) -> Platform:
     return replace(fitted, provenance=provenance)
 
 
-def run_fit(args: argparse.Namespace) -> int:
+def run_fit(cfg: FitConfig) -> int:
     """Calibrate if needed (the sweep's own calibration rows are used when RUN_DIR has
     them), fit, correct the formulas with RUN_DIR's sweep if it has one, write
     RUN_DIR/platform.json and print the parameters."""
-    run_dir = Path(args.run_dir)
+    run_dir = Path(cfg.run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise UsageError(f"RUN_DIR {run_dir}: expected a directory, got a file")
-    counts = calibration_counts(args.np)
     calibrated = has_calibration(run_dir)
-    if args.calibrate == "never" and not calibrated:
+    if cfg.calibrate == "never" and not calibrated:
         raise UsageError(f"{run_dir}: no {CALIBRATION_CSV} and --calibrate never")
-    if args.calibrate == "always" or not calibrated:
+    if cfg.calibrate == "always" or not calibrated:
         run_dir.mkdir(parents=True, exist_ok=True)
-        _calibrate(args, run_dir, counts)
-    platform, _ = fit_platform(run_dir, args.name)
-    if not args.no_corrections and (run_dir / RESULTS).is_file():
-        platform = _corrected(platform, run_dir, args.state_scaling)
+        _calibrate(cfg, run_dir)
+    platform, _ = fit_platform(run_dir, cfg.name)
+    if cfg.corrections and (run_dir / RESULTS).is_file():
+        platform = _corrected(platform, run_dir, cfg.state_scaling)
     path = platform.write(run_dir / PLATFORM_FILE)
     print(platform_text(platform))
     shaped = _shaped_rate_line(platform)
@@ -217,31 +213,31 @@ def _correction_lines(platform: Platform) -> list[str]:
 # --- accuracy ---------------------------------------------------------------------------
 
 
-def run_accuracy(args: argparse.Namespace) -> int:
+def run_accuracy(cfg: AccuracyConfig) -> int:
     """Compare every measured point with its prediction; the last line is the average."""
     from osu_dl_bench.model import accuracy
 
-    source = Path(args.run_dir)
+    source = Path(cfg.run_dir)
     default = source if source.is_dir() else source.parent
-    if not args.platform and not (default / PLATFORM_FILE).exists():
+    if not cfg.platform.platform and not (default / PLATFORM_FILE).exists():
         raise UsageError(
             f"{default}: no {PLATFORM_FILE}: run 'osu-dl-bench model fit {default}' first "
             "or name one with --platform"
         )
-    platform = platform_from_args(args, str(default / PLATFORM_FILE))
+    platform = chosen_platform(cfg.platform, str(default / PLATFORM_FILE))
     rows = accuracy.load_measurements(source)
     result = accuracy.compare(platform, rows)
     ceiling = accuracy.ceiling(rows, result)
-    plot = Path(args.plot) if args.plot else default / "plots" / "model_accuracy.png"
+    plot = Path(cfg.plot) if cfg.plot else default / "plots" / "model_accuracy.png"
     written = accuracy.plot(result, plot)
-    if args.csv:
-        result.to_csv(args.csv, index=False)
+    if cfg.csv:
+        result.to_csv(cfg.csv, index=False)
     text = accuracy.report(result, platform, ceiling, _measured_note(platform, source, rows))
     head, last = text.rstrip("\n").rsplit("\n", 1)
     print(f"{head}\n# plot: {written}")
-    if args.output:
-        write_text_atomic(args.output, text)
-        print(f"# wrote {args.output}")
+    if cfg.output:
+        write_text_atomic(cfg.output, text)
+        print(f"# wrote {cfg.output}")
     print(last)  # the average accuracy stays the last line
     return 0
 
@@ -265,40 +261,16 @@ def _measured_note(platform: Platform, source: Path, rows) -> str:
 # --- predict ----------------------------------------------------------------------------
 
 
-def _layout(nprocs: int, ppn: int | None) -> JobShape:
-    if nprocs < 1:
-        raise UsageError(f"--np: expected a process count >= 1, got {nprocs}")
-    if ppn is not None and ppn < 1:
-        raise UsageError(f"--ppn: expected ranks per node >= 1, got {ppn}")
-    ppn = min(ppn or nprocs, nprocs)
-    return JobShape(nprocs, -(-nprocs // ppn), ppn)
-
-
-def _collective_list(text: str) -> list[str]:
-    from osu_dl_bench.jobs.options import parse_collectives
-
-    return list(parse_collectives(text))
-
-
-def _sizes(text: str) -> list[int]:
-    from osu_dl_bench.measurement.options import parse_size_range
-
-    return doubling_sizes(*parse_size_range(text, 8))
-
-
-def run_predict(args: argparse.Namespace) -> int:
+def run_predict(cfg: PredictConfig) -> int:
     """Print each algorithm's predicted time per size; write the predicted table."""
     from osu_dl_bench.model.predict import predicted_table, prediction_text
     from osu_dl_bench.selection.summary import table_summary
 
-    layout = _layout(args.np, args.ppn)
-    collectives, sizes = _collective_list(args.collectives), _sizes(args.message_size)
-    if args.output and not args.output.endswith(".json"):
-        raise UsageError(f"-o {args.output}: expected a file ending in .json")
-    platform = platform_from_args(args)
+    layout, collectives = cfg.layout, list(cfg.collectives)
+    platform = chosen_platform(cfg.platform)
     _require_inter(platform, layout)
-    name = Path(args.output).stem if args.output else f"predicted-{layout.nprocs}"
-    table, predictions = predicted_table(platform, layout, collectives, sizes, name)
+    name = Path(cfg.output).stem if cfg.output else f"predicted-{layout.nprocs}"
+    table, predictions = predicted_table(platform, layout, collectives, list(cfg.sizes), name)
     print(
         f"# predicted for p={layout.nprocs} ({layout.nodes} nodes x {layout.ranks_per_node} "
         f"ppn) on platform {platform.name}{' (ASSUMED values)' if platform.assumed else ''}"
@@ -307,48 +279,40 @@ def run_predict(args: argparse.Namespace) -> int:
     for collective in collectives:
         print(prediction_text(collective, predictions[collective]))
     print(table_summary(table), end="")
-    if args.output:
-        print(f"# wrote {table.write(args.output)}")
+    if cfg.output:
+        print(f"# wrote {table.write(cfg.output)}")
     return 0
 
 
 # --- train ------------------------------------------------------------------------------
 
 
-def run_train(args: argparse.Namespace) -> int:
+def run_train(cfg: TrainModelConfig) -> int:
     """Predicted vs measured step time at p, then predicted scaling on a named platform."""
-    from osu_dl_bench.train.oracle_report import TrainReportRequest, train_report
+    from osu_dl_bench.train.oracle_report import train_report
 
-    request = TrainReportRequest(
-        model=args.model,
-        batch_size=args.batch_size,
-        depth=args.depth,
-        width=args.width,
-        image_size=args.image_size,
-        num_classes=args.num_classes,
-        np=args.np,
-        threads=args.threads,
-        measured=args.measured,
-        scale_np=args.scale_np,
-        scale_ppn=args.scale_ppn,
-    )
-    platform = platform_from_args(args)
-    scale = load_platform(args.scale_platform)
-    _emit(train_report(request, platform, scale), args.output)
+    platform = chosen_platform(cfg.platform)
+    scale = load_platform(cfg.scale_platform)
+    _emit(train_report(cfg.request, platform, scale), cfg.output)
     return 0
 
 
-ACTIONS = {"fit": run_fit, "accuracy": run_accuracy, "predict": run_predict, "train": run_train}
+ACTIONS = {
+    FitConfig: run_fit,
+    AccuracyConfig: run_accuracy,
+    PredictConfig: run_predict,
+    TrainModelConfig: run_train,
+}
 
 
 # The options of the actions that name a file the action writes.
 OUTPUT_OPTIONS = (("-o", "output"), ("--csv", "csv"), ("--plot", "plot"))
 
 
-def run_model(args: argparse.Namespace) -> int:
-    """Dispatch ``osu-dl-bench model ACTION``, its output paths checked first."""
+def run_model(cfg: ModelConfig) -> int:
+    """Run ``osu-dl-bench model ACTION``, its output paths checked first."""
     for option, name in OUTPUT_OPTIONS:
-        check_writable_file(option, getattr(args, name, None), make_parents=True)
-    if args.model_command == "fit":
-        check_writable_directory("RUN_DIR", args.run_dir)
-    return ACTIONS[args.model_command](args)
+        check_writable_file(option, getattr(cfg, name, None), make_parents=True)
+    if isinstance(cfg, FitConfig):
+        check_writable_directory("RUN_DIR", cfg.run_dir)
+    return ACTIONS[type(cfg)](cfg)

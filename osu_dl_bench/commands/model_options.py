@@ -1,11 +1,20 @@
-"""Options of the ``model`` subcommand and its actions (fit, accuracy, predict, train).
-Declared apart from the code that runs them: that code loads the registry and mpi4py."""
+"""Options of the ``model`` subcommand and its actions (fit, accuracy, predict, train), each
+parsed into its own config, and of the calibration job ``model fit`` launches. Declared apart
+from the code that runs them: that code loads the registry and mpi4py."""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from collectives.shape import JobShape
+from collectives.units import doubling_sizes
 from osu_dl_bench.commands.train_bench_options import add_benchmark_workload_arguments
+from osu_dl_bench.errors import UsageError
+
+if TYPE_CHECKING:
+    from osu_dl_bench.train.oracle_report import TrainReportRequest
 
 # model.state's scalings, repeated here: the options load without numpy and pandas.
 SCALINGS = ("none", "copy", "allreduce", "blend")
@@ -13,6 +22,82 @@ DEFAULT_SCALING = "blend"
 
 DEFAULT_SCALE_PLATFORM = "ib-hdr200"
 DEFAULT_SCALE_NP = "64,128,256,512,1024"
+
+
+@dataclass(frozen=True)
+class PlatformChoice:
+    """--platform (a file, run directory or shipped name; None: the action's default) and
+    --inter, the platform whose inter-node link replaces it (None: its own)."""
+
+    platform: str | None
+    inter: str | None
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    """model fit: the run directory, when to calibrate (auto, always, never) and the
+    calibration jobs' process counts, sizes, rounds and limit, whether they add to earlier
+    ones, the platform's name (None: the run's) and how the sweep corrects the formulas."""
+
+    run_dir: str
+    calibrate: str
+    counts: tuple[int, ...]
+    message_size: str
+    rounds: int
+    timeout: float
+    append: bool
+    name: str | None
+    corrections: bool
+    state_scaling: str
+
+
+@dataclass(frozen=True)
+class AccuracyConfig:
+    """model accuracy: the sweep (run directory or results CSV), the platform (None: the
+    run's platform.json) and where the report, the scatter plot and the points go."""
+
+    run_dir: str
+    platform: PlatformChoice
+    output: str | None
+    plot: str | None
+    csv: str | None
+
+
+@dataclass(frozen=True)
+class PredictConfig:
+    """model predict: the job's shape, the platform, the collectives and sizes, and where
+    the predicted table goes (None: nowhere)."""
+
+    layout: JobShape
+    platform: PlatformChoice
+    collectives: tuple[str, ...]
+    sizes: tuple[int, ...]
+    output: str | None
+
+
+@dataclass(frozen=True)
+class TrainModelConfig:
+    """model train: the workload and scaling to report on, the platform it is measured on,
+    the platform it scales to and where the report goes (None: only printed)."""
+
+    request: TrainReportRequest
+    platform: PlatformChoice
+    scale_platform: str
+    output: str | None
+
+
+ModelConfig = FitConfig | AccuracyConfig | PredictConfig | TrainModelConfig
+
+
+@dataclass(frozen=True)
+class CalibrationJobConfig:
+    """The calibration job: its run directory, sizes MIN:MAX, rounds and whether it adds to
+    the directory's earlier calibration."""
+
+    run_dir: str
+    message_size: str
+    rounds: int
+    append: bool
 
 
 def _fit(sub) -> None:
@@ -131,3 +216,100 @@ def calibration_job_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--append", action="store_true", help="add to RUN_DIR's calibration")
     return parser
+
+
+def calibration_job_config_from_args(args: argparse.Namespace) -> CalibrationJobConfig:
+    """The CalibrationJobConfig of calibration_job_parser's arguments."""
+    return CalibrationJobConfig(args.run_dir, args.message_size, args.rounds, args.append)
+
+
+def calibration_counts(text: str) -> tuple[int, ...]:
+    """--np's process counts (the sweep's syntax), each >= 2: a calibration needs peers."""
+    # Imported here: jobs.options loads pandas, which parsing the options must not wait for.
+    from osu_dl_bench.jobs.options import parse_process_counts
+
+    counts = parse_process_counts(text)
+    if min(counts) < 2:
+        raise UsageError(f"--np {text!r}: expected process counts >= 2, such as 2,3,4")
+    return counts
+
+
+def _fit_config(args: argparse.Namespace) -> FitConfig:
+    return FitConfig(
+        run_dir=args.run_dir,
+        calibrate=args.calibrate,
+        counts=calibration_counts(args.np),
+        message_size=args.message_size,
+        rounds=args.rounds,
+        timeout=args.timeout,
+        append=args.append,
+        name=args.name,
+        corrections=not args.no_corrections,
+        state_scaling=args.state_scaling,
+    )
+
+
+def _platform_choice(args: argparse.Namespace) -> PlatformChoice:
+    return PlatformChoice(args.platform, args.inter)
+
+
+def _accuracy_config(args: argparse.Namespace) -> AccuracyConfig:
+    return AccuracyConfig(args.run_dir, _platform_choice(args), args.output, args.plot, args.csv)
+
+
+def _layout(nprocs: int, ppn: int | None) -> JobShape:
+    """--np ranks, --ppn per node (default and at most np), on as many nodes as that takes."""
+    if nprocs < 1:
+        raise UsageError(f"--np: expected a process count >= 1, got {nprocs}")
+    if ppn is not None and ppn < 1:
+        raise UsageError(f"--ppn: expected ranks per node >= 1, got {ppn}")
+    ppn = min(ppn or nprocs, nprocs)
+    return JobShape(nprocs, -(-nprocs // ppn), ppn)
+
+
+def _predict_config(args: argparse.Namespace) -> PredictConfig:
+    # Imported here: both load numpy, and jobs.options pandas, which parsing the options
+    # must not wait for.
+    from osu_dl_bench.jobs.options import parse_collectives
+    from osu_dl_bench.measurement.options import parse_size_range
+
+    layout = _layout(args.np, args.ppn)
+    collectives = parse_collectives(args.collectives)
+    sizes = tuple(doubling_sizes(*parse_size_range(args.message_size, 8)))
+    if args.output and not args.output.endswith(".json"):
+        raise UsageError(f"-o {args.output}: expected a file ending in .json")
+    return PredictConfig(layout, _platform_choice(args), collectives, sizes, args.output)
+
+
+def _train_config(args: argparse.Namespace) -> TrainModelConfig:
+    # Imported here: train.oracle_report loads pandas, which parsing the options must not
+    # wait for.
+    from osu_dl_bench.train.oracle_report import TrainReportRequest
+
+    request = TrainReportRequest(
+        model=args.model,
+        batch_size=args.batch_size,
+        depth=args.depth,
+        width=args.width,
+        image_size=args.image_size,
+        num_classes=args.num_classes,
+        np=args.np,
+        threads=args.threads,
+        measured=args.measured,
+        scale_np=args.scale_np,
+        scale_ppn=args.scale_ppn,
+    )
+    return TrainModelConfig(request, _platform_choice(args), args.scale_platform, args.output)
+
+
+_CONFIGS = {
+    "fit": _fit_config,
+    "accuracy": _accuracy_config,
+    "predict": _predict_config,
+    "train": _train_config,
+}
+
+
+def config_from_args(args: argparse.Namespace) -> ModelConfig:
+    """The config of the model action the arguments name, its pure checks done."""
+    return _CONFIGS[args.model_command](args)

@@ -1,12 +1,51 @@
-"""Options of the tune and select subcommands. Declared apart from the code that runs them
-because that code loads the registry, and with it mpi4py.MPI, which must wait until the
-options are parsed (see osu_dl_bench.runtime.start)."""
+"""Options of the tune and select subcommands, parsed into a TuneConfig and a SelectConfig.
+Declared apart from the code that runs them because that code loads the registry, and with
+it mpi4py.MPI, which must wait until the options are parsed (see osu_dl_bench.runtime.start)."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
 
+from osu_dl_bench.errors import UsageError
 from osu_dl_bench.selection.names import FORCE_ENV, LIBRARIES, TABLE_DIR
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    """The sweep to tune, the table file to write (its summary and exports beside it), the
+    libraries to export for, the decision's risk, the dtype and op to tune on (None: the
+    most common) and the model whose gradient traffic judges the table (None: none)."""
+
+    run_dir: str
+    table_path: Path
+    exports: tuple[str, ...]
+    risk: float
+    dtype: str | None
+    op: str | None
+    for_model: str | None
+
+
+@dataclass(frozen=True)
+class SelectConfig:
+    """The calls to explain (communicator size, sizes, job shape, buffer kind, element type,
+    op, one collective or None for every one in the table) and what decides them: the
+    table, forced algorithms (None: the environment's) and the model's platform."""
+
+    nprocs: int
+    sizes: tuple[int, ...]
+    nodes: int
+    ppn: int | None
+    device: str
+    dtype: str
+    op: str
+    collective: str | None
+    table: str | None
+    force: Mapping[str, str] | None
+    platform: str | None
 
 
 def _probability(text: str) -> float:
@@ -85,4 +124,75 @@ def add_select_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="F",
         help="answer outside the table (or without one) with the performance model on this "
         "platform file, run directory or shipped name",
+    )
+
+
+def _table_path(args: argparse.Namespace) -> Path:
+    """-o, or TABLE_DIR/<run dir name>.json; a file ending in .json either way."""
+    path = Path(args.output or Path(TABLE_DIR) / f"{Path(args.run_dir).resolve().name}.json")
+    if path.suffix != ".json":
+        raise UsageError(f"-o {path}: expected a file ending in .json")
+    return path
+
+
+def tune_config_from_args(args: argparse.Namespace) -> TuneConfig:
+    """The TuneConfig of parsed arguments, the table's name, --export and --for checked."""
+    # Imported here: both load numpy, which parsing the options must not wait for.
+    from osu_dl_bench.selection.exports import parse_exports
+    from osu_dl_bench.train.traffic import check_model_name
+
+    path = _table_path(args)
+    exports = tuple(parse_exports(args.export))
+    if args.for_model:
+        check_model_name(args.for_model)  # before the work, not after it
+    return TuneConfig(args.run_dir, path, exports, args.risk, args.dtype, args.op, args.for_model)
+
+
+def _check_shape(args: argparse.Namespace) -> None:
+    """--np, --nodes and --ppn describe a job that can exist."""
+    from collectives.shape import JobShape
+
+    layout = JobShape(args.np, args.nodes, args.ppn).problem()
+    if layout:
+        ppn = "" if args.ppn is None else f" --ppn {args.ppn}"
+        raise UsageError(f"--np {args.np} --nodes {args.nodes}{ppn}: {layout}")
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    """--size's comma list of sizes, at least one."""
+    from collectives.units import parse_size
+
+    sizes = tuple(parse_size(s) for s in text.split(",") if s.strip())
+    if not sizes:
+        raise UsageError(f"--size {text!r}: expected at least one size, e.g. 8,64K,1M")
+    return sizes
+
+
+def select_config_from_args(args: argparse.Namespace) -> SelectConfig:
+    """The SelectConfig of parsed arguments: the job's shape, -d, --force, --size and
+    --collective checked (the table and the platform are read when the command runs)."""
+    # Imported here: the catalog loads numpy, which parsing the options must not wait for.
+    from collectives import SPECS
+    from collectives.buffers import DEVICES
+    from osu_dl_bench.selection.selector import parse_force
+
+    _check_shape(args)
+    if args.device not in DEVICES:
+        raise UsageError(f"-d {args.device}: expected one of {', '.join(DEVICES)}")
+    force = None if args.force is None else MappingProxyType(parse_force(args.force, "--force"))
+    sizes = _sizes(args.size)
+    if args.collective and args.collective not in SPECS:
+        raise UsageError(f"--collective {args.collective}: expected one of {', '.join(SPECS)}")
+    return SelectConfig(
+        nprocs=args.np,
+        sizes=sizes,
+        nodes=args.nodes,
+        ppn=args.ppn,
+        device=args.device,
+        dtype=args.dtype,
+        op=args.op,
+        collective=args.collective,
+        table=args.table,
+        force=force,
+        platform=args.platform,
     )

@@ -9,8 +9,7 @@ import pytest
 from support.tuning import make_entry, make_table
 
 from collectives.registry import parse_variant
-from osu_dl_bench.commands.tune import run_tune
-from osu_dl_bench.commands.tune_options import add_tune_arguments
+from osu_dl_bench.commands.tune_options import TuneConfig, add_tune_arguments, tune_config_from_args
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.selection.paired import Ratio, Series, launch_of
 from osu_dl_bench.selection.step_cost import loglog, step_cost_text, step_costs
@@ -88,18 +87,17 @@ def test_buckets_beyond_the_sweep_are_reported_apart_and_left_out_of_the_step():
     assert "regret 2.000" in text
 
 
-def _tune_args(*argv: str) -> argparse.Namespace:
+def _tune_config(*argv: str) -> TuneConfig:
     parser = argparse.ArgumentParser()
     add_tune_arguments(parser)
-    return parser.parse_args(list(argv))
+    return tune_config_from_args(parser.parse_args(list(argv)))
 
 
 def test_tune_for_takes_a_model_name():
-    assert _tune_args("run", "--for", "resnet50").for_model == "resnet50"
-    assert _tune_args("run").for_model is None
+    assert _tune_config("run", "--for", "resnet50").for_model == "resnet50"
+    assert _tune_config("run").for_model is None
 
 
-def test_tune_for_an_unknown_model_is_refused_before_reading_the_run(tmp_path):
-    args = _tune_args(str(tmp_path / "missing"), "--for", "bert", "-o", str(tmp_path / "t.json"))
+def test_tune_for_an_unknown_model_is_refused_when_the_options_are_parsed(tmp_path):
     with pytest.raises(UsageError, match="unknown model 'bert': expected one of"):
-        run_tune(args)
+        _tune_config(str(tmp_path / "missing"), "--for", "bert", "-o", str(tmp_path / "t.json"))

@@ -10,9 +10,9 @@ import pytest
 
 from collectives.registry import parse_variant
 from collectives.shape import JobShape
-from osu_dl_bench.cli import main
+from osu_dl_bench.cli import build_parser, main
 from osu_dl_bench.commands import model as model_command
-from osu_dl_bench.commands.model_options import DEFAULT_SCALING
+from osu_dl_bench.commands.model_options import DEFAULT_SCALING, config_from_args
 from osu_dl_bench.commands.model_options import SCALINGS as OPTION_SCALINGS
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import RunStore, SweepPoint
@@ -339,10 +339,11 @@ def test_model_fit_uses_the_sweeps_calibration_without_a_job_and_corrects(tmp_pa
     assert not load_platform(run).corrections
 
 
+def _model_config(*argv: str):
+    """The config of ``osu-dl-bench model ARGV``."""
+    return config_from_args(build_parser().parse_args(["model", *argv]))
+
+
 def test_model_fit_never_without_calibration_rows_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError, match="--calibrate never"):
-        model_command.run_fit(
-            model_command.argparse.Namespace(
-                run_dir=str(tmp_path), np="2", calibrate="never", name=None
-            )
-        )
+        model_command.run_fit(_model_config("fit", str(tmp_path), "--calibrate", "never"))

@@ -21,7 +21,12 @@ from osu_dl_bench.measurement.calibration import CALIBRATION_CSV
 from osu_dl_bench.measurement.store import RESULTS
 from osu_dl_bench.model.platform import Platform, load_platform, with_inter
 from osu_dl_bench.model.platform_fit import PLATFORM_FILE, fit_platform, has_calibration
-from osu_dl_bench.paths import check_writable_directory, check_writable_file, write_text_atomic
+from osu_dl_bench.paths import (
+    check_writable_directory,
+    check_writable_file,
+    write_atomic,
+    write_text_atomic,
+)
 
 MODULE = "osu_dl_bench.commands.calibration_job"
 
@@ -231,7 +236,7 @@ def run_accuracy(cfg: AccuracyConfig) -> int:
     plot = Path(cfg.plot) if cfg.plot else default / "plots" / "model_accuracy.png"
     written = accuracy.plot(result, plot)
     if cfg.csv:
-        result.to_csv(cfg.csv, index=False)
+        write_atomic(Path(cfg.csv), lambda tmp: result.to_csv(tmp, index=False))
     text = accuracy.report(result, platform, ceiling, _measured_note(platform, source, rows))
     head, last = text.rstrip("\n").rsplit("\n", 1)
     print(f"{head}\n# plot: {written}")

@@ -205,13 +205,16 @@ def _add_train_bench(sub) -> None:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    if args.table:
+    from osu_dl_bench.commands.compare_options import config_from_args
+
+    cfg = config_from_args(args)
+    if cfg.table:
         from osu_dl_bench.runtime.start import init_mpi
 
         init_mpi()  # the registry, which the table is checked against, loads mpi4py
     from osu_dl_bench.commands.compare import run_compare
 
-    return run_compare(args)
+    return run_compare(cfg)
 
 
 def _add_compare(sub) -> None:

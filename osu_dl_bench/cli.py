@@ -292,8 +292,10 @@ def _add_clean(sub) -> None:
 
 def _cmd_verify_export(args: argparse.Namespace) -> int:
     from osu_dl_bench.commands.verify_export import run_verify_export
+    from osu_dl_bench.commands.verify_export_options import config_from_args
 
-    return run_verify_export(args)  # no MPI here: it launches the jobs, as sweep does
+    # No MPI here: it launches the jobs, as sweep does.
+    return run_verify_export(config_from_args(args))
 
 
 def _add_verify_export(sub) -> None:

@@ -8,8 +8,9 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from osu_dl_bench.commands.arguments import whole_number
+from osu_dl_bench.commands.arguments import seconds_up_to, whole_number, whole_number_up_to
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.jobs.options import MAX_BUDGET, MAX_LAUNCHES
 
 DEFAULT_NPROCS = "2,4"
 DEFAULT_SIZES = "8:16M"
@@ -45,14 +46,16 @@ def add_verify_export_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--launches",
-        type=int,
+        # The sweep's own bounds: checked here, a bad value is one line, not the usage of
+        # the sweep that verify-export builds from these options.
+        type=whole_number_up_to(MAX_LAUNCHES),
         default=DEFAULT_LAUNCHES,
         metavar="K",
         help=f"launches with and without the file, interleaved (default {DEFAULT_LAUNCHES})",
     )
     parser.add_argument(
         "--budget",
-        type=float,
+        type=seconds_up_to(MAX_BUDGET),
         default=DEFAULT_BUDGET,
         metavar="SECONDS",
         help=f"timed seconds per point over all launches (default {DEFAULT_BUDGET:g})",

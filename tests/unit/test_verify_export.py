@@ -80,3 +80,23 @@ def test_the_proof_says_when_nothing_could_be_told_apart():
     ]
     missed = proof_lines(Proof((), (Fingerprinted(4, 2, 8, None),), 1), "mpich")
     assert missed[1] == "  p=4 launch 2 8: expected the default's"
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--launches", "0"], "argument --launches: expected a whole number >= 1, got '0'"),
+        (["--launches", "101"], "argument --launches: expected at most 100, got 101"),
+        (["--budget", "-1"], "argument --budget: expected seconds in (0, 3600], got '-1'"),
+    ],
+)
+def test_launches_and_budget_out_of_the_sweeps_bounds_are_refused_in_one_line(
+    tmp_path, capsys, argv, said
+):
+    from osu_dl_bench.cli import main
+
+    file = tmp_path / "t.mpich.json"
+    file.write_text(json.dumps({"collective=allreduce": {}}))
+    assert main(["verify-export", str(file), *argv]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "usage:" not in err and "--sbatch-args" not in err

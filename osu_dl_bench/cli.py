@@ -209,13 +209,16 @@ def _add_train_bench(sub) -> None:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    if args.table:
+    from osu_dl_bench.commands.compare_options import config_from_args
+
+    cfg = config_from_args(args)
+    if cfg.table:
         from osu_dl_bench.runtime.start import init_mpi
 
         init_mpi()  # the registry, which the table is checked against, loads mpi4py
     from osu_dl_bench.commands.compare import run_compare
 
-    return run_compare(args)
+    return run_compare(cfg)
 
 
 def _add_compare(sub) -> None:
@@ -295,8 +298,10 @@ def _add_clean(sub) -> None:
 
 def _cmd_verify_export(args: argparse.Namespace) -> int:
     from osu_dl_bench.commands.verify_export import run_verify_export
+    from osu_dl_bench.commands.verify_export_options import config_from_args
 
-    return run_verify_export(args)  # no MPI here: it launches the jobs, as sweep does
+    # No MPI here: it launches the jobs, as sweep does.
+    return run_verify_export(config_from_args(args))
 
 
 def _add_verify_export(sub) -> None:

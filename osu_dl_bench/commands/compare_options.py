@@ -1,8 +1,13 @@
-"""Options of ``osu-dl-bench compare``. No MPI, no pandas here."""
+"""Options of ``osu-dl-bench compare``, parsed into a CompareConfig. No MPI, no pandas
+here."""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.paths import check_writable_file
 
 
 def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,3 +34,36 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
         help="only these process counts: 2,4 or 2-4 (default: every one both runs measured)",
     )
     parser.add_argument("--out", default=None, help="also write the report to this file")
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """The two runs, the table to judge instead of RUN_A's decisions (None: RUN_A's), the
+    process counts to report (empty: every one) as parsed and as given, and --out."""
+
+    run_a: str
+    run_b: str
+    table: str | None
+    nprocs: tuple[int, ...]
+    nprocs_text: str | None  # as given: the --out file records the command line
+    out: str | None
+
+
+def config_from_args(args: argparse.Namespace) -> CompareConfig:
+    """The CompareConfig of parsed arguments; a bad --nprocs or an --out this process
+    cannot write is refused here, before MPI starts and before any run is read."""
+    nprocs = _process_counts(args.nprocs)
+    check_writable_file("--out", args.out, make_parents=True)
+    return CompareConfig(args.run_a, args.run_b, args.table, nprocs, args.nprocs, args.out)
+
+
+def _process_counts(text: str | None) -> tuple[int, ...]:
+    """--nprocs' counts (empty: not given), its errors naming --nprocs."""
+    from osu_dl_bench.jobs.options import parse_process_counts  # loads pandas: only when given
+
+    if not text:
+        return ()
+    try:
+        return parse_process_counts(text)
+    except UsageError as exc:  # it names sweep's --np
+        raise UsageError(str(exc).replace("--np ", "--nprocs ", 1)) from None

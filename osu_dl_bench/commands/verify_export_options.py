@@ -1,11 +1,16 @@
-"""Options of the verify-export subcommand (declared apart from the code that runs it, as
-every command's options are, so parsing them loads no MPI)."""
+"""Options of the verify-export subcommand, parsed into a VerifyExportConfig (declared
+apart from the code that runs it, as every command's options are, so parsing them loads
+no MPI)."""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+from pathlib import Path
 
-from osu_dl_bench.commands.arguments import whole_number
+from osu_dl_bench.commands.arguments import seconds_up_to, whole_number, whole_number_up_to
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.jobs.options import MAX_BUDGET, MAX_LAUNCHES
 
 DEFAULT_NPROCS = "2,4"
 DEFAULT_SIZES = "8:16M"
@@ -41,14 +46,16 @@ def add_verify_export_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--launches",
-        type=int,
+        # The sweep's own bounds: checked here, a bad value is one line, not the usage of
+        # the sweep that verify-export builds from these options.
+        type=whole_number_up_to(MAX_LAUNCHES),
         default=DEFAULT_LAUNCHES,
         metavar="K",
         help=f"launches with and without the file, interleaved (default {DEFAULT_LAUNCHES})",
     )
     parser.add_argument(
         "--budget",
-        type=float,
+        type=seconds_up_to(MAX_BUDGET),
         default=DEFAULT_BUDGET,
         metavar="SECONDS",
         help=f"timed seconds per point over all launches (default {DEFAULT_BUDGET:g})",
@@ -88,4 +95,52 @@ def add_verify_export_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="RUN_DIR",
         help="run directory of the measurements (default: FILE's name + '.verify' beside it)",
+    )
+
+
+@dataclass(frozen=True)
+class VerifyExportConfig:
+    """The exported file and how to measure it: the sweep's --np, -m and --collectives as
+    given (the sweep checks them), launches and budget, the MPI library, the C client
+    (c or none; OMB's binaries' directory, its launches) and the run directory."""
+
+    file: str
+    nprocs: str
+    message_size: str
+    collectives: str
+    launches: int
+    budget: float
+    mpi: str | None
+    client: str
+    omb: str | None
+    client_launches: int
+    output: str | None
+
+    @property
+    def path(self) -> Path:
+        """The exported file."""
+        return Path(self.file)
+
+    @property
+    def run_dir(self) -> str:
+        """-o, or FILE's name + '.verify' beside it."""
+        return self.output or str(self.path.with_name(self.path.name + ".verify"))
+
+
+def config_from_args(args: argparse.Namespace) -> VerifyExportConfig:
+    """The VerifyExportConfig of parsed arguments; a FILE that is not there is refused here."""
+    if not Path(args.file).is_file():
+        raise UsageError(f"{args.file}: no such file (expected an exported selection file)")
+    return VerifyExportConfig(
+        file=args.file,
+        nprocs=args.np,
+        message_size=args.message_size,
+        collectives=args.collectives,
+        launches=args.launches,
+        budget=args.budget,
+        mpi=args.mpi,
+        client=args.client,
+        omb=args.omb,
+        client_launches=args.client_launches,
+        output=args.output,
     )

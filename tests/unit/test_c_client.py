@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import math
 
-from osu_dl_bench.commands.verify_export import client_pairs, comparison_lines
+from osu_dl_bench.commands.verify_export import comparison_lines
 from osu_dl_bench.jobs.c_client import client_argv, parse_latencies, source_text
+from osu_dl_bench.selection.exports.verification import client_pairs
 
 
 def test_the_client_source_ships_with_the_package_and_times_as_osu_does():

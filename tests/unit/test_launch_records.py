@@ -6,7 +6,6 @@ decided on them."""
 
 from __future__ import annotations
 
-import argparse
 import csv
 from dataclasses import replace
 
@@ -15,16 +14,13 @@ import pytest
 from support.sweep import sweep_config
 from support.tuning import launch_rows, launch_run, machine_states, scaled, write_run
 
-from osu_dl_bench.commands.compare import (
-    judged_points,
-    measured_points,
-    paired_points,
-    run_compare,
-    shift_report,
-)
+from osu_dl_bench.cli import build_parser
+from osu_dl_bench.commands.compare import run_compare, shift_report
+from osu_dl_bench.commands.compare_options import config_from_args as compare_config
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import RunStore
 from osu_dl_bench.selection import build_table
+from osu_dl_bench.selection.comparison import judged_points, measured_points, paired_points
 from osu_dl_bench.selection.paired import Series, launch_of, paired_ratio
 
 pytestmark = pytest.mark.usefixtures("registered")
@@ -179,6 +175,7 @@ def test_rows_measured_in_other_rounds_of_one_launch_are_not_paired_by_round():
 )
 def test_compare_names_its_own_nprocs_option(tmp_path, nprocs, said):
     run = str(_run(tmp_path))
-    args = argparse.Namespace(run_a=run, run_b=run, table=None, nprocs=nprocs, out=None)
     with pytest.raises(UsageError, match=said):
-        run_compare(args)
+        run_compare(
+            compare_config(build_parser().parse_args(["compare", run, run, "--np", nprocs]))
+        )

@@ -1,0 +1,325 @@
+"""How far two sweeps of the same code on the same machine agree, in the decisions a tuning
+table takes from them and in their measurements: the numbers ``osu-dl-bench compare``
+reports.
+
+The decisions (the one way this suite judges a table): every point of RUN_B is decided as
+``tune`` decides it (selection.tune.run_decisions: paired ratios to clean native, tie
+sets, the stable rule, hysteresis). The choice judged is RUN_A's, decided the same way,
+or a tuning table's as the runtime selector takes it. Per point:
+
+- stable: the choice lies in RUN_B's tie set (twins, variants whose chunk or segment size
+  has no effect at a size, count as one);
+- regret: the choice's time over RUN_B's best (its lowest ratio), paired in RUN_B's data
+  (selection.paired) with its 95% interval. A point whose interval starts above SLOWER is
+  a real miss; one whose interval straddles SLOWER cannot be told from it.
+
+The measurements: every (buffer kind, dtype, op, collective, p, size, algorithm) point
+both runs measured, by its median over launches (clean native only: native beside another
+backend's threads is not native's time):
+
+- the shift of one algorithm between the runs, as measured, and relative to its point's
+  median shift (the machine's speed state moves every algorithm at once; what is left
+  reorders algorithms);
+- the spread within RUN_B: the median over its points of (q3 - q1) / median over rounds;
+- RUN_A's medians taken as the prediction of RUN_B's, scored with the performance model's
+  metric (accuracy = 1 - |pred - meas| / meas, Kahira et al.): the accuracy a perfect,
+  state-frozen model would reach against RUN_B.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.measurement.store import RunStore
+from osu_dl_bench.selection.agreement import (
+    Agreement,
+    Captured,
+    agreement,
+    candidate_pairs,
+    captured_speedup,
+    missed_wins,
+)
+from osu_dl_bench.selection.paired import Ratio, identity, point_latency
+from osu_dl_bench.selection.selector import Query, Selector, default_context
+from osu_dl_bench.selection.tune import PointDecision, clean_rows, run_decisions
+
+# A point: one call measured in both runs. Its algorithms share the point's speed state.
+POINT = ["device", "dtype", "op", "collective", "nprocs", "size_bytes"]
+KEY = [*POINT, "algorithm"]
+LARGE = 64 * 1024  # the model's accuracy is reported apart for messages of 64 KiB and above
+MOVED = 1.05  # a shift beyond 5% either way counts as a move
+# A choice more than 5% slower than the best, judged by the regret's interval.
+SLOWER = 1.05
+# Regret whose whole interval lies above this is a clear miss.
+REGRET_BOUND = 1.25
+
+
+def slower_by_interval(regret: Ratio) -> bool:
+    """The regret's whole interval lies above SLOWER: a real miss."""
+    return regret.low > SLOWER
+
+
+def straddles_slower(regret: Ratio) -> bool:
+    """The regret's interval straddles SLOWER: not distinguishable from it."""
+    return regret.low <= SLOWER < regret.high
+
+
+# --- decisions ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One point of RUN_B and the judged side's choice there."""
+
+    point: PointDecision  # RUN_B's
+    choice: str | None  # as RUN_B names its twin; None: the judged side has no choice here
+    regret: Ratio | None  # None where RUN_B did not measure the choice
+
+    @property
+    def stable(self) -> bool:
+        """The choice lies in RUN_B's tie set."""
+        return self.choice is not None and self.choice in self.point.tie_set
+
+    @property
+    def slower(self) -> bool:
+        """The choice is more than SLOWER times the best by its regret's interval."""
+        return self.regret is not None and slower_by_interval(self.regret)
+
+    @property
+    def unclear(self) -> bool:
+        """The choice's regret interval straddles SLOWER."""
+        return self.regret is not None and straddles_slower(self.regret)
+
+    @property
+    def worth_a_look(self) -> bool:
+        """A choice that is unstable, slower by its interval, or unclear."""
+        return self.choice is not None and (not self.stable or self.slower or self.unclear)
+
+
+def judge(point: PointDecision, raw_choice: str | None) -> Judged:
+    """RUN_B's point and a choice made elsewhere: its twin here, stability and regret."""
+    if raw_choice is None:
+        return Judged(point, None, None)
+    choice = point.twin_of(raw_choice)
+    if choice not in point.candidates:
+        return Judged(point, choice, None)
+    if choice == point.best:
+        return Judged(point, choice, identity(point.candidates[choice].series))
+    return Judged(point, choice, point.ratio_between(choice, point.best))
+
+
+def _run_chooser(decided: dict) -> Callable:
+    """point -> RUN_A's choice at the same (entry key, size), or None."""
+
+    def choose(point: PointDecision) -> str | None:
+        mine = decided.get((point.key, point.size))
+        return None if mine is None else mine.chosen
+
+    return choose
+
+
+def _table_chooser(table: str) -> Callable:
+    """point -> the runtime selector's choice from the table (as bench -a tuned runs it)."""
+    selector = Selector.from_file(table, force={})
+
+    def choose(point: PointDecision) -> str:
+        k = point.key
+        query = Query(k.collective, k.nprocs, point.size, k.device, k.nodes, k.ppn)
+        return selector.decide(query, default_context(query)).label
+
+    return choose
+
+
+def decided_points(run_dir: str) -> dict:
+    """A run's decisions as tune takes them; a run with none is refused with the reason
+    (every point left out, e.g. native measured only beside another backend)."""
+    decided, warn = run_decisions(run_dir)
+    if not decided:
+        why = f": {warn[-1]}" if warn else ""
+        raise UsageError(f"{run_dir}: no point could be decided as tune decides{why}")
+    return decided
+
+
+def judge_decisions(
+    decided_a: dict, decided_b: dict, table: str | None = None, wanted: Iterable[int] = ()
+) -> list[Judged]:
+    """Every point of ``decided_b`` (of the wanted p), judged against ``decided_a``'s choice
+    or, with ``table``, the runtime selector's from that table."""
+    choose = _table_chooser(table) if table else _run_chooser(decided_a)
+    wanted = set(wanted)
+    return [
+        judge(point, choose(point))
+        for (key, _), point in sorted(decided_b.items(), key=lambda item: _order(item[0]))
+        if not wanted or key.nprocs in wanted
+    ]
+
+
+def judged_points(
+    run_a: str, run_b: str, table: str | None = None, wanted: Iterable[int] = ()
+) -> list[Judged]:
+    """Every point of RUN_B (of the wanted p), judged against RUN_A's or the table's choice."""
+    return judge_decisions(decided_points(run_a), decided_points(run_b), table, wanted)
+
+
+def _order(item: tuple) -> tuple:
+    key, size = item
+    return (key.collective, key.device, key.nprocs, key.nodes, key.ppn, size)
+
+
+def judged_groups(judged: Iterable[Judged]) -> dict[tuple[str, str, int], list[Judged]]:
+    """The judged points per (collective, buffer kind, p), in the order first met."""
+    groups: dict[tuple[str, str, int], list[Judged]] = {}
+    for item in judged:
+        k = item.point.key
+        groups.setdefault((k.collective, k.device, k.nprocs), []).append(item)
+    return groups
+
+
+@dataclass(frozen=True)
+class Figures:
+    """The decision figures of a set of points."""
+
+    points: int  # points with a choice to judge
+    stable: int
+    regrets: tuple[Ratio, ...]  # of every point whose choice RUN_B measured
+
+    @classmethod
+    def of(cls, judged: Iterable[Judged]) -> Figures:
+        """The figures of these points (those the judged side has no choice for left out)."""
+        known = [j for j in judged if j.choice is not None]
+        regrets = tuple(j.regret for j in known if j.regret is not None)
+        return cls(len(known), sum(j.stable for j in known), regrets)
+
+    @property
+    def stability(self) -> float:
+        """Share of the points whose choice lies in RUN_B's tie set."""
+        return self.stable / self.points if self.points else 0.0
+
+    @property
+    def median_regret(self) -> float:
+        """Median over the points of the choice's time over RUN_B's best."""
+        return statistics.median(r.ratio for r in self.regrets) if self.regrets else math.nan
+
+    @property
+    def max_regret(self) -> float:
+        """The largest regret."""
+        return max((r.ratio for r in self.regrets), default=math.nan)
+
+    @property
+    def slower(self) -> int:
+        """Points more than SLOWER times the best by their interval (its low end)."""
+        return sum(map(slower_by_interval, self.regrets))
+
+    @property
+    def unclear(self) -> int:
+        """Points whose interval straddles SLOWER: not distinguishable from it."""
+        return sum(map(straddles_slower, self.regrets))
+
+    @property
+    def unmeasured(self) -> int:
+        """Points whose choice RUN_B did not measure."""
+        return self.points - len(self.regrets)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """How RUN_A's intervals and the judged choices hold on RUN_B (selection.agreement)."""
+
+    found: Agreement  # coverage and agreement of RUN_A's intervals by RUN_B's estimates
+    captured: Captured  # the captured speedup of the judged choices
+    clear: int  # points where RUN_B's best is a clear win over native
+    missed: int  # those of them where the choice is native
+    above: int  # points whose regret interval lies wholly above REGRET_BOUND
+
+
+def evidence_of(decided_a: dict, judged: list[Judged]) -> Evidence:
+    """Coverage and agreement of RUN_A's intervals on RUN_B, the captured speedup and the
+    missed clear wins of the judged choices, and the points beyond REGRET_BOUND."""
+    b_points = {(j.point.key, j.point.size): j.point for j in judged}
+    found = agreement(candidate_pairs(decided_a, b_points))
+    captured = captured_speedup((j.point, j.choice) for j in judged)
+    clear, missed = missed_wins((j.point, j.choice) for j in judged)
+    above = sum(j.regret is not None and j.regret.low > REGRET_BOUND for j in judged)
+    return Evidence(found, captured, clear, missed, above)
+
+
+# --- measurements -------------------------------------------------------------------------
+
+
+def _results(run_dir: str) -> pd.DataFrame:
+    """A run's usable rows (UsageError if it is no sweep's run directory), clean native
+    only: in another backend's launches native ran beside that backend's threads."""
+    store = RunStore(run_dir)
+    if not store.results_path.is_file():
+        raise UsageError(f"{run_dir}: no results.csv (expected a sweep's run directory)")
+    return clean_rows(store.load())
+
+
+def measured_points(run_dir: str) -> pd.DataFrame:
+    """One row per point and algorithm, with its median over launches (of the launches'
+    medians) and its relative spread (q3 - q1) / median, the median over launches."""
+    frame = _results(run_dir)
+    frame = frame.assign(
+        op=frame["op"].astype(object).fillna(""),  # bcast has no op: '' matches ''
+        spread=(frame["q3_us"] - frame["q1_us"]) / frame["median_us"],
+    )
+    grouped = frame.groupby(KEY, sort=False).agg({"median_us": point_latency, "spread": "median"})
+    return grouped.reset_index()[[*KEY, "median_us", "spread"]]
+
+
+def paired_points(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    """Points both runs measured, with the shift b/a, the shift relative to the point's
+    median shift, and a's median scored as the prediction of b's."""
+    both = a.merge(b, on=KEY, suffixes=("_a", "_b")).rename(columns={"spread_b": "spread"})
+    both["shift"] = both["median_us_b"] / both["median_us_a"]
+    point_shift = both.groupby(POINT)["shift"].transform("median")
+    both["relative"] = both["shift"] / point_shift
+    both["accuracy"] = 1 - (both["median_us_a"] - both["median_us_b"]).abs() / both["median_us_b"]
+    return both
+
+
+def moved_percent(values: pd.Series) -> float:
+    """Percentage of ratios beyond MOVED either way."""
+    return float((np.abs(np.log(values)) > np.log(MOVED)).mean() * 100)
+
+
+@dataclass(frozen=True)
+class Shift:
+    """How a set of paired points moved from RUN_A to RUN_B (percentages as 0-100, shares
+    as 0-1; NaN accuracy where no point of that size class was measured)."""
+
+    points: int
+    median_shift: float  # median |log(shift)|, in percent
+    moved: float  # percent of points that moved beyond MOVED
+    reordered: float  # percent that moved beyond MOVED relative to their point's shift
+    spread: float  # median relative IQR in RUN_B
+    accuracy_large: float  # mean accuracy at LARGE and above
+    accuracy_small: float  # below LARGE
+
+
+def shift_of(group: pd.DataFrame) -> Shift:
+    """The shift figures of these paired points (paired_points' rows)."""
+    large = group[group["size_bytes"] >= LARGE]
+    small = group[group["size_bytes"] < LARGE]
+    return Shift(
+        points=len(group),
+        median_shift=np.median(np.abs(np.log(group["shift"]))) * 100,
+        moved=moved_percent(group["shift"]),
+        reordered=moved_percent(group["relative"]),
+        spread=np.median(group["spread"]),
+        accuracy_large=large["accuracy"].mean(),
+        accuracy_small=small["accuracy"].mean(),
+    )
+
+
+def shifts(both: pd.DataFrame) -> list[tuple[str, Shift]]:
+    """The shift figures per process count ('2', '4', ...), then over all ('all')."""
+    groups = [(str(p), g) for p, g in both.groupby("nprocs")] + [("all", both)]
+    return [(name, shift_of(group)) for name, group in groups]

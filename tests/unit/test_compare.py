@@ -1,0 +1,114 @@
+"""``osu-dl-bench compare``: its options parsed into a CompareConfig, the report in words
+(selection.comparison gives the numbers, see test_comparison), and the whole command."""
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+from support.comparison import figures, shifted_medians
+from support.tuning import launch_run, model_points, write_run
+
+from osu_dl_bench.cli import build_parser, main
+from osu_dl_bench.commands import compare
+from osu_dl_bench.commands.compare_options import config_from_args
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.selection import build_table
+from osu_dl_bench.selection.comparison import paired_points
+
+pytestmark = pytest.mark.usefixtures("registered")
+
+
+def _config(*argv):
+    return config_from_args(build_parser().parse_args(["compare", *argv]))
+
+
+def test_the_options_make_a_frozen_config_that_keeps_nprocs_as_given(tmp_path):
+    cfg = _config("a", "b", "--np", "4,2-3", "--table", "t.json", "--out", str(tmp_path / "r"))
+    assert (cfg.run_a, cfg.run_b, cfg.table, cfg.nprocs) == ("a", "b", "t.json", (2, 3, 4))
+    assert compare.command_line(cfg)[2:] == ["a", "b", "--table", "t.json", "--nprocs", "4,2-3"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.nprocs = ()
+    assert _config("a", "b").nprocs == ()
+
+
+def test_a_bad_nprocs_or_out_is_refused_when_the_options_are_parsed(tmp_path):
+    with pytest.raises(UsageError, match="--nprocs 0: process counts must be >= 1"):
+        _config("a", "b", "--nprocs", "0")
+    with pytest.raises(UsageError, match="--out"):
+        _config("a", "b", "--out", str(tmp_path))  # a directory, not a file
+
+
+def test_the_figures_print_facts_without_verdicts():
+    good = figures(20, [(1.0, 1.0, 1.0)] * 19 + [(1.08, 1.04, 1.12)])  # straddles 1.05
+    assert compare.figures_text("p=2", good) == (
+        "# p=2: stability 100.0%, points more than 5% slower by the interval 0, "
+        "median regret 1.000, max 1.080"
+    )
+    missed = figures(20, [(1.0, 1.0, 1.0)] * 19 + [(1.08, 1.06, 1.1)])
+    assert "interval 1," in compare.figures_text("x", missed)
+    unstable = figures(18, [(1.0, 1.0, 1.0)] * 20)
+    assert "stability 90.0%" in compare.figures_text("x", unstable)
+    costly = figures(3, [(1.02, 1.0, 1.04)] * 3)
+    assert "median regret 1.020" in compare.figures_text("x", costly)
+    assert "target" not in compare.figures_text("x", costly)
+    assert "no choice was measured" in compare.figures_text("x", figures(0, []))
+
+
+def test_the_shift_report_gives_the_share_reordered_per_process_count():
+    both = paired_points(*shifted_medians())
+    lines = compare.shift_report(both, "A", "B").splitlines()
+    assert lines[0] == "# A against B: 3 points measured by both"
+    assert "33%" in lines[2]  # one of three points moved > 5% relative to its point
+    assert lines[2].split()[:2] == ["2", "3"] and lines[3].split()[:2] == ["all", "3"]
+    assert lines[2].split()[-1] == "-"  # no size below 64 KiB: a dash, not nan
+
+
+def test_a_slower_choice_is_named_among_the_points_to_look_at(tmp_path):
+    a = launch_run(tmp_path / "a", {65536: {"recursive_doubling": 0.8, "rabenseifner": 1.0}})
+    b = launch_run(tmp_path / "b", {65536: {"recursive_doubling": 1.0, "rabenseifner": 0.8}})
+    report = compare.decision_report(str(a), str(b))
+    assert "points more than 5% slower by the interval 1" in report
+    assert "regret 1.2" in report and ": more than 5% slower" in report
+
+
+def _runs(tmp_path):
+    a = write_run(tmp_path / "a", model_points(nprocs_list=(2,), collectives=("allreduce",)))
+    # B: the same measurements on a machine 1.5x slower throughout (its decisions are A's)
+    slower = model_points(nprocs_list=(2,), collectives=("allreduce",))
+    for point in slower:
+        for name in ("median_us", "q1_us", "q3_us", "min_us", "max_us", "spread_us"):
+            object.__setattr__(point, name, getattr(point, name) * 1.5)
+    return a, write_run(tmp_path / "b", slower)
+
+
+def test_compare_prints_both_reports_and_writes_them(tmp_path):
+    a, b = _runs(tmp_path)
+    table = tmp_path / "t.json"
+    build_table(a, "t")[0].write(table)
+    out = tmp_path / "report.txt"
+    argv = ["compare", str(a), str(b), "--table", str(table), "--nprocs", "2", "--out", str(out)]
+    res = subprocess.run(
+        [sys.executable, "-m", "osu_dl_bench", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith(f"# decisions: table {table}'s choices (the selector's) on {b}")
+    row = next(line for line in lines if line.startswith("allreduce cpu p=2"))
+    assert row.split()[3:5] == ["12", "100.0%"]  # 12 sizes, every choice in B's tie set
+    assert any(line.startswith("# p=2: stability 100.0%") for line in lines)
+    shifts = lines.index(f"# {a} against {b}: 72 points measured by both")
+    p2 = lines[shifts + 2].split()
+    assert p2[:2] == ["2", "72"] and 39.5 < float(p2[2].rstrip("%")) < 41.5  # ln 1.5 = 40.5%
+    assert out.read_text() == f"# command: osu-dl-bench {' '.join(argv[:-2])}\n{res.stdout}"
+
+
+def test_runs_without_results_or_shared_points_are_refused(tmp_path, capsys):
+    a, b = _runs(tmp_path)
+    assert main(["compare", str(a), str(tmp_path / "none")]) == 2
+    assert "none: no results.csv (expected a sweep's run directory)" in capsys.readouterr().err
+    assert main(["compare", str(a), str(b), "--nprocs", "3"]) == 2
+    assert "share no measured point" in capsys.readouterr().err

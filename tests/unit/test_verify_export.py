@@ -1,0 +1,102 @@
+"""``osu-dl-bench verify-export`` without an MPI job: its options parsed into a
+VerifyExportConfig, exported files read back (selection.exports.readers), and the proof's
+verdict in words. The fingerprint proof and the C client's pairing are in
+test_library_tuning and test_c_client; the real launches in tests/mpi/test_library_tuning."""
+
+import dataclasses
+import json
+
+import pytest
+
+from osu_dl_bench.cli import build_parser
+from osu_dl_bench.commands.verify_export import proof_lines
+from osu_dl_bench.commands.verify_export_options import config_from_args
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.selection.exports.readers import file_library, file_reader, named_algorithms
+from osu_dl_bench.selection.exports.verification import Fingerprinted, Proof
+
+
+def _config(*argv):
+    return config_from_args(build_parser().parse_args(["verify-export", *argv]))
+
+
+def test_the_options_make_a_frozen_config_with_the_run_directory_beside_the_file(tmp_path):
+    file = tmp_path / "t.mpich.json"
+    file.write_text("{}")
+    cfg = _config(str(file), "--np", "2", "-m", "8:1M")
+    assert (cfg.file, cfg.nprocs, cfg.message_size, cfg.launches, cfg.client) == (
+        str(file),
+        "2",
+        "8:1M",
+        6,  # many short launches: a comparison across launches needs launches
+        "c",
+    )
+    assert cfg.run_dir == str(tmp_path / "t.mpich.json.verify")
+    assert _config(str(file), "-o", "elsewhere").run_dir == "elsewhere"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.launches = 1
+
+
+def test_a_missing_file_is_refused_when_the_options_are_parsed(tmp_path):
+    with pytest.raises(UsageError, match="none.json: no such file"):
+        _config(str(tmp_path / "none.json"))
+
+
+def test_the_file_kind_is_read_from_the_file(tmp_path):
+    mpich = tmp_path / "t.mpich.json"
+    mpich.write_text(json.dumps({"collective=allreduce": {}}))
+    assert file_library(mpich) == "mpich"
+    assert file_library(tmp_path / "t.openmpi.rules") == "openmpi"
+    with pytest.raises(UsageError, match="give the classic .openmpi.rules file"):
+        file_library(tmp_path / "t.openmpi.json")
+    with pytest.raises(UsageError, match="expected an exported"):
+        file_library(tmp_path / "nonexistent.json")
+    other = tmp_path / "other.json"
+    other.write_text("{}")
+    with pytest.raises(UsageError, match="no 'collective=' keys"):
+        file_library(other)
+    rules = tmp_path / "bad.rules"
+    rules.write_text("not a number\n")
+    with pytest.raises(UsageError, match="not a classic Open MPI rules file"):
+        file_reader(rules, "openmpi")
+
+
+def test_the_algorithms_a_file_names_are_collected_without_the_default():
+    def reader(collective, nprocs, size):
+        return "ring" if size >= 1024 else ("tree" if nprocs == 4 else None)
+
+    assert named_algorithms(reader, (2,), [8, 16]) == []
+    assert named_algorithms(reader, (2, 4), [8, 1024]) == ["ring", "tree"]
+
+
+def test_the_proof_says_when_nothing_could_be_told_apart():
+    assert "no fingerprint recorded" in proof_lines(Proof((), (), 0), "mpich")[0]
+    kept = proof_lines(Proof((), (), 3), "mpich")[0]
+    assert "keeps or matches mpich's default" in kept and "(3 checked)" in kept
+    seen = Proof((Fingerprinted(2, 1, 65536, "ring"),), (), 4)
+    assert proof_lines(seen, "mpich") == [
+        "the file took effect: 4 allreduce fingerprints match the algorithm it names, "
+        "1 of them distinct from the default's"
+    ]
+    missed = proof_lines(Proof((), (Fingerprinted(4, 2, 8, None),), 1), "mpich")
+    assert missed[1] == "  p=4 launch 2 8: expected the default's"
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--launches", "0"], "argument --launches: expected a whole number >= 1, got '0'"),
+        (["--launches", "101"], "argument --launches: expected at most 100, got 101"),
+        (["--budget", "-1"], "argument --budget: expected seconds in (0, 3600], got '-1'"),
+    ],
+)
+def test_launches_and_budget_out_of_the_sweeps_bounds_are_refused_in_one_line(
+    tmp_path, capsys, argv, said
+):
+    from osu_dl_bench.cli import main
+
+    file = tmp_path / "t.mpich.json"
+    file.write_text(json.dumps({"collective=allreduce": {}}))
+    assert main(["verify-export", str(file), *argv]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "usage:" not in err and "--sbatch-args" not in err

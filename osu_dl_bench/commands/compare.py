@@ -16,6 +16,7 @@ import pandas as pd
 from collectives.units import format_size
 from osu_dl_bench.commands.compare_options import CompareConfig
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.measurement.store import is_training_run
 from osu_dl_bench.paths import write_text_atomic
 from osu_dl_bench.selection.agreement import CAPTURE_MIN, CLEAR_WIN
 from osu_dl_bench.selection.comparison import (
@@ -36,6 +37,11 @@ from osu_dl_bench.selection.comparison import (
 from osu_dl_bench.selection.paired import Ratio
 
 _PERCENT = f"{(SLOWER - 1) * 100:.0f}"
+# What stands for the decisions when a run holds train-bench's training steps.
+TRAINING_DECISIONS = (
+    "# decisions: none: a run holds train-bench's training steps, whose configurations "
+    "no tuning table chooses; their times, configuration by configuration, follow"
+)
 
 
 def run_compare(cfg: CompareConfig) -> int:
@@ -47,8 +53,10 @@ def run_compare(cfg: CompareConfig) -> int:
     if both.empty:
         at = f" at p = {cfg.nprocs_text}" if cfg.nprocs else ""
         raise UsageError(f"{cfg.run_a} and {cfg.run_b} share no measured point{at}")
+    training = is_training_run(a) or is_training_run(b)
+    decisions = TRAINING_DECISIONS if training else None
     reports = [
-        decision_report(cfg.run_a, cfg.run_b, cfg.table, cfg.nprocs),
+        decisions or decision_report(cfg.run_a, cfg.run_b, cfg.table, cfg.nprocs),
         shift_report(both, cfg.run_a, cfg.run_b),
     ]
     text = "\n\n".join(reports)

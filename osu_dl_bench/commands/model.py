@@ -232,6 +232,8 @@ def run_accuracy(cfg: AccuracyConfig) -> int:
     platform = chosen_platform(cfg.platform, str(default / PLATFORM_FILE))
     rows = accuracy.load_measurements(source)
     result = accuracy.compare(platform, rows)
+    if result["accuracy"].isna().all():
+        raise UsageError(f"{source}: none of its {len(result)} points is one the model predicts")
     ceiling = accuracy.ceiling(rows, result)
     plot = Path(cfg.plot) if cfg.plot else default / "plots" / "model_accuracy.png"
     written = accuracy.plot(result, plot)

@@ -54,6 +54,29 @@ FOCUS_KEY = ("nprocs", "collective", "size_bytes", "algorithm")
 NAMED_LINES = 5
 
 
+# train-bench's rows: one training step of one configuration per round, stored as a
+# sweep's point whose "collective" is this word, so merge, resume and the lock treat a
+# training run as any other.
+TRAINING_STEP = "train_step"
+
+
+def is_training_run(frame: pd.DataFrame) -> bool:
+    """True when every row is a training step (a train-bench run directory)."""
+    return not frame.empty and bool((frame["collective"] == TRAINING_STEP).all())
+
+
+def collective_rows(frame: pd.DataFrame, source: str | os.PathLike) -> pd.DataFrame:
+    """``frame`` without training steps, which no collective's algorithm can explain; a
+    run of nothing else is refused with one message naming what reads it."""
+    if is_training_run(frame):
+        raise UsageError(
+            f"{source}: holds train-bench's training steps, not collectives: tune, plot "
+            "and the model read sweeps; 'osu-dl-bench compare RUN_A RUN_B' and merge "
+            "read training runs too"
+        )
+    return frame[frame["collective"] != TRAINING_STEP]
+
+
 # Isolation groups and machine states, as stored.
 LEGACY_GROUP = "shared"  # rows from before isolation: every backend in one process
 NORMAL, OUTLYING, REMEASURED = "normal", "outlying", "remeasured"

@@ -25,6 +25,7 @@ from osu_dl_bench.measurement.store import (
     RESULTS,
     TEXT_COLUMNS,
     RunStore,
+    collective_rows,
     round_values,
     with_defaults,
 )
@@ -76,7 +77,7 @@ def load_rows(source: str | Path) -> pd.DataFrame:
     missing = [c for c in _NEEDED if c not in frame.columns]
     if missing:
         raise UsageError(f"{path}: expected sweep columns {_NEEDED}; missing {missing}")
-    return model_rows(frame)
+    return model_rows(collective_rows(frame, path))
 
 
 def points(rows: pd.DataFrame) -> pd.DataFrame:

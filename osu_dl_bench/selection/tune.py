@@ -56,7 +56,7 @@ from collectives.registry import parse_variant, twin_representatives
 from collectives.units import format_size
 from osu_dl_bench import __version__
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.measurement.store import POINT_KEY, RunStore, round_values
+from osu_dl_bench.measurement.store import POINT_KEY, RunStore, collective_rows, round_values
 from osu_dl_bench.runtime.metadata import utc_now
 from osu_dl_bench.selection.estimate import Measured, entry_ratios, run_pool
 from osu_dl_bench.selection.evidence import LaunchPool
@@ -608,7 +608,7 @@ def _read_run(run_dir: str | os.PathLike) -> tuple[RunStore, pd.DataFrame, list[
     frame, warn = store.read()
     if frame.empty and warn:
         raise UsageError(f"no usable results: {warn[0]}")
-    return store, frame, warn
+    return store, collective_rows(frame, run_dir), warn
 
 
 def run_decisions(

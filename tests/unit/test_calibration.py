@@ -21,10 +21,10 @@ from osu_dl_bench.measurement.calibration import (
     measure,
     spread_order,
     write_calibration,
+    write_locked,
 )
 from osu_dl_bench.measurement.heartbeat import Heartbeat, file_name, read
 from osu_dl_bench.measurement.store import RunStore, StoreError
-from osu_dl_bench.model.calibrate import write_locked
 from osu_dl_bench.model.fit import fit_pieces
 
 

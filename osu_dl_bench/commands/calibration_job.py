@@ -3,7 +3,7 @@
     mpiexec -n P python -m osu_dl_bench.commands.calibration_job RUN_DIR [-m 8:64M]
         [--rounds 10] [--append]
 
-What it measures and writes is model.calibrate's.
+What it measures and writes is measurement.calibration's (run_calibration_job).
 """
 
 from __future__ import annotations

@@ -54,6 +54,7 @@ kinds in a process that must not start MPI.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform as _platform
@@ -341,13 +342,11 @@ def run_calibration_job(comm, run_dir: str, message_size: str, rounds: int, appe
             "the calibration job measures one node or one rank per node, got "
             f"{comm.Get_size()} ranks on hosts {meta['hosts']}"
         )
-    rows = measure(comm, sizes, Effort(rounds=max(1, rounds)), ReferenceTimer(comm))
-    on_rank0(comm, lambda: write_locked(Path(run_dir), rows, meta, append))
+    with contextlib.ExitStack() as held:
+        # Rank 0 holds the run directory's lock from before the first measurement to the
+        # last write, as a sweep does: a sweep or another job using the directory makes
+        # this one refuse at once, not after minutes of measuring, and never interleave.
+        on_rank0(comm, lambda: held.enter_context(RunStore(run_dir).lock()))
+        rows = measure(comm, sizes, Effort(rounds=max(1, rounds)), ReferenceTimer(comm))
+        on_rank0(comm, lambda: write_calibration(Path(run_dir), rows, meta, append))
     return 0
-
-
-def write_locked(run_dir: Path, rows: list[dict], meta: dict, append: bool) -> None:
-    """Write the calibration holding the run directory's lock, as a sweep does: a sweep
-    writing its own launches' calibration there makes this job refuse, not interleave."""
-    with RunStore(run_dir).lock():
-        write_calibration(run_dir, rows, meta, append)

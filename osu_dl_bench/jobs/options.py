@@ -35,7 +35,8 @@ DEFAULT_SIZES = "8:16M"
 # candidates, shared by the launches (a backend's own launches get a fifth more): 88
 # points (allreduce and bcast, 8 B-16 MiB, p = 2 and 4) in 3 launches take about 5 minutes
 # on 2 cores (at 2.0 s they took 6:25), since the budget does not grow when the machine
-# slows; the launches' own costs (start, checks, calibration) are the rest.
+# slows; the launches' own costs (start, checks, iteration counts, the model's
+# calibration) are the rest.
 DEFAULT_BUDGET = 1.5
 # Launches per point: a launch's rounds share its placement, page layout and machine state,
 # so rounds inside one launch hide the variance between launches (on this machine the same

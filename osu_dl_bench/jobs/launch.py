@@ -347,8 +347,8 @@ def expected_shape(cfg: SweepConfig, nprocs: int) -> JobShape:
     """The shape a job of nprocs ranks should get: emulated nodes, the hosts
     OSU_DL_BENCH_HOSTS names, the Slurm allocation's nodes, or one host; its ppn always
     given. The job measures its real shape; this is for planning and for the environment."""
-    if cfg.ranks_per_node:
-        return JobShape.packed(nprocs, cfg.ranks_per_node)
+    if cfg.emulated_ppn:
+        return JobShape.packed(nprocs, cfg.emulated_ppn)
     remote = remote_hosts() if cfg.launcher == "mpiexec" else None
     if remote is not None:
         return JobShape.packed(nprocs, remote.ranks_per_node(nprocs))

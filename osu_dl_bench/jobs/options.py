@@ -80,7 +80,7 @@ class SweepConfig:
     dtype: str
     op: str
     device: str
-    ranks_per_node: int | None
+    emulated_ppn: int | None  # --ranks-per-node: emulated nodes of this many ranks
     output: str
     resume: bool
     budget: float
@@ -142,8 +142,8 @@ class SweepConfig:
             "-o",
             str(Path(self.output).resolve()),
         ]
-        if self.ranks_per_node:
-            argv += ["--ranks-per-node", str(self.ranks_per_node)]
+        if self.emulated_ppn:
+            argv += ["--ranks-per-node", str(self.emulated_ppn)]
         return argv
 
     def _measurement_argv(self) -> list[str]:
@@ -180,8 +180,8 @@ class SweepConfig:
             "--stall-timeout",
             f"{self.stall_timeout:g}",
         ]
-        if self.ranks_per_node:
-            argv += ["--ranks-per-node", str(self.ranks_per_node)]
+        if self.emulated_ppn:
+            argv += ["--ranks-per-node", str(self.emulated_ppn)]
         if self.launcher_args:
             argv.append(f"--launcher-args={shlex.join(self.launcher_args)}")
         if self.resume:

@@ -345,7 +345,7 @@ def _sweep_one_count(
 ) -> list[tuple[SweepPoint, int]]:
     """Every pending point at this communicator's size, in each of its launch slots;
     returns the failed candidates."""
-    topo = discover_topology(comm, cfg.ranks_per_node)
+    topo = discover_topology(comm, cfg.emulated_ppn)
     agree_on_errors(comm, lambda: delay_for(comm))  # the test hook, checked once
     every = plan_collectives(cfg, setting, topo.shape)
     failures: list[tuple[SweepPoint, int]] = []

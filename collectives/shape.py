@@ -13,6 +13,15 @@ class JobShape:
     nodes: int = 1
     ppn: int | None = None
 
+    @classmethod
+    def packed(cls, nprocs: int, ppn: int) -> JobShape:
+        """``nprocs`` ranks ``ppn`` to a node on as few nodes as hold them, the last node
+        taking the rest (a ``ppn`` above ``nprocs`` is one node of ``nprocs``)."""
+        if ppn < 1:
+            raise ValueError(f"expected ranks per node >= 1, got {ppn}")
+        ppn = min(ppn, nprocs)
+        return cls(nprocs, -(-nprocs // ppn), ppn)
+
     @property
     def ranks_per_node(self) -> int:
         """ppn, or the ranks spread evenly over the nodes."""

@@ -71,7 +71,7 @@ def worker(comm, thread_level: str, device: str, round_index: int, out: str, bud
         variants = plan_variants(every, ctx).eligible
         calls = [v.bind(comm) for v in variants]
         point_op = op if spec.reduces else None
-        plan = CollectivePlan(spec, [], variants, [], comm.size, topo.nodes, topo.ppn)
+        plan = CollectivePlan(spec, [], variants, [], topo.shape)
         for size in SIZES:
             count = size // etype.dtype.itemsize
             inputs = prepare_inputs(comm, spec, etype, point_op, xp, count)

@@ -265,7 +265,7 @@ def _replay(
 def _linkmap(comm: MPI.Comm, cfg: BenchConfig) -> int:
     """bench linkmap: every pair of nodes measured, the matrices and what stands out
     printed by rank 0, the record written with -o."""
-    topo = discover_topology(comm, cfg.ranks_per_node)
+    topo = discover_topology(comm, cfg.emulated_ppn)
     check_node_memory(comm, [point_to_point_need(LINKMAP, cfg.max_size)])
     metadata = collect_metadata(topo).as_dict()
     settings = LinkSettings(cfg.max_size, cfg.iterations, cfg.warmup, cfg.repetitions)
@@ -292,7 +292,7 @@ def run_bench(comm: MPI.Comm, cfg: BenchConfig) -> int:
         # variant, so nothing else would choose it: every rank would use GPU 0).
         select_local_gpu(comm)
     traffic = _bucket_plan(comm, cfg.buckets) if cfg.buckets else None
-    topo = discover_topology(comm, cfg.ranks_per_node)
+    topo = discover_topology(comm, cfg.emulated_ppn)
     metadata = collect_metadata(topo).as_dict()
     if setting.spec is None:
         variants, skipped = None, []

@@ -215,7 +215,7 @@ def _linkmap_config(args: argparse.Namespace) -> BenchConfig:
         warmup=LINKMAP_WARMUP_WINDOWS if args.warmup is None else args.warmup,
         output=args.output,
         thread_level=args.thread_level,
-        ranks_per_node=args.ranks_per_node,
+        emulated_ppn=args.ranks_per_node,
         repetitions=args.repetitions or LINKMAP_REPETITIONS,
     )
 
@@ -269,7 +269,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         algorithms=args.algorithm,
         output=args.output,
         thread_level=args.thread_level,
-        ranks_per_node=args.ranks_per_node,
+        emulated_ppn=args.ranks_per_node,
         table=args.table,
         buckets=args.buckets,
     )

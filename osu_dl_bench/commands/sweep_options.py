@@ -261,7 +261,7 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
         dtype=args.dtype,
         op=args.op,
         device=args.device,
-        ranks_per_node=args.ranks_per_node,
+        emulated_ppn=args.ranks_per_node,
         output=args.output,
         resume=args.resume,
         budget=args.budget,

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from collectives.shape import JobShape
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.options import SRUN_MPI_PLUGIN, SweepConfig
 from osu_dl_bench.runtime.launcher import OVERSUBSCRIBED_CVARS
@@ -342,21 +343,20 @@ def planner_command(cfg: SweepConfig) -> list[str]:
     return [sys.executable, *cfg.worker_argv(cfg.nprocs, "--plan-only")]
 
 
-def expected_layout(cfg: SweepConfig, nprocs: int) -> tuple[int, int]:
-    """(nodes, ranks per node) a job of nprocs ranks should get: emulated nodes, the hosts
-    OSU_DL_BENCH_HOSTS names, the Slurm allocation's nodes, or one host. The job measures
-    its real layout; this is for planning and for the environment."""
-    if cfg.ranks_per_node:
-        return math.ceil(nprocs / cfg.ranks_per_node), min(cfg.ranks_per_node, nprocs)
+def expected_shape(cfg: SweepConfig, nprocs: int) -> JobShape:
+    """The shape a job of nprocs ranks should get: emulated nodes, the hosts
+    OSU_DL_BENCH_HOSTS names, the Slurm allocation's nodes, or one host; its ppn always
+    given. The job measures its real shape; this is for planning and for the environment."""
+    if cfg.emulated_ppn:
+        return JobShape.packed(nprocs, cfg.emulated_ppn)
     remote = remote_hosts() if cfg.launcher == "mpiexec" else None
     if remote is not None:
-        ppn = remote.ranks_per_node(nprocs)
-        return math.ceil(nprocs / ppn), ppn
+        return JobShape.packed(nprocs, remote.ranks_per_node(nprocs))
     job = slurm_job()
     if cfg.launcher == "srun" and job is not None and job.nodes:
         nodes = min(job.nodes, nprocs)
-        return nodes, math.ceil(nprocs / nodes)
-    return 1, nprocs
+        return JobShape(nprocs, nodes, math.ceil(nprocs / nodes))
+    return JobShape(nprocs, 1, nprocs)
 
 
 def job_environment(
@@ -366,7 +366,7 @@ def job_environment(
     ranks this host runs (all of them under mpiexec; under srun, one node's share), and
     ``forced``, the variables forcing a library algorithm (they win over the no-busy-poll
     settings: a forced POSIX algorithm is what the launch is for)."""
-    local = nprocs if cfg.launcher == "mpiexec" else expected_layout(cfg, nprocs)[1]
+    local = nprocs if cfg.launcher == "mpiexec" else expected_shape(cfg, nprocs).ranks_per_node
     return mpi_environment(local, {**library_environment(cfg.mpi), **(forced or {})})
 
 

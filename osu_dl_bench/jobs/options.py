@@ -35,7 +35,8 @@ DEFAULT_SIZES = "8:16M"
 # candidates, shared by the launches (a backend's own launches get a fifth more): 88
 # points (allreduce and bcast, 8 B-16 MiB, p = 2 and 4) in 3 launches take about 5 minutes
 # on 2 cores (at 2.0 s they took 6:25), since the budget does not grow when the machine
-# slows; the launches' own costs (start, checks, calibration) are the rest.
+# slows; the launches' own costs (start, checks, iteration counts, the model's
+# calibration) are the rest.
 DEFAULT_BUDGET = 1.5
 # Launches per point: a launch's rounds share its placement, page layout and machine state,
 # so rounds inside one launch hide the variance between launches (on this machine the same
@@ -79,7 +80,7 @@ class SweepConfig:
     dtype: str
     op: str
     device: str
-    ranks_per_node: int | None
+    emulated_ppn: int | None  # --ranks-per-node: emulated nodes of this many ranks
     output: str
     resume: bool
     budget: float
@@ -141,8 +142,8 @@ class SweepConfig:
             "-o",
             str(Path(self.output).resolve()),
         ]
-        if self.ranks_per_node:
-            argv += ["--ranks-per-node", str(self.ranks_per_node)]
+        if self.emulated_ppn:
+            argv += ["--ranks-per-node", str(self.emulated_ppn)]
         return argv
 
     def _measurement_argv(self) -> list[str]:
@@ -179,8 +180,8 @@ class SweepConfig:
             "--stall-timeout",
             f"{self.stall_timeout:g}",
         ]
-        if self.ranks_per_node:
-            argv += ["--ranks-per-node", str(self.ranks_per_node)]
+        if self.emulated_ppn:
+            argv += ["--ranks-per-node", str(self.emulated_ppn)]
         if self.launcher_args:
             argv.append(f"--launcher-args={shlex.join(self.launcher_args)}")
         if self.resume:

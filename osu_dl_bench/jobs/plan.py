@@ -25,6 +25,7 @@ from collectives.buffers import array_module
 from collectives.dtypes import ElementType, element_type
 from collectives.ops import ReduceOp, reduce_op
 from collectives.registry import lookup, parse_variant
+from collectives.shape import JobShape
 from collectives.units import split_variant_texts
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.options import SweepConfig
@@ -144,15 +145,13 @@ def resolve_setting(cfg: SweepConfig) -> SweepSetting:
 
 @dataclass(frozen=True)
 class CollectivePlan:
-    """One collective in one job's layout: sizes, runnable and skipped variants."""
+    """One collective in one job's shape: sizes, runnable and skipped variants."""
 
     spec: CollectiveSpec
     counts: list[int]
     eligible: list[Variant]
     skipped: list[tuple[Variant, str]]
-    nprocs: int
-    nodes: int
-    ppn: int
+    shape: JobShape
 
 
 # Isolation: a backend other than the MPI library's (gloo, NCCL) starts threads or helper
@@ -236,23 +235,19 @@ def isolation_groups(plans: list[CollectivePlan]) -> list[str]:
 
 
 def plan_collectives(
-    cfg: SweepConfig,
-    setting: SweepSetting,
-    nprocs: int,
-    nodes: int,
-    ppn: int,
-    group: str | None = None,
+    cfg: SweepConfig, setting: SweepSetting, shape: JobShape, group: str | None = None
 ) -> list[CollectivePlan]:
-    """Each collective's plan in one job's layout (process count, nodes, ranks per node),
-    for one isolation group's launches (None: every group)."""
+    """Each collective's plan in one job's shape, for one isolation group's launches
+    (None: every group)."""
     plans = []
+    nprocs, nodes, ppn = shape.nprocs, shape.nodes, shape.ranks_per_node
     for name in cfg.collectives:
         spec = SPECS[name]
         ctx = CallContext(nprocs, setting.etype, setting.op_for(spec), cfg.device, nodes, ppn)
         variants = [v for v in setting.variants[name] if in_group(v, group)]
         plan = plan_variants(variants, ctx)
         counts = cfg.element_counts(name, setting.etype.itemsize)
-        plans.append(CollectivePlan(spec, counts, plan.eligible, plan.skipped, nprocs, nodes, ppn))
+        plans.append(CollectivePlan(spec, counts, plan.eligible, plan.skipped, shape))
     return plans
 
 
@@ -276,9 +271,9 @@ def point_key(
     fields = {
         "launch": slot.launch,
         "group": slot.group,
-        "nprocs": plan.nprocs,
-        "nodes": plan.nodes,
-        "ppn": plan.ppn,
+        "nprocs": plan.shape.nprocs,
+        "nodes": plan.shape.nodes,
+        "ppn": plan.shape.ranks_per_node,
         "collective": plan.spec.name,
         "backend": variant.algorithm.backend,
         "algorithm": variant.label,
@@ -339,14 +334,14 @@ def pending(
     """The eligible variants with no stored result at this point in this launch, less
     twins (variants whose chunk or segment size has no effect at this size run the same
     code: timing them twice costs time and lets noise pick between equals)."""
-    distinct = distinct_variants(plan.eligible, plan.nprocs, n, setting.etype.itemsize)
+    distinct = distinct_variants(plan.eligible, plan.shape.nprocs, n, setting.etype.itemsize)
     todo = [v for v in distinct if point_key(cfg, setting, plan, v, n, slot) not in done]
     # Native alone compares with nothing: a focused launch skips the point.
     alone = all(v.label == "native" for v in todo)
     if alone and isinstance(done, Done) and done.focused(slot.launch):
         size = n * setting.etype.itemsize
         if slot.group != MPI_GROUP or done.native_alone(
-            slot.launch, plan.nprocs, plan.spec.name, size
+            slot.launch, plan.shape.nprocs, plan.spec.name, size
         ):
             return []
     return todo

@@ -52,7 +52,7 @@ def session_fields(cfg: SweepConfig, launcher: str) -> dict[str, Any]:
         "max_size": cfg.max_size,
         "algorithms": cfg.algorithms,
         "budget_s": cfg.budget,
-        "ranks_per_node": cfg.ranks_per_node,
+        "ranks_per_node": cfg.emulated_ppn,
         "thread_level": cfg.thread_level,
         **slurm_fields(),
     }

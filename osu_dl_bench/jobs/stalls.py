@@ -215,7 +215,7 @@ def _call_text(call: Call | None) -> str:
 def _phase_text(phase: str, round_number: int) -> str:
     if phase == "round":
         return f"round {round_number}"
-    return {"calibration": "calibration pass", "check": "result check"}.get(phase, phase)
+    return {"iterations": "iteration-count pass", "check": "result check"}.get(phase, phase)
 
 
 def _now_text(beat: Beat) -> str:
@@ -225,7 +225,7 @@ def _now_text(beat: Beat) -> str:
     point = f" of {beat.point[0]} {size_text(beat.point[1])}" if beat.point else ""
     if beat.phase == "round":
         return f"in round {beat.round_number}{point}, between timed calls"
-    if beat.phase in ("check", "calibration", "exchange"):
+    if beat.phase in ("check", "iterations", "exchange"):
         return f"in the {_phase_text(beat.phase, 0)}{point}, between calls"
     return f"in {beat.phase}"
 

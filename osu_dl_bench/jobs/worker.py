@@ -26,7 +26,7 @@ from collectives.registry import BoundCalls
 from collectives.specs import SPECS
 from osu_dl_bench.errors import UsageError, ValidationFailure
 from osu_dl_bench.jobs import runinfo
-from osu_dl_bench.jobs.launch import expected_layout
+from osu_dl_bench.jobs.launch import expected_shape
 from osu_dl_bench.jobs.options import SweepConfig, check_output_dir, check_run_dir
 from osu_dl_bench.jobs.plan import (
     FILE_GROUP,
@@ -84,7 +84,7 @@ def sweep_points(
 ) -> list[SweepPoint]:
     """One record per candidate of a measured point (bandwidths from the median), with
     its rounds and the machine-state reference of each round."""
-    spec, size = plan.spec, n * setting.etype.itemsize
+    spec, size, shape = plan.spec, n * setting.etype.itemsize, plan.shape
     copy_us, allreduce_us = (format_rounds(column * 1e6) for column in timing.reference.T)
     per_rank = [None] * len(variants) if timing.per_rank is None else list(timing.per_rank)
     points = []
@@ -92,7 +92,7 @@ def sweep_points(
         variants, round_stats(timing.times), timing.wrong, timing.round_us(), per_rank, strict=True
     ):
         seconds = stats.median_us * 1e-6
-        algbw = spec.algbw_bytes(size, plan.nprocs) / seconds / 1e9 if seconds > 0 else 0.0
+        algbw = spec.algbw_bytes(size, shape.nprocs) / seconds / 1e9 if seconds > 0 else 0.0
         points.append(
             SweepPoint(
                 collective=spec.name,
@@ -103,13 +103,13 @@ def sweep_points(
                 device=device,
                 size_bytes=size,
                 count=n,
-                nprocs=plan.nprocs,
-                nodes=plan.nodes,
-                ppn=plan.ppn,
+                nprocs=shape.nprocs,
+                nodes=shape.nodes,
+                ppn=shape.ranks_per_node,
                 rounds=timing.schedule.rounds,
                 iterations=timing.schedule.iterations,
                 algbw_gbs=algbw,
-                busbw_gbs=algbw * spec.busbw_factor(plan.nprocs),
+                busbw_gbs=algbw * spec.busbw_factor(shape.nprocs),
                 validation="fail" if wrong else "pass",
                 **asdict(stats),
                 launch=slot.launch,
@@ -345,9 +345,9 @@ def _sweep_one_count(
 ) -> list[tuple[SweepPoint, int]]:
     """Every pending point at this communicator's size, in each of its launch slots;
     returns the failed candidates."""
-    topo = discover_topology(comm, cfg.ranks_per_node)
+    topo = discover_topology(comm, cfg.emulated_ppn)
     agree_on_errors(comm, lambda: delay_for(comm))  # the test hook, checked once
-    every = plan_collectives(cfg, setting, topo.nprocs, topo.nodes, topo.ppn)
+    every = plan_collectives(cfg, setting, topo.shape)
     failures: list[tuple[SweepPoint, int]] = []
     for slot in _slots(cfg, every):
         job = Job(comm, cfg, setting, slot=slot, **shared)
@@ -358,7 +358,7 @@ def _sweep_one_count(
 def _sweep_launch(world: MPI.Comm, topo: Topology, job: Job) -> list[tuple[SweepPoint, int]]:
     """Every pending point of one launch slot; returns the failed candidates."""
     cfg, setting, comm, slot = job.cfg, job.setting, job.comm, job.slot
-    plans = plan_collectives(cfg, setting, topo.nprocs, topo.nodes, topo.ppn, slot.group)
+    plans = plan_collectives(cfg, setting, topo.shape, slot.group)
     plan = job_plan(cfg, setting, topo.nprocs, plans, job.done, slot)
     job.report.job(plan)
     if cfg.dry_run:
@@ -559,11 +559,11 @@ def run_plan_only(cfg: SweepConfig) -> int:
     setting = resolve_setting(cfg)
     done = finished_points(RunStore(cfg.output))
     for nprocs in cfg.nprocs:
-        layout = expected_layout(cfg, nprocs)
-        groups = sweep_groups(cfg, plan_collectives(cfg, setting, nprocs, *layout))
+        shape = expected_shape(cfg, nprocs)
+        groups = sweep_groups(cfg, plan_collectives(cfg, setting, shape))
         for launch in range(1, cfg.launches + 1):
             for group in groups:
-                plans = plan_collectives(cfg, setting, nprocs, *layout, group)
+                plans = plan_collectives(cfg, setting, shape, group)
                 plan = job_plan(cfg, setting, nprocs, plans, done, LaunchSlot(launch, group))
                 print(encode_event("plan", **asdict(plan)), flush=True)
     return 0

@@ -3,8 +3,13 @@ active, and the machine's reference state they were measured in.
 
 Two callers: the sweep runs ``run_calibration`` once in every launch of its "mpi" group
 (a few seconds: sparse sizes, two rounds), so the parameters come from the same launches
-and minutes as the times they predict; ``python -m osu_dl_bench.commands.calibration_job`` (``model
-fit --calibrate``) runs ``measure`` in a job of its own, for runs without such rows.
+and minutes as the times they predict; the standalone calibration job
+(``python -m osu_dl_bench.commands.calibration_job``, launched by ``model fit
+--calibrate``) runs ``run_calibration_job``, every doubling size with more rounds, for
+runs without such rows: one job per process count of the sweep to be predicted, each
+measuring the contention state of p ranks on the node (on a 2-core node 3 or 4 ranks
+time-share the cores, and what a message costs then is set by the scheduler, not by the
+memory bus).
 
 RUN_DIR/calibration.csv has one row per (kind, size) and job: ``kind, size_bytes, nprocs,
 median_s, q1_s, q3_s, samples, job`` (``job``: the launch's label, e.g. "p4-launch2", or
@@ -49,6 +54,7 @@ kinds in a process that must not start MPI.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform as _platform
@@ -315,3 +321,32 @@ def run_calibration(
         return
     rows = measure(comm, sizes, effort, ReferenceTimer(comm))
     on_rank0(comm, lambda: _append(Path(run_dir), rows, meta, job))
+
+
+def run_calibration_job(comm, run_dir: str, message_size: str, rounds: int, append: bool) -> int:
+    """The standalone calibration job: measure this job's ranks at every doubling size of
+    ``message_size`` ('MIN:MAX') and write (rank 0) the calibration into ``run_dir``, or
+    add it to the earlier ones (``append``)."""
+    from collectives.units import doubling_sizes
+    from osu_dl_bench.measurement.options import parse_size_range
+    from osu_dl_bench.measurement.reference import ReferenceTimer
+
+    sizes = doubling_sizes(*parse_size_range(message_size, 8))
+    if comm.Get_size() < 2:
+        raise UsageError(f"the calibration job needs at least 2 ranks, got {comm.Get_size()}")
+    meta = metadata(comm)
+    # One node measures the intra-node link, one rank per node the inter-node one; a mix
+    # would blend the two in one fit.
+    if len(meta["hosts"]) not in (1, comm.Get_size()):
+        raise UsageError(
+            "the calibration job measures one node or one rank per node, got "
+            f"{comm.Get_size()} ranks on hosts {meta['hosts']}"
+        )
+    with contextlib.ExitStack() as held:
+        # Rank 0 holds the run directory's lock from before the first measurement to the
+        # last write, as a sweep does: a sweep or another job using the directory makes
+        # this one refuse at once, not after minutes of measuring, and never interleave.
+        on_rank0(comm, lambda: held.enter_context(RunStore(run_dir).lock()))
+        rows = measure(comm, sizes, Effort(rounds=max(1, rounds)), ReferenceTimer(comm))
+        on_rank0(comm, lambda: write_calibration(Path(run_dir), rows, meta, append))
+    return 0

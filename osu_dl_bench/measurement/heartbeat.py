@@ -9,14 +9,15 @@ own file (``start``) before MPI starts. A rank records:
 
 - who it is: rank, host, pid and when it started;
 - what it does: the point (collective, size in bytes, the candidates' labels) and the
-  phase (start-up, check, calibration, round r, exchange, between points);
+  phase (start-up, check, iterations, round r, exchange, between points, model
+  calibration);
 - where it is among the calls: each pass of the kernel over its candidates (a check, a
-  calibration pass, a timed round) is a numbered step, and a call's position is
-  ``step << 32 | its number in the step``. The kernel stores the position of the call
-  it enters and, once the call returns, of the call it completed: two stores per call,
-  outside the timer (``Heartbeat.step``). Every rank of a job runs the same steps, so
-  positions compare across ranks: a rank whose entered position is behind the others'
-  never arrived at the call they are in;
+  pass that fixes the iterations per round, a timed round) is a numbered step, and a
+  call's position is ``step << 32 | its number in the step``. The kernel stores the
+  position of the call it enters and, once the call returns, of the call it completed:
+  two stores per call, outside the timer (``Heartbeat.step``). Every rank of a job runs
+  the same steps, so positions compare across ranks: a rank whose entered position is
+  behind the others' never arrived at the call they are in;
 - that it is alive: a daemon thread rewrites the tick time every TICK_SECONDS and makes
   no MPI call, so a stopped process (SIGSTOP, a debugger) shows a tick that stands still
   while the ranks blocked in a collective waiting for it keep ticking. The thread also
@@ -58,7 +59,7 @@ PHASES = (
     "start-up",
     "between points",
     "check",
-    "calibration",
+    "iterations",  # the passes of kernel.iteration_count
     "round",
     "exchange",
     "model calibration",

@@ -12,7 +12,7 @@ barrier, then the timer wraps only the call (``timed_round``). Two modes use tha
   maximum across ranks, the honest latency of a collective (open-mpi/ompi #11022), and
   report its P50 and P99.
 - Time-budget mode (``measure_budget``, sweep): each candidate checked once (which also
-  warms it up), a calibration pass fixing the iterations per round, then timed rounds in
+  warms it up), growing passes fixing the iterations per round, then timed rounds in
   rotated order (A B C, B C A, C A B, ...) until the budget is spent. This machine's speed
   alternates by up to 3x between two states: rounds expose every candidate to the same
   states, and the median over rounds ignores the minority state. A round's time is the
@@ -46,12 +46,12 @@ from osu_dl_bench.measurement import heartbeat
 from osu_dl_bench.measurement.ranks import ClockSync, rank_summaries
 from osu_dl_bench.measurement.reference import ReferenceTimer
 from osu_dl_bench.measurement.schedule import (
-    CALIBRATION_SHARE,
+    ITERATION_SHARE,
     MAX_ROUNDS,
     Schedule,
     another_round,
     iterations_for,
-    next_calibration_count,
+    next_iteration_count,
     rotation,
 )
 
@@ -404,17 +404,17 @@ def _pass_seconds(
     return float(elapsed[0])
 
 
-def calibrate(
+def iteration_count(
     comm: MPI.Comm, calls: Sequence[CollectiveCall], inputs: Inputs, budget: float
 ) -> int:
     """Iterations per round: time growing passes until one takes a share of the budget;
     every rank reaches the same count (times are maxima across ranks)."""
-    target = CALIBRATION_SHARE * budget
+    target = ITERATION_SHARE * budget
     count = 1
-    heartbeat.current().phase("calibration")
+    heartbeat.current().phase("iterations")
     while True:
         seconds = _pass_seconds(comm, calls, inputs, count)
-        following = next_calibration_count(count, seconds, target)
+        following = next_iteration_count(count, seconds, target)
         if following is None:
             return iterations_for(seconds / count, budget)
         count = following
@@ -487,10 +487,11 @@ def measure_budget(
     reference: ReferenceTimer | None = None,
     clock: ClockSync | None = None,
 ) -> BudgetTiming:
-    """Time-budget mode: check every candidate once (its warm-up), calibrate, time rounds
-    (each beside the machine-state reference); with ``clock``, per-rank times on rank 0."""
+    """Time-budget mode: check every candidate once (its warm-up), fix the iterations per
+    round (iteration_count), time rounds (each beside the machine-state reference); with
+    ``clock``, per-rank times on rank 0."""
     wrong = validate(comm, calls, inputs)
-    iterations = calibrate(comm, calls, inputs, budget)
+    iterations = iteration_count(comm, calls, inputs, budget)
     reference = reference or ReferenceTimer(comm)
     times, state, per_rank = timed_rounds(comm, calls, inputs, iterations, budget, reference, clock)
     return BudgetTiming(wrong, Schedule(len(times), iterations), times, state, per_rank)

@@ -100,7 +100,7 @@ class BenchConfig:
     algorithms: str = "native"
     output: str | None = None
     thread_level: str = DEFAULT_THREAD_LEVEL
-    ranks_per_node: int | None = None
+    emulated_ppn: int | None = None  # --ranks-per-node: emulated nodes of this many ranks
     # Tuning table for the 'tuned' algorithm (the runtime selector); None: native.
     table: str | None = None
     # A model whose DDP gradient buckets are replayed instead of -m's sizes (allreduce).

@@ -1,11 +1,11 @@
 """How long to measure a point, and the statistics of its rounds (pure arithmetic, no MPI).
 
 A point's candidates are timed in rounds; in each round every candidate runs
-``iterations`` times, one candidate after the other. Calibration fixes the iterations
-so that MAX_ROUNDS rounds would fill the budget; rounds then go on until the budget is
-spent (at least MIN_ROUNDS, at most MAX_ROUNDS). So a sweep's duration depends on its
-number of points, not on the machine's speed (which may change right after calibration)
-nor on how many algorithms are registered.
+``iterations`` times, one candidate after the other. Growing untimed passes fix the
+iterations so that MAX_ROUNDS rounds would fill the budget; rounds then go on until the
+budget is spent (at least MIN_ROUNDS, at most MAX_ROUNDS). So a sweep's duration depends
+on its number of points, not on the machine's speed (which may change right after those
+passes) nor on how many algorithms are registered.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ MAX_ROUNDS = 40
 # OSU's default iteration count for small messages: beyond it a round only gets longer.
 MAX_ITERATIONS = 1000
 # Share of the budget spent finding the time of one iteration before the timed rounds.
-CALIBRATION_SHARE = 0.05
+ITERATION_SHARE = 0.05
 
 
 @dataclass(frozen=True)
@@ -50,8 +50,8 @@ def another_round(rounds_done: int, elapsed: float, budget: float) -> bool:
     return rounds_done < MAX_ROUNDS and elapsed < budget
 
 
-def next_calibration_count(count: int, seconds: float, target: float) -> int | None:
-    """Iterations for the next calibration pass, or None once ``seconds`` reached
+def next_iteration_count(count: int, seconds: float, target: float) -> int | None:
+    """Iterations for the next pass that times one iteration, or None once ``seconds`` reached
     ``target`` (timeit's autorange, jumping by the measured ratio up to 10x)."""
     if seconds >= target or count >= MAX_ITERATIONS:
         return None

@@ -3,9 +3,9 @@ measurements, predictions of every registered algorithm's time, predicted tuning
 and training step time at scale. Uses collectives and tuning's table schema; nothing below
 it imports it.
 
-Modules: platform (the parameter file), fit (robust least squares), calibrate (the
-standalone calibration job; the kernels are measurement.calibration's, which a sweep also
-runs in each of its launches), platform_fit (calibration rows to contention states),
+Modules: platform (the parameter file), fit (robust least squares), platform_fit
+(calibration rows to contention states; the calibration kernels and their standalone job
+are measurement.calibration's, which a sweep also runs in each of its launches),
 costs (algorithm times from a platform), mpich_native (what MPICH's native selection
 runs), corrections (per-variant factors on the formulas, fitted to a sweep), measured (a
 sweep's rows and points as the model sees them), state (predictions scaled to a point's

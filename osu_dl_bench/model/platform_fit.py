@@ -1,7 +1,7 @@
 """From a run directory's calibration measurements to its platform file.
 
 The calibration rows come from the sweep's own launches (measurement.calibration, run once
-in every launch of the "mpi" group) or from standalone calibration jobs (model.calibrate);
+in every launch of the "mpi" group) or from standalone calibration jobs (run_calibration_job);
 the fit takes, per process count, kind and size, the median over jobs. One contention
 state per calibrated process count p (all p ranks of the node active). Its alpha and
 beta: piecewise robust fit of the concurrent ring exchange's step time, t = alpha + beta n

@@ -22,9 +22,8 @@ class PlatformModel:
         self.source = f"{platform.name} ({platform.path})"
         self._best = lru_cache(maxsize=4096)(self._fastest)
 
-    def _fastest(self, collective: str, nprocs: int, nodes: int, ppn: int, nbytes: int):
-        layout = JobShape(nprocs, nodes, ppn)
-        if nodes > 1 and not self.platform.inter.measured and not self.platform.assumed:
+    def _fastest(self, collective: str, layout: JobShape, nbytes: int):
+        if layout.nodes > 1 and not self.platform.inter.measured and not self.platform.assumed:
             return None  # the inter-node link is unknown: leave it to the table
         timed = [
             (seconds, variant)
@@ -37,9 +36,7 @@ class PlatformModel:
     def __call__(self, query: Query) -> Choice | None:
         if not is_host(query.device):
             return None  # the model describes host buffers only
-        return self._best(
-            query.collective, query.nprocs, query.nodes, query.ranks_per_node, query.nbytes
-        )
+        return self._best(query.collective, query.shape, query.nbytes)
 
 
 def platform_model(platform: Platform) -> PlatformModel:

@@ -27,9 +27,9 @@ class Topology:
         return JobShape(self.nprocs, self.nodes, self.ppn)
 
 
-def discover_topology(comm, ranks_per_node: int | None = None) -> Topology:
+def discover_topology(comm, emulated_ppn: int | None = None) -> Topology:
     """Nodes from MPI_Comm_split_type(SHARED), or K-rank emulated nodes on one host
-    (``ranks_per_node``, else OSU_DL_BENCH_RANKS_PER_NODE); also sets the emulation for
+    (``emulated_ppn``, else OSU_DL_BENCH_RANKS_PER_NODE); also sets the emulation for
     the hierarchical algorithms bound afterwards."""
     from mpi4py import MPI
 
@@ -39,8 +39,8 @@ def discover_topology(comm, ranks_per_node: int | None = None) -> Topology:
         split_nodes,
     )
 
-    if ranks_per_node:
-        set_emulated_ranks_per_node(ranks_per_node)
+    if emulated_ppn:
+        set_emulated_ranks_per_node(emulated_ppn)
     agree_on_errors(comm, emulated_ranks_per_node)  # a bad variable on any rank stops all
     names = comm.allgather(MPI.Get_processor_name())
     nodes = split_nodes(comm)

@@ -126,7 +126,7 @@ def _scaling(scale: Platform, compute, stats, nps: list[int], ppn: int, local: i
     ]
     base = None
     for nprocs in nps:
-        layout = JobShape(nprocs, -(-nprocs // ppn), min(ppn, nprocs))
+        layout = JobShape.packed(nprocs, ppn)
         comm = bucket_seconds(scale, layout, stats.bucket_bytes, None)
         step = predict_step(compute, stats.bucket_bytes, comm, True, nprocs)
         rate = local * nprocs / step.step

@@ -10,7 +10,7 @@ import pytest
 from mpi4py import MPI
 
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.measurement import heartbeat
+from osu_dl_bench.measurement import calibration, heartbeat
 from osu_dl_bench.measurement.calibration import (
     CALIBRATION_CSV,
     FIELDS,
@@ -19,12 +19,12 @@ from osu_dl_bench.measurement.calibration import (
     STEP_MAX_BYTES,
     Effort,
     measure,
+    run_calibration_job,
     spread_order,
     write_calibration,
 )
 from osu_dl_bench.measurement.heartbeat import Heartbeat, file_name, read
 from osu_dl_bench.measurement.store import RunStore, StoreError
-from osu_dl_bench.model.calibrate import write_locked
 from osu_dl_bench.model.fit import fit_pieces
 
 
@@ -84,12 +84,36 @@ def test_a_calibration_that_cannot_be_written_is_the_stores_one_message(tmp_path
         write_calibration(tmp_path, _rows("exchange", (8,), 1e-6), {}, False)
 
 
-def test_the_standalone_job_refuses_a_directory_a_sweep_holds(tmp_path):
+class _RankZeroOfTwo:
+    """Rank 0 of a 2-rank job on one host, as the job's body sees it: the checks pass and
+    what rank 0 alone does runs here (the other rank's side is tests/mpi/test_model.py's)."""
+
+    def Get_size(self) -> int:
+        return 2
+
+    def Get_rank(self) -> int:
+        return 0
+
+    def bcast(self, value, root: int = 0):
+        return value
+
+    def allgather(self, value) -> list:
+        return [value, value]
+
+
+def test_the_standalone_job_refuses_a_held_directory_before_it_measures(tmp_path, monkeypatch):
+    measured = []
+
+    def measure_stub(comm, sizes, effort, timer) -> list[dict]:
+        measured.append(sizes)
+        return _rows("exchange", sizes, 1e-6)
+
+    monkeypatch.setattr(calibration, "measure", measure_stub)
     with RunStore(tmp_path).lock(), pytest.raises(UsageError, match="in use by another sweep"):
-        write_locked(tmp_path, _rows("exchange", (8,), 1e-6), {}, False)
-    assert not (tmp_path / CALIBRATION_CSV).exists()
-    write_locked(tmp_path, _rows("exchange", (8,), 1e-6), {}, False)  # free once released
-    assert len(pd.read_csv(tmp_path / CALIBRATION_CSV)) == 1
+        run_calibration_job(_RankZeroOfTwo(), str(tmp_path), "8:16", 1, False)
+    assert measured == [] and not (tmp_path / CALIBRATION_CSV).exists()
+    run_calibration_job(_RankZeroOfTwo(), str(tmp_path), "8:16", 1, False)  # free once released
+    assert measured == [[8, 16]] and len(pd.read_csv(tmp_path / CALIBRATION_CSV)) == 2
 
 
 def test_the_kernels_are_timed_by_the_kernels_loop_so_a_stall_report_sees_them(

@@ -63,10 +63,10 @@ def test_the_rank_who_it_is_and_where_it_is_among_the_calls(files):
 def test_interleaved_steps_call_one_of_each_candidate_per_iteration(files):
     beat = Heartbeat(files / file_name(0), 0)
     beat.point("bcast", 64, ["native", "binomial"])
-    beat.phase("calibration")
+    beat.phase("iterations")
     _calls(beat, 3, [1, 0], 4, interleaved=True)
     done = read(files / file_name(0), 0).completed_call
-    assert (done.candidate, done.iteration, done.phase) == ("binomial", 1, "calibration")
+    assert (done.candidate, done.iteration, done.phase) == ("binomial", 1, "iterations")
 
 
 def test_positions_grow_across_steps_and_points_so_ranks_compare(files):

@@ -1,6 +1,7 @@
-"""collectives.shape.JobShape.problem: the one judge of whether nodes and ranks per node
-can hold a job's ranks, used by the results reader, the table loader and ``select``; and
-the emulated node size from the environment, refused when it is no count."""
+"""collectives.shape.JobShape: ``problem``, the one judge of whether nodes and ranks per
+node can hold a job's ranks, used by the results reader, the table loader and ``select``;
+``packed``, ranks a given number to a node; and the emulated node size from the
+environment, refused when it is no count."""
 
 from __future__ import annotations
 
@@ -38,6 +39,20 @@ def test_layouts_that_can_place_every_rank_pass(shape):
 )
 def test_impossible_layouts_say_why(shape, words):
     assert words in JobShape(*shape).problem()
+
+
+@pytest.mark.parametrize(
+    "nprocs,ppn,shape",
+    [(8, 4, (8, 2, 4)), (5, 2, (5, 3, 2)), (3, 8, (3, 1, 3)), (1, 1, (1, 1, 1))],
+)
+def test_ranks_packed_ppn_to_a_node_fill_as_few_nodes_as_hold_them(nprocs, ppn, shape):
+    packed = JobShape.packed(nprocs, ppn)
+    assert packed == JobShape(*shape) and packed.problem() is None
+
+
+def test_packing_ranks_zero_to_a_node_is_refused():
+    with pytest.raises(ValueError, match="ranks per node >= 1, got 0"):
+        JobShape.packed(4, 0)
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from collectives.shape import JobShape
 from osu_dl_bench.commands.sweep_options import add_sweep_arguments, config_from_args
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs import launch
@@ -255,8 +256,9 @@ def test_srun_ignores_the_hosts_and_hosts_without_an_agent_are_a_usage_error(
     assert launch.remote_hosts() is None
 
 
-def test_a_sweep_plans_the_layout_the_named_hosts_give(cluster):
+def test_a_sweep_plans_the_shape_the_named_hosts_give(cluster):
     cfg = _sweep_config("--np", "4")
-    assert launch.expected_layout(cfg, 4) == (2, 2)
-    assert launch.expected_layout(cfg, 3) == (2, 2)
-    assert launch.expected_layout(_sweep_config("--np", "4", "--ranks-per-node", "4"), 4) == (1, 4)
+    assert launch.expected_shape(cfg, 4) == JobShape(4, 2, 2)
+    assert launch.expected_shape(cfg, 3) == JobShape(3, 2, 2)
+    emulated = _sweep_config("--np", "4", "--ranks-per-node", "4")
+    assert launch.expected_shape(emulated, 4) == JobShape(4, 1, 4)

@@ -12,6 +12,7 @@ import pytest
 from collectives import mpit
 from collectives.errors import UsageError
 from collectives.registry import lookup, parse_variant
+from collectives.shape import JobShape
 from osu_dl_bench.selection.table import TuningTable
 
 MPICH_DESCRIPTION = """Variable to select allreduce algorithm
@@ -120,7 +121,7 @@ def _plan(collective, labels):
     from osu_dl_bench.jobs.plan import CollectivePlan
 
     variants = [parse_variant(collective, label) for label in labels]
-    return CollectivePlan(SPECS[collective], [1, 2], variants, [], 2, 1, 2)
+    return CollectivePlan(SPECS[collective], [1, 2], variants, [], JobShape(2, 1, 2))
 
 
 def test_each_forced_library_algorithm_is_an_isolation_group_without_plain_native():

@@ -89,6 +89,16 @@ def test_a_rank_stopped_inside_the_call_is_named_by_its_tick_alone(tmp_path):
     assert report.ranks[2].process is None  # another host: its process is not looked up
 
 
+def test_a_rank_between_calls_of_the_iteration_count_passes_is_said_to_be_there(tmp_path):
+    job = Job(tmp_path, 2)
+    for beat in job.beats:
+        beat.phase("iterations")
+    for rank in range(2):
+        job.run(rank, 3, entered=False)
+    lines = job.report(2, stopped=(0, 1)).lines()
+    assert "now in the iteration-count pass of allreduce 1 MiB, between calls" in lines[0]
+
+
 def test_a_stopped_process_on_this_host_is_said_to_be_stopped(tmp_path):
     job = Job(tmp_path, 2)
     first = job.read(2)

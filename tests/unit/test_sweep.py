@@ -26,7 +26,7 @@ from osu_dl_bench.measurement.schedule import (
     MIN_ROUNDS,
     another_round,
     iterations_for,
-    next_calibration_count,
+    next_iteration_count,
     rotation,
     round_stats,
 )
@@ -51,11 +51,11 @@ def test_rounds_go_on_while_the_budget_lasts():
     assert not another_round(MAX_ROUNDS, elapsed=0.0, budget=1.0)  # the ceiling
 
 
-def test_calibration_grows_until_the_target():
-    assert next_calibration_count(1, 0.5, 0.1) is None
-    assert next_calibration_count(1, 0.0, 0.1) == 10
-    assert next_calibration_count(4, 0.05, 0.1) == 10  # 4 * 2.4
-    assert next_calibration_count(MAX_ITERATIONS, 0.0, 0.1) is None
+def test_the_iteration_count_grows_until_its_passes_reach_the_target():
+    assert next_iteration_count(1, 0.5, 0.1) is None
+    assert next_iteration_count(1, 0.0, 0.1) == 10
+    assert next_iteration_count(4, 0.05, 0.1) == 10  # 4 * 2.4
+    assert next_iteration_count(MAX_ITERATIONS, 0.0, 0.1) is None
 
 
 def test_rotation_gives_every_candidate_each_position():

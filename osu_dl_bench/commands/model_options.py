@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from collectives.shape import JobShape
 from collectives.units import doubling_sizes
+from osu_dl_bench.commands.arguments import positive_int
 from osu_dl_bench.commands.train_bench_options import add_benchmark_workload_arguments
 from osu_dl_bench.errors import UsageError
 
@@ -130,7 +131,9 @@ def _fit(sub) -> None:
         help="calibration sizes MIN:MAX (default 8:64M: past a sweep's 16M, so that its "
         "largest regime is fitted on points on either side)",
     )
-    parser.add_argument("--rounds", type=int, default=10, help="calibration rounds (default 10)")
+    parser.add_argument(
+        "--rounds", type=positive_int, default=10, help="calibration rounds (default 10)"
+    )
     parser.add_argument("--timeout", type=float, default=600, help="calibration job limit, s")
     parser.add_argument("--name", default=None, help="platform name (default: run dir name)")
     parser.add_argument(
@@ -193,8 +196,10 @@ def _train(sub) -> None:
     )
     parser.add_argument("--scale-platform", default=DEFAULT_SCALE_PLATFORM, metavar="NAME|FILE")
     parser.add_argument("--scale-np", default=DEFAULT_SCALE_NP, help="process counts to predict")
-    parser.add_argument("--scale-ppn", type=int, default=8, help="ranks per node at scale")
-    parser.add_argument("--np", type=int, default=2, help="p of the comparison (without JSON)")
+    parser.add_argument("--scale-ppn", type=positive_int, default=8, help="ranks per node at scale")
+    parser.add_argument(
+        "--np", type=positive_int, default=2, help="p of the comparison (without JSON)"
+    )
     add_benchmark_workload_arguments(
         parser, "global batch at p", "torch threads (cores / p)", "the model (without JSON)"
     )
@@ -213,7 +218,7 @@ def calibration_job_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="osu_dl_bench.commands.calibration_job")
     parser.add_argument("run_dir")
     parser.add_argument("-m", "--message-size", default="8:64M")
-    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--rounds", type=positive_int, default=10)
     parser.add_argument("--append", action="store_true", help="add to RUN_DIR's calibration")
     return parser
 

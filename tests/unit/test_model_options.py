@@ -73,6 +73,9 @@ def test_train_config_holds_the_report_request():
         (["predict", "--np", "4", "--ppn", "0", "--platform", "p"], "--ppn: expected ranks"),
         (["predict", "--np", "4", "--platform", "p", "--collectives", "x"], "unknown collective"),
         (["predict", "--np", "4", "--platform", "p", "-o", "t.csv"], "-o t.csv: expected a file"),
+        (["train", "--platform", "p", "--scale-ppn", "0"], "--scale-ppn: expected a whole"),
+        (["train", "--platform", "p", "--np", "-3"], "--np: expected a whole number >= 1"),
+        (["fit", "run", "--rounds", "0"], "--rounds: expected a whole number >= 1"),
     ],
 )
 def test_model_refuses_bad_options_when_they_are_parsed(argv, words):

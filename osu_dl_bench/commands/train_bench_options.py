@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from osu_dl_bench.commands.arguments import positive_int
+from osu_dl_bench.commands.arguments import non_negative_int, positive_int, positive_seconds
 from osu_dl_bench.train.options import MODELS
 
 # A whole comparison at p = 2 on the reference machine took about two minutes in one
@@ -36,26 +36,6 @@ PASSED_ON = (
 )
 
 
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
-    return value
-
-
 def add_benchmark_workload_arguments(
     parser: argparse.ArgumentParser, batch_help: str, threads_help: str, model_help: str = ""
 ) -> None:
@@ -81,7 +61,9 @@ def add_train_bench_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--rounds", type=positive_int, default=5, help="rounds per launch")
     parser.add_argument("--steps", type=positive_int, default=8, help="timed steps per measurement")
-    parser.add_argument("--warmup", type=_non_negative, default=2, help="untimed steps before each")
+    parser.add_argument(
+        "--warmup", type=non_negative_int, default=2, help="untimed steps before each"
+    )
     parser.add_argument("--table", default=None, help="tuning table for the 'tuned' row")
     add_benchmark_workload_arguments(parser, "global batch", "torch threads per rank")
     parser.add_argument(
@@ -91,13 +73,13 @@ def add_train_bench_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--timeout",
-        type=_seconds,
+        type=positive_seconds,
         default=DEFAULT_TIMEOUT_S,
         help=f"stop a launch if it runs longer (default {DEFAULT_TIMEOUT_S:g} s)",
     )
     parser.add_argument(
         "--seed",
-        type=_non_negative,
+        type=non_negative_int,
         default=None,
         help="seed of the groups' order within each launch (default: random, recorded)",
     )

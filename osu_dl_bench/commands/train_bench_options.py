@@ -1,11 +1,12 @@
-"""Options of ``osu-dl-bench train-bench``, and the argument list that passes them on to the
-job it launches. No MPI, no torch here."""
+"""Options of ``osu-dl-bench train-bench``, parsed into a TrainBenchConfig, and the
+argument list that passes them on to the job it launches. No MPI, no torch here."""
 
 from __future__ import annotations
 
 import argparse
 
 from osu_dl_bench.commands.arguments import non_negative_int, positive_int, positive_seconds
+from osu_dl_bench.train.bench_config import RECORDED_OPTIONS, TrainBenchConfig
 from osu_dl_bench.train.options import MODELS
 
 # A whole comparison at p = 2 on the reference machine took about two minutes in one
@@ -16,24 +17,6 @@ DEFAULT_TIMEOUT_S = 3600.0
 # is the largest part on this machine (every sweep's launch pool shows it), and three
 # launches give its interval.
 DEFAULT_LAUNCHES = 3
-
-# (flag, attribute) of every option the launched job needs, in the order it gets them.
-PASSED_ON = (
-    ("--np", "np"),
-    ("--launches", "launches"),
-    ("--rounds", "rounds"),
-    ("--steps", "steps"),
-    ("--warmup", "warmup"),
-    ("--table", "table"),
-    ("--model", "model"),
-    ("--depth", "depth"),
-    ("--width", "width"),
-    ("--image-size", "image_size"),
-    ("--num-classes", "num_classes"),
-    ("--batch-size", "batch_size"),
-    ("--threads", "threads"),
-    ("--out", "out"),
-)
 
 
 def add_benchmark_workload_arguments(
@@ -95,21 +78,55 @@ def add_train_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--part", default=None, help=argparse.SUPPRESS)
 
 
+def config_from_args(args: argparse.Namespace) -> TrainBenchConfig:
+    """The TrainBenchConfig of parsed arguments."""
+    return TrainBenchConfig(
+        np=args.np,
+        launches=args.launches,
+        rounds=args.rounds,
+        steps=args.steps,
+        warmup=args.warmup,
+        table=args.table,
+        model=args.model,
+        depth=args.depth,
+        width=args.width,
+        image_size=args.image_size,
+        num_classes=args.num_classes,
+        batch_size=args.batch_size,
+        threads=args.threads,
+        out=args.out,
+        timeout=args.timeout,
+        seed=args.seed,
+        resume=args.resume,
+        worker=args.worker,
+        launch=args.launch,
+        group=args.group,
+        part=args.part,
+    )
+
+
+def _option_flag(name: str) -> str:
+    """The flag of a recorded option ('image_size' -> '--image-size')."""
+    return "--" + name.replace("_", "-")
+
+
+def _recorded_argv(cfg: TrainBenchConfig) -> list[str]:
+    """The recorded options (train.bench_config.RECORDED_OPTIONS) as flags and values, in
+    their order; an option without a value is left out."""
+    argv = []
+    for name in RECORDED_OPTIONS:
+        value = getattr(cfg, name)
+        if value is not None:
+            argv += [_option_flag(name), str(value)]
+    return argv
+
+
 def worker_argv(
-    args: argparse.Namespace, launch: int = 1, group: str | None = None, part: str | None = None
+    cfg: TrainBenchConfig, launch: int = 1, group: str | None = None, part: str | None = None
 ) -> list[str]:
     """The arguments of ``python -m osu_dl_bench`` for one launch: the same options,
     --worker, the launch's number and group, and where rank 0 writes its record."""
     argv = ["train-bench", "--worker", "--launch", str(launch)]
     argv += ["--group", group] if group else []
     argv += ["--part", part] if part else []
-    for flag, name in PASSED_ON:
-        value = getattr(args, name)
-        if value is not None:
-            argv += [flag, str(value)]
-    return argv
-
-
-def job_config(args: argparse.Namespace) -> dict[str, object]:
-    """The options as the JSON output records them."""
-    return {name: getattr(args, name) for _, name in PASSED_ON}
+    return argv + _recorded_argv(cfg)

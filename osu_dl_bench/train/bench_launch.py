@@ -1,6 +1,6 @@
-"""One ``train-bench`` launch inside its MPI job: build the launch's configurations
-(train.comparison), measure each in every round, the order rotated from round to round,
-and give rank 0's record of the launch.
+"""One ``train-bench`` launch inside its MPI job: start MPI at the trainer's thread level,
+build the launch's configurations (train.comparison), measure each in every round, the
+order rotated from round to round, and give rank 0's record of the launch.
 
 A round runs every configuration for ``warmup`` untimed and ``steps`` timed steps; a
 measurement is the global batch times the steps over the slowest rank's time.
@@ -17,7 +17,6 @@ from typing import Any
 
 from osu_dl_bench.paths import write_text_atomic
 from osu_dl_bench.train.bench_config import TrainBenchConfig, workload
-from osu_dl_bench.train.comparison import build_trainers, configurations, in_launch
 
 
 def _measure(session, trainer, data, sampler, warmup: int, steps: int, offset: int) -> float:
@@ -81,10 +80,13 @@ def measure_launch(cfg: TrainBenchConfig) -> dict[str, Any] | None:
     rank 0's record of the launch (None on the other ranks)."""
     from osu_dl_bench.train.options import init_training_mpi
 
+    # MPI starts first, at the trainer's thread level: the registry (train.comparison's
+    # imports) would start it at import, at mpi4py's default level.
     mpi, note = init_training_mpi()
     import torch
 
     from osu_dl_bench.train.comm_thread import CommThread
+    from osu_dl_bench.train.comparison import build_trainers, configurations, in_launch
     from osu_dl_bench.train.data import ShardedSampler, load_data
     from osu_dl_bench.train.session import Session, thread_level_note, threads_may_call_mpi
 

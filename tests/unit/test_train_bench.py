@@ -5,6 +5,7 @@ directory and how a stopped run resumes."""
 
 import dataclasses
 import json
+import subprocess
 import sys
 import time
 
@@ -84,6 +85,21 @@ def test_every_configuration_leads_one_round_in_turn():
     labels = ["a", "b", "c"]
     orders = [rotated_order(labels, i) for i in range(4)]
     assert orders == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
+
+
+def test_the_worker_starts_mpi_itself_at_the_trainers_thread_level():
+    # Nothing the worker imports before init_training_mpi may load mpi4py.MPI: importing it
+    # starts MPI at mpi4py's default level (multiple), not the trainer's (serialized).
+    code = (
+        "import sys\n"
+        "from osu_dl_bench.cli import build_parser\n"
+        "build_parser()\n"
+        "import osu_dl_bench.commands.train_bench, osu_dl_bench.train.bench_launch\n"
+        "print('mpi4py.MPI' in sys.modules)\n"
+    )
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip() == "False"
 
 
 # --- the launches, one after the other --------------------------------------------------

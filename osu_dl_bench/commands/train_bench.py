@@ -32,7 +32,7 @@ import subprocess
 import sys
 from collections.abc import Iterable
 
-from osu_dl_bench.commands.train_bench_options import worker_argv
+from osu_dl_bench.commands.train_bench_options import resume_command, worker_argv
 from osu_dl_bench.paths import check_writable_file
 from osu_dl_bench.train.bench_config import TrainBenchConfig, recorded_options, workload
 
@@ -57,6 +57,7 @@ def run_train_bench(cfg: TrainBenchConfig) -> int:
         "train-bench", recorded_options(cfg), cfg.out, "--out", (cfg.np,), cfg.launches, GROUPS,
         resume=cfg.resume, seed=cfg.seed,
     )  # fmt: skip
+    started: list[str] = []
 
     def launch(turn: Turn) -> JobOutcome:
         _, number, group = turn.job
@@ -65,18 +66,29 @@ def run_train_bench(cfg: TrainBenchConfig) -> int:
             flush=True,
         )
         what = f"launch {number} of group {group}"
+        started.append(what)
         code = launch_job(job_command(cfg, number, group, str(turn.part)), cfg.timeout, what)
         return JobOutcome(code, finished=False, failures=0)
 
     try:
         found = run_recorded(spec, launch, training_points)
     except JobFailed as exc:
+        print(_stopped_message(cfg, started[-1], exc.code), file=sys.stderr, flush=True)
         return exc.code or 1
     if found.code != 0:
         return found.code
     order = [(number, group) for _, number, group in found.order]
     _report(cfg, merge_parts(found.records, found.seed, order))
     return 0
+
+
+def _stopped_message(cfg: TrainBenchConfig, what: str, code: int) -> str:
+    """What stopped the run, where its launches are kept and the command that continues
+    it (the run directory is kept: a new run into it is refused without --resume)."""
+    return (
+        f"osu-dl-bench: error: {what} ended with exit code {code}; the launches measured "
+        f"so far are kept in {cfg.out}: continue with {resume_command(cfg)}"
+    )
 
 
 def launch_order(launches: int, groups: Iterable[str], seed: int) -> list[tuple[int, str]]:

@@ -1,9 +1,11 @@
 """Options of ``osu-dl-bench train-bench``, parsed into a TrainBenchConfig, and the
-argument list that passes them on to the job it launches. No MPI, no torch here."""
+argument lists that pass them on to the job it launches and that resume its run. No MPI,
+no torch here."""
 
 from __future__ import annotations
 
 import argparse
+import shlex
 
 from osu_dl_bench.commands.arguments import non_negative_int, positive_int, positive_seconds
 from osu_dl_bench.train.bench_config import RECORDED_OPTIONS, TrainBenchConfig
@@ -130,3 +132,12 @@ def worker_argv(
     argv += ["--group", group] if group else []
     argv += ["--part", part] if part else []
     return argv + _recorded_argv(cfg)
+
+
+def resume_command(cfg: TrainBenchConfig) -> str:
+    """The shell command that continues ``cfg``'s run directory: the options it records
+    (a resume must repeat them), the time limit where it is not the default, --resume."""
+    argv = ["osu-dl-bench", "train-bench", *_recorded_argv(cfg)]
+    if cfg.timeout != DEFAULT_TIMEOUT_S:
+        argv += ["--timeout", str(cfg.timeout)]
+    return shlex.join([*argv, "--resume"])

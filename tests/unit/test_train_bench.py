@@ -1,10 +1,11 @@
 """``osu-dl-bench train-bench`` without a job: its options, parsed into a frozen config,
 reach each launch unchanged, the launch order, the launches run one after the other with
 their records merged, the hard timeout that stops a job which does not end, the run
-directory and how a stopped run resumes."""
+directory and how a stopped run is continued."""
 
 import dataclasses
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -229,6 +230,26 @@ def test_a_stopped_run_resumes_with_only_the_launches_it_lacks(monkeypatch, tmp_
     data = json.loads(out.with_suffix(".json").read_text())
     assert len(data["rows"]) == len(rows())
     assert data["launch_order"]["order"] == [f"{n}/{g}" for n, g in expected]
+
+
+def test_a_failed_launch_names_the_command_that_continues_the_run(monkeypatch, tmp_path, capsys):
+    out = tmp_path / "t"
+    _fake_launches(monkeypatch, fail_at=3)
+    argv = ["--launches", "3", "--seed", "9", "--rounds", "3", "--timeout", "50", "--out"]
+    assert main(["train-bench", *argv, str(out)]) == 3
+    said = capsys.readouterr().err.splitlines()
+    err = said[-1] if said else ""
+    expected = train_bench.launch_order(3, ("mpi", "gloo"), 9)
+    number, group = expected[2]
+    assert err.startswith(f"osu-dl-bench: error: launch {number} of group {group} ended with")
+    assert f"kept in {out}: continue with osu-dl-bench train-bench " in err
+    command = shlex.split(err.partition("continue with ")[2])
+    assert command[-1] == "--resume" and command[command.index("--timeout") + 1] == "50.0"
+    # the command it names continues the run: only the launches it lacks run
+    ran = _fake_launches(monkeypatch)
+    assert main(command[1:]) == 0
+    assert [(n, g) for n, g, _ in ran] == expected[2:] and {t for *_, t in ran} == {50}
+    assert len(json.loads(out.with_suffix(".json").read_text())["rows"]) == len(rows())
 
 
 def test_a_run_directory_in_use_is_refused(monkeypatch, tmp_path, capsys):

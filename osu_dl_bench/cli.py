@@ -194,8 +194,9 @@ def _add_train(sub) -> None:
 
 def _cmd_train_bench(args: argparse.Namespace) -> int:
     from osu_dl_bench.commands.train_bench import run_train_bench
+    from osu_dl_bench.commands.train_bench_options import config_from_args
 
-    return run_train_bench(args)  # MPI only inside the job it launches (--worker)
+    return run_train_bench(config_from_args(args))  # MPI only inside its jobs (--worker)
 
 
 def _add_train_bench(sub) -> None:

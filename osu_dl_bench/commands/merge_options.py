@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-# --allow-mixed's words for the identity fields (merge.IDENTITY) a run may differ in.
-MIXABLE = {"library": "mpi_library", "version": "mpi_version", "hosts": "hosts"}
+from osu_dl_bench.measurement.merge import MIXABLE
 
 
 @dataclass(frozen=True)

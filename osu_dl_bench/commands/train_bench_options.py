@@ -1,11 +1,14 @@
-"""Options of ``osu-dl-bench train-bench``, and the argument list that passes them on to the
-job it launches. No MPI, no torch here."""
+"""Options of ``osu-dl-bench train-bench``, parsed into a TrainBenchConfig, and the
+argument lists that pass them on to the job it launches and that resume its run. No MPI,
+no torch here."""
 
 from __future__ import annotations
 
 import argparse
+import shlex
 
-from osu_dl_bench.commands.arguments import positive_int
+from osu_dl_bench.commands.arguments import non_negative_int, positive_int, positive_seconds
+from osu_dl_bench.train.bench_config import RECORDED_OPTIONS, TrainBenchConfig
 from osu_dl_bench.train.options import MODELS
 
 # A whole comparison at p = 2 on the reference machine took about two minutes in one
@@ -16,44 +19,6 @@ DEFAULT_TIMEOUT_S = 3600.0
 # is the largest part on this machine (every sweep's launch pool shows it), and three
 # launches give its interval.
 DEFAULT_LAUNCHES = 3
-
-# (flag, attribute) of every option the launched job needs, in the order it gets them.
-PASSED_ON = (
-    ("--np", "np"),
-    ("--launches", "launches"),
-    ("--rounds", "rounds"),
-    ("--steps", "steps"),
-    ("--warmup", "warmup"),
-    ("--table", "table"),
-    ("--model", "model"),
-    ("--depth", "depth"),
-    ("--width", "width"),
-    ("--image-size", "image_size"),
-    ("--num-classes", "num_classes"),
-    ("--batch-size", "batch_size"),
-    ("--threads", "threads"),
-    ("--out", "out"),
-)
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
-    return value
 
 
 def add_benchmark_workload_arguments(
@@ -81,7 +46,9 @@ def add_train_bench_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--rounds", type=positive_int, default=5, help="rounds per launch")
     parser.add_argument("--steps", type=positive_int, default=8, help="timed steps per measurement")
-    parser.add_argument("--warmup", type=_non_negative, default=2, help="untimed steps before each")
+    parser.add_argument(
+        "--warmup", type=non_negative_int, default=2, help="untimed steps before each"
+    )
     parser.add_argument("--table", default=None, help="tuning table for the 'tuned' row")
     add_benchmark_workload_arguments(parser, "global batch", "torch threads per rank")
     parser.add_argument(
@@ -91,13 +58,13 @@ def add_train_bench_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--timeout",
-        type=_seconds,
+        type=positive_seconds,
         default=DEFAULT_TIMEOUT_S,
         help=f"stop a launch if it runs longer (default {DEFAULT_TIMEOUT_S:g} s)",
     )
     parser.add_argument(
         "--seed",
-        type=_non_negative,
+        type=non_negative_int,
         default=None,
         help="seed of the groups' order within each launch (default: random, recorded)",
     )
@@ -113,21 +80,64 @@ def add_train_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--part", default=None, help=argparse.SUPPRESS)
 
 
+def config_from_args(args: argparse.Namespace) -> TrainBenchConfig:
+    """The TrainBenchConfig of parsed arguments."""
+    return TrainBenchConfig(
+        np=args.np,
+        launches=args.launches,
+        rounds=args.rounds,
+        steps=args.steps,
+        warmup=args.warmup,
+        table=args.table,
+        model=args.model,
+        depth=args.depth,
+        width=args.width,
+        image_size=args.image_size,
+        num_classes=args.num_classes,
+        batch_size=args.batch_size,
+        threads=args.threads,
+        out=args.out,
+        timeout=args.timeout,
+        seed=args.seed,
+        resume=args.resume,
+        worker=args.worker,
+        launch=args.launch,
+        group=args.group,
+        part=args.part,
+    )
+
+
+def _option_flag(name: str) -> str:
+    """The flag of a recorded option ('image_size' -> '--image-size')."""
+    return "--" + name.replace("_", "-")
+
+
+def _recorded_argv(cfg: TrainBenchConfig) -> list[str]:
+    """The recorded options (train.bench_config.RECORDED_OPTIONS) as flags and values, in
+    their order; an option without a value is left out."""
+    argv = []
+    for name in RECORDED_OPTIONS:
+        value = getattr(cfg, name)
+        if value is not None:
+            argv += [_option_flag(name), str(value)]
+    return argv
+
+
 def worker_argv(
-    args: argparse.Namespace, launch: int = 1, group: str | None = None, part: str | None = None
+    cfg: TrainBenchConfig, launch: int = 1, group: str | None = None, part: str | None = None
 ) -> list[str]:
     """The arguments of ``python -m osu_dl_bench`` for one launch: the same options,
     --worker, the launch's number and group, and where rank 0 writes its record."""
     argv = ["train-bench", "--worker", "--launch", str(launch)]
     argv += ["--group", group] if group else []
     argv += ["--part", part] if part else []
-    for flag, name in PASSED_ON:
-        value = getattr(args, name)
-        if value is not None:
-            argv += [flag, str(value)]
-    return argv
+    return argv + _recorded_argv(cfg)
 
 
-def job_config(args: argparse.Namespace) -> dict[str, object]:
-    """The options as the JSON output records them."""
-    return {name: getattr(args, name) for _, name in PASSED_ON}
+def resume_command(cfg: TrainBenchConfig) -> str:
+    """The shell command that continues ``cfg``'s run directory: the options it records
+    (a resume must repeat them), the time limit where it is not the default, --resume."""
+    argv = ["osu-dl-bench", "train-bench", *_recorded_argv(cfg)]
+    if cfg.timeout != DEFAULT_TIMEOUT_S:
+        argv += ["--timeout", str(cfg.timeout)]
+    return shlex.join([*argv, "--resume"])

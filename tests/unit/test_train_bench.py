@@ -1,42 +1,42 @@
-"""``osu-dl-bench train-bench`` without a job: its options reach each launch unchanged,
-the isolation groups (Gloo's configurations apart, native in every group), the launch
-order, the pairing within and across groups, the report's intervals and verdict, the
-launches run one after the other with their records merged, and the hard timeout that
-stops a job which does not end."""
+"""``osu-dl-bench train-bench`` without a job: its options, parsed into a frozen config,
+reach each launch unchanged, the launch order, the launches run one after the other with
+their records merged, the hard timeout that stops a job which does not end, the run
+directory and how a stopped run is continued."""
 
+import dataclasses
 import json
-import math
+import shlex
+import subprocess
 import sys
 import time
-from pathlib import Path
-from types import SimpleNamespace
 
-import numpy as np
 import pytest
-from scipy import stats
+from support.train_bench import HOME, rows
 
-from collectives.registry import lookup
 from osu_dl_bench.cli import build_parser, main
 from osu_dl_bench.commands import train_bench
-from osu_dl_bench.commands.train_bench_options import job_config, worker_argv
-from osu_dl_bench.selection.selector import Selector
-
-REFERENCE_TABLE = (
-    Path(__file__).resolve().parents[2] / "tuning_tables" / "reference-cpu-mpich-1node.json"
-)
+from osu_dl_bench.commands.train_bench_options import config_from_args, worker_argv
+from osu_dl_bench.train.bench_config import recorded_options
+from osu_dl_bench.train.bench_launch import rotated_order
 
 
 def _parse(*argv):
-    return build_parser().parse_args(["train-bench", *argv])
+    return config_from_args(build_parser().parse_args(["train-bench", *argv]))
+
+
+def test_the_config_is_frozen():
+    cfg = _parse("--np", "3")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.np = 4  # type: ignore[misc]
 
 
 def test_the_job_gets_every_option_and_the_worker_flag():
-    args = _parse("--np", "3", "--rounds", "2", "--table", "t.json", "--threads", "1", "-b", "8")
-    args.launches = 4
-    inside = build_parser().parse_args(worker_argv(args, 2, "gloo", "/tmp/p.json"))
-    assert inside.worker and not args.worker
-    assert job_config(inside) == job_config(args)
-    assert job_config(args)["np"] == 3 and job_config(args)["table"] == "t.json"
+    cfg = _parse("--np", "3", "--rounds", "2", "--table", "t.json", "--threads", "1", "-b", "8")
+    cfg = dataclasses.replace(cfg, launches=4)
+    inside = _parse(*worker_argv(cfg, 2, "gloo", "/tmp/p.json")[1:])
+    assert inside.worker and not cfg.worker
+    assert recorded_options(inside) == recorded_options(cfg)
+    assert recorded_options(cfg)["np"] == 3 and recorded_options(cfg)["table"] == "t.json"
     assert (inside.launch, inside.group, inside.part, inside.launches) == (
         2,
         "gloo",
@@ -58,7 +58,16 @@ def test_the_job_is_this_package_under_mpiexec_with_np_ranks(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "argv", [["--np", "0"], ["--steps", "x"], ["--timeout", "-1"], ["--launches", "0"]]
+    "argv",
+    [
+        ["--np", "0"],
+        ["--steps", "x"],
+        ["--timeout", "-1"],
+        ["--timeout", "inf"],
+        ["--launches", "0"],
+        ["--warmup", "-1"],
+        ["--seed", "x"],
+    ],
 )
 def test_bad_options_exit_2_with_one_message(argv, capsys):
     assert main(["train-bench", *argv]) == 2
@@ -75,44 +84,26 @@ def test_a_bad_training_option_is_refused_before_the_run_directory_exists(argv, 
 
 def test_every_configuration_leads_one_round_in_turn():
     labels = ["a", "b", "c"]
-    orders = [train_bench.rotated_order(labels, i) for i in range(4)]
+    orders = [rotated_order(labels, i) for i in range(4)]
     assert orders == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
 
 
-# --- isolation groups -------------------------------------------------------------------
+def test_the_worker_starts_mpi_itself_at_the_trainers_thread_level():
+    # Nothing the worker imports before init_training_mpi may load mpi4py.MPI: importing it
+    # starts MPI at mpi4py's default level (multiple), not the trainer's (serialized).
+    code = (
+        "import sys\n"
+        "from osu_dl_bench.cli import build_parser\n"
+        "build_parser()\n"
+        "import osu_dl_bench.commands.train_bench, osu_dl_bench.train.bench_launch\n"
+        "print('mpi4py.MPI' in sys.modules)\n"
+    )
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip() == "False"
 
 
-def test_a_configuration_that_may_bind_gloo_is_in_the_gloo_group():
-    gloo = lookup("allreduce", "gloo").variant()
-    ring, native = lookup("allreduce", "ring").variant(), lookup("allreduce", "native").variant()
-    assert train_bench.home_group([ring, native]) == "mpi"
-    assert train_bench.home_group([]) == "mpi"
-    assert train_bench.home_group([ring, gloo, native]) == "gloo"
-
-
-def test_native_runs_in_every_group_the_others_in_their_own():
-    home = {"native": "mpi", "tuned": "mpi", "gloo": "gloo", "ddp-gloo": "gloo"}
-    launched = {
-        group: [label for label, g in home.items() if train_bench.in_launch(label, g, group)]
-        for group in ("mpi", "gloo", None)
-    }
-    assert launched == {
-        "mpi": ["native", "tuned"],
-        "gloo": ["native", "gloo", "ddp-gloo"],
-        None: list(home),
-    }
-
-
-_SHAPE = SimpleNamespace(nprocs=2, nodes=1, ppn=2)
-
-
-def test_a_table_naming_gloo_puts_tuned_in_the_gloo_group():
-    selector = Selector.from_file(REFERENCE_TABLE, force={})
-    variants = train_bench.selector_variants(selector, _SHAPE, "cpu")
-    assert {v.algorithm.name for v in variants} >= {"native"}
-    assert train_bench.home_group(variants) == "mpi"
-    fixed = selector.with_fixed({"allreduce": lookup("allreduce", "gloo").variant()})
-    assert train_bench.home_group(train_bench.selector_variants(fixed, _SHAPE, "cpu")) == "gloo"
+# --- the launches, one after the other --------------------------------------------------
 
 
 def test_launch_1_of_every_group_comes_before_launch_2_in_a_seeded_order():
@@ -122,110 +113,6 @@ def test_launch_1_of_every_group_comes_before_launch_2_in_a_seeded_order():
     assert train_bench.launch_order(3, ("mpi", "gloo"), seed=5) == order
     orders = {tuple(train_bench.launch_order(3, ("mpi", "gloo"), s)) for s in range(20)}
     assert len(orders) > 1  # the seed shuffles: no group always runs first
-
-
-# --- pairing and the report -------------------------------------------------------------
-
-# img/s per launch, round by round. tuned and native (mpi group) ran side by side; ddp-gloo
-# ran in the gloo group's launches, beside native@gloo.
-MPI_RATES = {
-    "native": [[100, 100, 100], [100, 100, 100], [100, 100, 100]],
-    "tuned": [[100, 130, 200], [120, 120, 120], [140, 90, 150]],
-}
-GLOO_RATES = {
-    "native": [[50, 60, 70], [50, 60, 70], [50, 60, 70]],
-    "ddp-gloo": [[100, 100, 100], [100, 100, 100], [100, 100, 100]],
-}
-HOME = {"native": "mpi", "tuned": "mpi", "ddp-gloo": "gloo"}
-
-
-def _rows():
-    rows = []
-    for group, rates in (("gloo", GLOO_RATES), ("mpi", MPI_RATES)):
-        for label, launches in rates.items():
-            for number, rounds in enumerate(launches, 1):
-                for index, rate in enumerate(rounds):
-                    row = {"launch": number, "group": group, "round": index, "config": label}
-                    rows.append({**row, "img_per_s": float(rate)})
-    return rows
-
-
-def test_across_groups_launch_k_pairs_with_launch_k_on_the_launch_medians():
-    summary = train_bench.summarise(_rows(), HOME)
-    vs_ddp = summary["tuned"]["vs_ddp"]
-    # launch medians 130, 120, 140 against 100: 1.3, 1.2, 1.4 (round by round it would be
-    # the median of nine ratios, 1.2)
-    assert vs_ddp["ratio"] == pytest.approx(1.3)
-    assert vs_ddp["launches"] == 3 and vs_ddp["rounds"] == 9
-    # widened to Student's t over the three launches' log-ratios
-    logs = np.log([1.3, 1.2, 1.4])
-    half = stats.t.ppf(0.975, 2) * logs.std(ddof=1) / math.sqrt(3)
-    assert vs_ddp["low"] <= math.exp(logs.mean() - half) + 1e-9
-    assert vs_ddp["high"] >= math.exp(logs.mean() + half) - 1e-9
-
-
-def test_within_a_group_the_ratio_pairs_round_by_round():
-    summary = train_bench.summarise(_rows(), HOME)
-    # tuned / native per round: 1.0 1.3 2.0 1.2 1.2 1.2 1.4 0.9 1.5 -> median 1.2
-    assert summary["tuned"]["vs_native"]["ratio"] == pytest.approx(1.2)
-    assert summary["tuned"]["vs_native"]["rounds"] == 9
-    assert summary["tuned"]["median_img_per_s"] == 120.0
-    # ddp-gloo against native of its own launches, round by round: 2, 5/3, 10/7 each launch
-    assert summary["ddp-gloo"]["vs_native"]["ratio"] == pytest.approx(5 / 3)
-
-
-def test_native_of_another_group_is_kept_apart_under_its_group():
-    summary = train_bench.summarise(_rows(), HOME)
-    assert list(summary) == ["native", "tuned", "native@gloo", "ddp-gloo"]
-    assert summary["native"]["median_img_per_s"] == 100.0
-    assert summary["native@gloo"]["median_img_per_s"] == 60.0
-    assert summary["native@gloo"]["vs_native"]["ratio"] == 1.0
-
-
-def _measured(**fields):
-    launches = [
-        {"launch": n, "group": g, "process_threads": 4 if g == "mpi" else 12}
-        | {"torch_distributed": g == "gloo"}
-        for n, g in train_bench.launch_order(3, ("mpi", "gloo"), 1)
-    ]
-    base = dict(nprocs=2, parameters=1234, torch_threads=1, seed=1, launches=launches)
-    base["order"] = [(x["launch"], x["group"]) for x in launches]
-    return train_bench.Measured(_rows(), HOME, skipped=["x: skipped: y"], **{**base, **fields})
-
-
-def test_the_report_names_the_interval_of_the_best_tuned_row():
-    args = _parse("--rounds", "3", "--warmup", "1", "--steps", "2")
-    cfg = train_bench._config(args)
-    text, summary = train_bench.report_table(args, cfg, _measured())
-    found = summary["tuned"]["vs_ddp"]
-    assert "(1,234 parameters)" in text and "# x: skipped: y" in text
-    assert "3 launches per isolation group" in text and "(seed 1)" in text
-    assert "mpi 4 4 4; gloo 12 12 12; torch.distributed bound in: gloo" in text
-    assert text.splitlines()[-1] == (
-        f"# best tuned configuration: tuned / ddp-gloo = 1.30 (95% CI "
-        f"{found['low']:.2f}-{found['high']:.2f}) over 3 launches"
-    )
-    tuned_line = next(line for line in text.splitlines() if line.startswith("tuned "))
-    assert train_bench.ratio_cell(found) in tuned_line
-
-
-def test_the_best_tuned_row_is_a_fact_with_its_interval_and_no_verdict():
-    def ratio(r):
-        return {"ratio": r, "low": r - 0.1, "high": r + 0.1, "launches": 3, "rounds": 15}
-
-    rows = {"tuned": {"vs_ddp": ratio(1.2)}, "tuned/no-overlap": {"vs_ddp": ratio(1.24)}}
-    text, found = train_bench.best_tuned({**rows, "tuned/registered": {"vs_ddp": None}})
-    assert text == "tuned/no-overlap / ddp-gloo = 1.24 (95% CI 1.14-1.34) over 3 launches"
-    assert found["ratio"] == 1.24 and found["config"] == "tuned/no-overlap"
-    wide = {"tuned": {"vs_ddp": {**ratio(1.3), "high": 467.5}}}
-    assert train_bench.best_tuned(wide)[0].endswith("(95% CI 1.20->100) over 3 launches")
-    assert train_bench.best_tuned({"native": {"vs_ddp": ratio(1.0)}}) == (
-        "no tuned configuration measured",
-        None,
-    )
-
-
-# --- the launches, one after the other --------------------------------------------------
 
 
 def _fake_launches(monkeypatch, fail_at=None):
@@ -239,8 +126,8 @@ def _fake_launches(monkeypatch, fail_at=None):
         ran.append((int(number), group, timeout))
         if len(ran) == fail_at:
             return 3
-        rows = [r for r in _rows() if r["group"] == group and r["launch"] == int(number)]
-        record = {"launch": int(number), "group": group, "nprocs": 2, "rows": rows}
+        mine = [r for r in rows() if r["group"] == group and r["launch"] == int(number)]
+        record = {"launch": int(number), "group": group, "nprocs": 2, "rows": mine}
         record |= {"configs": HOME, "measured": [], "skipped": [f"s {group}", "same"]}
         record |= {"parameters": 10, "torch_threads": 1, "metadata": {"host": "h"}}
         record |= {"process_threads": 4 if group == "mpi" else 12}
@@ -260,8 +147,8 @@ def test_every_group_runs_in_launches_of_its_own_and_the_json_keeps_them(
 ):
     ran = _fake_launches(monkeypatch)
     out = tmp_path / "t"
-    args = _parse("--launches", "3", "--seed", "9", "--timeout", "50", "--out", str(out))
-    assert train_bench.run_train_bench(args) == 0
+    cfg = _parse("--launches", "3", "--seed", "9", "--timeout", "50", "--out", str(out))
+    assert train_bench.run_train_bench(cfg) == 0
     expected = train_bench.launch_order(3, ("mpi", "gloo"), 9)
     assert [(n, g) for n, g, _ in ran] == expected and {t for *_, t in ran} == {50}
     data = json.loads(out.with_suffix(".json").read_text())
@@ -269,7 +156,7 @@ def test_every_group_runs_in_launches_of_its_own_and_the_json_keeps_them(
     assert [(x["launch"], x["group"], x["process_threads"]) for x in data["launches"]] == [
         (n, g, 4 if g == "mpi" else 12) for n, g in expected
     ]
-    assert len(data["rows"]) == len(_rows())
+    assert len(data["rows"]) == len(rows())
     first, second = expected[0][1], expected[1][1]
     assert data["skipped"] == [f"s {first}", "same", f"s {second}"]  # each once
     best = data["best_tuned_vs_ddp"]
@@ -303,12 +190,12 @@ def test_the_run_directory_keeps_every_launch_and_merge_reads_it(monkeypatch, tm
 
     _fake_launches(monkeypatch)
     for name in ("a", "b"):
-        args = _parse("--launches", "3", "--seed", "9", "--out", str(tmp_path / name))
-        assert train_bench.run_train_bench(args) == 0
+        cfg = _parse("--launches", "3", "--seed", "9", "--out", str(tmp_path / name))
+        assert train_bench.run_train_bench(cfg) == 0
     store = RunStore(tmp_path / "a")
     frame = store.load()
     # one row per configuration and launch of a group, its rounds paired by round
-    assert len(frame) == len({(r["config"], r["launch"], r["group"]) for r in _rows()})
+    assert len(frame) == len({(r["config"], r["launch"], r["group"]) for r in rows()})
     assert set(frame["collective"]) == {"train_step"} and set(frame["rounds"]) == {3}
     tuned = frame[(frame["algorithm"] == "tuned") & (frame["launch"] == 1)].iloc[0]
     assert tuned["median_us"] == pytest.approx(8 / 130 * 1e6)  # global batch / img/s
@@ -341,8 +228,28 @@ def test_a_stopped_run_resumes_with_only_the_launches_it_lacks(monkeypatch, tmp_
     expected = train_bench.launch_order(3, ("mpi", "gloo"), 9)
     assert [(n, g) for n, g, _ in ran] == expected[2:]  # the first two are kept
     data = json.loads(out.with_suffix(".json").read_text())
-    assert len(data["rows"]) == len(_rows())
+    assert len(data["rows"]) == len(rows())
     assert data["launch_order"]["order"] == [f"{n}/{g}" for n, g in expected]
+
+
+def test_a_failed_launch_names_the_command_that_continues_the_run(monkeypatch, tmp_path, capsys):
+    out = tmp_path / "t"
+    _fake_launches(monkeypatch, fail_at=3)
+    argv = ["--launches", "3", "--seed", "9", "--rounds", "3", "--timeout", "50", "--out"]
+    assert main(["train-bench", *argv, str(out)]) == 3
+    said = capsys.readouterr().err.splitlines()
+    err = said[-1] if said else ""
+    expected = train_bench.launch_order(3, ("mpi", "gloo"), 9)
+    number, group = expected[2]
+    assert err.startswith(f"osu-dl-bench: error: launch {number} of group {group} ended with")
+    assert f"kept in {out}: continue with osu-dl-bench train-bench " in err
+    command = shlex.split(err.partition("continue with ")[2])
+    assert command[-1] == "--resume" and command[command.index("--timeout") + 1] == "50.0"
+    # the command it names continues the run: only the launches it lacks run
+    ran = _fake_launches(monkeypatch)
+    assert main(command[1:]) == 0
+    assert [(n, g) for n, g, _ in ran] == expected[2:] and {t for *_, t in ran} == {50}
+    assert len(json.loads(out.with_suffix(".json").read_text())["rows"]) == len(rows())
 
 
 def test_a_run_directory_in_use_is_refused(monkeypatch, tmp_path, capsys):

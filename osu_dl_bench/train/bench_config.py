@@ -1,0 +1,83 @@
+"""``train-bench``'s config (TrainBenchConfig), the options its run directory records and
+the training workload it measures; commands.train_bench_options parses the command line
+into it. No torch, no MPI, no registry: the parser loads this module."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from osu_dl_bench.train.options import TrainConfig
+
+
+@dataclass(frozen=True)
+class TrainBenchConfig:
+    """train-bench's options: the job's ranks, launches per isolation group, rounds per
+    launch, timed and warm-up steps, the tuning table, the workload, where the results go,
+    the launch's time limit, the order's seed and whether to continue OUT; inside a launch
+    (``worker``), which launch of which group it is and where rank 0 leaves its record."""
+
+    np: int
+    launches: int
+    rounds: int
+    steps: int
+    warmup: int
+    table: str | None
+    model: str
+    depth: int
+    width: int
+    image_size: int
+    num_classes: int
+    batch_size: int
+    threads: int | None
+    out: str
+    timeout: float
+    seed: int | None
+    resume: bool = False
+    worker: bool = False
+    launch: int = 1
+    # None: the launch measures every configuration (a worker run by hand).
+    group: str | None = None
+    # None: the launch writes the report of itself alone (a worker run by hand).
+    part: str | None = None
+
+
+# The options a launch is given and the run directory records (a resume must repeat them),
+# in the order the launched job gets them.
+RECORDED_OPTIONS = (
+    "np",
+    "launches",
+    "rounds",
+    "steps",
+    "warmup",
+    "table",
+    "model",
+    "depth",
+    "width",
+    "image_size",
+    "num_classes",
+    "batch_size",
+    "threads",
+    "out",
+)
+
+
+def recorded_options(cfg: TrainBenchConfig) -> dict[str, Any]:
+    """The options as the run directory and the JSON output record them."""
+    return {name: getattr(cfg, name) for name in RECORDED_OPTIONS}
+
+
+def workload(cfg: TrainBenchConfig) -> TrainConfig:
+    """The trainer's config of every configuration: the synthetic-image model of ``cfg``."""
+    return TrainConfig(
+        model=cfg.model,
+        data="synthetic",
+        batch_size=cfg.batch_size,
+        depth=cfg.depth,
+        width=cfg.width,
+        image_size=cfg.image_size,
+        num_classes=cfg.num_classes,
+        synthetic_batches=4,
+        threads=cfg.threads,
+        lr=0.01,
+    )

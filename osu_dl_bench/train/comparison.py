@@ -1,0 +1,172 @@
+"""The configurations ``train-bench`` compares, each in its isolation group: our trainer
+with each eligible fixed allreduce algorithm (native among them) and with the tuned
+selector, native and tuned also without overlap, tuned and cma also with the gradient
+buckets in registered memory, and PyTorch DDP over Gloo; and their trainers.
+
+Isolation (as the sweep's): binding Gloo (DDP's process group, or the registry's ``gloo``
+algorithm) starts threads that slow everything else timed in the same process on a small
+machine (native allreduce at 8 B: 1.3 -> 61 us). So the configurations that bind Gloo form
+the ``gloo`` isolation group and every other one the ``mpi`` group, each measured in
+launches of its own; native runs in every group, so each group has a common reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from osu_dl_bench.jobs.plan import MPI_GROUP, group_of
+
+DDP = "ddp-gloo"
+TUNED = "tuned"
+NATIVE = "native"
+# The group of the gloo backend, the name the sweep gives it (jobs.plan.group_of): DDP's
+# process group is Gloo too, with the same threads.
+GLOO_GROUP = "gloo"
+GROUPS = (MPI_GROUP, GLOO_GROUP)
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One measured configuration: its label, its isolation group, its trainer's options
+    and policy (None: DDP over Gloo)."""
+
+    label: str
+    group: str
+    cfg: Any
+    policy: Any = None
+
+
+def home_group(variants: Iterable[Any]) -> str:
+    """The isolation group of a configuration whose calls may run any of ``variants``:
+    a backend other than the MPI library's (its group) wins, since binding it once is
+    enough to start its threads."""
+    others = sorted({group_of(v) for v in variants} - {MPI_GROUP})
+    return others[0] if others else MPI_GROUP
+
+
+def in_launch(label: str, group_of_label: str, group: str | None) -> bool:
+    """Whether a launch of ``group`` measures the configuration (native: in every group,
+    the common reference; None: one launch measures every configuration)."""
+    return group is None or group_of_label == group or label == NATIVE
+
+
+def _fixed_policies(session) -> tuple[list[tuple[str, object, str]], list[str]]:
+    """(label, policy, group) per eligible allreduce algorithm, and why the others are
+    skipped. Nothing is bound yet: a policy binds when a trainer is built on it."""
+    from collectives import algorithms
+    from osu_dl_bench.train.policy import FixedPolicy, call_context
+
+    ctx = call_context(session.topology, "allreduce", "float32")
+    chosen, skipped = [], []
+    for algorithm in algorithms("allreduce"):
+        variant = algorithm.variant()
+        reason = variant.ineligible_reason(ctx)
+        if reason:
+            skipped.append(f"{variant.label}: skipped: {reason}")
+            continue
+        policy = FixedPolicy(session.comm, session.topology, {"allreduce": variant}, session.policy)
+        chosen.append((variant.label, policy, group_of(variant)))
+    return chosen, skipped
+
+
+def _tuned_policy(session, cfg, table: str | None):
+    """(the selector's policy over ``table``, "") or (None, why there is none)."""
+    from osu_dl_bench.errors import UsageError
+    from osu_dl_bench.train.policy import build_policy
+
+    if not table:
+        return None, "skipped: no tuning table given (--table); make one with osu-dl-bench tune"
+    with_table = replace(cfg, table=table)
+    try:
+        policy = session.agree(lambda: build_policy(with_table, session.comm, session.topology))
+    except UsageError as exc:
+        return None, f"skipped: {exc}"
+    return policy, ""
+
+
+def selector_variants(selector, topology, device: str) -> list[Any]:
+    """Every variant ``selector`` may choose for the trainer's collectives at this job's
+    shape: forced, fixed, and every range of the table's entry (choices not registered
+    here are left out: the selector runs native instead)."""
+    from osu_dl_bench.errors import UsageError
+    from osu_dl_bench.selection.selector import Query
+    from osu_dl_bench.train.policy import TABLE_COLLECTIVES
+
+    variants = [*selector.forced.values(), *selector.fixed.values()]
+    for collective in TABLE_COLLECTIVES:
+        if collective in selector.forced or collective in selector.fixed:
+            continue
+        query = Query(collective, topology.nprocs, 0, device, topology.nodes, topology.ppn)
+        entry = selector.entry_for(query)
+        for size_range in entry.ranges if entry is not None else ():
+            try:
+                variants.append(size_range.choice.variant(collective))
+            except UsageError:
+                continue
+    return variants
+
+
+def configurations(session, cfg, table: str | None) -> tuple[list[Configuration], list[str]]:
+    """Every configuration with its group (the same list in every launch), and why some
+    are skipped."""
+    from collectives import registered
+
+    policies, skipped = _fixed_policies(session)
+    tuned, why = _tuned_policy(session, cfg, table)
+    if tuned is not None:
+        # A table that names Gloo anywhere at this shape binds it: the gloo group's then.
+        variants = selector_variants(tuned.selector, session.topology, tuned.device)
+        policies.append((TUNED, tuned, home_group(variants)))
+    else:
+        skipped.append(f"{TUNED}: {why}")
+    configs = [Configuration(label, group, cfg, policy) for label, policy, group in policies]
+    # Overlap costs a core while the communication thread polls; with as many ranks as
+    # cores it may not pay, so native and tuned are measured without it too.
+    no_overlap = replace(cfg, overlap=False)
+    for label, policy, group in policies:
+        if label in (NATIVE, TUNED):
+            configs.append(Configuration(f"{label}/no-overlap", group, no_overlap, policy))
+    # Gradient buckets in registered memory (--buffers cpu-registered): the same choices,
+    # but cma reads the peers' buckets directly.
+    if registered.unavailable_reason() is None:
+        on_registered = replace(cfg, buffers="cpu-registered")
+        serial = replace(on_registered, overlap=False)
+        for label, policy, group in policies:
+            if label.partition(":")[0] in (TUNED, "cma"):  # cma: its default variant
+                configs.append(Configuration(f"{label}/registered", group, on_registered, policy))
+                name = f"{label}/registered/no-overlap"
+                configs.append(Configuration(name, group, serial, policy))
+    else:
+        skipped.append(f"registered buckets: skipped: {registered.unavailable_reason()}")
+    configs.append(Configuration(DDP, GLOO_GROUP, cfg))
+    for config in configs:
+        if config.group not in GROUPS:
+            skipped.append(f"{config.label}: skipped: binds {config.group}, no launches of its own")
+    return [c for c in configs if c.group in GROUPS], skipped
+
+
+def build_trainers(session, cfg, data, configs: list[Configuration]) -> dict:
+    """The given configurations, each on its own replica of the same model, state
+    broadcast."""
+    import torch
+
+    from osu_dl_bench.train.ddp_gloo import DDPGlooTrainer
+    from osu_dl_bench.train.models import build_model
+    from osu_dl_bench.train.trainer import DataParallelTrainer
+
+    def model():
+        torch.manual_seed(cfg.seed + session.rank)
+        return build_model(cfg, data.shape)
+
+    trainers = {}
+    for config in configs:
+        if config.policy is None:
+            trainers[config.label] = DDPGlooTrainer(model(), config.cfg, session)
+        else:
+            on_policy = replace(session, policy=config.policy)
+            trainers[config.label] = DataParallelTrainer(model(), config.cfg, on_policy)
+    for trainer in trainers.values():
+        trainer.broadcast_state(0)
+    return trainers

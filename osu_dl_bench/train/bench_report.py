@@ -19,14 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from osu_dl_bench.jobs.plan import MPI_GROUP
+from osu_dl_bench.measurement.store import TRAINING_STEP
 from osu_dl_bench.paths import write_text_atomic
 from osu_dl_bench.train.bench_config import TrainBenchConfig, recorded_options
 from osu_dl_bench.train.comparison import DDP, GROUPS, NATIVE, TUNED
 
-# --- the run directory ------------------------------------------------------------------
-
-# How results.csv names a training step: a point whose candidates are the configurations.
-TRAIN_STEP = "train_step"
+# --- the run directory: a training step is a point (collective TRAINING_STEP) whose
+# candidates are the configurations --------------------------------------------------
 
 
 def training_points(record: dict[str, Any]) -> list[Any]:
@@ -55,7 +54,7 @@ def _step_point(record: dict[str, Any], label: str, seconds: list[float]) -> Any
     # carries them.
     algbw = size / (stats.median_us * 1e-6) / 1e9
     return SweepPoint(
-        collective=TRAIN_STEP,
+        collective=TRAINING_STEP,
         backend=record["configs"].get(label, MPI_GROUP),
         algorithm=label,
         dtype="float32",

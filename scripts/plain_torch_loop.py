@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from osu_dl_bench.commands.train_options import add_train_arguments, config_from_args
+from osu_dl_bench.commands.train_cli import add_arguments, config_from_args
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.train.data import ShardedSampler, load_data
 from osu_dl_bench.train.device import device_idle
@@ -60,7 +60,7 @@ def step_seconds(cfg: TrainConfig, device: torch.device) -> np.ndarray:
 def main(argv: list[str] | None = None) -> int:
     """Parse train's options, train with the plain loop, print img/s."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_train_arguments(parser)
+    add_arguments(parser)
     try:
         cfg = config_from_args(parser.parse_args(argv))
     except UsageError as error:

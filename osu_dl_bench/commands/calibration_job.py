@@ -8,7 +8,7 @@ What it measures and writes is measurement.calibration's (run_calibration_job).
 
 from __future__ import annotations
 
-from osu_dl_bench.commands.model_options import (
+from osu_dl_bench.commands.model_cli import (
     calibration_job_config_from_args,
     calibration_job_parser,
 )

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 from osu_dl_bench.errors import UsageError
 
-if TYPE_CHECKING:  # clean_options reads this module's defaults
-    from osu_dl_bench.commands.clean_options import CleanConfig
+if TYPE_CHECKING:  # clean_cli reads this module's defaults
+    from osu_dl_bench.commands.clean_cli import CleanConfig
 
 SHM_DIR = Path("/dev/shm")
 # The names MPICH gives its segment files (seen after killed jobs of the mpich wheel).

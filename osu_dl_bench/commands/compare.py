@@ -14,7 +14,7 @@ from collections.abc import Iterable
 import pandas as pd
 
 from collectives.units import format_size
-from osu_dl_bench.commands.compare_options import CompareConfig
+from osu_dl_bench.commands.compare_cli import CompareConfig
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import is_training_run
 from osu_dl_bench.paths import write_text_atomic

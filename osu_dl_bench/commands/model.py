@@ -1,4 +1,4 @@
-"""What the ``model`` actions do (options: commands.model_options). They run as one process, not an
+"""What the ``model`` actions do (options: commands.model_cli). They run as one process, not an
 MPI job (``fit`` launches its calibration job itself when the run has no calibration rows
 of its sweep's launches), so they print directly."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from collectives.shape import JobShape
 from collectives.units import format_size
-from osu_dl_bench.commands.model_options import (
+from osu_dl_bench.commands.model_cli import (
     AccuracyConfig,
     FitConfig,
     ModelConfig,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from collectives.units import format_size
-from osu_dl_bench.commands.plot_options import PlotConfig
+from osu_dl_bench.commands.plot_cli import PlotConfig
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import RunStore
 from osu_dl_bench.paths import check_writable_directory, write_atomic

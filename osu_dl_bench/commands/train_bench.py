@@ -32,7 +32,7 @@ import subprocess
 import sys
 from collections.abc import Iterable
 
-from osu_dl_bench.commands.train_bench_options import resume_command, worker_argv
+from osu_dl_bench.commands.train_bench_cli import resume_command, worker_argv
 from osu_dl_bench.paths import check_writable_file
 from osu_dl_bench.train.bench_config import TrainBenchConfig, recorded_options, workload
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from osu_dl_bench.commands.triage_options import TriageConfig
+from osu_dl_bench.commands.triage_cli import TriageConfig
 from osu_dl_bench.diagnosis.ranks import (
     evidence_from_records,
     evidence_from_run,

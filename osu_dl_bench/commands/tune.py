@@ -1,10 +1,11 @@
-"""What the ``tune`` and ``select`` subcommands do (options: commands.tune_options). They run as
+"""What the ``tune`` and ``select`` subcommands do (options: commands.tune_cli). They run as
 one process, not an MPI job, so they print directly."""
 
 from __future__ import annotations
 
 from collectives import SPECS
-from osu_dl_bench.commands.tune_options import SelectConfig, TuneConfig
+from osu_dl_bench.commands.select_cli import SelectConfig
+from osu_dl_bench.commands.tune_cli import TuneConfig
 from osu_dl_bench.paths import check_writable_file, write_text_atomic
 from osu_dl_bench.selection.exports import write_exports
 from osu_dl_bench.selection.selector import Query, Selector, default_context

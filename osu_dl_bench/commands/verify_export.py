@@ -15,9 +15,8 @@ from pathlib import Path
 
 from collectives import mpit
 from collectives.units import doubling_sizes, format_size
-from osu_dl_bench.commands.sweep_options import add_sweep_arguments
-from osu_dl_bench.commands.sweep_options import config_from_args as sweep_config_from_args
-from osu_dl_bench.commands.verify_export_options import VerifyExportConfig
+from osu_dl_bench.commands import sweep_cli
+from osu_dl_bench.commands.verify_export_cli import VerifyExportConfig
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.c_client import build_client, client_argv, omb_binary, run_client
 from osu_dl_bench.jobs.launch import library_environment
@@ -49,7 +48,7 @@ CLIENT_TIMEOUT = 600.0
 def _sweep_config(cfg: VerifyExportConfig, run_dir: str, algs: list[str]) -> SweepConfig:
     """The sweep that measures plain native with and without the file."""
     parser = argparse.ArgumentParser(prog="osu-dl-bench verify-export")
-    add_sweep_arguments(parser)
+    sweep_cli.add_arguments(parser)
     # Each algorithm the file names runs forced in launches of its own (native:alg=NAME):
     # their fingerprints are what the file's launches must show where it names them.
     candidates = ",".join(["native", *(f"native:alg={alg}" for alg in algs)])
@@ -60,7 +59,7 @@ def _sweep_config(cfg: VerifyExportConfig, run_dir: str, algs: list[str]) -> Swe
         *("--library-file", str(cfg.path)),
         *(["--mpi", cfg.mpi] if cfg.mpi else []),
     ]
-    return sweep_config_from_args(parser.parse_args(argv))
+    return sweep_cli.config_from_args(parser.parse_args(argv))
 
 
 def _where(check: Fingerprinted) -> str:

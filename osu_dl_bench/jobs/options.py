@@ -1,5 +1,5 @@
 """The sweep subcommand's config (SweepConfig) and the checks of its values, made without
-MPI; commands.sweep_options parses the command line into it.
+MPI; commands.sweep_cli parses the command line into it.
 
 Everything here runs in the orchestrator, which must never load MPI (importing anything
 under ``collectives`` does), so only checks that need no MPI library live

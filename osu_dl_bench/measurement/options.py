@@ -1,6 +1,6 @@
 """The bench subcommand's config (BenchConfig) and the checks of its values (OSU's names).
 
-commands.bench_options parses the command line into it."""
+commands.bench_cli parses the command line into it."""
 
 from __future__ import annotations
 

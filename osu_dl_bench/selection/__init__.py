@@ -2,7 +2,7 @@
 exports to MPI libraries' own selection files. Uses the collectives; never the reverse.
 
 Names are re-exported lazily: the modules behind them load the registry and so mpi4py.MPI,
-and importing ``osu_dl_bench.commands.tune_options`` must not (MPI starts after option parsing).
+and importing ``osu_dl_bench.commands.tune_cli`` must not (MPI starts after option parsing).
 """
 
 from __future__ import annotations

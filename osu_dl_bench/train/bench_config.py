@@ -1,5 +1,5 @@
 """``train-bench``'s config (TrainBenchConfig), the options its run directory records and
-the training workload it measures; commands.train_bench_options parses the command line
+the training workload it measures; commands.train_bench_cli parses the command line
 into it. No torch, no MPI, no registry: the parser loads this module."""
 
 from __future__ import annotations

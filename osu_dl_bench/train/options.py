@@ -1,5 +1,5 @@
 """The train subcommand's config (TrainConfig) and the checks of its values;
-commands.train_options parses the command line into it.
+commands.train_cli parses the command line into it.
 
 Declared apart from the trainer because the trainer loads torch (seconds) and the
 registry (mpi4py.MPI, which must wait until the options are parsed: osu_dl_bench.runtime.start).

@@ -63,8 +63,8 @@ def test_orchestrator_never_loads_mpi(tmp_path):
     code = (
         "import sys, argparse\n"
         "from osu_dl_bench.jobs import orchestrate, launch\n"
-        "from osu_dl_bench.commands.sweep_options import add_sweep_arguments, config_from_args\n"
-        "p = argparse.ArgumentParser(); add_sweep_arguments(p)\n"
+        "from osu_dl_bench.commands.sweep_cli import add_arguments, config_from_args\n"
+        "p = argparse.ArgumentParser(); add_arguments(p)\n"
         f"cfg = config_from_args(p.parse_args(['--np', '2,4', '-o', {str(tmp_path)!r}]))\n"
         "launch.job_command(cfg, 2); launch.job_environment(cfg, 4)\n"
         "orchestrate.check_run_dir(cfg)\n"

@@ -10,7 +10,7 @@ from collectives import SPECS, CallContext, distinct_variants
 from collectives.dtypes import element_type
 from collectives.ops import reduce_op
 from osu_dl_bench.cli import build_parser
-from osu_dl_bench.commands.sweep_options import config_from_args
+from osu_dl_bench.commands.sweep_cli import config_from_args
 from osu_dl_bench.jobs.plan import variants_for
 from osu_dl_bench.measurement.store import (
     REQUIRED_FIELDS,

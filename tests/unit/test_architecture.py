@@ -63,9 +63,9 @@ def test_the_catalog_and_option_parsing_start_no_mpi():
         "import sys\n"
         "import collectives, collectives.errors, collectives.units\n"
         "import osu_dl_bench.cli, osu_dl_bench.measurement.options, osu_dl_bench.jobs.options\n"
-        "import osu_dl_bench.commands.bench_options, osu_dl_bench.commands.sweep_options\n"
-        "import osu_dl_bench.commands.tune_options, osu_dl_bench.train.options\n"
-        "import osu_dl_bench.commands.train_options\n"
+        "import osu_dl_bench.commands.bench_cli, osu_dl_bench.commands.sweep_cli\n"
+        "import osu_dl_bench.commands.tune_cli, osu_dl_bench.train.options\n"
+        "import osu_dl_bench.commands.train_cli\n"
         "osu_dl_bench.cli.build_parser().parse_args(['bench', 'allreduce'])\n"
         "print('mpi4py.MPI' in sys.modules)\n"
     )

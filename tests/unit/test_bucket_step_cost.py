@@ -9,7 +9,7 @@ import pytest
 from support.tuning import make_entry, make_table
 
 from collectives.registry import parse_variant
-from osu_dl_bench.commands.tune_options import TuneConfig, add_tune_arguments, tune_config_from_args
+from osu_dl_bench.commands.tune_cli import TuneConfig, add_arguments, config_from_args
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.selection.paired import Ratio, Series, launch_of
 from osu_dl_bench.selection.step_cost import loglog, step_cost_text, step_costs
@@ -89,8 +89,8 @@ def test_buckets_beyond_the_sweep_are_reported_apart_and_left_out_of_the_step():
 
 def _tune_config(*argv: str) -> TuneConfig:
     parser = argparse.ArgumentParser()
-    add_tune_arguments(parser)
-    return tune_config_from_args(parser.parse_args(list(argv)))
+    add_arguments(parser)
+    return config_from_args(parser.parse_args(list(argv)))
 
 
 def test_tune_for_takes_a_model_name():

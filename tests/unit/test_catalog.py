@@ -18,7 +18,7 @@ from collectives import registry
 from collectives.common import LinkCost, Machine
 from collectives.registry import LIBRARIES, Algorithm, Counterpart, Split, largest_block
 from collectives.specs import SPECS
-from osu_dl_bench.commands.bench_options import add_bench_arguments, config_from_args
+from osu_dl_bench.commands.bench_cli import add_arguments, config_from_args
 from osu_dl_bench.jobs.options import parse_collectives
 from osu_dl_bench.measurement import options as bench_options
 from osu_dl_bench.measurement import report
@@ -141,7 +141,7 @@ def test_list_command_shows_every_registered_algorithm_in_catalog_order():
 
 def _bench_config(benchmark: str):
     parser = argparse.ArgumentParser()
-    add_bench_arguments(parser)
+    add_arguments(parser)
     return config_from_args(parser.parse_args([benchmark]))
 
 

@@ -11,7 +11,7 @@ from support.tuning import launch_run, model_points, write_run
 
 from osu_dl_bench.cli import build_parser, main
 from osu_dl_bench.commands import compare
-from osu_dl_bench.commands.compare_options import config_from_args
+from osu_dl_bench.commands.compare_cli import config_from_args
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.selection import build_table
 from osu_dl_bench.selection.comparison import paired_points

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from collectives.shape import JobShape
-from osu_dl_bench.commands.sweep_options import add_sweep_arguments, config_from_args
+from osu_dl_bench.commands.sweep_cli import add_arguments, config_from_args
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs import launch
 from osu_dl_bench.runtime.launcher import OVERSUBSCRIBED_CVARS
@@ -32,7 +32,7 @@ def launchers(monkeypatch):
 
 def _sweep_config(*argv: str):
     parser = argparse.ArgumentParser()
-    add_sweep_arguments(parser)
+    add_arguments(parser)
     return config_from_args(parser.parse_args([*argv, "-o", "run"]))
 
 

@@ -16,7 +16,7 @@ from support.tuning import launch_rows, launch_run, machine_states, scaled, writ
 
 from osu_dl_bench.cli import build_parser
 from osu_dl_bench.commands.compare import run_compare, shift_report
-from osu_dl_bench.commands.compare_options import config_from_args as compare_config
+from osu_dl_bench.commands.compare_cli import config_from_args as compare_config
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import RunStore
 from osu_dl_bench.selection import build_table

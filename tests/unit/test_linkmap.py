@@ -12,7 +12,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from osu_dl_bench.commands.bench_options import add_bench_arguments, config_from_args
+from osu_dl_bench.commands.bench_cli import add_arguments, config_from_args
 from osu_dl_bench.diagnosis.linkmap import (
     LinkMap,
     bandwidth_matrix,
@@ -213,7 +213,7 @@ def test_a_ratio_that_is_not_a_number_is_written_as_null(tmp_path):
 
 def _config(*argv: str):
     parser = argparse.ArgumentParser()
-    add_bench_arguments(parser)
+    add_arguments(parser)
     return config_from_args(parser.parse_args(list(argv)))
 
 

@@ -12,8 +12,8 @@ from collectives.registry import parse_variant
 from collectives.shape import JobShape
 from osu_dl_bench.cli import build_parser, main
 from osu_dl_bench.commands import model as model_command
-from osu_dl_bench.commands.model_options import DEFAULT_SCALING, config_from_args
-from osu_dl_bench.commands.model_options import SCALINGS as OPTION_SCALINGS
+from osu_dl_bench.commands.model_cli import DEFAULT_SCALING, config_from_args
+from osu_dl_bench.commands.model_cli import SCALINGS as OPTION_SCALINGS
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import RunStore, SweepPoint
 from osu_dl_bench.model import accuracy

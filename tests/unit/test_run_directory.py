@@ -157,7 +157,7 @@ def test_a_metadata_failure_after_a_failed_job_does_not_hide_the_first(
 
 def _sweep_config(run_dir: Path):
     from osu_dl_bench.cli import build_parser
-    from osu_dl_bench.commands.sweep_options import config_from_args
+    from osu_dl_bench.commands.sweep_cli import config_from_args
 
     return config_from_args(build_parser().parse_args(["sweep", "--np", "2", "-o", str(run_dir)]))
 

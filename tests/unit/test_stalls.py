@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from osu_dl_bench.commands.sweep_options import add_sweep_arguments, config_from_args
+from osu_dl_bench.commands.sweep_cli import add_arguments, config_from_args
 from osu_dl_bench.jobs import orchestrate, stalls
 from osu_dl_bench.jobs.progress import Progress, encode_event
 from osu_dl_bench.measurement import heartbeat
@@ -211,7 +211,7 @@ def test_the_stall_is_kept_in_the_metadata_and_named_in_the_error(tmp_path, caps
     job.run(0, 5, entered=True)
     report = job.report(2, stopped=(1,))
     parser = argparse.ArgumentParser()
-    add_sweep_arguments(parser)
+    add_arguments(parser)
     args = ["--np", "2", "-o", str(tmp_path / "run"), "--stall-timeout", "7"]
     cfg = config_from_args(parser.parse_args(args))
     RunStore(cfg.output).create()

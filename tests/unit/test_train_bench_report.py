@@ -11,7 +11,7 @@ from support.train_bench import HOME, rows
 
 from osu_dl_bench.cli import build_parser
 from osu_dl_bench.commands.train_bench import launch_order
-from osu_dl_bench.commands.train_bench_options import config_from_args
+from osu_dl_bench.commands.train_bench_cli import config_from_args
 from osu_dl_bench.train.bench_report import (
     Measured,
     best_tuned,

@@ -13,7 +13,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from osu_dl_bench.commands.train_options import add_train_arguments, config_from_args
+from osu_dl_bench.commands.train_cli import add_arguments, config_from_args
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.train.options import MODELS
 
@@ -25,7 +25,7 @@ needs_torch = pytest.mark.skipif(
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser()
-    add_train_arguments(parser)
+    add_arguments(parser)
     return parser
 
 

@@ -13,7 +13,7 @@ from collectives.dtypes import ELEMENT_TYPES, element_type
 from collectives.ops import REDUCE_OPS, reduce_op
 from collectives.specs import input_values
 from collectives.units import format_size, parse_size
-from osu_dl_bench.commands.bench_options import add_bench_arguments, config_from_args
+from osu_dl_bench.commands.bench_cli import add_arguments, config_from_args
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement import records
 from osu_dl_bench.measurement.options import (
@@ -25,7 +25,7 @@ from osu_dl_bench.measurement.options import (
 
 def _config(*argv):
     parser = argparse.ArgumentParser()
-    add_bench_arguments(parser)
+    add_arguments(parser)
     return config_from_args(parser.parse_args(list(argv)))
 
 
@@ -200,7 +200,7 @@ def test_minus_k_shows_escape_sequences_escaped():
 
 def _bench(*argv):
     parser = argparse.ArgumentParser()
-    add_bench_arguments(parser)
+    add_arguments(parser)
     return parser.parse_args(["allreduce", *argv])
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from osu_dl_bench.cli import build_parser
 from osu_dl_bench.commands.verify_export import proof_lines
-from osu_dl_bench.commands.verify_export_options import config_from_args
+from osu_dl_bench.commands.verify_export_cli import config_from_args
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.selection.exports.readers import file_library, file_reader, named_algorithms
 from osu_dl_bench.selection.exports.verification import Fingerprinted, Proof

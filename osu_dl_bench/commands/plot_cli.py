@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+# The subcommand's line in 'osu-dl-bench --help'.
+HELP = "PNG plots of a run directory (and its tuning table)"
+
 
 @dataclass(frozen=True)
 class PlotConfig:
@@ -15,7 +18,7 @@ class PlotConfig:
     output: str | None
 
 
-def add_plot_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the plot options."""
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a sweep's run directory")
     parser.add_argument(
@@ -27,3 +30,13 @@ def add_plot_arguments(parser: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> PlotConfig:
     """The PlotConfig of parsed arguments."""
     return PlotConfig(args.run_dir, args.table, args.output)
+
+
+def start(cfg: PlotConfig) -> int:
+    """Run the subcommand on its parsed options (MPI starts here where it needs it)."""
+    from osu_dl_bench.runtime.start import init_mpi
+
+    init_mpi()
+    from osu_dl_bench.commands.plot import run_plot
+
+    return run_plot(cfg)

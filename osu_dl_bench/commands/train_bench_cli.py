@@ -11,6 +11,9 @@ from osu_dl_bench.commands.arguments import non_negative_int, positive_int, posi
 from osu_dl_bench.train.bench_config import RECORDED_OPTIONS, TrainBenchConfig
 from osu_dl_bench.train.options import MODELS
 
+# The subcommand's line in 'osu-dl-bench --help'.
+HELP = "training throughput: our trainer (fixed, native, tuned) vs PyTorch DDP over Gloo"
+
 # A whole comparison at p = 2 on the reference machine took about two minutes in one
 # launch; an hour per launch leaves room for larger models and busier hosts and still ends
 # a hung job.
@@ -35,7 +38,7 @@ def add_benchmark_workload_arguments(
     parser.add_argument("--threads", type=int, default=None, help=threads_help)
 
 
-def add_train_bench_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Every option of train-bench (the hidden --worker marks the launched job)."""
     parser.add_argument("--np", type=positive_int, default=2, help="ranks of the job (default 2)")
     parser.add_argument(
@@ -141,3 +144,10 @@ def resume_command(cfg: TrainBenchConfig) -> str:
     if cfg.timeout != DEFAULT_TIMEOUT_S:
         argv += ["--timeout", str(cfg.timeout)]
     return shlex.join([*argv, "--resume"])
+
+
+def start(cfg: TrainBenchConfig) -> int:
+    """Run the subcommand on its parsed options (MPI starts here where it needs it)."""
+    from osu_dl_bench.commands.train_bench import run_train_bench
+
+    return run_train_bench(cfg)  # MPI only inside its jobs (--worker)

@@ -1,4 +1,4 @@
-"""tune's and select's options (commands.tune_options): parsed once into frozen configs,
+"""tune's and select's options (commands.tune_cli): parsed once into frozen configs,
 their pure checks made when the options are parsed, before MPI or any file is read."""
 
 from __future__ import annotations
@@ -9,22 +9,19 @@ from pathlib import Path
 import pytest
 
 from osu_dl_bench.cli import build_parser
-from osu_dl_bench.commands.tune_options import (
-    SelectConfig,
-    TuneConfig,
-    select_config_from_args,
-    tune_config_from_args,
-)
+from osu_dl_bench.commands import select_cli, tune_cli
+from osu_dl_bench.commands.select_cli import SelectConfig
+from osu_dl_bench.commands.tune_cli import TuneConfig
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.selection.names import TABLE_DIR
 
 
 def _tune(*argv: str) -> TuneConfig:
-    return tune_config_from_args(build_parser().parse_args(["tune", *argv]))
+    return tune_cli.config_from_args(build_parser().parse_args(["tune", *argv]))
 
 
 def _select(*argv: str) -> SelectConfig:
-    return select_config_from_args(build_parser().parse_args(["select", *argv]))
+    return select_cli.config_from_args(build_parser().parse_args(["select", *argv]))
 
 
 def test_tune_config_is_frozen_and_holds_the_parsed_options(tmp_path):

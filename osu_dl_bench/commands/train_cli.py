@@ -17,8 +17,11 @@ from osu_dl_bench.train.options import (
     check_train_config,
 )
 
+# The subcommand's line in 'osu-dl-bench --help'.
+HELP = "data-parallel CNN training through the collectives"
 
-def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the train options."""
     model = parser.add_argument_group("model and data")
     model.add_argument("--model", choices=MODELS, default="cnn", help="default cnn")
@@ -154,3 +157,22 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     )
     check_train_config(cfg)
     return cfg
+
+
+def start(cfg: TrainConfig) -> int:
+    """Run the subcommand on its parsed options (MPI starts here where it needs it)."""
+    from osu_dl_bench.runtime.agreement import agree_on_errors, agree_on_settings
+    from osu_dl_bench.train.options import (
+        init_training_mpi,
+        require_libraries,
+        settings_every_rank_shares,
+    )
+
+    require_libraries(cfg)  # before MPI: a missing extra is one message and exit 2
+    mpi, note = init_training_mpi()
+    world = mpi.COMM_WORLD
+    agree_on_settings(world, agree_on_errors(world, lambda: settings_every_rank_shares(cfg)))
+    cfg.local_batch(world.Get_size())  # same verdict on every rank, before torch loads
+    from osu_dl_bench.train.run import run_train
+
+    return run_train(world, cfg, [note] if note else [])

@@ -7,6 +7,9 @@ from dataclasses import dataclass
 
 from osu_dl_bench.commands.clean import MIN_AGE_S, SHM_DIR
 
+# The subcommand's line in 'osu-dl-bench --help'.
+HELP = "remove MPICH shared-memory segments that killed or aborted jobs left"
+
 
 @dataclass(frozen=True)
 class CleanConfig:
@@ -28,7 +31,7 @@ def _age(text: str) -> float:
     return value
 
 
-def add_clean_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the clean options."""
     parser.add_argument(
         "--dry-run", action="store_true", help="list what would be removed, remove nothing"
@@ -48,3 +51,10 @@ def add_clean_arguments(parser: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> CleanConfig:
     """The CleanConfig of parsed arguments."""
     return CleanConfig(args.dry_run, args.min_age, args.dir)
+
+
+def start(cfg: CleanConfig) -> int:
+    """Run the subcommand on its parsed options (MPI starts here where it needs it)."""
+    from osu_dl_bench.commands.clean import run_clean
+
+    return run_clean(cfg)  # no MPI: it tidies up after jobs that are gone

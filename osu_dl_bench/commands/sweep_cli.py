@@ -39,13 +39,16 @@ from osu_dl_bench.measurement.options import parse_allocated_sizes
 from osu_dl_bench.paths import check_writable_directory
 from osu_dl_bench.runtime.start import DEFAULT_THREAD_LEVEL, THREAD_LEVELS
 
+# The subcommand's line in 'osu-dl-bench --help'.
+HELP = "collectives x algorithms x sizes x process counts into a run directory"
+
 # Slurm's time formats: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
 _TIME_LIMIT = re.compile(r"(\d+-\d+(:\d+){0,2}|\d+(:\d+){0,2})")
 # Options that only shape the batch job of --submit.
 _BATCH_OPTIONS = ("nodes", "ntasks_per_node", "time", "partition", "sbatch_args")
 
 
-def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the sweep options on a (sub)parser."""
     parser.add_argument("-o", "--output", required=True, metavar="RUN_DIR", help="run directory")
     parser.add_argument(
@@ -289,3 +292,37 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
     )
     check_sweep_config(cfg)
     return cfg
+
+
+def start(cfg: SweepConfig) -> int:
+    """Run the subcommand on its parsed options (MPI starts here where it needs it)."""
+    if cfg.adaptive:
+        from osu_dl_bench.commands.sweep import run_adaptive_sweep
+
+        return run_adaptive_sweep(cfg)
+    if not (cfg.inside or cfg.plan_only):
+        # The orchestrator launches one MPI job per process count and never loads MPI.
+        from osu_dl_bench.jobs.orchestrate import run_sweep
+
+        return run_sweep(cfg)
+    from osu_dl_bench.runtime.start import init_mpi
+
+    if cfg.inside:
+        _start_heartbeat()
+    mpi = init_mpi(cfg.thread_level)
+    from osu_dl_bench.jobs.worker import run_inside, run_plan_only
+
+    return run_plan_only(cfg) if cfg.plan_only else run_inside(mpi.COMM_WORLD, cfg)
+
+
+def _start_heartbeat() -> None:
+    """This rank's heartbeat, before MPI starts, where the orchestrator asked for one (a
+    rank stuck in MPI's start-up shows as such in a stall report)."""
+    import sys
+
+    from osu_dl_bench.measurement import heartbeat
+    from osu_dl_bench.runtime.launcher import launcher_rank
+
+    warning = heartbeat.start_from_environment(launcher_rank())
+    if warning:
+        print(f"osu-dl-bench: warning: {warning}", file=sys.stderr, flush=True)

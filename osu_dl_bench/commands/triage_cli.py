@@ -10,6 +10,9 @@ from pathlib import Path
 from osu_dl_bench.diagnosis.ranks import MIN_SHARE
 from osu_dl_bench.errors import UsageError
 
+# The subcommand's line in 'osu-dl-bench --help'.
+HELP = "which ranks and nodes are late or slow, from per-rank timing"
+
 
 @dataclass(frozen=True)
 class TriageConfig:
@@ -19,7 +22,7 @@ class TriageConfig:
     min_share: float
 
 
-def add_triage_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """triage's options."""
     parser.add_argument(
         "source",
@@ -41,3 +44,10 @@ def config_from_args(args: argparse.Namespace) -> TriageConfig:
     if not (math.isfinite(args.min_share) and 0 <= args.min_share < 100):
         raise UsageError(f"--min-share {args.min_share}: expected 0 or more, below 100")
     return TriageConfig(Path(args.source), args.min_share)
+
+
+def start(cfg: TriageConfig) -> int:
+    """Run the subcommand on its parsed options (MPI starts here where it needs it)."""
+    from osu_dl_bench.commands.triage import run_triage
+
+    return run_triage(cfg)  # no MPI: it reads stored timings

@@ -9,8 +9,11 @@ from dataclasses import dataclass
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.paths import check_writable_file
 
+# The subcommand's line in 'osu-dl-bench --help'.
+HELP = "two sweeps' agreement, and a tuning table's choices on another run"
 
-def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """RUN_A RUN_B [--table T] [--nprocs 2,4] [--out FILE]."""
     parser.add_argument(
         "run_a", metavar="RUN_A", help="a sweep's run directory: its decisions are judged"
@@ -67,3 +70,14 @@ def _process_counts(text: str | None) -> tuple[int, ...]:
         return parse_process_counts(text)
     except UsageError as exc:  # it names sweep's --np
         raise UsageError(str(exc).replace("--np ", "--nprocs ", 1)) from None
+
+
+def start(cfg: CompareConfig) -> int:
+    """Run the subcommand on its parsed options (MPI starts here where it needs it)."""
+    if cfg.table:
+        from osu_dl_bench.runtime.start import init_mpi
+
+        init_mpi()  # the registry, which the table is checked against, loads mpi4py
+    from osu_dl_bench.commands.compare import run_compare
+
+    return run_compare(cfg)

@@ -1,4 +1,4 @@
-"""The model actions' options (commands.model_options): each action parsed once into its
+"""The model actions' options (commands.model_cli): each action parsed once into its
 own frozen config, its pure checks made when the options are parsed; and the calibration
 job's options."""
 
@@ -10,7 +10,7 @@ import pytest
 
 from collectives.shape import JobShape
 from osu_dl_bench.cli import build_parser
-from osu_dl_bench.commands.model_options import (
+from osu_dl_bench.commands.model_cli import (
     AccuracyConfig,
     CalibrationJobConfig,
     FitConfig,

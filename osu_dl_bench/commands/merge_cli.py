@@ -7,6 +7,9 @@ from dataclasses import dataclass
 
 from osu_dl_bench.measurement.merge import MIXABLE
 
+# The subcommand's line in 'osu-dl-bench --help'.
+HELP = "several sweeps' run directories as one"
+
 
 @dataclass(frozen=True)
 class MergeConfig:
@@ -17,7 +20,7 @@ class MergeConfig:
     allow_mixed: str
 
 
-def add_merge_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """RUN RUN [RUN ...] -o RUN."""
     parser.add_argument("runs", metavar="RUN", nargs="+", help="sweeps' run directories")
     parser.add_argument(
@@ -42,3 +45,10 @@ def add_merge_arguments(parser: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> MergeConfig:
     """The MergeConfig of parsed arguments."""
     return MergeConfig(tuple(args.runs), args.output, args.allow_mixed)
+
+
+def start(cfg: MergeConfig) -> int:
+    """Run the subcommand on its parsed options (MPI starts here where it needs it)."""
+    from osu_dl_bench.commands.merge import run_merge
+
+    return run_merge(cfg)  # no MPI: it copies rows and metadata

@@ -27,8 +27,11 @@ from osu_dl_bench.measurement.options import (
 )
 from osu_dl_bench.runtime.start import DEFAULT_THREAD_LEVEL, THREAD_LEVELS
 
+# The subcommand's line in 'osu-dl-bench --help'.
+HELP = "OSU-style benchmark of a collective or p2p test"
 
-def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the bench options on a (sub)parser."""
     parser.add_argument(
         "benchmark",
@@ -273,3 +276,17 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         table=args.table,
         buckets=args.buckets,
     )
+
+
+def start(cfg: BenchConfig) -> int:
+    """Run the subcommand on its parsed options (MPI starts here where it needs it)."""
+    from osu_dl_bench.measurement.records import check_output_path
+    from osu_dl_bench.runtime.launcher import launcher_rank
+    from osu_dl_bench.runtime.start import init_mpi
+
+    if launcher_rank() == 0:  # only rank 0 writes -o
+        check_output_path(cfg.output)
+    mpi = init_mpi(cfg.thread_level)
+    from osu_dl_bench.commands.bench import run_bench
+
+    return run_bench(mpi.COMM_WORLD, cfg)

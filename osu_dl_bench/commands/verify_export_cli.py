@@ -12,6 +12,12 @@ from osu_dl_bench.commands.arguments import seconds_up_to, whole_number, whole_n
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.options import MAX_BUDGET, MAX_LAUNCHES
 
+# The subcommand's line in 'osu-dl-bench --help'.
+HELP = (
+    "the MPI library with an exported selection file against without it: speedup per "
+    "size and proof that the file took effect"
+)
+
 DEFAULT_NPROCS = "2,4"
 DEFAULT_SIZES = "8:16M"
 # Many short launches, alternating with and without the file: a comparison across launches
@@ -21,7 +27,7 @@ DEFAULT_BUDGET = 1.0
 DEFAULT_CLIENT_LAUNCHES = 6
 
 
-def add_verify_export_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the verify-export options."""
     parser.add_argument(
         "file",
@@ -144,3 +150,10 @@ def config_from_args(args: argparse.Namespace) -> VerifyExportConfig:
         client_launches=args.client_launches,
         output=args.output,
     )
+
+
+def start(cfg: VerifyExportConfig) -> int:
+    """Run the subcommand on its parsed options (MPI starts here where it needs it)."""
+    from osu_dl_bench.commands.verify_export import run_verify_export
+
+    return run_verify_export(cfg)  # no MPI here: it launches the jobs, as sweep does

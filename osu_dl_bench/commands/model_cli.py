@@ -11,8 +11,11 @@ from typing import TYPE_CHECKING
 from collectives.shape import JobShape
 from collectives.units import doubling_sizes
 from osu_dl_bench.commands.arguments import positive_int
-from osu_dl_bench.commands.train_bench_options import add_benchmark_workload_arguments
+from osu_dl_bench.commands.train_bench_cli import add_benchmark_workload_arguments
 from osu_dl_bench.errors import UsageError
+
+# The subcommand's line in 'osu-dl-bench --help'.
+HELP = "performance model: fit, accuracy vs a sweep, predict at scale, train"
 
 if TYPE_CHECKING:
     from osu_dl_bench.train.oracle_report import TrainReportRequest
@@ -206,7 +209,7 @@ def _train(sub) -> None:
     parser.add_argument("-o", "--output", default=None, help="also write the report here")
 
 
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the model actions."""
     sub = parser.add_subparsers(dest="model_command", required=True, parser_class=type(parser))
     for add in (_fit, _accuracy, _predict, _train):
@@ -318,3 +321,13 @@ _CONFIGS = {
 def config_from_args(args: argparse.Namespace) -> ModelConfig:
     """The config of the model action the arguments name, its pure checks done."""
     return _CONFIGS[args.model_command](args)
+
+
+def start(cfg: ModelConfig) -> int:
+    """Run the subcommand on its parsed options (MPI starts here where it needs it)."""
+    from osu_dl_bench.runtime.start import init_mpi
+
+    init_mpi()  # the registry, whose cost formulas the model evaluates, loads mpi4py
+    from osu_dl_bench.commands.model import run_model
+
+    return run_model(cfg)

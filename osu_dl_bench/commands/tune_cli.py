@@ -1,0 +1,111 @@
+"""``osu-dl-bench tune``'s command line: its options, parsed into a frozen TuneConfig, and
+its start. Apart from the code that runs it (commands.tune) because that code loads the
+registry, and with it mpi4py.MPI, which must wait until the options are parsed (see
+osu_dl_bench.runtime.start)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.selection.names import LIBRARIES, TABLE_DIR
+
+# The subcommand's line in 'osu-dl-bench --help'.
+HELP = "tuning table (+ summary, exports) from a run directory"
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    """The sweep to tune, the table file to write (its summary and exports beside it), the
+    libraries to export for, the decision's risk, the dtype and op to tune on (None: the
+    most common) and the model whose gradient traffic judges the table (None: none)."""
+
+    run_dir: str
+    table_path: Path
+    exports: tuple[str, ...]
+    risk: float
+    dtype: str | None
+    op: str | None
+    for_model: str | None
+
+
+def _probability(text: str) -> float:
+    """An argparse type: a probability strictly between 0 and 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the tune options."""
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a sweep's run directory")
+    parser.add_argument(
+        "-o",
+        "--output",
+        default=None,
+        metavar="NAME.json",
+        help=f"table file (default {TABLE_DIR}/<run dir name>.json); the summary "
+        "(NAME.summary.txt) and exports go next to it",
+    )
+    parser.add_argument(
+        "--export",
+        default=None,
+        metavar="LIB[,LIB]",
+        help=f"also write MPI libraries' own selection files: {', '.join(LIBRARIES)}",
+    )
+    parser.add_argument(
+        "--risk",
+        type=_probability,
+        default=0.05,
+        metavar="P",
+        help="a candidate replaces native only where the chance that it is more than 5%% "
+        "slower than native is below P (default 0.05)",
+    )
+    parser.add_argument("--dtype", default=None, help="tune on this dtype (default: most common)")
+    parser.add_argument("--op", default=None, help="tune on this op (default: most common)")
+    parser.add_argument(
+        "--for",
+        dest="for_model",
+        default=None,
+        metavar="MODEL",
+        help="also judge the table on MODEL's gradient traffic (DDP's buckets of resnet50, "
+        "vgg16, alexnet, cnn or resnet): its step time against native's and the best "
+        "per-size choice's (needs torch: the train extra)",
+    )
+
+
+def _table_path(args: argparse.Namespace) -> Path:
+    """-o, or TABLE_DIR/<run dir name>.json; a file ending in .json either way."""
+    path = Path(args.output or Path(TABLE_DIR) / f"{Path(args.run_dir).resolve().name}.json")
+    if path.suffix != ".json":
+        raise UsageError(f"-o {path}: expected a file ending in .json")
+    return path
+
+
+def config_from_args(args: argparse.Namespace) -> TuneConfig:
+    """The TuneConfig of parsed arguments, the table's name, --export and --for checked."""
+    # Imported here: both load numpy, which parsing the options must not wait for.
+    from osu_dl_bench.selection.exports import parse_exports
+    from osu_dl_bench.train.traffic import check_model_name
+
+    path = _table_path(args)
+    exports = tuple(parse_exports(args.export))
+    if args.for_model:
+        check_model_name(args.for_model)  # before the work, not after it
+    return TuneConfig(args.run_dir, path, exports, args.risk, args.dtype, args.op, args.for_model)
+
+
+def start(cfg: TuneConfig) -> int:
+    """Run the subcommand on its parsed options (MPI starts here where it needs it)."""
+    from osu_dl_bench.runtime.start import init_mpi
+
+    init_mpi()  # the registry, which the table is checked against, loads mpi4py
+    from osu_dl_bench.commands.tune import run_tune
+
+    return run_tune(cfg)

@@ -182,11 +182,13 @@ def orchestrate(args: argparse.Namespace) -> int:
             )
         return JobOutcome(code, finished=False, failures=0)
 
+    # OUT names files beside the run directory: 'OUT/' must not put them inside it.
+    out = str(Path(args.out)) if args.out else None
     with tempfile.TemporaryDirectory(prefix="bench-collectives-") as scratch:
-        run_dir = args.run_dir or args.out or str(Path(scratch) / "run")
+        run_dir = args.run_dir or out or str(Path(scratch) / "run")
         spec = RecordedExperiment(
-            "bench_collectives", config, run_dir, "--run-dir", (args.np,), args.rounds,
-            tuple(levels), resume=args.resume, shuffle=False,
+            "bench_collectives", config, run_dir, "--run-dir" if args.run_dir else "--out",
+            (args.np,), args.rounds, tuple(levels), resume=args.resume, shuffle=False,
         )  # fmt: skip
         try:
             found = run_recorded(spec, run)
@@ -200,10 +202,10 @@ def orchestrate(args: argparse.Namespace) -> int:
     rows = [row for record in found.records for row in record["rows"]]
     report = _aggregate(rows, args.rounds)
     print(report)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(f"{args.out}.jsonl", "".join(json.dumps(row) + "\n" for row in rows))
-        write_text_atomic(f"{args.out}.txt", report + "\n")
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(f"{out}.jsonl", "".join(json.dumps(row) + "\n" for row in rows))
+        write_text_atomic(f"{out}.txt", report + "\n")
     return 0
 
 

@@ -85,7 +85,7 @@ def test_a_calibration_that_cannot_be_written_is_the_stores_one_message(tmp_path
 
 
 def test_the_standalone_job_refuses_a_directory_a_sweep_holds(tmp_path):
-    with RunStore(tmp_path).lock(), pytest.raises(UsageError, match="in use by another sweep"):
+    with RunStore(tmp_path).lock(), pytest.raises(UsageError, match="in use by another run"):
         write_locked(tmp_path, _rows("exchange", (8,), 1e-6), {}, False)
     assert not (tmp_path / CALIBRATION_CSV).exists()
     write_locked(tmp_path, _rows("exchange", (8,), 1e-6), {}, False)  # free once released

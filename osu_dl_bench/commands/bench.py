@@ -23,6 +23,7 @@ from osu_dl_bench.diagnosis.linkmap import (
 )
 from osu_dl_bench.errors import UsageError, ValidationFailure
 from osu_dl_bench.measurement import report
+from osu_dl_bench.measurement.bounds import BACKEND as BOUND_BACKEND
 from osu_dl_bench.measurement.bounds import bound_bytes
 from osu_dl_bench.measurement.harness import (
     Setting,
@@ -148,6 +149,14 @@ def _variants(cfg: BenchConfig, ctx: CallContext) -> list[Variant]:
         cfg.algorithms,
         lambda: Selector.from_file(cfg.table).variant(cfg.benchmark, ctx),
     )
+
+
+def _streamed(labels: list[tuple[str, str]]) -> tuple[str, str] | None:
+    """The table printed row by row as each size is measured: the one candidate's, when
+    there is one (the --bounds' tables, references beside it, follow it at the end);
+    several candidates' tables are printed one after another at the end."""
+    candidates = [label for label in labels if label[1] != BOUND_BACKEND]
+    return candidates[0] if len(candidates) == 1 else None
 
 
 def _print(comm: MPI.Comm, *lines: str) -> None:
@@ -314,28 +323,27 @@ def run_bench(comm: MPI.Comm, cfg: BenchConfig) -> int:
     else:
         measured = measure_collective(comm, cfg, setting, topo, variants)
         labels = candidate_labels(cfg, variants)
-    stream = len(labels) == 1
-    if stream:
-        _print(comm, *report.header_lines(cfg, *labels[0], nprocs))
+    streamed = _streamed(labels)
+    if streamed:
+        _print(comm, *report.header_lines(cfg, *streamed, nprocs))
     records: list[BenchRecord] = []
     failure = None
     for size_records in measured:
         records.extend(size_records)
-        if stream:
+        if streamed:
             _print(comm, report.row(cfg, size_records[0]))
         if cfg.output:
             _save(comm, cfg.output, records, metadata)  # after every size: nothing is lost
         failure = _validation_error(size_records)
         if failure:
             break
-    if not stream:
-        for label, backend in labels:
-            _print(
-                comm,
-                "",
-                *report.header_lines(cfg, label, backend, nprocs),
-                *(report.row(cfg, r) for r in records if r.algorithm == label),
-            )
+    for label, backend in (lab for lab in labels if lab != streamed):
+        _print(
+            comm,
+            "",
+            *report.header_lines(cfg, label, backend, nprocs),
+            *(report.row(cfg, r) for r in records if (r.algorithm, r.backend) == (label, backend)),
+        )
     if cfg.per_rank:
         for record in records:
             _print(comm, "", *report.per_rank_lines(record))

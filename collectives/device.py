@@ -18,7 +18,8 @@ whether the MPI library reads device memory, and host staging where it does not.
   recv only where the call reads it (in place), and recv is copied back. The pinned
   memory stays bounded: one send block per thread, grown to the largest call, and per
   wrapped call one receive mirror per size, the most recently used kept while they fit
-  ``RECV_MIRROR_BYTES``. Pinning is slow (cudaHostAlloc maps and locks every page), so
+  ``RECV_MIRROR_BYTES`` (``recv_mirror_bytes``: at most how much, for the memory check
+  before a run). Pinning is slow (cudaHostAlloc maps and locks every page), so
   a call that alternates sizes, as the trainer's gradient buckets do, must not pin anew
   each time.
 - Streams. cupy gives every thread the legacy default stream unless told otherwise, and
@@ -37,7 +38,7 @@ import os
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -279,6 +280,15 @@ _send_mirrors = _SendMirrors()
 # Pinned receive mirrors one wrapped call keeps across sizes (the least recently used
 # are released beyond it; the current size's is always kept).
 RECV_MIRROR_BYTES = 1 << 30
+
+
+def recv_mirror_bytes(recv_bytes: Iterable[int]) -> int:
+    """The most pinned host memory one staged call's receive mirrors hold once it has
+    received into buffers of each of ``recv_bytes`` (one mirror per size): all of them
+    while they fit RECV_MIRROR_BYTES together, and never more than that or the largest
+    (the current size's is always kept, alone if it does not fit)."""
+    sizes = set(recv_bytes)
+    return min(sum(sizes), max(RECV_MIRROR_BYTES, max(sizes, default=0)))
 
 
 class _RecvMirror:

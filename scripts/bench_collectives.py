@@ -13,8 +13,10 @@ measures every eligible algorithm the way the sweep does (measurement.kernel.mea
 validated once, then interleaved rounds in rotated order, each round running every
 candidate several times (warm, as OSU's loop), for ``--budget`` seconds per size. Per
 job and size the statistic is the median over rounds of the round's mean per-iteration
-maximum across ranks. The memory-copy bound is one numpy copy of the message on every
-rank at once, timed the same way (warm). Reported: medians over jobs, ratios
+maximum across ranks. The memory-copy bound is ``bench --bounds``' copy
+(measurement.bounds: one copy of the message into another buffer, on every rank at once),
+timed by the kernel's OSU loop after a warm-up: the median over iterations of the slowest
+rank's copy. Reported: medians over jobs, ratios
 best-of-ours / native and best-of-ours / memcpy, with their min..max over jobs' rounds.
 """
 
@@ -31,8 +33,9 @@ from pathlib import Path
 
 SIZES = (1 << 20, 4 << 20, 16 << 20)
 COLLECTIVES = ("allreduce", "bcast")
-# Iterations of the memory-copy bound (warm, like the candidates' rounds).
-ITERATIONS = {1 << 20: 40, 4 << 20: 15, 16 << 20: 6}
+# Timed iterations of the memory-copy bound, after COPY_WARMUP untimed ones.
+ITERATIONS = {1 << 20: 80, 4 << 20: 30, 16 << 20: 12}
+COPY_WARMUP = 2
 
 
 # (thread level, buffer kind) of each round's jobs, in launch order.
@@ -45,7 +48,6 @@ def worker(comm, thread_level: str, device: str, round_index: int, out: str, bud
     from dataclasses import asdict
 
     import numpy as np
-    from mpi4py import MPI as mpi
 
     from collectives import SPECS, CallContext, algorithms
     from collectives.buffers import array_module
@@ -63,7 +65,7 @@ def worker(comm, thread_level: str, device: str, round_index: int, out: str, bud
     xp = array_module(device)
     setting = SweepSetting(etype, op, xp, {})
     slot = LaunchSlot(round_index + 1, group_name(thread_level, device))
-    rows, points = [], []
+    rows, points, copy_us = [], [], {}
     for collective in COLLECTIVES:
         spec = SPECS[collective]
         ctx = CallContext(comm.size, etype, op, device, topo.nodes, topo.ppn)
@@ -77,6 +79,8 @@ def worker(comm, thread_level: str, device: str, round_index: int, out: str, bud
             inputs = prepare_inputs(comm, spec, etype, point_op, xp, count)
             timing = measure_budget(comm, calls, inputs, budget)
             points += sweep_points(device, setting, plan, count, variants, timing, slot)
+            if collective == COLLECTIVES[0] and device == "cpu":  # the bound, once per size
+                copy_us[size] = _copy_bound_us(comm, inputs, device, xp, count, etype.dtype)
             # A round's time: the mean over its iterations; the job's: the median round.
             medians = np.median(timing.times.mean(axis=2), axis=0) * 1e6
             rows += [
@@ -93,14 +97,14 @@ def worker(comm, thread_level: str, device: str, round_index: int, out: str, bud
                 }
                 for variant, us, wrong in zip(variants, medians, timing.wrong, strict=True)
             ]
-    for size in SIZES if device == "cpu" else ():
+    for size, us in copy_us.items():
         rows.append(
             {
                 "collective": "memcpy",
                 "algorithm": "memcpy",
                 "backend": "numpy",
                 "size": size,
-                "us": _memcpy_us(comm, mpi, np, size),
+                "us": us,
                 "validation": None,
                 "thread_level": thread_level,
                 "buffers": device,
@@ -124,19 +128,17 @@ def group_name(thread_level: str, device: str) -> str:
     return "mpi" if (thread_level, device) == JOBS[0] else f"{thread_level}-{device}"
 
 
-def _memcpy_us(comm, mpi, np, size: int) -> float:
-    """Median over iterations of the slowest rank's numpy copy of ``size`` bytes."""
-    src = np.ones(size // 4, np.float32)
-    dst = np.empty_like(src)
-    times = np.empty(ITERATIONS[size] * 2)
-    for i in range(len(times)):
-        comm.Barrier()
-        start = mpi.Wtime()
-        np.copyto(dst, src)
-        times[i] = mpi.Wtime() - start
-    worst = np.empty_like(times)
-    comm.Allreduce(times, worst, mpi.MAX)
-    return float(np.median(worst) * 1e6)
+def _copy_bound_us(comm, inputs, device: str, xp, count: int, dtype) -> float:
+    """The memory-copy bound at one size: bench --bounds' copy of ``count`` elements
+    (measurement.bounds), timed by the kernel's OSU loop as bench times it; the median over
+    iterations of the slowest rank's copy, in microseconds."""
+    from osu_dl_bench.measurement.bounds import COPY, bound_calls, bound_labels
+    from osu_dl_bench.measurement.kernel import measure_osu
+
+    copy = bound_calls(device, xp, count, dtype)[bound_labels(device).index(COPY)]
+    roots = [inputs.shape.root]
+    timed = roots * ITERATIONS[count * dtype.itemsize]
+    return measure_osu(comm, [copy], inputs, roots * COPY_WARMUP, timed).stats[0].p50_us
 
 
 def orchestrate(args: argparse.Namespace) -> int:
@@ -182,11 +184,13 @@ def orchestrate(args: argparse.Namespace) -> int:
             )
         return JobOutcome(code, finished=False, failures=0)
 
+    # OUT names files beside the run directory: 'OUT/' must not put them inside it.
+    out = str(Path(args.out)) if args.out else None
     with tempfile.TemporaryDirectory(prefix="bench-collectives-") as scratch:
-        run_dir = args.run_dir or args.out or str(Path(scratch) / "run")
+        run_dir = args.run_dir or out or str(Path(scratch) / "run")
         spec = RecordedExperiment(
-            "bench_collectives", config, run_dir, "--run-dir", (args.np,), args.rounds,
-            tuple(levels), resume=args.resume, shuffle=False,
+            "bench_collectives", config, run_dir, "--run-dir" if args.run_dir else "--out",
+            (args.np,), args.rounds, tuple(levels), resume=args.resume, shuffle=False,
         )  # fmt: skip
         try:
             found = run_recorded(spec, run)
@@ -200,10 +204,10 @@ def orchestrate(args: argparse.Namespace) -> int:
     rows = [row for record in found.records for row in record["rows"]]
     report = _aggregate(rows, args.rounds)
     print(report)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(f"{args.out}.jsonl", "".join(json.dumps(row) + "\n" for row in rows))
-        write_text_atomic(f"{args.out}.txt", report + "\n")
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(f"{out}.jsonl", "".join(json.dumps(row) + "\n" for row in rows))
+        write_text_atomic(f"{out}.txt", report + "\n")
     return 0
 
 

@@ -1,7 +1,7 @@
 # Sourced by the GPU scripts (gpu_smoke.sh, gpu_run.sh) from the checkout's root: puts this
 # checkout on PYTHONPATH (nothing installed) and, where the node lacks an MPI library or
 # jsonschema, installs the carried wheels offline and puts them on every path that finds
-# them. scripts/gpu_wheels.sh fetches the wheels into wheels/ where pip can download; here
+# them; and gives both scripts run_step, which runs one step under a time limit. scripts/gpu_wheels.sh fetches the wheels into wheels/ where pip can download; here
 # they are installed with pip --no-index into .gpu-deps/ and put on PYTHONPATH, PATH,
 # LD_LIBRARY_PATH and MPI4PY_LIBMPI (mpi4py's variable for where libmpi is: the node's
 # Python lives in another prefix, where mpi4py would not look).
@@ -40,3 +40,28 @@ if ! carried_present && ls "$WHEELS"/*.whl >/dev/null 2>&1; then
         --prefix "$DEPS" "${names[@]}" || echo "gpu_env: pip install from $WHEELS/ failed" >&2
     use_deps
 fi
+
+# A failed validation in a step's log: a 'Fail' cell of bench's table, or its error line.
+VALIDATION_FAILED='(^|[[:space:]])Fail([[:space:]]|$)|DATA VALIDATION ERROR'
+
+# run_step NAME LOG COMMAND...: run COMMAND under the caller's LIMIT (timeout SECONDS), its
+# output in LOG after a '+ COMMAND' line. It passes if it exits 0 and LOG shows no failed
+# validation. The caller's step_result NAME PASS|FAIL CODE LOG COMMAND... says what that
+# means there (CODE: the exit code, 1 for a failed validation that exited 0, 124 for a
+# step stopped at the limit); run_step returns CODE.
+run_step() {
+    local name=$1 log=$2 code
+    shift 2
+    echo "+ $*" >"$log"
+    "${LIMIT[@]}" "$@" >>"$log" 2>&1
+    code=$?
+    if [ "$code" = 0 ] && grep -qE "$VALIDATION_FAILED" "$log"; then
+        code=1
+    fi
+    if [ "$code" = 0 ]; then
+        step_result "$name" PASS "$code" "$log" "$@"
+    else
+        step_result "$name" FAIL "$code" "$log" "$@"
+    fi
+    return "$code"
+}

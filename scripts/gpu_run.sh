@@ -62,18 +62,15 @@ SUMMARY=$OUT/summary.txt
 
 say() { printf '%s\n' "$@" | tee -a "$SUMMARY"; }
 
-# step NAME LOG COMMAND...: run it under the limit; a failure is counted and named.
-step() {
-    local name=$1 log=$2 rc
-    shift 2
-    echo "+ $*" >"$log"
-    "${LIMIT[@]}" "$@" >>"$log" 2>&1
-    rc=$?
-    if [ "$rc" != 0 ]; then
+# What a step's result (run_step, scripts/gpu_env.sh) means here: a failure is counted
+# and named in the summary.
+step_result() { # step_result NAME PASS|FAIL CODE LOG COMMAND...
+    local name=$1 status=$2 code=$3 log=$4
+    shift 4
+    if [ "$status" = FAIL ]; then
         failed=1
-        say "FAILED ($rc): $name: $* (log $log)"
+        say "FAILED ($code): $name: $* (log $log)"
     fi
-    return "$rc"
 }
 
 say "# gpu_run $(date -u +%FT%TZ): $(nvidia-smi -L | head -1)"
@@ -87,13 +84,13 @@ records=()
 wanted bandwidth || BW_COLLECTIVES=()
 for coll in "${BW_COLLECTIVES[@]}"; do
     json=$OUT/bw-nccl-$coll-p1.json
-    step "nccl $coll p=1" "$OUT/bw-nccl-$coll-p1.txt" "$MPIEXEC" -n 1 "${OSU[@]}" bench \
+    run_step "nccl $coll p=1" "$OUT/bw-nccl-$coll-p1.txt" "$MPIEXEC" -n 1 "${OSU[@]}" bench \
         "$coll" -d cuda -a nccl --bounds -c -f -m "1K:$BW_MAX" -i 50 -x 5 -o "$json" &&
         records+=("$json")
 done
 for coll in "${BW_COLLECTIVES[@]}"; do
     json=$OUT/bw-mpi-$coll-p2.json
-    step "mpi $coll p=2 staged" "$OUT/bw-mpi-$coll-p2.txt" "$MPIEXEC" -n 2 "${OSU[@]}" \
+    run_step "mpi $coll p=2 staged" "$OUT/bw-mpi-$coll-p2.txt" "$MPIEXEC" -n 2 "${OSU[@]}" \
         bench "$coll" -d cuda -a "${MPI_BW[$coll]}" --bounds -c -f -m "1K:$BW_MAX" -i 10 \
         -x 2 -o "$json" && records+=("$json")
 done
@@ -108,16 +105,16 @@ wanted training || ROUNDS=0
 [ "$ROUNDS" = 0 ] || say "" "# training, ${WORKLOAD[*]} --steps $STEPS --device cuda, $ROUNDS rounds alternated"
 for round in $(seq 1 "$ROUNDS"); do
     log=$OUT/train-p1-round$round.txt
-    step "train p=1 round $round" "$log" "$MPIEXEC" -n 1 "${OSU[@]}" train --device cuda \
+    run_step "train p=1 round $round" "$log" "$MPIEXEC" -n 1 "${OSU[@]}" train --device cuda \
         "${WORKLOAD[@]}" --steps "$STEPS" --progress off --json "$OUT/train-p1-round$round.json" &&
         say "round $round train -n 1: $(grep -E '^# img/s total' "$log" || echo 'no img/s line')"
     log=$OUT/plain-round$round.txt
-    step "plain loop round $round" "$log" "$PYTHON" scripts/plain_torch_loop.py --device cuda \
+    run_step "plain loop round $round" "$log" "$PYTHON" scripts/plain_torch_loop.py --device cuda \
         "${WORKLOAD[@]}" --steps "$STEPS" --progress off &&
         say "round $round plain loop: $(grep -E '^# img/s' "$log" || echo 'no img/s line')"
 done
 log=$OUT/validate-p2.txt
-wanted training && step "train --validate p=2" "$log" "$MPIEXEC" -n 2 "${OSU[@]}" train --device cuda \
+wanted training && run_step "train --validate p=2" "$log" "$MPIEXEC" -n 2 "${OSU[@]}" train --device cuda \
     --validate --steps 20 --progress off --json "$OUT/validate-p2.json" &&
     say "train --validate -n 2 (cnn, digits, one GPU, MPI staged): $(grep -E '^# validation' "$log")"
 

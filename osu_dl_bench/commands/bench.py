@@ -8,7 +8,7 @@ from mpi4py import MPI
 
 from collectives import SPECS, CallContext, Variant
 from collectives.buffers import array_module
-from collectives.device import select_local_gpu
+from collectives.device import needs_staging, select_local_gpu
 from collectives.dtypes import element_type
 from collectives.ops import reduce_op
 from collectives.registry import BoundCalls
@@ -23,7 +23,8 @@ from osu_dl_bench.diagnosis.linkmap import (
 )
 from osu_dl_bench.errors import UsageError, ValidationFailure
 from osu_dl_bench.measurement import report
-from osu_dl_bench.measurement.bounds import bound_bytes
+from osu_dl_bench.measurement.bounds import BACKEND as BOUND_BACKEND
+from osu_dl_bench.measurement.bounds import STAGING, bound_bytes, bound_labels
 from osu_dl_bench.measurement.harness import (
     Setting,
     bench_record,
@@ -96,22 +97,45 @@ def _check_replay(cfg: BenchConfig, dtype: str) -> None:
         raise UsageError("--buckets replays host buffers: expected -d cpu or cpu-registered")
 
 
-def _memory_need(cfg: BenchConfig, setting: Setting, nprocs: int) -> Need:
+def _memory_need(
+    cfg: BenchConfig, setting: Setting, nprocs: int, variants: list[Variant] | None
+) -> Need:
     """What each rank holds at -m's largest size (validated at every root with -c and -k
-    rotate on a rooted collective)."""
+    rotate on a rooted collective; on cuda, the pinned mirrors of ``variants``' staged
+    calls over every size)."""
     if setting.spec is None:
         return point_to_point_need(cfg.benchmark, cfg.max_size)
     itemsize = setting.etype.itemsize
     rotating = setting.spec.rooted and cfg.root.rotate
     roots = nprocs if cfg.validate and rotating else 1
+    n = cfg.max_size // itemsize
     need = collective_need(
-        setting.spec, cfg.max_size // itemsize, nprocs, itemsize, cfg.device, cfg.validate, roots
+        setting.spec,
+        n,
+        nprocs,
+        itemsize,
+        cfg.device,
+        cfg.validate,
+        roots,
+        staged_calls=_staged_calls(cfg, variants or []),
+        counts=[count for count in (size // itemsize for size in cfg.sizes()) if count > 0],
     )
     extra = bound_bytes(cfg.device, cfg.max_size) if cfg.bounds else 0
     if not extra:
         return need
     parts = f"{need.parts}, and the copy bound's two buffers"
     return replace(need, rank_bytes=need.rank_bytes + extra, parts=parts)
+
+
+def _staged_calls(cfg: BenchConfig, variants: list[Variant]) -> int:
+    """The staged calls of a run (collectives.device), each keeping its receive mirrors
+    across sizes: every candidate MPI stages (the selector's, -a tuned, stages the MPI
+    algorithm it picks) and, with --bounds, the staging bound."""
+    backends = [
+        "mpi" if v.algorithm.backend == "selector" else v.algorithm.backend for v in variants
+    ]
+    bound = cfg.bounds and STAGING in bound_labels(cfg.device)
+    return sum(needs_staging(cfg.device, backend) for backend in backends) + bound
 
 
 def _settings_every_rank_shares(cfg: BenchConfig) -> dict[str, object]:
@@ -148,6 +172,14 @@ def _variants(cfg: BenchConfig, ctx: CallContext) -> list[Variant]:
         cfg.algorithms,
         lambda: Selector.from_file(cfg.table).variant(cfg.benchmark, ctx),
     )
+
+
+def _streamed(labels: list[tuple[str, str]]) -> tuple[str, str] | None:
+    """The table printed row by row as each size is measured: the one candidate's, when
+    there is one (the --bounds' tables, references beside it, follow it at the end);
+    several candidates' tables are printed one after another at the end."""
+    candidates = [label for label in labels if label[1] != BOUND_BACKEND]
+    return candidates[0] if len(candidates) == 1 else None
 
 
 def _print(comm: MPI.Comm, *lines: str) -> None:
@@ -286,7 +318,6 @@ def run_bench(comm: MPI.Comm, cfg: BenchConfig) -> int:
         return _linkmap(comm, cfg)
     setting = agree_on_errors(comm, lambda: _setting(cfg, nprocs))
     agree_on_errors(comm, lambda: delay_for(comm))  # the test hook, checked once
-    check_node_memory(comm, [_memory_need(cfg, setting, nprocs)])
     if cfg.device == "cuda":
         # One GPU per node-local rank before any buffer exists (latency/bw/bibw bind no
         # variant, so nothing else would choose it: every rank would use GPU 0).
@@ -306,6 +337,8 @@ def run_bench(comm: MPI.Comm, cfg: BenchConfig) -> int:
         _print(comm, f"# {variant.label}: skipped: {reason}")
     if variants == []:
         raise UsageError(f"no algorithm named in -a {cfg.algorithms} can run here")
+    # Before any buffer: what the run holds depends on which candidates stage.
+    check_node_memory(comm, [_memory_need(cfg, setting, nprocs, variants)])
     if traffic is not None:
         return _replay(comm, cfg, setting, topo, variants, traffic, metadata)
     if variants is None:
@@ -314,28 +347,27 @@ def run_bench(comm: MPI.Comm, cfg: BenchConfig) -> int:
     else:
         measured = measure_collective(comm, cfg, setting, topo, variants)
         labels = candidate_labels(cfg, variants)
-    stream = len(labels) == 1
-    if stream:
-        _print(comm, *report.header_lines(cfg, *labels[0], nprocs))
+    streamed = _streamed(labels)
+    if streamed:
+        _print(comm, *report.header_lines(cfg, *streamed, nprocs))
     records: list[BenchRecord] = []
     failure = None
     for size_records in measured:
         records.extend(size_records)
-        if stream:
+        if streamed:
             _print(comm, report.row(cfg, size_records[0]))
         if cfg.output:
             _save(comm, cfg.output, records, metadata)  # after every size: nothing is lost
         failure = _validation_error(size_records)
         if failure:
             break
-    if not stream:
-        for label, backend in labels:
-            _print(
-                comm,
-                "",
-                *report.header_lines(cfg, label, backend, nprocs),
-                *(report.row(cfg, r) for r in records if r.algorithm == label),
-            )
+    for label, backend in (lab for lab in labels if lab != streamed):
+        _print(
+            comm,
+            "",
+            *report.header_lines(cfg, label, backend, nprocs),
+            *(report.row(cfg, r) for r in records if (r.algorithm, r.backend) == (label, backend)),
+        )
     if cfg.per_rank:
         for record in records:
             _print(comm, "", *report.per_rank_lines(record))

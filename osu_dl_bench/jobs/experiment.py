@@ -8,13 +8,21 @@ resumed session); each launch's record is kept under ``jobs[P].launches['LAUNCH/
 as soon as its job ends, and its collective points, if it has any, are appended to
 results.csv, so ``merge``, ``tune``, ``compare`` and ``plot`` read them as a sweep's. A
 resumed session (``--resume``) runs only the launches without a complete record.
+
+A launch's rows are written before its record, and the record marks it done: a session
+stopped between the two leaves rows without a record, which the next session removes
+before it runs that launch again, so a resume after a kill at any moment neither loses
+nor repeats rows. The run directory is opened once, by its resolved path: ``--out x``,
+``--out ./x/`` and its absolute path are the same run.
 """
 
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import random
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +40,7 @@ from osu_dl_bench.jobs.orchestrate import (
     run_experiment,
 )
 from osu_dl_bench.jobs.progress import Progress
-from osu_dl_bench.measurement.store import RunStore, SweepPoint
+from osu_dl_bench.measurement.store import RESULTS, RunStore, SweepPoint
 from osu_dl_bench.runtime.metadata import utc_now
 
 # A record's collective points, as SweepPoint fields: appended to results.csv, not kept in
@@ -105,9 +113,11 @@ def kept_records(store: RunStore) -> dict[JobKey, dict[str, Any]]:
     return kept
 
 
-def _check_resumable(store: RunStore, spec: RecordedExperiment) -> dict[JobKey, dict]:
+def _check_resumable(
+    store: RunStore, spec: RecordedExperiment, config: dict[str, Any]
+) -> dict[JobKey, dict]:
     """The stored records a session may build on: none in a new directory; with --resume,
-    those of the same experiment with the same options (UsageError otherwise)."""
+    those of the same experiment with the same options, ``config`` (UsageError otherwise)."""
     metadata = store.read_metadata()
     kept = kept_records(store)
     where = f"{spec.option} {spec.output}"
@@ -122,16 +132,29 @@ def _check_resumable(store: RunStore, spec: RecordedExperiment) -> dict[JobKey, 
             f"{where} already holds {len(kept)} launches of {spec.name}: add --resume to "
             "continue it, or choose a new directory"
         )
-    if metadata.get("config") != spec.config:
-        changed = sorted(
-            k for k in {**spec.config, **metadata.get("config", {})}
-            if spec.config.get(k) != metadata.get("config", {}).get(k)
-        )  # fmt: skip
+    stored = _naming_run_dir(metadata.get("config", {}), spec, store.path)
+    if stored != config:
+        changed = sorted(k for k in {**config, **stored} if config.get(k) != stored.get(k))
         raise UsageError(
             f"--resume: {spec.output} was measured with other options ({', '.join(changed)}); "
             "give the same options, or choose a new directory"
         )
     return kept
+
+
+def _run_dir_key(spec: RecordedExperiment) -> str:
+    """The options' key of the option that names the run directory ('--out': 'out')."""
+    return spec.option.lstrip("-").replace("-", "_")
+
+
+def _naming_run_dir(config: Any, spec: RecordedExperiment, run_dir: Path) -> dict[str, Any]:
+    """``config`` with the option that names the run directory (if it holds one) as the
+    folder opened, so the same folder spelled otherwise is not another option."""
+    config = dict(config) if isinstance(config, dict) else {}
+    key = _run_dir_key(spec)
+    if isinstance(config.get(key), str):
+        config[key] = str(run_dir)
+    return config
 
 
 def _seed(store: RunStore, spec: RecordedExperiment) -> int:
@@ -156,11 +179,11 @@ def _order(spec: RecordedExperiment, seed: int) -> list[JobKey]:
     return launch_order(spec.launches, spec.nprocs, keys, seed)
 
 
-def _session(spec: RecordedExperiment) -> dict[str, Any]:
-    """The metadata of this invocation."""
+def _session(spec: RecordedExperiment, config: dict[str, Any]) -> dict[str, Any]:
+    """The metadata of this invocation (its options as ``config``)."""
     return {
         "experiment": spec.name,
-        "config": spec.config,
+        "config": config,
         "package_version": __version__,
         "command": command_line(),
         "date": utc_now(),
@@ -171,14 +194,63 @@ def _session(spec: RecordedExperiment) -> dict[str, Any]:
 
 
 def _keep(store: RunStore, job: JobKey, record: dict[str, Any], points: Points | None) -> None:
-    """Store one launch's record (its points first: a record marks the launch done); the
-    record's own POINTS go to results.csv only."""
+    """Store one launch's record, its points first: the record marks the launch done, so
+    a session stopped between the two leaves rows that ``_drop_unrecorded_rows`` removes
+    before the launch runs again. The record's own POINTS go to results.csv only."""
     given = [SweepPoint(**point) for point in record.pop(POINTS, [])]
     if record.get(COMPLETE, True):
         found = points(record) if points is not None else given
+        _check_points_of(job, found)
         if found:
             store.append(found)
     runinfo.record_job(store, job[0], record, job_label(job))
+
+
+def _check_points_of(job: JobKey, points: list[SweepPoint]) -> None:
+    """A launch's points name its process count, launch and group: by them a resumed
+    session finds the rows of a launch whose record was never stored."""
+    for point in points:
+        if (point.nprocs, point.launch, point.group) != job:
+            raise ValueError(
+                f"a point of launch {job_label(job)} at p={job[0]} says launch "
+                f"{point.launch}/{point.group} at p={point.nprocs}"
+            )
+
+
+def _drop_unrecorded_rows(store: RunStore, pending: set[JobKey]) -> None:
+    """Remove from results.csv the rows of the ``pending`` launches (none with a complete
+    record): rows a stopped session wrote before it could store their record, which the
+    launch's rerun writes again. Lines that are not whole rows are left as they are."""
+    path = store.results_path
+    if not pending or not path.is_file():
+        return
+    try:
+        lines = path.read_bytes().decode("utf-8-sig").split("\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read it as a results file ({exc})") from None
+    header = next(csv.reader([lines[0].rstrip("\r")]), [])
+    if not {"nprocs", "launch", "group"} <= set(header):
+        return
+    kept = [lines[0]] + [line for line in lines[1:] if _job_of(line, header) not in pending]
+    dropped = len(lines) - len(kept)
+    if dropped:
+        store.write_text(RESULTS, "\n".join(kept))
+        print(
+            f"osu-dl-bench: note: {path}: removed {dropped} row{'s' * (dropped != 1)} of "
+            "launches whose record was not stored (a session stopped between the two); those "
+            "launches run again",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _job_of(line: str, header: list[str]) -> JobKey | None:
+    """The launch a results line belongs to (None for a line that is not a whole row)."""
+    try:
+        row = dict(zip(header, next(csv.reader([line.rstrip("\r")], strict=True)), strict=True))
+        return int(row["nprocs"]), int(row["launch"]), row["group"]
+    except (StopIteration, ValueError, csv.Error):
+        return None
 
 
 def run_recorded(
@@ -187,14 +259,17 @@ def run_recorded(
     """Run the experiment's pending launches through the engine, each job's record kept in
     the run directory as soon as it ends; the records of every launch, in order. A job
     that stops the experiment raises orchestrate.JobFailed (what was kept stays)."""
-    store = RunStore(spec.output)
-    with store.lock():
-        kept = _check_resumable(store, spec)
+    run_dir = Path(spec.output).resolve()  # one folder, however the option spelled it
+    config = _naming_run_dir(spec.config, spec, run_dir)
+    store = RunStore(run_dir)
+    with store.lock(command_line(), spec.option):
+        kept = _check_resumable(store, spec, config)
         seed = _seed(store, spec)
         order = _order(spec, seed)
-        runinfo.record_session(store, _session(spec))
+        runinfo.record_session(store, _session(spec, config))
         runinfo.record_launch_order(store, seed, [f"p{p} {k}/{g}" for p, k, g in order])
         todo = {job: 0 if kept.get(job, {}).get(COMPLETE, job in kept) else 1 for job in order}
+        _drop_unrecorded_rows(store, {job for job in order if todo[job]})
 
         def run(job: JobKey, progress: Progress) -> JobOutcome:
             """One launch: its record, if it left one, kept before the next starts."""
@@ -210,7 +285,7 @@ def run_recorded(
             return outcome
 
         ended = run_experiment(
-            Experiment(spec.output, order, todo, run, lambda *_: None, progress=False)
+            Experiment(str(run_dir), order, todo, run, lambda *_: None, progress=False)
         )
         kept = kept_records(store)
     records = [kept[job] for job in order if job in kept]

@@ -340,5 +340,9 @@ def check_run_dir(cfg: SweepConfig) -> None:
 
 def command_line() -> str:
     """This command line, quoted so it can be pasted back into a shell."""
-    # argv[0] is __main__.py under `python -m`: name the console script either way.
-    return shlex.join(["osu-dl-bench", *sys.argv[1:]])
+    # argv[0] is __main__.py under `python -m`: name the console script either way. A
+    # script run by its path (scripts/bench_collectives.py) keeps its path.
+    script = sys.argv[0] if sys.argv else ""
+    if not script.endswith(".py") or Path(script).name == "__main__.py":
+        script = "osu-dl-bench"
+    return shlex.join([script, *sys.argv[1:]])

@@ -40,6 +40,7 @@ from osu_dl_bench.jobs.options import (
     check_local_process_counts,
     check_output_dir,
     check_run_dir,
+    command_line,
 )
 from osu_dl_bench.jobs.progress import Progress, decode_event, format_duration, plan_lines
 from osu_dl_bench.jobs.stalls import StallReport
@@ -374,7 +375,7 @@ def run_sweep(cfg: SweepConfig) -> int:
                 print("\n".join(plan_lines(list(plans.values()))))
                 return 0
             if lock is None:
-                held.enter_context(RunStore(cfg.output).lock())
+                held.enter_context(_lock(RunStore(cfg.output)))
                 check_run_dir(cfg)  # another sweep may have filled it meanwhile
             return _launch_all(cfg, plans)
         except JobFailed as exc:
@@ -385,7 +386,13 @@ def _hold_existing(cfg: SweepConfig, held: contextlib.ExitStack) -> RunLock | No
     """The run directory's lock, if the directory exists (None if it does not yet)."""
     check_output_dir(cfg)
     store = RunStore(cfg.output)
-    return held.enter_context(store.lock()) if store.path.is_dir() else None
+    return held.enter_context(_lock(store)) if store.path.is_dir() else None
+
+
+def _lock(store: RunStore) -> RunLock:
+    """The sweep's hold on its run directory, naming this command line for another
+    command it refuses."""
+    return store.lock(command_line(), "-o")
 
 
 def submit_sweep(cfg: SweepConfig) -> int:
@@ -406,7 +413,7 @@ def submit_sweep(cfg: SweepConfig) -> int:
             return exc.code or 1
         store = RunStore(cfg.output)
         if existing is None:
-            held.enter_context(store.lock())
+            held.enter_context(_lock(store))
         script = _write_script(store, text)
         if cfg.dry_run:
             print("\n".join(plan_lines(list(plans.values()))))

@@ -88,9 +88,9 @@ def record_submission(store: RunStore, job_id: str, script: str) -> None:
 
 
 def record_job(store: RunStore, nprocs: int, job: dict[str, Any], launch: str = "1/mpi") -> None:
-    """Store one launch's entry under jobs[nprocs]["launches"][launch] ('LAUNCH/GROUP'),
-    jobs[nprocs] itself holding the latest launch's fields, and refresh the run-wide
-    fields (library and version of the latest job, all hosts, the largest nodes and ppn)."""
+    """Store one launch's entry once, under jobs[nprocs]["launches"][launch] ('LAUNCH/GROUP'),
+    and refresh the run-wide fields (library and version of the latest job, all hosts, the
+    largest nodes and ppn)."""
     metadata = store.read_metadata()
     jobs = metadata.setdefault("jobs", {})
     launches = jobs.get(str(nprocs), {}).get("launches", {})
@@ -100,8 +100,8 @@ def record_job(store: RunStore, nprocs: int, job: dict[str, Any], launch: str = 
         # A resumed launch keeps what the earlier sessions ran on.
         previous.append(earlier)
     launches[launch] = {**job, "previous": previous} if previous else job
-    jobs[str(nprocs)] = {**job, "launches": launches}
-    entries = list(jobs.values())
+    jobs[str(nprocs)] = {"launches": launches}
+    entries = [entry for count in jobs.values() for entry in _launch_entries(count)]
     # A launch record of an experiment may lack the library's fields (a job that ended
     # before it could say): the run keeps what an earlier job said.
     library = ("mpi_library", "mpi_version", "mpi4py_version")
@@ -112,6 +112,11 @@ def record_job(store: RunStore, nprocs: int, job: dict[str, Any], launch: str = 
         ppn=max(e.get("ppn", 0) for e in entries),
     )
     store.write_metadata(metadata)
+
+
+def _launch_entries(job: dict[str, Any]) -> list[dict[str, Any]]:
+    """A process count's launch entries (a run written before launches: its one job)."""
+    return list((job.get("launches") or {}).values()) or [job]
 
 
 def record_stall(store: RunStore, stall: dict[str, Any]) -> None:

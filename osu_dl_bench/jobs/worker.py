@@ -21,7 +21,7 @@ import numpy as np
 from mpi4py import MPI
 
 from collectives import Variant, mpit
-from collectives.device import select_local_gpu
+from collectives.device import needs_staging, select_local_gpu
 from collectives.registry import BoundCalls
 from collectives.specs import SPECS
 from osu_dl_bench.errors import UsageError, ValidationFailure
@@ -38,6 +38,8 @@ from osu_dl_bench.jobs.plan import (
     SweepSetting,
     finished_points,
     forcing_proof,
+    group_of,
+    in_group,
     is_forced_group,
     job_plan,
     pending,
@@ -466,15 +468,30 @@ def _checked_setting(cfg: SweepConfig, world_size: int) -> SweepSetting:
 
 def _check_memory(world: MPI.Comm, cfg: SweepConfig, setting: SweepSetting) -> None:
     """Refuse, on every rank, sizes whose buffers this node cannot hold at the largest
-    --np (before the run directory is opened: nothing is half measured)."""
+    --np (before the run directory is opened: nothing is half measured); on cuda, with the
+    pinned mirrors of the candidates a launch stages at one point."""
     itemsize, nprocs = setting.etype.itemsize, max(cfg.nprocs)
-    needs = [
-        collective_need(SPECS[c], max(counts), nprocs, itemsize, cfg.device)
-        for c in cfg.collectives
-        if (counts := cfg.element_counts(c, itemsize))
-    ]
+    needs = []
+    for name in cfg.collectives:
+        counts = cfg.element_counts(name, itemsize)
+        staged = _staged_per_point(cfg.device, setting.variants[name])
+        if counts:
+            needs.append(
+                collective_need(
+                    SPECS[name], max(counts), nprocs, itemsize, cfg.device, staged_calls=staged
+                )
+            )
     if needs:
         check_node_memory(world, needs, nprocs)
+
+
+def _staged_per_point(device: str, variants: list[Variant]) -> int:
+    """The most candidates one launch stages at a point (collectives.device): those its
+    isolation group measures. Their calls are bound anew at every point, so each holds
+    the receive mirror of that point's size alone."""
+    staged = [v for v in variants if needs_staging(device, v.algorithm.backend)]
+    groups = {group_of(v) for v in variants}
+    return max((sum(in_group(v, group) for v in staged) for group in groups), default=0)
 
 
 def _open_run_dir(

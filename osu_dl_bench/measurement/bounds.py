@@ -56,10 +56,10 @@ def bound_calls(device: str, xp: Any, count: int, dtype: np.dtype) -> list[Colle
 
 
 def bound_bytes(device: str, message_bytes: int) -> int:
-    """Host memory the bounds add to one rank at a message size: the copy's two
-    buffers on the host (on a GPU they are device memory; the staging bound's pinned
-    mirrors, a send block shared with the algorithms and one receive mirror, are not
-    counted, as the algorithms' own are not)."""
+    """Host memory the copy bound adds to one rank at a message size: its two buffers on
+    the host (on a GPU they are device memory). The staging bound's pinned mirrors, a
+    send block shared with the algorithms and its receive mirror, are counted as one more
+    staged call's (measurement.memory.staging_need)."""
     return 0 if device == "cuda" else 2 * message_bytes
 
 

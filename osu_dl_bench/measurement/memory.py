@@ -5,9 +5,10 @@ rank, not the kernel's OOM killer ending the job without a word."""
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from collectives import device as cuda_device
 from collectives.specs import CallShape, CollectiveSpec
 from collectives.units import format_size
 from osu_dl_bench.errors import UsageError
@@ -49,23 +50,52 @@ def collective_need(
     device: str,
     checked: bool = True,
     roots: int = 1,
+    staged_calls: int = 1,
+    counts: Sequence[int] = (),
 ) -> Need:
     """Host bytes one rank holds at its peak for a call of ``n`` elements: its send and
     receive buffers and, while they are filled, its input values; where the results are
     ``checked`` their pristine copies and the expected result instead (validating at
     several ``roots`` lays the buffers out again beside them). On cuda, where those live
-    on the GPU, the host mirrors MPI is staged through."""
-    shape = CallShape(n, nprocs, rank=0, root=0, in_place=False)
-    send, recv = spec.send_elems(n, nprocs) * itemsize, spec.recv_count(shape) * itemsize
-    message = n * itemsize
+    on the GPU, the pinned host memory MPI is staged through (``staging_need``)."""
     if device == "cuda":
-        return Need(spec.name, message, send + recv, "host mirrors of the send and receive buffers")
+        return staging_need(spec, n, nprocs, itemsize, staged_calls, counts)
+    send, recv = spec.send_elems(n, nprocs) * itemsize, _recv_bytes(spec, n, nprocs, itemsize)
+    message = n * itemsize
     if not checked:
         filling = send or recv  # the input values, built before they are copied in
         return Need(spec.name, message, send + recv + filling, "send and receive buffers")
     layouts = 2 if roots > 1 else 1
     parts = "send and receive buffers, their pristine copies, the expected result"
     return Need(spec.name, message, 2 * (send + recv) * layouts + recv, parts)
+
+
+def staging_need(
+    spec: CollectiveSpec,
+    n: int,
+    nprocs: int,
+    itemsize: int,
+    staged_calls: int,
+    counts: Sequence[int] = (),
+) -> Need:
+    """Pinned host bytes one rank holds for ``staged_calls`` staged calls (collectives.device)
+    of up to ``n`` elements, each called at every one of ``counts`` (default: ``n`` alone):
+    the send block they share, grown to the largest send buffer, and each call's own
+    receive mirrors, one per size within RECV_MIRROR_BYTES (``recv_mirror_bytes``)."""
+    send = spec.send_elems(n, nprocs) * itemsize
+    received = [_recv_bytes(spec, count, nprocs, itemsize) for count in counts or (n,)]
+    held = send + staged_calls * cuda_device.recv_mirror_bytes(received) if staged_calls else 0
+    calls = "call's" if staged_calls == 1 else "calls'"
+    parts = (
+        f"the pinned send block and {staged_calls} staged {calls} receive mirrors, one per "
+        f"size within {format_size(cuda_device.RECV_MIRROR_BYTES)} each"
+    )
+    return Need(spec.name, n * itemsize, held, parts)
+
+
+def _recv_bytes(spec: CollectiveSpec, n: int, nprocs: int, itemsize: int) -> int:
+    """The receive buffer of a call of ``n`` elements."""
+    return spec.recv_count(CallShape(n, nprocs, rank=0, root=0, in_place=False)) * itemsize
 
 
 def point_to_point_need(benchmark: str, message_bytes: int) -> Need:

@@ -8,8 +8,9 @@ Layout (schema version 1)::
     RUN_DIR/results.csv     one row per measured (nprocs, collective, algorithm, size),
                             columns SWEEP_FIELDS, appended and flushed as soon as measured
     RUN_DIR/results.parquet written at the end when pyarrow is present
-    RUN_DIR/sweep.lock      held (flock) by the sweep writing into the directory; it holds
-                            that sweep's pid and host
+    RUN_DIR/sweep.lock      held (flock) by the command writing into the directory (a sweep,
+                            train-bench, a script's experiment); it holds that command's pid,
+                            host and command line
 
 A killed run loses at most the point in flight; ``finished_points`` lets --resume skip
 what is already there. A full disk can cut the last row short: reading drops it (and any
@@ -28,6 +29,7 @@ import json
 import math
 import os
 import re
+import shlex
 import socket
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -216,10 +218,12 @@ class RunStore:
         except OSError as exc:
             raise _write_error(self.path, exc) from None
 
-    def lock(self) -> RunLock:
-        """Hold the directory for this sweep (creating it), or refuse if another sweep does."""
+    def lock(self, command: str | None = None, option: str = "-o") -> RunLock:
+        """Hold the directory for this command (creating it), or refuse if another holds
+        it; ``command``: this command line, for the message of the next one (default: this
+        process's arguments); ``option``: the option that names the directory here."""
         self.create()
-        return RunLock(self.path / LOCK)
+        return RunLock(self.path / LOCK, command, option)
 
     def append(self, points: list[SweepPoint]) -> None:
         """Append points and flush them to disk at once (a row cut short by a full disk
@@ -415,9 +419,12 @@ def _json_type(value: Any) -> str:
 
 class RunLock:
     """An exclusive flock on the run directory's lock file, held until released (or the
-    process ends: the kernel drops it, so a killed sweep leaves no stale lock)."""
+    process ends: the kernel drops it, so a killed command leaves no stale lock). The file
+    says who holds it: pid and host, then the command line (``command``; default this
+    process's arguments). A second command is refused with the holder's words and the
+    ``option`` by which it named the directory."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, command: str | None = None, option: str = "-o") -> None:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
@@ -425,21 +432,22 @@ class RunLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.read(fd, 200).decode(errors="replace").strip()
+            holder = os.read(fd, HOLDER_BYTES).decode(errors="replace")
             os.close(fd)
-            who = f" ({holder})" if holder else ""
             raise UsageError(
-                f"{path.parent} is in use by another sweep{who}: wait for it to end, "
-                "or choose another -o"
+                f"{path.parent} is in use by {_holder_text(holder)}: wait for it to end, "
+                f"or choose another {option}"
             ) from None
         self.fd = fd
-        # Who holds it, for the message of the next sweep; a full disk only loses that.
+        command = shlex.join(sys.argv) if command is None else command
+        # Who holds it, for the message of the next command; a full disk only loses that.
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
-            os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
+            owner = f"pid {os.getpid()} on {socket.gethostname()}\n{_one_line(command)}\n"
+            os.write(fd, owner.encode())
 
     def release(self) -> None:
-        """Let the next sweep in (the file stays: removing it would race with a new lock)."""
+        """Let the next command in (the file stays: removing it would race with a new lock)."""
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
@@ -449,6 +457,25 @@ class RunLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+# The most of a lock file's holder that a refusal reads (its command line may be long).
+HOLDER_BYTES = 4096
+
+
+def _one_line(text: str) -> str:
+    """``text`` on one line (a quoted argument may hold a newline)."""
+    return " ".join(text.split("\n"))
+
+
+def _holder_text(holder: str) -> str:
+    """Who holds a lock, from its file: 'another run (pid P on H: COMMAND)'; a file of an
+    older version holds no command line, an empty one (a holder that could not write it)
+    says nothing."""
+    who, _, command = holder.strip().partition("\n")
+    if command.strip():
+        who = f"{who}: {command.strip()}"
+    return f"another run ({who})" if who else "another run"
 
 
 # The errors a write meets when space runs out: a full disk, a quota, a file size limit.

@@ -61,7 +61,7 @@ def test_a_sweep_keeps_per_rank_columns_and_triage_reads_the_run(tmp_path):
     for cell in rows["rank_lag_us"]:
         lags = [float(v) for v in cell.split()]
         assert len(lags) == 3 and lags[2] > 0.8 * DELAY_S * 1e6 > max(lags[:2])
-    job = json.loads((run / "metadata.json").read_text())["jobs"]["3"]
+    job = json.loads((run / "metadata.json").read_text())["jobs"]["3"]["launches"]["1/mpi"]
     assert len(job["rank_nodes"]) == 3 and job["clock_residual_us"] > 0
     report = _triage(run)
     assert "rank 2 " in report.split("slow:")[0], report

@@ -73,7 +73,7 @@ def test_a_second_sweep_into_a_directory_in_use_is_refused(tmp_path, mode):
             res = run_with_timeout(cmd, 120, mpi_env())
     assert res.returncode == 2, res.stdout + res.stderr
     assert res.stderr.count("osu-dl-bench: error:") == 1 and "Traceback" not in res.stderr
-    assert f"{store.path} is in use by another sweep (pid {os.getpid()}" in res.stderr
+    assert f"{store.path} is in use by another run (pid {os.getpid()}" in res.stderr
     assert store.results_path.read_bytes() == before
     assert not (store.path / "sweep.sbatch").exists()
 

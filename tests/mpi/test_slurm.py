@@ -338,8 +338,8 @@ def test_submitted_sweep_measures_each_count_in_its_own_step(cluster, submitted,
     assert meta["submissions"][0]["script"] == str(run_dir / "sweep.sbatch")
     steps = {e["slurm_step_id"] for p in ("2", "4") for e in launches_of(meta["jobs"][p])}
     for p in (2, 4):
-        job = meta["jobs"][str(p)]
-        assert (job["slurm_job_id"], job["slurm_ntasks"], job["nprocs"]) == (job_id, p, p)
+        for job in launches_of(meta["jobs"][str(p)]):
+            assert (job["slurm_job_id"], job["slurm_ntasks"], job["nprocs"]) == (job_id, p, p)
     assert len(steps) == 4, "each launch of each process count runs in a step of its own"
     assert f"results in {run_dir}" in log.read_text()
 

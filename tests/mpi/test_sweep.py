@@ -145,7 +145,9 @@ def test_orchestrated_sweep_writes_metadata(full_run):
     assert set(meta["jobs"]) == {"2", "3"}
     for p in (2, 3):
         job = meta["jobs"][str(p)]
-        assert job["nprocs"] == job["job_size"] == p and job["points_measured"] == 14
+        for launch in launches_of(job):
+            assert launch["nprocs"] == launch["job_size"] == p
+            assert launch["points_measured"] == 14
         expected = {
             (c, v.label, v.ineligible_reason(one_host_context(p, c)))
             for c in ("allreduce", "bcast")
@@ -359,7 +361,8 @@ def test_inside_sweeps_smaller_counts_on_the_first_ranks(tmp_path):
         }
     )
     meta = json.loads((run_dir / "metadata.json").read_text())
-    assert meta["launcher"] == "inside" and meta["jobs"]["1"]["job_size"] == 3
+    assert meta["launcher"] == "inside"
+    assert {launch["job_size"] for launch in launches_of(meta["jobs"]["1"])} == {3}
     assert res.stdout.count("p=1 allreduce 8B") == 1  # a line per point from rank 0 only
     assert "results in" in res.stdout
 
@@ -398,7 +401,8 @@ def test_grids_are_swept_and_ineligible_variants_skipped(tmp_path):
         for p, labels in ((2, grid | {"zz_sweep_pow2"}), (3, grid))
         for label in labels
     }
-    skipped = json.loads((run_dir / "metadata.json").read_text())["jobs"]["3"]["skipped"]
+    job = json.loads((run_dir / "metadata.json").read_text())["jobs"]["3"]
+    skipped = job["launches"]["1/mpi"]["skipped"]
     assert skipped == [
         {
             "collective": "allreduce",
@@ -423,7 +427,10 @@ def test_wrong_results_are_stored_reported_and_fail_the_run(tmp_path):
     assert len(first) == 2 * 2 * 3 and set(frame["validation"]) == {"fail"}
     assert "DATA VALIDATION ERROR: p=2 allreduce (native) had 1 wrong elements" in res.stdout
     meta = json.loads((run_dir / "metadata.json").read_text())
-    assert len(meta["jobs"]["3"]["validation_failures"]) == (frame["nprocs"] == 3).sum()
+    failures = [
+        f for launch in launches_of(meta["jobs"]["3"]) for f in launch["validation_failures"]
+    ]
+    assert len(failures) == (frame["nprocs"] == 3).sum()
 
 
 def test_dry_run_plans_without_measuring(tmp_path):

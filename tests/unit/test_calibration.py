@@ -109,7 +109,7 @@ def test_the_standalone_job_refuses_a_held_directory_before_it_measures(tmp_path
         return _rows("exchange", sizes, 1e-6)
 
     monkeypatch.setattr(calibration, "measure", measure_stub)
-    with RunStore(tmp_path).lock(), pytest.raises(UsageError, match="in use by another sweep"):
+    with RunStore(tmp_path).lock(), pytest.raises(UsageError, match="in use by another run"):
         run_calibration_job(_RankZeroOfTwo(), str(tmp_path), "8:16", 1, False)
     assert measured == [] and not (tmp_path / CALIBRATION_CSV).exists()
     run_calibration_job(_RankZeroOfTwo(), str(tmp_path), "8:16", 1, False)  # free once released

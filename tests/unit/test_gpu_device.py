@@ -254,6 +254,36 @@ def test_staging_holds_bounded_pinned_memory_over_sizes_and_variants(cupy, monke
     assert sum(live.values()) <= 3 * 2**16
 
 
+@pytest.mark.parametrize("order", ["ascending", "descending", "shuffled"])
+def test_a_staged_calls_receive_mirrors_peak_at_recv_mirror_bytes(cupy, monkeypatch, order):
+    import weakref
+
+    live: dict[int, int] = {}
+    peak = [0]
+    real = device._pinned
+
+    def tracked(shape, dtype):
+        array = real(shape, dtype)
+        live[id(array)] = array.nbytes
+        weakref.finalize(array, live.pop, id(array))
+        return array
+
+    monkeypatch.setattr(device, "_pinned", tracked)
+    monkeypatch.setattr(device, "RECV_MIRROR_BYTES", 2**16)
+    sizes = [2**exponent for exponent in range(4, 17)]
+    sizes = {"ascending": sizes, "descending": sizes[::-1]}.get(order, sizes[5:] + sizes[:5])
+    call = device.staged(_noop)
+    for nbytes in sizes:
+        call(None, cupy.zeros(nbytes // 4, np.float32), None, 0)  # in place: no send block
+        peak[0] = max(peak[0], sum(live.values()))
+    bound = device.recv_mirror_bytes(sizes)
+    assert peak[0] <= bound == 2**16
+    if order == "ascending":  # every size's mirror kept until the largest needs room
+        assert peak[0] == bound
+    assert device.recv_mirror_bytes([2**20, 8]) == 2**20  # the current one alone
+    assert device.recv_mirror_bytes([8, 8, 16]) == 24  # one mirror per size
+
+
 def test_staging_pins_once_per_size_when_a_call_alternates_sizes(cupy, monkeypatch):
     # The trainer's buckets: one staged allreduce called with sizes in turn, every step.
     pinned = []

@@ -1,11 +1,15 @@
 """The GPU run's helpers that need no GPU: the bandwidth table of scripts/gpu_bandwidth.py,
-the plain PyTorch loop of scripts/plain_torch_loop.py on the CPU, and the wait that puts a
-step's last kernels inside its time."""
+the plain PyTorch loop of scripts/plain_torch_loop.py on the CPU, the wait that puts a
+step's last kernels inside its time, and the one step runner (scripts/gpu_env.sh) that
+gpu_run.sh and gpu_smoke.sh share."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -121,3 +125,44 @@ def test_a_step_on_a_gpu_waits_for_its_kernels_before_the_clock_stops(monkeypatc
     assert waited == []
     device_idle(torch.device("cuda", 0))
     assert waited == [torch.device("cuda", 0)]
+
+
+STEPS = """
+LIMIT=(timeout 2)
+step_result() { echo "result $1 $2 $3 $4"; }
+. scripts/gpu_env.sh
+run_step ok "$T/ok.log" echo fine; echo "code $?"
+run_step slow "$T/slow.log" sleep 30; echo "code $?"
+run_step wrong "$T/wrong.log" echo "DATA VALIDATION ERROR: 1 wrong"; echo "code $?"
+run_step exited "$T/exited.log" sh -c 'exit 3'; echo "code $?"
+"""
+
+
+def test_one_step_runner_times_out_and_judges_each_step_for_both_gpu_scripts(tmp_path):
+    env = {
+        "PATH": os.environ["PATH"],
+        "PYTHON": sys.executable,
+        "WHEELS": str(tmp_path / "no-wheels"),
+        "DEPS": str(tmp_path / "deps"),
+        "T": str(tmp_path),
+    }
+    res = subprocess.run(
+        ["bash", "-c", STEPS], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == [
+        f"result ok PASS 0 {tmp_path}/ok.log",
+        "code 0",
+        f"result slow FAIL 124 {tmp_path}/slow.log",
+        "code 124",
+        f"result wrong FAIL 1 {tmp_path}/wrong.log",
+        "code 1",
+        f"result exited FAIL 3 {tmp_path}/exited.log",
+        "code 3",
+    ]
+    assert (tmp_path / "ok.log").read_text() == "+ echo fine\nfine\n"
+    for script in ("gpu_run.sh", "gpu_smoke.sh"):
+        text = (REPO / "scripts" / script).read_text()
+        assert subprocess.run(["bash", "-n", REPO / "scripts" / script]).returncode == 0
+        # Each says what a result means; none runs a step its own way.
+        assert "step_result() {" in text and '"${LIMIT[@]}" "$@"' not in text

@@ -1,21 +1,31 @@
 """measurement.memory: the bytes a rank holds for one call, counted before anything is
 allocated, against what the kernel then takes (traced): a lower bound, and close to the
-peak of filling, computing the expected result and checking it."""
+peak of filling, computing the expected result and checking it; on cuda, the pinned host
+memory of the staged calls (their send block and receive mirrors), which the check counts
+for bench and the sweep."""
 
 from __future__ import annotations
 
 import tracemalloc
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from mpi4py import MPI
 
 from collectives import specs
 from collectives.dtypes import element_type
 from collectives.ops import reduce_op
 from collectives.specs import SPECS
-from osu_dl_bench.measurement import kernel
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.measurement import kernel, memory
 from osu_dl_bench.measurement.kernel import count_wrong, prepare_inputs
-from osu_dl_bench.measurement.memory import available_bytes, collective_need, point_to_point_need
+from osu_dl_bench.measurement.memory import (
+    available_bytes,
+    check_node_memory,
+    collective_need,
+    point_to_point_need,
+)
 
 
 class _Comm:
@@ -86,3 +96,67 @@ def test_available_memory_is_positive_and_at_most_physical():
     from osu_dl_bench.measurement.options import host_memory_bytes
 
     assert 0 < available_bytes() <= host_memory_bytes()
+
+
+MIB = 1 << 20
+
+
+def test_staged_calls_hold_the_send_block_and_each_their_receive_mirrors():
+    allreduce, counts = SPECS["allreduce"], [MIB // 4 * 2**k for k in range(4)]  # 1-8 MiB
+    need = collective_need(allreduce, counts[-1], 2, 4, "cuda", staged_calls=3, counts=counts)
+    # One send block of the largest size; per call, a mirror per size: 1+2+4+8 MiB.
+    assert need.rank_bytes == 8 * MIB + 3 * 15 * MIB
+    assert "3 staged calls' receive mirrors" in need.parts
+    alone = collective_need(allreduce, counts[-1], 2, 4, "cuda")  # one call, one size
+    assert alone.rank_bytes == 2 * 8 * MIB
+    assert collective_need(allreduce, counts[-1], 2, 4, "cuda", staged_calls=0).rank_bytes == 0
+
+
+def test_the_receive_mirrors_of_a_call_stay_within_their_limit(monkeypatch):
+    from collectives import device
+
+    monkeypatch.setattr(device, "RECV_MIRROR_BYTES", 4 * MIB)
+    counts = [MIB // 4 * 2**k for k in range(4)]
+    need = collective_need(
+        SPECS["allreduce"], counts[-1], 2, 4, "cuda", staged_calls=2, counts=counts
+    )
+    assert need.rank_bytes == 8 * MIB + 2 * 8 * MIB  # the largest alone passes the limit
+
+
+def test_the_check_refuses_buffers_that_fit_only_without_their_mirrors(monkeypatch):
+    allreduce, counts = SPECS["allreduce"], [MIB // 4 * 2**k for k in range(4)]
+    monkeypatch.setattr(memory, "available_bytes", lambda: 40 * MIB)
+    check_node_memory(MPI.COMM_SELF, [collective_need(allreduce, counts[-1], 2, 4, "cuda")])
+    staged = collective_need(allreduce, counts[-1], 2, 4, "cuda", staged_calls=3, counts=counts)
+    with pytest.raises(UsageError, match="3 staged calls' receive mirrors"):
+        check_node_memory(MPI.COMM_SELF, [staged])
+
+
+def test_bench_counts_every_staged_candidate_and_the_staging_bound(monkeypatch):
+    from collectives.dtypes import element_type as etype_of
+    from osu_dl_bench.cli import build_parser
+    from osu_dl_bench.commands import bench
+    from osu_dl_bench.commands.bench_options import config_from_args
+    from osu_dl_bench.jobs.plan import variants_for
+    from osu_dl_bench.measurement.harness import Setting
+
+    monkeypatch.setenv("OSU_DL_BENCH_CUDA_AWARE", "0")  # MPI stages
+    argv = ["bench", "allreduce", "-d", "cuda", "-m", "1M:8M", "--bounds"]
+    cfg = config_from_args(build_parser().parse_args(argv))
+    setting = Setting(SPECS["allreduce"], etype_of("float32"), reduce_op("sum"), np)
+    nccl = SimpleNamespace(algorithm=SimpleNamespace(backend="nccl"))  # takes device memory
+    variants = [*variants_for("allreduce", ["native", "ring:seg=0"]), nccl]
+    need = bench._memory_need(cfg, setting, 2, variants)
+    # native and ring stage, nccl does not; the staging bound is one more staged call.
+    assert need.rank_bytes == 8 * MIB + 3 * 15 * MIB
+
+
+def test_a_sweep_counts_the_candidates_one_isolation_group_stages_at_a_point(monkeypatch):
+    from osu_dl_bench.jobs import worker
+    from osu_dl_bench.jobs.plan import variants_for
+
+    monkeypatch.setenv("OSU_DL_BENCH_CUDA_AWARE", "0")  # MPI stages
+    variants = variants_for("allreduce", ["native", "ring:seg=0", "ring:seg=256K", "gloo"])
+    # The MPI group's three; the gloo group's launches measure gloo beside native.
+    assert worker._staged_per_point("cuda", variants) == 3
+    assert worker._staged_per_point("cpu", variants) == 0

@@ -1,11 +1,15 @@
 """Run directories that went wrong: rows cut by a full disk, rows of the wrong shape, a
-second sweep into a directory in use, and a full disk in the middle of a real sweep."""
+second command into a directory in use, and a full disk in the middle of a real sweep;
+and what the metadata keeps of each launch."""
 
 from __future__ import annotations
 
 import errno
+import fcntl
+import json
 import math
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -19,7 +23,7 @@ from support.tuning import model_points, write_run
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs import orchestrate, runinfo
 from osu_dl_bench.measurement import store as store_module
-from osu_dl_bench.measurement.store import POINT_KEY, SWEEP_FIELDS, RunStore, StoreError
+from osu_dl_bench.measurement.store import LOCK, POINT_KEY, SWEEP_FIELDS, RunStore, StoreError
 from osu_dl_bench.selection import build_table
 
 HEADER = ",".join(SWEEP_FIELDS)
@@ -132,6 +136,35 @@ def test_a_held_run_directory_refuses_a_second_lock_naming_the_holder(tmp_path):
         assert str(store.path) in str(refused.value)
         assert f"pid {os.getpid()}" in str(refused.value)
     store.lock().release()  # free again once released
+
+
+def test_a_refusal_names_the_holders_command_and_the_option_that_names_the_folder(tmp_path):
+    store = RunStore(tmp_path / "run")
+    holder = store.lock("scripts/bench_collectives.py --run-dir run", "--run-dir")
+    with holder, pytest.raises(UsageError) as refused:
+        store.lock("osu-dl-bench train-bench --out run", "--out")
+    holder = f"pid {os.getpid()} on {socket.gethostname()}: scripts/bench_collectives.py"
+    assert f"is in use by another run ({holder} --run-dir run)" in str(refused.value)
+    assert str(refused.value).endswith("wait for it to end, or choose another --out")
+    # A holder of an older version wrote only its pid and host.
+    (store.path / LOCK).write_text("pid 1 on elsewhere\n")
+    with open(store.path / LOCK) as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(UsageError, match=r"in use by another run \(pid 1 on elsewhere\): "):
+            store.lock()
+
+
+def test_a_launch_is_stored_once_and_the_run_wide_fields_come_from_every_launch(tmp_path):
+    store = RunStore(tmp_path)
+    first = {"started": "t1", "hosts": ["a"], "nodes": 1, "ppn": 2, "mpi_library": "MPICH"}
+    second = {"started": "t2", "hosts": ["b"], "nodes": 2, "ppn": 1, "rows": ["only-here"]}
+    runinfo.record_job(store, 2, first, "1/mpi")
+    runinfo.record_job(store, 2, second, "1/gloo")
+    metadata = store.read_metadata()
+    assert metadata["jobs"] == {"2": {"launches": {"1/mpi": first, "1/gloo": second}}}
+    assert json.dumps(metadata).count("only-here") == 1
+    assert (metadata["hosts"], metadata["nodes"], metadata["ppn"]) == (["a", "b"], 2, 2)
+    assert metadata["mpi_library"] == "MPICH"  # kept from the job that said it
 
 
 def test_a_metadata_failure_after_a_failed_job_does_not_hide_the_first(

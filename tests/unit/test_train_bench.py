@@ -259,4 +259,4 @@ def test_a_run_directory_in_use_is_refused(monkeypatch, tmp_path, capsys):
     out = tmp_path / "t"
     with RunStore(out).lock():
         assert main(["train-bench", "--out", str(out)]) == 2
-    assert "in use by another sweep" in capsys.readouterr().err and not ran
+    assert "in use by another run" in capsys.readouterr().err and not ran

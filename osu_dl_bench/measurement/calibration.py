@@ -346,7 +346,7 @@ def run_calibration_job(comm, run_dir: str, message_size: str, rounds: int, appe
         # Rank 0 holds the run directory's lock from before the first measurement to the
         # last write, as a sweep does: a sweep or another job using the directory makes
         # this one refuse at once, not after minutes of measuring, and never interleave.
-        on_rank0(comm, lambda: held.enter_context(RunStore(run_dir).lock()))
+        on_rank0(comm, lambda: held.enter_context(RunStore(run_dir).lock(option="RUN_DIR")))
         rows = measure(comm, sizes, Effort(rounds=max(1, rounds)), ReferenceTimer(comm))
         on_rank0(comm, lambda: write_calibration(Path(run_dir), rows, meta, append))
     return 0

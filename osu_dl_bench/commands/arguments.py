@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from pathlib import Path
 
 # Declared here, not in collectives.buffers: options are parsed before MPI is loaded.
 DEVICE_HELP = (
@@ -89,3 +90,14 @@ def positive_seconds(text: str) -> float:
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
     return value
+
+
+def output_stem(text: str) -> str:
+    """An argparse type: the path of outputs named by adding suffixes (OUT.txt, OUT.json,
+    the run directory OUT), without a trailing '/' ('runs/x/' is 'runs/x')."""
+    path = Path(text)
+    if path.name in ("", ".", ".."):
+        raise argparse.ArgumentTypeError(
+            f"expected a name the outputs are named after, e.g. runs/train, got {text!r}"
+        )
+    return str(path)

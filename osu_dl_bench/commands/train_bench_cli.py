@@ -7,7 +7,12 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from osu_dl_bench.commands.arguments import non_negative_int, positive_int, positive_seconds
+from osu_dl_bench.commands.arguments import (
+    non_negative_int,
+    output_stem,
+    positive_int,
+    positive_seconds,
+)
 from osu_dl_bench.train.bench_config import RECORDED_OPTIONS, TrainBenchConfig
 from osu_dl_bench.train.options import MODELS
 
@@ -56,6 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_benchmark_workload_arguments(parser, "global batch", "torch threads per rank")
     parser.add_argument(
         "--out",
+        type=output_stem,
         default="results/train_p2",
         help="writes OUT.txt and OUT.json, and the run directory OUT (every launch, resumable)",
     )

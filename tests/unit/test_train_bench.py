@@ -14,6 +14,7 @@ import pytest
 from support.train_bench import HOME, rows
 
 from osu_dl_bench.cli import build_parser, main
+from osu_dl_bench.errors import UsageError
 from osu_dl_bench.commands import train_bench
 from osu_dl_bench.commands.train_bench_cli import config_from_args, worker_argv
 from osu_dl_bench.train.bench_config import recorded_options
@@ -28,6 +29,13 @@ def test_the_config_is_frozen():
     cfg = _parse("--np", "3")
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.np = 4  # type: ignore[misc]
+
+
+def test_out_names_the_outputs_without_a_trailing_slash():
+    assert _parse("--out", "runs/x/").out == "runs/x"  # not runs/x/.txt inside the run
+    for name in ("./", "", ".."):
+        with pytest.raises(UsageError, match="--out: expected a name the outputs are named"):
+            _parse("--out", name)
 
 
 def test_the_job_gets_every_option_and_the_worker_flag():

@@ -41,8 +41,8 @@ def plain_loop_us(comm, size: int, iterations: int) -> float:
 def harness_us(comm, setting, topo, size: int, iterations: int) -> float:
     """The same measurement through the bench harness."""
     from collectives import lookup
+    from osu_dl_bench.measurement.bench_config import BenchConfig
     from osu_dl_bench.measurement.harness import measure_collective
-    from osu_dl_bench.measurement.options import BenchConfig
 
     cfg = BenchConfig("allreduce", size, size, iterations, iterations // 10)
     variant = lookup("allreduce", "native").variant()

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from osu_dl_bench.jobs import launch
-from osu_dl_bench.measurement.options import host_memory_bytes
+from osu_dl_bench.measurement.bench_config import host_memory_bytes
 from osu_dl_bench.runtime.launcher import OVERSUBSCRIBED_CVARS
 
 REPO = Path(__file__).resolve().parents[1]

@@ -26,10 +26,10 @@ from torch import nn
 
 from osu_dl_bench.commands.train_cli import add_arguments, config_from_args
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.train.config import TrainConfig
 from osu_dl_bench.train.data import ShardedSampler, load_data
 from osu_dl_bench.train.device import device_idle
 from osu_dl_bench.train.models import build_model
-from osu_dl_bench.train.options import TrainConfig
 from osu_dl_bench.train.records import iteration_rates, throughput
 from osu_dl_bench.train.trainer import make_optimizer
 

@@ -245,7 +245,7 @@ def main(argv: list[str]) -> int:
     """Launch one job per p, collect the rows, print (and write) the table."""
     if argv[:1] == ["--worker"]:
         from osu_dl_bench.jobs.entry import run_in_job
-        from osu_dl_bench.train.options import THREAD_LEVEL
+        from osu_dl_bench.train.config import THREAD_LEVEL
 
         return run_in_job(lambda comm: worker(comm, *argv[1:3]), THREAD_LEVEL)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

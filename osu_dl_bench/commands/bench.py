@@ -23,6 +23,7 @@ from osu_dl_bench.diagnosis.linkmap import (
 )
 from osu_dl_bench.errors import UsageError, ValidationFailure
 from osu_dl_bench.measurement import report
+from osu_dl_bench.measurement.bench_config import LINKMAP, BenchConfig, check_holds_an_element
 from osu_dl_bench.measurement.bounds import BACKEND as BOUND_BACKEND
 from osu_dl_bench.measurement.bounds import STAGING, bound_bytes, bound_labels
 from osu_dl_bench.measurement.harness import (
@@ -40,7 +41,6 @@ from osu_dl_bench.measurement.memory import (
     collective_need,
     point_to_point_need,
 )
-from osu_dl_bench.measurement.options import LINKMAP, BenchConfig, check_holds_an_element
 from osu_dl_bench.measurement.p2p import check_pair, measure_point_to_point
 from osu_dl_bench.measurement.records import BenchRecord, write_records
 from osu_dl_bench.measurement.replay import measure_replay, prepare_buckets, steps_for

@@ -7,7 +7,7 @@ import argparse
 from collectives.units import format_size
 from osu_dl_bench.commands.arguments import DEVICE_HELP, positive_int, whole_number
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.measurement.options import (
+from osu_dl_bench.measurement.bench_config import (
     BENCHMARKS,
     BW_WINDOW,
     LINKMAP,

@@ -62,7 +62,7 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
 
 def _process_counts(text: str | None) -> tuple[int, ...]:
     """--nprocs' counts (empty: not given), its errors naming --nprocs."""
-    from osu_dl_bench.jobs.options import parse_process_counts  # loads pandas: only when given
+    from osu_dl_bench.jobs.sweep_config import parse_process_counts  # loads pandas: only when given
 
     if not text:
         return ()

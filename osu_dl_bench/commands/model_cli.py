@@ -233,8 +233,8 @@ def calibration_job_config_from_args(args: argparse.Namespace) -> CalibrationJob
 
 def calibration_counts(text: str) -> tuple[int, ...]:
     """--np's process counts (the sweep's syntax), each >= 2: a calibration needs peers."""
-    # Imported here: jobs.options loads pandas, which parsing the options must not wait for.
-    from osu_dl_bench.jobs.options import parse_process_counts
+    # Imported here: jobs.sweep_config loads pandas, which parsing the options must not wait for.
+    from osu_dl_bench.jobs.sweep_config import parse_process_counts
 
     counts = parse_process_counts(text)
     if min(counts) < 2:
@@ -276,10 +276,10 @@ def _layout(nprocs: int, ppn: int | None) -> JobShape:
 
 
 def _predict_config(args: argparse.Namespace) -> PredictConfig:
-    # Imported here: both load numpy, and jobs.options pandas, which parsing the options
+    # Imported here: both load numpy, and jobs.sweep_config pandas, which parsing the options
     # must not wait for.
-    from osu_dl_bench.jobs.options import parse_collectives
-    from osu_dl_bench.measurement.options import parse_size_range
+    from osu_dl_bench.jobs.sweep_config import parse_collectives
+    from osu_dl_bench.measurement.bench_config import parse_size_range
 
     layout = _layout(args.np, args.ppn)
     collectives = parse_collectives(args.collectives)

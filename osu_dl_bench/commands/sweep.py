@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from osu_dl_bench.jobs.options import SweepConfig
 from osu_dl_bench.jobs.orchestrate import run_sweep
+from osu_dl_bench.jobs.sweep_config import SweepConfig
 from osu_dl_bench.measurement.store import RunStore
 from osu_dl_bench.selection.adaptive import OpenPoint, open_points
 from osu_dl_bench.selection.tune import run_decisions

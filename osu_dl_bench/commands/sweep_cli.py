@@ -14,7 +14,7 @@ from osu_dl_bench.commands.arguments import (
     whole_number_up_to,
 )
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.jobs.options import (
+from osu_dl_bench.jobs.sweep_config import (
     DEFAULT_BUDGET,
     DEFAULT_COLLECTIVES,
     DEFAULT_LAUNCHES,
@@ -35,7 +35,7 @@ from osu_dl_bench.jobs.options import (
     parse_process_counts,
     resolve_library_file,
 )
-from osu_dl_bench.measurement.options import parse_allocated_sizes
+from osu_dl_bench.measurement.bench_config import parse_allocated_sizes
 from osu_dl_bench.paths import check_writable_directory
 from osu_dl_bench.runtime.start import DEFAULT_THREAD_LEVEL, THREAD_LEVELS
 

@@ -48,7 +48,7 @@ def run_train_bench(cfg: TrainBenchConfig) -> int:
     from osu_dl_bench.jobs.orchestrate import JobFailed, JobOutcome
     from osu_dl_bench.train.bench_report import merge_parts, training_points
     from osu_dl_bench.train.comparison import GROUPS
-    from osu_dl_bench.train.options import check_train_config, require_libraries
+    from osu_dl_bench.train.config import check_train_config, require_libraries
 
     # One message and exit 2 before any job starts, and before the run directory exists.
     check_train_config(workload(cfg))

@@ -14,7 +14,7 @@ from osu_dl_bench.commands.arguments import (
     positive_seconds,
 )
 from osu_dl_bench.train.bench_config import RECORDED_OPTIONS, TrainBenchConfig
-from osu_dl_bench.train.options import MODELS
+from osu_dl_bench.train.config import MODELS
 
 # The subcommand's line in 'osu-dl-bench --help'.
 HELP = "training throughput: our trainer (fixed, native, tuned) vs PyTorch DDP over Gloo"

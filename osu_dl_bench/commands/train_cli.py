@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from collectives.units import parse_size
-from osu_dl_bench.train.options import (
+from osu_dl_bench.train.config import (
     DATASETS,
     DEFAULT_DATA,
     FLOAT64_TOLERANCE,
@@ -162,7 +162,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 def start(cfg: TrainConfig) -> int:
     """Run the subcommand on its parsed options (MPI starts here where it needs it)."""
     from osu_dl_bench.runtime.agreement import agree_on_errors, agree_on_settings
-    from osu_dl_bench.train.options import (
+    from osu_dl_bench.train.config import (
         init_training_mpi,
         require_libraries,
         settings_every_rank_shares,

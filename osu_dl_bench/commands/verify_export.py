@@ -20,8 +20,8 @@ from osu_dl_bench.commands.verify_export_cli import VerifyExportConfig
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.c_client import build_client, client_argv, omb_binary, run_client
 from osu_dl_bench.jobs.launch import library_environment
-from osu_dl_bench.jobs.options import SweepConfig
 from osu_dl_bench.jobs.orchestrate import run_sweep
+from osu_dl_bench.jobs.sweep_config import SweepConfig
 from osu_dl_bench.measurement.store import RunStore
 from osu_dl_bench.selection.exports.readers import (
     Reader,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from osu_dl_bench.commands.arguments import seconds_up_to, whole_number, whole_number_up_to
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.jobs.options import MAX_BUDGET, MAX_LAUNCHES
+from osu_dl_bench.jobs.sweep_config import MAX_BUDGET, MAX_LAUNCHES
 
 # The subcommand's line in 'osu-dl-bench --help'.
 HELP = (

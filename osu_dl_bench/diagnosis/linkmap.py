@@ -56,13 +56,13 @@ from collectives.units import format_size
 from osu_dl_bench import __version__
 from osu_dl_bench.diagnosis.outliers import Finding, stand_out
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.measurement.bench_config import BW_WINDOW
 from osu_dl_bench.measurement.linkmap import (
     LATENCY_BYTES,
     LATENCY_ITERATIONS,
     LinkSamples,
     round_robin,
 )
-from osu_dl_bench.measurement.options import BW_WINDOW
 from osu_dl_bench.paths import os_reason, write_text_atomic
 
 FORMAT = 1

@@ -31,7 +31,6 @@ from typing import Any
 from osu_dl_bench import __version__
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs import runinfo
-from osu_dl_bench.jobs.options import command_line
 from osu_dl_bench.jobs.orchestrate import (
     Experiment,
     JobKey,
@@ -40,6 +39,7 @@ from osu_dl_bench.jobs.orchestrate import (
     run_experiment,
 )
 from osu_dl_bench.jobs.progress import Progress
+from osu_dl_bench.jobs.sweep_config import command_line
 from osu_dl_bench.measurement.store import RESULTS, RunStore, SweepPoint
 from osu_dl_bench.runtime.metadata import utc_now
 

@@ -29,7 +29,7 @@ from typing import IO
 
 from collectives.shape import JobShape
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.jobs.options import SRUN_MPI_PLUGIN, SweepConfig
+from osu_dl_bench.jobs.sweep_config import SRUN_MPI_PLUGIN, SweepConfig
 from osu_dl_bench.runtime.launcher import OVERSUBSCRIBED_CVARS
 from osu_dl_bench.runtime.slurm_env import slurm_job
 

@@ -35,15 +35,15 @@ from osu_dl_bench.jobs.launch import (
     job_environment,
     planner_command,
 )
-from osu_dl_bench.jobs.options import (
+from osu_dl_bench.jobs.progress import Progress, decode_event, format_duration, plan_lines
+from osu_dl_bench.jobs.stalls import StallReport
+from osu_dl_bench.jobs.sweep_config import (
     SweepConfig,
     check_local_process_counts,
     check_output_dir,
     check_run_dir,
     command_line,
 )
-from osu_dl_bench.jobs.progress import Progress, decode_event, format_duration, plan_lines
-from osu_dl_bench.jobs.stalls import StallReport
 from osu_dl_bench.measurement import heartbeat
 from osu_dl_bench.measurement.store import LOCK, RunLock, RunStore, StoreError
 from osu_dl_bench.paths import os_reason, write_text_atomic

@@ -28,7 +28,7 @@ from collectives.registry import lookup, parse_variant
 from collectives.shape import JobShape
 from collectives.units import split_variant_texts
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.jobs.options import SweepConfig
+from osu_dl_bench.jobs.sweep_config import SweepConfig
 from osu_dl_bench.measurement.kernel import plan_variants
 from osu_dl_bench.measurement.store import FOCUS_KEY, POINT_KEY, RunStore
 

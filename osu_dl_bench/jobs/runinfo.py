@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 from osu_dl_bench import __version__
-from osu_dl_bench.jobs.options import SweepConfig, command_line
+from osu_dl_bench.jobs.sweep_config import SweepConfig, command_line
 from osu_dl_bench.measurement.store import RunStore
 from osu_dl_bench.runtime.metadata import utc_now
 from osu_dl_bench.runtime.slurm_env import slurm_job

@@ -27,7 +27,6 @@ from collectives.specs import SPECS
 from osu_dl_bench.errors import UsageError, ValidationFailure
 from osu_dl_bench.jobs import runinfo
 from osu_dl_bench.jobs.launch import expected_shape
-from osu_dl_bench.jobs.options import SweepConfig, check_output_dir, check_run_dir
 from osu_dl_bench.jobs.plan import (
     FILE_GROUP,
     MPI_GROUP,
@@ -48,6 +47,7 @@ from osu_dl_bench.jobs.plan import (
     sweep_groups,
 )
 from osu_dl_bench.jobs.progress import encode_event, plan_line, point_line, skipped_lines
+from osu_dl_bench.jobs.sweep_config import SweepConfig, check_output_dir, check_run_dir
 from osu_dl_bench.measurement import heartbeat
 from osu_dl_bench.measurement.calibration import run_calibration
 from osu_dl_bench.measurement.kernel import (

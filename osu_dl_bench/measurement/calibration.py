@@ -328,7 +328,7 @@ def run_calibration_job(comm, run_dir: str, message_size: str, rounds: int, appe
     ``message_size`` ('MIN:MAX') and write (rank 0) the calibration into ``run_dir``, or
     add it to the earlier ones (``append``)."""
     from collectives.units import doubling_sizes
-    from osu_dl_bench.measurement.options import parse_size_range
+    from osu_dl_bench.measurement.bench_config import parse_size_range
     from osu_dl_bench.measurement.reference import ReferenceTimer
 
     sizes = doubling_sizes(*parse_size_range(message_size, 8))

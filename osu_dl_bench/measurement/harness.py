@@ -18,6 +18,7 @@ from collectives.device import STAGING_NOTE, needs_staging
 from collectives.dtypes import ElementType
 from collectives.ops import ReduceOp
 from collectives.registry import BoundCalls
+from osu_dl_bench.measurement.bench_config import BenchConfig
 from osu_dl_bench.measurement.bounds import BACKEND as bounds_backend
 from osu_dl_bench.measurement.bounds import bound_calls, bound_labels
 from osu_dl_bench.measurement.kernel import (
@@ -29,7 +30,6 @@ from osu_dl_bench.measurement.kernel import (
     measure_osu,
     prepare_inputs,
 )
-from osu_dl_bench.measurement.options import BenchConfig
 from osu_dl_bench.measurement.ranks import (
     ClockSync,
     RankTimes,

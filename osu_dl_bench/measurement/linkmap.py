@@ -35,8 +35,8 @@ from mpi4py import MPI
 from collectives import Buffers
 from collectives.topology import split_nodes
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.measurement.bench_config import BW_WINDOW
 from osu_dl_bench.measurement.kernel import FAULT_ENV
-from osu_dl_bench.measurement.options import BW_WINDOW
 from osu_dl_bench.measurement.p2p import bandwidth_mbs, pair_round, time_pair
 from osu_dl_bench.runtime.agreement import wait_politely
 

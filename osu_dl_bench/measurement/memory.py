@@ -12,7 +12,7 @@ from collectives import device as cuda_device
 from collectives.specs import CallShape, CollectiveSpec
 from collectives.units import format_size
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.measurement.options import host_memory_bytes
+from osu_dl_bench.measurement.bench_config import host_memory_bytes
 from osu_dl_bench.runtime.agreement import agree_on_errors
 
 MEMINFO = "/proc/meminfo"

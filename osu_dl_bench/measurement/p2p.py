@@ -26,9 +26,9 @@ from collectives.device import (
 from collectives.registry import CollectiveCall
 from collectives.specs import input_values
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.measurement.bench_config import BW_WINDOW, BenchConfig
 from osu_dl_bench.measurement.harness import Setting
 from osu_dl_bench.measurement.kernel import count_wrong, timed_round
-from osu_dl_bench.measurement.options import BW_WINDOW, BenchConfig
 from osu_dl_bench.measurement.records import BenchRecord
 from osu_dl_bench.runtime.topology import Topology
 

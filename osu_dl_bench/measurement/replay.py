@@ -24,6 +24,7 @@ from collectives import Buffers, CollectiveSpec
 from collectives.dtypes import ElementType
 from collectives.ops import ReduceOp
 from collectives.registry import CollectiveCall
+from osu_dl_bench.measurement.bench_config import BenchConfig
 from osu_dl_bench.measurement.kernel import (
     Inputs,
     OsuStats,
@@ -32,7 +33,6 @@ from osu_dl_bench.measurement.kernel import (
     timed_round,
     validate,
 )
-from osu_dl_bench.measurement.options import BenchConfig
 
 # A step of ResNet-50 moves ~100 MB per rank: fewer steps than OSU's 100 large messages
 # keep a three-candidate replay within seconds to a minute; -i and -x override.

@@ -13,7 +13,7 @@ from collectives.dtypes import element_type
 from collectives.specs import SPECS
 from osu_dl_bench import __version__
 from osu_dl_bench.measurement import bounds
-from osu_dl_bench.measurement.options import BenchConfig
+from osu_dl_bench.measurement.bench_config import BenchConfig
 from osu_dl_bench.measurement.records import BenchRecord
 
 SIZE_WIDTH = 10

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from osu_dl_bench.train.options import TrainConfig
+from osu_dl_bench.train.config import TrainConfig
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,7 @@ def thread_counts() -> dict[str, Any]:
 def measure_launch(cfg: TrainBenchConfig) -> dict[str, Any] | None:
     """Inside mpiexec: build this launch's configurations, measure them in rotated rounds;
     rank 0's record of the launch (None on the other ranks)."""
-    from osu_dl_bench.train.options import init_training_mpi
+    from osu_dl_bench.train.config import init_training_mpi
 
     # MPI starts first, at the trainer's thread level: the registry (train.comparison's
     # imports) would start it at import, at mpi4py's default level.

@@ -20,8 +20,8 @@ from functools import lru_cache
 import numpy as np
 import torch
 
+from osu_dl_bench.train.config import TrainConfig, batch_share
 from osu_dl_bench.train.models import InputShape
-from osu_dl_bench.train.options import TrainConfig, batch_share
 
 TEST_FRACTION = 0.2
 

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from collectives.backends import bcast_bytes
-from osu_dl_bench.train.options import TrainConfig
+from osu_dl_bench.train.config import TrainConfig
 from osu_dl_bench.train.reducer import StepComm
 from osu_dl_bench.train.session import Session
 from osu_dl_bench.train.trainer import StepStats, make_optimizer

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.train.options import TrainConfig
+from osu_dl_bench.train.config import TrainConfig
 
 
 @dataclass(frozen=True)

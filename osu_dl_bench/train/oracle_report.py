@@ -63,7 +63,7 @@ def _measured(path: str | None) -> tuple[dict, dict[str, float]]:
 
 
 def _train_config(request: TrainReportRequest, measured: dict):
-    from osu_dl_bench.train.options import TrainConfig
+    from osu_dl_bench.train.config import TrainConfig
 
     pick = lambda key, default: measured.get(key) or default  # noqa: E731
     return TrainConfig(

@@ -31,7 +31,7 @@ from collectives.registry import CollectiveCall, parse_variant
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.runtime.topology import Topology
 from osu_dl_bench.selection.selector import Query, Selector
-from osu_dl_bench.train.options import TrainConfig
+from osu_dl_bench.train.config import TrainConfig
 
 # The collectives a tuning table must cover unless fixed on the command line: the
 # gradient allreduce and the start-up broadcast. Others (metrics) fall back to native.

@@ -28,10 +28,10 @@ from osu_dl_bench.runtime.metadata import collect_metadata
 from osu_dl_bench.train import checkpoint as ckpt
 from osu_dl_bench.train.comm_hooks import wrong_allreduce_hook
 from osu_dl_bench.train.comm_thread import CommThread
+from osu_dl_bench.train.config import TrainConfig, check_output_paths
 from osu_dl_bench.train.data import DataSplits, ShardedSampler, eval_shard, load_data
 from osu_dl_bench.train.device import place
 from osu_dl_bench.train.models import InputShape, build_model, has_batch_norm, parameter_count
-from osu_dl_bench.train.options import TrainConfig, check_output_paths
 from osu_dl_bench.train.progress import ProgressBar, progress_enabled
 from osu_dl_bench.train.records import (
     EpochRecord,

@@ -20,7 +20,7 @@ from osu_dl_bench.runtime.agreement import agree_on_errors
 from osu_dl_bench.runtime.start import thread_level_name
 from osu_dl_bench.runtime.topology import Topology, discover_topology
 from osu_dl_bench.train.comm_thread import CommThread
-from osu_dl_bench.train.options import TrainConfig
+from osu_dl_bench.train.config import TrainConfig
 from osu_dl_bench.train.policy import BoundCollective, CollectivePolicy, build_policy
 
 T = TypeVar("T")

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.train.config import DEFAULT_DATA, MODELS, TORCH_EXTRA, TrainConfig
 from osu_dl_bench.train.ddp_defaults import DEFAULT_BUCKET_CAP, DEFAULT_FIRST_BUCKET
-from osu_dl_bench.train.options import DEFAULT_DATA, MODELS, TORCH_EXTRA, TrainConfig
 
 REFERENCE_MODELS = ("resnet50", "vgg16", "alexnet")
 MODEL_NAMES = (*MODELS, *REFERENCE_MODELS)

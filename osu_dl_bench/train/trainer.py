@@ -28,8 +28,8 @@ from osu_dl_bench.train.comm_hooks import (
     perturb_first_element,
     share_divisor,
 )
+from osu_dl_bench.train.config import TrainConfig
 from osu_dl_bench.train.device import array_view, device_idle, ready_marker
-from osu_dl_bench.train.options import TrainConfig
 from osu_dl_bench.train.reducer import GradientReducer, StepComm
 from osu_dl_bench.train.session import Session
 

@@ -17,12 +17,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from osu_dl_bench.train.device import host_copy
-from osu_dl_bench.train.options import (
+from osu_dl_bench.train.config import (
     FLOAT64_TOLERANCE,
     FP16_RELATIVE_TOLERANCE,
     TrainConfig,
 )
+from osu_dl_bench.train.device import host_copy
 from osu_dl_bench.train.session import Session
 from osu_dl_bench.train.trainer import make_optimizer
 
@@ -70,7 +70,7 @@ class Divergence:
 
 def tolerance_for(cfg: TrainConfig, scale: float) -> float:
     """--tolerance if given; else float64's, or with fp16 compression a bound relative to
-    ``scale``, the largest |parameter| (options.py states both)."""
+    ``scale``, the largest |parameter| (train.config states both)."""
     if cfg.tolerance is not None:
         return cfg.tolerance
     if cfg.fp16_compress:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from mpirun import MPIEXEC, REPO, mpi_env, run_mpi, run_with_timeout
 
-from osu_dl_bench.measurement.options import host_memory_bytes
+from osu_dl_bench.measurement.bench_config import host_memory_bytes
 from osu_dl_bench.runtime.text import printable
 
 DRIVER = str(REPO / "tests" / "drivers" / "uneven_errors.py")

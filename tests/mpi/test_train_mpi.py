@@ -11,7 +11,7 @@ import sys
 import pytest
 from mpirun import REPO, mpi_env, run_cli, run_mpi, run_with_timeout
 
-from osu_dl_bench.train.options import FLOAT64_TOLERANCE
+from osu_dl_bench.train.config import FLOAT64_TOLERANCE
 
 _MISSING = [m for m in ("torch", "sklearn") if importlib.util.find_spec(m) is None]
 pytestmark = pytest.mark.skipif(

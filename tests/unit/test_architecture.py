@@ -42,7 +42,7 @@ def test_the_layer_contracts_hold():
     ("module", "line", "contract"),
     [
         ("osu_dl_bench/selection/summary.py", "import osu_dl_bench.commands.plot", "floors"),
-        ("osu_dl_bench/measurement/store.py", "import osu_dl_bench.jobs.options", "floors"),
+        ("osu_dl_bench/measurement/store.py", "import osu_dl_bench.jobs.sweep_config", "floors"),
         ("collectives/units.py", "import osu_dl_bench.errors", "collectives"),
     ],
 )
@@ -62,9 +62,10 @@ def test_the_catalog_and_option_parsing_start_no_mpi():
     code = (
         "import sys\n"
         "import collectives, collectives.errors, collectives.units\n"
-        "import osu_dl_bench.cli, osu_dl_bench.measurement.options, osu_dl_bench.jobs.options\n"
+        "import osu_dl_bench.cli, osu_dl_bench.measurement.bench_config\n"
+        "import osu_dl_bench.jobs.sweep_config\n"
         "import osu_dl_bench.commands.bench_cli, osu_dl_bench.commands.sweep_cli\n"
-        "import osu_dl_bench.commands.tune_cli, osu_dl_bench.train.options\n"
+        "import osu_dl_bench.commands.tune_cli, osu_dl_bench.train.config\n"
         "import osu_dl_bench.commands.train_cli\n"
         "osu_dl_bench.cli.build_parser().parse_args(['bench', 'allreduce'])\n"
         "print('mpi4py.MPI' in sys.modules)\n"

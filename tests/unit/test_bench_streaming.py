@@ -8,7 +8,7 @@ from mpi4py import MPI
 
 from osu_dl_bench.cli import build_parser
 from osu_dl_bench.commands import bench
-from osu_dl_bench.commands.bench_options import config_from_args
+from osu_dl_bench.commands.bench_cli import config_from_args
 
 SIZES = (8, 16, 32)
 

@@ -19,9 +19,8 @@ from collectives.common import LinkCost, Machine
 from collectives.registry import LIBRARIES, Algorithm, Counterpart, Split, largest_block
 from collectives.specs import SPECS
 from osu_dl_bench.commands.bench_cli import add_arguments, config_from_args
-from osu_dl_bench.jobs.options import parse_collectives
-from osu_dl_bench.measurement import options as bench_options
-from osu_dl_bench.measurement import report
+from osu_dl_bench.jobs.sweep_config import parse_collectives
+from osu_dl_bench.measurement import bench_config, report
 from osu_dl_bench.model.mpich_native import mpich_algorithm, native_label
 
 # Reads the whole catalog as `list`, the option help, the exports and the model do, then
@@ -146,7 +145,7 @@ def _bench_config(benchmark: str):
 
 
 def test_bench_and_sweep_offer_the_collectives_the_specs_describe():
-    offered = bench_options.BENCHMARKS
+    offered = bench_config.BENCHMARKS
     assert offered[: len(SPECS)] == tuple(SPECS)
     assert parse_collectives("all") == tuple(SPECS)
 

@@ -25,6 +25,7 @@ from osu_dl_bench.diagnosis.linkmap import (
 )
 from osu_dl_bench.diagnosis.outliers import Finding
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.measurement.bench_config import LINKMAP_MESSAGE_BYTES, LINKMAP_REPETITIONS
 from osu_dl_bench.measurement.linkmap import (
     LinkSamples,
     LinkSettings,
@@ -32,7 +33,6 @@ from osu_dl_bench.measurement.linkmap import (
     node_names,
     round_robin,
 )
-from osu_dl_bench.measurement.options import LINKMAP_MESSAGE_BYTES, LINKMAP_REPETITIONS
 
 SETTINGS = LinkSettings(message_bytes=64 << 10, windows=1, warmup_windows=0, repetitions=10)
 

@@ -93,7 +93,7 @@ def test_the_count_names_its_parts():
 
 
 def test_available_memory_is_positive_and_at_most_physical():
-    from osu_dl_bench.measurement.options import host_memory_bytes
+    from osu_dl_bench.measurement.bench_config import host_memory_bytes
 
     assert 0 < available_bytes() <= host_memory_bytes()
 
@@ -136,7 +136,7 @@ def test_bench_counts_every_staged_candidate_and_the_staging_bound(monkeypatch):
     from collectives.dtypes import element_type as etype_of
     from osu_dl_bench.cli import build_parser
     from osu_dl_bench.commands import bench
-    from osu_dl_bench.commands.bench_options import config_from_args
+    from osu_dl_bench.commands.bench_cli import config_from_args
     from osu_dl_bench.jobs.plan import variants_for
     from osu_dl_bench.measurement.harness import Setting
 

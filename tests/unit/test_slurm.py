@@ -13,7 +13,7 @@ from support.sweep import sweep_config
 
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs import runinfo, slurm
-from osu_dl_bench.jobs.options import check_script_values
+from osu_dl_bench.jobs.sweep_config import check_script_values
 from osu_dl_bench.runtime.launcher import local_rank_count
 from osu_dl_bench.runtime.slurm_env import parse_tasks_per_node, slurm_job
 

@@ -14,12 +14,12 @@ from collectives import algorithms
 from collectives.registry import Algorithm
 from collectives.units import split_variant_texts
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.jobs.options import (
+from osu_dl_bench.jobs.plan import finished_points, variants_for
+from osu_dl_bench.jobs.progress import Progress, decode_event, encode_event
+from osu_dl_bench.jobs.sweep_config import (
     parse_collectives,
     parse_process_counts,
 )
-from osu_dl_bench.jobs.plan import finished_points, variants_for
-from osu_dl_bench.jobs.progress import Progress, decode_event, encode_event
 from osu_dl_bench.measurement.schedule import (
     MAX_ITERATIONS,
     MAX_ROUNDS,

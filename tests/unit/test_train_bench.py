@@ -146,7 +146,7 @@ def _fake_launches(monkeypatch, fail_at=None):
 
     monkeypatch.setattr(train_bench, "launch_job", launch_job)
     monkeypatch.setattr("osu_dl_bench.jobs.launch.find_mpiexec", lambda: "/x/mpiexec")
-    monkeypatch.setattr("osu_dl_bench.train.options.require_libraries", lambda cfg: None)
+    monkeypatch.setattr("osu_dl_bench.train.config.require_libraries", lambda cfg: None)
     return ran
 
 

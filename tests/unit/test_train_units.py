@@ -15,7 +15,7 @@ import pytest
 
 from osu_dl_bench.commands.train_cli import add_arguments, config_from_args
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.train.options import MODELS
+from osu_dl_bench.train.config import MODELS
 
 needs_torch = pytest.mark.skipif(
     importlib.util.find_spec("torch") is None,
@@ -86,7 +86,7 @@ def test_help_states_the_bounds():
     ],
 )
 def test_unwritable_outputs_are_refused_before_training(option, path, message):
-    from osu_dl_bench.train.options import check_output_paths
+    from osu_dl_bench.train.config import check_output_paths
 
     cfg = config_from_args(_args(option, path))
     with pytest.raises(UsageError, match=message):
@@ -95,7 +95,7 @@ def test_unwritable_outputs_are_refused_before_training(option, path, message):
 
 
 def test_checkpoint_dir_must_be_creatable_and_writable(tmp_path):
-    from osu_dl_bench.train.options import check_output_paths
+    from osu_dl_bench.train.config import check_output_paths
 
     cfg = config_from_args(_args("--checkpoint-dir", "/proc/ck", "--checkpoint-every", "2"))
     with pytest.raises(UsageError, match="--checkpoint-dir /proc/ck: cannot create it"):
@@ -118,7 +118,7 @@ def test_data_defaults_follow_the_model_and_any_p_splits_the_batch():
 @pytest.mark.parametrize("batch, nprocs", [(64, 3), (64, 5), (64, 6), (7, 7), (60, 4)])
 def test_batch_shares_tile_the_batch_and_weights_make_the_global_mean(batch, nprocs):
     from osu_dl_bench.train.comm_hooks import share_divisor
-    from osu_dl_bench.train.options import batch_share
+    from osu_dl_bench.train.config import batch_share
 
     bounds = [batch_share(batch, nprocs, r) for r in range(nprocs)]
     assert bounds[0][0] == 0 and bounds[-1][1] == batch
@@ -357,7 +357,7 @@ def test_buckets_in_registered_memory_hold_the_gradients():
 
 
 def test_validate_trains_in_float64_with_a_float64_tolerance():
-    from osu_dl_bench.train.options import FLOAT64_TOLERANCE
+    from osu_dl_bench.train.config import FLOAT64_TOLERANCE
 
     plain, checked = config_from_args(_args()), config_from_args(_args("--validate"))
     assert plain.compute_dtype == "float32" and checked.compute_dtype == "float64"
@@ -372,7 +372,7 @@ def test_validate_trains_in_float64_with_a_float64_tolerance():
 
 @needs_torch
 def test_tolerance_is_stated_per_mode_and_fp16_scales_with_the_parameters():
-    from osu_dl_bench.train.options import FLOAT64_TOLERANCE, FP16_RELATIVE_TOLERANCE
+    from osu_dl_bench.train.config import FLOAT64_TOLERANCE, FP16_RELATIVE_TOLERANCE
     from osu_dl_bench.train.validate import tolerance_for
 
     cfg = config_from_args(_args("--validate"))
@@ -581,7 +581,7 @@ def test_checkpoint_loading_refuses_pickled_objects_and_bad_pointers(tmp_path):
 
 
 def test_train_refuses_torch_older_than_the_floor(monkeypatch):
-    from osu_dl_bench.train import options
+    from osu_dl_bench.train import config as options
 
     monkeypatch.setattr(options, "_installed_version", lambda name: "2.5.1+cpu")
     with pytest.raises(UsageError, match="torch >= 2.10.*found 2.5.1"):

@@ -16,7 +16,7 @@ from collectives.units import format_size, parse_size
 from osu_dl_bench.commands.bench_cli import add_arguments, config_from_args
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement import records
-from osu_dl_bench.measurement.options import (
+from osu_dl_bench.measurement.bench_config import (
     host_memory_bytes,
     parse_root,
     parse_size_range,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from collectives.units import doubling_sizes, split_variant_texts
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.measurement.options import COLLECTIVES
+from osu_dl_bench.measurement.bench_config import COLLECTIVES
 from osu_dl_bench.measurement.store import RunStore
 from osu_dl_bench.runtime.slurm_env import slurm_job
 

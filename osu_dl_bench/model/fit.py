@@ -22,8 +22,8 @@ from scipy.optimize import least_squares
 HUBER_K = 1.345  # 95% efficiency at the normal distribution
 PIECE_PENALTY = 0.01  # mean relative error a piece must save to be kept
 _MAD_TO_SIGMA = 1.4826
-# The threshold counts as settled within 0.1%: closer moves the fitted parameters by less
-# than their fourth digit, and each refit costs a solver run.
+# The threshold counts as settled within 0.1%: the fitted parameters then move in their
+# fourth digit at most, and each refit costs a solver run.
 _THRESHOLD_SETTLED = 1e-3
 
 
@@ -73,8 +73,10 @@ def robust_coefficients(design: np.ndarray, t: np.ndarray, iterations: int = 30)
     norms = np.linalg.norm(relative, axis=0)
     divisors = np.where(norms > 0, norms, 1.0)
     unit = relative / divisors
-    # Started inside the bounds: from z = 0 the solver cannot move off the bound.
-    z = _nonnegative_fit(unit, np.ones(unit.shape[1]), "linear", 1.0)
+    # Started from the plain least-squares solution (of least norm where the columns are
+    # collinear), kept inside the bounds: from z = 0 the solver cannot move off the bound.
+    start = np.linalg.lstsq(unit, np.ones(len(t)), rcond=None)[0]
+    z = _nonnegative_fit(unit, np.maximum(start, 1e-3), "linear", 1.0)
     threshold = 0.0
     # The threshold depends on the fit's residuals and the fit on the threshold: refit
     # until it settles (a fixed point, as the scale of Huber's M-estimate is re-estimated

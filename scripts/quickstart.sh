@@ -12,9 +12,9 @@ python3 -m venv .venv
 # unpinned torch would pull the multi-GB CUDA build. TORCH=none skips training.
 if [ "${TORCH:-2.13.0}" != none ]; then
     .venv/bin/pip install -q "torch==${TORCH:-2.13.0}"
-    .venv/bin/pip install -q -e '.[mpich,train]'
+    .venv/bin/pip install -q -e '.[mpich,plot,train]'
 else
-    .venv/bin/pip install -q -e '.[mpich]'
+    .venv/bin/pip install -q -e '.[mpich,plot]'
 fi
 export PATH="$PWD/.venv/bin:$PATH"
 run=runs/quickstart

@@ -27,6 +27,7 @@ from osu_dl_bench.paths import (
     write_atomic,
     write_text_atomic,
 )
+from osu_dl_bench.plotting import require_matplotlib
 
 MODULE = "osu_dl_bench.commands.calibration_job"
 
@@ -222,6 +223,7 @@ def run_accuracy(cfg: AccuracyConfig) -> int:
     """Compare every measured point with its prediction; the last line is the average."""
     from osu_dl_bench.model import accuracy
 
+    require_matplotlib("model accuracy")  # refused before the comparison, not at its plot
     source = Path(cfg.run_dir)
     default = source if source.is_dir() else source.parent
     if not cfg.platform.platform and not (default / PLATFORM_FILE).exists():

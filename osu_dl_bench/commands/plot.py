@@ -1,4 +1,5 @@
-"""``osu-dl-bench plot RUN_DIR``: PNGs of a sweep and its tuning table (matplotlib, Agg).
+"""``osu-dl-bench plot RUN_DIR``: PNGs of a sweep and its tuning table (matplotlib, Agg: the
+``plot`` extra).
 
 Per (collective, buffer kind, job shape): latency against size for every algorithm
 (log-log, median with the q1..q3 band) with the tuned choice drawn as a wide band and a
@@ -16,26 +17,14 @@ import pandas as pd
 
 from collectives.units import format_size
 from osu_dl_bench.commands.plot_cli import PlotConfig
-from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import RunStore
 from osu_dl_bench.paths import check_writable_directory, write_atomic
+from osu_dl_bench.plotting import pyplot
 
 if TYPE_CHECKING:  # imported in the functions: tuning loads mpi4py.MPI, parsing must not
     from osu_dl_bench.selection.table import Entry, TuningTable
 
 CHOICE_BAND = "#f2b705"
-
-
-def _pyplot():
-    """matplotlib's pyplot on the Agg backend (no display needed)."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise UsageError("plot needs matplotlib: pip install matplotlib") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _size_axis(ax, sizes, log_y: bool = True) -> None:
@@ -264,7 +253,7 @@ def plot_run(run_dir: str, table_path: str | None = None, out_dir: str | None = 
     from osu_dl_bench.selection.table import EntryKey
     from osu_dl_bench.selection.tune import run_decisions, select_rows
 
-    plt = _pyplot()
+    plt = pyplot("plot")
     rows, _, _ = select_rows(RunStore(run_dir).load(), None, None)
     rows = over_launches(rows)
     table = _table_for(run_dir, table_path)

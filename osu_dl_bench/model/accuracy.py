@@ -29,6 +29,7 @@ from osu_dl_bench.model.corrections import formula_parts
 from osu_dl_bench.model.platform import Platform
 from osu_dl_bench.model.state import state_factors
 from osu_dl_bench.paths import write_atomic
+from osu_dl_bench.plotting import pyplot
 
 LARGE_BYTES = 64 << 10
 POINT = list(measured.POINT)
@@ -238,11 +239,7 @@ def report(
 
 def plot(result: pd.DataFrame, path: Path) -> Path:
     """Predicted against measured, log-log, one colour per process count."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot("model accuracy")
     ok = result.dropna(subset=["accuracy"])
     fig, ax = plt.subplots(figsize=(6.5, 6))
     for p, rows in ok.groupby("nprocs"):

@@ -1,9 +1,9 @@
-"""Robust least squares for the model's parameters (numpy only).
+"""Robust least squares for the model's parameters (scipy.optimize.least_squares).
 
 Times are fitted on *relative* residuals, ``(model - t) / t``, because the model is judged
 by relative accuracy and a 16 MiB point must not drown an 8-byte one. Outliers (the
-machine's speed swings) are down-weighted by iteratively reweighted least squares with
-Huber weights on residuals scaled by their median absolute deviation.
+machine's speed swings) weigh less under Huber loss, its threshold HUBER_K times the
+residuals' median absolute deviation (as a normal sigma), with non-negative coefficients.
 
 ``fit_pieces`` fits a piecewise line with one shared intercept: it tries every split of
 the sorted sizes into up to ``max_pieces`` runs of at least ``min_points`` sizes, and
@@ -17,10 +17,14 @@ import itertools
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.optimize import least_squares
 
 HUBER_K = 1.345  # 95% efficiency at the normal distribution
 PIECE_PENALTY = 0.01  # mean relative error a piece must save to be kept
 _MAD_TO_SIGMA = 1.4826
+# The threshold counts as settled within 0.1%: the fitted parameters then move in their
+# fourth digit at most, and each refit costs a solver run.
+_THRESHOLD_SETTLED = 1e-3
 
 
 @dataclass(frozen=True)
@@ -33,45 +37,58 @@ class LineFit:
     error: float
 
 
-def _huber_weights(residuals: np.ndarray) -> np.ndarray:
-    scale = _MAD_TO_SIGMA * np.median(np.abs(residuals - np.median(residuals)))
-    if scale <= 0:
-        return np.ones_like(residuals)
-    u = np.abs(residuals) / (HUBER_K * scale)
-    return np.where(u <= 1, 1.0, 1.0 / np.maximum(u, 1e-300))
+def _huber_threshold(relative: np.ndarray) -> float:
+    """HUBER_K robust standard deviations of the residuals: their median absolute
+    deviation, scaled to a normal distribution's sigma."""
+    spread = np.median(np.abs(relative - np.median(relative)))
+    return float(HUBER_K * _MAD_TO_SIGMA * spread)
 
 
-def _weighted_nonnegative(design: np.ndarray, t: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """argmin sum w (design c - t)^2 over c >= 0 (two columns: try each active set)."""
-    sw = np.sqrt(w)
-    coef = np.linalg.lstsq(design * sw[:, None], t * sw, rcond=None)[0]
-    if np.all(coef >= 0):
-        return coef
-    best, best_cost = np.zeros(design.shape[1]), np.inf
-    for keep in range(design.shape[1]):
-        col = design[:, keep]
-        c = max(0.0, float(np.sum(w * col * t) / max(np.sum(w * col * col), 1e-300)))
-        cost = float(np.sum(w * (col * c - t) ** 2))
-        if cost < best_cost:
-            best, best_cost = np.zeros(design.shape[1]), cost
-            best[keep] = c
-    return best
+def _nonnegative_fit(unit: np.ndarray, start: np.ndarray, loss: str, threshold: float):
+    """argmin over z >= 0 of the ``loss`` of the residuals ``unit @ z - 1``.
+
+    scipy.optimize.least_squares minimises 0.5 * sum(C**2 * rho(f**2 / C**2)) with C =
+    ``f_scale``, and for loss="huber" rho(z) = z if z <= 1 else 2 * z**0.5 - 1: a residual
+    is squared up to C and counted linearly beyond, so C is the Huber threshold on the
+    residuals' own scale (https://docs.scipy.org/doc/scipy/reference/generated/
+    scipy.optimize.least_squares.html)."""
+    fit = least_squares(
+        lambda z: unit @ z - 1.0,
+        start,
+        jac=lambda z: unit,
+        bounds=(0, np.inf),
+        loss=loss,
+        f_scale=threshold,
+    )
+    return fit.x
 
 
 def robust_coefficients(design: np.ndarray, t: np.ndarray, iterations: int = 30) -> np.ndarray:
     """c >= 0 (one or two columns) minimising Huber loss on the relative residuals of
-    design @ c against t (iteratively reweighted least squares)."""
-    base = 1.0 / t**2  # relative residuals: (model - t) / t
-    w = base.copy()
-    coef = np.zeros(design.shape[1])
+    design @ c against t, with a threshold of HUBER_K robust sigmas of those residuals
+    (re-estimated at most ``iterations`` times)."""
+    relative = design / t[:, None]  # relative @ c - 1 = (design @ c - t) / t
+    # Columns of unit norm: per-message and per-byte coefficients differ by ~1e4, and the
+    # solver's tolerances are relative to the whole vector.
+    norms = np.linalg.norm(relative, axis=0)
+    divisors = np.where(norms > 0, norms, 1.0)
+    unit = relative / divisors
+    # Started from the plain least-squares solution (of least norm where the columns are
+    # collinear), kept inside the bounds: from z = 0 the solver cannot move off the bound.
+    start = np.linalg.lstsq(unit, np.ones(len(t)), rcond=None)[0]
+    z = _nonnegative_fit(unit, np.maximum(start, 1e-3), "linear", 1.0)
+    threshold = 0.0
+    # The threshold depends on the fit's residuals and the fit on the threshold: refit
+    # until it settles (a fixed point, as the scale of Huber's M-estimate is re-estimated
+    # at each step), each time from the last fit, kept off the bound.
     for _ in range(iterations):
-        new = _weighted_nonnegative(design, t, w)
-        rel = (design @ new - t) / t
-        w = base * _huber_weights(rel)
-        if np.allclose(new, coef, rtol=1e-10, atol=0):
-            break
-        coef = new
-    return coef
+        new = _huber_threshold(unit @ z - 1.0)
+        if new <= 0 or np.isclose(new, threshold, rtol=_THRESHOLD_SETTLED, atol=0):
+            break  # an exact fit has no outliers to weigh down; a settled threshold is done
+        threshold = new
+        z = _nonnegative_fit(unit, np.maximum(z, 1e-3), "huber", threshold)
+    # A column of zeros predicts nothing: its coefficient is 0, not the solver's start.
+    return np.where(norms > 0, z / divisors, 0.0)
 
 
 def robust_line(

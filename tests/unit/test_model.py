@@ -57,6 +57,21 @@ def test_robust_line_recovers_alpha_beta_despite_outliers():
     assert fit.slope == pytest.approx(BETA, rel=0.05)
 
 
+def test_robust_line_without_intercept_recovers_the_slope_despite_outliers():
+    fit = robust_line(SIZES, _noisy(BETA * SIZES), intercept=False)
+    assert fit.intercept == 0.0 and fit.slope == pytest.approx(BETA, rel=0.05)
+
+
+def test_robust_line_keeps_both_coefficients_non_negative():
+    sizes = SIZES[SIZES >= 4096]
+    # A line through these times would start below zero: the intercept stays at 0.
+    rising = robust_line(sizes, BETA * (sizes - 2048))
+    assert 0 <= rising.intercept < 1e-6 * ALPHA and rising.slope == pytest.approx(BETA, rel=0.05)
+    # Times that fall with size: the slope stays at 0, the intercept their level.
+    falling = robust_line(sizes, 1e-3 - 1e-12 * sizes)
+    assert 0 <= falling.slope < 1e-6 * BETA and falling.intercept == pytest.approx(1e-3, rel=0.02)
+
+
 def test_fit_pieces_finds_the_regime_change():
     times = 1e-6 + np.where(SIZES < 2**20, 3e-11, 1.2e-10) * SIZES
     pieces = fit_pieces(SIZES, times)

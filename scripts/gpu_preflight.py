@@ -32,7 +32,6 @@ DEPENDENCIES = [
     ("pandas", "pandas", "pip install pandas"),
     ("scipy", "scipy", "pip install scipy"),
     ("tqdm", "tqdm", "pip install tqdm"),
-    ("matplotlib", "matplotlib", "pip install matplotlib"),
     (
         "jsonschema",
         "jsonschema (+ referencing, jsonschema-specifications, rpds-py, attrs)",

@@ -32,15 +32,23 @@ def whole_number(least: int, most: int) -> Callable[[str], int]:
     return parse
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: a whole number >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
+def whole_number_from(least: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= ``least``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = least - 1
+        if value < least:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {least}, got {text!r}")
+        return value
+
+    return parse
+
+
+positive_int = whole_number_from(1)
+non_negative_int = whole_number_from(0)
 
 
 def seconds_up_to(limit: float) -> Callable[[str], float]:
@@ -68,17 +76,6 @@ def whole_number_up_to(limit: int) -> Callable[[str], int]:
         return value
 
     return parse
-
-
-def non_negative_int(text: str) -> int:
-    """An argparse type: a whole number >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
-    return value
 
 
 def positive_seconds(text: str) -> float:

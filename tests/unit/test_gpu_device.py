@@ -229,7 +229,8 @@ def test_each_staged_point_to_point_message_pays_its_own_copy(
     assert (copies["get"], copies["set"]) == expected
 
 
-def test_staging_holds_bounded_pinned_memory_over_sizes_and_variants(cupy, monkeypatch):
+def _live_pinned_bytes(monkeypatch) -> dict[int, int]:
+    """The pinned host arrays device allocates from now on that are still alive, by id."""
     import weakref
 
     live: dict[int, int] = {}
@@ -242,6 +243,11 @@ def test_staging_holds_bounded_pinned_memory_over_sizes_and_variants(cupy, monke
         return array
 
     monkeypatch.setattr(device, "_pinned", tracked)
+    return live
+
+
+def test_staging_holds_bounded_pinned_memory_over_sizes_and_variants(cupy, monkeypatch):
+    live = _live_pinned_bytes(monkeypatch)
     monkeypatch.setattr(device, "RECV_MIRROR_BYTES", 2**16)
     variants = [device.staged(_noop), device.staged(_noop)]
     for exponent in range(4, 17):
@@ -256,19 +262,8 @@ def test_staging_holds_bounded_pinned_memory_over_sizes_and_variants(cupy, monke
 
 @pytest.mark.parametrize("order", ["ascending", "descending", "shuffled"])
 def test_a_staged_calls_receive_mirrors_peak_at_recv_mirror_bytes(cupy, monkeypatch, order):
-    import weakref
-
-    live: dict[int, int] = {}
+    live = _live_pinned_bytes(monkeypatch)
     peak = [0]
-    real = device._pinned
-
-    def tracked(shape, dtype):
-        array = real(shape, dtype)
-        live[id(array)] = array.nbytes
-        weakref.finalize(array, live.pop, id(array))
-        return array
-
-    monkeypatch.setattr(device, "_pinned", tracked)
     monkeypatch.setattr(device, "RECV_MIRROR_BYTES", 2**16)
     sizes = [2**exponent for exponent in range(4, 17)]
     sizes = {"ascending": sizes, "descending": sizes[::-1]}.get(order, sizes[5:] + sizes[:5])

@@ -40,7 +40,7 @@ _PERCENT = f"{(SLOWER - 1) * 100:.0f}"
 # What stands for the decisions when a run holds train-bench's training steps.
 TRAINING_DECISIONS = (
     "# decisions: none: a run holds train-bench's training steps, whose configurations "
-    "no tuning table chooses; their times, configuration by configuration, follow"
+    "no tuning table chooses; each configuration's step time in both runs follows"
 )
 
 
@@ -53,17 +53,46 @@ def run_compare(cfg: CompareConfig) -> int:
     if both.empty:
         at = f" at p = {cfg.nprocs_text}" if cfg.nprocs else ""
         raise UsageError(f"{cfg.run_a} and {cfg.run_b} share no measured point{at}")
-    training = is_training_run(a) or is_training_run(b)
-    decisions = TRAINING_DECISIONS if training else None
-    reports = [
-        decisions or decision_report(cfg.run_a, cfg.run_b, cfg.table, cfg.nprocs),
-        shift_report(both, cfg.run_a, cfg.run_b),
-    ]
+    if is_training_run(a) or is_training_run(b):
+        reports = _training_reports(cfg, both)
+    else:
+        reports = [
+            decision_report(cfg.run_a, cfg.run_b, cfg.table, cfg.nprocs),
+            shift_report(both, cfg.run_a, cfg.run_b),
+        ]
     text = "\n\n".join(reports)
     print(text, flush=True)
     if cfg.out:
         write_text_atomic(cfg.out, f"# command: {shlex.join(command_line(cfg))}\n{text}\n")
     return 0
+
+
+def _training_reports(cfg: CompareConfig, both) -> list[str]:
+    """Two train-bench runs: no decisions (no table chooses a configuration), each
+    configuration's step time in both and its shift."""
+    if cfg.table:
+        raise UsageError(
+            f"--table {cfg.table}: {cfg.run_a} or {cfg.run_b} holds train-bench's training "
+            "steps, whose configurations no tuning table chooses"
+        )
+    return [TRAINING_DECISIONS, configuration_report(both, cfg.run_a, cfg.run_b)]
+
+
+def configuration_report(both, run_a: str, run_b: str) -> str:
+    """One line per training configuration and p: its step time in each run and the
+    shift, as measured and relative to the median shift at its p."""
+    lines = [
+        f"# {run_a} against {run_b}: {len(both)} configurations measured by both",
+        f"{'configuration':<40}{'p':>4}{'step A (ms)':>13}{'step B (ms)':>13}"
+        f"{'shift':>9}{'relative':>10}",
+    ]
+    for row in both.sort_values(["nprocs", "algorithm"]).itertuples(index=False):
+        lines.append(
+            f"{row.algorithm:<40}{row.nprocs:>4}{row.median_us_a / 1e3:>13.2f}"
+            f"{row.median_us_b / 1e3:>13.2f}{(row.shift - 1) * 100:>8.1f}%"
+            f"{(row.relative - 1) * 100:>9.1f}%"
+        )
+    return "\n".join(lines)
 
 
 def command_line(cfg: CompareConfig) -> list[str]:

@@ -18,7 +18,7 @@ from osu_dl_bench.commands.model_cli import (
 )
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.calibration import CALIBRATION_CSV
-from osu_dl_bench.measurement.store import RESULTS
+from osu_dl_bench.measurement.store import RESULTS, RunStore, collective_rows
 from osu_dl_bench.model.platform import Platform, load_platform, with_inter
 from osu_dl_bench.model.platform_fit import PLATFORM_FILE, fit_platform, has_calibration
 from osu_dl_bench.paths import (
@@ -114,6 +114,8 @@ def run_fit(cfg: FitConfig) -> int:
     run_dir = Path(cfg.run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise UsageError(f"RUN_DIR {run_dir}: expected a directory, got a file")
+    if cfg.corrections and (run_dir / RESULTS).is_file():
+        collective_rows(RunStore(run_dir).read()[0], run_dir)  # before minutes of calibrating
     calibrated = has_calibration(run_dir)
     if cfg.calibrate == "never" and not calibrated:
         raise UsageError(f"{run_dir}: no {CALIBRATION_CSV} and --calibrate never")

@@ -77,7 +77,7 @@ def load_rows(source: str | Path) -> pd.DataFrame:
     missing = [c for c in _NEEDED if c not in frame.columns]
     if missing:
         raise UsageError(f"{path}: expected sweep columns {_NEEDED}; missing {missing}")
-    return model_rows(collective_rows(frame, path))
+    return model_rows(collective_rows(frame, path.parent if path.name == RESULTS else path))
 
 
 def points(rows: pd.DataFrame) -> pd.DataFrame:

@@ -50,7 +50,12 @@ def test_compare_gives_the_shift_of_two_training_runs(tmp_path, capsys):
     assert main(["compare", str(a), str(b)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("# decisions: none: a run holds train-bench's training steps")
-    assert f"# {a} against {b}: 3 points measured by both" in out
+    assert f"# {a} against {b}: 3 configurations measured by both" in out
+    lines = out.splitlines()
+    assert [line.split()[0] for line in lines[-3:]] == ["ddp-gloo", "native", "tuned"]
+    assert all(line.split()[-2:] == ["0.0%", "0.0%"] for line in lines[-3:])
+    assert main(["compare", str(a), str(b), "--table", str(tmp_path / "t.json")]) == 2
+    assert "whose configurations no tuning table chooses" in capsys.readouterr().err
 
 
 def test_a_sweep_merged_with_training_steps_is_tuned_on_its_collectives(tmp_path):
@@ -62,3 +67,10 @@ def test_a_sweep_merged_with_training_steps_is_tuned_on_its_collectives(tmp_path
     assert set(frame["collective"]) == {"allreduce", TRAINING_STEP}
     table, _ = build_table(run)
     assert {entry.key.collective for entry in table.entries} == {"allreduce"}
+
+
+def test_model_fit_refuses_a_training_run_before_it_calibrates(tmp_path, capsys):
+    run = _training_run(tmp_path / "train")
+    assert main(["model", "fit", str(run)]) == 2
+    assert f"{run}: holds train-bench's training steps" in capsys.readouterr().err
+    assert not (run / "calibration.csv").exists()

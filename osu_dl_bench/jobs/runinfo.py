@@ -10,7 +10,7 @@ from typing import Any
 
 from osu_dl_bench import __version__
 from osu_dl_bench.jobs.sweep_config import SweepConfig, command_line
-from osu_dl_bench.measurement.store import RunStore
+from osu_dl_bench.measurement.store import RunStore, launch_entries
 from osu_dl_bench.runtime.metadata import utc_now
 from osu_dl_bench.runtime.slurm_env import slurm_job
 
@@ -101,7 +101,7 @@ def record_job(store: RunStore, nprocs: int, job: dict[str, Any], launch: str = 
         previous.append(earlier)
     launches[launch] = {**job, "previous": previous} if previous else job
     jobs[str(nprocs)] = {"launches": launches}
-    entries = [entry for count in jobs.values() for entry in _launch_entries(count)]
+    entries = [entry for count in jobs.values() for entry in launch_entries(count)]
     # A launch record of an experiment may lack the library's fields (a job that ended
     # before it could say): the run keeps what an earlier job said.
     library = ("mpi_library", "mpi_version", "mpi4py_version")
@@ -112,11 +112,6 @@ def record_job(store: RunStore, nprocs: int, job: dict[str, Any], launch: str = 
         ppn=max(e.get("ppn", 0) for e in entries),
     )
     store.write_metadata(metadata)
-
-
-def _launch_entries(job: dict[str, Any]) -> list[dict[str, Any]]:
-    """A process count's launch entries (a run written before launches: its one job)."""
-    return list((job.get("launches") or {}).values()) or [job]
 
 
 def record_stall(store: RunStore, stall: dict[str, Any]) -> None:

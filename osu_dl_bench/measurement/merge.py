@@ -27,6 +27,7 @@ from osu_dl_bench.measurement.store import (
     SWEEP_FIELDS,
     RunStore,
     SweepPoint,
+    launch_entries,
 )
 from osu_dl_bench.runtime.metadata import utc_now
 
@@ -167,11 +168,12 @@ def merged_metadata(
     ``command``, the merge's command line."""
     merged = {**metadata[-1], "schema_version": SCHEMA_VERSION}
     jobs = _merged_jobs(metadata)
+    entries = [entry for job in jobs.values() for entry in launch_entries(job)]
     merged.update(
         jobs=jobs,
         hosts=sorted({h for meta in metadata for h in meta.get("hosts") or []}),
-        nodes=max((e.get("nodes", 0) for e in jobs.values()), default=merged.get("nodes")),
-        ppn=max((e.get("ppn", 0) for e in jobs.values()), default=merged.get("ppn")),
+        nodes=max((e.get("nodes", 0) for e in entries), default=merged.get("nodes")),
+        ppn=max((e.get("ppn", 0) for e in entries), default=merged.get("ppn")),
         nprocs=sorted({int(p) for meta in metadata for p in meta.get("nprocs") or []}),
         collectives=list(
             dict.fromkeys(c for meta in metadata for c in meta.get("collectives") or [])

@@ -79,6 +79,12 @@ def collective_rows(frame: pd.DataFrame, source: str | os.PathLike) -> pd.DataFr
     return frame[frame["collective"] != TRAINING_STEP]
 
 
+def launch_entries(job: dict[str, Any]) -> list[dict[str, Any]]:
+    """A process count's launch entries in metadata.json's "jobs" (a run written before
+    launches were kept: its one job)."""
+    return list((job.get("launches") or {}).values()) or [job]
+
+
 # Isolation groups and machine states, as stored.
 LEGACY_GROUP = "shared"  # rows from before isolation: every backend in one process
 NORMAL, OUTLYING, REMEASURED = "normal", "outlying", "remeasured"

@@ -49,6 +49,20 @@ def test_the_metadata_holds_every_job_and_host(tmp_path, capsys):
     assert "rows measure a point again" in capsys.readouterr().out
 
 
+def test_the_layout_comes_from_each_launch_as_jobs_record_them(tmp_path):
+    """A run's jobs keep one entry per launch (jobs.runinfo.record_job): the merged nodes
+    and ppn are the largest of every launch's."""
+    runs = []
+    for nprocs, name in ((2, "p2"), (4, "p4")):
+        launch = {"hosts": ["a"], "nodes": 1, "ppn": nprocs}
+        jobs = {str(nprocs): {"launches": {"1/mpi": launch, "2/mpi": launch}}}
+        meta = {**METADATA, "hosts": ["a"], "nprocs": [nprocs], "jobs": jobs}
+        runs.append(str(write_run(tmp_path / name, model_points(nprocs_list=(nprocs,)), meta)))
+    assert main(["merge", *runs, "-o", str(tmp_path / "all")]) == 0
+    meta = json.loads((tmp_path / "all" / "metadata.json").read_text())
+    assert (meta["nodes"], meta["ppn"]) == (1, 4)
+
+
 @pytest.mark.parametrize(
     "argv,expected",
     [

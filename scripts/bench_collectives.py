@@ -282,18 +282,36 @@ def _ratios(numerator: dict[int, float], denominator: dict[int, float]) -> str:
 
 
 def main() -> None:
+    """Parse the options; run one job's worker or orchestrate the comparison."""
+    from osu_dl_bench.commands.arguments import (
+        output_stem,
+        positive_seconds,
+        seconds_up_to,
+        whole_number_up_to,
+    )
+    from osu_dl_bench.errors import UsageError
+    from osu_dl_bench.jobs.launch import check_not_in_mpi_job
+    from osu_dl_bench.jobs.sweep_config import MAX_BUDGET, MAX_LAUNCHES, MAX_PROCESSES
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--np", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--budget", type=float, default=3.0, help="seconds per size and job")
+    parser.add_argument("--np", type=whole_number_up_to(MAX_PROCESSES), default=2)
+    parser.add_argument("--rounds", type=whole_number_up_to(MAX_LAUNCHES), default=6)
     parser.add_argument(
-        "--out", default=None, help="write OUT.txt and OUT.jsonl, and the run directory OUT"
+        "--budget", type=seconds_up_to(MAX_BUDGET), default=3.0, help="seconds per size and job"
+    )
+    parser.add_argument(
+        "--out",
+        type=output_stem,
+        default=None,
+        help="write OUT.txt and OUT.jsonl, and the run directory OUT",
     )
     parser.add_argument(
         "--run-dir", default=None, help="the run directory (default OUT; without --out, none kept)"
     )
     parser.add_argument("--resume", action="store_true", help="continue the run directory")
-    parser.add_argument("--timeout", type=float, default=900, help="seconds per job (900)")
+    parser.add_argument(
+        "--timeout", type=positive_seconds, default=900, help="seconds per job (900)"
+    )
     parser.add_argument("--worker", choices=("single", "multiple"), help=argparse.SUPPRESS)
     parser.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
     parser.add_argument("--raw", help=argparse.SUPPRESS)
@@ -308,6 +326,10 @@ def main() -> None:
             return worker(comm, args.worker, args.device, args.round, args.raw, args.budget)
 
         raise SystemExit(run_in_job(body, args.worker))
+    try:
+        check_not_in_mpi_job("bench_collectives.py")
+    except UsageError as exc:
+        parser.error(str(exc))
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     raise SystemExit(orchestrate(args))
 

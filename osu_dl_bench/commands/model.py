@@ -67,7 +67,7 @@ def _calibrate(cfg: FitConfig, run_dir: Path) -> None:
     """One calibration job per process count, appended one after the other."""
     from osu_dl_bench.jobs.launch import check_not_in_mpi_job, mpi_command
 
-    check_not_in_mpi_job()
+    check_not_in_mpi_job("model fit", "fit a RUN_DIR that holds its calibration")
     for index, nprocs in enumerate(cfg.counts):
         argv = ["-m", MODULE, str(run_dir), "-m", cfg.message_size]
         argv += ["--rounds", str(cfg.rounds)]

@@ -12,7 +12,10 @@ from osu_dl_bench.commands.arguments import (
     output_stem,
     positive_int,
     positive_seconds,
+    whole_number_up_to,
 )
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.jobs.sweep_config import MAX_LAUNCHES, MAX_PROCESSES
 from osu_dl_bench.train.bench_config import RECORDED_OPTIONS, TrainBenchConfig
 from osu_dl_bench.train.config import MODELS
 
@@ -45,14 +48,21 @@ def add_benchmark_workload_arguments(
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Every option of train-bench (the hidden --worker marks the launched job)."""
-    parser.add_argument("--np", type=positive_int, default=2, help="ranks of the job (default 2)")
+    parser.add_argument(
+        "--np",
+        type=whole_number_up_to(MAX_PROCESSES),
+        default=2,
+        help="ranks of the job (default 2)",
+    )
     parser.add_argument(
         "--launches",
-        type=positive_int,
+        type=whole_number_up_to(MAX_LAUNCHES),
         default=DEFAULT_LAUNCHES,
         help=f"MPI launches per isolation group (default {DEFAULT_LAUNCHES})",
     )
-    parser.add_argument("--rounds", type=positive_int, default=5, help="rounds per launch")
+    parser.add_argument(
+        "--rounds", type=whole_number_up_to(MAX_LAUNCHES), default=5, help="rounds per launch"
+    )
     parser.add_argument("--steps", type=positive_int, default=8, help="timed steps per measurement")
     parser.add_argument(
         "--warmup", type=non_negative_int, default=2, help="untimed steps before each"
@@ -90,7 +100,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> TrainBenchConfig:
-    """The TrainBenchConfig of parsed arguments."""
+    """The TrainBenchConfig of parsed arguments; a global batch that cannot give each rank
+    a sample is refused here, before a run directory exists."""
+    if args.batch_size < args.np:
+        raise UsageError(
+            f"-b {args.batch_size}: a global batch smaller than the {args.np} ranks "
+            f"(--np) leaves a rank without a sample: -b {args.np} or more"
+        )
     return TrainBenchConfig(
         np=args.np,
         launches=args.launches,
@@ -155,5 +171,8 @@ def resume_command(cfg: TrainBenchConfig) -> str:
 def start(cfg: TrainBenchConfig) -> int:
     """Run the subcommand on its parsed options (MPI starts here where it needs it)."""
     from osu_dl_bench.commands.train_bench import run_train_bench
+    from osu_dl_bench.jobs.launch import check_not_in_mpi_job
 
+    if not cfg.worker:
+        check_not_in_mpi_job("train-bench")
     return run_train_bench(cfg)  # MPI only inside its jobs (--worker)

@@ -43,13 +43,15 @@ _MPI_JOB_VARS = ("PMI_RANK", "PMI_FD", "PMIX_RANK", "OMPI_COMM_WORLD_RANK")
 # --- command line and environment ---------------------------------------------------------
 
 
-def check_not_in_mpi_job() -> None:
-    """The orchestrator launches jobs itself; started as a rank it would nest them."""
+def check_not_in_mpi_job(command: str, alternative: str = "") -> None:
+    """A command that launches its own MPI jobs, started as a rank, would nest them (and
+    every rank would run it): refused, naming ``command`` and an ``alternative`` if any."""
     found = [v for v in _MPI_JOB_VARS if v in os.environ]
     if found:
+        also = f", or {alternative}" if alternative else ""
         raise UsageError(
-            f"sweep was started by an MPI launcher ({found[0]} is set): run it without "
-            "mpiexec/srun to launch one job per --np, or add --inside to sweep in this job"
+            f"{command} was started by an MPI launcher ({found[0]} is set): it launches its "
+            f"own MPI jobs, so run it without mpiexec/srun{also}"
         )
 
 

@@ -358,7 +358,7 @@ def _run_jobs(experiment: Experiment, progress: Progress) -> int:
 
 def run_sweep(cfg: SweepConfig) -> int:
     """The sweep command without --inside; returns the exit code."""
-    check_not_in_mpi_job()
+    check_not_in_mpi_job("sweep", "add --inside to sweep in this job")
     if cfg.submit:
         return submit_sweep(cfg)
     check_local_process_counts(cfg)

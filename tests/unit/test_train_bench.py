@@ -75,6 +75,8 @@ def test_the_job_is_this_package_under_mpiexec_with_np_ranks(monkeypatch):
         ["--launches", "0"],
         ["--warmup", "-1"],
         ["--seed", "x"],
+        ["--np", "99999999999999999999"],
+        ["--launches", "1000000000000"],
     ],
 )
 def test_bad_options_exit_2_with_one_message(argv, capsys):
@@ -82,12 +84,28 @@ def test_bad_options_exit_2_with_one_message(argv, capsys):
     assert "expected" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv", [["--batch-size", "0"], ["--depth", "-1"]])
-def test_a_bad_training_option_is_refused_before_the_run_directory_exists(argv, capsys, tmp_path):
+@pytest.mark.parametrize(
+    "argv,words",
+    [
+        (["--batch-size", "0"], "-b 0: a global batch smaller than the 2 ranks"),
+        (["--depth", "-1"], "expected"),
+        (["--np", "3", "-b", "2"], "-b 2: a global batch smaller than the 3 ranks"),
+    ],
+)
+def test_a_bad_training_option_is_refused_before_the_run_directory_exists(
+    argv, words, capsys, tmp_path
+):
     out = tmp_path / "tb"
     assert main(["train-bench", *argv, "--out", str(out)]) == 2
-    assert "expected" in capsys.readouterr().err
+    assert words in capsys.readouterr().err
     assert not out.exists()  # a second try needs no --resume
+
+
+def test_started_as_an_mpi_rank_it_refuses_to_nest_its_jobs(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("PMI_RANK", "0")
+    assert main(["train-bench", "--out", str(tmp_path / "tb")]) == 2
+    assert "train-bench was started by an MPI launcher (PMI_RANK is set)" in capsys.readouterr().err
+    assert not (tmp_path / "tb").exists()
 
 
 def test_every_configuration_leads_one_round_in_turn():

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from collectives.shape import JobShape
 from collectives.units import doubling_sizes
-from osu_dl_bench.commands.arguments import positive_int
+from osu_dl_bench.commands.arguments import positive_int, positive_seconds
 from osu_dl_bench.commands.train_bench_cli import add_benchmark_workload_arguments
 from osu_dl_bench.errors import UsageError
 
@@ -137,7 +137,9 @@ def _fit(sub) -> None:
     parser.add_argument(
         "--rounds", type=positive_int, default=10, help="calibration rounds (default 10)"
     )
-    parser.add_argument("--timeout", type=float, default=600, help="calibration job limit, s")
+    parser.add_argument(
+        "--timeout", type=positive_seconds, default=600, help="calibration job limit, s"
+    )
     parser.add_argument("--name", default=None, help="platform name (default: run dir name)")
     parser.add_argument(
         "--no-corrections",
@@ -243,6 +245,10 @@ def calibration_counts(text: str) -> tuple[int, ...]:
 
 
 def _fit_config(args: argparse.Namespace) -> FitConfig:
+    # Imported here: it loads numpy, which parsing the options must not wait for.
+    from osu_dl_bench.measurement.bench_config import parse_size_range
+
+    parse_size_range(args.message_size, 8)  # checked here, not inside the launched job
     return FitConfig(
         run_dir=args.run_dir,
         calibrate=args.calibrate,
@@ -271,8 +277,7 @@ def _layout(nprocs: int, ppn: int | None) -> JobShape:
         raise UsageError(f"--np: expected a process count >= 1, got {nprocs}")
     if ppn is not None and ppn < 1:
         raise UsageError(f"--ppn: expected ranks per node >= 1, got {ppn}")
-    ppn = min(ppn or nprocs, nprocs)
-    return JobShape(nprocs, -(-nprocs // ppn), ppn)
+    return JobShape.packed(nprocs, ppn or nprocs)
 
 
 def _predict_config(args: argparse.Namespace) -> PredictConfig:
@@ -292,8 +297,10 @@ def _predict_config(args: argparse.Namespace) -> PredictConfig:
 def _train_config(args: argparse.Namespace) -> TrainModelConfig:
     # Imported here: train.oracle_report loads pandas, which parsing the options must not
     # wait for.
+    from osu_dl_bench.jobs.sweep_config import parse_process_counts
     from osu_dl_bench.train.oracle_report import TrainReportRequest
 
+    parse_process_counts(args.scale_np, "--scale-np")
     request = TrainReportRequest(
         model=args.model,
         batch_size=args.batch_size,

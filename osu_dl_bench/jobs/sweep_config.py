@@ -189,22 +189,24 @@ class SweepConfig:
         return argv
 
 
-def parse_process_counts(text: str) -> tuple[int, ...]:
-    """--np '2,4' or '2-4,8' -> sorted distinct counts, each in 1..MAX_PROCESSES."""
+def parse_process_counts(text: str, option: str = "--np") -> tuple[int, ...]:
+    """``option`` (--np) '2,4' or '2-4,8' -> sorted distinct counts, each in 1..MAX_PROCESSES."""
     counts: set[int] = set()
     for item in filter(None, (t.strip() for t in text.split(","))):
         lo_text, dash, hi_text = item.partition("-")
         if not lo_text.isdigit() or (dash and not hi_text.isdigit()):
-            raise UsageError(f"--np {text}: expected counts like 2,4 or 2-4, got {item!r}")
+            raise UsageError(f"{option} {text}: expected counts like 2,4 or 2-4, got {item!r}")
         lo = int(lo_text)
         hi = int(hi_text) if dash else lo
         if lo < 1 or hi < lo:
-            raise UsageError(f"--np {text}: process counts must be >= 1 and ranges ascending")
+            raise UsageError(f"{option} {text}: process counts must be >= 1 and ranges ascending")
         if hi > MAX_PROCESSES:
-            raise UsageError(f"--np {text}: {hi} processes is above the limit of {MAX_PROCESSES}")
+            raise UsageError(
+                f"{option} {text}: {hi} processes is above the limit of {MAX_PROCESSES}"
+            )
         counts.update(range(lo, hi + 1))
     if not counts:
-        raise UsageError(f"--np {text!r}: no process count given")
+        raise UsageError(f"{option} {text!r}: no process count given")
     return tuple(sorted(counts))
 
 

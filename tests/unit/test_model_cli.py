@@ -76,6 +76,10 @@ def test_train_config_holds_the_report_request():
         (["train", "--platform", "p", "--scale-ppn", "0"], "--scale-ppn: expected a whole"),
         (["train", "--platform", "p", "--np", "-3"], "--np: expected a whole number >= 1"),
         (["fit", "run", "--rounds", "0"], "--rounds: expected a whole number >= 1"),
+        (["fit", "run", "--timeout", "nan"], "--timeout: expected a number of seconds > 0"),
+        (["fit", "run", "-m", "abc"], "bad size 'abc'"),
+        (["train", "--platform", "p", "--scale-np", "0"], "--scale-np 0: process counts"),
+        (["train", "--platform", "p", "--scale-np", "x"], "--scale-np x: expected counts"),
     ],
 )
 def test_model_refuses_bad_options_when_they_are_parsed(argv, words):

@@ -8,15 +8,13 @@ A mismatch means the library did not apply the file: exit 1.
 
 from __future__ import annotations
 
-import argparse
 import math
 import random
 from pathlib import Path
 
 from collectives import mpit
 from collectives.units import doubling_sizes, format_size
-from osu_dl_bench.commands import sweep_cli
-from osu_dl_bench.commands.verify_export_cli import VerifyExportConfig
+from osu_dl_bench.commands.verify_export_cli import VerifyExportConfig, sweep_config
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.c_client import build_client, client_argv, omb_binary, run_client
 from osu_dl_bench.jobs.launch import library_environment
@@ -43,23 +41,6 @@ from osu_dl_bench.selection.paired import Ratio, bound_text, seed_of
 
 # Seconds one launch of the C client may take (every size of one collective).
 CLIENT_TIMEOUT = 600.0
-
-
-def _sweep_config(cfg: VerifyExportConfig, run_dir: str, algs: list[str]) -> SweepConfig:
-    """The sweep that measures plain native with and without the file."""
-    parser = argparse.ArgumentParser(prog="osu-dl-bench verify-export")
-    sweep_cli.add_arguments(parser)
-    # Each algorithm the file names runs forced in launches of its own (native:alg=NAME):
-    # their fingerprints are what the file's launches must show where it names them.
-    candidates = ",".join(["native", *(f"native:alg={alg}" for alg in algs)])
-    argv = [
-        *("-o", run_dir, "--np", cfg.nprocs, "--collectives", cfg.collectives),
-        *("-m", cfg.message_size, "-a", candidates, "--launches", str(cfg.launches)),
-        *("--budget", repr(cfg.budget), "--no-calibration"),
-        *("--library-file", str(cfg.path)),
-        *(["--mpi", cfg.mpi] if cfg.mpi else []),
-    ]
-    return sweep_cli.config_from_args(parser.parse_args(argv))
 
 
 def _where(check: Fingerprinted) -> str:
@@ -164,13 +145,13 @@ def run_verify_export(cfg: VerifyExportConfig) -> int:
     path, run_dir = cfg.path, cfg.run_dir
     library = file_library(path)
     reader = file_reader(path, library)
-    probe = _sweep_config(cfg, run_dir, [])
+    probe = sweep_config(cfg, run_dir, [])
     # The C client is built (or OMB's found) before anything is measured: a missing
     # compiler is one message up front, not the loss of a finished sweep's report.
     binaries = client_binaries(cfg, probe) if cfg.client == "c" else {}
     # The file is read at the sweep's sizes, lo, 2 lo, ... up to hi, from size 1 on.
     sizes = doubling_sizes(max(probe.min_size, 1), probe.max_size)
-    code = run_sweep(_sweep_config(cfg, run_dir, named_algorithms(reader, probe.nprocs, sizes)))
+    code = run_sweep(sweep_config(cfg, run_dir, named_algorithms(reader, probe.nprocs, sizes)))
     if code != 0:
         return code
     store = RunStore(run_dir)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from osu_dl_bench.commands.arguments import seconds_up_to, whole_number, whole_number_up_to
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.jobs.sweep_config import MAX_BUDGET, MAX_LAUNCHES
+from osu_dl_bench.jobs.sweep_config import MAX_BUDGET, MAX_LAUNCHES, SweepConfig
 
 # The subcommand's line in 'osu-dl-bench --help'.
 HELP = (
@@ -150,6 +150,32 @@ def config_from_args(args: argparse.Namespace) -> VerifyExportConfig:
         client_launches=args.client_launches,
         output=args.output,
     )
+
+
+def sweep_config(cfg: VerifyExportConfig, run_dir: str, algs: list[str]) -> SweepConfig:
+    """The sweep that measures plain native with and without the file."""
+    from osu_dl_bench.commands import sweep_cli
+
+    parser = argparse.ArgumentParser(prog="osu-dl-bench verify-export")
+    sweep_cli.add_arguments(parser)
+    # Each algorithm the file names runs forced in launches of its own (native:alg=NAME):
+    # their fingerprints are what the file's launches must show where it names them.
+    candidates = ",".join(["native", *(f"native:alg={alg}" for alg in algs)])
+    # OPTION=VALUE throughout: a value that starts with '-' (a file named '-x.json') stays
+    # its option's value.
+    argv = [
+        f"--output={run_dir}",
+        f"--np={cfg.nprocs}",
+        f"--collectives={cfg.collectives}",
+        f"--message-size={cfg.message_size}",
+        f"--algorithms={candidates}",
+        f"--launches={cfg.launches}",
+        f"--budget={cfg.budget!r}",
+        "--no-calibration",
+        f"--library-file={cfg.path}",
+        *([f"--mpi={cfg.mpi}"] if cfg.mpi else []),
+    ]
+    return sweep_cli.config_from_args(parser.parse_args(argv))
 
 
 def start(cfg: VerifyExportConfig) -> int:

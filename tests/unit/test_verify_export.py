@@ -10,7 +10,7 @@ import pytest
 
 from osu_dl_bench.cli import build_parser
 from osu_dl_bench.commands.verify_export import proof_lines
-from osu_dl_bench.commands.verify_export_cli import config_from_args
+from osu_dl_bench.commands.verify_export_cli import config_from_args, sweep_config
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.selection.exports.readers import file_library, file_reader, named_algorithms
 from osu_dl_bench.selection.exports.verification import Fingerprinted, Proof
@@ -100,3 +100,12 @@ def test_launches_and_budget_out_of_the_sweeps_bounds_are_refused_in_one_line(
     assert main(["verify-export", str(file), *argv]) == 2
     err = capsys.readouterr().err
     assert said in err and "usage:" not in err and "--sbatch-args" not in err
+
+
+def test_the_sweep_it_runs_keeps_a_file_name_that_starts_with_a_dash(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-e.mpich.json").write_text('{"collective=allreduce": {}}')
+    args = build_parser().parse_args(["verify-export", "--", "-e.mpich.json"])
+    sweep = sweep_config(config_from_args(args), str(tmp_path / "run"), ["ring"])
+    assert sweep.library_file == str(tmp_path / "-e.mpich.json")
+    assert sweep.algorithms == "native,native:alg=ring"

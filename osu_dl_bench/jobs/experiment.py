@@ -19,7 +19,6 @@ nor repeats rows. The run directory is opened once, by its resolved path: ``--ou
 from __future__ import annotations
 
 import contextlib
-import csv
 import json
 import random
 import sys
@@ -40,7 +39,7 @@ from osu_dl_bench.jobs.orchestrate import (
 )
 from osu_dl_bench.jobs.progress import Progress
 from osu_dl_bench.jobs.sweep_config import command_line
-from osu_dl_bench.measurement.store import RESULTS, RunStore, SweepPoint
+from osu_dl_bench.measurement.store import RunStore, SweepPoint
 from osu_dl_bench.runtime.metadata import utc_now
 
 # A record's collective points, as SweepPoint fields: appended to results.csv, not kept in
@@ -220,36 +219,25 @@ def _check_points_of(job: JobKey, points: list[SweepPoint]) -> None:
 def _drop_unrecorded_rows(store: RunStore, pending: set[JobKey]) -> None:
     """Remove from results.csv the rows of the ``pending`` launches (none with a complete
     record): rows a stopped session wrote before it could store their record, which the
-    launch's rerun writes again. Lines that are not whole rows are left as they are."""
-    path = store.results_path
-    if not pending or not path.is_file():
+    launch's rerun writes again."""
+    if not pending:
         return
-    try:
-        lines = path.read_bytes().decode("utf-8-sig").split("\n")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: cannot read it as a results file ({exc})") from None
-    header = next(csv.reader([lines[0].rstrip("\r")]), [])
-    if not {"nprocs", "launch", "group"} <= set(header):
-        return
-    kept = [lines[0]] + [line for line in lines[1:] if _job_of(line, header) not in pending]
-    dropped = len(lines) - len(kept)
+    dropped = store.drop_rows(lambda row: _job_of(row) in pending)
     if dropped:
-        store.write_text(RESULTS, "\n".join(kept))
         print(
-            f"osu-dl-bench: note: {path}: removed {dropped} row{'s' * (dropped != 1)} of "
-            "launches whose record was not stored (a session stopped between the two); those "
-            "launches run again",
+            f"osu-dl-bench: note: {store.results_path}: removed {dropped} "
+            f"row{'s' * (dropped != 1)} of launches whose record was not stored (a session "
+            "stopped between the two); those launches run again",
             file=sys.stderr,
             flush=True,
         )
 
 
-def _job_of(line: str, header: list[str]) -> JobKey | None:
-    """The launch a results line belongs to (None for a line that is not a whole row)."""
+def _job_of(row: dict[str, str]) -> JobKey | None:
+    """The launch a results row belongs to (None for a row that names none)."""
     try:
-        row = dict(zip(header, next(csv.reader([line.rstrip("\r")], strict=True)), strict=True))
         return int(row["nprocs"]), int(row["launch"]), row["group"]
-    except (StopIteration, ValueError, csv.Error):
+    except (KeyError, ValueError):
         return None
 
 

@@ -32,7 +32,7 @@ import re
 import shlex
 import socket
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -271,6 +271,28 @@ class RunStore:
             write_text_atomic(path, text)
         except OSError as exc:
             raise _write_error(path, exc) from None
+
+    def drop_rows(self, dropped: Callable[[dict[str, str]], bool]) -> int:
+        """Remove from results.csv the whole rows for which ``dropped`` (the row's fields
+        by column, as text) is true, atomically; lines that are not whole rows stay. The
+        number removed."""
+        path = self.results_path
+        if not path.is_file():
+            return 0
+        try:
+            lines = _decode(path, path.read_bytes()).split("\n")
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot read it ({exc.strerror})") from None
+        header = _split_row(lines[0]) or []
+        kept = [lines[0]]
+        for line in lines[1:]:
+            fields = _split_row(line)
+            whole = fields is not None and len(fields) == len(header)
+            if not (whole and dropped(dict(zip(header, fields, strict=True)))):
+                kept.append(line)
+        if len(kept) < len(lines):
+            self.write_text(RESULTS, "\n".join(kept))
+        return len(lines) - len(kept)
 
     def check_appendable(self) -> None:
         """Refuse to resume a results file of the older layout (no launch columns): rows of

@@ -11,6 +11,7 @@ memory at all where MPI is not CUDA-aware (OSU_DL_BENCH_CUDA_AWARE=0), fills onl
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 
@@ -148,3 +149,24 @@ def test_point_to_point_on_device_buffers_uses_a_gpu_per_rank(benchmark, cuda_aw
     assert rows and all(row[-1] == "Pass" for row in rows)
     assert _gpus(res.stderr) == {0: 0, 1: 1}
     assert res.stdout.count(STAGING) == (0 if cuda_aware else 1)
+
+
+def test_host_device_copies_are_timed_each_way_with_an_interval(tmp_path):
+    out = tmp_path / "copies.json"
+    args = ["scripts/gpu_host_device.py", "-m", "1K:64K", "--json", str(out)]
+    result = run_mpi(1, args, timeout=120, env=_env(False, STRICT_CUPY_DEVICES="1"))
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(out.read_text())
+    assert sorted(figures, key=int) == ["1024", "4096", "16384", "65536"]
+    for row in figures.values():
+        assert set(row) == {"h2d pinned", "d2h pinned", "h2d pageable", "d2h pageable"}
+        for copy in row.values():
+            assert copy["gbs_low"] <= copy["gbs"] <= copy["gbs_high"]
+            assert copy["iterations"] == 100
+    assert "h2d pageable" in result.stdout
+
+
+def test_host_device_copies_refuse_a_bad_size_range():
+    result = run_mpi(1, ["scripts/gpu_host_device.py", "-m", "4K:1K"], timeout=60, env=_env(False))
+    assert result.returncode == 2
+    assert "minimum size" in result.stderr

@@ -43,6 +43,8 @@ from typing import Any
 
 import numpy as np
 
+from collectives.units import format_size
+
 CUDA_AWARE_ENV = "OSU_DL_BENCH_CUDA_AWARE"
 # Never staged as a whole: nccl takes device pointers itself, and the runtime selector
 # ("selector", -a tuned) dispatches to algorithms that are each staged or not when it binds
@@ -176,6 +178,14 @@ def gpu_sharing_reason() -> str | None:
     return _selected.get("shared")
 
 
+def device_memory() -> tuple[int, int]:
+    """(free, total) bytes of the current GPU's memory (cudaMemGetInfo)."""
+    import cupy
+
+    free, total = cupy.cuda.runtime.memGetInfo()
+    return int(free), int(total)
+
+
 def selected_gpu() -> int | None:
     """The index ``select_local_gpu`` chose, or None before it ran."""
     return _selected.get("index")
@@ -284,11 +294,26 @@ RECV_MIRROR_BYTES = 1 << 30
 
 def recv_mirror_bytes(recv_bytes: Iterable[int]) -> int:
     """The most pinned host memory one staged call's receive mirrors hold once it has
-    received into buffers of each of ``recv_bytes`` (one mirror per size): all of them
-    while they fit RECV_MIRROR_BYTES together, and never more than that or the largest
-    (the current size's is always kept, alone if it does not fit)."""
-    sizes = set(recv_bytes)
+    received into buffers of each of ``recv_bytes`` (one mirror per size), as the pinned
+    pool allocates them (``pinned_bytes``): all of them while they fit RECV_MIRROR_BYTES
+    together, and never more than that or the largest (the current size's is always
+    kept, alone if it does not fit)."""
+    sizes = [pinned_bytes(nbytes) for nbytes in set(recv_bytes)]
     return min(sum(sizes), max(RECV_MIRROR_BYTES, max(sizes, default=0)))
+
+
+# cupy's pinned memory pool (cupy/cuda/pinned_memory.pyx, PinnedMemoryPool.malloc), which
+# cupyx.empty_pinned allocates from, rounds every request up to a multiple of this unit
+# and then to the next power of two (internal.clp2): a 27.5 MB bucket pins 32 MiB.
+PINNED_UNIT = 512
+
+
+def pinned_bytes(nbytes: int) -> int:
+    """Pinned host bytes cupy's pool takes for a request of ``nbytes``."""
+    if nbytes <= 0:
+        return 0
+    units = -(-nbytes // PINNED_UNIT) * PINNED_UNIT
+    return 1 << (units - 1).bit_length()
 
 
 class _RecvMirror:
@@ -314,11 +339,11 @@ class _RecvMirror:
 
     def _make_room(self, nbytes: int) -> None:
         """Release the least recently used mirrors until ``nbytes`` more fit."""
-        held = sum(a.nbytes for a in self.arrays.values())
+        held = sum(pinned_bytes(a.nbytes) for a in self.arrays.values())
         released = False
-        while self.arrays and held + nbytes > RECV_MIRROR_BYTES:
+        while self.arrays and held + pinned_bytes(nbytes) > RECV_MIRROR_BYTES:
             _, oldest = self.arrays.popitem(last=False)
-            held -= oldest.nbytes
+            held -= pinned_bytes(oldest.nbytes)
             released = True
         if released:
             del oldest  # the pool can only give back blocks nothing refers to
@@ -335,10 +360,29 @@ def _release_pinned() -> None:
 
 def _pinned(shape: tuple, dtype: np.dtype) -> np.ndarray:
     """Page-locked host array (faster and truly asynchronous copies), numpy if pinning
-    fails (e.g. a locked-memory limit)."""
+    fails (e.g. a locked-memory limit), said once on stderr."""
     try:
         import cupyx
 
         return cupyx.empty_pinned(shape, dtype)
-    except Exception:  # cupy's CUDARuntimeError and friends; plain memory still works
+    except Exception as error:  # cupy's CUDARuntimeError and friends; plain memory works
+        _warn_unpinned(int(np.prod(shape)) * np.dtype(dtype).itemsize, error)
         return np.empty(shape, dtype)
+
+
+_unpinned_warned: list[bool] = []
+
+
+def _warn_unpinned(nbytes: int, error: Exception) -> None:
+    """One line on stderr, the first time pinning fails in this process: staging then
+    copies through pageable memory, slower (the copies go through a driver bounce buffer
+    and are not asynchronous: CUDA Runtime API, "API synchronization behavior")."""
+    if _unpinned_warned:
+        return
+    _unpinned_warned.append(True)
+    print(
+        f"osu-dl-bench: could not pin {format_size(nbytes)} of host memory "
+        f"({type(error).__name__}: {error}); staging through pageable memory (slower)",
+        file=sys.stderr,
+        flush=True,
+    )

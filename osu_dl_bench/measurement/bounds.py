@@ -55,12 +55,12 @@ def bound_calls(device: str, xp: Any, count: int, dtype: np.dtype) -> list[Colle
     return calls
 
 
-def bound_bytes(device: str, message_bytes: int) -> int:
-    """Host memory the copy bound adds to one rank at a message size: its two buffers on
-    the host (on a GPU they are device memory). The staging bound's pinned mirrors, a
-    send block shared with the algorithms and its receive mirror, are counted as one more
-    staged call's (measurement.memory.staging_need)."""
-    return 0 if device == "cuda" else 2 * message_bytes
+def bound_bytes(message_bytes: int) -> int:
+    """Memory the copy bounds add to one rank at a message size: the two buffers they
+    share, on the host or, on a GPU, in device memory. The staging bound's pinned mirrors,
+    a send block shared with the algorithms and its receive mirror, are counted as one
+    more staged call's (measurement.memory.staging_need)."""
+    return 2 * message_bytes
 
 
 def _no_call(send, recv, op, root) -> None:

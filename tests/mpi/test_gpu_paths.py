@@ -148,3 +148,16 @@ def test_point_to_point_on_device_buffers_uses_a_gpu_per_rank(benchmark, cuda_aw
     assert rows and all(row[-1] == "Pass" for row in rows)
     assert _gpus(res.stderr) == {0: 0, 1: 1}
     assert res.stdout.count(STAGING) == (0 if cuda_aware else 1)
+
+
+def test_bench_refuses_a_message_the_gpus_cannot_hold_on_every_rank():
+    # 256 MiB float32 messages, checked: send, recv and their copies, 1 GiB per rank; the
+    # stand-in's GPUs have 512 MiB.
+    env = _env(True, STRICT_CUPY_DEVICE_MEMORY=str(512 << 20))
+    argv = ["bench", "allreduce", "-d", "cuda", "-c", "-m", "256M:256M", "-i", "1", "-x", "0"]
+    res = run_cli(3, argv, timeout=120, env=env)
+    assert res.returncode != 0
+    output = res.stdout + res.stderr
+    assert "of device memory on each rank" in output, output[-3000:]
+    assert "OutOfMemoryError" not in output  # refused before anything was allocated
+    assert "1.0 GiB" in output and "0.5 GiB" in output

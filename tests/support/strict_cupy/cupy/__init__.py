@@ -25,6 +25,9 @@ It models what our code must get right about cupy (cupy/_core/core.pyx, cupy doc
   or with ``STRICT_CUPY_VERSION=13`` cupy 13's tuple of 128 C chars, signed
   (``STRICT_CUPY_UNSIGNED_CHAR=1``: unsigned, as on ARM); ``NcclCommunicator`` takes
   exactly what that version gives. Its "NCCL" is MPI on COMM_WORLD ranks (cuda/nccl.py).
+- Device memory: ``STRICT_CUPY_DEVICE_MEMORY`` bytes per device (default 16 GiB); live
+  allocations count against it (``cuda.runtime.memGetInfo``), and one that does not fit
+  raises ``cuda.memory.OutOfMemoryError``, as cupy's allocator does.
 - ``cuda.runtime``: ``STRICT_CUPY_DEVICES`` devices (default 8; CUDA_VISIBLE_DEVICES
   narrows and renumbers them), each with a UUID fixed by host and physical index; any
   runtime call sets ``cuda.runtime.initialised`` (importing cupy initialises nothing).
@@ -35,6 +38,7 @@ from __future__ import annotations
 import numbers
 import os
 import sys
+import weakref
 
 import numpy as np
 
@@ -52,9 +56,26 @@ class UnsynchronizedAccess(AssertionError):
 
 
 class _Allocation:
-    """One device allocation; views share it."""
+    """One device allocation; views share it. Counted against the device's memory
+    (cuda.runtime.memGetInfo) while alive; one that does not fit raises cupy's
+    OutOfMemoryError, as cudaMalloc fails."""
 
     __slots__ = ("__weakref__",)
+
+    def __init__(self, nbytes: int = 0) -> None:
+        free, total = cuda.runtime.memGetInfo()
+        if nbytes > free:
+            raise cuda.memory.OutOfMemoryError(nbytes, free, total)
+        _device_held[id(self)] = nbytes
+        weakref.finalize(self, _device_held.pop, id(self), None)
+
+
+_device_held: dict[int, int] = {}  # id of a live allocation -> its bytes
+
+
+def device_bytes_held() -> int:
+    """Bytes of device memory the live allocations hold."""
+    return sum(_device_held.values())
 
 
 # id of an allocation -> the streams with kernels on it not yet synchronised
@@ -137,13 +158,13 @@ class ndarray:  # noqa: N801 - cupy's name
 
     def __init__(self, shape, dtype=float, memptr=None, strides=None, order="C"):
         self._a = np.empty(_check_shape(shape), dtype)
-        self._alloc = _Allocation()
+        self._alloc = _Allocation(self._a.nbytes)
 
     @classmethod
     def _wrap(cls, host: np.ndarray, alloc: _Allocation | None = None) -> ndarray:
         self = cls.__new__(cls)
         self._a = host
-        self._alloc = _Allocation() if alloc is None else alloc
+        self._alloc = _Allocation(host.nbytes) if alloc is None else alloc
         return self
 
     # --- attributes ---

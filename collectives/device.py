@@ -15,7 +15,9 @@ whether the MPI library reads device memory, and host staging where it does not.
   taken as not CUDA-aware, unless ``OSU_DL_BENCH_CUDA_AWARE=1`` says otherwise.
 - Staging. Where MPI is not CUDA-aware, ``for_backend`` wraps an MPI algorithm so that it
   runs on pinned host copies of the buffers (``cupyx.empty_pinned``): send is copied in,
-  recv only where the call reads it (in place), and recv is copied back. The pinned
+  recv only where the call reads it (in place, and on that rank: a broadcast reads only
+  the root's), and recv is copied back where the call writes it (a broadcast: not on its
+  root; a reduce: only there), as the collective's ``Flow`` says. The pinned
   memory stays bounded: one send block per thread, grown to the largest call, and per
   wrapped call one receive mirror per size, the most recently used kept while they fit
   ``RECV_MIRROR_BYTES`` (``recv_mirror_bytes``: at most how much, for the memory check
@@ -39,6 +41,7 @@ import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -238,29 +241,67 @@ def needs_staging(device: str, backend: str) -> bool:
     return device == "cuda" and backend not in UNSTAGED_BACKENDS and not cuda_aware()
 
 
-def for_backend(call: Callable, backend: str, device: str) -> Callable:
+@dataclass(frozen=True)
+class Flow:
+    """Where a collective reads its receive buffer (in place) and where it writes it: on
+    its root, on the other ranks. A staged call copies the buffer to the host only where
+    the call reads it and back only where the call writes it."""
+
+    root_reads: bool = True
+    others_read: bool = True
+    root_writes: bool = True
+    others_write: bool = True
+
+    def reads(self, rank: int, root: int) -> bool:
+        """Whether the call reads ``rank``'s receive buffer (when the send side is in place)."""
+        return self.root_reads if rank == root else self.others_read
+
+    def writes(self, rank: int, root: int) -> bool:
+        """Whether the call writes ``rank``'s receive buffer."""
+        return self.root_writes if rank == root else self.others_write
+
+
+EVERY_RANK = Flow()
+# MPI_Bcast: the root's buffer is only read, the others' only written (MPI-4.1, 6.4).
+ONE_TO_ALL = Flow(others_read=False, root_writes=False)
+# MPI_Reduce, MPI_Gather: recvbuf is significant only at the root (MPI-4.1, 6.5, 6.9.1).
+TO_ROOT = Flow(others_write=False)
+
+
+def for_backend(
+    call: Callable, backend: str, device: str, flow: Flow = EVERY_RANK, rank: int = 0
+) -> Callable:
     """``call`` as it must run on ``device`` buffers: staged through pinned host memory
-    where MPI is not CUDA-aware, else unchanged."""
-    return staged(call) if needs_staging(device, backend) else call
+    where MPI is not CUDA-aware (copying only what ``flow`` says the call reads and
+    writes on ``rank``), else unchanged."""
+    return staged(call, flow=flow, rank=rank) if needs_staging(device, backend) else call
 
 
-def staged(call: Callable, sends: int = 1, receives: int = 1) -> Callable:
+def staged(
+    call: Callable,
+    sends: int = 1,
+    receives: int = 1,
+    flow: Flow = EVERY_RANK,
+    rank: int = 0,
+) -> Callable:
     """Wrap a collective call: copy the device buffers into pinned host mirrors, run
     ``call`` on those, copy the receive buffer back. ``sends``/``receives``: how many
     messages one call sends from ``send`` and receives into ``recv`` (a bw window: 64),
-    each paying the copy it would pay staged on its own (0: no copy)."""
-    recv_mirror = _RecvMirror()
+    each paying the copy it would pay staged on its own (0: no copy). ``flow``: where the
+    collective reads and writes its receive buffer, this process being ``rank`` (a
+    broadcast copies to the host on its root only, back on the others only)."""
+    recv_mirror = PinnedMirrors()
 
     def call_staged(send, recv, op, root):
         hsend = None if send is None else _send_mirrors.mirror(send)
         for _ in range(sends if send is not None else 0):
             send.get(out=hsend)  # blocking: the stream's earlier kernels are included
         hrecv = None if recv is None else recv_mirror.mirror(recv)
-        if send is None and recv is not None:
+        if send is None and recv is not None and flow.reads(rank, root):
             # In place, the call reads recv; otherwise MPI only overwrites it: no copy.
             recv.get(out=hrecv)
         call(hsend, hrecv, op, root)
-        if recv is not None and receives:
+        if recv is not None and receives and flow.writes(rank, root):
             for _ in range(receives):
                 recv.set(hrecv)
             device_ready(recv)
@@ -316,12 +357,14 @@ def pinned_bytes(nbytes: int) -> int:
     return 1 << (units - 1).bit_length()
 
 
-class _RecvMirror:
-    """One staged call's receive mirrors, one per shape, the most recently used kept while
-    their bytes fit RECV_MIRROR_BYTES. Not shared between calls: where the call only
-    overwrites recv nothing is copied in, so a shared block could hand an algorithm that
-    leaves part of recv unwritten another algorithm's right answer; a new mirror starts
-    as all-ones bytes instead (NaN, -1), which validation catches."""
+class PinnedMirrors:
+    """Pinned host mirrors of device arrays, one per shape and dtype, the most recently used
+    kept while their bytes fit RECV_MIRROR_BYTES: a staged call's receive mirrors, and the
+    host buffer of any step that moves device memory through MPI. Not shared between
+    calls: where the call only overwrites recv nothing is copied in, so a shared block
+    could hand an algorithm that leaves part of recv unwritten another algorithm's right
+    answer; a new mirror starts as all-ones bytes instead (NaN, -1), which validation
+    catches."""
 
     def __init__(self) -> None:
         self.arrays: OrderedDict[tuple, np.ndarray] = OrderedDict()

@@ -36,10 +36,10 @@ from mpi4py import MPI
 
 from collectives import Buffers, CallContext, CallShape, CollectiveSpec, Variant
 from collectives.buffers import to_host
-from collectives.device import device_ready, for_backend, select_local_gpu, settle_for
+from collectives.device import device_ready, select_local_gpu, settle_for
 from collectives.dtypes import ElementType
 from collectives.ops import ReduceOp
-from collectives.registry import BoundCalls, CollectiveCall
+from collectives.registry import BoundCalls, CollectiveCall, for_device
 from collectives.specs import INPUT_CHUNK
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement import heartbeat
@@ -130,13 +130,13 @@ def device_calls(
 ) -> list[CollectiveCall]:
     """``variants`` bound on ``comm`` for ``device`` buffers: on cuda after this rank's GPU
     is chosen (collective over ``comm`` the first time), each staged through host memory
-    where MPI is not CUDA-aware (collectives.device)."""
+    where MPI is not CUDA-aware, copying what its collective reads and writes on this rank
+    (collectives.registry.for_device)."""
     if device == "cuda":
         select_local_gpu(comm)
-    calls = binder.calls(comm, variants)
+    calls, rank = binder.calls(comm, variants), comm.Get_rank()
     return [
-        for_backend(call, v.algorithm.backend, device)
-        for call, v in zip(calls, variants, strict=True)
+        for_device(call, v.algorithm, device, rank) for call, v in zip(calls, variants, strict=True)
     ]
 
 

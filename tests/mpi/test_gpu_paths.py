@@ -161,3 +161,22 @@ def test_bench_refuses_a_message_the_gpus_cannot_hold_on_every_rank():
     assert "of device memory on each rank" in output, output[-3000:]
     assert "OutOfMemoryError" not in output  # refused before anything was allocated
     assert "1.0 GiB" in output and "0.5 GiB" in output
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_a_staged_rooted_collective_copies_only_where_it_reads_and_writes(nprocs):
+    roots = sorted({0, 1, nprocs - 1})
+    driver = "tests/drivers/staged_copies.py"
+    args = [driver, ",".join(map(str, roots))]
+    results = driver_summary(run_mpi(nprocs, args, timeout=120, env=_env(False)))
+    assert len(results) == 2 * 2 * len(roots)
+    for result in results:
+        root, copies = result["root"], result["copies"]
+        assert result["wrong"] == 0, result
+        for rank, counted in enumerate(copies):
+            if result["collective"] == "bcast":
+                # The root's buffer goes to the host, the others' comes back: one copy each.
+                expected = {"get": 1, "set": 0} if rank == root else {"get": 0, "set": 1}
+            else:  # reduce: every send to the host, the result back on the root alone
+                expected = {"get": 1, "set": 1 if rank == root else 0}
+            assert counted == expected, (result, rank)

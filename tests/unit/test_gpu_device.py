@@ -307,3 +307,25 @@ def test_a_failed_pin_warns_once_and_falls_back_to_pageable_memory(cupy, monkeyp
     assert len(err) == 1, err
     assert "could not pin" in err[0] and "cudaErrorMemoryAllocation" in err[0]
     assert "4000" in err[0] or "3.9K" in err[0] or "4K" in err[0], err[0]
+
+
+def test_the_hierarchical_bcast_stages_its_leaders_step_through_pinned_memory(cupy, monkeypatch):
+    import cupyx
+
+    from collectives.backends import nccl
+    from collectives.topology import NodeComms
+
+    given = []
+
+    class Leaders:  # the leaders' communicator of two nodes, this rank on the root's
+        def Bcast(self, buf, root):  # noqa: N802 - mpi4py's name
+            given.append(buf)
+
+    nodes = NodeComms(MPI.COMM_SELF, Leaders(), node=0, nodes=2)
+    monkeypatch.setattr(nccl, "split_nodes", lambda comm: nodes)
+    call = nccl.hierarchical_bcast(MPI.COMM_SELF)
+    recv = cupy.asarray(np.arange(1000, dtype=np.float32))
+    call(None, recv, None, 0)
+    assert len(given) == 1 and given[0].nbytes == recv.nbytes
+    assert cupyx.is_pinned(given[0])
+    assert (given[0].view(np.float32) == np.arange(1000)).all()

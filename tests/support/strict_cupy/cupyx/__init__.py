@@ -1,6 +1,7 @@
 """cupyx of the strict stand-in: pinned host arrays (plain numpy here), taken from a pool
 that rounds every request as cupy's PinnedMemoryPool.malloc does (up to 512 bytes, then
-to the next power of two: cupy/cuda/pinned_memory.pyx), and refused with cupy's
+to the next power of two: cupy/cuda/pinned_memory.pyx; ``is_pinned`` tells them from
+pageable arrays), and refused with cupy's
 CUDARuntimeError once more than ``STRICT_CUPY_PINNED_LIMIT`` bytes (if set) would be
 pinned at once, as cudaHostAlloc fails past a locked-memory limit. ``pinned_held()``: the
 bytes the live pinned arrays hold, as the pool counts them."""
@@ -26,6 +27,15 @@ def _pool_bytes(nbytes: int) -> int:
 def pinned_held() -> int:
     """Bytes the live pinned arrays take from the pool."""
     return sum(_held.values())
+
+
+def is_pinned(array) -> bool:
+    """Whether ``array`` lies in memory this pool pinned (it or an array it views)."""
+    while array is not None:
+        if id(array) in _held:
+            return True
+        array = getattr(array, "base", None)
+    return False
 
 
 def _pinned(shape, dtype, order, make):

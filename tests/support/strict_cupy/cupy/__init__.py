@@ -338,8 +338,52 @@ def asarray(array, dtype=None) -> ndarray:
     return out
 
 
+class ElementwiseKernel:
+    """cupy.ElementwiseKernel(in_params, out_params, operation, name): only the copy
+    ``y = x`` can run here (nothing compiles CUDA); a type placeholder binds to the first
+    argument's dtype and every argument of that type must have it, as cupy checks
+    (cupy/_core/_kernel.pyx); arguments must be cupy arrays of one shape; the launch is
+    asynchronous on the current stream, like every kernel."""
+
+    def __init__(self, in_params: str, out_params: str, operation: str, name: str = "kernel"):
+        self.ins = [p.split() for p in in_params.split(",")]
+        self.outs = [p.split() for p in out_params.split(",")]
+        if len(self.ins) != 1 or len(self.outs) != 1 or any(len(p) != 2 for p in self.ins):
+            raise NotImplementedError("strict cupy: only one input and one output are modelled")
+        (_, x), (_, y) = self.ins[0], self.outs[0]
+        if operation.replace(" ", "").rstrip(";") != f"{y}={x}":
+            raise NotImplementedError(f"strict cupy: cannot run {operation!r}, only '{y} = {x}'")
+        self.name = name
+
+    def __call__(self, *args):
+        if len(args) != 2:
+            raise TypeError(f"Wrong number of arguments for {self.name!r}: expected 2")
+        source, target = args
+        for arg in args:
+            if not isinstance(arg, ndarray):
+                raise TypeError(f"Unsupported type {type(arg)} (host memory in a kernel)")
+        types = {self.ins[0][0]: source.dtype}
+        if self.outs[0][0] in types and types[self.outs[0][0]] != target.dtype:
+            raise TypeError(f"Type is mismatched. {self.name} T {source.dtype} {target.dtype}")
+        if source.shape != target.shape:
+            raise ValueError(f"{self.name}: shapes {source.shape} and {target.shape} differ")
+        _check_ordered(source)
+        target._a[...] = source._a
+        _mark(source, target)
+        return target
+
+
 def get_array_module(*arrays):
     return __import__(__name__) if any(isinstance(a, ndarray) for a in arrays) else np
 
 
-__all__ = ["cuda", "ndarray", "zeros", "empty", "asnumpy", "asarray", "UnsynchronizedAccess"]
+__all__ = [
+    "cuda",
+    "ndarray",
+    "zeros",
+    "empty",
+    "asnumpy",
+    "asarray",
+    "ElementwiseKernel",
+    "UnsynchronizedAccess",
+]

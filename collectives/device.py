@@ -15,7 +15,9 @@ whether the MPI library reads device memory, and host staging where it does not.
   taken as not CUDA-aware, unless ``OSU_DL_BENCH_CUDA_AWARE=1`` says otherwise.
 - Staging. Where MPI is not CUDA-aware, ``for_backend`` wraps an MPI algorithm so that it
   runs on pinned host copies of the buffers (``cupyx.empty_pinned``): send is copied in,
-  recv only where the call reads it (in place), and recv is copied back. The pinned
+  recv only where the call reads it (in place, and on that rank: a broadcast reads only
+  the root's), and recv is copied back where the call writes it (a broadcast: not on its
+  root; a reduce: only there), as the collective's ``Flow`` says. The pinned
   memory stays bounded: one send block per thread, grown to the largest call, and per
   wrapped call one receive mirror per size, the most recently used kept while they fit
   ``RECV_MIRROR_BYTES`` (``recv_mirror_bytes``: at most how much, for the memory check
@@ -39,9 +41,12 @@ import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from collectives.units import format_size
 
 CUDA_AWARE_ENV = "OSU_DL_BENCH_CUDA_AWARE"
 # Never staged as a whole: nccl takes device pointers itself, and the runtime selector
@@ -176,6 +181,14 @@ def gpu_sharing_reason() -> str | None:
     return _selected.get("shared")
 
 
+def device_memory() -> tuple[int, int]:
+    """(free, total) bytes of the current GPU's memory (cudaMemGetInfo)."""
+    import cupy
+
+    free, total = cupy.cuda.runtime.memGetInfo()
+    return int(free), int(total)
+
+
 def selected_gpu() -> int | None:
     """The index ``select_local_gpu`` chose, or None before it ran."""
     return _selected.get("index")
@@ -228,29 +241,67 @@ def needs_staging(device: str, backend: str) -> bool:
     return device == "cuda" and backend not in UNSTAGED_BACKENDS and not cuda_aware()
 
 
-def for_backend(call: Callable, backend: str, device: str) -> Callable:
+@dataclass(frozen=True)
+class Flow:
+    """Where a collective reads its receive buffer (in place) and where it writes it: on
+    its root, on the other ranks. A staged call copies the buffer to the host only where
+    the call reads it and back only where the call writes it."""
+
+    root_reads: bool = True
+    others_read: bool = True
+    root_writes: bool = True
+    others_write: bool = True
+
+    def reads(self, rank: int, root: int) -> bool:
+        """Whether the call reads ``rank``'s receive buffer (when the send side is in place)."""
+        return self.root_reads if rank == root else self.others_read
+
+    def writes(self, rank: int, root: int) -> bool:
+        """Whether the call writes ``rank``'s receive buffer."""
+        return self.root_writes if rank == root else self.others_write
+
+
+EVERY_RANK = Flow()
+# MPI_Bcast: the root's buffer is only read, the others' only written (MPI-4.1, 6.4).
+ONE_TO_ALL = Flow(others_read=False, root_writes=False)
+# MPI_Reduce, MPI_Gather: recvbuf is significant only at the root (MPI-4.1, 6.5, 6.9.1).
+TO_ROOT = Flow(others_write=False)
+
+
+def for_backend(
+    call: Callable, backend: str, device: str, flow: Flow = EVERY_RANK, rank: int = 0
+) -> Callable:
     """``call`` as it must run on ``device`` buffers: staged through pinned host memory
-    where MPI is not CUDA-aware, else unchanged."""
-    return staged(call) if needs_staging(device, backend) else call
+    where MPI is not CUDA-aware (copying only what ``flow`` says the call reads and
+    writes on ``rank``), else unchanged."""
+    return staged(call, flow=flow, rank=rank) if needs_staging(device, backend) else call
 
 
-def staged(call: Callable, sends: int = 1, receives: int = 1) -> Callable:
+def staged(
+    call: Callable,
+    sends: int = 1,
+    receives: int = 1,
+    flow: Flow = EVERY_RANK,
+    rank: int = 0,
+) -> Callable:
     """Wrap a collective call: copy the device buffers into pinned host mirrors, run
     ``call`` on those, copy the receive buffer back. ``sends``/``receives``: how many
     messages one call sends from ``send`` and receives into ``recv`` (a bw window: 64),
-    each paying the copy it would pay staged on its own (0: no copy)."""
-    recv_mirror = _RecvMirror()
+    each paying the copy it would pay staged on its own (0: no copy). ``flow``: where the
+    collective reads and writes its receive buffer, this process being ``rank`` (a
+    broadcast copies to the host on its root only, back on the others only)."""
+    recv_mirror = PinnedMirrors()
 
     def call_staged(send, recv, op, root):
         hsend = None if send is None else _send_mirrors.mirror(send)
         for _ in range(sends if send is not None else 0):
             send.get(out=hsend)  # blocking: the stream's earlier kernels are included
         hrecv = None if recv is None else recv_mirror.mirror(recv)
-        if send is None and recv is not None:
+        if send is None and recv is not None and flow.reads(rank, root):
             # In place, the call reads recv; otherwise MPI only overwrites it: no copy.
             recv.get(out=hrecv)
         call(hsend, hrecv, op, root)
-        if recv is not None and receives:
+        if recv is not None and receives and flow.writes(rank, root):
             for _ in range(receives):
                 recv.set(hrecv)
             device_ready(recv)
@@ -284,19 +335,36 @@ RECV_MIRROR_BYTES = 1 << 30
 
 def recv_mirror_bytes(recv_bytes: Iterable[int]) -> int:
     """The most pinned host memory one staged call's receive mirrors hold once it has
-    received into buffers of each of ``recv_bytes`` (one mirror per size): all of them
-    while they fit RECV_MIRROR_BYTES together, and never more than that or the largest
-    (the current size's is always kept, alone if it does not fit)."""
-    sizes = set(recv_bytes)
+    received into buffers of each of ``recv_bytes`` (one mirror per size), as the pinned
+    pool allocates them (``pinned_bytes``): all of them while they fit RECV_MIRROR_BYTES
+    together, and never more than that or the largest (the current size's is always
+    kept, alone if it does not fit)."""
+    sizes = [pinned_bytes(nbytes) for nbytes in set(recv_bytes)]
     return min(sum(sizes), max(RECV_MIRROR_BYTES, max(sizes, default=0)))
 
 
-class _RecvMirror:
-    """One staged call's receive mirrors, one per shape, the most recently used kept while
-    their bytes fit RECV_MIRROR_BYTES. Not shared between calls: where the call only
-    overwrites recv nothing is copied in, so a shared block could hand an algorithm that
-    leaves part of recv unwritten another algorithm's right answer; a new mirror starts
-    as all-ones bytes instead (NaN, -1), which validation catches."""
+# cupy's pinned memory pool (cupy/cuda/pinned_memory.pyx, PinnedMemoryPool.malloc), which
+# cupyx.empty_pinned allocates from, rounds every request up to a multiple of this unit
+# and then to the next power of two (internal.clp2): a 27.5 MB bucket pins 32 MiB.
+PINNED_UNIT = 512
+
+
+def pinned_bytes(nbytes: int) -> int:
+    """Pinned host bytes cupy's pool takes for a request of ``nbytes``."""
+    if nbytes <= 0:
+        return 0
+    units = -(-nbytes // PINNED_UNIT) * PINNED_UNIT
+    return 1 << (units - 1).bit_length()
+
+
+class PinnedMirrors:
+    """Pinned host mirrors of device arrays, one per shape and dtype, the most recently used
+    kept while their bytes fit RECV_MIRROR_BYTES: a staged call's receive mirrors, and the
+    host buffer of any step that moves device memory through MPI. Not shared between
+    calls: where the call only overwrites recv nothing is copied in, so a shared block
+    could hand an algorithm that leaves part of recv unwritten another algorithm's right
+    answer; a new mirror starts as all-ones bytes instead (NaN, -1), which validation
+    catches."""
 
     def __init__(self) -> None:
         self.arrays: OrderedDict[tuple, np.ndarray] = OrderedDict()
@@ -314,11 +382,11 @@ class _RecvMirror:
 
     def _make_room(self, nbytes: int) -> None:
         """Release the least recently used mirrors until ``nbytes`` more fit."""
-        held = sum(a.nbytes for a in self.arrays.values())
+        held = sum(pinned_bytes(a.nbytes) for a in self.arrays.values())
         released = False
-        while self.arrays and held + nbytes > RECV_MIRROR_BYTES:
+        while self.arrays and held + pinned_bytes(nbytes) > RECV_MIRROR_BYTES:
             _, oldest = self.arrays.popitem(last=False)
-            held -= oldest.nbytes
+            held -= pinned_bytes(oldest.nbytes)
             released = True
         if released:
             del oldest  # the pool can only give back blocks nothing refers to
@@ -335,10 +403,29 @@ def _release_pinned() -> None:
 
 def _pinned(shape: tuple, dtype: np.dtype) -> np.ndarray:
     """Page-locked host array (faster and truly asynchronous copies), numpy if pinning
-    fails (e.g. a locked-memory limit)."""
+    fails (e.g. a locked-memory limit), said once on stderr."""
     try:
         import cupyx
 
         return cupyx.empty_pinned(shape, dtype)
-    except Exception:  # cupy's CUDARuntimeError and friends; plain memory still works
+    except Exception as error:  # cupy's CUDARuntimeError and friends; plain memory works
+        _warn_unpinned(int(np.prod(shape)) * np.dtype(dtype).itemsize, error)
         return np.empty(shape, dtype)
+
+
+_unpinned_warned: list[bool] = []
+
+
+def _warn_unpinned(nbytes: int, error: Exception) -> None:
+    """One line on stderr, the first time pinning fails in this process: staging then
+    copies through pageable memory, slower (the copies go through a driver bounce buffer
+    and are not asynchronous: CUDA Runtime API, "API synchronization behavior")."""
+    if _unpinned_warned:
+        return
+    _unpinned_warned.append(True)
+    print(
+        f"osu-dl-bench: could not pin {format_size(nbytes)} of host memory "
+        f"({type(error).__name__}: {error}); staging through pageable memory (slower)",
+        file=sys.stderr,
+        flush=True,
+    )

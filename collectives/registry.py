@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import Any
 
 from collectives.buffers import is_host
+from collectives.device import for_backend
 from collectives.dtypes import ElementType
 from collectives.errors import UsageError
 from collectives.ops import ReduceOp
@@ -523,3 +524,12 @@ def parse_variants(collective: str, text: str) -> list[Variant]:
         variant = parse_variant(collective, spec)
         unique.setdefault(variant.label, variant)
     return list(unique.values())
+
+
+def for_device(
+    call: CollectiveCall, algorithm: Algorithm, device: str, rank: int
+) -> CollectiveCall:
+    """``algorithm``'s bound ``call`` as it must run on ``device`` buffers on ``rank``: staged
+    through host memory where its backend needs it (collectives.device.for_backend),
+    copying only what its collective reads and writes on that rank (its spec's flow)."""
+    return for_backend(call, algorithm.backend, device, SPECS[algorithm.collective].flow, rank)

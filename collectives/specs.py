@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from collectives.device import device_ready
+from collectives.device import EVERY_RANK, ONE_TO_ALL, TO_ROOT, Flow, device_ready
 from collectives.ops import ReduceOp
 
 
@@ -127,6 +127,8 @@ class CollectiveSpec:
     in_place_recv: Callable[[CallShape], bool] = lambda s: False
     # Receive count when the send side is in place, if it differs from recv_elems.
     recv_elems_in_place: Callable[[int, int], int] | None = None
+    # Where the receive buffer is read and written (root, others): what staging copies.
+    flow: Flow = EVERY_RANK
 
     def recv_count(self, shape: CallShape) -> int:
         """Elements in this rank's receive buffer."""
@@ -269,6 +271,7 @@ SPECS: dict[str, CollectiveSpec] = {
             output=_recv,
             expected=_root_values,
             in_place_send=lambda s: True,
+            flow=ONE_TO_ALL,
         ),
         CollectiveSpec(
             "reduce",
@@ -283,6 +286,7 @@ SPECS: dict[str, CollectiveSpec] = {
             output=_recv_at_root,
             expected=_all_reduced,
             in_place_send=lambda s: s.in_place and s.is_root,
+            flow=TO_ROOT,
         ),
         CollectiveSpec(
             "allgather",
@@ -340,6 +344,7 @@ SPECS: dict[str, CollectiveSpec] = {
             output=_recv_at_root,
             expected=_gathered,
             in_place_send=lambda s: s.in_place and s.is_root,
+            flow=TO_ROOT,
         ),
         CollectiveSpec(
             "scatter",

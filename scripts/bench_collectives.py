@@ -132,10 +132,11 @@ def _copy_bound_us(comm, inputs, device: str, xp, count: int, dtype) -> float:
     """The memory-copy bound at one size: bench --bounds' copy of ``count`` elements
     (measurement.bounds), timed by the kernel's OSU loop as bench times it; the median over
     iterations of the slowest rank's copy, in microseconds."""
-    from osu_dl_bench.measurement.bounds import COPY, bound_calls, bound_labels
+    from osu_dl_bench.measurement.bounds import bound_calls
     from osu_dl_bench.measurement.kernel import measure_osu
 
-    copy = bound_calls(device, xp, count, dtype)[bound_labels(device).index(COPY)]
+    # The first bound is the copy (the host's, or on a GPU the device's memcpy).
+    copy = bound_calls(device, xp, count, dtype, inputs.spec, comm.Get_rank())[0]
     roots = [inputs.shape.root]
     timed = roots * ITERATIONS[count * dtype.itemsize]
     return measure_osu(comm, [copy], inputs, roots * COPY_WARMUP, timed).stats[0].p50_us

@@ -1,14 +1,16 @@
 """One table from bench's -o records of a GPU run: NCCL's algorithm bandwidth on device
-buffers beside the device's copy bound, and MPI's staged algorithms beside them with the
-staging cost.
+buffers beside the device's memcpy and copy-kernel bounds, and MPI's staged algorithms
+beside them with the staging cost.
 
     python scripts/gpu_bandwidth.py RECORDS.json [RECORDS.json ...]
 
 Reads every record (bench -d cuda ... --bounds -o F.json) and prints, per message size:
 - per collective and process count, NCCL's algbw (GB/s), and the best MPI algorithm's
   (its name), both as bench computed them (message bytes over OSU's average latency);
-- the ``copy`` bound of each process count: one copy of the message on the device
-  (measurement.bounds), the most a collective that moves the message once can reach;
+- the ``memcpy`` bound at NCCL's process count: the device's memcpy of the message
+  (cudaMemcpyAsync device to device; ``copy`` in records written before it was renamed),
+  which at p = 1 is the very call NCCL makes (ncclLaunchOneRank), and the ``copy-kernel``
+  bound, the same copy by a kernel on the SMs (measurement.bounds);
 - the ``staging`` bound: the microseconds a staged MPI call spends copying through
   pinned host memory, and their share of the best staged algorithm's time.
 """
@@ -20,7 +22,7 @@ import sys
 
 import pandas as pd
 
-from osu_dl_bench.measurement.bounds import BACKEND, COPY, STAGING
+from osu_dl_bench.measurement.bounds import BACKEND, COPY, COPY_KERNEL, MEMCPY, STAGING
 from osu_dl_bench.measurement.records import read_records
 
 KEYS = ["collective", "size_bytes"]
@@ -40,18 +42,23 @@ def _best(rows: pd.DataFrame, prefix: str) -> pd.DataFrame:
 
 
 def table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per (collective, size): NCCL at its process count with the copy bound timed beside
-    it, the best staged MPI algorithm at its own with the staging copies timed beside it."""
+    """Per (collective, size): NCCL at its process count with the memcpy and copy-kernel
+    bounds timed beside it, the best staged MPI algorithm at its own with the staging
+    copies timed beside it."""
     bounds = frame[frame.backend == BACKEND]
     nccl_p = frame.loc[frame.backend == "nccl", "nprocs"].min()
     mpi_p = frame.loc[frame.backend == "mpi", "nprocs"].max()
-    copy = bounds[(bounds.algorithm == COPY) & (bounds.nprocs == nccl_p)]
+    at_nccl_p = bounds[bounds.nprocs == nccl_p]
+    # Records before the device's memcpy bound was named so call it copy.
+    memcpy = at_nccl_p[at_nccl_p.algorithm.isin([MEMCPY, COPY])]
+    kernel = at_nccl_p[at_nccl_p.algorithm == COPY_KERNEL]
     staging = bounds[(bounds.algorithm == STAGING) & (bounds.nprocs == mpi_p)]
     joined = pd.concat(
         [
             _best(frame[frame.backend == "nccl"], "nccl_"),
             _best(frame[frame.backend == "mpi"], "mpi_"),
-            _best(copy, "copy_"),
+            _best(memcpy, "memcpy_"),
+            _best(kernel, "kernel_"),
             _best(staging, "staging_"),
         ],
         axis=1,
@@ -81,8 +88,9 @@ def lines(joined: pd.DataFrame) -> list[str]:
         out += [
             "",
             f"# {collective}: algbw in GB/s (message bytes / OSU's average latency)",
-            f"# nccl at p = {nccl_p}, beside copy: one device-to-device copy of the message "
-            "in the same run",
+            f"# nccl at p = {nccl_p}, beside memcpy (cudaMemcpyAsync device to device: at p = 1 "
+            "NCCL's own call, so a difference there is noise) and kernel (a copy kernel on the "
+            "SMs), timed in the same rounds",
             f"# best staged MPI algorithm at p = {mpi_p}, beside the host copies a staged call "
             "pays in the same run (us, and their share of that algorithm's time)",
         ]
@@ -90,7 +98,7 @@ def lines(joined: pd.DataFrame) -> list[str]:
             # At p = 1 the root's buffer already is the result: nothing moves.
             out.append("# nccl at p = 1: a bcast moves no bytes; its algbw is not a bandwidth")
         out += [
-            f"{'# size':<12}{'nccl':>10}{'copy':>10}{'best mpi (staged)':>34}"
+            f"{'# size':<12}{'nccl':>10}{'memcpy':>10}{'kernel':>10}{'best mpi (staged)':>34}"
             f"{'staging us':>12}{'share':>8}",
         ]
         for (_, size), row in block.iterrows():
@@ -99,7 +107,8 @@ def lines(joined: pd.DataFrame) -> list[str]:
                 mpi = f"{row['mpi_algbw_gbs']:.2f} ({row['mpi_algorithm']})"
             out.append(
                 f"{size:<12}{_cell(row, 'nccl_algbw_gbs', '.2f'):>10}"
-                f"{_cell(row, 'copy_algbw_gbs', '.2f'):>10}{mpi:>34}"
+                f"{_cell(row, 'memcpy_algbw_gbs', '.2f'):>10}"
+                f"{_cell(row, 'kernel_algbw_gbs', '.2f'):>10}{mpi:>34}"
                 f"{_cell(row, 'staging_avg_us', '.1f'):>12}"
                 f"{_cell(row, 'staging_share', '.0%'):>8}"
             )

@@ -29,10 +29,11 @@ MPIEXEC = _find_mpiexec()
 def mpi_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for test jobs: the MPICH settings that keep oversubscribed runs fast."""
     extra = dict(extra or {})
-    # Drivers and test files run as scripts import mpirun and support from tests/: kept
-    # ahead of whatever PYTHONPATH the environment or the test gives.
+    # Drivers and test files run as scripts import mpirun and support from tests/, and the
+    # packages from this checkout (not wherever an editable install points): kept ahead
+    # of whatever PYTHONPATH the environment or the test gives.
     given = extra.pop("PYTHONPATH", os.environ.get("PYTHONPATH"))
-    path = os.pathsep.join(filter(None, [str(TESTS), given]))
+    path = os.pathsep.join(filter(None, [str(TESTS), str(REPO), given]))
     return launch.mpi_environment(extra={**OVERSUBSCRIBED_CVARS, **extra, "PYTHONPATH": path})
 
 

@@ -7,8 +7,9 @@
   inside a node, MPI across nodes among the node leaders (collectives.topology.split_nodes,
   so ``--ranks-per-node`` emulation applies):
     1. on the root's node, NCCL bcast from the root;
-    2. the leaders bcast from the root's node with MPI_Bcast, staged through host memory
-       (mpi4py cannot ask whether the MPI library is CUDA-aware; staging is always right);
+    2. the leaders bcast from the root's node with MPI_Bcast, staged through pinned host
+       memory (collectives.device.PinnedMirrors; mpi4py cannot ask whether the MPI library
+       is CUDA-aware, staging is always right);
     3. on every other node, NCCL bcast from the leader.
 
 Every call waits for its stream, so it is blocking like an MPI call and can be timed alike.
@@ -41,8 +42,12 @@ import numpy as np
 
 from collectives.backends import cached_on_comm
 from collectives.buffers import cuda_unavailable_reason
-from collectives.common import Scratch
-from collectives.device import expected_sharing_reason, gpu_sharing_reason, selected_gpu
+from collectives.device import (
+    PinnedMirrors,
+    expected_sharing_reason,
+    gpu_sharing_reason,
+    selected_gpu,
+)
 from collectives.registry import (
     GPU_BUFFERS,
     SEVERAL_NODES,
@@ -218,10 +223,10 @@ def hierarchical_bcast(comm: MPI.Comm) -> Callable:
     nodes = split_nodes(comm)
     local = nccl_communicator(nodes.local)
     places = _rank_places(comm, nodes)
-    staging = Scratch()
+    staging = PinnedMirrors()  # pinned: copies at full speed, not through a bounce buffer
 
     def leaders_step(recv_bytes: Any, on_root_node: bool, root_node: int, stream: Any) -> None:
-        host = staging.get("host", recv_bytes.size, np.empty(0, np.uint8))
+        host = staging.mirror(recv_bytes)
         if on_root_node:
             stream.synchronize()  # step 1 must have landed before it is read
             recv_bytes.get(out=host)

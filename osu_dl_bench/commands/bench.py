@@ -120,11 +120,13 @@ def _memory_need(
         staged_calls=_staged_calls(cfg, variants or []),
         counts=[count for count in (size // itemsize for size in cfg.sizes()) if count > 0],
     )
-    extra = bound_bytes(cfg.device, cfg.max_size) if cfg.bounds else 0
-    if not extra:
+    if not cfg.bounds:
         return need
-    parts = f"{need.parts}, and the copy bound's two buffers"
-    return replace(need, rank_bytes=need.rank_bytes + extra, parts=parts)
+    extra, words = bound_bytes(cfg.max_size), "and the copy bounds' two buffers"
+    if cfg.device == "cuda":  # they are device memory
+        parts = f"{need.device_parts}, {words}"
+        return replace(need, device_bytes=need.device_bytes + extra, device_parts=parts)
+    return replace(need, rank_bytes=need.rank_bytes + extra, parts=f"{need.parts}, {words}")
 
 
 def _staged_calls(cfg: BenchConfig, variants: list[Variant]) -> int:

@@ -523,12 +523,13 @@ def run_inside(world: MPI.Comm, cfg: SweepConfig) -> int:
     if not cfg.nprocs:
         cfg = replace(cfg, nprocs=(world.Get_size(),))
     setting = agree_on_errors(world, lambda: _checked_setting(cfg, world.Get_size()))
-    if not cfg.dry_run:
-        _check_memory(world, cfg, setting)
     if cfg.device == "cuda" and not cfg.dry_run:
         # Chosen over the whole job once: the first point may run on a sub-communicator,
-        # whose node-local ranks would not be the job's.
+        # whose node-local ranks would not be the job's. Before the memory check, which
+        # asks this GPU for its free memory.
         select_local_gpu(world)
+    if not cfg.dry_run:
+        _check_memory(world, cfg, setting)
     store = RunStore(cfg.output)
     with contextlib.ExitStack() as held:
         done = _open_run_dir(world, cfg, store, held)

@@ -23,7 +23,6 @@ from osu_dl_bench.measurement.bounds import BACKEND as bounds_backend
 from osu_dl_bench.measurement.bounds import bound_calls, bound_labels
 from osu_dl_bench.measurement.kernel import (
     FAULT_ENV,
-    Inputs,
     OsuStats,
     OsuTiming,
     device_calls,
@@ -181,6 +180,7 @@ def measure_collective(
             cfg.in_place,
             checked=cfg.validate,
         )
+        bounds = _bound_calls(comm, cfg, setting, n)
         timing = measure_osu(
             comm,
             calls,
@@ -189,18 +189,17 @@ def measure_collective(
             [cfg.root.root_at(i, nprocs) for i in range(iterations)],
             check_roots,
             per_rank=cfg.per_rank,
+            unchecked=bounds,
         )
         wrongs = [None] * len(variants) if timing.wrong is None else timing.wrong
+        wrongs += [None] * len(bounds)  # bounds compute nothing: never checked
         evidence = _rank_evidence(comm, cfg, topo, timing, clock)
-        records = [
-            bench_record(cfg, setting, topo, label_of(variant), n, stats, iterations, wrong, ranks)
-            for variant, stats, wrong, ranks in zip(
-                variants, timing.stats, wrongs, evidence, strict=True
+        yield [
+            bench_record(cfg, setting, topo, label, n, stats, iterations, wrong, ranks)
+            for label, stats, wrong, ranks in zip(
+                candidate_labels(cfg, variants), timing.stats, wrongs, evidence, strict=True
             )
         ]
-        if cfg.bounds:
-            records += _bound_records(comm, cfg, setting, topo, inputs, n, iterations, warmup)
-        yield records
 
 
 def label_of(variant: Variant) -> tuple[str, str]:
@@ -215,22 +214,9 @@ def candidate_labels(cfg: BenchConfig, variants: list[Variant]) -> list[tuple[st
     return [label_of(v) for v in variants] + bounds
 
 
-def _bound_records(
-    comm: MPI.Comm,
-    cfg: BenchConfig,
-    setting: Setting,
-    topo: Topology,
-    inputs: Inputs,
-    n: int,
-    iterations: int,
-    warmup: int,
-) -> list[BenchRecord]:
-    """--bounds at one size, timed after the candidates were checked (the staging copies
-    overwrite the result): one unchecked record per bound."""
-    calls = bound_calls(cfg.device, setting.xp, n, setting.etype.dtype)
-    roots = [inputs.shape.root]
-    timing = measure_osu(comm, calls, inputs, roots * warmup, roots * iterations)
-    return [
-        bench_record(cfg, setting, topo, (name, bounds_backend), n, stats, iterations, None)
-        for name, stats in zip(bound_labels(cfg.device), timing.stats, strict=True)
-    ]
+def _bound_calls(comm: MPI.Comm, cfg: BenchConfig, setting: Setting, n: int) -> list:
+    """--bounds' calls at a size of ``n`` elements (none without --bounds)."""
+    if not cfg.bounds:
+        return []
+    dtype, rank = setting.etype.dtype, comm.Get_rank()
+    return bound_calls(cfg.device, setting.xp, n, dtype, setting.spec, rank)

@@ -36,10 +36,10 @@ from mpi4py import MPI
 
 from collectives import Buffers, CallContext, CallShape, CollectiveSpec, Variant
 from collectives.buffers import to_host
-from collectives.device import device_ready, for_backend, select_local_gpu, settle_for
+from collectives.device import device_ready, select_local_gpu, settle_for
 from collectives.dtypes import ElementType
 from collectives.ops import ReduceOp
-from collectives.registry import BoundCalls, CollectiveCall
+from collectives.registry import BoundCalls, CollectiveCall, for_device
 from collectives.specs import INPUT_CHUNK
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement import heartbeat
@@ -130,13 +130,13 @@ def device_calls(
 ) -> list[CollectiveCall]:
     """``variants`` bound on ``comm`` for ``device`` buffers: on cuda after this rank's GPU
     is chosen (collective over ``comm`` the first time), each staged through host memory
-    where MPI is not CUDA-aware (collectives.device)."""
+    where MPI is not CUDA-aware, copying what its collective reads and writes on this rank
+    (collectives.registry.for_device)."""
     if device == "cuda":
         select_local_gpu(comm)
-    calls = binder.calls(comm, variants)
+    calls, rank = binder.calls(comm, variants), comm.Get_rank()
     return [
-        for_backend(call, v.algorithm.backend, device)
-        for call, v in zip(calls, variants, strict=True)
+        for_device(call, v.algorithm, device, rank) for call, v in zip(calls, variants, strict=True)
     ]
 
 
@@ -373,14 +373,21 @@ def measure_osu(
     timed_roots: Sequence[int],
     check_roots: Sequence[int] | None = None,
     per_rank: bool = False,
+    unchecked: Sequence[CollectiveCall] = (),
 ) -> OsuTiming:
     """OSU mode: one untimed call per warm-up root and one timed call per timed root, then
     (when ``check_roots`` is given) each candidate checked at every such root; ``per_rank``
-    keeps this rank's call times and starts."""
-    _interleaved(comm, calls, inputs, warmup_roots)
-    arrivals = np.zeros((len(calls), len(timed_roots))) if per_rank else None
-    times = _interleaved(comm, calls, inputs, timed_roots, arrivals)
+    keeps this rank's call times and starts. ``unchecked`` calls (bench's bounds) are timed
+    in the same rounds, after the candidates in each, and never checked: their stats
+    follow the candidates'."""
+    timed = [*calls, *unchecked]
+    _interleaved(comm, timed, inputs, warmup_roots)
+    arrivals = np.zeros((len(timed), len(timed_roots))) if per_rank else None
+    times = _interleaved(comm, timed, inputs, timed_roots, arrivals)
     stats = [osu_stats(comm, row) for row in times]
+    # After every timed call, so what an unchecked call leaves in the buffers (the staging
+    # bound copies a stale host mirror into recv) is gone: each check restores the inputs
+    # first (Inputs.reset, or fresh buffers at another root).
     wrong = None if check_roots is None else validate_at_roots(comm, calls, inputs, check_roots)
     return OsuTiming(stats, wrong, times if per_rank else None, arrivals)
 

@@ -83,7 +83,7 @@ def header_lines(cfg: BenchConfig, algorithm: str, backend: str, nprocs: int) ->
         + ("  In-place: yes" if cfg.in_place else ""),
     ]
     if backend == bounds.BACKEND:
-        lines.append(f"# Bound: {bounds.DESCRIPTIONS[algorithm]} (not checked)")
+        lines.append(f"# Bound: {bounds.description(algorithm, cfg.device)} (not checked)")
     cols = columns(cfg) + ([_validation_column()] if cfg.validate else [])
     size_heading = "# Size" if cfg.benchmark != "barrier" else "#"
     lines.append(f"{size_heading:<{SIZE_WIDTH}}" + "".join(f"{c.heading:>{c.width}}" for c in cols))

@@ -34,10 +34,15 @@ from types import MappingProxyType
 from typing import Any
 
 from collectives import SPECS, Algorithm, CallContext, Variant, lookup
-from collectives.device import for_backend
 from collectives.dtypes import element_type
 from collectives.ops import reduce_op
-from collectives.registry import BoundCalls, CollectiveCall, parse_variant, parse_variants
+from collectives.registry import (
+    BoundCalls,
+    CollectiveCall,
+    for_device,
+    parse_variant,
+    parse_variants,
+)
 from collectives.shape import JobShape
 from collectives.units import format_size, split_variant_texts
 from osu_dl_bench.errors import UsageError
@@ -356,8 +361,8 @@ class Selector:
         call = self.calls.get(comm, variant)
         key = (id(call), context.device)
         if key not in self._on_device:
-            backend = variant.algorithm.backend
-            self._on_device[key] = for_backend(call, backend, context.device)
+            rank = comm.Get_rank()
+            self._on_device[key] = for_device(call, variant.algorithm, context.device, rank)
         return self._on_device[key]
 
     def _bind_per_size(self, comm: Any, query: Query, context: CallContext) -> CollectiveCall:

@@ -170,3 +170,49 @@ def test_host_device_copies_refuse_a_bad_size_range():
     result = run_mpi(1, ["scripts/gpu_host_device.py", "-m", "4K:1K"], timeout=60, env=_env(False))
     assert result.returncode == 2
     assert "minimum size" in result.stderr
+
+
+def test_bench_refuses_a_message_the_gpus_cannot_hold_on_every_rank():
+    # 256 MiB float32 messages, checked: send, recv and their copies, 1 GiB per rank; the
+    # stand-in's GPUs have 512 MiB.
+    env = _env(True, STRICT_CUPY_DEVICE_MEMORY=str(512 << 20))
+    argv = ["bench", "allreduce", "-d", "cuda", "-c", "-m", "256M:256M", "-i", "1", "-x", "0"]
+    res = run_cli(3, argv, timeout=120, env=env)
+    assert res.returncode != 0
+    output = res.stdout + res.stderr
+    assert "of device memory on each rank" in output, output[-3000:]
+    assert "OutOfMemoryError" not in output  # refused before anything was allocated
+    assert "1.0 GiB" in output and "0.5 GiB" in output
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_a_staged_rooted_collective_copies_only_where_it_reads_and_writes(nprocs):
+    roots = sorted({0, 1, nprocs - 1})
+    driver = "tests/drivers/staged_copies.py"
+    args = [driver, ",".join(map(str, roots))]
+    results = driver_summary(run_mpi(nprocs, args, timeout=120, env=_env(False)))
+    assert len(results) == 2 * 2 * len(roots)
+    for result in results:
+        root, copies = result["root"], result["copies"]
+        assert result["wrong"] == 0, result
+        for rank, counted in enumerate(copies):
+            if result["collective"] == "bcast":
+                # The root's buffer goes to the host, the others' comes back: one copy each.
+                expected = {"get": 1, "set": 0} if rank == root else {"get": 0, "set": 1}
+            else:  # reduce: every send to the host, the result back on the root alone
+                expected = {"get": 1, "set": 1 if rank == root else 0}
+            assert counted == expected, (result, rank)
+
+
+@pytest.mark.parametrize("root", ["fixed:2", "rotate"])
+def test_staged_bcast_with_its_bounds_in_the_same_rounds_still_validates(root):
+    argv = ["bench", "bcast", "-d", "cuda", "-a", "all", "--bounds", "-c", "-k", root]
+    res = run_cli(3, [*argv, "-m", "8:4K", "-i", "3", "-x", "1"], timeout=300, env=_env(False))
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    tables = ["# OSU MPI" + t for t in res.stdout.split("# OSU MPI")[1:]]
+    candidates = [t for t in tables if "Backend: bound" not in t]
+    assert candidates and all(row[-1] == "Pass" for t in candidates for row in _rows(t) if row), (
+        res.stdout[-3000:]
+    )
+    for name in ("memcpy", "copy-kernel", "staging"):
+        assert f"# Algorithm: {name}  Backend: bound" in res.stdout

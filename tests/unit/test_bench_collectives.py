@@ -31,9 +31,9 @@ def test_the_copy_bound_is_bench_bounds_copy_timed_once_per_size(tmp_path, monke
     built = []
     real = bounds.bound_calls
 
-    def spied(device, xp, count, dtype):
+    def spied(device, xp, count, dtype, spec, rank):
         built.append((device, count * dtype.itemsize))
-        return real(device, xp, count, dtype)
+        return real(device, xp, count, dtype, spec, rank)
 
     monkeypatch.setattr(bounds, "bound_calls", spied)
     out = tmp_path / "record.json"

@@ -38,7 +38,7 @@ def test_one_candidates_rows_come_out_as_each_size_is_measured(monkeypatch, caps
     assert "# Algorithm: native  Backend: mpi" in printed_by_size[0]
     rest = capsys.readouterr().out
     if extra:
-        assert "# Algorithm: copy  Backend: bound" in rest and "# Bound: one copy" in rest
+        assert "# Algorithm: copy  Backend: bound" in rest and "# Bound: numpy's copy" in rest
         assert [line.split()[0] for line in rest.splitlines() if line[:1].isdigit()] == [
             str(size) for size in SIZES
         ]

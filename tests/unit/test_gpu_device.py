@@ -230,7 +230,8 @@ def test_each_staged_point_to_point_message_pays_its_own_copy(
 
 
 def _live_pinned_bytes(monkeypatch) -> dict[int, int]:
-    """The pinned host arrays device allocates from now on that are still alive, by id."""
+    """The pinned host arrays device allocates from now on that are still alive, by id:
+    their bytes as cupy's pinned pool allocates them."""
     import weakref
 
     live: dict[int, int] = {}
@@ -238,7 +239,7 @@ def _live_pinned_bytes(monkeypatch) -> dict[int, int]:
 
     def tracked(shape, dtype):
         array = real(shape, dtype)
-        live[id(array)] = array.nbytes
+        live[id(array)] = device.pinned_bytes(array.nbytes)
         weakref.finalize(array, live.pop, id(array))
         return array
 
@@ -276,7 +277,7 @@ def test_a_staged_calls_receive_mirrors_peak_at_recv_mirror_bytes(cupy, monkeypa
     if order == "ascending":  # every size's mirror kept until the largest needs room
         assert peak[0] == bound
     assert device.recv_mirror_bytes([2**20, 8]) == 2**20  # the current one alone
-    assert device.recv_mirror_bytes([8, 8, 16]) == 24  # one mirror per size
+    assert device.recv_mirror_bytes([8, 8, 16]) == 2 * 512  # one mirror per size, rounded
 
 
 def test_staging_pins_once_per_size_when_a_call_alternates_sizes(cupy, monkeypatch):
@@ -293,3 +294,38 @@ def test_staging_pins_once_per_size_when_a_call_alternates_sizes(cupy, monkeypat
             call(None, bucket, None, 0)
     # The send block (in place: none) and one receive mirror per bucket, pinned once.
     assert sorted(pinned) == [(500,), (3775,), (6875,)]
+
+
+def test_a_failed_pin_warns_once_and_falls_back_to_pageable_memory(cupy, monkeypatch, capsys):
+    monkeypatch.setattr(device, "_unpinned_warned", [])
+    monkeypatch.setenv("STRICT_CUPY_PINNED_LIMIT", "1024")
+    call = device.staged(_noop)
+    for n in (1000, 2000):
+        send, recv = cupy.zeros(n, np.float32), cupy.zeros(n, np.float32)
+        call(send, recv, None, 0)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1, err
+    assert "could not pin" in err[0] and "cudaErrorMemoryAllocation" in err[0]
+    assert "4000" in err[0] or "3.9K" in err[0] or "4K" in err[0], err[0]
+
+
+def test_the_hierarchical_bcast_stages_its_leaders_step_through_pinned_memory(cupy, monkeypatch):
+    import cupyx
+
+    from collectives.backends import nccl
+    from collectives.topology import NodeComms
+
+    given = []
+
+    class Leaders:  # the leaders' communicator of two nodes, this rank on the root's
+        def Bcast(self, buf, root):  # noqa: N802 - mpi4py's name
+            given.append(buf)
+
+    nodes = NodeComms(MPI.COMM_SELF, Leaders(), node=0, nodes=2)
+    monkeypatch.setattr(nccl, "split_nodes", lambda comm: nodes)
+    call = nccl.hierarchical_bcast(MPI.COMM_SELF)
+    recv = cupy.asarray(np.arange(1000, dtype=np.float32))
+    call(None, recv, None, 0)
+    assert len(given) == 1 and given[0].nbytes == recv.nbytes
+    assert cupyx.is_pinned(given[0])
+    assert (given[0].view(np.float32) == np.arange(1000)).all()

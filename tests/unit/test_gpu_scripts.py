@@ -36,7 +36,7 @@ def _record(collective, algorithm, backend, nprocs, size, avg_us):
     }
 
 
-def test_the_bandwidth_table_puts_nccl_beside_the_copy_and_mpi_beside_staging(tmp_path, capsys):
+def test_the_bandwidth_table_reads_old_records_whose_memcpy_bound_is_named_copy(tmp_path, capsys):
     nccl, mpi = tmp_path / "nccl.json", tmp_path / "mpi.json"
     size = 1 << 20
     nccl.write_text(
@@ -61,10 +61,25 @@ def test_the_bandwidth_table_puts_nccl_beside_the_copy_and_mpi_beside_staging(tm
     assert _script("gpu_bandwidth").main([str(nccl), str(mpi)]) == 0
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith(str(size)))
-    # nccl and the copy of its own run (p=1); the fastest MPI algorithm and the staging of
-    # its own run (p=2), 50 of its 200 us.
-    assert row.split() == ["1048576", "104.86", "131.07", "5.24", "(ring)", "50.0", "25%"]
+    # nccl and the copy (the memcpy) of its own run (p=1), no copy kernel then; the fastest
+    # MPI algorithm and the staging of its own run (p=2), 50 of its 200 us.
+    assert row.split() == ["1048576", "104.86", "131.07", "-", "5.24", "(ring)", "50.0", "25%"]
     assert "nccl at p = 1" in out and "MPI algorithm at p = 2" in out
+
+
+def test_the_bandwidth_table_puts_nccl_beside_the_memcpy_and_the_copy_kernel(tmp_path, capsys):
+    path, size = tmp_path / "nccl.json", 1 << 20
+    rows = [
+        _record("allreduce", "nccl", "nccl", 1, size, 10.0),
+        _record("allreduce", "memcpy", "bound", 1, size, 8.0),
+        _record("allreduce", "copy-kernel", "bound", 1, size, 16.0),
+    ]
+    path.write_text(json.dumps(rows))
+    assert _script("gpu_bandwidth").main([str(path)]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith(str(size)))
+    assert row.split()[:4] == ["1048576", "104.86", "131.07", "65.54"]
+    assert "memcpy (cudaMemcpyAsync device to device" in out
 
 
 def test_the_bandwidth_table_says_a_bcast_at_one_process_moves_nothing(tmp_path, capsys):

@@ -86,7 +86,8 @@ def test_the_count_names_its_parts():
     assert collective_need(allreduce, 1000, 2, 4, "cpu").rank_bytes == 5 * 4000
     assert collective_need(allreduce, 1000, 2, 4, "cpu", checked=False).rank_bytes == 3 * 4000
     assert collective_need(SPECS["allgather"], 1000, 4, 4, "cpu").rank_bytes == 14 * 4000
-    assert collective_need(allreduce, 1000, 2, 4, "cuda").rank_bytes == 2 * 4000
+    # On cuda: the pinned send block and receive mirror, each rounded as cupy's pool does.
+    assert collective_need(allreduce, 1000, 2, 4, "cuda").rank_bytes == 2 * 4096
     rotated = collective_need(SPECS["bcast"], 1000, 4, 4, "cpu", roots=4)
     assert rotated.rank_bytes == (2 * 1 * 2 + 1) * 4000  # a second layout beside the first
     assert point_to_point_need("bw", 1 << 20).rank_bytes == 2 << 20
@@ -123,7 +124,7 @@ def test_the_receive_mirrors_of_a_call_stay_within_their_limit(monkeypatch):
     assert need.rank_bytes == 8 * MIB + 2 * 8 * MIB  # the largest alone passes the limit
 
 
-def test_the_check_refuses_buffers_that_fit_only_without_their_mirrors(monkeypatch):
+def test_the_check_refuses_buffers_that_fit_only_without_their_mirrors(cupy, monkeypatch):
     allreduce, counts = SPECS["allreduce"], [MIB // 4 * 2**k for k in range(4)]
     monkeypatch.setattr(memory, "available_bytes", lambda: 40 * MIB)
     check_node_memory(MPI.COMM_SELF, [collective_need(allreduce, counts[-1], 2, 4, "cuda")])
@@ -160,3 +161,41 @@ def test_a_sweep_counts_the_candidates_one_isolation_group_stages_at_a_point(mon
     # The MPI group's three; the gloo group's launches measure gloo beside native.
     assert worker._staged_per_point("cuda", variants) == 3
     assert worker._staged_per_point("cpu", variants) == 0
+
+
+def test_pinned_memory_is_counted_as_cupys_pool_rounds_it(cupy):
+    from collectives import device
+
+    # cupy/cuda/pinned_memory.pyx: up to a multiple of 512 bytes, then a power of two.
+    assert device.pinned_bytes(0) == 0
+    assert device.pinned_bytes(1) == 512
+    assert device.pinned_bytes(27_500_000) == 32 * MIB  # a 27.5 MB gradient bucket
+    allreduce, n = SPECS["allreduce"], 27_500_000 // 4
+    need = collective_need(allreduce, n, 2, 4, "cuda")
+    assert need.rank_bytes == 2 * 32 * MIB  # the send block and the receive mirror
+    # What the strict pool holds after a staged call of that size is what was counted.
+    import cupyx
+
+    before = cupyx.pinned_held()
+    send, recv = cupy.zeros(n, np.float32), cupy.zeros(n, np.float32)
+    call = device.staged(lambda *args: None)  # keeps its receive mirror while alive
+    call(send, recv, None, 0)
+    assert cupyx.pinned_held() - before <= need.rank_bytes
+    assert cupyx.pinned_held() - before > 2 * n * 4  # the exact sizes would under-count
+
+
+def test_a_need_larger_than_the_gpus_free_memory_is_refused_with_the_figures(cupy, monkeypatch):
+    from collectives import device
+
+    monkeypatch.setenv("STRICT_CUPY_DEVICE_MEMORY", str(64 * MIB))
+    monkeypatch.setattr(device, "_selected", {"index": 0})
+    need = collective_need(SPECS["allreduce"], 8 * MIB, 2, 4, "cuda")  # 32 MiB messages
+    assert need.device_bytes == 4 * 32 * MIB  # send, recv and their pristine copies
+    with pytest.raises(UsageError) as refused:
+        check_node_memory(MPI.COMM_SELF, [need])
+    message = str(refused.value)
+    assert "0.1 GiB of device memory" in message and "of the 0.1 GiB of GPU 0" in message
+    assert "pristine copies" in message
+    assert cupy.device_bytes_held() == 0  # refused before anything was allocated
+    small = collective_need(SPECS["allreduce"], MIB, 2, 4, "cuda")  # 4 MiB messages
+    check_node_memory(MPI.COMM_SELF, [small])

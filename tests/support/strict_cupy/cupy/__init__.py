@@ -25,6 +25,9 @@ It models what our code must get right about cupy (cupy/_core/core.pyx, cupy doc
   or with ``STRICT_CUPY_VERSION=13`` cupy 13's tuple of 128 C chars, signed
   (``STRICT_CUPY_UNSIGNED_CHAR=1``: unsigned, as on ARM); ``NcclCommunicator`` takes
   exactly what that version gives. Its "NCCL" is MPI on COMM_WORLD ranks (cuda/nccl.py).
+- Device memory: ``STRICT_CUPY_DEVICE_MEMORY`` bytes per device (default 16 GiB); live
+  allocations count against it (``cuda.runtime.memGetInfo``), and one that does not fit
+  raises ``cuda.memory.OutOfMemoryError``, as cupy's allocator does.
 - ``cuda.runtime``: ``STRICT_CUPY_DEVICES`` devices (default 8; CUDA_VISIBLE_DEVICES
   narrows and renumbers them), each with a UUID fixed by host and physical index; any
   runtime call sets ``cuda.runtime.initialised`` (importing cupy initialises nothing).
@@ -35,6 +38,7 @@ from __future__ import annotations
 import numbers
 import os
 import sys
+import weakref
 
 import numpy as np
 
@@ -52,9 +56,26 @@ class UnsynchronizedAccess(AssertionError):
 
 
 class _Allocation:
-    """One device allocation; views share it."""
+    """One device allocation; views share it. Counted against the device's memory
+    (cuda.runtime.memGetInfo) while alive; one that does not fit raises cupy's
+    OutOfMemoryError, as cudaMalloc fails."""
 
     __slots__ = ("__weakref__",)
+
+    def __init__(self, nbytes: int = 0) -> None:
+        free, total = cuda.runtime.memGetInfo()
+        if nbytes > free:
+            raise cuda.memory.OutOfMemoryError(nbytes, free, total)
+        _device_held[id(self)] = nbytes
+        weakref.finalize(self, _device_held.pop, id(self), None)
+
+
+_device_held: dict[int, int] = {}  # id of a live allocation -> its bytes
+
+
+def device_bytes_held() -> int:
+    """Bytes of device memory the live allocations hold."""
+    return sum(_device_held.values())
 
 
 # id of an allocation -> the streams with kernels on it not yet synchronised
@@ -137,13 +158,13 @@ class ndarray:  # noqa: N801 - cupy's name
 
     def __init__(self, shape, dtype=float, memptr=None, strides=None, order="C"):
         self._a = np.empty(_check_shape(shape), dtype)
-        self._alloc = _Allocation()
+        self._alloc = _Allocation(self._a.nbytes)
 
     @classmethod
     def _wrap(cls, host: np.ndarray, alloc: _Allocation | None = None) -> ndarray:
         self = cls.__new__(cls)
         self._a = host
-        self._alloc = _Allocation() if alloc is None else alloc
+        self._alloc = _Allocation(host.nbytes) if alloc is None else alloc
         return self
 
     # --- attributes ---
@@ -317,8 +338,52 @@ def asarray(array, dtype=None) -> ndarray:
     return out
 
 
+class ElementwiseKernel:
+    """cupy.ElementwiseKernel(in_params, out_params, operation, name): only the copy
+    ``y = x`` can run here (nothing compiles CUDA); a type placeholder binds to the first
+    argument's dtype and every argument of that type must have it, as cupy checks
+    (cupy/_core/_kernel.pyx); arguments must be cupy arrays of one shape; the launch is
+    asynchronous on the current stream, like every kernel."""
+
+    def __init__(self, in_params: str, out_params: str, operation: str, name: str = "kernel"):
+        self.ins = [p.split() for p in in_params.split(",")]
+        self.outs = [p.split() for p in out_params.split(",")]
+        if len(self.ins) != 1 or len(self.outs) != 1 or any(len(p) != 2 for p in self.ins):
+            raise NotImplementedError("strict cupy: only one input and one output are modelled")
+        (_, x), (_, y) = self.ins[0], self.outs[0]
+        if operation.replace(" ", "").rstrip(";") != f"{y}={x}":
+            raise NotImplementedError(f"strict cupy: cannot run {operation!r}, only '{y} = {x}'")
+        self.name = name
+
+    def __call__(self, *args):
+        if len(args) != 2:
+            raise TypeError(f"Wrong number of arguments for {self.name!r}: expected 2")
+        source, target = args
+        for arg in args:
+            if not isinstance(arg, ndarray):
+                raise TypeError(f"Unsupported type {type(arg)} (host memory in a kernel)")
+        types = {self.ins[0][0]: source.dtype}
+        if self.outs[0][0] in types and types[self.outs[0][0]] != target.dtype:
+            raise TypeError(f"Type is mismatched. {self.name} T {source.dtype} {target.dtype}")
+        if source.shape != target.shape:
+            raise ValueError(f"{self.name}: shapes {source.shape} and {target.shape} differ")
+        _check_ordered(source)
+        target._a[...] = source._a
+        _mark(source, target)
+        return target
+
+
 def get_array_module(*arrays):
     return __import__(__name__) if any(isinstance(a, ndarray) for a in arrays) else np
 
 
-__all__ = ["cuda", "ndarray", "zeros", "empty", "asnumpy", "asarray", "UnsynchronizedAccess"]
+__all__ = [
+    "cuda",
+    "ndarray",
+    "zeros",
+    "empty",
+    "asnumpy",
+    "asarray",
+    "ElementwiseKernel",
+    "UnsynchronizedAccess",
+]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import threading
 
-from . import nccl, runtime
+from . import memory, nccl, runtime
 
 _handles = itertools.count(1)
 _local = threading.local()
@@ -86,4 +86,4 @@ class Device:
         cupy._synchronize()
 
 
-__all__ = ["Device", "Stream", "get_current_stream", "nccl", "runtime"]
+__all__ = ["Device", "Stream", "get_current_stream", "memory", "nccl", "runtime"]

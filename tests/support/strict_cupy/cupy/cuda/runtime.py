@@ -50,3 +50,13 @@ def runtimeGetVersion() -> int:  # noqa: N802 - cupy's name
 
 def driverGetVersion() -> int:  # noqa: N802 - cupy's name
     return 12040
+
+
+def memGetInfo() -> tuple[int, int]:  # noqa: N802 - cupy's name
+    """(free, total) bytes of the current device: STRICT_CUPY_DEVICE_MEMORY (default 16 GiB)
+    less what the live device arrays hold."""
+    import cupy
+
+    _visible()
+    total = int(os.environ.get("STRICT_CUPY_DEVICE_MEMORY", str(16 << 30)))
+    return max(0, total - cupy.device_bytes_held()), total

@@ -346,6 +346,46 @@ def cuda_aware() -> bool:
     return cuda_awareness().aware
 
 
+def gpu_facts() -> dict[str, str]:
+    """What a result on device buffers records of its GPU: model, driver, CUDA runtime
+    and NCCL versions, and whether MPI meets device memory ``direct`` or ``staged`` (with
+    how that was found). The GPU is the one this process chose (else device 0)."""
+    import cupy
+
+    runtime = cupy.cuda.runtime
+    index = selected_gpu() or 0
+    name = runtime.getDeviceProperties(index).get("name", b"")
+    awareness = cuda_awareness()
+    return {
+        "gpu_model": name.decode(errors="replace") if isinstance(name, bytes) else str(name),
+        "gpu_driver": cuda_version_text(runtime.driverGetVersion()),
+        "cuda_runtime": cuda_version_text(runtime.runtimeGetVersion()),
+        "nccl_version": _nccl_version(),
+        "mpi_cuda": awareness.path,
+        "mpi_cuda_source": awareness.source,
+    }
+
+
+def cuda_version_text(version: int) -> str:
+    """cudaDriverGetVersion/cudaRuntimeGetVersion's 1000 * major + 10 * minor as text."""
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
+def nccl_version_text(code: int) -> str:
+    """ncclGetVersion's code as text: 10000 * major + 100 * minor + patch from NCCL 2.9,
+    1000 * major + 100 * minor + patch before (nccl.h, NCCL_VERSION)."""
+    major, rest = (code // 10000, code % 10000) if code >= 10000 else (code // 1000, code % 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"
+
+
+def _nccl_version() -> str:
+    try:
+        from cupy.cuda import nccl
+    except ImportError:
+        return "missing"
+    return nccl_version_text(nccl.get_version()) if getattr(nccl, "available", False) else "missing"
+
+
 def needs_staging(device: str, backend: str) -> bool:
     """True when an algorithm of ``backend`` must stage ``device`` buffers through host."""
     return device == "cuda" and backend not in UNSTAGED_BACKENDS and not cuda_aware()

@@ -299,7 +299,7 @@ def _linkmap(comm: MPI.Comm, cfg: BenchConfig) -> int:
     printed by rank 0, the record written with -o."""
     topo = discover_topology(comm, cfg.emulated_ppn)
     check_node_memory(comm, [point_to_point_need(LINKMAP, cfg.max_size)])
-    metadata = collect_metadata(topo).as_dict()
+    metadata = collect_metadata(topo, cfg.device).as_dict()
     settings = LinkSettings(cfg.max_size, cfg.iterations, cfg.warmup, cfg.repetitions)
     samples = measure_links(comm, settings)
     linkmap = judge_links(samples) if comm.Get_rank() == 0 else None
@@ -324,7 +324,7 @@ def run_bench(comm: MPI.Comm, cfg: BenchConfig) -> int:
         select_local_gpu(comm)
     traffic = _bucket_plan(comm, cfg.buckets) if cfg.buckets else None
     topo = discover_topology(comm, cfg.emulated_ppn)
-    metadata = collect_metadata(topo).as_dict()
+    metadata = collect_metadata(topo, cfg.device).as_dict()
     if setting.spec is None:
         variants, skipped = None, []
     else:

@@ -57,8 +57,9 @@ CUDA_AWARE_ENV = "OSU_DL_BENCH_CUDA_AWARE"
 # them (osu_dl_bench.selection.selector).
 UNSTAGED_BACKENDS = ("nccl", "selector")
 STAGING_NOTE = (
-    "-d cuda: this MPI library is not CUDA-aware (MPIX_Query_cuda_support); MPI algorithms "
-    "stage through pinned host buffers, nccl does not"
+    "-d cuda: this MPI library is not CUDA-aware (cuda_awareness: its query or switch, or "
+    "OSU_DL_BENCH_CUDA_AWARE=0); MPI algorithms stage through pinned host buffers, nccl "
+    "does not"
 )
 
 

@@ -8,7 +8,7 @@ from mpi4py import MPI
 
 from collectives import SPECS, CallContext, Variant
 from collectives.buffers import array_module
-from collectives.device import needs_staging, select_local_gpu
+from collectives.device import gpu_sharing_reason, needs_staging, select_local_gpu
 from collectives.dtypes import element_type
 from collectives.ops import reduce_op
 from collectives.registry import BoundCalls
@@ -335,6 +335,9 @@ def run_bench(comm: MPI.Comm, cfg: BenchConfig) -> int:
         variants, skipped = plan.eligible, plan.skipped
     for variant, reason in skipped:
         _print(comm, f"# {variant.label}: skipped: {reason}")
+    refused = gpu_sharing_reason() if cfg.device == "cuda" else None
+    if refused and any(v.algorithm.backend == "nccl" for v, _ in skipped):
+        _print(comm, f"# nccl: {refused}")  # the job's one reason, every rank agreed
     if variants == []:
         raise UsageError(f"no algorithm named in -a {cfg.algorithms} can run here")
     # Before any buffer: what the run holds depends on which candidates stage.

@@ -96,3 +96,14 @@ def fake_runtime_names() -> dict[str, tuple[int, int]]:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.mig_names(2)
+
+
+def test_bench_on_nodes_that_judge_differently_skips_nccl_on_every_rank_and_says_why():
+    bench = ["-m", "osu_dl_bench", "bench", "allreduce", "-d", "cuda", "-a", "native,nccl"]
+    bench += ["-c", "-m", "8:64", "-i", "2", "-x", "1"]
+    cmd = [MPIEXEC, "-n", "5", sys.executable, *bench]
+    env = {**BASE, "MPIR_CVAR_NUM_CLIQUES": "2", "STRICT_CUPY_DEVICES": "2"}
+    done = run_with_timeout(cmd, 120, mpi_env(env))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "# nccl: skipped: needs one GPU per rank" in done.stdout
+    assert re.search(r"# nccl: on \S+ \(rank 0\): node-local ranks 0 and 2 use", done.stdout)

@@ -9,10 +9,15 @@ whether the MPI library reads device memory, and host staging where it does not.
   numpy arrays it does nothing, so the host path pays one ``isinstance``.
 - GPU choice. One GPU per rank, chosen once at start from the node-local rank
   (``Split_type(COMM_TYPE_SHARED)``); ranks sharing a GPU are found by device UUID, not
-  by comparing counts, so one visible GPU per rank (``--gpus-per-task=1``) is fine.
-- CUDA-awareness. ``MPIX_Query_cuda_support`` (Open MPI's mpi-ext.h, MPICH >= 4.0) read
-  through ctypes from the libmpi this process loaded; where the symbol is missing MPI is
-  taken as not CUDA-aware, unless ``OSU_DL_BENCH_CUDA_AWARE=1`` says otherwise.
+  by comparing counts, so one visible GPU per rank (``--gpus-per-task=1``) is fine; MIG
+  instances by their shared PCI bus id or their "MIG-" names. Whether NCCL can run is
+  then one decision agreed by every rank of the job (``agreed_nccl_reason``).
+- CUDA-awareness. Each library's own way, the build named by MPI_Get_library_version:
+  ``MPIX_Query_cuda_support`` (Open MPI's mpi-ext.h, MPICH >= 4.0) read through ctypes
+  from the libmpi this process loaded; MVAPICH2's ``MV2_USE_CUDA``, MVAPICH's
+  ``MVP_USE_CUDA`` and Cray MPICH's ``MPICH_GPU_SUPPORT_ENABLED`` for those builds only;
+  ``OSU_DL_BENCH_CUDA_AWARE=1/0`` overrides them all. ``cuda_awareness`` says how it was
+  found, for the run's metadata and tables; where nothing says so MPI is staged.
 - Staging. Where MPI is not CUDA-aware, ``for_backend`` wraps an MPI algorithm so that it
   runs on pinned host copies of the buffers (``cupyx.empty_pinned``): send is copied in,
   recv only where the call reads it (in place, and on that rank: a broadcast reads only
@@ -46,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from collectives.mpit import distribution_of
 from collectives.units import format_size
 
 CUDA_AWARE_ENV = "OSU_DL_BENCH_CUDA_AWARE"
@@ -54,8 +60,9 @@ CUDA_AWARE_ENV = "OSU_DL_BENCH_CUDA_AWARE"
 # them (osu_dl_bench.selection.selector).
 UNSTAGED_BACKENDS = ("nccl", "selector")
 STAGING_NOTE = (
-    "-d cuda: this MPI library is not CUDA-aware (MPIX_Query_cuda_support); MPI algorithms "
-    "stage through pinned host buffers, nccl does not"
+    "-d cuda: this MPI library is not CUDA-aware (cuda_awareness: its query or switch, or "
+    "OSU_DL_BENCH_CUDA_AWARE=0); MPI algorithms stage through pinned host buffers, nccl "
+    "does not"
 )
 
 
@@ -116,8 +123,9 @@ _selected: dict[str, Any] = {}
 
 def select_local_gpu(comm: Any) -> int:
     """Use GPU ``node-local rank % visible devices`` for the rest of the process; collective
-    over ``comm`` the first time (it splits ``comm`` by node and gathers device UUIDs), then
-    the cached choice. Returns the device index."""
+    over ``comm`` the first time (it splits ``comm`` by node, gathers the devices' UUIDs
+    and bus ids there, then agrees over all of ``comm`` whether NCCL can run), then the
+    cached choice. Returns the device index."""
     if "index" in _selected:
         return _selected["index"]
     import cupy
@@ -127,12 +135,28 @@ def select_local_gpu(comm: Any) -> int:
     try:
         index = local.Get_rank() % cupy.cuda.runtime.getDeviceCount()
         cupy.cuda.Device(index).use()
-        uuids = local.allgather(device_uuid(index))
+        places = local.allgather((device_uuid(index), device_bus_id(index)))
     finally:
         local.Free()
+    on_this_node = shared_gpu_reason([u for u, _ in places]) or same_board_reason(
+        [b for _, b in places]
+    )
     _selected["index"] = index
-    _selected["shared"] = shared_gpu_reason(uuids)
+    _selected["shared"] = agreed_nccl_reason(
+        comm, on_this_node or mig_reason(), MPI.Get_processor_name()
+    )
     return index
+
+
+def agreed_nccl_reason(comm: Any, mine: str | None, node: str) -> str | None:
+    """Why NCCL cannot run on ``comm``'s GPUs, the same text on every rank: the first
+    rank's reason that has one, naming its node, or None. Collective over ``comm``
+    (one allgather): ranks judge only their own node, and a job whose nodes disagree
+    would otherwise have some ranks in NCCL and the others in MPI, waiting forever."""
+    for rank, (where, reason) in enumerate(comm.allgather((node, mine))):
+        if reason:
+            return f"on {where} (rank {rank}): {reason}"
+    return None
 
 
 def device_uuid(index: int) -> str:
@@ -143,10 +167,18 @@ def device_uuid(index: int) -> str:
     props = cupy.cuda.runtime.getDeviceProperties(index)
     uuid = props.get("uuid")
     if uuid is None:  # cupy built against a CUDA without uuid in its properties
-        return (
-            f"pci:{props.get('pciDomainID', 0)}:{props.get('pciBusID')}:{props.get('pciDeviceID')}"
-        )
+        return f"pci:{device_bus_id(index)}"
     return bytes(uuid).hex() if not isinstance(uuid, str) else uuid
+
+
+def device_bus_id(index: int) -> str:
+    """The device's PCI bus id (domain:bus:device, from cudaDeviceProp), which NCCL
+    compares between the ranks of a host: MIG instances of one GPU share it."""
+    import cupy
+
+    props = cupy.cuda.runtime.getDeviceProperties(index)
+    domain, bus, dev = (int(props.get(k, 0)) for k in ("pciDomainID", "pciBusID", "pciDeviceID"))
+    return f"{domain:04x}:{bus:02x}:{dev:02x}"
 
 
 def shared_gpu_reason(uuids: list[str]) -> str | None:
@@ -162,22 +194,58 @@ def shared_gpu_reason(uuids: list[str]) -> str | None:
     return None
 
 
+def same_board_reason(bus_ids: list[str]) -> str | None:
+    """None if the node-local ranks' devices sit at distinct PCI bus ids, else which two
+    share one: distinct devices on one bus id are MIG instances of one GPU, which NCCL
+    refuses ("Duplicate GPU detected", src/init.cc compares busId)."""
+    seen: dict[str, int] = {}
+    for rank, bus_id in enumerate(bus_ids):
+        if bus_id in seen:
+            return (
+                f"node-local ranks {seen[bus_id]} and {rank} use MIG instances of one GPU "
+                f"(PCI bus {bus_id}); NCCL needs whole GPUs (MIG is not supported)"
+            )
+        seen[bus_id] = rank
+    return None
+
+
+MIG_PREFIX = "MIG-"
+
+
+def mig_reason(visible: str | None = None) -> str | None:
+    """Why this process's GPU is refused for NCCL because it is a MIG instance (a UUID
+    beginning with "MIG-" in CUDA_VISIBLE_DEVICES, as ``nvidia-smi -L`` names them;
+    ``visible`` stands for the variable), else None. cudaDeviceProp has no MIG field, so
+    instances are also found by their shared bus id (``same_board_reason``)."""
+    text = os.environ.get("CUDA_VISIBLE_DEVICES", "") if visible is None else visible
+    names = [n.strip() for n in text.split(",") if n.strip().startswith(MIG_PREFIX)]
+    if not names:
+        return None
+    return f"the GPU is a MIG instance ({names[0]}); NCCL needs whole GPUs (MIG is not supported)"
+
+
 def expected_sharing_reason(ranks_per_node: int) -> str | None:
     """What ``select_local_gpu`` would find for ``ranks_per_node`` ranks on a node like
-    this one (GPU ``local rank % visible devices``, compared by UUID), for a process that
-    plans a job without running it; None where no device can be counted."""
+    this one (GPU ``local rank % visible devices``, compared by UUID and bus id), for a
+    process that plans a job without running it; None where no device can be counted."""
     import cupy
 
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception:  # cupy's CUDARuntimeError: no device, no driver
         return None
-    return shared_gpu_reason([device_uuid(rank % count) for rank in range(ranks_per_node)])
+    chosen = [rank % count for rank in range(ranks_per_node)]
+    return (
+        shared_gpu_reason([device_uuid(i) for i in chosen])
+        or same_board_reason([device_bus_id(i) for i in chosen])
+        or mig_reason()
+    )
 
 
 def gpu_sharing_reason() -> str | None:
-    """Why ranks share a GPU, as found by ``select_local_gpu``; None when they do not or
-    when no selection was made in this process (NCCL then reports a duplicate GPU)."""
+    """Why NCCL cannot run on this job's GPUs (ranks sharing a GPU, MIG instances), as
+    ``select_local_gpu`` found and every rank of its communicator agreed, naming the
+    node; None when nothing stands in the way or no selection was made in this process."""
     return _selected.get("shared")
 
 
@@ -227,13 +295,107 @@ def query_cuda_support() -> bool | None:
     return bool(query())
 
 
-def cuda_aware() -> bool:
-    """Whether MPI may be given device pointers: OSU_DL_BENCH_CUDA_AWARE (1/0) if set, else
-    the library's own answer, else False (staging is right everywhere, only slower)."""
+@dataclass(frozen=True)
+class CudaAwareness:
+    """Whether MPI may be given device pointers, and how that was found (the override,
+    the library's query or its documented switch, or nothing: staged)."""
+
+    aware: bool
+    source: str
+
+    @property
+    def path(self) -> str:
+        """'direct' (MPI reads device memory) or 'staged' (through host buffers)."""
+        return "direct" if self.aware else "staged"
+
+
+# The documented run-time switch of builds whose MPIX_Query_cuda_support does not tell
+# whether CUDA is on: MVAPICH's returns 1 whenever it was built with CUDA, even where
+# MVP_USE_CUDA left it off (mvapich src/mpid/ch3/channels/common/src/cuda/cuda_util.c);
+# MVAPICH2(-GDR) reads MV2_USE_CUDA (MVAPICH2-GDR user guide); Cray MPICH sends GPU
+# buffers only with MPICH_GPU_SUPPORT_ENABLED=1 (HPE Cray MPICH, intro_mpi(3)).
+CUDA_SWITCHES = {
+    "mvapich2": "MV2_USE_CUDA",
+    "mvapich": "MVP_USE_CUDA",
+    "cray-mpich": "MPICH_GPU_SUPPORT_ENABLED",
+}
+STAGED_NOTHING_FOUND = "none found: staged"
+
+
+def cuda_awareness(library_version: str | None = None) -> CudaAwareness:
+    """How this process's MPI takes device memory: OSU_DL_BENCH_CUDA_AWARE (1/0) if set;
+    for a build with a documented switch (``CUDA_SWITCHES``, the build named by
+    ``library_version``, default MPI_Get_library_version) that switch; else
+    MPIX_Query_cuda_support (Open MPI, MPICH >= 4.0); else not aware (staging is right
+    everywhere, only slower)."""
     forced = os.environ.get(CUDA_AWARE_ENV, "").strip()
     if forced in ("0", "1"):
-        return forced == "1"
-    return bool(query_cuda_support())
+        return CudaAwareness(forced == "1", f"{CUDA_AWARE_ENV}={forced}")
+    answer = query_cuda_support()
+    if answer is False:  # built without CUDA: no switch turns it on
+        return CudaAwareness(False, "MPIX_Query_cuda_support=0: staged")
+    switch = CUDA_SWITCHES.get(distribution_of(_library_version(library_version)))
+    if switch is not None:
+        value = os.environ.get(switch, "").strip()
+        if value == "1":
+            return CudaAwareness(True, f"{switch}=1")
+        return CudaAwareness(False, f"{switch}={value or 'unset'}: staged")
+    if answer:
+        return CudaAwareness(True, "MPIX_Query_cuda_support=1")
+    return CudaAwareness(False, STAGED_NOTHING_FOUND)
+
+
+def _library_version(given: str | None) -> str:
+    if given is not None:
+        return given
+    from collectives import mpi
+
+    return mpi.load().Get_library_version()
+
+
+def cuda_aware() -> bool:
+    """Whether MPI may be given device pointers (``cuda_awareness().aware``)."""
+    return cuda_awareness().aware
+
+
+def gpu_facts() -> dict[str, str]:
+    """What a result on device buffers records of its GPU: model, driver, CUDA runtime
+    and NCCL versions, and whether MPI meets device memory ``direct`` or ``staged`` (with
+    how that was found). The GPU is the one this process chose (else device 0)."""
+    import cupy
+
+    runtime = cupy.cuda.runtime
+    index = selected_gpu() or 0
+    name = runtime.getDeviceProperties(index).get("name", b"")
+    awareness = cuda_awareness()
+    return {
+        "gpu_model": name.decode(errors="replace") if isinstance(name, bytes) else str(name),
+        "gpu_driver": cuda_version_text(runtime.driverGetVersion()),
+        "cuda_runtime": cuda_version_text(runtime.runtimeGetVersion()),
+        "nccl_version": _nccl_version(),
+        "mpi_cuda": awareness.path,
+        "mpi_cuda_source": awareness.source,
+    }
+
+
+def cuda_version_text(version: int) -> str:
+    """cudaDriverGetVersion/cudaRuntimeGetVersion's 1000 * major + 10 * minor as text."""
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
+def nccl_version_text(code: int) -> str:
+    """ncclGetVersion's code as text: 10000 * major + 100 * minor + patch from NCCL 2.9,
+    1000 * major + 100 * minor + patch before (nccl.h, NCCL_VERSION)."""
+    major, rest = (code // 10000, code % 10000) if code >= 10000 else (code // 1000, code % 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"
+
+
+def _nccl_version() -> str:
+    try:
+        from cupy.cuda import nccl
+    except ImportError:
+        return "missing"
+    return nccl_version_text(nccl.get_version()) if getattr(nccl, "available", False) else "missing"
 
 
 def needs_staging(device: str, backend: str) -> bool:

@@ -122,6 +122,30 @@ def library_of(version_text: str) -> str | None:
     return None
 
 
+def distribution_of(version_text: str) -> str:
+    """Which build of a library MPI_Get_library_version's text names, finer than
+    ``library_of`` where builds differ in what they read from the environment:
+    'cray-mpich', 'mvapich2', 'mvapich' (3.x and MVAPICH-Plus), 'mpich', 'openmpi',
+    'intel' or 'unknown'. Derived builds are tested before the MPICH they carry."""
+    text = version_text.lower()
+    for marker, name in _DISTRIBUTIONS:
+        if marker in text:
+            return name
+    return "unknown"
+
+
+# Cray MPICH prints "CRAY MPICH version ..."; MVAPICH2 "MVAPICH2 Version"; MVAPICH 3 and
+# MVAPICH-Plus "MVAPICH..." without the 2; Intel MPI "Intel(R) MPI Library".
+_DISTRIBUTIONS = (
+    ("cray mpich", "cray-mpich"),
+    ("mvapich2", "mvapich2"),
+    ("mvapich", "mvapich"),
+    ("open mpi", "openmpi"),
+    ("intel(r) mpi", "intel"),
+    ("mpich", "mpich"),
+)
+
+
 # --- reading the library (loads MPI) ------------------------------------------------------
 
 

@@ -112,17 +112,16 @@ def sizes_from(text: str) -> list[int]:
     return sizes
 
 
+def cell(figures: dict[str, float]) -> str:
+    """One copy's median GB/s and its interval, as the table shows it."""
+    return f"{figures['gbs']:.2f} [{figures['gbs_low']:.2f}-{figures['gbs_high']:.2f}]"
+
+
 def lines(results: dict[int, dict[str, dict[str, float]]]) -> list[str]:
     """The table: per size, each copy's median GB/s [95% interval]."""
     out = [f"{'# size':<12}" + "".join(f"{label:>26}" for label in COPIES)]
     for size, row in results.items():
-        cells = "".join(
-            f"{row[label]['gbs']:>9.2f} [{row[label]['gbs_low']:.2f}-{row[label]['gbs_high']:.2f}]".rjust(
-                26
-            )
-            for label in COPIES
-        )
-        out.append(f"{size:<12}{cells}")
+        out.append(f"{size:<12}" + "".join(f"{cell(row[label]):>26}" for label in COPIES))
     return out
 
 

@@ -130,7 +130,8 @@ def report() -> int:
     print(f"GPUs visible (cupy): {gpus}; compute modes {modes}; MPS {'on' if mps else 'off'}")
     print(f"ranks may share a GPU: {share or 'yes'}")
     print("MPIX_Query_cuda_support:", device.query_cuda_support())
-    print("CUDA-aware MPI (as used):", device.cuda_aware())
+    awareness = device.cuda_awareness()
+    print(f"CUDA-aware MPI (as used): {awareness.aware}, {awareness.path} ({awareness.source})")
     if not torch_ok:
         print(f"torch {torch.__version__} is older than 2.10, which the trainer needs")
         return 1

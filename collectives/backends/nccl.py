@@ -18,7 +18,8 @@ start from its node-local rank (collectives.device.select_local_gpu), which also
 ranks sharing a GPU by device UUID; NCCL needs one GPU per rank. The unique id goes over
 MPI with ``comm.bcast`` exactly as cupy returns it.
 
-Constraints: GPU (cuda) buffers; at most one rank per GPU of a node; allreduce only on
+Constraints: GPU (cuda) buffers; at most one rank per GPU of a node, whole GPUs (no MIG
+instances: they share a PCI bus id, which NCCL compares); allreduce only on
 NCCL's types (float16/32/64, int8, uint8, int32, uint32, int64, uint64: no int16) and ops
 (sum, prod, max, min: no bitwise ops). Cost: not modelled (``cost=None``): NCCL picks its
 own algorithm and protocol (src/graph/tuning.cc), so it is measured.
@@ -106,8 +107,10 @@ def unavailable_reason() -> str | None:
 
 
 def _distinct_gpus(ctx: CallContext) -> bool:
-    # Found by device UUID when the GPU was chosen (collectives.device.select_local_gpu):
-    # counting visible devices would refuse one visible GPU per rank (--gpus-per-task=1).
+    # Found by device UUID and bus id when the GPU was chosen, and agreed by every rank of
+    # the job (collectives.device.select_local_gpu), so no rank enters NCCL while another
+    # falls back; counting visible devices would refuse one visible GPU per rank
+    # (--gpus-per-task=1).
     # A process that chose none (a sweep's one-process planner) predicts that choice from
     # the job's shape, or it would plan an nccl group that the job then refuses.
     if selected_gpu() is not None:
@@ -116,7 +119,7 @@ def _distinct_gpus(ctx: CallContext) -> bool:
 
 
 ONE_GPU_PER_RANK = Requirement(
-    "needs one GPU per rank (ranks of a node share a GPU)", _distinct_gpus
+    "needs one GPU per rank (ranks of a node share a GPU, or use MIG instances)", _distinct_gpus
 )
 
 

@@ -8,7 +8,7 @@ from mpi4py import MPI
 
 from collectives import SPECS, CallContext, Variant
 from collectives.buffers import array_module
-from collectives.device import needs_staging, select_local_gpu
+from collectives.device import gpu_sharing_reason, needs_staging, select_local_gpu
 from collectives.dtypes import element_type
 from collectives.ops import reduce_op
 from collectives.registry import BoundCalls
@@ -301,7 +301,7 @@ def _linkmap(comm: MPI.Comm, cfg: BenchConfig) -> int:
     printed by rank 0, the record written with -o."""
     topo = discover_topology(comm, cfg.emulated_ppn)
     check_node_memory(comm, [point_to_point_need(LINKMAP, cfg.max_size)])
-    metadata = collect_metadata(topo).as_dict()
+    metadata = collect_metadata(topo, cfg.device).as_dict()
     settings = LinkSettings(cfg.max_size, cfg.iterations, cfg.warmup, cfg.repetitions)
     samples = measure_links(comm, settings)
     linkmap = judge_links(samples) if comm.Get_rank() == 0 else None
@@ -326,7 +326,7 @@ def run_bench(comm: MPI.Comm, cfg: BenchConfig) -> int:
         select_local_gpu(comm)
     traffic = _bucket_plan(comm, cfg.buckets) if cfg.buckets else None
     topo = discover_topology(comm, cfg.emulated_ppn)
-    metadata = collect_metadata(topo).as_dict()
+    metadata = collect_metadata(topo, cfg.device).as_dict()
     if setting.spec is None:
         variants, skipped = None, []
     else:
@@ -337,6 +337,9 @@ def run_bench(comm: MPI.Comm, cfg: BenchConfig) -> int:
         variants, skipped = plan.eligible, plan.skipped
     for variant, reason in skipped:
         _print(comm, f"# {variant.label}: skipped: {reason}")
+    refused = gpu_sharing_reason() if cfg.device == "cuda" else None
+    if refused and any(v.algorithm.backend == "nccl" for v, _ in skipped):
+        _print(comm, f"# nccl: {refused}")  # the job's one reason, every rank agreed
     if variants == []:
         raise UsageError(f"no algorithm named in -a {cfg.algorithms} can run here")
     # Before any buffer: what the run holds depends on which candidates stage.

@@ -16,6 +16,16 @@ from osu_dl_bench.runtime.slurm_env import slurm_job
 
 # The array library behind each buffer kind (-d).
 ARRAY_MODULES = {"cpu": "numpy", "cpu-registered": "numpy (registered memory)", "cuda": "cupy"}
+# What a job on GPU buffers records of its GPU (collectives.device.gpu_facts), kept
+# run-wide like the library's fields; a run on the host has none of them.
+GPU_FIELDS = (
+    "gpu_model",
+    "gpu_driver",
+    "cuda_runtime",
+    "nccl_version",
+    "mpi_cuda",
+    "mpi_cuda_source",
+)
 _SLURM_VARS = {
     "slurm_job_id": "SLURM_JOB_ID",
     "slurm_nodes": "SLURM_JOB_NUM_NODES",
@@ -104,7 +114,7 @@ def record_job(store: RunStore, nprocs: int, job: dict[str, Any], launch: str = 
     entries = [entry for count in jobs.values() for entry in launch_entries(count)]
     # A launch record of an experiment may lack the library's fields (a job that ended
     # before it could say): the run keeps what an earlier job said.
-    library = ("mpi_library", "mpi_version", "mpi4py_version")
+    library = ("mpi_library", "mpi_version", "mpi4py_version", *GPU_FIELDS)
     metadata.update({name: job[name] for name in library if name in job})
     metadata.update(
         hosts=sorted({h for e in entries for h in e.get("hosts", [])}),

@@ -321,6 +321,7 @@ def _job_entry(
         "points_planned": plan.points,
         "points_to_measure": plan.todo,
         "skipped": plan.skipped,
+        **meta.device_facts,
         **runinfo.slurm_fields(),
         **fields,
     }
@@ -367,7 +368,7 @@ def _sweep_launch(world: MPI.Comm, topo: Topology, job: Job) -> list[tuple[Sweep
         return []
     # A forced group proves, before measuring, that the library runs its algorithm.
     forced = forcing_proof(plans, slot.group) if is_forced_group(slot.group) else {}
-    meta, started = collect_metadata(topo), utc_now()
+    meta, started = collect_metadata(topo, cfg.device), utc_now()
     forced_fields = {
         **_forced_fields(forced),
         **_fingerprint_fields(comm, cfg, slot),

@@ -6,7 +6,8 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import sys
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 
 from osu_dl_bench import __version__
 from osu_dl_bench.runtime.launcher import OVERSUBSCRIBED_CVARS
@@ -39,16 +40,23 @@ class RunMetadata:
     slurm_job_id: str = ""
     slurm_nodes: str = ""
     slurm_ntasks_per_node: str = ""
+    # On GPU buffers: the GPU, its driver, CUDA and NCCL, and MPI direct or staged
+    # (collectives.device.gpu_facts); empty on the host, whose records carry none of it.
+    device_facts: Mapping[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, str]:
-        """Plain dict, for records and metadata files."""
-        return asdict(self)
+        """Plain dict, for records and metadata files (the device's facts as fields)."""
+        fields = asdict(self)
+        return {**fields, **fields.pop("device_facts")}
 
 
-def collect_metadata(topology: Topology) -> RunMetadata:
-    """Metadata of the current run (same on every rank)."""
+def collect_metadata(topology: Topology, device: str = "cpu") -> RunMetadata:
+    """Metadata of the current run (same on every rank); on ``device`` cuda also the GPU's
+    facts."""
     import mpi4py
     from mpi4py import MPI
+
+    from collectives.device import gpu_facts
 
     major, minor = MPI.Get_version()
     slurm = slurm_job()
@@ -67,6 +75,7 @@ def collect_metadata(topology: Topology) -> RunMetadata:
         slurm_job_id=slurm.job_id if slurm else "",
         slurm_nodes=str(slurm.nodes) if slurm else "",
         slurm_ntasks_per_node=str(slurm.ntasks_per_node) if slurm else "",
+        device_facts=gpu_facts() if device == "cuda" else {},
     )
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import sys
 from bisect import bisect_right
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -34,6 +35,7 @@ from types import MappingProxyType
 from typing import Any
 
 from collectives import SPECS, Algorithm, CallContext, Variant, lookup
+from collectives.device import CudaAwareness, cuda_awareness
 from collectives.dtypes import element_type
 from collectives.ops import reduce_op
 from collectives.registry import (
@@ -47,7 +49,14 @@ from collectives.shape import JobShape
 from collectives.units import format_size, split_variant_texts
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.selection.names import FORCE_ENV
-from osu_dl_bench.selection.table import Choice, Entry, SizeRange, TuningTable, load_table
+from osu_dl_bench.selection.table import (
+    Choice,
+    Entry,
+    SizeRange,
+    TuningTable,
+    load_table,
+    measured_mpi_cuda,
+)
 
 TUNED = "tuned"
 # Buffer kinds a table may answer for with another kind's entries when it has none of its own.
@@ -189,6 +198,7 @@ class Selector:
         self._bound: dict[tuple, CollectiveCall] = {}
         # (bound call's id, device) -> that call as it runs on the device's buffers.
         self._on_device: dict[tuple[int, str], CollectiveCall] = {}
+        self._compared_mpi_cuda = False
 
     def _forced_variants(self, texts: Mapping[str, str]) -> dict[str, Variant]:
         try:
@@ -314,9 +324,21 @@ class Selector:
         """The per-call function for ``collective`` on ``comm`` (collective over ``comm``:
         every rank binds the same variants in the same order)."""
         key = (comm.py2f(), collective, _context_key(context))
+        if context.device == "cuda" and self.table is not None:
+            self._compare_mpi_cuda(comm)
         if key not in self._bound:
             self._bound[key] = self._bind(comm, collective, context)
         return self._bound[key]
+
+    def _compare_mpi_cuda(self, comm: Any) -> None:
+        """Warn once (rank 0, one line) where the table's cuda entries were measured with
+        MPI staged and MPI here reads device memory directly, or the reverse."""
+        if self._compared_mpi_cuda:
+            return
+        self._compared_mpi_cuda = True
+        note = mpi_cuda_mismatch(self.table, cuda_awareness())
+        if note and comm.Get_rank() == 0:
+            print(f"osu-dl-bench: warning: {note}", file=sys.stderr, flush=True)
 
     def _bind(self, comm: Any, collective: str, context: CallContext) -> CollectiveCall:
         query = Query(collective, comm.Get_size(), 0, context.device, context.nodes, context.ppn)
@@ -391,6 +413,21 @@ class Selector:
             summary=f"per-call choice from {self.source}",
         )
         return Variant(algorithm, MappingProxyType({}))
+
+
+def mpi_cuda_mismatch(table: TuningTable, here: CudaAwareness) -> str | None:
+    """Why ``table``'s choices on GPU buffers may not describe this MPI: measured staged
+    where MPI here reads device memory directly, or the reverse; None where they match
+    or the table does not say (written before tables recorded it)."""
+    measured = measured_mpi_cuda(table.header)
+    if measured is None or measured == here.path:
+        return None
+    how = {"direct": "reading device memory directly", "staged": "staged through host memory"}
+    return (
+        f"{table.path or 'the table'} was measured with MPI {how[measured]}; here MPI is "
+        f"{how[here.path]} ({here.source}): its choices between MPI algorithms and NCCL on "
+        "GPU buffers were timed on another path"
+    )
 
 
 def _context_key(context: CallContext) -> tuple:

@@ -7,7 +7,8 @@ Schema version 1 (full description with an example in docs/tuning-table.md)::
      "format": "osu-dl-bench tuning table",
      "name": "...", "created": "<ISO 8601 UTC>",
      "noise_rule": "<the rule the tuner applied, in words>",
-     "measured_with": {"dtype": "float32", "op": "sum"},
+     "measured_with": {"dtype": "float32", "op": "sum",
+                       "mpi_cuda": "staged" | "direct" (tables with entries on cuda)},
      "provenance": {"run_dir": ..., "run": {mpi_library, mpi_version, hosts, date,
                     package_version, command}, "run_metadata": {<metadata.json>},
                     "tuned_by": {package_version, command, host, platform, date}},
@@ -57,6 +58,16 @@ from osu_dl_bench.selection.schema_check import first_problem, load_schema
 
 SCHEMA_VERSION = 1
 FORMAT = "osu-dl-bench tuning table"
+# How MPI met device memory while the table's cuda entries were measured: reading it
+# itself (CUDA-aware) or through host copies; tables written before it say neither.
+MPI_CUDA_PATHS = ("direct", "staged")
+
+
+def measured_mpi_cuda(header: Mapping[str, Any]) -> str | None:
+    """'direct' or 'staged': how MPI met device memory when the table's cuda entries were
+    measured; None where the table does not say (an older table, or none on cuda)."""
+    path = (header.get("measured_with") or {}).get("mpi_cuda")
+    return path if path in MPI_CUDA_PATHS else None
 
 
 def table_header(

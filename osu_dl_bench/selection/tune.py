@@ -69,6 +69,7 @@ from osu_dl_bench.selection.paired import (
     quotient,
 )
 from osu_dl_bench.selection.table import (
+    MPI_CUDA_PATHS,
     Choice,
     Entry,
     EntryKey,
@@ -669,6 +670,19 @@ def provenance(run_dir: Path, metadata: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def measured_with(
+    dtype: str, op: Any, entries: tuple[Entry, ...], metadata: dict[str, Any]
+) -> dict[str, Any]:
+    """What the table's points were measured with: dtype and op, and for entries on GPU
+    buffers whether MPI read device memory ``direct`` or ``staged`` through host memory
+    (the run's ``mpi_cuda``; absent where the run did not record it)."""
+    fields = {"dtype": dtype, "op": None if _is_missing(op) else op}
+    path = _first_found(metadata, "mpi_cuda")
+    if path in MPI_CUDA_PATHS and any(e.key.device == "cuda" for e in entries):
+        fields["mpi_cuda"] = path
+    return fields
+
+
 def build_table(
     run_dir: str | os.PathLike,
     name: str = "tuning",
@@ -688,7 +702,7 @@ def build_table(
     header = table_header(
         name,
         NOISE_RULE,
-        {"dtype": dtype, "op": None if _is_missing(op) else op},
+        measured_with(dtype, op, entries, metadata),
         provenance(Path(run_dir), metadata),
     )
     header[EVIDENCE] = evidence_record(decisions.pool, risk)

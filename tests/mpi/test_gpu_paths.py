@@ -12,6 +12,7 @@ memory at all where MPI is not CUDA-aware (OSU_DL_BENCH_CUDA_AWARE=0), fills onl
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 
@@ -23,11 +24,13 @@ from osu_dl_bench.measurement.store import RunStore
 STRICT_CUPY = REPO / "tests" / "support" / "strict_cupy"
 DRIVER = "tests/drivers/check_algorithms.py"
 STAGING = "MPI algorithms stage through pinned host buffers"
+TABLE_ON_ANOTHER_PATH = "was measured with MPI staged through host memory; here MPI is reading"
 
 
 def _env(cuda_aware: bool, **extra: str) -> dict[str, str]:
     return {
-        "PYTHONPATH": str(STRICT_CUPY),
+        # The checkout after the stand-in, ahead of any installed copy of the package.
+        "PYTHONPATH": os.pathsep.join([str(STRICT_CUPY), str(REPO)]),
         "OSU_DL_BENCH_CUDA_AWARE": "1" if cuda_aware else "0",
         **extra,
     }
@@ -131,13 +134,24 @@ def test_sweep_tune_and_tuned_bench_stage_where_mpi_is_not_cuda_aware(tmp_path):
     assert set(frame["validation"]) == {"pass"}
     assert set(frame["device"]) == {"cuda"} and {"nccl", "mpi"} <= set(frame["backend"])
     assert _gpus(swept.stderr) == {0: 0, 1: 1}
+    metadata = RunStore(run_dir).read_metadata()
+    assert metadata["mpi_cuda"] == "staged" and metadata["gpu_model"] == "Strict fake GPU"
+    assert metadata["mpi_cuda_source"] == "OSU_DL_BENCH_CUDA_AWARE=0"
     res = run_cli(1, ["tune", str(run_dir), "-o", str(table)], timeout=120)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert json.loads(table.read_text())["measured_with"]["mpi_cuda"] == "staged"
     argv = ["bench", "allreduce", "-d", "cuda", "-a", "tuned", "--table", str(table), "-c"]
-    tuned = _run_plain(2, [*argv, "-m", "8:4K", "-i", "3", "-x", "1"], cuda_aware=False)
+    argv += ["-m", "8:4K", "-i", "3", "-x", "1"]
+    tuned = _run_plain(2, argv, cuda_aware=False)
     rows = _rows(tuned.stdout)
     assert rows and all(row[-1] == "Pass" for row in rows)
     assert _gpus(tuned.stderr) == {0: 0, 1: 1}
+    assert TABLE_ON_ANOTHER_PATH not in tuned.stderr
+    # The table measured staged, used where MPI reads device memory: one line says so.
+    direct = _run_plain(2, [*argv, "-o", str(tmp_path / "r.json")], cuda_aware=True)
+    assert direct.stderr.count(TABLE_ON_ANOTHER_PATH) == 1, direct.stderr[-3000:]
+    record = json.loads((tmp_path / "r.json").read_text())[0]
+    assert record["mpi_cuda"] == "direct" and record["cuda_runtime"] == "12.4"
 
 
 @pytest.mark.parametrize("benchmark", ["latency", "bw"])

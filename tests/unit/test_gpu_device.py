@@ -329,3 +329,138 @@ def test_the_hierarchical_bcast_stages_its_leaders_step_through_pinned_memory(cu
     assert len(given) == 1 and given[0].nbytes == recv.nbytes
     assert cupyx.is_pinned(given[0])
     assert (given[0].view(np.float32) == np.arange(1000)).all()
+
+
+# --- CUDA-awareness, each library's own way -----------------------------------------------
+
+OPEN_MPI = "Open MPI v5.0.8, package: Open MPI builder Distribution"
+MPICH = "MPICH Version:      4.2.0\nMPICH Release date: Fri Feb  9 2024"
+MVAPICH2 = "MVAPICH2 Version      :\t2.3.7\nMVAPICH2 Release date :\tWed March 02 22:00:00 EST 2022"
+MVAPICH_PLUS = "MVAPICH-Plus Version      :\t4.0\nMVAPICH-Plus Release date"
+CRAY = "MPI VERSION    : CRAY MPICH version 8.1.28.2 (ANL base 3.4a2)"
+SWITCHES = ("MV2_USE_CUDA", "MVP_USE_CUDA", "MPICH_GPU_SUPPORT_ENABLED")
+
+
+@pytest.fixture
+def no_switches(monkeypatch):
+    """No override and no library switch set; the library's query answers ``query``."""
+    for name in (device.CUDA_AWARE_ENV, *SWITCHES):
+        monkeypatch.delenv(name, raising=False)
+
+    def answer(value):
+        monkeypatch.setattr(device, "query_cuda_support", lambda: value)
+
+    return answer
+
+
+@pytest.mark.parametrize(
+    "text,name",
+    [
+        (OPEN_MPI, "openmpi"),
+        (MPICH, "mpich"),
+        (MVAPICH2, "mvapich2"),
+        (MVAPICH_PLUS, "mvapich"),
+        (CRAY, "cray-mpich"),
+        ("Intel(R) MPI Library 2021.10", "intel"),
+        ("Some MPI", "unknown"),
+    ],
+)
+def test_the_library_build_is_named_from_its_version_text(text, name):
+    from collectives.mpit import distribution_of
+
+    assert distribution_of(text) == name
+
+
+@pytest.mark.parametrize(
+    "library,switch",
+    [
+        (MVAPICH2, "MV2_USE_CUDA"),
+        (MVAPICH_PLUS, "MVP_USE_CUDA"),
+        (CRAY, "MPICH_GPU_SUPPORT_ENABLED"),
+    ],
+)
+def test_each_library_switch_counts_for_its_own_library_only(
+    no_switches, monkeypatch, library, switch
+):
+    no_switches(None)
+    monkeypatch.setenv(switch, "1")
+    assert device.cuda_awareness(library) == device.CudaAwareness(True, f"{switch}=1")
+    for other in (OPEN_MPI, MPICH, *(t for t in (MVAPICH2, MVAPICH_PLUS, CRAY) if t != library)):
+        found = device.cuda_awareness(other)
+        assert not found.aware and found.path == "staged", (other, found)
+
+
+def test_mvapich_built_with_cuda_is_staged_until_its_switch_turns_cuda_on(no_switches):
+    no_switches(True)  # MVAPICH answers 1 whenever it was built with CUDA
+    found = device.cuda_awareness(MVAPICH_PLUS)
+    assert found == device.CudaAwareness(False, "MVP_USE_CUDA=unset: staged")
+
+
+@pytest.mark.parametrize("answer", [True, False, None])
+def test_open_mpi_and_mpich_answer_through_their_query(no_switches, monkeypatch, answer):
+    no_switches(answer)
+    monkeypatch.setenv("MV2_USE_CUDA", "1")  # another library's switch: ignored
+    found = device.cuda_awareness(MPICH)
+    assert found.aware is bool(answer)
+    expected = {True: "MPIX_Query_cuda_support=1", False: "MPIX_Query_cuda_support=0: staged"}
+    assert found.source == expected.get(answer, device.STAGED_NOTHING_FOUND)
+
+
+@pytest.mark.parametrize("forced", ["0", "1"])
+def test_the_override_wins_over_every_library_answer(no_switches, monkeypatch, forced):
+    no_switches(forced != "1")
+    monkeypatch.setenv("MPICH_GPU_SUPPORT_ENABLED", "1" if forced == "0" else "0")
+    monkeypatch.setenv(device.CUDA_AWARE_ENV, forced)
+    for library in (OPEN_MPI, CRAY):
+        found = device.cuda_awareness(library)
+        assert found == device.CudaAwareness(forced == "1", f"{device.CUDA_AWARE_ENV}={forced}")
+    assert device.cuda_aware() is (forced == "1")
+
+
+# --- NCCL's eligibility: MIG and one decision for every rank -----------------------------
+
+
+def test_mig_instances_are_found_by_name_and_by_their_shared_bus_id():
+    assert device.mig_reason("0,1") is None and device.mig_reason("") is None
+    reason = device.mig_reason("MIG-4f1c0a2e-1b2c-5d6e-8f90-123456789abc")
+    assert "MIG instance (MIG-4f1c0a2e" in reason and "NCCL" in reason
+    assert device.same_board_reason(["0000:01:00", "0000:02:00"]) is None
+    assert "ranks 0 and 2 use MIG instances" in device.same_board_reason(["a", "b", "a"])
+
+
+class _Gathered:
+    """A communicator whose allgather returns what the ranks gave (one process)."""
+
+    def __init__(self, given):
+        self.given = given
+
+    def allgather(self, mine):
+        return self.given
+
+
+def test_every_rank_gets_the_first_reason_naming_its_node():
+    given = [("node-a", None), ("node-b", "ranks share a GPU"), ("node-b", "ranks share a GPU")]
+    reason = device.agreed_nccl_reason(_Gathered(given), None, "node-a")
+    assert reason == "on node-b (rank 1): ranks share a GPU"
+    assert device.agreed_nccl_reason(_Gathered([("a", None), ("b", None)]), None, "a") is None
+
+
+def test_a_rank_on_a_mig_instance_is_refused_nccl(cupy, monkeypatch):
+    from cupy.cuda import runtime
+
+    monkeypatch.setenv("STRICT_CUPY_MIG", "2")
+    name = next(iter(runtime.mig_names()))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", name)
+    assert device.select_local_gpu(MPI.COMM_SELF) == 0
+    assert name in device.gpu_sharing_reason() and "MIG" in device.gpu_sharing_reason()
+    assert "MIG" in device.expected_sharing_reason(1)
+
+
+def test_two_mig_instances_of_one_gpu_are_refused_for_a_planned_job(cupy, monkeypatch):
+    from cupy.cuda import runtime
+
+    monkeypatch.setenv("STRICT_CUPY_MIG", "2")
+    names = [n for n, place in runtime.mig_names().items() if place[0] == 0]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", ",".join(names))
+    monkeypatch.setattr(device, "mig_reason", lambda visible=None: None)  # by bus id alone
+    assert "use MIG instances of one GPU" in device.expected_sharing_reason(2)

@@ -68,3 +68,9 @@ def test_ranks_share_a_gpu_unless_its_compute_mode_forbids_it(modes, mps, shared
 )
 def test_the_preflight_wants_torch_2_10_or_later(version, ok):
     assert _preflight().torch_version_ok(version) == ok
+
+
+def test_the_preflight_says_how_cuda_awareness_was_found(cupy, capsys):
+    assert _preflight().report() == 0
+    out = capsys.readouterr().out
+    assert "CUDA-aware MPI (as used): True, direct (OSU_DL_BENCH_CUDA_AWARE=1)" in out

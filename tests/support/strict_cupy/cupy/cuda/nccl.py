@@ -120,10 +120,15 @@ def _rendezvous(uid: bytes, ndev: int, rank: int):
     return comm
 
 
-def _current_uuid() -> bytes:
+def _current_bus_id() -> tuple:
+    """Where NCCL places a rank's GPU: its host and PCI bus id (src/init.cc compares
+    busId of ranks with the same hostHash), so two MIG instances of one GPU collide."""
+    import socket
+
     from . import Device, runtime
 
-    return runtime.getDeviceProperties(Device._current)["uuid"]
+    props = runtime.getDeviceProperties(Device._current)
+    return (socket.gethostname(), props["pciDomainID"], props["pciBusID"], props["pciDeviceID"])
 
 
 class NcclCommunicator:
@@ -131,8 +136,8 @@ class NcclCommunicator:
         self.comm = _rendezvous(_id_bytes(commId), ndev, rank)
         assert self.comm.Get_size() == ndev and self.comm.Get_rank() == rank
         assert len(set(self.comm.allgather(commId))) == 1, "ranks got different ids"
-        uuids = self.comm.allgather(_current_uuid())
-        if len(set(uuids)) != len(uuids):
+        places = self.comm.allgather(_current_bus_id())
+        if len(set(places)) != len(places):
             raise NcclError("NCCL_ERROR_INVALID_USAGE: Duplicate GPU detected")
 
     def allReduce(self, sendbuf, recvbuf, count, datatype, op, stream):  # noqa: N802

@@ -39,7 +39,7 @@ prepend() { # prepend VAR DIR: DIR first on the path list VAR, once
 }
 use_deps() { # the install under $DEPS, if any, on every path that finds it
     local site bin lib
-    site=$(found_dir -maxdepth 6 -type d -name '*.dist-info')
+    site=$(found_dir -maxdepth 6 -name '*.dist-info')
     bin=$(found_dir -maxdepth 4 -name mpiexec)
     lib=$(found_dir -maxdepth 4 -name 'libmpi.so.*')
     [ -z "$site" ] || prepend PYTHONPATH "$site"

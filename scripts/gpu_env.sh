@@ -77,6 +77,28 @@ if [ -n "$missing" ]; then
     exit 1
 fi
 
+# preflight_value FILE NAME: NAME's value in a report of scripts/gpu_preflight.py (its
+# NAME=VALUE lines: gpus, the GPUs cupy sees, CUDA_VISIBLE_DEVICES honoured; share, whether
+# ranks may share a GPU; aware; torch_ok; torch_cuda); empty where the report lacks it.
+preflight_value() { sed -n "s/^$2=//p" "$1" | head -1; }
+
+# gpu_ranks FILE: from the preflight report FILE, NP (NCCL: one rank per GPU) and MPI_NP
+# (MPI algorithms: max(2, GPUs), two ranks sharing the GPU on a one-GPU node, unless the
+# compute mode forbids sharing: then one per GPU, and MPI_CAPPED=1); a caller's own NP or
+# MPI_NP is kept.
+gpu_ranks() {
+    local gpus share
+    gpus=$(preflight_value "$1" gpus)
+    share=$(preflight_value "$1" share)
+    NP=${NP:-$gpus}
+    MPI_NP=${MPI_NP:-$((gpus > 2 ? gpus : 2))}
+    MPI_CAPPED=0
+    if [ "$share" = no ] && [ "$MPI_NP" -gt "$gpus" ]; then
+        MPI_NP=$gpus
+        MPI_CAPPED=1
+    fi
+}
+
 # A failed validation in a step's log: a 'Fail' cell of bench's table, or its error line.
 VALIDATION_FAILED='(^|[[:space:]])Fail([[:space:]]|$)|DATA VALIDATION ERROR'
 

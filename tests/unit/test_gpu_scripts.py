@@ -287,3 +287,118 @@ def test_gpu_env_fails_loudly_naming_what_is_still_missing(tmp_path, wheels, mis
     assert "rc=" not in res.stdout  # the sourcing script ended there
     assert f"gpu_env: missing after setup: {missing}" in res.stderr
     assert "scripts/gpu_wheels.sh" in res.stderr
+
+
+# gpu_run.sh on a node of N fake GPUs: nvidia-smi lists them, the Python answers the
+# preflight (gpus=N, share as given) and passes every import check of gpu_env.sh, and the
+# launcher only writes down how it was called.
+FAKE_RUN_PYTHON = r"""#!/bin/bash
+case $1 in
+scripts/gpu_preflight.py) printf 'gpus=%s\naware=0\nshare=%s\ntorch_ok=1\ntorch_cuda=1\n' \
+    "$FAKE_GPUS" "$FAKE_SHARE" ;;
+esac
+exit 0
+"""
+FAKE_LAUNCHER = """#!/bin/sh
+printf '%s\\n' "$*" >>"$CALLS"
+"""
+FAKE_NVIDIA_SMI = """#!/bin/sh
+[ "$1" = -L ] || exit 0
+i=0
+while [ "$i" -lt "$FAKE_GPUS" ]; do echo "GPU $i: Fake GPU (UUID: GPU-$i)"; i=$((i + 1)); done
+"""
+
+
+def _fake_program(path: Path, text: str) -> Path:
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+def _gpu_run_launches(tmp_path, gpus: int, share: str = "yes") -> list[str]:
+    """The launcher's calls of gpu_run.sh's bandwidth and training parts on ``gpus`` GPUs:
+    '-n P <what ran>' each."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    _fake_program(fake / "nvidia-smi", FAKE_NVIDIA_SMI)
+    env = {
+        "PATH": f"{fake}:/usr/bin:/bin",
+        "PYTHON": str(_fake_program(fake / "python3", FAKE_RUN_PYTHON)),
+        "MPIEXEC": str(_fake_program(fake / "launch", FAKE_LAUNCHER)),
+        "FAKE_GPUS": str(gpus),
+        "FAKE_SHARE": share,
+        "CALLS": str(tmp_path / "calls"),
+        "RUN_DIR": str(tmp_path / "run"),
+        "PARTS": "bandwidth training",
+        "ROUNDS": "1",
+        "WHEELS": str(tmp_path / "no-wheels"),
+        "DEPS": str(tmp_path / "deps"),
+    }
+    res = subprocess.run(
+        ["bash", "scripts/gpu_run.sh"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    # '-n P PYTHON -m osu_dl_bench COMMAND ARG ARG ...' -> '-n P COMMAND ARG ARG'
+    return [" ".join(c.split()[:2] + c.split()[5:8]) for c in calls]
+
+
+@pytest.mark.parametrize(
+    "gpus,share,nccl,mpi",
+    [(8, "yes", 8, 8), (1, "yes", 1, 2), (1, "no", 1, 1), (3, "no", 3, 3)],
+)
+def test_gpu_run_puts_nccl_on_every_gpu_and_mpi_on_at_least_two_ranks(
+    tmp_path, gpus, share, nccl, mpi
+):
+    launches = _gpu_run_launches(tmp_path, gpus, share)
+    assert launches == [
+        f"-n {nccl} bench allreduce -d",
+        f"-n {nccl} bench bcast -d",
+        f"-n {mpi} bench allreduce -d",
+        f"-n {mpi} bench bcast -d",
+        "-n 1 train --device cuda",  # against the plain one-process loop
+        f"-n {mpi} train --device cuda",  # --validate
+    ]
+    summary = (tmp_path / "run" / "summary.txt").read_text()
+    assert f"{gpus} GPU(s) seen by cupy: NCCL on {nccl} rank(s), MPI on {mpi}" in summary
+
+
+@pytest.mark.parametrize("script", ["gpu_run.sh", "gpu_smoke.sh"])
+def test_a_long_gpu_list_counts_as_gpus_in_both_scripts(tmp_path, script):
+    # A GPU line, then more than a pipe holds (MIG devices of a large node, say): a check
+    # that stops reading at the first GPU leaves nvidia-smi to die of SIGPIPE, which
+    # pipefail took for "no GPU". Past that check, cupy here sees none: 77 with its reason.
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    _fake_program(
+        fake / "nvidia-smi",
+        "#!/bin/sh\necho 'GPU 0: Fake GPU (UUID: GPU-0)'\n"
+        "seq 200000 | sed 's/^/  MIG 1g.10gb Device /'\n",
+    )
+    env = {
+        "PATH": f"{fake}:/usr/bin:/bin",
+        "PYTHON": str(_fake_program(fake / "python3", FAKE_RUN_PYTHON)),
+        "MPIEXEC": str(_fake_program(fake / "launch", FAKE_LAUNCHER)),
+        "FAKE_GPUS": "0",
+        "FAKE_SHARE": "yes",
+        "CALLS": str(tmp_path / "calls"),
+        "RUN_DIR": str(tmp_path / "run"),
+        "OUT": str(tmp_path / "out"),
+        "WHEELS": str(tmp_path / "no-wheels"),
+        "DEPS": str(tmp_path / "deps"),
+    }
+    res = subprocess.run(
+        ["bash", f"scripts/{script}"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 77, res.stderr
+    assert "cupy sees no GPU" in res.stderr and "nvidia-smi -L lists none" not in res.stderr

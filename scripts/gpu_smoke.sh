@@ -35,7 +35,9 @@ SWEEP_MAX=${SWEEP_MAX:-1M}
 LIMIT=(timeout "${STEP_TIMEOUT:-1800}")
 OSU=("$PYTHON" -m osu_dl_bench)
 
-if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+# grep reads every line: grep -q would stop at the first GPU, nvidia-smi then dies of
+# SIGPIPE, and pipefail would count a node of several GPUs as one without any.
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep '^GPU ' >/dev/null; then
     echo "gpu_smoke: no NVIDIA GPU here (nvidia-smi -L lists none): nothing to check" >&2
     exit 77
 fi
@@ -87,7 +89,7 @@ summary() {
 # --- preflight ------------------------------------------------------------------------
 "$PYTHON" scripts/gpu_preflight.py >"$OUT/preflight.txt" 2>&1
 rc=$?
-value() { sed -n "s/^$1=//p" "$OUT/preflight.txt" | head -1; }
+value() { preflight_value "$OUT/preflight.txt" "$1"; }
 gpus=$(value gpus)
 if [ -z "$gpus" ]; then # a dependency is missing: nothing else can run
     record preflight FAIL "$OUT/preflight.txt"
@@ -107,10 +109,8 @@ aware=$(value aware)
 share=$(value share)
 torch_cuda=$(value torch_cuda)
 torch_ok=$(value torch_ok)
-NP=${NP:-$gpus}
-MPI_NP=${MPI_NP:-$((gpus > 2 ? gpus : 2))}
-if [ "$share" = no ] && [ "$MPI_NP" -gt "$gpus" ]; then
-    MPI_NP=$gpus
+gpu_ranks "$OUT/preflight.txt"
+if [ "$MPI_CAPPED" = 1 ]; then
     record "ranks sharing a GPU" SKIP "compute mode forbids it (preflight): MPI steps on p=$MPI_NP"
 fi
 

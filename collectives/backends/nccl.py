@@ -18,6 +18,17 @@ start from its node-local rank (collectives.device.select_local_gpu), which also
 ranks sharing a GPU by device UUID; NCCL needs one GPU per rank. The unique id goes over
 MPI with ``comm.bcast`` exactly as cupy returns it.
 
+NCCL's algorithm and protocol are parameters: ``nccl:algo=ring|tree,proto=simple|ll|ll128``
+for allreduce, ``nccl:proto=simple|ll|ll128`` for bcast (NCCL's broadcast has only the ring
+algorithm: src/device/broadcast.h); ``auto`` (the default, the plain label ``nccl``) leaves
+the choice to NCCL. They are forced through NCCL's environment, NCCL_ALGO and NCCL_PROTO
+(NCCL docs, "Environment Variables"), which NCCL reads when a communicator is initialised
+(ncclTopoTuneModel, src/graph/tuning.cc): so each forced variant gets a communicator of its
+own, created while the variables are set, and the environment is restored after. A sweep
+tries NCCL's own choice and the six forced pairs. At p = 1 NCCL runs no algorithm at all
+(ncclLaunchOneRank, src/enqueue.cc: one cudaMemcpyAsync), so the choice shows only on
+several GPUs.
+
 Constraints: GPU (cuda) buffers; at most one rank per GPU of a node, whole GPUs (no MIG
 instances: they share a PCI bus id, which NCCL compares); allreduce only on
 NCCL's types (float16/32/64, int8, uint8, int32, uint32, int64, uint64: no int16) and ops
@@ -34,27 +45,34 @@ NcclCommunicator takes what get_unique_id gave), the NCCL API documentation
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import importlib.util
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from collectives.backends import cached_on_comm
 from collectives.buffers import cuda_unavailable_reason
+from collectives.common import Scratch
 from collectives.device import (
     PinnedMirrors,
     expected_sharing_reason,
     gpu_sharing_reason,
     selected_gpu,
 )
+from collectives.errors import UsageError
 from collectives.registry import (
     GPU_BUFFERS,
     SEVERAL_NODES,
     UNAVAILABLE_BACKENDS,
+    Algorithm,
     CallContext,
     Requirement,
+    Variant,
     register,
 )
 from collectives.topology import NodeComms, split_nodes
@@ -78,6 +96,14 @@ NCCL_DTYPES = {
 }
 # Our op name -> cupy.cuda.nccl constant (ncclRedOp_t).
 NCCL_OPS = {"sum": "NCCL_SUM", "prod": "NCCL_PROD", "max": "NCCL_MAX", "min": "NCCL_MIN"}
+# NCCL's own choice of algorithm or protocol: the variable is left as it is.
+AUTO = "auto"
+# Our parameter values -> NCCL's names in NCCL_ALGO and NCCL_PROTO (NCCL docs, "Environment
+# Variables"; NCCL parses them case-insensitively).
+NCCL_ALGOS = {"ring": "Ring", "tree": "Tree"}
+NCCL_PROTOS = {"simple": "Simple", "ll": "LL", "ll128": "LL128"}
+# Each parameter: its NCCL variable and the values it takes.
+_SETTINGS = {"algo": ("NCCL_ALGO", NCCL_ALGOS), "proto": ("NCCL_PROTO", NCCL_PROTOS)}
 # Launchers' node-local rank variables (MPICH Hydra, Open MPI, Slurm): read without MPI calls,
 # since a bind may happen on a sub-communicator only.
 _LOCAL_RANK_VARS = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")
@@ -155,9 +181,45 @@ def _new_nccl_comm(comm: MPI.Comm) -> Any:
     return nccl.NcclCommunicator(comm.Get_size(), uid, rank)
 
 
-def nccl_communicator(comm: MPI.Comm) -> Any:
-    """The NCCL communicator of ``comm``, created on first use (collectively) and cached."""
-    return cached_on_comm(comm, BACKEND, _new_nccl_comm)
+def nccl_environment(params: Mapping[str, str]) -> dict[str, str]:
+    """NCCL's variables that force ``params`` (algo, proto; 'auto' sets nothing), e.g.
+    {'NCCL_ALGO': 'Ring', 'NCCL_PROTO': 'LL'}."""
+    settings = {}
+    for name, value in params.items():
+        variable, names = _SETTINGS[name]
+        if value != AUTO:
+            settings[variable] = names[value]
+    return settings
+
+
+@contextlib.contextmanager
+def _environment(settings: Mapping[str, str]) -> Iterator[None]:
+    """``settings`` in os.environ (so in the C library's getenv) while inside; every
+    variable set back (or removed) after, whatever happens inside."""
+    saved = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def nccl_communicator(comm: MPI.Comm, settings: Mapping[str, str] | None = None) -> Any:
+    """The NCCL communicator of ``comm`` under NCCL ``settings`` (nccl_environment), created
+    on first use (collectively, with the settings in the environment) and cached."""
+    if not settings:
+        return cached_on_comm(comm, BACKEND, _new_nccl_comm)
+
+    def create(c: MPI.Comm) -> Any:
+        with _environment(settings):
+            return _new_nccl_comm(c)
+
+    key = ",".join(f"{name}={value}" for name, value in sorted(settings.items()))
+    return cached_on_comm(comm, f"{BACKEND}:{key}", create)
 
 
 def _stream() -> Any:
@@ -169,11 +231,12 @@ def _stream() -> Any:
 # --- the algorithms ---
 
 
-def allreduce(comm: MPI.Comm) -> Callable:
-    """Bind ncclAllReduce (in place when ``send`` is None)."""
+def allreduce(comm: MPI.Comm, algo: str = AUTO, proto: str = AUTO) -> Callable:
+    """Bind ncclAllReduce (in place when ``send`` is None) under NCCL algorithm ``algo``
+    and protocol ``proto`` ('auto': NCCL's choice)."""
     from cupy.cuda import nccl
 
-    nc = nccl_communicator(comm)
+    nc = nccl_communicator(comm, nccl_environment({"algo": algo, "proto": proto}))
     dtypes = {name: getattr(nccl, const) for name, const in NCCL_DTYPES.items()}
     ops = {name: getattr(nccl, const) for name, const in NCCL_OPS.items()}
 
@@ -195,11 +258,12 @@ def allreduce(comm: MPI.Comm) -> Callable:
     return call
 
 
-def bcast(comm: MPI.Comm) -> Callable:
-    """Bind ncclBcast on the bytes of ``recv``."""
+def bcast(comm: MPI.Comm, proto: str = AUTO) -> Callable:
+    """Bind ncclBcast on the bytes of ``recv`` under NCCL protocol ``proto`` ('auto':
+    NCCL's choice)."""
     from cupy.cuda import nccl
 
-    nc = nccl_communicator(comm)
+    nc = nccl_communicator(comm, nccl_environment({"proto": proto}))
 
     def call(send, recv, op, root):
         if recv.nbytes == 0:
@@ -257,6 +321,44 @@ def hierarchical_bcast(comm: MPI.Comm) -> Callable:
 _SUMMARY = "NCCL through cupy.cuda.nccl"
 
 
+@dataclasses.dataclass(frozen=True)
+class NcclAlgorithm(Algorithm):
+    """``nccl`` with NCCL's algorithm and protocol as parameters. A parameter left at
+    'auto' is not shown, so NCCL's own choice keeps the plain label 'nccl' that tables and
+    run directories use; the sweep's grid is NCCL's own choice plus every forced pair."""
+
+    def variant(self, **params: int | str) -> Variant:
+        """``nccl``, ``nccl:proto=ll`` or ``nccl:algo=ring,proto=ll``: the 'auto' ones
+        left out."""
+        bound = super().variant(**params)
+        forced = {name: value for name, value in bound.params.items() if value != AUTO}
+        return Variant(self, MappingProxyType(forced))
+
+    def grid_variants(self) -> list[Variant]:
+        """NCCL's own choice first, then every forced combination of the grid."""
+        return [self.variant(), *super().grid_variants()]
+
+
+def _check_settings(params: Mapping[str, int | str]) -> None:
+    for name, value in params.items():
+        names = _SETTINGS[name][1]
+        if value != AUTO and value not in names:
+            raise UsageError(
+                f"nccl:{name}={value}: expected {AUTO} (NCCL's choice) or one of {', '.join(names)}"
+            )
+
+
+def _tunable(*names: str) -> dict[str, Any]:
+    """Registration fields of an nccl algorithm whose parameters ``names`` (algo, proto)
+    are forced through NCCL's environment."""
+    return {
+        "algorithm_class": NcclAlgorithm,
+        "defaults": dict.fromkeys(names, AUTO),
+        "grid": {name: tuple(_SETTINGS[name][1]) for name in names},
+        "check_params": _check_settings,
+    }
+
+
 def register_backend() -> None:
     """Register the nccl algorithms if cupy, a GPU and NCCL are present, else say why not."""
     reason = unavailable_reason()
@@ -270,8 +372,11 @@ def register_backend() -> None:
         backend=BACKEND,
         summary=_SUMMARY,
         requires=(*gpu, NCCL_DTYPE, NCCL_OP),
+        **_tunable("algo", "proto"),
     )(allreduce)
-    register("bcast", "nccl", backend=BACKEND, summary=_SUMMARY, requires=gpu)(bcast)
+    register("bcast", "nccl", backend=BACKEND, summary=_SUMMARY, requires=gpu, **_tunable("proto"))(
+        bcast
+    )
     register(
         "bcast",
         "nccl_hierarchical",

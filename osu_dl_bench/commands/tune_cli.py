@@ -57,7 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--export",
         default=None,
         metavar="LIB[,LIB]",
-        help=f"also write MPI libraries' own selection files: {', '.join(LIBRARIES)}",
+        help=f"also write libraries' own selection files: {', '.join(LIBRARIES)}, nccl "
+        "(NCCL's tuner-plugin CSV, from the GPU entries)",
     )
     parser.add_argument(
         "--risk",

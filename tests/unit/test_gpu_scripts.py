@@ -1,7 +1,8 @@
 """The GPU run's helpers that need no GPU: the bandwidth table of scripts/gpu_bandwidth.py,
 the plain PyTorch loop of scripts/plain_torch_loop.py on the CPU, the wait that puts a
-step's last kernels inside its time, and the one step runner (scripts/gpu_env.sh) that
-gpu_run.sh and gpu_smoke.sh share."""
+step's last kernels inside its time, the one step runner (scripts/gpu_env.sh) that
+gpu_run.sh and gpu_smoke.sh share, and gpu_env.sh's install of the carried wheels on a
+Debian-style system Python."""
 
 from __future__ import annotations
 
@@ -155,7 +156,8 @@ run_step exited "$T/exited.log" sh -c 'exit 3'; echo "code $?"
 
 def test_one_step_runner_times_out_and_judges_each_step_for_both_gpu_scripts(tmp_path):
     env = {
-        "PATH": os.environ["PATH"],
+        # mpiexec beside this Python (the mpich wheel's): gpu_env.sh checks it is there.
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
         "PYTHON": sys.executable,
         "WHEELS": str(tmp_path / "no-wheels"),
         "DEPS": str(tmp_path / "deps"),
@@ -181,3 +183,237 @@ def test_one_step_runner_times_out_and_judges_each_step_for_both_gpu_scripts(tmp
         assert subprocess.run(["bash", "-n", REPO / "scripts" / script]).returncode == 0
         # Each says what a result means; none runs a step its own way.
         assert "step_result() {" in text and '"${LIMIT[@]}" "$@"' not in text
+
+
+# A node's python3 as Debian's system Python behaves: `-m pip install --prefix P` lays the
+# carried wheels out under P/local (posix_local scheme: local/lib/python3.X/dist-packages,
+# local/bin, local/lib) and, as pip --no-index does, installs nothing and fails when a
+# requested wheel is not in --find-links; anything else runs the real Python without its
+# own site-packages (-S), so only PYTHONPATH finds packages.
+FAKE_DEBIAN_PYTHON = r"""#!/bin/bash
+if [ "$1 $2 $3" != "-m pip install" ]; then exec "$REAL_PYTHON" -S "$@"; fi
+shift 3
+names=()
+while [ $# -gt 0 ]; do
+    case $1 in
+    --prefix) prefix=$2; shift 2 ;;
+    --find-links) links=$2; shift 2 ;;
+    --*) shift ;;
+    *) names+=("$1"); shift ;;
+    esac
+done
+for name in "${names[@]}"; do
+    ls "$links/${name//-/_}"-*.whl >/dev/null 2>&1 || {
+        echo "ERROR: No matching distribution found for $name" >&2; exit 1; }
+done
+site=$prefix/local/lib/python3.12/dist-packages
+mkdir -p "$site" "$prefix/local/bin" "$prefix/local/lib"
+for name in "${names[@]}"; do
+    mkdir -p "$site/${name//-/_}-1.0.dist-info"
+    case $name in
+    jsonschema) mkdir -p "$site/jsonschema"; : >"$site/jsonschema/__init__.py" ;;
+    mpich) printf '#!/bin/sh\n' >"$prefix/local/bin/mpiexec"; chmod +x "$prefix/local/bin/mpiexec"
+           : >"$prefix/local/lib/libmpi.so.12" ;;
+    esac
+done
+"""
+# The node's mpi4py without an MPI library: it loads one only from MPI4PY_LIBMPI (a folder,
+# where it looks for libmpi.so.12 among others: mpi4py/_mpiabi.py).
+FAKE_MPI4PY = """import os
+if not os.path.isfile(os.path.join(os.environ.get("MPI4PY_LIBMPI", ""), "libmpi.so.12")):
+    raise ImportError("cannot load MPI library")
+"""
+SOURCE_ENV = """. scripts/gpu_env.sh
+echo "rc=$?"
+echo "PYTHONPATH=$PYTHONPATH"
+echo "MPI4PY_LIBMPI=$MPI4PY_LIBMPI"
+echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+echo "mpiexec=$(command -v mpiexec)"
+"""
+CARRIED_WHEELS = ["mpich", "jsonschema", "referencing", "jsonschema_specifications"]
+CARRIED_WHEELS += ["rpds_py", "attrs", "typing_extensions"]
+
+
+def _debian_node(tmp_path, wheels):
+    """A node with the fake Debian python3, mpi4py without libmpi, and ``wheels``."""
+    fake = tmp_path / "bin" / "python3"
+    fake.parent.mkdir()
+    fake.write_text(FAKE_DEBIAN_PYTHON)
+    fake.chmod(0o755)
+    node_site = tmp_path / "node-site"
+    (node_site / "mpi4py").mkdir(parents=True)
+    (node_site / "mpi4py" / "__init__.py").write_text("")
+    (node_site / "mpi4py" / "MPI.py").write_text(FAKE_MPI4PY)
+    (tmp_path / "wheels").mkdir()
+    for name in wheels:
+        (tmp_path / "wheels" / f"{name}-1.0-py3-none-any.whl").write_bytes(b"")
+    return {
+        "PATH": "/usr/bin:/bin",
+        "PYTHON": str(fake),
+        "REAL_PYTHON": sys.executable,
+        "PYTHONPATH": str(node_site),
+        "WHEELS": str(tmp_path / "wheels"),
+        "DEPS": str(tmp_path / "deps"),
+    }
+
+
+def _source_env(env):
+    return subprocess.run(
+        ["bash", "-c", SOURCE_ENV], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_gpu_env_finds_the_wheels_where_a_debian_system_python_installs_them(tmp_path):
+    res = _source_env(_debian_node(tmp_path, CARRIED_WHEELS))
+    assert res.returncode == 0, res.stderr
+    local = tmp_path / "deps" / "local"
+    lines = dict(line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
+    assert lines["rc"] == "0"
+    assert lines["PYTHONPATH"].split(":")[0] == str(local / "lib/python3.12/dist-packages")
+    assert str(REPO) in lines["PYTHONPATH"].split(":")
+    assert lines["MPI4PY_LIBMPI"] == str(local / "lib")
+    assert lines["LD_LIBRARY_PATH"].split(":")[0] == str(local / "lib")
+    assert lines["mpiexec"] == str(local / "bin" / "mpiexec")
+
+
+def test_gpu_env_sourced_again_adds_nothing_twice(tmp_path):
+    env = _debian_node(tmp_path, CARRIED_WHEELS)
+    script = SOURCE_ENV + SOURCE_ENV.replace(". scripts", "WHEELS=/nowhere . scripts")
+    res = subprocess.run(
+        ["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert res.returncode == 0, res.stderr
+    paths = [line for line in res.stdout.splitlines() if line.startswith("PYTHONPATH=")]
+    assert len(paths) == 2 and paths[0] == paths[1]
+    assert res.stdout.count("installing the carried wheels") == 1
+
+
+@pytest.mark.parametrize(
+    "wheels,missing",
+    [
+        # No mpich wheel: pip --no-index installs nothing and fails.
+        ([n for n in CARRIED_WHEELS if n != "mpich"], "jsonschema, mpi4py's MPI library"),
+        ([], "jsonschema, mpi4py's MPI library (libmpi), mpiexec"),  # no wheels at all
+    ],
+)
+def test_gpu_env_fails_loudly_naming_what_is_still_missing(tmp_path, wheels, missing):
+    res = _source_env(_debian_node(tmp_path, wheels))
+    assert res.returncode == 1
+    assert "rc=" not in res.stdout  # the sourcing script ended there
+    assert f"gpu_env: missing after setup: {missing}" in res.stderr
+    assert "scripts/gpu_wheels.sh" in res.stderr
+
+
+# gpu_run.sh on a node of N fake GPUs: nvidia-smi lists them, the Python answers the
+# preflight (gpus=N, share as given) and passes every import check of gpu_env.sh, and the
+# launcher only writes down how it was called.
+FAKE_RUN_PYTHON = r"""#!/bin/bash
+case $1 in
+scripts/gpu_preflight.py) printf 'gpus=%s\naware=0\nshare=%s\ntorch_ok=1\ntorch_cuda=1\n' \
+    "$FAKE_GPUS" "$FAKE_SHARE" ;;
+esac
+exit 0
+"""
+FAKE_LAUNCHER = """#!/bin/sh
+printf '%s\\n' "$*" >>"$CALLS"
+"""
+FAKE_NVIDIA_SMI = """#!/bin/sh
+[ "$1" = -L ] || exit 0
+i=0
+while [ "$i" -lt "$FAKE_GPUS" ]; do echo "GPU $i: Fake GPU (UUID: GPU-$i)"; i=$((i + 1)); done
+"""
+
+
+def _fake_program(path: Path, text: str) -> Path:
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+def _gpu_run_launches(tmp_path, gpus: int, share: str = "yes") -> list[str]:
+    """The launcher's calls of gpu_run.sh's bandwidth and training parts on ``gpus`` GPUs:
+    '-n P <what ran>' each."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    _fake_program(fake / "nvidia-smi", FAKE_NVIDIA_SMI)
+    env = {
+        "PATH": f"{fake}:/usr/bin:/bin",
+        "PYTHON": str(_fake_program(fake / "python3", FAKE_RUN_PYTHON)),
+        "MPIEXEC": str(_fake_program(fake / "launch", FAKE_LAUNCHER)),
+        "FAKE_GPUS": str(gpus),
+        "FAKE_SHARE": share,
+        "CALLS": str(tmp_path / "calls"),
+        "RUN_DIR": str(tmp_path / "run"),
+        "PARTS": "bandwidth training",
+        "ROUNDS": "1",
+        "WHEELS": str(tmp_path / "no-wheels"),
+        "DEPS": str(tmp_path / "deps"),
+    }
+    res = subprocess.run(
+        ["bash", "scripts/gpu_run.sh"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    # '-n P PYTHON -m osu_dl_bench COMMAND ARG ARG ...' -> '-n P COMMAND ARG ARG'
+    return [" ".join(c.split()[:2] + c.split()[5:8]) for c in calls]
+
+
+@pytest.mark.parametrize(
+    "gpus,share,nccl,mpi",
+    [(8, "yes", 8, 8), (1, "yes", 1, 2), (1, "no", 1, 1), (3, "no", 3, 3)],
+)
+def test_gpu_run_puts_nccl_on_every_gpu_and_mpi_on_at_least_two_ranks(
+    tmp_path, gpus, share, nccl, mpi
+):
+    launches = _gpu_run_launches(tmp_path, gpus, share)
+    assert launches == [
+        f"-n {nccl} bench allreduce -d",
+        f"-n {nccl} bench bcast -d",
+        f"-n {mpi} bench allreduce -d",
+        f"-n {mpi} bench bcast -d",
+        "-n 1 train --device cuda",  # against the plain one-process loop
+        f"-n {mpi} train --device cuda",  # --validate
+    ]
+    summary = (tmp_path / "run" / "summary.txt").read_text()
+    assert f"{gpus} GPU(s) seen by cupy: NCCL on {nccl} rank(s), MPI on {mpi}" in summary
+
+
+@pytest.mark.parametrize("script", ["gpu_run.sh", "gpu_smoke.sh"])
+def test_a_long_gpu_list_counts_as_gpus_in_both_scripts(tmp_path, script):
+    # A GPU line, then more than a pipe holds (MIG devices of a large node, say): a check
+    # that stops reading at the first GPU leaves nvidia-smi to die of SIGPIPE, which
+    # pipefail took for "no GPU". Past that check, cupy here sees none: 77 with its reason.
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    _fake_program(
+        fake / "nvidia-smi",
+        "#!/bin/sh\necho 'GPU 0: Fake GPU (UUID: GPU-0)'\n"
+        "seq 200000 | sed 's/^/  MIG 1g.10gb Device /'\n",
+    )
+    env = {
+        "PATH": f"{fake}:/usr/bin:/bin",
+        "PYTHON": str(_fake_program(fake / "python3", FAKE_RUN_PYTHON)),
+        "MPIEXEC": str(_fake_program(fake / "launch", FAKE_LAUNCHER)),
+        "FAKE_GPUS": "0",
+        "FAKE_SHARE": "yes",
+        "CALLS": str(tmp_path / "calls"),
+        "RUN_DIR": str(tmp_path / "run"),
+        "OUT": str(tmp_path / "out"),
+        "WHEELS": str(tmp_path / "no-wheels"),
+        "DEPS": str(tmp_path / "deps"),
+    }
+    res = subprocess.run(
+        ["bash", f"scripts/{script}"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 77, res.stderr
+    assert "cupy sees no GPU" in res.stderr and "nvidia-smi -L lists none" not in res.stderr

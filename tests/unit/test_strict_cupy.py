@@ -88,3 +88,14 @@ def test_the_nccl_id_is_what_that_cupy_version_gives(cupy, monkeypatch, version,
     foreign = tuple(uid) if kind is bytes else bytes(c % 256 for c in uid)
     with pytest.raises(TypeError):
         nccl._id_bytes(foreign)
+
+
+def test_the_stand_ins_nccl_knows_nccls_algorithm_and_protocol_names(cupy):
+    from cupy.cuda import nccl
+
+    assert nccl._enabled("NCCL_ALGO", None) == set(nccl.ALGORITHMS)
+    assert nccl._enabled("NCCL_ALGO", "Ring,TREE") == {"ring", "tree"}
+    assert nccl._enabled("NCCL_PROTO", "^LL128") == {"ll", "simple"}
+    for variable, value in [("NCCL_ALGO", "Bogus"), ("NCCL_PROTO", "ll,fast"), ("NCCL_ALGO", "")]:
+        with pytest.raises(nccl.NcclError, match="INVALID_USAGE"):
+            nccl._enabled(variable, value)

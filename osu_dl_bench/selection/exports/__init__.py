@@ -1,5 +1,6 @@
-"""Exports of a tuning table to MPI libraries' own selection files, so the findings apply
-with no Python at run time: ``openmpi`` (classic rules + 6.0 JSON) and ``mpich``."""
+"""Exports of a tuning table to libraries' own selection files, so the findings apply with
+no Python at run time: ``openmpi`` (classic rules + 6.0 JSON), ``mpich`` and ``nccl``
+(the CSV of NCCL's example tuner plugin)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.selection.exports import mpich, openmpi
+from osu_dl_bench.selection.exports import mpich, nccl, openmpi
 from osu_dl_bench.selection.table import TuningTable
 
 Exporter = Callable[[TuningTable, Path], tuple[list[Path], list[str]]]
-EXPORTERS: dict[str, Exporter] = {"openmpi": openmpi.export, "mpich": mpich.export}
+EXPORTERS: dict[str, Exporter] = {
+    "openmpi": openmpi.export,
+    "mpich": mpich.export,
+    "nccl": nccl.export,
+}
 
 
 def parse_exports(text: str | None) -> list[str]:

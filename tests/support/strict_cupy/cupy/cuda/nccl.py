@@ -9,6 +9,14 @@ tuple of their 128 ``char`` values, signed by default, unsigned with
 STRICT_CUPY_UNSIGNED_CHAR=1 (ARM). NcclCommunicator(ndev, commId, rank) takes only what
 that version gives, and refuses two ranks on one GPU as NCCL does ("Duplicate GPU
 detected").
+
+NCCL_ALGO and NCCL_PROTO are read when a communicator is created, as ncclCommInitRank does
+(src/graph/tuning.cc): each communicator keeps the values it saw in ``settings`` (and
+``CREATED`` lists every communicator's, in creation order, for tests); a name NCCL does not
+know fails there, and a broadcast on a communicator whose NCCL_ALGO leaves out Ring (NCCL's
+only broadcast algorithm) fails when called on more than one rank, as NCCL's enqueue finds
+no algorithm ("no algorithm/protocol available"). Lists (``Ring,Tree``) and NCCL's ``^``
+(all but) are understood; the per-collective form (``allreduce:tree``) is not modelled.
 """
 
 from __future__ import annotations
@@ -51,6 +59,30 @@ NCCL_SUM, NCCL_PROD, NCCL_MAX, NCCL_MIN = range(4)
 
 class NcclError(RuntimeError):
     pass
+
+
+# NCCL's names (case-insensitive) for NCCL_ALGO and NCCL_PROTO (NCCL docs, "Environment
+# Variables").
+ALGORITHMS = ("ring", "tree", "collnetdirect", "collnetchain", "nvls", "nvlstree", "pat")
+PROTOCOLS = ("ll", "ll128", "simple")
+SETTING_NAMES = {"NCCL_ALGO": ALGORITHMS, "NCCL_PROTO": PROTOCOLS}
+# The settings every communicator saw when it was created, in creation order.
+CREATED: list[dict[str, str | None]] = []
+
+
+def _enabled(variable: str, value: str | None) -> set[str]:
+    """The names a NCCL_ALGO or NCCL_PROTO value enables (all when unset); an unknown name
+    fails as ncclCommInitRank does."""
+    known = SETTING_NAMES[variable]
+    if value is None:
+        return set(known)
+    text = value.strip().lower()
+    negate = text.startswith("^")
+    names = {n.strip() for n in text.lstrip("^").split(",") if n.strip()}
+    unknown = names - set(known)
+    if unknown or not names:
+        raise NcclError(f"NCCL_ERROR_INVALID_USAGE: {variable}={value}: unknown {unknown}")
+    return set(known) - names if negate else names
 
 
 def _char_range() -> range:
@@ -133,6 +165,10 @@ def _current_bus_id() -> tuple:
 
 class NcclCommunicator:
     def __init__(self, ndev, commId, rank):  # noqa: N803 - cupy's names
+        self.settings = {name: os.environ.get(name) for name in SETTING_NAMES}
+        self.algorithms = _enabled("NCCL_ALGO", self.settings["NCCL_ALGO"])
+        _enabled("NCCL_PROTO", self.settings["NCCL_PROTO"])
+        CREATED.append(dict(self.settings))
         self.comm = _rendezvous(_id_bytes(commId), ndev, rank)
         assert self.comm.Get_size() == ndev and self.comm.Get_rank() == rank
         assert len(set(self.comm.allgather(commId))) == 1, "ranks got different ids"
@@ -148,6 +184,11 @@ class NcclCommunicator:
         self.comm.Allreduce(src, out, [MPI.SUM, MPI.PROD, MPI.MAX, MPI.MIN][op])
 
     def bcast(self, buff, count, datatype, root, stream):
+        if self.comm.Get_size() > 1 and "ring" not in self.algorithms:
+            raise NcclError(
+                "NCCL_ERROR_INVALID_USAGE: no algorithm/protocol available for function "
+                f"Broadcast (NCCL_ALGO={self.settings['NCCL_ALGO']})"
+            )
         self.comm.Bcast(_array(buff, count, datatype), root)
 
     def destroy(self):

@@ -95,6 +95,7 @@ class TrainSummary:
     communication: CommRecord | None = None
     validation: ValidationRecord | None = None
     metadata: dict[str, str] = field(default_factory=dict)
+    policy_note: str = ""  # why the defaults on GPUs are what they are (a fallback's reason)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON (the validation verdict included)."""

@@ -55,6 +55,8 @@ def header_lines(s: TrainSummary) -> list[str]:
         f"# allreduce: {_algorithms(s.buckets)}; overlap {'on' if cfg['overlap'] else 'off'}, "
         f"fp16 compression {'on' if cfg['fp16_compress'] else 'off'}",
     ]
+    if s.policy_note:
+        lines.append(f"# {s.policy_note}")
     if s.start_step:
         lines.append(f"# resumed after step {s.start_step}")
     return lines

@@ -273,6 +273,7 @@ def _describe(run: _Run, threads: int) -> TrainSummary:
         total_steps=run.total_steps,
         buckets=[asdict(p) for p in run.trainer.bucket_plans],
         bcasts=[asdict(p) for p in run.trainer.bcast_plans],
+        policy_note=getattr(run.session.policy, "note", ""),
     )
 
 

@@ -72,6 +72,12 @@ def epoch_line(e: EpochRecord) -> str:
     )
 
 
+def _clock(name: str) -> str:
+    if name == "host":
+        return "the host's clock"
+    return "CUDA events on the compute and communication streams"
+
+
 def footer_lines(s: TrainSummary) -> list[str]:
     """Throughput, communication and validation."""
     lines = []
@@ -91,7 +97,8 @@ def footer_lines(s: TrainSummary) -> list[str]:
         lines.append(
             f"# communication per step: {c.busy_ms:.2f} ms reducing gradients, "
             f"{c.exposed_ms:.2f} ms exposed, {hidden} hidden behind backward "
-            f"(step {c.step_ms:.2f} ms; start-up bcast {c.bcast_ms:.2f} ms)"
+            f"(step {c.step_ms:.2f} ms; start-up bcast {c.bcast_ms:.2f} ms; "
+            f"timed with {_clock(c.clock)})"
         )
     v = s.validation
     if v is not None:

@@ -96,6 +96,10 @@ def test_two_ranks_match_one_process_and_reach_95_percent_on_digits(tmp_path):
     throughput = summary["throughput"]
     assert throughput["total_mean"] > 0 and throughput["per_rank_ci"] >= 0
     assert summary["communication"]["busy_ms"] > 0 and summary["nprocs"] == 2
+    # On the CPU the host's clock; per bucket, its reduction ends after its gradients.
+    assert summary["communication"]["clock"] == "host"
+    timings = summary["communication"]["buckets"]
+    assert len(timings) == 3 and all(b["ready_ms"] <= b["end_ms"] for b in timings)
 
 
 def test_an_allreduce_wrong_in_one_element_on_one_rank_fails_validation(tmp_path):

@@ -44,7 +44,7 @@ def place(buffers: str, session: Any) -> torch.device:
     communication thread, where it also makes the GPU current; then here too)."""
     if buffers != "cuda":
         return torch.device("cpu")
-    session.agree(_require_gpu)  # a rank without one fails them all, not a hang
+    session.agree(require_torch_gpu)  # a rank without one fails them all, not a hang
     index = session.thread.run(communication_gpu, session.comm)
     torch.cuda.set_device(index)  # the current device is per thread: the main one too
     import cupy
@@ -63,7 +63,8 @@ def communication_gpu(comm: Any) -> int:
     return index
 
 
-def _require_gpu() -> None:
+def require_torch_gpu() -> None:
+    """UsageError where torch cannot use a GPU here (--device cuda)."""
     if not torch.cuda.is_available():
         raise UsageError(
             "--device cuda: torch sees no GPU here (torch.cuda.is_available() is False: "

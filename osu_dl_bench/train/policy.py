@@ -181,7 +181,7 @@ def _nccl_ineligible(topology: Topology, collectives: tuple[str, ...]) -> str | 
     return None
 
 
-def _agreed(comm: Any, reason: str | None) -> str | None:
+def agreed_reason(comm: Any, reason: str | None) -> str | None:
     """One verdict for every rank: the first rank's reason (named) where any has one."""
     return joint_error(comm.allgather(reason))
 
@@ -196,12 +196,12 @@ def gpu_default(cfg: TrainConfig, comm: Any, topology: Topology) -> GpuDefault:
     open_ = tuple(c for c in TABLE_COLLECTIVES if c not in fixed)
     if cfg.buffers != "cuda" or cfg.table or not open_:
         return GpuDefault((), "")
-    reason = _agreed(comm, _nccl_unavailable())
+    reason = agreed_reason(comm, _nccl_unavailable())
     if reason is None:
         from collectives.device import select_local_gpu
 
         select_local_gpu(comm)  # ranks sharing a GPU are found here, by device UUID
-        reason = _agreed(comm, _nccl_ineligible(topology, open_))
+        reason = agreed_reason(comm, _nccl_ineligible(topology, open_))
     if reason is not None:
         return GpuDefault((), f"{', '.join(open_)}: staged native MPI, not nccl: {reason}")
     return GpuDefault(open_, "")

@@ -1,11 +1,12 @@
 """``osu-dl-bench train-bench``: training throughput of our trainer with native MPI
 allreduce, with each fixed algorithm of the registry, with the tuned selector (also with
 the gradient buckets in registered memory, where cma reads the peers' buckets directly),
-and of PyTorch DDP over Gloo.
+and of PyTorch DDP over Gloo (with ``--device cuda``, on one GPU per rank, also DDP over
+NCCL, in the ``nccl`` isolation group).
 
     osu-dl-bench train-bench [--np 2] [--launches 3] [--rounds 5] [--steps 8]
                              [--table T.json] [--seed S] [--out results/train_p2]
-                             [--timeout 3600]
+                             [--timeout 3600] [--device cpu|cuda]
 
 Isolation (train/comparison.py): the configurations that bind Gloo form the ``gloo``
 isolation group and every other one the ``mpi`` group; each group is measured in MPI
@@ -47,14 +48,19 @@ def run_train_bench(cfg: TrainBenchConfig) -> int:
     from osu_dl_bench.jobs.experiment import RecordedExperiment, Turn, run_recorded
     from osu_dl_bench.jobs.orchestrate import JobFailed, JobOutcome
     from osu_dl_bench.train.bench_report import merge_parts, training_points
-    from osu_dl_bench.train.comparison import GROUPS
+    from osu_dl_bench.train.comparison import groups_for
     from osu_dl_bench.train.config import check_train_config, require_libraries
 
     # One message and exit 2 before any job starts, and before the run directory exists.
     check_train_config(workload(cfg))
     require_libraries(workload(cfg))
+    if cfg.device == "cuda":
+        from osu_dl_bench.train.device import require_torch_gpu
+
+        require_torch_gpu()
+    groups = groups_for(workload(cfg).buffers)
     spec = RecordedExperiment(
-        "train-bench", recorded_options(cfg), cfg.out, "--out", (cfg.np,), cfg.launches, GROUPS,
+        "train-bench", recorded_options(cfg), cfg.out, "--out", (cfg.np,), cfg.launches, groups,
         resume=cfg.resume, seed=cfg.seed,
     )  # fmt: skip
     started: list[str] = []

@@ -16,11 +16,14 @@ from osu_dl_bench.commands.arguments import (
 )
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.sweep_config import MAX_LAUNCHES, MAX_PROCESSES
-from osu_dl_bench.train.bench_config import RECORDED_OPTIONS, TrainBenchConfig
+from osu_dl_bench.train.bench_config import RECORDED_OPTIONS, TrainBenchConfig, recorded_options
 from osu_dl_bench.train.config import MODELS
 
 # The subcommand's line in 'osu-dl-bench --help'.
-HELP = "training throughput: our trainer (fixed, native, tuned) vs PyTorch DDP over Gloo"
+HELP = (
+    "training throughput: our trainer (fixed, native, tuned) vs PyTorch DDP over Gloo "
+    "(and NCCL on GPUs)"
+)
 
 # A whole comparison at p = 2 on the reference machine took about two minutes in one
 # launch; an hour per launch leaves room for larger models and busier hosts and still ends
@@ -68,6 +71,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--warmup", type=non_negative_int, default=2, help="untimed steps before each"
     )
     parser.add_argument("--table", default=None, help="tuning table for the 'tuned' row")
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where models and gradients live (cuda: one GPU per rank, and DDP over NCCL "
+        "beside DDP over Gloo)",
+    )
     add_benchmark_workload_arguments(parser, "global batch", "torch threads per rank")
     parser.add_argument(
         "--out",
@@ -124,6 +134,7 @@ def config_from_args(args: argparse.Namespace) -> TrainBenchConfig:
         out=args.out,
         timeout=args.timeout,
         seed=args.seed,
+        device=args.device,
         resume=args.resume,
         worker=args.worker,
         launch=args.launch,
@@ -141,8 +152,9 @@ def _recorded_argv(cfg: TrainBenchConfig) -> list[str]:
     """The recorded options (train.bench_config.RECORDED_OPTIONS) as flags and values, in
     their order; an option without a value is left out."""
     argv = []
+    recorded = recorded_options(cfg)
     for name in RECORDED_OPTIONS:
-        value = getattr(cfg, name)
+        value = recorded.get(name)
         if value is not None:
             argv += [_option_flag(name), str(value)]
     return argv

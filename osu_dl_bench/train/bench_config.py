@@ -33,6 +33,7 @@ class TrainBenchConfig:
     out: str
     timeout: float
     seed: int | None
+    device: str = "cpu"  # where the models and gradient buckets live: cpu or cuda
     resume: bool = False
     worker: bool = False
     launch: int = 1
@@ -59,16 +60,24 @@ RECORDED_OPTIONS = (
     "batch_size",
     "threads",
     "out",
+    "device",
 )
 
 
 def recorded_options(cfg: TrainBenchConfig) -> dict[str, Any]:
-    """The options as the run directory and the JSON output record them."""
-    return {name: getattr(cfg, name) for name in RECORDED_OPTIONS}
+    """The options as the run directory and the JSON output record them (the device only
+    off the CPU, so run directories made before it existed still resume)."""
+    options = {name: getattr(cfg, name) for name in RECORDED_OPTIONS}
+    if options["device"] == "cpu":
+        del options["device"]
+    return options
 
 
 def workload(cfg: TrainBenchConfig) -> TrainConfig:
-    """The trainer's config of every configuration: the synthetic-image model of ``cfg``."""
+    """The trainer's config of every configuration: the synthetic-image model of ``cfg``,
+    on GPUs with its buckets there and its start-up bcast native (staged where MPI is not
+    CUDA-aware), so that only the configurations of the nccl group bind NCCL."""
+    on_gpu = {"buffers": "cuda", "bcast": "native"} if cfg.device == "cuda" else {}
     return TrainConfig(
         model=cfg.model,
         data="synthetic",
@@ -80,4 +89,5 @@ def workload(cfg: TrainBenchConfig) -> TrainConfig:
         synthetic_batches=4,
         threads=cfg.threads,
         lr=0.01,
+        **on_gpu,
     )

@@ -3,7 +3,9 @@ build the launch's configurations (train.comparison), measure each in every roun
 order rotated from round to round, and give rank 0's record of the launch.
 
 A round runs every configuration for ``warmup`` untimed and ``steps`` timed steps; a
-measurement is the global batch times the steps over the slowest rank's time.
+measurement is the global batch times the steps over the slowest rank's time, with our
+trainer's gradient communication per step averaged over ranks (busy, exposed after
+backward: train.reducer, on the step's clock, CUDA events on GPUs).
 """
 
 from __future__ import annotations
@@ -19,18 +21,29 @@ from osu_dl_bench.paths import write_text_atomic
 from osu_dl_bench.train.bench_config import TrainBenchConfig, workload
 
 
-def _measure(session, trainer, data, sampler, warmup: int, steps: int, offset: int) -> float:
-    """img/s of the job over ``steps`` steps after ``warmup`` (slowest rank's time)."""
+def _measure(
+    session, trainer, data, sampler, warmup: int, steps: int, offset: int
+) -> dict[str, Any]:
+    """img/s of the job over ``steps`` steps after ``warmup`` (slowest rank's time), and
+    the gradient communication per step averaged over ranks (where the trainer times it:
+    DDP does not)."""
     import numpy as np
 
     for step in range(offset, offset + warmup):
         trainer.step(*data.train.take(sampler.local_indices(step)))
     session.barrier()
     start = time.perf_counter()
-    for step in range(offset + warmup, offset + warmup + steps):
-        trainer.step(*data.train.take(sampler.local_indices(step)))
-    elapsed = session.allgather(np.array([time.perf_counter() - start])).max()
-    return sampler.global_batch * steps / float(elapsed)
+    comms = [
+        trainer.step(*data.train.take(sampler.local_indices(step))).comm
+        for step in range(offset + warmup, offset + warmup + steps)
+    ]
+    mine = [time.perf_counter() - start, sum(c.busy for c in comms), sum(c.exposed for c in comms)]
+    gathered = session.allgather(np.array(mine))
+    measured = {"img_per_s": sampler.global_batch * steps / float(gathered[:, 0].max())}
+    busy, exposed = gathered[:, 1].mean() / steps, gathered[:, 2].mean() / steps
+    if busy > 0:
+        measured |= {"busy_ms": busy * 1e3, "exposed_ms": exposed * 1e3, "clock": comms[0].clock}
+    return measured
 
 
 def rotated_order(labels: list[str], round_index: int) -> list[str]:
@@ -46,10 +59,11 @@ def _rounds(cfg: TrainBenchConfig, session, trainers, data, sampler, group: str)
     for index in range(cfg.rounds):
         for label in rotated_order(list(trainers), index):
             offset = index * (cfg.warmup + cfg.steps)
-            rate = _measure(session, trainers[label], data, sampler, cfg.warmup, cfg.steps, offset)
+            found = _measure(session, trainers[label], data, sampler, cfg.warmup, cfg.steps, offset)
             row = {"launch": cfg.launch, "group": group, "round": index, "config": label}
-            rows.append({**row, "img_per_s": rate})
+            rows.append({**row, **found})
             if session.rank == 0:
+                rate = found["img_per_s"]
                 print(
                     f"{where}round {index + 1}/{cfg.rounds} {label}: {rate:.1f} img/s", flush=True
                 )
@@ -88,6 +102,7 @@ def measure_launch(cfg: TrainBenchConfig) -> dict[str, Any] | None:
     from osu_dl_bench.train.comm_thread import CommThread
     from osu_dl_bench.train.comparison import build_trainers, configurations, in_launch
     from osu_dl_bench.train.data import ShardedSampler, load_data
+    from osu_dl_bench.train.device import place
     from osu_dl_bench.train.session import Session, thread_level_note, threads_may_call_mpi
 
     train_cfg = workload(cfg)
@@ -99,13 +114,14 @@ def measure_launch(cfg: TrainBenchConfig) -> dict[str, Any] | None:
             print("\n".join(notes), flush=True)
         ppn = session.topology.ppn
         torch.set_num_threads(train_cfg.threads or max(1, (os.cpu_count() or 1) // ppn))
+        device = place(train_cfg.buffers, session)
         data = load_data(train_cfg)
         sampler = ShardedSampler(
             len(data.train), train_cfg.batch_size, session.nprocs, session.rank, 0
         )
         configs, skipped = configurations(session, train_cfg, cfg.table)
         here = [c for c in configs if in_launch(c.label, c.group, cfg.group)]
-        trainers = build_trainers(session, train_cfg, data, here)
+        trainers = build_trainers(session, train_cfg, data, here, device)
         start = time.perf_counter()
         rows = _rounds(cfg, session, trainers, data, sampler, cfg.group or "all")
         seconds = time.perf_counter() - start
@@ -127,6 +143,7 @@ def _launch_record(cfg: TrainBenchConfig, session, rows, skipped, configs, train
     return {
         "launch": cfg.launch,
         "group": cfg.group or "all",
+        "device": cfg.device,
         "nprocs": session.nprocs,
         "nodes": topology.nodes,
         "ppn": topology.ppn,

@@ -59,7 +59,7 @@ def _step_point(record: dict[str, Any], label: str, seconds: list[float]) -> Any
         algorithm=label,
         dtype="float32",
         op="sum",
-        device="cpu",
+        device=record.get("device", "cpu"),
         size_bytes=size,
         count=record["parameters"],
         nprocs=nprocs,
@@ -182,8 +182,34 @@ def summarise(rows: list[dict], home: Mapping[str, str]) -> dict[str, dict]:
             "rounds": mine.rounds,
             "vs_ddp": _ratio(mine, ddp, key, DDP),
             "vs_native": _ratio(mine, series.get((NATIVE, group)), key, NATIVE),
+            **_overlap(rows, label, group),
         }
     return summary
+
+
+def _overlap(rows: list[dict], label: str, group: str) -> dict[str, Any]:
+    """The configuration's gradient communication per step, medians over its rounds:
+    busy, exposed after backward, the fraction hidden behind backward and the clock that
+    timed them; empty where it was not timed (DDP)."""
+    timed = [
+        r
+        for r in rows
+        if r["config"] == label and r.get("group", MPI_GROUP) == group and r.get("busy_ms")
+    ]
+    if not timed:
+        return {}
+    hidden = [max(0.0, 1.0 - r["exposed_ms"] / r["busy_ms"]) for r in timed]
+    return {
+        "busy_ms": statistics.median(r["busy_ms"] for r in timed),
+        "exposed_ms": statistics.median(r["exposed_ms"] for r in timed),
+        "hidden_fraction": statistics.median(hidden),
+        "clock": timed[0]["clock"],
+    }
+
+
+def _hidden_cell(row: Mapping[str, Any]) -> str:
+    """'62% hidden' of a summary row, or '-' where it was not timed."""
+    return f"{100 * row['hidden_fraction']:.0f}%" if "hidden_fraction" in row else "-"
 
 
 def ratio_cell(ratio: Mapping[str, float] | None) -> str:
@@ -247,16 +273,27 @@ def report_table(cfg: TrainBenchConfig, measured: Measured) -> tuple[str, dict]:
         "round per launch, across groups launch k with launch k on the launch medians "
         "(cluster bootstrap, widened to Student's t over the launches)",
         _threads_line(measured.launches),
-        f"{'config':<38}{'group':<8}{'img/s (median)':>16}{'vs ' + DDP:>22}{'vs native':>22}",
+        "# hidden: median over rounds of 1 - exposed / busy gradient communication per step "
+        f"(timed with {_clocks(summary)})",
+        f"{'config':<38}{'group':<8}{'img/s (median)':>16}{'vs ' + DDP:>22}{'vs native':>22}"
+        f"{'hidden':>8}",
     ]
     for key, row in summary.items():
         lines.append(
             f"{key:<38}{row['group']:<8}{row['median_img_per_s']:>16.1f}"
             f"{ratio_cell(row['vs_ddp']):>22}{ratio_cell(row['vs_native']):>22}"
+            f"{_hidden_cell(row):>8}"
         )
     lines += [f"# {s}" for s in measured.skipped]
     lines.append(f"# best tuned configuration: {best_tuned(summary)[0]}")
     return "\n".join(lines), summary
+
+
+def _clocks(summary: Mapping[str, dict]) -> str:
+    """The clocks the hidden fractions were timed with (host, cuda events)."""
+    found = sorted({row["clock"] for row in summary.values() if "clock" in row})
+    names = {"host": "the host's clock", "cuda events": "CUDA events on the device"}
+    return ", ".join(names.get(c, c) for c in found) or "no clock: nothing timed"
 
 
 def report_payload(cfg: TrainBenchConfig, measured: Measured, summary: dict) -> dict[str, Any]:

@@ -1,13 +1,15 @@
 """The configurations ``train-bench`` compares, each in its isolation group: our trainer
 with each eligible fixed allreduce algorithm (native among them) and with the tuned
 selector, native and tuned also without overlap, tuned and cma also with the gradient
-buckets in registered memory, and PyTorch DDP over Gloo; and their trainers.
+buckets in registered memory, and PyTorch DDP over Gloo (on GPUs, ``--device cuda``, also
+DDP over NCCL, DDP's default there); and their trainers.
 
 Isolation (as the sweep's): binding Gloo (DDP's process group, or the registry's ``gloo``
 algorithm) starts threads that slow everything else timed in the same process on a small
 machine (native allreduce at 8 B: 1.3 -> 61 us). So the configurations that bind Gloo form
-the ``gloo`` isolation group and every other one the ``mpi`` group, each measured in
-launches of its own; native runs in every group, so each group has a common reference.
+the ``gloo`` isolation group, on GPUs those binding NCCL (its proxy threads) the ``nccl``
+group, and every other one the ``mpi`` group, each measured in launches of its own; native
+runs in every group, so each group has a common reference.
 """
 
 from __future__ import annotations
@@ -19,23 +21,31 @@ from typing import Any
 from osu_dl_bench.jobs.plan import MPI_GROUP, group_of
 
 DDP = "ddp-gloo"
+DDP_NCCL = "ddp-nccl"
 TUNED = "tuned"
 NATIVE = "native"
-# The group of the gloo backend, the name the sweep gives it (jobs.plan.group_of): DDP's
-# process group is Gloo too, with the same threads.
+# The groups of the gloo and nccl backends, the names the sweep gives them
+# (jobs.plan.group_of): DDP's process groups bind the same libraries, with the same threads.
 GLOO_GROUP = "gloo"
-GROUPS = (MPI_GROUP, GLOO_GROUP)
+NCCL_GROUP = "nccl"
+GROUPS = (MPI_GROUP, GLOO_GROUP, NCCL_GROUP)  # every group, in the order reports list them
+
+
+def groups_for(device: str) -> tuple[str, ...]:
+    """The isolation groups train-bench launches on ``device`` (nccl on GPUs only)."""
+    return GROUPS if device == "cuda" else (MPI_GROUP, GLOO_GROUP)
 
 
 @dataclass(frozen=True)
 class Configuration:
     """One measured configuration: its label, its isolation group, its trainer's options
-    and policy (None: DDP over Gloo)."""
+    and policy (None: PyTorch DDP over ``ddp_backend``)."""
 
     label: str
     group: str
     cfg: Any
     policy: Any = None
+    ddp_backend: str = "gloo"
 
 
 def home_group(variants: Iterable[Any]) -> str:
@@ -58,7 +68,7 @@ def _fixed_policies(session) -> tuple[list[tuple[str, object, str]], list[str]]:
     from collectives import algorithms
     from osu_dl_bench.train.policy import FixedPolicy, call_context
 
-    ctx = call_context(session.topology, "allreduce", "float32")
+    ctx = call_context(session.topology, "allreduce", "float32", session.policy.device)
     chosen, skipped = [], []
     for algorithm in algorithms("allreduce"):
         variant = algorithm.variant()
@@ -141,29 +151,50 @@ def configurations(session, cfg, table: str | None) -> tuple[list[Configuration]
     else:
         skipped.append(f"registered buckets: skipped: {registered.unavailable_reason()}")
     configs.append(Configuration(DDP, GLOO_GROUP, cfg))
+    if cfg.buffers == "cuda":
+        from osu_dl_bench.train.policy import agreed_reason
+
+        reason = session.thread.run(agreed_reason, session.comm, ddp_nccl_unavailable())
+        if reason is None:
+            configs.append(Configuration(DDP_NCCL, NCCL_GROUP, cfg, ddp_backend="nccl"))
+        else:
+            skipped.append(f"{DDP_NCCL}: skipped: {reason}")
+    groups = groups_for(cfg.buffers)
     for config in configs:
-        if config.group not in GROUPS:
+        if config.group not in groups:
             skipped.append(f"{config.label}: skipped: binds {config.group}, no launches of its own")
-    return [c for c in configs if c.group in GROUPS], skipped
+    return [c for c in configs if c.group in groups], skipped
 
 
-def build_trainers(session, cfg, data, configs: list[Configuration]) -> dict:
-    """The given configurations, each on its own replica of the same model, state
-    broadcast."""
+def ddp_nccl_unavailable() -> str | None:
+    """Why DDP cannot run over NCCL on this rank (torch without NCCL, ranks sharing a GPU:
+    collectives.device.gpu_sharing_reason, found when the GPU was chosen), else None."""
+    import torch.distributed as dist
+
+    from collectives.device import gpu_sharing_reason
+
+    if not dist.is_nccl_available():
+        return "torch.distributed has no NCCL here (torch.distributed.is_nccl_available())"
+    return gpu_sharing_reason()
+
+
+def build_trainers(session, cfg, data, configs: list[Configuration], device=None) -> dict:
+    """The given configurations, each on its own replica of the same model (on ``device``:
+    None, the CPU), state broadcast."""
     import torch
 
-    from osu_dl_bench.train.ddp_gloo import DDPGlooTrainer
+    from osu_dl_bench.train.ddp import DDPTrainer
     from osu_dl_bench.train.models import build_model
     from osu_dl_bench.train.trainer import DataParallelTrainer
 
     def model():
         torch.manual_seed(cfg.seed + session.rank)
-        return build_model(cfg, data.shape)
+        return build_model(cfg, data.shape).to(device or torch.device("cpu"))
 
     trainers = {}
     for config in configs:
         if config.policy is None:
-            trainers[config.label] = DDPGlooTrainer(model(), config.cfg, session)
+            trainers[config.label] = DDPTrainer(model(), config.cfg, session, config.ddp_backend)
         else:
             on_policy = replace(session, policy=config.policy)
             trainers[config.label] = DataParallelTrainer(model(), config.cfg, on_policy)

@@ -9,6 +9,12 @@ a registry variant bound on the trainer's communicator:
   bytes, buffer kind), then native;
 - ``FixedPolicy``: a selector policy with some collectives fixed.
 
+On GPU buffers without a table, the default is NCCL for the gradient allreduce and the
+start-up bcast where every rank has its own GPU and NCCL is available, as PyTorch's DDP
+defaults to its nccl process group on GPUs (torch/nn/parallel/distributed.py); staged
+native MPI is the fallback, with the reason (``gpu_default``). A table, ``--allreduce``
+or ``--bcast`` and OSU_DL_BENCH_FORCE_ALGORITHM still decide first.
+
 ``choose`` binds through the selector (``Selector.bind_variant``: staged through host
 memory where MPI is not CUDA-aware, as for bench -a tuned), which may duplicate
 communicators, so it is collective over the communicator: every rank must ask the same
@@ -27,8 +33,9 @@ from typing import Any, Protocol
 from collectives import SPECS, CallContext, Variant
 from collectives.dtypes import element_type
 from collectives.ops import reduce_op
-from collectives.registry import CollectiveCall, parse_variant
+from collectives.registry import UNAVAILABLE_BACKENDS, CollectiveCall, parse_variant
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.runtime.agreement import joint_error
 from osu_dl_bench.runtime.topology import Topology
 from osu_dl_bench.selection.selector import Query, Selector
 from osu_dl_bench.train.config import TrainConfig
@@ -36,6 +43,8 @@ from osu_dl_bench.train.config import TrainConfig
 # The collectives a tuning table must cover unless fixed on the command line: the
 # gradient allreduce and the start-up broadcast. Others (metrics) fall back to native.
 TABLE_COLLECTIVES = ("allreduce", "bcast")
+GPU_DEFAULT = "nccl"
+GPU_DEFAULT_HOW = "default on GPUs: one GPU per rank, NCCL available"
 
 
 @dataclass(frozen=True)
@@ -43,7 +52,7 @@ class BoundCollective:
     """A chosen algorithm, bound: ``call(send, recv, op, root)`` as in the registry."""
 
     label: str
-    how: str  # fixed | table | nearest | forced | model | native
+    how: str  # fixed | table | nearest | forced | model | native | GPU_DEFAULT_HOW
     call: CollectiveCall
 
 
@@ -85,6 +94,8 @@ class SelectorPolicy:
         device: str = "cpu",
     ) -> None:
         self.comm, self.selector, self.topology, self.device = comm, selector, topology, device
+        self.defaults: tuple[str, ...] = ()  # collectives fixed by the GPU default
+        self.note = ""  # why the run's defaults are what they are (the header prints it)
         self._auxiliary = selector.without_fixed()  # for buffers of another kind
         for collective in required:
             self._require_entry(collective)
@@ -113,7 +124,10 @@ class SelectorPolicy:
         context = call_context(self.topology, collective, dtype, device)
         decision = selector.decide(self._query(collective, nbytes, device), context)
         call = selector.bind_variant(self.comm, decision.variant, context)
-        return BoundCollective(decision.label, decision.how, call)
+        how = decision.how
+        if how == "fixed" and selector is self.selector and collective in self.defaults:
+            how = GPU_DEFAULT_HOW
+        return BoundCollective(decision.label, how, call)
 
 
 class FixedPolicy(SelectorPolicy):
@@ -138,10 +152,73 @@ def fixed_variants(cfg: TrainConfig) -> dict[str, Variant]:
     return {c: parse_variant(c, text) for c, text in texts.items() if text}
 
 
-def build_policy(cfg: TrainConfig, comm: Any, topology: Topology) -> SelectorPolicy:
-    """Fixed algorithms first, then the selector over ``cfg.table`` (native without one).
-    Collective over ``comm`` (binding)."""
+@dataclass(frozen=True)
+class GpuDefault:
+    """What the trainer runs on GPU buffers where nothing else decides: ``collectives``
+    fixed to nccl, or none of them and ``note`` says why staged native MPI runs."""
+
+    collectives: tuple[str, ...]
+    note: str
+
+
+def _nccl_unavailable() -> str | None:
+    """Why the nccl algorithms are not registered in this process (None: they are)."""
+    try:
+        parse_variant("allreduce", GPU_DEFAULT)
+    except UsageError:
+        return UNAVAILABLE_BACKENDS.get(GPU_DEFAULT, "the nccl backend is not registered")
+    return None
+
+
+def _nccl_ineligible(topology: Topology, collectives: tuple[str, ...]) -> str | None:
+    """Why nccl cannot carry float32 gradients or the state bcast on this rank's GPU (ranks
+    sharing a GPU, ...), as the registry's requirements judge it; None where it can."""
+    for collective in collectives:
+        context = call_context(topology, collective, "float32", "cuda")
+        reason = parse_variant(collective, GPU_DEFAULT).ineligible_reason(context)
+        if reason:
+            return f"nccl {reason}"
+    return None
+
+
+def agreed_reason(comm: Any, reason: str | None) -> str | None:
+    """One verdict for every rank: the first rank's reason (named) where any has one."""
+    return joint_error(comm.allgather(reason))
+
+
+def gpu_default(cfg: TrainConfig, comm: Any, topology: Topology) -> GpuDefault:
+    """The trainer's default for the collectives nothing else decides on ``cfg.buffers``:
+    nccl on GPUs where every rank has its own GPU and NCCL is available, else staged native
+    MPI with the reason. The same on every rank (collective over ``comm``: each check is
+    agreed, so a rank that would decide otherwise falls back with the others, never
+    hangs); choosing the GPU (``select_local_gpu``) happens here when NCCL is available."""
     fixed = fixed_variants(cfg)
+    open_ = tuple(c for c in TABLE_COLLECTIVES if c not in fixed)
+    if cfg.buffers != "cuda" or cfg.table or not open_:
+        return GpuDefault((), "")
+    reason = agreed_reason(comm, _nccl_unavailable())
+    if reason is None:
+        from collectives.device import select_local_gpu
+
+        select_local_gpu(comm)  # ranks sharing a GPU are found here, by device UUID
+        reason = agreed_reason(comm, _nccl_ineligible(topology, open_))
+    if reason is not None:
+        return GpuDefault((), f"{', '.join(open_)}: staged native MPI, not nccl: {reason}")
+    return GpuDefault(open_, "")
+
+
+def build_policy(
+    cfg: TrainConfig, comm: Any, topology: Topology, default: GpuDefault | None = None
+) -> SelectorPolicy:
+    """Fixed algorithms first, then the selector over ``cfg.table``, else ``default`` (nccl
+    on GPUs where eligible), else native. Collective over ``comm`` (binding)."""
+    fixed = fixed_variants(cfg)
+    default = default or GpuDefault((), "")
+    defaults = {c: parse_variant(c, GPU_DEFAULT) for c in default.collectives}
     selector = Selector.from_file(cfg.table)
     required = tuple(c for c in TABLE_COLLECTIVES if c not in fixed) if cfg.table else ()
-    return SelectorPolicy(comm, topology, selector.with_fixed(fixed), required, cfg.buffers)
+    policy = SelectorPolicy(
+        comm, topology, selector.with_fixed({**defaults, **fixed}), required, cfg.buffers
+    )
+    policy.defaults, policy.note = default.collectives, default.note
+    return policy

@@ -44,14 +44,27 @@ class Throughput:
 
 
 @dataclass(frozen=True)
+class BucketCommRecord:
+    """One bucket's timing, ms from backward's end (negative: before it), averaged over
+    timed steps and ranks: its gradients ready, its reduction's start and end."""
+
+    index: int
+    ready_ms: float
+    start_ms: float
+    end_ms: float
+
+
+@dataclass(frozen=True)
 class CommRecord:
     """Gradient communication, per step averaged over timed steps and ranks."""
 
     busy_ms: float  # inside bucket reductions
-    exposed_ms: float  # the training thread waiting for them after backward
+    exposed_ms: float  # from backward's end to the last reduction's end
     hidden_fraction: float | None  # 1 - exposed / busy
     step_ms: float
     bcast_ms: float
+    clock: str = "host"  # host (CPU), or cuda events (on the device: train.device)
+    buckets: list[BucketCommRecord] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -95,6 +108,7 @@ class TrainSummary:
     communication: CommRecord | None = None
     validation: ValidationRecord | None = None
     metadata: dict[str, str] = field(default_factory=dict)
+    policy_note: str = ""  # why the defaults on GPUs are what they are (a fallback's reason)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON (the validation verdict included)."""
@@ -128,11 +142,24 @@ def throughput(rates: np.ndarray, per_iter: int, local_batch: int) -> Throughput
     )
 
 
-def comm_record(sums: np.ndarray, nprocs: int, bcast_seconds: float) -> CommRecord | None:
-    """From [busy s, exposed s, step s, timed steps] summed over ranks."""
+def comm_record(
+    sums: np.ndarray,
+    nprocs: int,
+    bcast_seconds: float,
+    clock: str = "host",
+    bucket_sums: np.ndarray | None = None,
+) -> CommRecord | None:
+    """From [busy s, exposed s, step s, timed steps] summed over ranks, and per bucket
+    [ready, start, end] s from backward's end, summed alike (buckets x 3)."""
     busy, exposed, step, steps = sums
     if steps == 0:
         return None
     per = 1e3 / steps  # sums over ranks of totals over steps -> ms per rank-step
     hidden = max(0.0, 1.0 - exposed / busy) if busy > 0 else None
-    return CommRecord(busy * per, exposed * per, hidden, step * per, bcast_seconds * 1e3)
+    buckets = [
+        BucketCommRecord(index, *(float(v) * per for v in row))
+        for index, row in enumerate(bucket_sums if bucket_sums is not None else ())
+    ]
+    return CommRecord(
+        busy * per, exposed * per, hidden, step * per, bcast_seconds * 1e3, clock, buckets
+    )

@@ -10,30 +10,26 @@ Per step (PyTorch DDP's design, Li et al., VLDB 2020):
   3. ``finish_step`` launches whatever is left (parameters unused this step, or
      everything with overlap off), waits, and returns the step's communication time.
 
-Accounting: ``busy`` is the communication thread's time inside the bucket reductions;
-``exposed`` is the time backward's caller spends waiting for them afterwards. The rest of
-``busy`` ran while backward was still computing: hidden = 1 - exposed / busy.
+Accounting (``train.device.step_clock``): ``busy`` is the time inside the bucket
+reductions; ``exposed`` is the time from backward's end until the last reduction's end.
+The rest of ``busy`` ran while backward was still computing: hidden = 1 - exposed / busy.
+On the CPU both are host times (exposed: backward's caller waiting for the reductions); on
+a GPU they are CUDA events, so backward's end is where the device finished it, not where
+the host returned from queueing it.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from typing import Any
 
 from osu_dl_bench.train.buckets import GradBucket
 from osu_dl_bench.train.comm_hooks import GradReduce
 from osu_dl_bench.train.comm_thread import CommThread
-from osu_dl_bench.train.device import ready_marker
+from osu_dl_bench.train.device import DeviceClock, HostClock, Span, StepComm, step_clock
 
-
-@dataclass(frozen=True)
-class StepComm:
-    """One step's communication: time reducing, and time the caller waited for it."""
-
-    busy: float
-    exposed: float
+__all__ = ["GradientReducer", "StepComm"]
 
 
 class GradientReducer:
@@ -45,12 +41,16 @@ class GradientReducer:
         reduces: Sequence[GradReduce],
         comm_thread: CommThread,
         overlap: bool = True,
+        clock: HostClock | DeviceClock | None = None,
     ) -> None:
+        """``clock``: the step's (None: the buckets' device's, ``step_clock``)."""
         self.buckets, self.reduces = list(buckets), list(reduces)
         self.comm_thread, self.overlap = comm_thread, overlap
+        device = self.buckets[0].flat.device if self.buckets else None
+        self.clock = clock or (step_clock(device) if device is not None else HostClock())
         self._pending = [0] * len(self.buckets)
         self._next = len(self.buckets)  # nothing launches until start_step
-        self._futures: list[Future[float]] = []
+        self._futures: list[Future[Span]] = []
         self._handles = [
             param.register_post_accumulate_grad_hook(lambda _p, b=bucket.index: self._ready(b))
             for bucket in self.buckets
@@ -76,25 +76,26 @@ class GradientReducer:
 
     def _launch(self, index: int) -> None:
         # Marked here, on the thread that queued the gradients' kernels (GPU: an event).
-        ready = ready_marker(self.buckets[index].flat)
+        ready = self.clock.compute_mark()
         self._futures.append(self.comm_thread.submit(self._reduce, index, ready))
         self._next = index + 1
 
-    def _reduce(self, index: int, ready: Callable[[], None]) -> float:
+    def _reduce(self, index: int, ready: Any) -> Span:
         """On the communication thread: reduce one bucket once its gradients are written;
-        returns the seconds it took."""
-        ready()
-        start = time.perf_counter()
+        returns its marks (start and end on this thread's clock, GPU: its stream)."""
+        self.clock.wait(ready)
+        start = self.clock.comm_mark()
         self.reduces[index](self.buckets[index].array)
-        return time.perf_counter() - start
+        return Span(ready, start, self.clock.comm_mark())
 
     def finish_step(self) -> StepComm:
-        """Launch the remaining buckets in order, wait for all; the step's accounting."""
-        start = time.perf_counter()
+        """Launch the remaining buckets in order, wait for all; the step's accounting.
+        Call right after backward returns (its end is marked here)."""
+        backward_end = self.clock.compute_mark()
         while self._next < len(self.buckets):
             self._launch(self._next)
-        busy = sum(future.result() for future in self._futures)
-        return StepComm(busy, time.perf_counter() - start)
+        spans = [future.result() for future in self._futures]
+        return self.clock.step(backward_end, spans)
 
     def remove_hooks(self) -> None:
         """Detach from the model (the model keeps training without averaging)."""

@@ -55,6 +55,8 @@ def header_lines(s: TrainSummary) -> list[str]:
         f"# allreduce: {_algorithms(s.buckets)}; overlap {'on' if cfg['overlap'] else 'off'}, "
         f"fp16 compression {'on' if cfg['fp16_compress'] else 'off'}",
     ]
+    if s.policy_note:
+        lines.append(f"# {s.policy_note}")
     if s.start_step:
         lines.append(f"# resumed after step {s.start_step}")
     return lines
@@ -68,6 +70,12 @@ def epoch_line(e: EpochRecord) -> str:
         f"  {e.epoch:>5} {e.steps:>6} {e.train_loss:>11.4f} {100 * e.train_accuracy:>9.2f}% "
         f"{test_loss:>10} {test_acc:>9} {e.seconds:>8.2f}"
     )
+
+
+def _clock(name: str) -> str:
+    if name == "host":
+        return "the host's clock"
+    return "CUDA events on the compute and communication streams"
 
 
 def footer_lines(s: TrainSummary) -> list[str]:
@@ -89,7 +97,8 @@ def footer_lines(s: TrainSummary) -> list[str]:
         lines.append(
             f"# communication per step: {c.busy_ms:.2f} ms reducing gradients, "
             f"{c.exposed_ms:.2f} ms exposed, {hidden} hidden behind backward "
-            f"(step {c.step_ms:.2f} ms; start-up bcast {c.bcast_ms:.2f} ms)"
+            f"(step {c.step_ms:.2f} ms; start-up bcast {c.bcast_ms:.2f} ms; "
+            f"timed with {_clock(c.clock)})"
         )
     v = s.validation
     if v is not None:

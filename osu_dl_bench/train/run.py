@@ -57,6 +57,8 @@ class _Tally:
     step_seconds: list[float] = field(default_factory=list)
     busy: list[float] = field(default_factory=list)
     exposed: list[float] = field(default_factory=list)
+    buckets: list[list[tuple[float, float, float]]] = field(default_factory=list)
+    clock: str = "host"
 
     def add(self, stats: StepStats) -> None:
         self.epoch += (stats.loss_sum, stats.correct, stats.samples)
@@ -65,6 +67,8 @@ class _Tally:
         self.step_seconds.append(stats.seconds)
         self.busy.append(stats.comm.busy)
         self.exposed.append(stats.comm.exposed)
+        self.buckets.append([(b.ready, b.start, b.end) for b in stats.comm.buckets])
+        self.clock = stats.comm.clock
 
     def reset_epoch(self) -> None:
         self.epoch, self.epoch_steps, self.epoch_seconds = np.zeros(3), 0, 0.0
@@ -273,7 +277,16 @@ def _describe(run: _Run, threads: int) -> TrainSummary:
         total_steps=run.total_steps,
         buckets=[asdict(p) for p in run.trainer.bucket_plans],
         bcasts=[asdict(p) for p in run.trainer.bcast_plans],
+        policy_note=getattr(run.session.policy, "note", ""),
     )
+
+
+def _bucket_sums(steps: list[list[tuple[float, float, float]]], count: int) -> np.ndarray:
+    """Per bucket [ready, start, end] summed over ``steps`` (buckets x 3; zeros if none)."""
+    sums = np.zeros((count, 3))
+    for step in steps:
+        sums += np.array(step).reshape(count, 3)
+    return sums
 
 
 def _complete(run: _Run, described: TrainSummary, bcast_seconds: float) -> TrainSummary:
@@ -286,11 +299,13 @@ def _complete(run: _Run, described: TrainSummary, bcast_seconds: float) -> Train
     busy, exposed = sum(tally.busy[timed]), sum(tally.exposed[timed])
     sums = np.array([busy, exposed, seconds[timed].sum(), len(seconds[timed])])
     session.allreduce_sum(sums)
+    buckets = _bucket_sums(tally.buckets[timed], len(run.trainer.bucket_plans))
+    session.allreduce_sum(buckets.reshape(-1))  # 1-D, as the registry's algorithms take
     return replace(
         described,
         epochs=run.epochs,
         throughput=throughput(session.allgather(rates), cfg.batches_per_iter, local),
-        communication=comm_record(sums, session.nprocs, bcast_seconds),
+        communication=comm_record(sums, session.nprocs, bcast_seconds, tally.clock, buckets),
         validation=_validation(run),
         metadata=collect_metadata(session.topology).as_dict(),
     )

@@ -21,7 +21,12 @@ from osu_dl_bench.runtime.start import thread_level_name
 from osu_dl_bench.runtime.topology import Topology, discover_topology
 from osu_dl_bench.train.comm_thread import CommThread
 from osu_dl_bench.train.config import TrainConfig
-from osu_dl_bench.train.policy import BoundCollective, CollectivePolicy, build_policy
+from osu_dl_bench.train.policy import (
+    BoundCollective,
+    CollectivePolicy,
+    build_policy,
+    gpu_default,
+)
 
 T = TypeVar("T")
 _SUM = reduce_op("sum")
@@ -64,7 +69,8 @@ class Session:
         def setup() -> Session:
             comm = world.Dup()
             topology = discover_topology(comm)
-            policy = agree_on_errors(comm, lambda: build_policy(cfg, comm, topology))
+            default = gpu_default(cfg, comm, topology)  # collective: outside the agreed step
+            policy = agree_on_errors(comm, lambda: build_policy(cfg, comm, topology, default))
             return cls(comm, topology, policy, thread)
 
         return thread.run(setup)

@@ -96,6 +96,10 @@ def test_two_ranks_match_one_process_and_reach_95_percent_on_digits(tmp_path):
     throughput = summary["throughput"]
     assert throughput["total_mean"] > 0 and throughput["per_rank_ci"] >= 0
     assert summary["communication"]["busy_ms"] > 0 and summary["nprocs"] == 2
+    # On the CPU the host's clock; per bucket, its reduction ends after its gradients.
+    assert summary["communication"]["clock"] == "host"
+    timings = summary["communication"]["buckets"]
+    assert len(timings) == 3 and all(b["ready_ms"] <= b["end_ms"] for b in timings)
 
 
 def test_an_allreduce_wrong_in_one_element_on_one_rank_fails_validation(tmp_path):
@@ -257,3 +261,48 @@ def test_bad_input_exits_2_on_every_rank(tmp_path, nprocs, argv, prelude, messag
     codes = {p.name: p.read_text() for p in tmp_path.glob("exit-*")}
     assert codes == {f"exit-{rank}": "2" for rank in range(nprocs)}
     assert message in res.stderr and res.stderr.count("osu-dl-bench: error") == 1
+
+
+# The trainer's policy on GPU buffers (the strict cupy stand-in, whose "NCCL" is MPI): each
+# rank writes what its session chose and why; NO_NCCL_ON names a rank whose NCCL is missing.
+_GPU_POLICY = """
+import os, sys
+from mpi4py import MPI
+from collectives import registry
+registry.load_algorithms()
+if str(MPI.COMM_WORLD.Get_rank()) == os.environ.get("NO_NCCL_ON"):
+    for c in ("allreduce", "bcast", "bcast"):
+        registry._REGISTRY.pop((c, "nccl"), None)
+    registry.UNAVAILABLE_BACKENDS["nccl"] = "cupy has no NCCL"
+from osu_dl_bench.train.comm_thread import CommThread
+from osu_dl_bench.train.config import TrainConfig
+from osu_dl_bench.train.session import Session
+with CommThread() as thread:
+    session = Session.open(MPI.COMM_WORLD, TrainConfig(buffers="cuda"), thread)
+    label = thread.run(lambda: session.policy.choose("allreduce", 1 << 20).label)
+    with open(os.path.join(sys.argv[1], f"policy-{session.rank}"), "w") as out:
+        out.write(f"{label} | {session.policy.note}")
+    session.close()
+"""
+
+
+@pytest.mark.parametrize(
+    "devices,no_nccl_on,expected",
+    [
+        ("8", "", "nccl | "),
+        ("2", "", "native | allreduce, bcast: staged native MPI, not nccl: nccl needs one GPU"),
+        # One rank without NCCL: every rank falls back with it, none waits in NCCL's init.
+        ("8", "1", "native | allreduce, bcast: staged native MPI, not nccl: rank 1: cupy has"),
+    ],
+)
+def test_the_gpu_default_is_agreed_by_every_rank(tmp_path, devices, no_nccl_on, expected):
+    env = {
+        "PYTHONPATH": str(REPO / "tests" / "support" / "strict_cupy"),
+        "OSU_DL_BENCH_CUDA_AWARE": "0",
+        "STRICT_CUPY_DEVICES": devices,
+        "NO_NCCL_ON": no_nccl_on,
+    }
+    res = run_mpi(3, ["-c", _GPU_POLICY, str(tmp_path)], timeout=TIMEOUT, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    chosen = [(tmp_path / f"policy-{rank}").read_text() for rank in range(3)]
+    assert all(text.startswith(expected) for text in chosen), chosen

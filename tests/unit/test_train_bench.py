@@ -286,3 +286,22 @@ def test_a_run_directory_in_use_is_refused(monkeypatch, tmp_path, capsys):
     with RunStore(out).lock():
         assert main(["train-bench", "--out", str(out)]) == 2
     assert "in use by another run" in capsys.readouterr().err and not ran
+
+
+def test_device_cuda_reaches_each_launch_and_cpu_runs_record_as_before():
+    cfg = _parse("--device", "cuda", "--np", "2")
+    inside = _parse(*worker_argv(cfg, 1, "nccl", "/tmp/p.json")[1:])
+    assert inside.device == "cuda" and recorded_options(inside)["device"] == "cuda"
+    assert "device" not in recorded_options(_parse())  # older run directories still resume
+    assert "--device" not in worker_argv(_parse())
+
+
+def test_device_cuda_is_refused_where_torch_has_no_gpu(cupy, monkeypatch, capsys, tmp_path):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    out = tmp_path / "tb"
+    assert main(["train-bench", "--device", "cuda", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("osu-dl-bench: error") == 1 and "torch sees no GPU here" in err
+    assert not out.exists()

@@ -95,3 +95,24 @@ def test_the_best_tuned_row_is_a_fact_with_its_interval_and_no_verdict():
         "no tuned configuration measured",
         None,
     )
+
+
+def test_each_configuration_reports_the_share_of_its_communication_hidden_behind_backward():
+    timed = []
+    for row in rows():
+        if row["config"] == "tuned":  # 4 ms busy, exposed 1 ms in round 0, else 3 ms
+            exposed = 1.0 if row["round"] == 0 else 3.0
+            row = row | {"busy_ms": 4.0, "exposed_ms": exposed, "clock": "cuda events"}
+        timed.append(row)
+    summary = summarise(timed, HOME)
+    assert summary["tuned"]["hidden_fraction"] == pytest.approx(0.25)  # median of .75 .25 .25
+    assert summary["tuned"]["clock"] == "cuda events"
+    assert "hidden_fraction" not in summary["ddp-gloo"]  # DDP does not expose its timing
+    import dataclasses
+
+    cfg = config_from_args(build_parser().parse_args(["train-bench"]))
+    text, _ = report_table(cfg, dataclasses.replace(_measured(), rows=timed))
+    assert "(timed with CUDA events on the device)" in text
+    lines = text.splitlines()
+    assert next(line for line in lines if line.startswith("tuned ")).endswith("25%")
+    assert next(line for line in lines if line.startswith("ddp-gloo ")).endswith("-")

@@ -42,3 +42,58 @@ def test_a_table_naming_gloo_puts_tuned_in_the_gloo_group():
     assert home_group(variants) == "mpi"
     fixed = selector.with_fixed({"allreduce": lookup("allreduce", "gloo").variant()})
     assert home_group(selector_variants(fixed, _SHAPE, "cpu")) == "gloo"
+
+
+def _gpu_session(cupy, monkeypatch, nccl_in_torch: bool):
+    """A one-rank session on GPU buffers over the strict cupy stand-in."""
+    import torch.distributed as dist
+    from mpi4py import MPI
+
+    from osu_dl_bench.runtime.topology import Topology
+    from osu_dl_bench.train.comm_thread import CommThread
+    from osu_dl_bench.train.config import TrainConfig
+    from osu_dl_bench.train.policy import build_policy
+    from osu_dl_bench.train.session import Session
+
+    monkeypatch.setattr(dist, "is_nccl_available", lambda: nccl_in_torch)
+    cfg = TrainConfig(buffers="cuda", bcast="native")
+    topology = Topology(1, 1, 1, ("host",))
+    policy = build_policy(cfg, MPI.COMM_SELF, topology)
+    return Session(MPI.COMM_SELF, topology, policy, CommThread(inline=True)), cfg
+
+
+def test_on_gpus_ddp_over_nccl_is_measured_beside_ddp_over_gloo_in_its_own_group(cupy, monkeypatch):
+    from osu_dl_bench.train.comparison import configurations, groups_for
+
+    session, cfg = _gpu_session(cupy, monkeypatch, nccl_in_torch=True)
+    configs, _ = configurations(session, cfg, None)
+    ddp = {c.label: (c.group, c.ddp_backend) for c in configs if c.policy is None}
+    assert ddp == {"ddp-gloo": ("gloo", "gloo"), "ddp-nccl": ("nccl", "nccl")}
+    assert groups_for("cuda") == ("mpi", "gloo", "nccl") and groups_for("cpu") == ("mpi", "gloo")
+
+
+def test_ddp_over_nccl_is_skipped_with_the_reason_where_torch_has_no_nccl(cupy, monkeypatch):
+    from osu_dl_bench.train.comparison import configurations
+
+    session, cfg = _gpu_session(cupy, monkeypatch, nccl_in_torch=False)
+    configs, skipped = configurations(session, cfg, None)
+    assert "ddp-nccl" not in {c.label for c in configs}
+    assert any(s.startswith("ddp-nccl: skipped: torch.distributed has no NCCL") for s in skipped)
+
+
+def test_on_cpus_there_is_no_ddp_over_nccl():
+    from mpi4py import MPI
+
+    from osu_dl_bench.runtime.topology import Topology
+    from osu_dl_bench.train.comm_thread import CommThread
+    from osu_dl_bench.train.comparison import configurations
+    from osu_dl_bench.train.config import TrainConfig
+    from osu_dl_bench.train.policy import build_policy
+    from osu_dl_bench.train.session import Session
+
+    cfg, topology = TrainConfig(), Topology(1, 1, 1, ("host",))
+    policy = build_policy(cfg, MPI.COMM_SELF, topology)
+    session = Session(MPI.COMM_SELF, topology, policy, CommThread(inline=True))
+    configs, skipped = configurations(session, cfg, None)
+    labels = {c.label for c in configs} | {s.split(":")[0] for s in skipped}
+    assert "ddp-gloo" in labels and "ddp-nccl" not in labels

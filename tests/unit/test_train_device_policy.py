@@ -98,3 +98,80 @@ def test_the_communication_thread_has_its_own_non_blocking_stream(nccl, monkeypa
         nccl.cuda.Stream.null.synchronize()  # what the trainer's event wait stands for
         session.allreduce_sum(gradients)  # on the communication thread
         assert (gradients.get() == 1).all() and not nccl.violations
+
+
+def _gpu_policy(**settings):
+    from osu_dl_bench.train.config import TrainConfig
+    from osu_dl_bench.train.policy import build_policy, gpu_default
+
+    cfg = TrainConfig(buffers="cuda", **settings)
+    default = gpu_default(cfg, MPI.COMM_SELF, ONE_RANK)
+    return build_policy(cfg, MPI.COMM_SELF, ONE_RANK, default)
+
+
+def test_on_gpus_without_a_table_nccl_is_the_default_where_each_rank_has_its_own(nccl):
+    from osu_dl_bench.train.policy import GPU_DEFAULT_HOW
+
+    policy = _gpu_policy()
+    gradients = nccl.asarray(np.ones(4, np.float32))
+    nccl.cuda.Device().synchronize()
+    for collective in ("allreduce", "bcast"):
+        bound = policy.choose(collective, gradients.nbytes)
+        assert (bound.label, bound.how) == ("nccl", GPU_DEFAULT_HOW)
+    assert policy.note == "" and policy.choose("allreduce", 24, "float64", "cpu").label == "native"
+
+
+def test_on_gpus_an_allreduce_on_the_command_line_still_overrides_the_default(nccl):
+    policy = _gpu_policy(allreduce="ring")
+    assert policy.choose("allreduce", 1 << 20).label.startswith("ring")
+    assert policy.choose("bcast", 1 << 20).label == "nccl"
+
+
+def test_ranks_sharing_a_gpu_fall_back_to_staged_native_mpi_with_the_reason(nccl, monkeypatch):
+    from collectives import device
+
+    monkeypatch.setattr(device, "shared_gpu_reason", lambda uuids: "ranks 0 and 1 share GPU 0")
+    policy = _gpu_policy()
+    assert policy.choose("allreduce", 1 << 20).label == "native"
+    assert policy.note == (
+        "allreduce, bcast: staged native MPI, not nccl: nccl needs one GPU per rank "
+        "(ranks of a node share a GPU)"
+    )
+
+
+def test_without_nccl_the_gpu_default_is_staged_native_mpi_with_the_reason(cupy, monkeypatch):
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    for collective in ("allreduce", "bcast"):
+        registry._REGISTRY.pop((collective, "nccl"), None)
+    monkeypatch.setitem(registry.UNAVAILABLE_BACKENDS, "nccl", "cupy has no NCCL: no module")
+    policy = _gpu_policy()
+    assert policy.choose("allreduce", 1 << 20).label == "native"
+    assert (
+        policy.note == "allreduce, bcast: staged native MPI, not nccl: cupy has no NCCL: no module"
+    )
+
+
+def test_a_table_on_gpus_decides_instead_of_the_nccl_default(nccl, tmp_path):
+    from osu_dl_bench.train.config import TrainConfig
+    from osu_dl_bench.train.policy import gpu_default
+
+    default = gpu_default(TrainConfig(buffers="cuda", table="t.json"), MPI.COMM_SELF, ONE_RANK)
+    assert default.collectives == () and default.note == ""
+    assert gpu_default(TrainConfig(), MPI.COMM_SELF, ONE_RANK).collectives == ()
+
+
+def test_the_header_says_why_the_gpu_default_runs_and_why_it_fell_back():
+    from osu_dl_bench.train.config import TrainConfig
+    from osu_dl_bench.train.policy import GPU_DEFAULT_HOW
+    from osu_dl_bench.train.records import TrainSummary
+    from osu_dl_bench.train.report import header_lines
+
+    plan = {"nbytes": 4096, "algorithm": "nccl", "how": GPU_DEFAULT_HOW}
+    summary = TrainSummary(
+        dataclasses.asdict(TrainConfig(buffers="cuda")), 2, 1, 2, "cnn", 10, "digits",
+        100, 0, 1, 0, 5, [plan, plan], [plan],
+    )  # fmt: skip
+    text = "\n".join(header_lines(summary))
+    assert "# allreduce: nccl x2 (default on GPUs: one GPU per rank, NCCL available)" in text
+    fallback = dataclasses.replace(summary, policy_note="allreduce, bcast: staged native MPI")
+    assert header_lines(fallback)[-1] == "# allreduce, bcast: staged native MPI"

@@ -57,7 +57,6 @@ import numpy as np
 
 from collectives.backends import cached_on_comm
 from collectives.buffers import cuda_unavailable_reason
-from collectives.common import Scratch
 from collectives.device import (
     PinnedMirrors,
     expected_sharing_reason,

@@ -13,10 +13,12 @@ detected").
 NCCL_ALGO and NCCL_PROTO are read when a communicator is created, as ncclCommInitRank does
 (src/graph/tuning.cc): each communicator keeps the values it saw in ``settings`` (and
 ``CREATED`` lists every communicator's, in creation order, for tests); a name NCCL does not
-know fails there, and a broadcast on a communicator whose NCCL_ALGO leaves out Ring (NCCL's
-only broadcast algorithm) fails when called on more than one rank, as NCCL's enqueue finds
-no algorithm ("no algorithm/protocol available"). Lists (``Ring,Tree``) and NCCL's ``^``
-(all but) are understood; the per-collective form (``allreduce:tree``) is not modelled.
+know fails there on more than one rank (NCCL 2.28 on one rank runs no tuning model and took
+NCCL_ALGO=Bogus without a word, on an H200), and a broadcast on a communicator whose
+NCCL_ALGO leaves out Ring (NCCL's only broadcast algorithm) fails when called on more than
+one rank, as NCCL's enqueue finds no algorithm ("no algorithm/protocol available"). Lists
+(``Ring,Tree``) and NCCL's ``^`` (all but) are understood; the per-collective form
+(``allreduce:tree``) is not modelled.
 """
 
 from __future__ import annotations
@@ -166,9 +168,10 @@ def _current_bus_id() -> tuple:
 class NcclCommunicator:
     def __init__(self, ndev, commId, rank):  # noqa: N803 - cupy's names
         self.settings = {name: os.environ.get(name) for name in SETTING_NAMES}
-        self.algorithms = _enabled("NCCL_ALGO", self.settings["NCCL_ALGO"])
-        _enabled("NCCL_PROTO", self.settings["NCCL_PROTO"])
         CREATED.append(dict(self.settings))
+        if ndev > 1:
+            self.algorithms = _enabled("NCCL_ALGO", self.settings["NCCL_ALGO"])
+            _enabled("NCCL_PROTO", self.settings["NCCL_PROTO"])
         self.comm = _rendezvous(_id_bytes(commId), ndev, rank)
         assert self.comm.Get_size() == ndev and self.comm.Get_rank() == rank
         assert len(set(self.comm.allgather(commId))) == 1, "ranks got different ids"

@@ -28,7 +28,10 @@ def _smoke(tmp_path: Path, listing: str, **env: str) -> subprocess.CompletedProc
     """gpu_smoke.sh with a fake nvidia-smi printing ``listing``."""
     (tmp_path / "nvidia-smi").write_text(f"#!/bin/sh\necho '{listing}'\n")
     (tmp_path / "nvidia-smi").chmod(0o755)
-    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "OUT": str(tmp_path / "out"), **env}
+    # The interpreter's bin folder: where the mpich extra puts mpiexec, which gpu_env.sh
+    # requires once a GPU is listed.
+    path = f"{tmp_path}:{Path(sys.executable).parent}:/usr/bin:/bin"
+    env = {"PATH": path, "OUT": str(tmp_path / "out"), **env}
     return subprocess.run(
         ["bash", "scripts/gpu_smoke.sh"], cwd=REPO, env=env, capture_output=True, text=True
     )

@@ -135,7 +135,7 @@ def test_ranks_sharing_a_gpu_fall_back_to_staged_native_mpi_with_the_reason(nccl
     assert policy.choose("allreduce", 1 << 20).label == "native"
     assert policy.note == (
         "allreduce, bcast: staged native MPI, not nccl: nccl needs one GPU per rank "
-        "(ranks of a node share a GPU)"
+        "(ranks of a node share a GPU, or use MIG instances)"
     )
 
 

@@ -173,7 +173,7 @@ class DeviceClock:
 
     def __init__(self, device: torch.device, comm_stream: Callable[[], Any] | None = None) -> None:
         self.device = device
-        self._comm_stream = comm_stream or _cupy_stream_for_torch
+        self._comm_stream = comm_stream or _CupyStreams()
 
     def _record(self, stream: Any) -> Any:
         event = torch.cuda.Event(enable_timing=True)
@@ -210,13 +210,21 @@ class DeviceClock:
         return StepComm(busy, exposed, timings, self.name)
 
 
-def _cupy_stream_for_torch() -> Any:
+class _CupyStreams:
     """The calling thread's current cupy stream (``collectives.device.use_own_stream`` on
-    the communication thread) as a torch stream, so torch's events can be recorded on it."""
-    import cupy
+    the communication thread) as a torch stream, so torch's events can be recorded on it;
+    one torch view per stream (the trainer's streams live as long as the process)."""
 
-    stream = cupy.cuda.get_current_stream()
-    return torch.cuda.ExternalStream(stream.ptr)
+    def __init__(self) -> None:
+        self._views: dict[int, Any] = {}
+
+    def __call__(self) -> Any:
+        import cupy
+
+        ptr = cupy.cuda.get_current_stream().ptr
+        if ptr not in self._views:
+            self._views[ptr] = torch.cuda.ExternalStream(ptr)
+        return self._views[ptr]
 
 
 def step_clock(device: torch.device) -> HostClock | DeviceClock:

@@ -192,9 +192,14 @@ def gpu_default(cfg: TrainConfig, comm: Any, topology: Topology) -> GpuDefault:
     MPI with the reason. The same on every rank (collective over ``comm``: each check is
     agreed, so a rank that would decide otherwise falls back with the others, never
     hangs); choosing the GPU (``select_local_gpu``) happens here when NCCL is available."""
-    fixed = fixed_variants(cfg)
+    if cfg.buffers != "cuda" or cfg.table:
+        return GpuDefault((), "")
+    try:
+        fixed = fixed_variants(cfg)
+    except UsageError:  # build_policy reports it, agreed by every rank
+        return GpuDefault((), "")
     open_ = tuple(c for c in TABLE_COLLECTIVES if c not in fixed)
-    if cfg.buffers != "cuda" or cfg.table or not open_:
+    if not open_:
         return GpuDefault((), "")
     reason = agreed_reason(comm, _nccl_unavailable())
     if reason is None:

@@ -175,3 +175,14 @@ def test_the_header_says_why_the_gpu_default_runs_and_why_it_fell_back():
     assert "# allreduce: nccl x2 (default on GPUs: one GPU per rank, NCCL available)" in text
     fallback = dataclasses.replace(summary, policy_note="allreduce, bcast: staged native MPI")
     assert header_lines(fallback)[-1] == "# allreduce, bcast: staged native MPI"
+
+
+def test_a_bad_fixed_algorithm_on_gpus_is_left_to_the_agreed_policy_check(nccl):
+    from osu_dl_bench.errors import UsageError
+    from osu_dl_bench.train.config import TrainConfig
+    from osu_dl_bench.train.policy import build_policy, gpu_default
+
+    cfg = TrainConfig(buffers="cuda", allreduce="nosuch")
+    default = gpu_default(cfg, MPI.COMM_SELF, ONE_RANK)  # no error outside the agreement
+    with pytest.raises(UsageError, match="unknown algorithm 'nosuch'"):
+        build_policy(cfg, MPI.COMM_SELF, ONE_RANK, default)

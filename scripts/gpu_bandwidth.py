@@ -20,10 +20,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+import numpy as np
 import pandas as pd
 
 from osu_dl_bench.measurement.bounds import BACKEND, COPY, COPY_KERNEL, MEMCPY, STAGING
 from osu_dl_bench.measurement.records import read_records
+from osu_dl_bench.selection.paired import Launch, Series, paired_ratio
 
 KEYS = ["collective", "size_bytes"]
 
@@ -126,11 +128,75 @@ def _not_one_table(frame: pd.DataFrame) -> str | None:
     return None
 
 
+def load_launches(paths: list[str]) -> pd.DataFrame:
+    """Every record of ``paths``, each file numbered as one launch (from 1)."""
+    parts = [read_records(path).assign(launch=number) for number, path in enumerate(paths, 1)]
+    return pd.concat(parts, ignore_index=True)
+
+
+def _series(rows: pd.DataFrame) -> Series:
+    """One label's launches at one point: each launch's per-iteration times as its rounds
+    (timed in the same interleaved iterations as every other label of that launch)."""
+    launches = []
+    for row in rows.itertuples():
+        rounds = np.asarray(row.iter_max_us, dtype=float)
+        launches.append(
+            Launch(int(row.launch), rounds, float(np.median(rounds)), 0.0, 0.0, rounds.size)
+        )
+    return Series("mpi", tuple(sorted(launches, key=lambda x: x.number)))
+
+
+def paired_lines(frame: pd.DataFrame, first: str, second: str) -> list[str]:
+    """Per (collective, size): time(first) / time(second) with its 95% interval, paired
+    iteration by iteration within each launch and over launches (selection.paired), and
+    whether the interval holds 1 (the two cannot be told apart)."""
+    out = [
+        "",
+        f"# {first} / {second}: paired ratio of times, 95% interval over "
+        f"{frame.launch.nunique()} launch(es) (selection.paired.paired_ratio)",
+        f"{'# coll':<11}{'size':>12}{first + ' us':>14}{second + ' us':>14}"
+        f"{'ratio [95% interval]':>26}  holds 1",
+    ]
+    for (collective, size), point in frame.groupby(KEYS):
+        mine, theirs = point[point.algorithm == first], point[point.algorithm == second]
+        if mine.empty or theirs.empty or "iter_max_us" not in point:
+            continue
+        ratio = paired_ratio(_series(mine), _series(theirs), collective, size, first, second)
+        if ratio is None:
+            continue
+        cell = f"{ratio.ratio:.3f} [{ratio.low:.3f}-{ratio.high:.3f}]"
+        holds = "yes" if ratio.low <= 1 <= ratio.high else "no"
+        out.append(
+            f"{collective:<11}{size:>12}{_series(mine).latency_us():>14.2f}"
+            f"{_series(theirs).latency_us():>14.2f}{cell:>26}  {holds}"
+        )
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the table of the records named on the command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("records", nargs="+", help="bench -o files (.json, .csv, .parquet)")
+    parser.add_argument(
+        "--paired",
+        nargs=2,
+        metavar=("A", "B"),
+        help="instead of the table: time(A) / time(B) per size with its interval, each "
+        "file one launch of the same command (e.g. --paired nccl memcpy)",
+    )
     args = parser.parse_args(argv)
+    if args.paired:
+        try:
+            frame = load_launches(args.records)
+        except (OSError, ValueError) as error:
+            print(f"gpu_bandwidth: cannot read the records: {error}", file=sys.stderr)
+            return 2
+        found = paired_lines(frame, *args.paired)
+        if len(found) <= 3:
+            print(f"gpu_bandwidth: no size holds both {' and '.join(args.paired)}", file=sys.stderr)
+            return 2
+        print("\n".join(found))
+        return 0
     try:
         frame = load(args.records)
     except (OSError, ValueError) as error:  # missing, unreadable, not bench's records

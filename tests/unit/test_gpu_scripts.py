@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -417,3 +418,38 @@ def test_a_long_gpu_list_counts_as_gpus_in_both_scripts(tmp_path, script):
     )
     assert res.returncode == 77, res.stderr
     assert "cupy sees no GPU" in res.stderr and "nvidia-smi -L lists none" not in res.stderr
+
+
+def _launch_file(path, times_by_label, size=1 << 20):
+    records = []
+    for label, times in times_by_label.items():
+        record = _record("allreduce", label, "nccl" if label == "nccl" else "bound", 1, size, 1.0)
+        records.append({**record, "iter_max_us": list(times)})
+    path.write_text(json.dumps(records))
+    return str(path)
+
+
+def test_paired_ratios_hold_one_for_the_same_call_and_not_for_a_slower_one(tmp_path, capsys):
+    rng = np.random.default_rng(7)
+    files = []
+    for launch in range(3):
+        drift = 1 + 0.05 * launch  # the whole launch slower: pairing cancels it
+        same = 100 * drift * rng.lognormal(0, 0.03, 50)
+        files.append(
+            _launch_file(
+                tmp_path / f"l{launch}.json",
+                {
+                    "nccl": same * rng.lognormal(0, 0.03, 50),
+                    "memcpy": same,
+                    "copy-kernel": 2 * same,
+                },
+            )
+        )
+    bandwidth = _script("gpu_bandwidth")
+    assert bandwidth.main(["--paired", "nccl", "memcpy", *files]) == 0
+    row = capsys.readouterr().out.splitlines()[-1].split()
+    assert row[0] == "allreduce" and row[-1] == "yes"
+    assert bandwidth.main(["--paired", "copy-kernel", "memcpy", *files]) == 0
+    row = capsys.readouterr().out.splitlines()[-1].split()
+    assert row[-1] == "no" and 1.9 < float(row[4]) < 2.1
+    assert bandwidth.main(["--paired", "nccl", "bogus", *files]) == 2

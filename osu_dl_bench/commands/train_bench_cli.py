@@ -78,6 +78,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where models and gradients live (cuda: one GPU per rank, and DDP over NCCL "
         "beside DDP over Gloo)",
     )
+    parser.add_argument(
+        "--only",
+        type=configuration_labels,
+        default=None,
+        metavar="LABELS",
+        help="measure only these configurations (comma-separated labels as the report "
+        "names them, e.g. nccl,ddp-nccl; native always, every group's reference)",
+    )
     add_benchmark_workload_arguments(parser, "global batch", "torch threads per rank")
     parser.add_argument(
         "--out",
@@ -135,12 +143,23 @@ def config_from_args(args: argparse.Namespace) -> TrainBenchConfig:
         timeout=args.timeout,
         seed=args.seed,
         device=args.device,
+        only=args.only,
         resume=args.resume,
         worker=args.worker,
         launch=args.launch,
         group=args.group,
         part=args.part,
     )
+
+
+def configuration_labels(text: str) -> str:
+    """--only: labels separated by commas, none empty, each printable."""
+    labels = text.split(",")
+    if not all(label.strip() and label.isprintable() for label in labels):
+        raise argparse.ArgumentTypeError(
+            f"expected configuration labels separated by commas, got {text!r}"
+        )
+    return ",".join(label.strip() for label in labels)
 
 
 def _option_flag(name: str) -> str:

@@ -34,6 +34,9 @@ class TrainBenchConfig:
     timeout: float
     seed: int | None
     device: str = "cpu"  # where the models and gradient buckets live: cpu or cuda
+    # The configurations measured (their labels, comma-separated; native always, as every
+    # group's reference); None: every one.
+    only: str | None = None
     resume: bool = False
     worker: bool = False
     launch: int = 1
@@ -61,6 +64,7 @@ RECORDED_OPTIONS = (
     "threads",
     "out",
     "device",
+    "only",
 )
 
 
@@ -70,6 +74,8 @@ def recorded_options(cfg: TrainBenchConfig) -> dict[str, Any]:
     options = {name: getattr(cfg, name) for name in RECORDED_OPTIONS}
     if options["device"] == "cpu":
         del options["device"]
+    if options["only"] is None:  # as before the option existed
+        del options["only"]
     return options
 
 

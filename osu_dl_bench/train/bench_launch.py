@@ -100,7 +100,12 @@ def measure_launch(cfg: TrainBenchConfig) -> dict[str, Any] | None:
     import torch
 
     from osu_dl_bench.train.comm_thread import CommThread
-    from osu_dl_bench.train.comparison import build_trainers, configurations, in_launch
+    from osu_dl_bench.train.comparison import (
+        build_trainers,
+        configurations,
+        in_launch,
+        only_these,
+    )
     from osu_dl_bench.train.data import ShardedSampler, load_data
     from osu_dl_bench.train.device import place
     from osu_dl_bench.train.session import Session, thread_level_note, threads_may_call_mpi
@@ -120,6 +125,8 @@ def measure_launch(cfg: TrainBenchConfig) -> dict[str, Any] | None:
             len(data.train), train_cfg.batch_size, session.nprocs, session.rank, 0
         )
         configs, skipped = configurations(session, train_cfg, cfg.table)
+        configs, left_out = session.agree(lambda: only_these(configs, cfg.only))
+        skipped += left_out
         here = [c for c in configs if in_launch(c.label, c.group, cfg.group)]
         trainers = build_trainers(session, train_cfg, data, here, device)
         start = time.perf_counter()

@@ -166,6 +166,28 @@ def configurations(session, cfg, table: str | None) -> tuple[list[Configuration]
     return [c for c in configs if c.group in groups], skipped
 
 
+def only_these(
+    configs: list[Configuration], only: str | None
+) -> tuple[list[Configuration], list[str]]:
+    """The configurations named in ``only`` (comma-separated labels; None: all), native
+    always (each group's reference), and a line per one left out; a label that names no
+    configuration is refused with those that exist."""
+    if only is None:
+        return configs, []
+    wanted = set(only.split(","))
+    unknown = wanted - {c.label for c in configs}
+    if unknown:
+        from osu_dl_bench.errors import UsageError
+
+        raise UsageError(
+            f"--only {only}: no configuration {', '.join(sorted(unknown))} here; "
+            f"there are {', '.join(c.label for c in configs)}"
+        )
+    kept = [c for c in configs if c.label in wanted or c.label == NATIVE]
+    left = [f"{c.label}: not measured (--only)" for c in configs if c not in kept]
+    return kept, left
+
+
 def ddp_nccl_unavailable() -> str | None:
     """Why DDP cannot run over NCCL on this rank (torch without NCCL, ranks sharing a GPU:
     collectives.device.gpu_sharing_reason, found when the GPU was chosen), else None."""

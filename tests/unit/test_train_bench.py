@@ -53,6 +53,13 @@ def test_the_job_gets_every_option_and_the_worker_flag():
     )
 
 
+def test_only_reaches_the_job_and_is_not_recorded_when_unset():
+    cfg = _parse("--only", "nccl, ddp-nccl")
+    inside = _parse(*worker_argv(cfg, 1, "nccl")[1:])
+    assert inside.only == cfg.only == "nccl,ddp-nccl"
+    assert "only" not in recorded_options(_parse())  # run directories made before it resume
+
+
 def test_the_job_is_this_package_under_mpiexec_with_np_ranks(monkeypatch):
     monkeypatch.setattr("osu_dl_bench.jobs.launch.find_mpiexec", lambda: "/x/mpiexec")
     cmd = train_bench.job_command(_parse("--np", "4"), 2, "mpi", "p.json")
@@ -77,6 +84,8 @@ def test_the_job_is_this_package_under_mpiexec_with_np_ranks(monkeypatch):
         ["--seed", "x"],
         ["--np", "99999999999999999999"],
         ["--launches", "1000000000000"],
+        ["--only", "nccl,,ddp-nccl"],
+        ["--only", "nccl,\x1b[2J"],
     ],
 )
 def test_bad_options_exit_2_with_one_message(argv, capsys):

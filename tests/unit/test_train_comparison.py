@@ -4,9 +4,18 @@ native in every group) and the variants a tuned table may bind."""
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from collectives.registry import lookup
+from osu_dl_bench.errors import UsageError
 from osu_dl_bench.selection.selector import Selector
-from osu_dl_bench.train.comparison import home_group, in_launch, selector_variants
+from osu_dl_bench.train.comparison import (
+    Configuration,
+    home_group,
+    in_launch,
+    only_these,
+    selector_variants,
+)
 
 REFERENCE_TABLE = (
     Path(__file__).resolve().parents[2] / "tuning_tables" / "reference-cpu-mpich-1node.json"
@@ -97,3 +106,14 @@ def test_on_cpus_there_is_no_ddp_over_nccl():
     configs, skipped = configurations(session, cfg, None)
     labels = {c.label for c in configs} | {s.split(":")[0] for s in skipped}
     assert "ddp-gloo" in labels and "ddp-nccl" not in labels
+
+
+def test_only_keeps_the_named_configurations_and_native_and_refuses_unknown_labels():
+    configs = [Configuration(label, "mpi", None) for label in ("native", "ring", "nccl")]
+    configs.append(Configuration("ddp-nccl", "nccl", None))
+    kept, left = only_these(configs, "nccl,ddp-nccl")
+    assert [c.label for c in kept] == ["native", "nccl", "ddp-nccl"]
+    assert left == ["ring: not measured (--only)"]
+    assert only_these(configs, None) == (configs, [])
+    with pytest.raises(UsageError, match="no configuration tuned here; there are native, ring"):
+        only_these(configs, "tuned,nccl")

@@ -150,11 +150,12 @@ def paired_lines(frame: pd.DataFrame, first: str, second: str) -> list[str]:
     """Per (collective, size): time(first) / time(second) with its 95% interval, paired
     iteration by iteration within each launch and over launches (selection.paired), and
     whether the interval holds 1 (the two cannot be told apart)."""
+    width = max(14, len(first) + 5, len(second) + 5)
     out = [
         "",
         f"# {first} / {second}: paired ratio of times, 95% interval over "
         f"{frame.launch.nunique()} launch(es) (selection.paired.paired_ratio)",
-        f"{'# coll':<11}{'size':>12}{first + ' us':>14}{second + ' us':>14}"
+        f"{'# coll':<11}{'size':>12}{first + ' us':>{width}}{second + ' us':>{width}}"
         f"{'ratio [95% interval]':>26}  holds 1",
     ]
     for (collective, size), point in frame.groupby(KEYS):
@@ -167,8 +168,8 @@ def paired_lines(frame: pd.DataFrame, first: str, second: str) -> list[str]:
         cell = f"{ratio.ratio:.3f} [{ratio.low:.3f}-{ratio.high:.3f}]"
         holds = "yes" if ratio.low <= 1 <= ratio.high else "no"
         out.append(
-            f"{collective:<11}{size:>12}{_series(mine).latency_us():>14.2f}"
-            f"{_series(theirs).latency_us():>14.2f}{cell:>26}  {holds}"
+            f"{collective:<11}{size:>12}{_series(mine).latency_us():>{width}.2f}"
+            f"{_series(theirs).latency_us():>{width}.2f}{cell:>26}  {holds}"
         )
     return out
 

@@ -453,3 +453,23 @@ def test_paired_ratios_hold_one_for_the_same_call_and_not_for_a_slower_one(tmp_p
     row = capsys.readouterr().out.splitlines()[-1].split()
     assert row[-1] == "no" and 1.9 < float(row[4]) < 2.1
     assert bandwidth.main(["--paired", "nccl", "bogus", *files]) == 2
+
+
+@pytest.mark.parametrize(
+    "settings,words",
+    [
+        (
+            {"PARTS": "copybound bogus"},
+            "unknown part 'bogus' (bandwidth, training, smoke, copybound",
+        ),
+        ({"LAUNCHES": "x"}, "LAUNCHES=x: expected a whole number"),
+        ({"SMOKE_TIMEOUT": "1;rm"}, "SMOKE_TIMEOUT=1;rm: expected a whole number"),
+    ],
+)
+def test_gpu_run_refuses_unknown_parts_and_settings_before_anything_runs(tmp_path, settings, words):
+    env = {"PATH": "/usr/bin:/bin", "RUN_DIR": str(tmp_path / "run"), **settings}
+    done = subprocess.run(
+        ["bash", "scripts/gpu_run.sh"], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 2 and words in done.stderr, done.stderr
+    assert not (tmp_path / "run").exists()

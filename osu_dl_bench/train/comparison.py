@@ -68,7 +68,8 @@ def _fixed_policies(session) -> tuple[list[tuple[str, object, str]], list[str]]:
     from collectives import algorithms
     from osu_dl_bench.train.policy import FixedPolicy, call_context
 
-    ctx = call_context(session.topology, "allreduce", "float32", session.policy.device)
+    device = session.policy.device
+    ctx = call_context(session.topology, "allreduce", "float32", device)
     chosen, skipped = [], []
     for algorithm in algorithms("allreduce"):
         variant = algorithm.variant()
@@ -76,7 +77,10 @@ def _fixed_policies(session) -> tuple[list[tuple[str, object, str]], list[str]]:
         if reason:
             skipped.append(f"{variant.label}: skipped: {reason}")
             continue
-        policy = FixedPolicy(session.comm, session.topology, {"allreduce": variant}, session.policy)
+        # Bound for the run's buffers too (on GPUs nccl refuses a policy of cpu buffers).
+        policy = FixedPolicy(
+            session.comm, session.topology, {"allreduce": variant}, session.policy, device
+        )
         chosen.append((variant.label, policy, group_of(variant)))
     return chosen, skipped
 

@@ -57,3 +57,19 @@ def plain_mpi(cupy, monkeypatch):
     fails)."""
     monkeypatch.setenv(device.CUDA_AWARE_ENV, "0")
     return cupy
+
+
+@pytest.fixture
+def nccl(monkeypatch, request):
+    """The nccl backend registered on the stand-in (whose "NCCL" is MPI), gone afterwards."""
+    from collectives import registry
+
+    registry.load_algorithms()  # before cupy imports: no test after this one sees nccl
+    cupy = request.getfixturevalue("cupy")
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.delitem(registry.UNAVAILABLE_BACKENDS, "nccl", raising=False)
+    from collectives.backends import nccl as backend
+
+    if ("allreduce", "nccl") not in registry._REGISTRY:
+        backend.register_backend()
+    return cupy

@@ -117,3 +117,16 @@ def test_only_keeps_the_named_configurations_and_native_and_refuses_unknown_labe
     assert only_these(configs, None) == (configs, [])
     with pytest.raises(UsageError, match="no configuration tuned here; there are native, ring"):
         only_these(configs, "tuned,nccl")
+
+
+def test_on_gpus_the_fixed_algorithms_are_judged_and_bound_for_gpu_buffers(nccl, monkeypatch):
+    # On an H200, judged on cpu buffers, nccl's launch failed: "--allreduce nccl cannot run
+    # here (float32, p=1): it needs GPU (cuda) buffers".
+    from osu_dl_bench.train.comparison import configurations
+
+    session, cfg = _gpu_session(nccl, monkeypatch, nccl_in_torch=True)
+    configs, skipped = configurations(session, cfg, None)
+    fixed = {c.label: c for c in configs if c.policy is not None}
+    assert "nccl" in fixed and fixed["nccl"].group == "nccl", skipped
+    assert fixed["nccl"].policy.device == "cuda"
+    assert fixed["nccl"].policy.choose("allreduce", 1 << 20).label == "nccl"

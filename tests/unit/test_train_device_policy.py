@@ -23,20 +23,6 @@ from osu_dl_bench.train.session import Session
 ONE_RANK = Topology(1, 1, 1, ("host",))
 
 
-@pytest.fixture
-def nccl(monkeypatch, request):
-    """The nccl backend registered on the stand-in (whose "NCCL" is MPI), gone afterwards."""
-    registry.load_algorithms()  # before cupy imports: no test after this one sees nccl
-    cupy = request.getfixturevalue("cupy")
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
-    monkeypatch.delitem(registry.UNAVAILABLE_BACKENDS, "nccl", raising=False)
-    from collectives.backends import nccl as backend
-
-    if ("allreduce", "nccl") not in registry._REGISTRY:
-        backend.register_backend()
-    return cupy
-
-
 def _session(policy) -> Session:
     return Session(MPI.COMM_SELF, ONE_RANK, policy, CommThread(inline=True))
 

@@ -473,3 +473,28 @@ def test_gpu_run_refuses_unknown_parts_and_settings_before_anything_runs(tmp_pat
     )
     assert done.returncode == 2 and words in done.stderr, done.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_host_device_copies_stop_each_clock_once_the_device_is_idle(cupy, monkeypatch):
+    # A copy from pinned memory returns before it is done: without the device's wait, an
+    # H200 showed host-to-device copies at 13,167 GB/s.
+    from collectives import device
+    from osu_dl_bench.measurement import kernel
+
+    settles = []
+    real = kernel.timed_round
+
+    def recording(barrier, calls, order, bufs, *rest, **kwargs):
+        settles.append(device.settle_for(bufs.send, bufs.recv))
+        return real(barrier, calls, order, bufs, *rest, **kwargs)
+
+    monkeypatch.setattr(kernel, "timed_round", recording)
+
+    class OneRank:
+        def Barrier(self):  # noqa: N802 - mpi4py's name
+            return None
+
+    figures = _script("gpu_host_device").measure_size(OneRank(), 4096)
+    assert set(figures) == {"h2d pinned", "d2h pinned", "h2d pageable", "d2h pageable"}
+    waits = {getattr(s, "__func__", None) for s in settles}
+    assert settles and waits == {cupy.cuda.Device.synchronize}

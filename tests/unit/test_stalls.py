@@ -228,3 +228,21 @@ def test_the_stall_is_kept_in_the_metadata_and_named_in_the_error(tmp_path, caps
         "allreduce 1048576 B and was stopped: rank 1 stopped responding; the points "
         "measured so far are kept in" in err
     )
+
+
+@pytest.mark.parametrize("text", ["1", "0.001", "2.9"])
+def test_a_stall_timeout_under_three_heartbeats_is_refused_naming_the_floor(text, capsys):
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    with pytest.raises(SystemExit) as exited:
+        parser.parse_args(["--np", "2", "-o", "run", "--stall-timeout", text])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"expected at least 3 s (three heartbeat periods of a healthy job), got '{text}'" in err
+
+
+def test_a_stall_timeout_of_three_heartbeats_is_accepted():
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--np", "2", "-o", "run", "--stall-timeout", "3"])
+    assert config_from_args(args).stall_timeout == 3 * heartbeat.TICK_SECONDS

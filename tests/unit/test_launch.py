@@ -243,13 +243,13 @@ def test_open_mpi_places_ppn_ranks_on_each_host_with_its_ssh_agent(cluster, monk
 
 
 def test_srun_ignores_the_hosts_and_hosts_without_an_agent_are_a_usage_error(
-    launchers, cluster, monkeypatch
+    launchers, cluster, monkeypatch, tmp_path
 ):
     assert launch.launcher_prefix(2, "srun") == [launchers["srun"], "-n", "2", "--mpi=pmi2"]
     # Open MPI 5 speaks PMIx only.
     pmix = launch.launcher_prefix(2, "srun", mpi="openmpi")
     assert pmix == [launchers["srun"], "-n", "2", "--mpi=pmix"]
-    monkeypatch.setenv(launch.AGENT_VARIABLE, "/nonexistent/agent")
+    monkeypatch.setenv(launch.AGENT_VARIABLE, str(tmp_path / "missing" / "agent"))
     with pytest.raises(UsageError, match="OSU_DL_BENCH_LAUNCH_AGENT"):
         launch.launcher_prefix(2)
     monkeypatch.delenv(launch.HOSTS_VARIABLE)

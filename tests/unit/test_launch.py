@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pytest
 from collectives.shape import JobShape
 from osu_dl_bench.commands.sweep_cli import add_arguments, config_from_args
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.jobs import launch
+from osu_dl_bench.jobs import launch, orchestrate
 from osu_dl_bench.runtime.launcher import OVERSUBSCRIBED_CVARS
 
 CORES = os.cpu_count() or 1
@@ -163,6 +164,32 @@ def test_an_error_while_following_stops_the_job_and_propagates():
     with pytest.raises(KeyboardInterrupt):
         launch.follow(proc, 30.0, refuse)
     assert proc.returncode == -signal.SIGTERM
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupt_while_planning_ends_with_130_one_line_and_the_planner_stopped(
+    tmp_path, monkeypatch, capsys, signum
+):
+    started = tmp_path / "child"
+    planner = PARENT_AND_CHILD.replace(
+        "print(child.pid, flush=True)", f"open({str(started)!r}, 'w').write(str(child.pid))"
+    )
+    monkeypatch.setattr(orchestrate, "planner_command", lambda cfg: [sys.executable, "-c", planner])
+    monkeypatch.setattr(orchestrate, "job_environment", lambda cfg, nprocs: dict(os.environ))
+
+    def press_ctrl_c() -> None:
+        deadline = time.monotonic() + 30
+        while not (started.exists() and started.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(os.getpid(), signum)
+
+    threading.Thread(target=press_ctrl_c, daemon=True).start()
+    with pytest.raises(orchestrate.JobFailed) as failed:
+        orchestrate.run_planner(_sweep_config("--np", "2"))
+    assert failed.value.code == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "interrupted while planning the launches: nothing was measured"
+    assert _gone(int(started.read_text())), "the planner's child outlived the interrupt"
 
 
 def test_a_stalled_job_is_looked_at_while_alive_and_stopped_even_if_looking_fails():

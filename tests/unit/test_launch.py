@@ -289,3 +289,14 @@ def test_a_sweep_plans_the_shape_the_named_hosts_give(cluster):
     assert launch.expected_shape(cfg, 3) == JobShape(3, 2, 2)
     emulated = _sweep_config("--np", "4", "--ranks-per-node", "4")
     assert launch.expected_shape(emulated, 4) == JobShape(4, 1, 4)
+
+
+def test_ctrl_c_anywhere_in_a_command_ends_with_130_and_one_line_no_traceback(capsys):
+    from osu_dl_bench.runtime.guard import run_guarded
+
+    def body() -> int:
+        raise KeyboardInterrupt  # as while importing pandas, the first second of a sweep
+
+    assert run_guarded(body) == 130
+    captured = capsys.readouterr()
+    assert captured.err.strip() == "osu-dl-bench: interrupted" and captured.out == ""

@@ -438,6 +438,9 @@ cluster_variables() {
         "OSU_DL_BENCH_HOSTS=$(node_names | paste -sd, -)"
         "OSU_DL_BENCH_LAUNCH_AGENT=$AGENT"
         "OSU_DL_BENCH_LAUNCH_ADDRESS=$(bridge_address)"
+        # Where a stall report asks the nodes over the network (osu_dl_bench/jobs/links.py):
+        # their names resolve inside the cluster's hydra only.
+        "OSU_DL_BENCH_HOST_ADDRESSES=$(host_addresses)"
         "OSU_DL_BENCH_CLUSTER_RATE=$(config_value rate)"
         # MPICH: TCP through libfabric, so bytes between nodes cross the shaped links (UCX
         # would find the peer's shared memory: all nodes share /dev/shm).
@@ -463,6 +466,15 @@ cluster_variables() {
         # The file slurm_local.sh's `env` names (its state is $SLURM_STATE).
         CLUSTER_VARIABLES+=("SLURM_CONF=$SLURM_STATE/slurm.conf")
     fi
+}
+
+host_addresses() {
+    local node words=()
+    for node in $(node_names); do words+=("$node=$(address "$node")"); done
+    (
+        IFS=,
+        echo "${words[*]}"
+    )
 }
 
 cmd_env() {

@@ -178,7 +178,7 @@ def follow_job(
     def report_stall() -> None:
         if heartbeats is None:
             return
-        report = stalls.sample(heartbeats, job[0])
+        report = stalls.check_links(stalls.sample(heartbeats, job[0]))
         reports.append(report)
         progress.clear()
         print(

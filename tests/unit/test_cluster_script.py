@@ -174,3 +174,9 @@ def test_up_refuses_careless_options_with_one_message(tmp_path, args, message):
     res = _script(tmp_path / "state", "up", "--dry-run", *args)
     assert res.returncode == 1
     assert message in _error(res)
+
+
+def test_usage_shows_the_whole_header_down_to_its_last_variable(tmp_path):
+    res = _script(tmp_path / "state", "nonsense")
+    assert res.returncode == 2
+    assert "up [--nodes N]" in res.stderr and res.stderr.rstrip().endswith("(default REPO/.venv)")

@@ -6,9 +6,11 @@
 # removes exactly that, by name, also after a crash half-way through.
 #
 # usage: scripts/cluster_local.sh COMMAND
-#   up [--nodes N] [--rate RATE] [--slow NODE=RATE]   N nodes node1..nodeN (default 4),
-#            links at RATE (default 1gbit; tc's units: 250mbit, 10gbit), NODE's at its own
-#   down     remove what up recorded (and stop the cluster's Slurm daemons)
+#   up [--nodes N] [--rate RATE] [--slow NODE=RATE] [--dry-run]   N nodes node1..nodeN
+#            (default 4), links at RATE (default 1gbit; tc's units: 250mbit, 10gbit), NODE's
+#            at its own; --dry-run prints the config it would write and creates nothing
+#   down [--dry-run]   remove what up recorded (and stop the cluster's Slurm daemons);
+#            --dry-run lists what it would remove and what it leaves alone
 #   status   nodes, addresses, link rates and daemons (exit 1 if something is missing)
 #   env      `export` lines for sweep, bench, train and the tests (eval "$(... env)")
 #   exec NODE CMD...   run CMD (no shell) on NODE
@@ -16,7 +18,9 @@
 #            transport set): scripts/cluster_local.sh mpiexec -n 4 -ppn 2 osu-dl-bench ...
 #   agent HOST CMD...  the ssh stand-in hydra and prterun call (as ssh: CMD joined, run by sh)
 # environment:
-#   OSU_DL_BENCH_CLUSTER_DIR     state directory (default /tmp/osu-dl-bench-cluster)
+#   OSU_DL_BENCH_CLUSTER_DIR     state directory (default /tmp/osu-dl-bench-cluster); it
+#                                must be the caller's own directory (created mode 0700),
+#                                never a symbolic link: root runs and deletes what it names
 #   OSU_DL_BENCH_CLUSTER_NAME    prefix of namespace and interface names (default osudl)
 #   OSU_DL_BENCH_CLUSTER_SUBNET  first three octets of the /24 (default 10.213.7)
 #   OSU_DL_BENCH_CLUSTER_SLURM   0: no Slurm on the nodes (default: where Slurm is installed)
@@ -53,7 +57,7 @@ die() {
 }
 
 usage() {
-    sed -n '8,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '8,/^set -euo/{/^#/p}' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -64,7 +68,29 @@ check_names() {
     [[ $SUBNET =~ ^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$ ]] ||
         die "OSU_DL_BENCH_CLUSTER_SUBNET=$SUBNET: expected three octets, e.g. 10.213.7"
     [[ $STATE =~ ^/[A-Za-z0-9._/-]+$ ]] ||
-        die "OSU_DL_BENCH_CLUSTER_DIR=$STATE: expected an absolute path without spaces"
+        die "OSU_DL_BENCH_CLUSTER_DIR=$(printf %q "$STATE"): expected an absolute path without spaces"
+    check_state_dir
+}
+
+check_state_dir() {
+    # The state names what root runs (the agent) and deletes (links, namespaces, mounts):
+    # a directory another local user made first, e.g. under a world-writable /tmp, would
+    # let them choose both. Only the caller's own directory, never through a link.
+    [[ -e $STATE || -L $STATE ]] || return 0
+    [[ ! -L $STATE ]] || die "state directory $STATE is a symbolic link: refusing to use it"
+    [[ -d $STATE ]] || die "state directory $STATE exists and is not a directory"
+    local owner mode
+    owner=$(stat -c %u -- "$STATE") mode=$(stat -c %a -- "$STATE")
+    [[ $owner == "$(id -u)" ]] ||
+        die "state directory $STATE belongs to uid $owner, not to you (uid $(id -u)): refusing to trust it (remove it, or set OSU_DL_BENCH_CLUSTER_DIR)"
+    (((8#$mode & 8#022) == 0)) ||
+        die "state directory $STATE is writable by others (mode $mode): refusing to trust it"
+}
+
+make_state_dir() {
+    # Mode 0700 from the start (umask), not chmod after: no moment where others may write.
+    [[ -d $STATE ]] || (umask 077 && mkdir -p -- "$STATE")
+    check_state_dir
 }
 
 require_root() {
@@ -91,7 +117,30 @@ record() {
     grep -qxF "$1 $2" "$RECORD" 2>/dev/null || echo "$1 $2" >>"$RECORD"
 }
 
-config_value() { sed -n "s/^$1=//p" "$CONFIG" 2>/dev/null | head -n 1; }
+declare -A CONFIG_VALUES=()
+
+read_config() {
+    # The config is data, never code: KEY=VALUE lines with known keys and checked values.
+    CONFIG_VALUES=()
+    [[ -e $CONFIG ]] || return 0
+    local line key value number=0
+    while IFS= read -r line || [[ -n $line ]]; do
+        number=$((number + 1))
+        [[ $line =~ ^([a-z_0-9]+)=(.*)$ ]] ||
+            die "$CONFIG line $number: expected KEY=VALUE, got $(printf %q "$line")"
+        key=${BASH_REMATCH[1]} value=${BASH_REMATCH[2]}
+        case $key in
+        nodes) valid_count "$value" ;;
+        rate | slow_node[1-9] | slow_node[1-9][0-9]) valid_rate "$value" ;;
+        *) false ;;
+        esac || die "$CONFIG line $number: $(printf %q "$line") is not a setting up writes (rerun '$0 down' and 'up')"
+        CONFIG_VALUES[$key]=$value
+    done <"$CONFIG"
+}
+
+config_value() { echo "${CONFIG_VALUES[$1]:-}"; }
+
+valid_count() { [[ $1 =~ ^[1-9][0-9]{0,2}$ ]] && (($1 <= MAX_NODES)); }
 
 node_names() {
     local count i
@@ -100,7 +149,7 @@ node_names() {
     for ((i = 1; i <= count; i++)); do echo "node$i"; done
 }
 
-is_up() { [[ -s $CONFIG ]]; }
+is_up() { [[ -n $(config_value nodes) ]]; }
 
 valid_node() {
     # valid_node NAME: one of this cluster's nodes (so no other string reaches a path).
@@ -116,42 +165,68 @@ rate_of() {
     echo "${slow:-$(config_value rate)}"
 }
 
+valid_rate() { [[ $1 =~ ^[0-9]{1,9}(\.[0-9]{1,9})?([kmgt]?bit|[kmgt]?bps)$ ]]; }
+
 check_rate() {
-    [[ $1 =~ ^[0-9]+(\.[0-9]+)?([kmgt]?bit|[kmgt]?bps)$ ]] ||
-        die "rate $1: expected tc's form, e.g. 1gbit, 250mbit"
+    valid_rate "$1" || die "rate $(printf %q "$1"): expected tc's form, e.g. 1gbit, 250mbit"
 }
 
 # --- up -----------------------------------------------------------------------------------
 
+need_value() {
+    # need_value OPTION ARGS...: one message naming OPTION when no value follows it.
+    (($# >= 2)) && [[ $2 != --* ]] || die "up: $1 needs a value (e.g. $1 $(option_example "$1"))"
+}
+
+option_example() {
+    case $1 in
+    --nodes) echo 2 ;;
+    --rate) echo 1gbit ;;
+    *) echo node2=250mbit ;;
+    esac
+}
+
 parse_up() {
-    NODES=4 RATE=1gbit
+    NODES=4 RATE=1gbit DRY_RUN=0
     SLOW=()
+    local raw=()
     while (($#)); do
         case $1 in
-        --nodes) NODES=${2:-} && shift 2 ;;
-        --rate) RATE=${2:-} && shift 2 ;;
-        --slow) SLOW+=("${2:-}") && shift 2 ;;
-        *) die "up: unknown argument '$1' (expected --nodes N, --rate RATE, --slow NODE=RATE)" ;;
+        --nodes | --rate | --slow) need_value "$@" ;;&
+        --nodes) NODES=$2 ;;
+        --rate) RATE=$2 ;;
+        --slow) raw+=("$2") ;;
+        --dry-run) DRY_RUN=1 ;;
+        *) die "up: unknown argument $(printf %q "$1") (expected --nodes N, --rate RATE, --slow NODE=RATE, --dry-run)" ;;
         esac
+        [[ $1 == --dry-run ]] && shift || shift 2
     done
-    [[ $NODES =~ ^[1-9][0-9]*$ ]] && ((NODES <= MAX_NODES)) ||
-        die "--nodes $NODES: expected 1..$MAX_NODES"
+    valid_count "$NODES" || die "--nodes $(printf %q "$NODES"): expected 1..$MAX_NODES"
     check_rate "$RATE"
-    local item
-    for item in "${SLOW[@]}"; do
-        [[ $item =~ ^node([0-9]+)=(.+)$ ]] || die "--slow $item: expected NODE=RATE, e.g. node2=250mbit"
-        ((BASH_REMATCH[1] >= 1 && BASH_REMATCH[1] <= NODES)) || die "--slow $item: no such node"
-        check_rate "${BASH_REMATCH[2]}"
+    local item number rate
+    for item in "${raw[@]}"; do
+        [[ $item =~ ^node([0-9]+)=(.+)$ ]] ||
+            die "--slow $(printf %q "$item"): expected NODE=RATE, e.g. node2=250mbit"
+        number=${BASH_REMATCH[1]} rate=${BASH_REMATCH[2]}
+        # node02 is node2: the digits are decimal (bash reads 08 as a bad octal number).
+        [[ $number =~ ^0*([1-9][0-9]{0,2})$ ]] && ((10#${BASH_REMATCH[1]} <= NODES)) ||
+            die "--slow $(printf %q "$item"): no such node (the nodes are node1..node$NODES)"
+        number=$((10#${BASH_REMATCH[1]}))
+        check_rate "$rate"
+        SLOW+=("node$number=$rate")
     done
 }
 
-write_config() {
+config_lines() {
+    # The settings of the parsed command line, as the config holds them.
     local item
-    {
-        echo "nodes=$NODES"
-        echo "rate=$RATE"
-        for item in "${SLOW[@]}"; do echo "slow_${item%%=*}=${item#*=}"; done
-    } >"$CONFIG.new"
+    echo "nodes=$NODES"
+    echo "rate=$RATE"
+    for item in "${SLOW[@]}"; do echo "slow_${item%%=*}=${item#*=}"; done
+}
+
+write_config() {
+    config_lines >"$CONFIG.new"
     mv "$CONFIG.new" "$CONFIG"
 }
 
@@ -232,13 +307,19 @@ slurm_local() {
 cmd_up() {
     parse_up "$@"
     check_names
+    if ((DRY_RUN)); then
+        config_lines
+        return
+    fi
     require_root
+    read_config
     if is_up && [[ $(config_value nodes) != "$NODES" ]]; then
         die "a cluster of $(config_value nodes) nodes is up: run '$0 down' first"
     fi
-    mkdir -p "$STATE"
+    make_state_dir
     touch "$RECORD"
     write_config
+    read_config
     make_bridge
     local node
     for node in $(node_names); do
@@ -267,6 +348,19 @@ cmd_up() {
 
 # --- down ---------------------------------------------------------------------------------
 
+owned_record() {
+    # owned_record KIND NAME: a name this cluster makes (its prefix, its state directory),
+    # so a record another hand wrote cannot make down delete someone else's link.
+    local node='node[1-9][0-9]{0,2}'
+    case $1 in
+    link) [[ $2 =~ ^$PREFIX-(br|v[1-9][0-9]{0,2})$ ]] ;;
+    netns) [[ $2 =~ ^$PREFIX-$node$ ]] ;;
+    mount) [[ ${2#"$STATE/nodes/"} != "$2" && ${2#"$STATE/nodes/"} =~ ^$node/(uts|ipc)$ ]] ;;
+    slurm) [[ $2 == "$SLURM_STATE" ]] ;;
+    *) false ;;
+    esac
+}
+
 remove_recorded() {
     # remove_recorded KIND NAME: one recorded thing, if it is still there.
     case $1 in
@@ -280,19 +374,32 @@ remove_recorded() {
 }
 
 cmd_down() {
+    local dry_run=0
+    case ${1:-} in
+    "") ;;
+    --dry-run) dry_run=1 ;;
+    *) die "down: unknown argument $(printf %q "$1") (expected --dry-run or nothing)" ;;
+    esac
     check_names
     if [[ ! -e $RECORD ]]; then
         log "nothing recorded in $STATE: nothing to remove"
         return
     fi
-    require_root
+    ((dry_run)) || require_root
     local lines=() i kind name
     mapfile -t lines <"$RECORD"
     # Newest first: daemons before namespaces, veths before their bridge.
     for ((i = ${#lines[@]} - 1; i >= 0; i--)); do
-        read -r kind name <<<"${lines[i]}"
-        remove_recorded "$kind" "$name"
+        kind=${lines[i]%% *} name=${lines[i]#* }
+        if ! owned_record "$kind" "$name"; then
+            log "left alone: $(printf %q "${lines[i]}") (not a name this cluster makes)"
+        elif ((dry_run)); then
+            echo "would remove $kind $name"
+        else
+            remove_recorded "$kind" "$name"
+        fi
     done
+    if ((dry_run)); then return; fi
     rm -rf "$STATE/nodes" "$CONFIG" "$AGENT" "$NODE_EXEC" "$SLURM_READY" "$RECORD"
     log "down: removed what $STATE recorded"
 }
@@ -301,6 +408,7 @@ cmd_down() {
 
 require_up() {
     check_names
+    read_config
     is_up || die "no cluster is up (state $STATE): run '$0 up' first"
 }
 
@@ -323,36 +431,68 @@ cmd_status() {
     return "$missing"
 }
 
+cluster_variables() {
+    # NAME=VALUE words of the environment a job on the cluster needs; env prints them
+    # quoted, mpiexec exports them: neither evaluates them.
+    CLUSTER_VARIABLES=(
+        "OSU_DL_BENCH_HOSTS=$(node_names | paste -sd, -)"
+        "OSU_DL_BENCH_LAUNCH_AGENT=$AGENT"
+        "OSU_DL_BENCH_LAUNCH_ADDRESS=$(bridge_address)"
+        # Where a stall report asks the nodes over the network (osu_dl_bench/jobs/links.py):
+        # their names resolve inside the cluster's hydra only.
+        "OSU_DL_BENCH_HOST_ADDRESSES=$(host_addresses)"
+        "OSU_DL_BENCH_CLUSTER_RATE=$(config_value rate)"
+        # MPICH: TCP through libfabric, so bytes between nodes cross the shaped links (UCX
+        # would find the peer's shared memory: all nodes share /dev/shm).
+        MPIR_CVAR_CH4_NETMOD=ofi
+        FI_PROVIDER=tcp
+        # MPI RMA without libfabric's: the shared-memory windows of shm and hierarchical
+        # live until exit, and their registrations made MPI_Finalize fail (fabricclose:
+        # resource busy).
+        MPIR_CVAR_CH4_OFI_ENABLE_RMA=0
+        UCX_TLS=tcp,self
+        # Open MPI: TCP between nodes, shared memory within one; out-of-band over the bridge.
+        OMPI_MCA_pml=ob1
+        OMPI_MCA_btl=self,sm,tcp
+        OMPI_MCA_btl_tcp_if_include=eth0
+        "PRTE_MCA_oob_tcp_if_include=$SUBNET.0/24"
+        # The nodes share this host's cores: no busy-polling shared-memory collectives.
+        MPIR_CVAR_ALLREDUCE_POSIX_INTRA_ALGORITHM=mpir
+        MPIR_CVAR_BCAST_POSIX_INTRA_ALGORITHM=mpir
+        MPIR_CVAR_REDUCE_POSIX_INTRA_ALGORITHM=mpir
+        MPIR_CVAR_BARRIER_POSIX_INTRA_ALGORITHM=mpir
+    )
+    if [[ -e $SLURM_READY ]]; then
+        # The file slurm_local.sh's `env` names (its state is $SLURM_STATE).
+        CLUSTER_VARIABLES+=("SLURM_CONF=$SLURM_STATE/slurm.conf")
+    fi
+}
+
+host_addresses() {
+    local node words=()
+    for node in $(node_names); do words+=("$node=$(address "$node")"); done
+    (
+        IFS=,
+        echo "${words[*]}"
+    )
+}
+
 cmd_env() {
     require_up
-    local hosts
-    hosts=$(node_names | paste -sd, -)
-    cat <<EOF
-export OSU_DL_BENCH_HOSTS=$hosts
-export OSU_DL_BENCH_LAUNCH_AGENT=$AGENT
-export OSU_DL_BENCH_LAUNCH_ADDRESS=$(bridge_address)
-export OSU_DL_BENCH_CLUSTER_RATE=$(config_value rate)
-# MPICH: TCP through libfabric, so bytes between nodes cross the shaped links (UCX would
-# find the peer's shared memory: all nodes share /dev/shm).
-export MPIR_CVAR_CH4_NETMOD=ofi
-export FI_PROVIDER=tcp
-# MPI RMA without libfabric's: the shared-memory windows of shm and hierarchical live until
-# exit, and their registrations made MPI_Finalize fail (fabricclose: resource busy).
-export MPIR_CVAR_CH4_OFI_ENABLE_RMA=0
-export UCX_TLS=tcp,self
-# Open MPI: TCP between nodes, shared memory within one; out-of-band over the bridge.
-export OMPI_MCA_pml=ob1
-export OMPI_MCA_btl=self,sm,tcp
-export OMPI_MCA_btl_tcp_if_include=eth0
-export PRTE_MCA_oob_tcp_if_include=$SUBNET.0/24
-# The nodes share this host's cores: no busy-polling shared-memory collectives.
-export MPIR_CVAR_ALLREDUCE_POSIX_INTRA_ALGORITHM=mpir
-export MPIR_CVAR_BCAST_POSIX_INTRA_ALGORITHM=mpir
-export MPIR_CVAR_REDUCE_POSIX_INTRA_ALGORITHM=mpir
-export MPIR_CVAR_BARRIER_POSIX_INTRA_ALGORITHM=mpir
-EOF
-    if [[ -e $SLURM_READY ]]; then
-        slurm_local env
+    cluster_variables
+    local pair
+    for pair in "${CLUSTER_VARIABLES[@]}"; do
+        export_line "${pair%%=*}" "${pair#*=}"
+    done
+}
+
+export_line() {
+    # export_line NAME VALUE: plain where the value holds no character a shell acts on
+    # (readers that split the line at '=' keep working), quoted by printf %q otherwise.
+    if [[ $2 =~ ^[A-Za-z0-9_./,:=+@-]*$ ]]; then
+        printf 'export %s=%s\n' "$1" "$2"
+    else
+        printf 'export %s=%q\n' "$1" "$2"
     fi
 }
 
@@ -389,14 +529,16 @@ cmd_agent() {
 
 cmd_mpiexec() {
     require_up
-    eval "$(cmd_env)"
+    cluster_variables
+    local pair
+    for pair in "${CLUSTER_VARIABLES[@]}"; do export "$pair"; done
     export PATH="$VENV/bin:$PATH"
     exec "$VENV/bin/python" -m osu_dl_bench.jobs.launch "$@"
 }
 
 case ${1:-} in
 up) shift && cmd_up "$@" ;;
-down) cmd_down ;;
+down) shift && cmd_down "$@" ;;
 status) cmd_status ;;
 env) cmd_env ;;
 exec) shift && cmd_exec "$@" ;;

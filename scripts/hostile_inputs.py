@@ -43,6 +43,8 @@ class Case:
     argv: list[str]
     expect: int = 2
     keeps: str | None = None
+    # The run may gain rows (a --resume), never lose or change one.
+    grows: bool = False
 
 
 # Each rank (or the one process) writes its exit code to $EXITS/RANK, so the table shows
@@ -236,6 +238,127 @@ def _output_cases(f: dict[str, Path]) -> list[Case]:
     ]
 
 
+def _planted_runs(f: dict[str, Path]) -> None:
+    """Copies of the small sweep with a heartbeat file of its next launch planted: a link
+    to its own results.csv, and a FIFO (added to ``f`` by name)."""
+    for name in ("beatlink", "beatfifo"):
+        f[name] = f["run"].parent / name
+        shutil.copytree(f["run"], f[name])
+        folder = f[name] / "heartbeats" / "p2-3-mpi"
+        folder.mkdir(parents=True)
+        if name == "beatlink":
+            (folder / "rank-0").symlink_to("../../results.csv")
+        else:
+            os.mkfifo(folder / "rank-0")
+
+
+def _cluster_script(state: str, config: str, *args: str) -> list[str]:
+    """cluster_local.sh ARGS with a state directory of the caller's own holding ``config``."""
+    script = shlex.quote(str(REPO / "scripts" / "cluster_local.sh"))
+    prepare = f"mkdir -p -m 700 {state} && printf {shlex.quote(config)} > {state}/config"
+    run = f"OSU_DL_BENCH_CLUSTER_DIR=$PWD/{state} bash {script} {shlex.join(args)}"
+    return ["sh", "-c", f"{prepare} && {run}"]
+
+
+def _stall_cases(f: dict[str, Path]) -> list[Case]:
+    """Careless input, fourth round: the cluster script, heartbeats, stalls, the planner."""
+    _planted_runs(f)
+    script = str(REPO / "scripts" / "cluster_local.sh")
+    sweep = [*CLI, "sweep", "--np", "2", "-a", "native,ring", "-m", "8:64", "--budget", "0.05"]
+    resume = [*sweep, "--launches", "3", "--resume", "-o"]
+    foreign = "mkdir -p -m 700 dstate && printf 'link eth9-unrelated\\n' > dstate/created && "
+    theirs = "mkdir -p -m 700 ostate && chown 65534 ostate && "
+    matrix = [sys.executable, str(REPO / "scripts" / "validate_training_matrix.py")]
+    matrix += ["--nprocs", "2", "--allreduce", "ring", "--bcast", "binomial", "--overlap", "on"]
+    return [
+        Case(
+            "cluster_local.sh mpiexec with 'rate=1gbit; touch PWNED' in its config",
+            _cluster_script("cstate", "nodes=2\nrate=1gbit; touch PWNED\n", "mpiexec", "true"),
+            1,
+        ),
+        Case(
+            "cluster_local.sh env with 'rate=1gbit; touch PWNED' in its config, eval'd",
+            ["sh", "-c", 'lines=$("$@") || exit; eval "$lines"', "sh"]
+            + _cluster_script("estate", "nodes=2\nrate=1gbit; touch PWNED\n", "env"),
+            1,
+        ),
+        Case(
+            "cluster_local.sh down with an unrelated link in its record",
+            ["sh", "-c", f"{foreign}OSU_DL_BENCH_CLUSTER_DIR=$PWD/dstate bash {script} down"],
+            0,
+        ),
+        Case(
+            "cluster_local.sh env with a state directory of another user",
+            ["sh", "-c", f"{theirs}OSU_DL_BENCH_CLUSTER_DIR=$PWD/ostate bash {script} env"],
+            1,
+        ),
+        Case("cluster_local.sh up --nodes (no value)", ["bash", script, "up", "--nodes"], 1),
+        Case(
+            "cluster_local.sh up --nodes 2 --rate (no value)",
+            ["bash", script, "up", "--nodes", "2", "--rate"],
+            1,
+        ),
+        Case(
+            "cluster_local.sh up --nodes 2 --slow node02=1mbit --dry-run (node2 shaped)",
+            ["bash", script, "up", "--nodes", "2", "--slow", "node02=1mbit", "--dry-run"],
+            0,
+        ),
+        Case(
+            "cluster_local.sh up --nodes 2 --slow node08=1mbit",
+            ["bash", script, "up", "--nodes", "2", "--slow", "node08=1mbit", "--dry-run"],
+            1,
+        ),
+        Case(
+            "a link to results.csv at a heartbeat file, then sweep --resume",
+            [*resume, str(f["beatlink"])],
+            0,
+            keeps="beatlink",
+            grows=True,
+        ),
+        Case(
+            "a FIFO at a heartbeat file, then sweep --resume",
+            [*resume, str(f["beatfifo"])],
+            0,
+            keeps="beatfifo",
+            grows=True,
+        ),
+        Case("sweep --stall-timeout 1", [*sweep, "--stall-timeout", "1", "-o", "stall"]),
+        Case("sweep --stall-timeout 0.001", [*sweep, "--stall-timeout", "0.001", "-o", "stall"]),
+        Case(
+            "OSU_DL_BENCH_DELAY_RANK=1:9.99 (p=2)",
+            ["env", "OSU_DL_BENCH_DELAY_RANK=1:9.99", MPIEXEC, "-n", "2", *CLI, *BENCH],
+        ),
+        Case(
+            "OSU_DL_BENCH_DELAY_RANK=1:4.9 (p=2), slept 5 s in all",
+            [
+                "env",
+                "OSU_DL_BENCH_DELAY_RANK=1:4.9",
+                MPIEXEC,
+                "-n",
+                "2",
+                *CLI,
+                *BENCH,
+                "-m",
+                "8:64",
+            ],
+            0,
+        ),
+        Case(
+            "validate_training_matrix.py --run-dir vm1 (relative)",
+            [*matrix, "--steps", "2", "--run-dir", "vm1"],
+            0,
+        ),
+        *[
+            Case(
+                f"Ctrl-C {after} s into a sweep (the planner)",
+                ["timeout", "--preserve-status", "-s", "INT", after, *sweep, "-o", "ctrlc"],
+                130,
+            )
+            for after in ("0.5", "1.5")
+        ],
+    ]
+
+
 def _cases(f: dict[str, Path]) -> list[Case]:
     tuned = [*BENCH, "-a", "tuned", "--table", "t.json", "-m", "8:64"]
     cma = [*BENCH, "-a", "cma"]
@@ -345,11 +468,9 @@ def _run(case: Case, timeout: float, cwd: Path, files: dict[str, Path]) -> Outco
     ]
     lines = ours or [ln for ln in said if "error" in ln.lower() or "FAIL" in ln]
     summary = [ln for ln in out.splitlines() if ln.startswith("SUMMARY")]
-    kept = (
-        "n/a"
-        if before is None
-        else ("yes" if _results_bytes(files, case.keeps) == before else "NO")
-    )
+    after = _results_bytes(files, case.keeps)
+    same = after == before or (case.grows and after is not None and after.startswith(before or b""))
+    kept = "n/a" if before is None else ("yes" if same else "NO")
     ranks = _rank_codes(exits) if any(exits.iterdir()) else str(done.returncode)
     return Outcome(done.returncode, ranks, (summary or lines or [""])[0][:150], kept)
 
@@ -377,7 +498,13 @@ def main() -> int:
     )
     with tempfile.TemporaryDirectory() as tmp:
         files = {**_files(Path(tmp)), **_runs(Path(tmp))}
-        for case in (c for c in [*_cases(files), *_output_cases(files)] if args.only in c.what):
+        cases = [
+            *_cases(files),
+            *_output_cases(files),
+            # cluster, heartbeats, stalls, planner
+            *_stall_cases(files),
+        ]
+        for case in (c for c in cases if args.only in c.what):
             got = _run(case, args.timeout, Path(tmp), files)
             bad += got.code != case.expect or got.kept == "NO"
             shown = got.message.replace("|", "\\|").encode("unicode_escape").decode()

@@ -260,8 +260,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--batch", type=int, default=BATCH, help=f"global batch ({BATCH})")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per p (900)")
     parser.add_argument("--json", default=None, help="also write the rows")
+    # Absolute when parsed: the jobs run in the repository's directory, where a relative
+    # path would name another folder (their rows landed in the checkout).
     parser.add_argument(
-        "--run-dir", default=None, help="keep each p's rows in this run directory (resumable)"
+        "--run-dir",
+        default=None,
+        type=lambda text: str(Path(text).absolute()),
+        help="keep each p's rows in this run directory (resumable)",
     )
     parser.add_argument("--resume", action="store_true", help="continue --run-dir")
     parser.add_argument("train_args", nargs="*", help="after --: more train options")

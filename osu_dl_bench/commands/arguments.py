@@ -66,6 +66,18 @@ def seconds_up_to(limit: float) -> Callable[[str], float]:
     return parse
 
 
+def seconds_from(least: float, limit: float, why: str) -> Callable[[str], float]:
+    """An argparse type: seconds in [least, limit], ``why`` naming the floor's reason."""
+
+    def parse(text: str) -> float:
+        value = seconds_up_to(limit)(text)
+        if value < least:
+            raise argparse.ArgumentTypeError(f"expected at least {least:g} s ({why}), got {text!r}")
+        return value
+
+    return parse
+
+
 def whole_number_up_to(limit: int) -> Callable[[str], int]:
     """An argparse type: a whole number from 1 to ``limit``."""
 

@@ -10,6 +10,7 @@ from collectives.topology import emulated_ranks_per_node
 from osu_dl_bench.commands.arguments import (
     DEVICE_HELP,
     positive_int,
+    seconds_from,
     seconds_up_to,
     whole_number_up_to,
 )
@@ -26,6 +27,7 @@ from osu_dl_bench.jobs.sweep_config import (
     MAX_BUDGET,
     MAX_LAUNCHES,
     MAX_STALL_TIMEOUT,
+    MIN_STALL_TIMEOUT,
     MPI_LIBRARIES,
     SweepConfig,
     check_script_values,
@@ -156,7 +158,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--stall-timeout",
-        type=seconds_up_to(MAX_STALL_TIMEOUT),
+        type=seconds_from(
+            MIN_STALL_TIMEOUT, MAX_STALL_TIMEOUT, "three heartbeat periods of a healthy job"
+        ),
         default=DEFAULT_STALL_TIMEOUT,
         metavar="SECONDS",
         help=f"stop a job that reports no progress for this long "

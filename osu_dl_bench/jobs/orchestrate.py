@@ -67,11 +67,21 @@ JobKey = tuple[int, int, str]
 
 
 def run_planner(cfg: SweepConfig) -> dict[JobKey, dict[str, Any]]:
-    """Each job's plan event; its errors reach stderr once, from the planner."""
+    """Each job's plan event; its errors reach stderr once, from the planner. Ctrl-C (or
+    SIGTERM, SIGHUP) while it plans: one line, JobFailed(130), the planner stopped."""
     try:
-        proc = launch.run(
-            planner_command(cfg), PLANNER_TIMEOUT, env=job_environment(cfg, 1), stderr=None
+        with _terminate_as_interrupt():
+            proc = launch.run(
+                planner_command(cfg), PLANNER_TIMEOUT, env=job_environment(cfg, 1), stderr=None
+            )
+    except KeyboardInterrupt:
+        # launch.run has stopped the planner's process group on the way out.
+        print(
+            "\ninterrupted while planning the launches: nothing was measured",
+            file=sys.stderr,
+            flush=True,
         )
+        raise JobFailed(130) from None
     except subprocess.TimeoutExpired:
         print(
             f"osu-dl-bench: error: the planner did not finish within {PLANNER_TIMEOUT:g} s",
@@ -168,7 +178,7 @@ def follow_job(
     def report_stall() -> None:
         if heartbeats is None:
             return
-        report = stalls.sample(heartbeats, job[0])
+        report = stalls.check_links(stalls.sample(heartbeats, job[0]))
         reports.append(report)
         progress.clear()
         print(

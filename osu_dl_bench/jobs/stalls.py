@@ -15,10 +15,11 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from osu_dl_bench.jobs.links import NodeAnswer, probe_nodes
 from osu_dl_bench.measurement.heartbeat import TICK_SECONDS, Beat, Call, file_name, read
 
 # Seconds between the two reads: a live rank ticks at least twice in between.
@@ -50,6 +51,10 @@ class StallReport:
     never_arrived: tuple[int, ...]
     not_responding: tuple[int, ...]
     no_heartbeat: tuple[int, ...]
+    # The job's nodes asked over the network (check_links) and those that did not answer,
+    # each with why: empty where the job ran on one node or a rank was already to blame.
+    nodes_asked: tuple[str, ...] = ()
+    nodes_silent: tuple[str, ...] = ()
 
     def lines(self) -> list[str]:
         """The report, one line per rank, then the ranks that hold the others up."""
@@ -91,6 +96,8 @@ class StallReport:
             "never_arrived": list(self.never_arrived),
             "not_responding": list(self.not_responding),
             "no_heartbeat": list(self.no_heartbeat),
+            "nodes_asked": list(self.nodes_asked),
+            "nodes_silent": list(self.nodes_silent),
             "report": self.lines(),
         }
 
@@ -98,12 +105,38 @@ class StallReport:
         return [state for state in self.ranks if state.rank in ranks]
 
     def _all_alive(self) -> str:
+        where = f"is in {self.waiting_in}" if self.waiting_in else "none is in a timed call"
+        if self.nodes_silent:
+            return (
+                f"every rank responds and {where}, but {'; '.join(self.nodes_silent)}: "
+                "a network fault between the job's nodes, not its algorithm (rerun with "
+                "--resume once the link is back)"
+            )
+        answered = (
+            f"; {', '.join(self.nodes_asked)} answer over the network" if self.nodes_asked else ""
+        )
         if self.waiting_in:
             return (
                 f"every rank responds and is in {self.waiting_in}, which does not return "
-                "(a hung algorithm? leave it out with -a)"
+                f"(a hung algorithm? leave it out with -a){answered}"
             )
-        return "every rank responds, none is behind and none is in a timed call"
+        return f"every rank responds, none is behind and none is in a timed call{answered}"
+
+
+def check_links(
+    report: StallReport, probe: Callable[[Sequence[str]], list[NodeAnswer]] = probe_nodes
+) -> StallReport:
+    """``report`` with the answers of its job's nodes (links.probe_nodes) where no rank is
+    to blame and the ranks run on more than one node: a link that is down leaves every
+    rank alive in the same call, which would otherwise read as a hung algorithm."""
+    if report.never_arrived or report.not_responding or report.no_heartbeat:
+        return report
+    nodes = list(dict.fromkeys(state.host for state in report.ranks if state.host))
+    if len(nodes) < 2:
+        return report
+    answers = probe(nodes)
+    silent = tuple(f"{a.text()} does not answer ({a.problem})" for a in answers if a.problem)
+    return replace(report, nodes_asked=tuple(a.text() for a in answers), nodes_silent=silent)
 
 
 def sample(

@@ -21,6 +21,7 @@ from pathlib import Path
 from collectives.units import doubling_sizes, split_variant_texts
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.bench_config import COLLECTIVES
+from osu_dl_bench.measurement.heartbeat import TICK_SECONDS
 from osu_dl_bench.measurement.store import RunStore
 from osu_dl_bench.runtime.slurm_env import slurm_job
 
@@ -49,6 +50,9 @@ MAX_BUDGET = 3600.0
 # 16 candidates, p = 4 on 2 busy cores) takes well under a minute.
 DEFAULT_STALL_TIMEOUT = 900.0
 MAX_STALL_TIMEOUT = 86400.0
+# A healthy job's ranks tick every heartbeat.TICK_SECONDS: a shorter wait than three ticks
+# stops jobs that are only between two reports, then blames their algorithm.
+MIN_STALL_TIMEOUT = 3 * TICK_SECONDS
 MAX_PROCESSES = 4096
 # More ranks than this per core on one host measure the scheduler, not the collective.
 MAX_RANKS_PER_CORE = 16

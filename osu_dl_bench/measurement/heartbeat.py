@@ -31,9 +31,11 @@ gives a Beat that says so, never an exception.
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
 import socket
+import stat
 import threading
 import time
 from collections.abc import Sequence
@@ -116,16 +118,52 @@ def file_name(rank: int) -> str:
 
 def create_files(directory: Path, nprocs: int) -> None:
     """Make the job's directory and one zeroed file per rank, every block written (an
-    OSError, a full disk included, is the caller's to report)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    zeros = bytes(FILE_BYTES)
-    for rank in range(nprocs):
-        fd = os.open(directory / file_name(rank), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            if os.write(fd, zeros) != FILE_BYTES:
-                raise OSError(f"short write to {directory / file_name(rank)}")
-        finally:
-            os.close(fd)
+    OSError, a full disk included, is the caller's to report). A link in the run
+    directory is never followed and a FIFO never opened: whatever sits at a file's name
+    (an earlier job's file, or a link planted to results.csv) is replaced, not written."""
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    parent_fd = _open_folder(directory.parent)
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory.name, 0o755, dir_fd=parent_fd)
+        folder_fd = _open_folder(directory, directory.name, parent_fd)
+    finally:
+        os.close(parent_fd)
+    try:
+        for rank in range(nprocs):
+            _create_zeroed(folder_fd, directory / file_name(rank))
+    finally:
+        os.close(folder_fd)
+
+
+def _open_folder(path: Path, name: str | None = None, dir_fd: int | None = None) -> int:
+    """A descriptor of the folder ``path`` (``name`` in ``dir_fd``), never through a link."""
+    try:
+        return os.open(
+            path if name is None else name,
+            os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW,
+            dir_fd=dir_fd,
+        )
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(path):
+            raise OSError(exc.errno, "a symbolic link, not followed", str(path)) from None
+        raise
+
+
+def _create_zeroed(folder_fd: int, path: Path) -> None:
+    """A new file ``path`` in the open folder, FILE_BYTES of zeros, every block written."""
+    # The entry is removed, never what it points to (unlink does not follow a link);
+    # O_EXCL then creates the file anew, so neither a link nor a FIFO is ever opened
+    # (open(2): "O_EXCL ... symbolic links are not followed").
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path.name, dir_fd=folder_fd)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK
+    fd = os.open(path.name, flags, 0o644, dir_fd=folder_fd)
+    try:
+        if os.write(fd, bytes(FILE_BYTES)) != FILE_BYTES:
+            raise OSError(f"short write to {path}")
+    finally:
+        os.close(fd)
 
 
 # --- the rank's side ----------------------------------------------------------------------
@@ -135,7 +173,7 @@ class Heartbeat:
     """This rank's mapped heartbeat file (see the module's docstring)."""
 
     def __init__(self, path: Path, rank: int) -> None:
-        fd = os.open(path, os.O_RDWR)
+        fd = _open_regular(path, os.O_RDWR)
         try:
             if os.fstat(fd).st_size < FILE_BYTES:
                 raise OSError(f"{path} is shorter than a heartbeat file ({FILE_BYTES} bytes)")
@@ -293,10 +331,20 @@ class Beat:
     completed_call: Call | None = None
 
 
+def _open_regular(path: Path, flags: int) -> int:
+    """A descriptor of the regular file ``path``, neither through a link nor blocking on a
+    FIFO (OSError otherwise)."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    return fd
+
+
 def read(path: Path, rank: int) -> Beat:
     """The heartbeat in ``path`` (a rank's file), never raising on a bad one."""
     try:
-        with open(path, "rb") as handle:
+        with os.fdopen(_open_regular(path, os.O_RDONLY), "rb") as handle:
             data = handle.read(FILE_BYTES)
     except FileNotFoundError:
         return Beat(rank, "no heartbeat file")

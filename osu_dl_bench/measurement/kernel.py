@@ -62,6 +62,23 @@ FAULT_ENV = "OSU_DL_BENCH_INJECT_FAULT"
 # Test-only hook: "RANK:SECONDS" makes that rank sleep between the barrier and each timed
 # call, to prove a late rank is named with its delay (measurement.ranks, triage).
 DELAY_ENV = "OSU_DL_BENCH_DELAY_RANK"
+# The hook's sleeps in all, per process: a delay meant for a few calls must not stretch a
+# run of thousands of calls (1:9.99 with bench -i 5 -x 1 slept for minutes).
+MAX_DELAY_TOTAL = 5.0
+
+
+class _DelayBudget:
+    """The seconds the DELAY_ENV hook may still sleep in this process."""
+
+    left = MAX_DELAY_TOTAL
+
+    @classmethod
+    def sleep(cls, seconds: float) -> None:
+        """Sleep ``seconds``, or what is left of the budget if that is less."""
+        spent = min(seconds, cls.left)
+        if spent > 0:
+            cls.left -= spent
+            time.sleep(spent)
 
 
 @dataclass(frozen=True)
@@ -234,13 +251,14 @@ def delay_for(comm: MPI.Comm) -> float:
     if not value:
         return 0.0
     expected = f"{DELAY_ENV}={value!r}: expected RANK:SECONDS with 0 <= RANK < "
-    expected += f"{comm.Get_size()} and 0 <= SECONDS < 10, e.g. 1:0.005"
+    expected += f"{comm.Get_size()} and 0 <= SECONDS <= {MAX_DELAY_TOTAL:g} (slept at most "
+    expected += f"{MAX_DELAY_TOTAL:g} s in all), e.g. 1:0.005"
     try:
         target, seconds = value.split(":")
         delay, target_rank = float(seconds), int(target)
     except ValueError:
         raise UsageError(expected) from None
-    if not (0 <= delay < 10 and 0 <= target_rank < comm.Get_size()):
+    if not (0 <= delay <= MAX_DELAY_TOTAL and 0 <= target_rank < comm.Get_size()):
         raise UsageError(expected)
     return delay if target_rank == comm.Get_rank() else 0.0
 
@@ -264,7 +282,8 @@ def timed_round(
     then the next one's; interleaved: one call of every candidate per root. On GPU buffers
     the clock stops once the device is idle (kernels are asynchronous; NCCL's calls wait
     for their stream, so MPI's must be timed alike). ``delay``: seconds slept between the
-    barrier and each call (the DELAY_ENV test hook: a rank that arrives late)."""
+    barrier and each call, MAX_DELAY_TOTAL in all (the DELAY_ENV test hook: a rank that
+    arrives late)."""
     wtime = MPI.Wtime
     send, recv = bufs.send, bufs.recv
     settle = settle_for(send, recv)
@@ -278,7 +297,7 @@ def timed_round(
         marks[0] = at = at + 1
         barrier()
         if delay:
-            time.sleep(delay)
+            _DelayBudget.sleep(delay)
         start = wtime()
         call(send, recv, op, root)
         settle()

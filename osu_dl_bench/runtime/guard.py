@@ -38,6 +38,13 @@ def run_guarded(body: Callable[[], int]) -> int:
         if world_rank() == 0:
             print(exc, flush=True)
         return 1
+    except KeyboardInterrupt:
+        # Ctrl-C in a command's first seconds (imports, the planner): no traceback. A
+        # terminal sends SIGINT to every process of the job, so rank 0 alone says it; 130
+        # is the shell's code for a command ended by SIGINT (128 + 2).
+        if world_rank() == 0:
+            print("\nosu-dl-bench: interrupted", file=sys.stderr, flush=True)
+        return 130
     except BrokenPipeError:
         # The reader of our output went away (`| head`): no traceback; the other ranks
         # would wait for this one forever, so a multi-rank job still ends.

@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from unittest import mock
 
@@ -289,3 +290,46 @@ def test_linkmap_names_a_slow_nodes_links_both_ways_and_the_node(tmp_path):
     for source, target in itertools.permutations(range(3), 2):
         rate = slow if 2 in (source, target) else fast
         assert 0.75 * rate < matrix[source][target] < 1.1 * rate, (source, target, matrix)
+
+
+def test_a_link_cut_mid_sweep_is_named_as_the_nodes_network_not_the_algorithm(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces, veth, tc)")
+    from osu_dl_bench.measurement import heartbeat
+
+    # A cluster of its own: the cut link must not touch the one the other tests use.
+    env = _private_cluster(tmp_path, "odbcut", "10.213.11")
+    run = tmp_path / "run"
+    node2 = ["ip", "-n", "odbcut-node2", "link", "set", "eth0"]
+    try:
+        up = _script("up", "--nodes", "2", "--rate", "1gbit", env=env)
+        if up.returncode != 0 and "cannot create" in up.stderr:
+            pytest.skip(up.stderr.strip())
+        assert up.returncode == 0, up.stderr
+        private = {**_exports(_script("env", env=env).stdout), **env}
+        argv = [sys.executable, "-m", "osu_dl_bench", "sweep", "--np", "2"]
+        argv += ["--collectives", "allreduce", "-a", "native,ring", "-m", "1M:16M"]
+        argv += ["--budget", "1", "--launches", "1", "--stall-timeout", "8", "-o", str(run)]
+        proc = subprocess.Popen(
+            argv, env=mpi_env(private), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        try:
+            beat = run / "heartbeats" / "p2-1-mpi" / heartbeat.file_name(1)
+            deadline = time.monotonic() + JOB_TIMEOUT
+            while heartbeat.read(beat, 1).phase != "round" and time.monotonic() < deadline:
+                assert proc.poll() is None, proc.communicate()
+                time.sleep(0.1)
+            run_with_timeout([*node2, "down"], 30).check_returncode()
+            out, err = proc.communicate(timeout=JOB_TIMEOUT)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    finally:
+        run_with_timeout([*node2, "up"], 30)
+        down = _script("down", env=env)
+    assert down.returncode == 0, down.stderr
+    assert proc.returncode == 1, (out, err)
+    assert "node2 (10.213.11.2) does not answer" in err, err
+    assert "a network fault between the job's nodes, not its algorithm" in err, err
+    assert "hung algorithm" not in err, err

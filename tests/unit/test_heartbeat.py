@@ -3,6 +3,7 @@ that survives any file, and the kernel's two stores around each call (COMM_SELF)
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -186,3 +187,52 @@ def test_the_kernel_stores_entered_before_each_call_and_completed_after_it(files
     assert last.iteration == timing.schedule.iterations - 1
     after = read(files / file_name(0), 0)
     assert after.entered == after.completed and after.phase == "exchange"
+
+
+def test_a_link_planted_at_a_rank_file_is_replaced_not_written_through(tmp_path):
+    results = tmp_path / "results.csv"
+    results.write_text("measured rows\n")
+    job = tmp_path / "heartbeats" / "p2-2-mpi"
+    job.mkdir(parents=True)
+    (job / file_name(0)).symlink_to(results)
+    heartbeat.create_files(job, 2)
+    assert results.read_text() == "measured rows\n"
+    assert not (job / file_name(0)).is_symlink()
+    assert (job / file_name(0)).stat().st_size == heartbeat.FILE_BYTES
+
+
+def test_a_fifo_at_a_rank_file_never_blocks_the_launcher(tmp_path):
+    job = tmp_path / "job"
+    job.mkdir()
+    os.mkfifo(job / file_name(0))
+    # Before: open(O_WRONLY) of the FIFO waited for a reader that never came.
+    heartbeat.create_files(job, 1)
+    assert (job / file_name(0)).stat().st_size == heartbeat.FILE_BYTES
+
+
+@pytest.mark.parametrize("which", ["job", "heartbeats"])
+def test_a_linked_folder_is_refused_not_followed(tmp_path, which):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / file_name(0)).write_text("theirs")
+    root = tmp_path / "run" / "heartbeats"
+    if which == "job":
+        root.mkdir(parents=True)
+        (root / "p1-1-mpi").symlink_to(elsewhere)
+    else:
+        root.parent.mkdir()
+        root.symlink_to(elsewhere)
+        (elsewhere / "p1-1-mpi").symlink_to(elsewhere)
+    with pytest.raises(OSError, match="a symbolic link, not followed"):
+        heartbeat.create_files(root / "p1-1-mpi", 1)
+    assert (elsewhere / file_name(0)).read_text() == "theirs"
+
+
+def test_reading_a_fifo_or_a_link_names_it_and_never_blocks(tmp_path):
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "target").write_bytes(bytes(heartbeat.FILE_BYTES))
+    (tmp_path / "link").symlink_to(tmp_path / "target")
+    assert "unreadable (not a regular file)" in read(tmp_path / "fifo", 0).problem
+    assert "unreadable" in read(tmp_path / "link", 0).problem
+    with pytest.raises(OSError):
+        Heartbeat(tmp_path / "fifo", 0)

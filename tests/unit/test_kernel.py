@@ -189,3 +189,25 @@ def test_budget_mode_checks_then_times_rotated_rounds_within_its_bounds():
     for r in range(rounds):
         block = tail[r * 3 * iterations : (r + 1) * 3 * iterations]
         assert block[::iterations] == ["ABC"[j] for j in rotation(r, 3)]
+
+
+def test_the_delay_hook_sleeps_at_most_its_total_however_many_calls(monkeypatch):
+    slept = []
+    monkeypatch.setattr(kernel.time, "sleep", slept.append)
+    monkeypatch.setattr(kernel._DelayBudget, "left", kernel.MAX_DELAY_TOTAL)
+    log, inputs = Log(), allreduce_inputs()
+    times = np.zeros((1, 10))
+    for _ in range(3):  # three rounds of ten calls at 1 s each: 30 s asked
+        kernel.timed_round(
+            lambda: None, [log.call("A")], [0], inputs.bufs, SUM, [0] * 10, times, delay=1.0
+        )
+    assert sum(slept) == kernel.MAX_DELAY_TOTAL
+    assert len(log.events) == 30
+
+
+def test_a_delay_over_the_total_is_refused(monkeypatch):
+    monkeypatch.setenv(kernel.DELAY_ENV, f"0:{kernel.MAX_DELAY_TOTAL + 0.01}")
+    with pytest.raises(kernel.UsageError, match="slept at most"):
+        kernel.delay_for(COMM)
+    monkeypatch.setenv(kernel.DELAY_ENV, "0:0.004")
+    assert kernel.delay_for(COMM) == 0.004

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pytest
 from collectives.shape import JobShape
 from osu_dl_bench.commands.sweep_cli import add_arguments, config_from_args
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.jobs import launch
+from osu_dl_bench.jobs import launch, orchestrate
 from osu_dl_bench.runtime.launcher import OVERSUBSCRIBED_CVARS
 
 CORES = os.cpu_count() or 1
@@ -165,6 +166,32 @@ def test_an_error_while_following_stops_the_job_and_propagates():
     assert proc.returncode == -signal.SIGTERM
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupt_while_planning_ends_with_130_one_line_and_the_planner_stopped(
+    tmp_path, monkeypatch, capsys, signum
+):
+    started = tmp_path / "child"
+    planner = PARENT_AND_CHILD.replace(
+        "print(child.pid, flush=True)", f"open({str(started)!r}, 'w').write(str(child.pid))"
+    )
+    monkeypatch.setattr(orchestrate, "planner_command", lambda cfg: [sys.executable, "-c", planner])
+    monkeypatch.setattr(orchestrate, "job_environment", lambda cfg, nprocs: dict(os.environ))
+
+    def press_ctrl_c() -> None:
+        deadline = time.monotonic() + 30
+        while not (started.exists() and started.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(os.getpid(), signum)
+
+    threading.Thread(target=press_ctrl_c, daemon=True).start()
+    with pytest.raises(orchestrate.JobFailed) as failed:
+        orchestrate.run_planner(_sweep_config("--np", "2"))
+    assert failed.value.code == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "interrupted while planning the launches: nothing was measured"
+    assert _gone(int(started.read_text())), "the planner's child outlived the interrupt"
+
+
 def test_a_stalled_job_is_looked_at_while_alive_and_stopped_even_if_looking_fails():
     proc = launch.start(
         [sys.executable, "-c", "print('x', flush=True); import time; time.sleep(600)"]
@@ -243,13 +270,13 @@ def test_open_mpi_places_ppn_ranks_on_each_host_with_its_ssh_agent(cluster, monk
 
 
 def test_srun_ignores_the_hosts_and_hosts_without_an_agent_are_a_usage_error(
-    launchers, cluster, monkeypatch
+    launchers, cluster, monkeypatch, tmp_path
 ):
     assert launch.launcher_prefix(2, "srun") == [launchers["srun"], "-n", "2", "--mpi=pmi2"]
     # Open MPI 5 speaks PMIx only.
     pmix = launch.launcher_prefix(2, "srun", mpi="openmpi")
     assert pmix == [launchers["srun"], "-n", "2", "--mpi=pmix"]
-    monkeypatch.setenv(launch.AGENT_VARIABLE, "/nonexistent/agent")
+    monkeypatch.setenv(launch.AGENT_VARIABLE, str(tmp_path / "missing" / "agent"))
     with pytest.raises(UsageError, match="OSU_DL_BENCH_LAUNCH_AGENT"):
         launch.launcher_prefix(2)
     monkeypatch.delenv(launch.HOSTS_VARIABLE)
@@ -262,3 +289,14 @@ def test_a_sweep_plans_the_shape_the_named_hosts_give(cluster):
     assert launch.expected_shape(cfg, 3) == JobShape(3, 2, 2)
     emulated = _sweep_config("--np", "4", "--ranks-per-node", "4")
     assert launch.expected_shape(emulated, 4) == JobShape(4, 1, 4)
+
+
+def test_ctrl_c_anywhere_in_a_command_ends_with_130_and_one_line_no_traceback(capsys):
+    from osu_dl_bench.runtime.guard import run_guarded
+
+    def body() -> int:
+        raise KeyboardInterrupt  # as while importing pandas, the first second of a sweep
+
+    assert run_guarded(body) == 130
+    captured = capsys.readouterr()
+    assert captured.err.strip() == "osu-dl-bench: interrupted" and captured.out == ""

@@ -9,6 +9,7 @@ import io
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -228,3 +229,114 @@ def test_the_stall_is_kept_in_the_metadata_and_named_in_the_error(tmp_path, caps
         "allreduce 1048576 B and was stopped: rank 1 stopped responding; the points "
         "measured so far are kept in" in err
     )
+
+
+@pytest.mark.parametrize("text", ["1", "0.001", "2.9"])
+def test_a_stall_timeout_under_three_heartbeats_is_refused_naming_the_floor(text, capsys):
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    with pytest.raises(SystemExit) as exited:
+        parser.parse_args(["--np", "2", "-o", "run", "--stall-timeout", text])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"expected at least 3 s (three heartbeat periods of a healthy job), got '{text}'" in err
+
+
+def test_a_stall_timeout_of_three_heartbeats_is_accepted():
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--np", "2", "-o", "run", "--stall-timeout", "3"])
+    assert config_from_args(args).stall_timeout == 3 * heartbeat.TICK_SECONDS
+
+
+def _on_nodes(report, hosts):
+    """``report`` with its ranks placed on ``hosts`` (one per rank)."""
+    from dataclasses import replace
+
+    ranks = tuple(replace(s, host=h) for s, h in zip(report.ranks, hosts, strict=True))
+    return replace(report, ranks=ranks)
+
+
+def _all_in_one_call(tmp_path, hosts):
+    job = Job(tmp_path, len(hosts))
+    for rank in range(len(hosts)):
+        job.run(rank, 20, entered=True)
+    return _on_nodes(job.report(len(hosts)), hosts)
+
+
+def test_a_node_that_does_not_answer_is_named_instead_of_the_algorithm(tmp_path):
+    from osu_dl_bench.jobs.links import NodeAnswer
+
+    report = _all_in_one_call(tmp_path, ["node1", "node1", "node2"])
+    asked = []
+
+    def probe(nodes):
+        asked.append(list(nodes))
+        return [
+            NodeAnswer("node1", "10.0.0.1", None),
+            NodeAnswer("node2", "10.0.0.2", "no answer to a TCP connect within 2 s"),
+        ]
+
+    checked = stalls.check_links(report, probe)
+    assert asked == [["node1", "node2"]]
+    assert checked.nodes_silent == (
+        "node2 (10.0.0.2) does not answer (no answer to a TCP connect within 2 s)",
+    )
+    assert "hung algorithm" not in checked.summary()
+    assert "node2 (10.0.0.2) does not answer" in checked.lines()[-1]
+    assert "a network fault between the job's nodes, not its algorithm" in checked.summary()
+    assert checked.record()["nodes_silent"] == list(checked.nodes_silent)
+
+
+def test_nodes_that_answer_leave_the_algorithm_as_the_suspect(tmp_path):
+    from osu_dl_bench.jobs.links import NodeAnswer
+
+    report = _all_in_one_call(tmp_path, ["node1", "node2"])
+    checked = stalls.check_links(report, lambda nodes: [NodeAnswer(n, n, None) for n in nodes])
+    assert "(a hung algorithm? leave it out with -a); node1, node2 answer" in checked.summary()
+
+
+def test_one_node_or_a_rank_to_blame_asks_no_node(tmp_path):
+    def probe(nodes):
+        raise AssertionError("no node should be asked")
+
+    one_node = _all_in_one_call(tmp_path / "a", ["node1", "node1"])
+    assert stalls.check_links(one_node, probe) == one_node
+    job = Job(tmp_path / "b", 2)
+    job.run(0, 20, entered=True)
+    job.run(1, 5, entered=True)
+    behind = _on_nodes(job.report(2), ["node1", "node2"])
+    assert stalls.check_links(behind, probe) == behind
+
+
+def test_a_refused_connect_is_an_answer_and_a_silent_address_is_not(monkeypatch):
+    import errno
+
+    from osu_dl_bench.jobs import links
+
+    with socket.socket() as closed:  # a port nothing listens on: refused at once
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    assert links.connect_answer("127.0.0.1", port, timeout=2) is None
+
+    def silent(address, timeout):
+        raise TimeoutError
+
+    monkeypatch.setattr(links.socket, "create_connection", silent)
+    assert links.connect_answer("x", timeout=0.3) == "no answer to a TCP connect within 0.3 s"
+
+    def unreachable(address, timeout):
+        raise OSError(errno.EHOSTUNREACH, "No route to host")
+
+    monkeypatch.setattr(links.socket, "create_connection", unreachable)
+    assert links.connect_answer("x") == "TCP connect failed: No route to host"
+
+
+def test_addresses_come_from_the_launchers_host_list(monkeypatch):
+    from osu_dl_bench.jobs import links
+
+    monkeypatch.setenv(links.HOST_ADDRESSES_VARIABLE, "node1=10.0.0.1,bad,node2=10.0.0.2")
+    seen = []
+    answers = links.probe_nodes(["node1", "node2", "node3"], connect=seen.append)
+    assert sorted(seen) == ["10.0.0.1", "10.0.0.2", "node3"]
+    assert [a.text() for a in answers] == ["node1 (10.0.0.1)", "node2 (10.0.0.2)", "node3"]

@@ -62,11 +62,14 @@ def _args(*argv: str):
         (["--epochs", "99999999"], "--epochs: expected an integer in 1..10000"),
         (["--steps", "0"], "--steps: expected an integer in 1..10000000: got 0"),
         (["--model", "resnet", "-b", "65536", "--image-size", "1024"], "GiB: expected at most"),
-        (["--table", "/nonexistent/t.json"], "no such file"),
+        (["--table", "MISSING/t.json"], "no such file"),
         (["--bucket-cap", "lots"], "bad size"),
     ],
 )
-def test_bad_options_are_usage_errors(argv, message):
+def test_bad_options_are_usage_errors(argv, message, tmp_path):
+    # MISSING: a folder that does not exist on any machine (a fixed path like /nonexistent
+    # does exist on some: the home directory of the nobody account).
+    argv = [a.replace("MISSING", str(tmp_path / "missing")) for a in argv]
     with pytest.raises(UsageError, match=message):
         config_from_args(_args(*argv))
 
@@ -81,13 +84,14 @@ def test_help_states_the_bounds():
     "option,path,message",
     [
         ("--json", "/proc/x.json", "--json /proc/x.json: cannot create files in /proc"),
-        ("--save-params", "/nonexistent/p.pt", "--save-params .*: directory .* does not exist"),
-        ("--json", "/tmp", "--json /tmp: is a directory"),
+        ("--save-params", "MISSING/p.pt", "--save-params .*: directory .* does not exist"),
+        ("--json", "TMP", "--json .*: is a directory"),
     ],
 )
-def test_unwritable_outputs_are_refused_before_training(option, path, message):
+def test_unwritable_outputs_are_refused_before_training(option, path, message, tmp_path):
     from osu_dl_bench.train.config import check_output_paths
 
+    path = path.replace("MISSING", str(tmp_path / "missing")).replace("TMP", str(tmp_path))
     cfg = config_from_args(_args(option, path))
     with pytest.raises(UsageError, match=message):
         check_output_paths(cfg, rank=0)

@@ -1,0 +1,34 @@
+"""scripts/validate_training_matrix.py's orchestrator, without MPI: where each p's job is
+told to write its rows."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _script():
+    path = REPO / "scripts" / "validate_training_matrix.py"
+    spec = importlib.util.spec_from_file_location("validate_training_matrix", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_relative_run_dir_is_resolved_before_the_jobs_change_directory(tmp_path, monkeypatch):
+    script = _script()
+    told = []
+
+    def launch(nprocs, plan_path, out, timeout):
+        told.append(out)
+        return "not launched in this test"
+
+    monkeypatch.setattr(script, "_launch", launch)
+    monkeypatch.chdir(tmp_path)
+    script.main(["--nprocs", "2", "--run-dir", "vm1"])
+    # The jobs run with cwd=REPO: only an absolute path reaches the folder the user named.
+    assert told == [tmp_path / "vm1" / "p2"]
+    assert (tmp_path / "vm1" / "p2").is_dir()
+    assert not (REPO / "vm1").exists()

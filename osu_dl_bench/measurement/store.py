@@ -42,14 +42,11 @@ import pandas as pd
 
 from collectives.shape import JobShape
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.paths import write_text_atomic
+from osu_dl_bench.paths import FOCUS, LOCK, METADATA, RESULTS, write_text_atomic
 
 SCHEMA_VERSION = 1
-RESULTS = "results.csv"
-METADATA = "metadata.json"
-LOCK = "sweep.lock"
-# An adaptive sweep's extra launches: which candidates each measures, and why.
-FOCUS = "focus.json"
+# RESULTS, METADATA, LOCK and FOCUS (an adaptive sweep's extra launches: which candidates
+# each measures, and why) are named in paths, which keeps other outputs off them.
 # A focus entry: one candidate at one point of a launch.
 FOCUS_KEY = ("nprocs", "collective", "size_bytes", "algorithm")
 # Lines named in the warning about dropped rows (the count covers them all).
@@ -268,7 +265,7 @@ class RunStore:
         """Replace the directory's file ``name`` atomically (a failed write leaves the old one)."""
         path = self.path / name
         try:
-            write_text_atomic(path, text)
+            write_text_atomic(path, text, run_store=True)
         except OSError as exc:
             raise _write_error(path, exc) from None
 

@@ -56,6 +56,13 @@ def test_fewer_than_two_nodes_have_no_pairs_and_one_node_is_refused():
     check_nodes(("a", "b"), 2)
 
 
+def test_one_emulated_node_is_refused_without_suggesting_the_emulation(monkeypatch):
+    monkeypatch.setenv("OSU_DL_BENCH_RANKS_PER_NODE", "4")
+    with pytest.raises(UsageError, match="--ranks-per-node 4 .* on one emulated node") as got:
+        check_nodes(("vm:0",), 3)
+    assert "emulate nodes" not in str(got.value)
+
+
 def test_nodes_that_share_a_host_are_numbered():
     assert node_names(["node1", "node2"]) == ("node1", "node2")
     assert node_names(["vm", "vm", "other"]) == ("vm:0", "vm:1", "other:2")

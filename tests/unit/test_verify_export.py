@@ -37,6 +37,16 @@ def test_the_options_make_a_frozen_config_with_the_run_directory_beside_the_file
         cfg.launches = 1
 
 
+def test_the_c_client_s_wait_is_an_option_with_a_bound(tmp_path):
+    file = tmp_path / "t.mpich.json"
+    file.write_text("{}")
+    assert _config(str(file)).client_timeout == 600
+    assert _config(str(file), "--client-timeout", "30").client_timeout == 30
+    for bad in ("0", "-1", "abc", "1e9"):
+        with pytest.raises(UsageError, match="--client-timeout"):
+            _config(str(file), "--client-timeout", bad)
+
+
 def test_a_missing_file_is_refused_when_the_options_are_parsed(tmp_path):
     with pytest.raises(UsageError, match="none.json: no such file"):
         _config(str(tmp_path / "none.json"))

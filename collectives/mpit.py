@@ -372,9 +372,29 @@ def forcing_problem(collective: str, alg: str) -> str | None:
     return None
 
 
+# What each library reads a selection file as: MPICH's JSON selection tree, Open MPI's
+# classic dynamic rules (coll_tuned_dynamic_file.c); the exports name them so.
+SELECTION_FILE_SUFFIXES = {"mpich": ".json", "openmpi": ".rules"}
+
+
+def selection_file_library(path: str) -> str | None:
+    """The library an exported selection file is for, from its name (None: neither)."""
+    for library, suffix in SELECTION_FILE_SUFFIXES.items():
+        if path.endswith(suffix) and not path.endswith(".openmpi.json"):
+            return library
+    return None
+
+
 def selection_file_environment(library: str, path: str) -> dict[str, str]:
     """The environment that makes ``library`` take its collective selection from ``path``
-    (an exported file), with no algorithm forced over it."""
+    (an exported file), with no algorithm forced over it; UsageError for a file of the
+    other library (MPICH handed Open MPI's rules crashed its ranks with signal 11)."""
+    meant = selection_file_library(path)
+    if meant is not None and meant != library:
+        raise UsageError(
+            f"{path} is a selection file for {meant}, but the jobs run {library}: give "
+            f"{library}'s export (NAME{SELECTION_FILE_SUFFIXES[library]}) or --mpi {meant}"
+        )
     if library == "mpich":
         env = {"MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE": path}
         # A forced algorithm would win over the file (MPICH checks the CVAR first).

@@ -119,3 +119,36 @@ def test_the_sweep_it_runs_keeps_a_file_name_that_starts_with_a_dash(tmp_path, m
     sweep = sweep_config(config_from_args(args), str(tmp_path / "run"), ["ring"])
     assert sweep.library_file == str(tmp_path / "-e.mpich.json")
     assert sweep.algorithms == "native,native:alg=ring"
+
+
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        ("t.mpich.json", json.dumps({"collective=allreduce": "a string"})),
+        ("t.mpich.json", json.dumps({"collective=allreduce": {"comm_type=intra": [1]}})),
+        (
+            "t.mpich.json",
+            json.dumps(
+                {"collective=allreduce": {"comm_type=intra": {"comm_size<=abc": {"x": {}}}}}
+            ),
+        ),
+        ("t.openmpi.rules", "1\n2 1\n2 99999999999999999999\n0 1 0 0\n"),
+        ("t.openmpi.rules", "1\n2 abc\n"),
+    ],
+)
+def test_a_malformed_export_is_one_message_before_anything_runs(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(UsageError, match=f"{name}: not "):
+        reader = file_reader(path, file_library(path))
+        named_algorithms(reader, (2, 4), [8, 64, 1024])
+
+
+def test_a_selection_file_of_the_other_library_is_never_handed_to_it():
+    from collectives import mpit
+
+    with pytest.raises(UsageError, match="t.openmpi.rules is a selection file for openmpi"):
+        mpit.selection_file_environment("mpich", "/x/t.openmpi.rules")
+    with pytest.raises(UsageError, match="for mpich, but the jobs run openmpi"):
+        mpit.selection_file_environment("openmpi", "/x/t.mpich.json")
+    assert mpit.selection_file_environment("openmpi", "/x/t.openmpi.rules")

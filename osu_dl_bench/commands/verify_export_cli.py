@@ -107,6 +107,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"(default {DEFAULT_TIMEOUT:g})",
     )
     parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue RUN_DIR where a run was stopped (its measured points are kept)",
+    )
+    parser.add_argument(
         "-o",
         "--output",
         default=None,
@@ -133,6 +138,7 @@ class VerifyExportConfig:
     client_launches: int
     output: str | None
     client_timeout: float = DEFAULT_TIMEOUT
+    resume: bool = False
 
     @property
     def path(self) -> Path:
@@ -162,6 +168,7 @@ def config_from_args(args: argparse.Namespace) -> VerifyExportConfig:
         client_launches=args.client_launches,
         output=args.output,
         client_timeout=args.client_timeout,
+        resume=args.resume,
     )
 
 
@@ -187,6 +194,8 @@ def sweep_config(cfg: VerifyExportConfig, run_dir: str, algs: list[str]) -> Swee
         "--no-calibration",
         f"--library-file={cfg.path}",
         *([f"--mpi={cfg.mpi}"] if cfg.mpi else []),
+        # What the sweep's messages advise after a stop ("rerun with --resume").
+        *(["--resume"] if cfg.resume else []),
     ]
     return sweep_cli.config_from_args(parser.parse_args(argv))
 

@@ -152,3 +152,11 @@ def test_a_selection_file_of_the_other_library_is_never_handed_to_it():
     with pytest.raises(UsageError, match="for mpich, but the jobs run openmpi"):
         mpit.selection_file_environment("openmpi", "/x/t.mpich.json")
     assert mpit.selection_file_environment("openmpi", "/x/t.openmpi.rules")
+
+
+def test_a_stopped_verification_is_continued_with_the_resume_its_messages_advise(tmp_path):
+    file = tmp_path / "t.mpich.json"
+    file.write_text(json.dumps({"collective=allreduce": {}}))
+    run = str(tmp_path / "run")
+    assert not sweep_config(_config(str(file)), run, []).resume
+    assert sweep_config(_config(str(file), "--resume"), run, []).resume

@@ -184,7 +184,7 @@ def _coverage_lines(table: str, points: list) -> list[str]:
     ]
     if not own:
         lines.append(
-            f"# notice: {table} has no entry for these runs' process counts and collectives: "
+            f"# warning: {table} has no entry for these runs' process counts and collectives: "
             "the figures below judge its fallbacks, not its own decisions"
         )
     return lines

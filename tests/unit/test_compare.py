@@ -124,4 +124,4 @@ def test_a_table_for_other_process_counts_is_said_to_judge_only_its_fallbacks(tm
     assert main(["compare", str(a), str(b), "--table", str(table), "--nprocs", "2"]) == 0
     out = capsys.readouterr().out
     assert f"# table {table}: 0 of 12 points from an entry of their own" in out
-    assert f"# notice: {table} has no entry for these runs' process counts" in out
+    assert f"# warning: {table} has no entry for these runs' process counts" in out

@@ -427,7 +427,8 @@ def selection_file_environment(library: str, path: str) -> dict[str, str]:
     if meant is not None and meant != library:
         raise UsageError(
             f"{path} is a selection file for {meant}, but the jobs run {library}: give "
-            f"{library}'s export (NAME{SELECTION_FILE_SUFFIXES[library]}) or --mpi {meant}"
+            f"{library}'s export (NAME.{library}{SELECTION_FILE_SUFFIXES[library]}) or --mpi "
+            f"{meant}"
         )
     if library == "mpich" and mpi_loaded():  # the planner: MPI is up, nothing launched yet
         unknown = sorted(set(mpich_file_algorithms(path)) - set(_offered(COLLECTIVES)))

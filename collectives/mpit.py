@@ -396,9 +396,72 @@ def forcing_problem(collective: str, alg: str) -> str | None:
     return None
 
 
+# What each library reads a selection file as: MPICH's JSON selection tree, Open MPI's
+# classic dynamic rules (coll_tuned_dynamic_file.c); the exports name them so.
+SELECTION_FILE_SUFFIXES = {"mpich": ".json", "openmpi": ".rules"}
+
+
+def selection_file_library(path: str) -> str | None:
+    """The library an exported selection file is for, from its name (None: neither)."""
+    for library, suffix in SELECTION_FILE_SUFFIXES.items():
+        if path.endswith(suffix) and not path.endswith(".openmpi.json"):
+            return library
+    return None
+
+
+# An MPICH selection tree's leaf that names an algorithm of an intra-communicator
+# collective: 'algorithm=MPIR_Allreduce_intra_ring', 'algorithm=MPIR_Bcast_allcomm_nb'
+# (the names of MPICH's src/mpi/coll/*/ functions, as its CVAR values without the prefix).
+_MPICH_LEAF = re.compile(r"algorithm=MPIR_([A-Z][a-z]+)_(intra_(\w+)|allcomm_nb)")
+
+
+def mpich_file_algorithms(path: str) -> list[tuple[str, str]]:
+    """(collective, alg) of every allreduce and bcast algorithm an MPICH selection file
+    names, as the CVAR values name them ([] for a file that cannot be read as JSON: the
+    readers say why)."""
+    import json
+
+    try:
+        with open(path, "rb") as handle:
+            tree = json.loads(handle.read(64 << 20))
+    except (OSError, ValueError, RecursionError):
+        return []
+    found, stack = [], [tree]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        for key, child in node.items():
+            match = _MPICH_LEAF.fullmatch(str(key))
+            if match and match[1].lower() in COLLECTIVES:
+                found.append((match[1].lower(), match[3] or "nb"))
+            stack.append(child)
+    return found
+
+
+def _offered(collectives: tuple[str, ...]) -> list[tuple[str, str]]:
+    return [(c, a.alg) for c in collectives for a in library_algorithms(c)]
+
+
 def selection_file_environment(library: str, path: str) -> dict[str, str]:
     """The environment that makes ``library`` take its collective selection from ``path``
-    (an exported file), with no algorithm forced over it."""
+    (an exported file), with no algorithm forced over it; UsageError for a file of the
+    other library (MPICH handed Open MPI's rules crashed its ranks with signal 11)."""
+    meant = selection_file_library(path)
+    if meant is not None and meant != library:
+        raise UsageError(
+            f"{path} is a selection file for {meant}, but the jobs run {library}: give "
+            f"{library}'s export (NAME.{library}{SELECTION_FILE_SUFFIXES[library]}) or --mpi "
+            f"{meant}"
+        )
+    if library == "mpich" and mpi_loaded():  # the planner: MPI is up, nothing launched yet
+        unknown = sorted(set(mpich_file_algorithms(path)) - set(_offered(COLLECTIVES)))
+        if unknown:
+            named = ", ".join(f"{c} {a}" for c, a in unknown[:5])
+            raise UsageError(
+                f"{path} names algorithms this MPICH does not have ({named}): MPICH would "
+                "abort every rank with an internal error when it reads the file"
+            )
     if library == "mpich":
         env = {"MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE": path}
         # A forced algorithm would win over the file (MPICH checks the CVAR first).

@@ -36,9 +36,10 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def read_regular_file(path: str | os.PathLike) -> bytes:
-    """The bytes of ``path``, a regular file of at most MAX_FILE_BYTES (UnreadableJson
-    naming why not): the one bounded, never-blocking read of the suite's input files."""
+def read_regular_file(path: str | os.PathLike, limit: int | None = MAX_FILE_BYTES) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes (None: any size;
+    UnreadableJson naming why not): the one bounded, never-blocking read of the suite's
+    input files."""
     try:
         # A FIFO or device would block the read forever or never end: regular files only.
         if not stat.S_ISREG(os.stat(path).st_mode):
@@ -48,16 +49,15 @@ def read_regular_file(path: str | os.PathLike) -> bytes:
         with os.fdopen(fd, "rb") as stream:
             if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
                 raise UnreadableJson("not a regular file")
-            data = stream.read(MAX_FILE_BYTES + 1)
+            data = stream.read() if limit is None else stream.read(limit + 1)
     except OSError as exc:
         raise UnreadableJson(f"cannot read: {exc.strerror or exc}") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise UnreadableJson(f"larger than {MAX_FILE_BYTES} bytes: not a file of this suite")
+    if limit is not None and len(data) > limit:
+        raise UnreadableJson(f"larger than {limit} bytes: not a file of this suite")
     return data
 
 
-def _read_text(path: str | os.PathLike) -> str:
-    data = read_regular_file(path)
+def _decode(data: bytes) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -68,7 +68,12 @@ def _read_text(path: str | os.PathLike) -> str:
 
 def load_json(path: str | os.PathLike) -> Any:
     """The parsed contents of the JSON file ``path`` (UnreadableJson if there are none)."""
-    text = _read_text(path)
+    return parse_json(read_regular_file(path))
+
+
+def parse_json(data: bytes) -> Any:
+    """The parsed contents of a JSON file's bytes (UnreadableJson if there are none)."""
+    text = _decode(data)
     try:
         return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:

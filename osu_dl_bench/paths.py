@@ -12,6 +12,17 @@ from pathlib import Path
 
 from osu_dl_bench.errors import UsageError
 
+# A run directory's own files (the layout measurement/store.py documents and names from
+# here): what a command writes elsewhere must never replace them, whatever -o says.
+RESULTS = "results.csv"
+METADATA = "metadata.json"
+FOCUS = "focus.json"
+LOCK = "sweep.lock"
+HEARTBEATS = "heartbeats"
+RUN_FILES = (RESULTS, METADATA, FOCUS, LOCK)
+# What makes a directory a run directory: a sweep writes its lock first, metadata soon.
+RUN_MARKS = (METADATA, LOCK)
+
 
 def check_writable_file(option: str, path: str | None, make_parents: bool = False) -> None:
     """UsageError naming ``option`` unless ``path`` names a file this process can create
@@ -55,8 +66,38 @@ def _check_file(option: str, path: str, make_parents: bool) -> None:
         probe_directory(option, path, target.parent)
     if _existing(target) is not None and target.is_dir():
         raise UsageError(f"{option} {path}: is a directory: expected a file name")
+    refuse_run_file(option, path)
     # The name write_atomic writes first is longer than the target's own name.
     _existing(target.with_name(temp_name(target)))
+
+
+def run_owning(path: str | os.PathLike) -> Path | None:
+    """The run directory that holds ``path`` (where a write to it lands, symlinks followed)
+    as its own file: results.csv, metadata.json, focus.json, the lock, anything under
+    heartbeats/; None when no run directory does."""
+    target = Path(os.path.realpath(path))  # realpath: never raises, loops included
+    if target.name in RUN_FILES and _is_run_directory(target.parent):
+        return target.parent
+    for folder in target.parents:
+        if folder.name == HEARTBEATS and _is_run_directory(folder.parent):
+            return folder.parent
+    return None
+
+
+def refuse_run_file(option: str, path: str | os.PathLike) -> None:
+    """UsageError naming the file and the run when ``path`` is a run directory's own file:
+    an output written there would replace measured results or the run's record."""
+    run = run_owning(path)
+    if run is not None:
+        own = os.path.relpath(os.path.realpath(path), run)
+        raise UsageError(
+            f"{option} {path}: {own} belongs to the run directory {run} (its measurements "
+            "and their record); write the output elsewhere"
+        )
+
+
+def _is_run_directory(directory: Path) -> bool:
+    return any(os.path.lexists(directory / mark) for mark in RUN_MARKS)
 
 
 def _check_directory(option: str, path: str, directory: Path) -> None:
@@ -106,16 +147,19 @@ def fsync_directory(path: Path) -> None:
         os.close(fd)
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+def write_text_atomic(path: str | os.PathLike, text: str, run_store: bool = False) -> None:
     """Write ``text`` to ``path`` through write_atomic."""
-    write_atomic(Path(path), lambda tmp: tmp.write_text(text))
+    write_atomic(Path(path), lambda tmp: tmp.write_text(text), run_store)
 
 
-def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+def write_atomic(path: Path, write: Callable[[Path], None], run_store: bool = False) -> None:
     """``write(tmp)`` then rename over ``path``: readers see the old file or the whole new
     one, never half of one. The data is on disk before the rename and the rename before
     returning; on any failure (a full disk, an interrupt) the temp file is removed and the
-    previous file stays."""
+    previous file stays. A run directory's own files are refused (UsageError) unless the
+    caller is the run's store (``run_store``)."""
+    if not run_store:
+        refuse_run_file("output", path)
     path = Path(path)
     if path.is_symlink():  # write where the link points, as editors do; keep the link
         path = Path(os.path.realpath(path))

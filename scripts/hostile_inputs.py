@@ -11,6 +11,7 @@ bytes around buffers, resume after a full disk, refused pickles) live in the tes
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import shlex
@@ -234,6 +235,263 @@ def _output_cases(f: dict[str, Path]) -> list[Case]:
                 "cvar",
             ],
             15,
+        ),
+        # run directories, verify-export, triage, compare, adaptive, exports
+        *_run_directory_cases(f),
+    ]
+
+
+def _copy_run(f: dict[str, Path], name: str) -> Path:
+    """A copy of the real sweep under ``name``, registered in ``f``."""
+    f[name] = f["run"].parent / name
+    shutil.copytree(f["run"], f[name])
+    return f[name]
+
+
+def _every_row_a_training_step(path: Path) -> None:
+    """The rows as train-bench stores its training steps: collective 'train_step'."""
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, list(rows[0]))
+        writer.writeheader()
+        writer.writerows({**row, "collective": "train_step"} for row in rows)
+
+
+def _bench_file(path: Path, lag: float, node: str = "h") -> Path:
+    """A bench --per-rank -o JSON file whose rank 1 lags by ``lag`` at four sizes."""
+    per_rank = [
+        {"rank": r, "node": node, "lag_us": lag if r else 0.0, "wait_us": 0.0, "finish_us": 1.0}
+        for r in range(2)
+    ]
+    records = [
+        {"collective": "bcast", "algorithm": "native", "size_bytes": size, "p50_us": 5.0}
+        | {"per_rank": per_rank}
+        for size in (8, 16, 32, 64)
+    ]
+    path.write_text(json.dumps(records))  # Python's json writes inf and nan as it reads them
+    return path
+
+
+def _linkmap_file(path: Path) -> Path:
+    """A record as bench linkmap -o writes it, of three nodes measured five times."""
+    from osu_dl_bench.diagnosis.linkmap import judge_links, linkmap_record, write_linkmap
+    from osu_dl_bench.measurement.linkmap import LinkSamples, LinkSettings
+
+    pairs = [(0, 1), (0, 2), (1, 2)]
+    latency = {pair: (20.0, 21.0, 19.5, 20.2, 20.1) for pair in pairs}
+    bandwidth = {(a, b): (120.0, 118.0, 121.0, 119.0, 120.5) for a in range(3) for b in range(3)}
+    bandwidth = {pair: values for pair, values in bandwidth.items() if pair[0] != pair[1]}
+    samples = LinkSamples(
+        ("n1", "n2", "n3"), (0, 1, 2), LinkSettings(1 << 20, 4, 1, 5), latency, bandwidth
+    )
+    write_linkmap(str(path), linkmap_record(judge_links(samples), {}))
+    return path
+
+
+def _client_dir(path: Path, body: str) -> Path:
+    """A directory standing in for OMB's: osu_allreduce and osu_bcast run ``body``."""
+    path.mkdir()
+    for name in ("osu_allreduce", "osu_bcast"):
+        (path / name).write_text(f"#!/bin/sh\n{body}\n")
+        (path / name).chmod(0o755)
+    return path
+
+
+def _run_directory_cases(f: dict[str, Path]) -> list[Case]:
+    """Careless input, fourth round: outputs aimed into run directories, triage's inputs,
+    compare's table, adaptive sweeps, verify-export's clients and exported files."""
+    tmp, run = f["run"].parent, f["run"]
+    other_table = json.loads(TABLE.read_text())
+    for number, entry in enumerate(other_table["entries"], start=1):
+        entry.update(nprocs=64 * number, ppn=64 * number, nodes=1)  # none at p=2
+    (tmp / "p64.json").write_text(json.dumps(other_table))
+    trained = _copy_run(f, "trained")
+    _every_row_a_training_step(trained / "results.csv")
+    focused = _copy_run(f, "focused")
+    # Launch 3 of the run measures ring at 8 bytes (its label as the sweep stores it).
+    focus = {"launches": {"3": {"points": [[2, "allreduce", 8, "ring:seg=0"]], "reasons": ["x"]}}}
+    (focused / "focus.json").write_text(json.dumps(focus))
+    focus_file = shlex.quote(str(focused / "focus.json"))
+    shutil.copy(focused / "focus.json", focused / "focus.json.before")
+    resumed = shlex.join(
+        [*CLI, "sweep", "--np", "2", "-a", "native,ring", "-m", "8:64", "--launches", "2"]
+        + ["--adaptive", "3", "--budget", "0.1", "--resume", "-o", str(focused)]
+    )
+    overflow = _copy_run(f, "overflow")
+    (overflow / "focus.json").write_text(
+        json.dumps(focus).replace('"allreduce", 8', '"allreduce", 1e400')
+    )
+    half = _copy_run(f, "half.verify")
+    (tmp / "zero.json").symlink_to("/dev/zero")
+    (tmp / "existing.csv").write_text("measured\n")
+    exports = {
+        "t.openmpi.rules": (TABLE.parent / "reference-cpu-mpich-1node.openmpi.rules").read_text(),
+        "unknown.mpich.json": json.dumps(
+            {
+                "collective=bcast": {
+                    "comm_type=intra": {
+                        "comm_size<=4": {
+                            "avg_msg_size=any": {"algorithm=MPIR_Bcast_intra_bogus": {}}
+                        }
+                    }
+                }
+            }
+        ),  # fmt: skip
+        "string.mpich.json": json.dumps({"collective=allreduce": "a string"}),
+        "abc.mpich.json": json.dumps(
+            {"collective=allreduce": {"comm_type=intra": {"comm_size<=abc": {}}}}
+        ),
+        "huge.openmpi.rules": "1\n2 1\n2 99999999999999999999\n0 1 0 0\n",
+    }
+    for name, text in exports.items():
+        (tmp / name).write_text(text)
+    mpich_file = str(TABLE.parent / "reference-cpu-mpich-1node.mpich.json")
+    verify = [*CLI, "verify-export", "--np", "2", "-m", "8:64", "--collectives", "allreduce"]
+    verify += ["--launches", "2", "--budget", "0.05"]
+    sweep = [*CLI, "sweep", "--np", "2", "-a", "native,ring", "-m", "8:64", "--budget", "0.05"]
+    mpi2 = [MPIEXEC, "-n", "2", *CLI]
+    triage = [*CLI, "triage"]
+    return [
+        Case(
+            "compare A B --out A/results.csv",
+            [*CLI, "compare", str(run), str(f["bom"]), "--out", f"{run}/results.csv"],
+            keeps="run",
+        ),
+        Case(
+            "tune RUN -o RUN/metadata.json",
+            [*CLI, "tune", str(run), "-o", f"{run}/metadata.json"],
+            keeps="run",
+        ),
+        Case(
+            "tune RUN -o RUN/focus.json",
+            [*CLI, "tune", str(run), "-o", f"{run}/focus.json"],
+            keeps="run",
+        ),
+        Case(
+            "bench -o RUN/results.csv (p=2)",
+            [*mpi2, *BENCH, "-o", f"{run}/results.csv"],
+            keeps="run",
+        ),
+        Case("bench -o an existing file (p=2)", [*mpi2, *BENCH, "-o", str(tmp / "existing.csv")]),
+        Case("triage on a FIFO", [*triage, str(f["fifo"])]),
+        Case("triage on a symlink to /dev/zero", [*triage, str(tmp / "zero.json")]),
+        *[
+            Case(
+                f"triage on a bench file with a rank lag of {lag}",
+                [*triage, str(_bench_file(tmp / f"lag-{lag}.json", lag))],
+            )
+            for lag in (float("inf"), -3.0, float("nan"))
+        ],
+        Case(
+            "triage on linkmap's own -o record", [*triage, str(_linkmap_file(tmp / "map.json"))], 0
+        ),
+        Case("triage on a train-bench run directory", [*triage, str(trained)], keeps="trained"),
+        Case(
+            "triage on a node name holding a newline",
+            [*triage, str(_bench_file(tmp / "newline.json", 900.0, "evil\nrank 9 is late"))],
+            0,
+        ),
+        Case(
+            "compare A B --table T (a table for p >= 64 only)",
+            [*CLI, "compare", str(run), str(f["bom"]), "--table", str(tmp / "p64.json")],
+            0,
+        ),
+        Case(
+            "sweep --adaptive 6 -a ring,rabenseifner (no native)",
+            [
+                *CLI,
+                "sweep",
+                "--np",
+                "2",
+                "-a",
+                "ring,rabenseifner",
+                "--adaptive",
+                "6",
+                "-o",
+                "adaptive",
+            ],
+        ),
+        Case(
+            "sweep --adaptive 4 --dry-run into a new directory",
+            [
+                *CLI,
+                "sweep",
+                "--np",
+                "2",
+                "-a",
+                "native,ring",
+                "-m",
+                "8:64",
+                "--adaptive",
+                "4",
+                "--dry-run",
+                "-o",
+                "new",
+            ],
+            0,
+        ),
+        Case(
+            "sweep --resume of an adaptive run with another --budget, --adaptive (focus kept)",
+            ["sh", "-c", f"{resumed} && cmp -s {focus_file} {focus_file}.before"],
+            0,
+        ),
+        Case(
+            "sweep --resume with a focus.json size of 1e400",
+            [*sweep, "--launches", "2", "--adaptive", "3", "--resume", "-o", str(overflow)],
+            keeps="overflow",
+        ),
+        Case(
+            "verify-export --omb whose osu_allreduce hangs (--client-timeout 3)",
+            [
+                *verify,
+                "--omb",
+                str(_client_dir(tmp / "omb-hang", "sleep 600")),
+                "--client-timeout",
+                "3",
+                "-o",
+                "v-hang",
+                mpich_file,
+            ],
+        ),
+        Case(
+            "verify-export --omb whose client prints garbage",
+            [
+                *verify,
+                "--omb",
+                str(_client_dir(tmp / "omb-junk", "echo 299999999999999999999999999 nan")),
+                "-o",
+                "v-junk",
+                mpich_file,
+            ],
+        ),
+        Case(
+            "verify-export into a half-written directory without --resume",
+            [*verify, "--client", "none", "-o", str(half), mpich_file],
+            keeps="half.verify",
+        ),
+        Case(
+            "verify-export an Open MPI .rules file on MPICH",
+            [*verify, "--client", "none", "-o", "v-rules", str(tmp / "t.openmpi.rules")],
+        ),
+        Case(
+            "verify-export an .mpich.json naming an unknown algorithm",
+            [*verify, "--client", "none", "-o", "v-unknown", str(tmp / "unknown.mpich.json")],
+        ),
+        *[
+            Case(
+                f"verify-export a malformed export ({name})",
+                [*verify, "--client", "none", "-o", f"v-{name}", str(tmp / name)],
+            )
+            for name in ("string.mpich.json", "abc.mpich.json", "huge.openmpi.rules")
+        ],
+        Case(
+            "MPI4PY_RC_THREAD_LEVEL=garbage (p=2)",
+            ["env", "MPI4PY_RC_THREAD_LEVEL=garbage", *mpi2, *BENCH],
+        ),
+        Case(
+            "bench linkmap --ranks-per-node 2 on 2 ranks",
+            [*mpi2, "bench", "linkmap", "--ranks-per-node", "2"],
         ),
     ]
 

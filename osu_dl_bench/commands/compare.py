@@ -33,6 +33,7 @@ from osu_dl_bench.selection.comparison import (
     measured_points,
     paired_points,
     shifts,
+    table_coverage,
 )
 from osu_dl_bench.selection.paired import Ratio
 
@@ -170,6 +171,25 @@ def evidence_lines(name: str, evidence: Evidence) -> list[str]:
     ]
 
 
+def _coverage_lines(table: str, points: list) -> list[str]:
+    """Where the table's choices come from: its own entries, or (for other process counts,
+    layouts or collectives) the nearest entry, the model or native; a table that covers
+    none of the points says so first, as its report would otherwise read as stability."""
+    counts = table_coverage(table, points)
+    own = counts.get("table", 0)
+    lines = [
+        f"# table {table}: {own} of {len(points)} points from an entry of their own "
+        f"collective and layout, {counts.get('nearest', 0) + counts.get('model', 0)} from "
+        f"the nearest entry or the model, {counts.get('native', 0)} native (no entry)"
+    ]
+    if not own:
+        lines.append(
+            f"# warning: {table} has no entry for these runs' process counts and collectives: "
+            "the figures below judge its fallbacks, not its own decisions"
+        )
+    return lines
+
+
 def decision_report(
     run_a: str, run_b: str, table: str | None = None, wanted: Iterable[int] = ()
 ) -> str:
@@ -180,6 +200,7 @@ def decision_report(
     judged = judge_decisions(decided_a, decided_b, table, wanted)
     source = f"table {table}'s choices (the selector's)" if table else f"{run_a}'s choices"
     lines = [
+        *(_coverage_lines(table, [j.point for j in judged]) if table else []),
         f"# decisions: {source} on {run_b}'s measurements, decided as tune decides",
         "# stable: the choice is in RUN_B's tie set; regret: its time over RUN_B's best, "
         "in RUN_B's estimates (95% CI); slower: the interval's low end above "

@@ -34,10 +34,26 @@ def run_adaptive_sweep(cfg: SweepConfig) -> int:
     """The first launches over every candidate, then focused launches while points are
     open, up to cfg.adaptive launches in all; the exit code of the worst sweep."""
     code = run_sweep(cfg)
+    if cfg.dry_run:  # the extra launches' focus comes from measurements none of it makes
+        print(
+            f"# adaptive: up to {cfg.adaptive - cfg.launches} more launches, each planned "
+            f"from what the first {cfg.launches} measure",
+            flush=True,
+        )
+        return code
     store = RunStore(cfg.output)
     for launch in range(cfg.launches + 1, cfg.adaptive + 1):
         if code not in (0, 1):  # 1: wrong results, stored and reported; anything else stops
             return code
+        recorded = store.read_focus().get(launch)
+        if recorded is not None:  # --resume: the launch's focus was decided and kept
+            print(
+                f"# adaptive: launch {launch} measures its recorded focus ({len(recorded)} "
+                f"candidates); why: {store.path}/focus.json",
+                flush=True,
+            )
+            code = max(code, run_sweep(extra_launch(cfg, launch)))
+            continue
         decided, _ = run_decisions(cfg.output, cfg.dtype, cfg.op)
         opened = open_points(decided.values())
         if not opened:

@@ -16,7 +16,13 @@ from collectives import mpit
 from collectives.units import doubling_sizes, format_size
 from osu_dl_bench.commands.verify_export_cli import VerifyExportConfig, sweep_config
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.jobs.c_client import build_client, client_argv, omb_binary, run_client
+from osu_dl_bench.jobs.c_client import (
+    ClientRun,
+    build_client,
+    client_argv,
+    omb_binary,
+    run_client,
+)
 from osu_dl_bench.jobs.launch import library_environment
 from osu_dl_bench.jobs.orchestrate import run_sweep
 from osu_dl_bench.jobs.sweep_config import SweepConfig
@@ -38,9 +44,6 @@ from osu_dl_bench.selection.exports.verification import (
     sweep_pairs,
 )
 from osu_dl_bench.selection.paired import Ratio, bound_text, seed_of
-
-# Seconds one launch of the C client may take (every size of one collective).
-CLIENT_TIMEOUT = 600.0
 
 
 def _where(check: Fingerprinted) -> str:
@@ -126,7 +129,8 @@ def measure_client(
     with_file = mpit.selection_file_environment(library, str(cfg.path.resolve()))
     rng = random.Random(seed_of(str(cfg.path), cfg.client_launches))
     latencies: dict[tuple, dict[int, float]] = {}
-    for launch in range(1, cfg.client_launches + 1):
+    launches = cfg.client_launches
+    for launch in range(1, launches + 1):
         for nprocs in sweep.nprocs:
             for collective in sweep.collectives:
                 argv = client_argv(
@@ -134,7 +138,14 @@ def measure_client(
                 )
                 for loaded in rng.sample([False, True], 2):
                     env = {**library_environment(cfg.mpi), **(with_file if loaded else {})}
-                    seen = run_client(argv, nprocs, env, cfg.mpi, CLIENT_TIMEOUT)
+                    what = (
+                        f"launch {launch}/{launches}, p={nprocs}, {collective}, "
+                        f"{'with' if loaded else 'without'} the file"
+                    )
+                    run = ClientRun(
+                        argv, nprocs, what, cfg.client_timeout, sweep.min_size, sweep.max_size
+                    )
+                    seen = run_client(run, env, cfg.mpi)
                     for size, us in seen.items():
                         latencies.setdefault((collective, nprocs, size, loaded), {})[launch] = us
     return latencies

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from osu_dl_bench.commands.arguments import seconds_up_to, whole_number, whole_number_up_to
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.jobs.c_client import DEFAULT_TIMEOUT
 from osu_dl_bench.jobs.sweep_config import MAX_BUDGET, MAX_LAUNCHES, SweepConfig
 
 # The subcommand's line in 'osu-dl-bench --help'.
@@ -25,6 +26,8 @@ DEFAULT_SIZES = "8:16M"
 DEFAULT_LAUNCHES = 6
 DEFAULT_BUDGET = 1.0
 DEFAULT_CLIENT_LAUNCHES = 6
+# A day: a longer wait is a hang, whatever the machine.
+MAX_CLIENT_TIMEOUT = 86400.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -96,6 +99,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"(default {DEFAULT_CLIENT_LAUNCHES})",
     )
     parser.add_argument(
+        "--client-timeout",
+        type=seconds_up_to(MAX_CLIENT_TIMEOUT),
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"stop a C client launch (every size of one collective) that runs longer "
+        f"(default {DEFAULT_TIMEOUT:g})",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue RUN_DIR where a run was stopped (its measured points are kept)",
+    )
+    parser.add_argument(
         "-o",
         "--output",
         default=None,
@@ -121,6 +137,8 @@ class VerifyExportConfig:
     omb: str | None
     client_launches: int
     output: str | None
+    client_timeout: float = DEFAULT_TIMEOUT
+    resume: bool = False
 
     @property
     def path(self) -> Path:
@@ -149,6 +167,8 @@ def config_from_args(args: argparse.Namespace) -> VerifyExportConfig:
         omb=args.omb,
         client_launches=args.client_launches,
         output=args.output,
+        client_timeout=args.client_timeout,
+        resume=args.resume,
     )
 
 
@@ -174,6 +194,8 @@ def sweep_config(cfg: VerifyExportConfig, run_dir: str, algs: list[str]) -> Swee
         "--no-calibration",
         f"--library-file={cfg.path}",
         *([f"--mpi={cfg.mpi}"] if cfg.mpi else []),
+        # What the sweep's messages advise after a stop ("rerun with --resume").
+        *(["--resume"] if cfg.resume else []),
     ]
     return sweep_cli.config_from_args(parser.parse_args(argv))
 

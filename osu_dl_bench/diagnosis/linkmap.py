@@ -61,6 +61,7 @@ from osu_dl_bench.measurement.linkmap import (
     LATENCY_BYTES,
     LATENCY_ITERATIONS,
     LinkSamples,
+    LinkSettings,
     round_robin,
 )
 from osu_dl_bench.paths import os_reason, write_text_atomic
@@ -430,3 +431,85 @@ def write_linkmap(path: str, record: Mapping[str, object]) -> None:
         write_text_atomic(path, text)
     except OSError as exc:
         raise UsageError(f"-o {path}: cannot write ({os_reason(exc)})") from None
+
+
+# --- reading the record back (triage) -------------------------------------------------------
+
+# Far above any real cluster's node count and cycle count: a record claiming more is not
+# one bench wrote, and reading it must not build matrices of its size.
+MOST_NODES = 4096
+MOST_SAMPLES = 100_000
+
+
+def is_linkmap_record(document: object) -> bool:
+    """Whether a parsed JSON document says it is a linkmap record."""
+    return isinstance(document, dict) and document.get("kind") == KIND
+
+
+def samples_from_record(record: Mapping[str, object]) -> LinkSamples:
+    """The samples a linkmap record (``linkmap_record``) holds, to judge and report again;
+    ValueError saying what is not as bench linkmap -o writes it."""
+    if record.get("format") != FORMAT:
+        raise ValueError(f"format {record.get('format')!r}, expected {FORMAT}")
+    hosts = _list_of(record, "hosts", str, MOST_NODES)
+    if len(set(hosts)) != len(hosts):
+        raise ValueError("hosts names a node twice")
+    leaders = _list_of(record, "leaders", int, MOST_NODES)
+    if len(leaders) != len(hosts):
+        raise ValueError(f"{len(leaders)} leaders for {len(hosts)} hosts")
+    settings = record.get("settings")
+    if not isinstance(settings, dict):
+        raise ValueError("settings is not an object")
+    known = {
+        name: _whole(settings.get(name), f"settings.{name}", 0 if "warmup" in name else 1)
+        for name in ("message_bytes", "windows", "warmup_windows", "repetitions")
+    }
+    index = {host: i for i, host in enumerate(hosts)}
+    latency = _record_samples(record, "pairs", ("nodes",), "latency_us", index)
+    bandwidth = _record_samples(record, "links", ("source", "target"), "bandwidth_mbs", index)
+    return LinkSamples(tuple(hosts), tuple(leaders), LinkSettings(**known), latency, bandwidth)
+
+
+def _list_of(record: Mapping[str, object], name: str, kind: type, most: int) -> list:
+    values = record.get(name)
+    if not isinstance(values, list) or len(values) > most:
+        raise ValueError(f"{name} is not a list of at most {most}")
+    if not all(isinstance(v, kind) and not isinstance(v, bool) for v in values):
+        raise ValueError(f"{name} holds something other than a {kind.__name__}")
+    return values
+
+
+def _whole(value: object, name: str, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value < 1 << 40:
+        raise ValueError(f"{name} is {value!r:.30}, expected a whole number from {least}")
+    return value
+
+
+def _record_samples(
+    record: Mapping[str, object],
+    name: str,
+    ends: tuple[str, ...],
+    metric: str,
+    index: Mapping[str, int],
+) -> dict[tuple[int, int], tuple[float, ...]]:
+    """``record[name]``'s samples by pair of node indices (nulls, values JSON could not
+    hold, left out as the writer left them)."""
+    found = {}
+    for entry in _list_of(record, name, dict, MOST_NODES * MOST_NODES):
+        nodes = entry.get(ends[0]) if len(ends) == 1 else [entry.get(end) for end in ends]
+        if not (isinstance(nodes, list) and len(nodes) == 2 and all(n in index for n in nodes)):
+            raise ValueError(f"{name} names a pair of nodes that hosts does not hold")
+        summary = entry.get(metric)
+        samples = summary.get("samples") if isinstance(summary, dict) else None
+        if not isinstance(samples, list) or len(samples) > MOST_SAMPLES:
+            raise ValueError(f"{name}: {metric} has no list of samples")
+        values = [v for v in samples if v is not None]
+        if not all(_positive_number(v) for v in values):
+            raise ValueError(f"{name}: {metric} holds a sample that is no positive number")
+        if values:
+            found[(index[nodes[0]], index[nodes[1]])] = tuple(float(v) for v in values)
+    return found
+
+
+def _positive_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1e300

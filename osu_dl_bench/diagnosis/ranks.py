@@ -21,6 +21,7 @@ and at how many points it passed ``min_share``.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +30,7 @@ import pandas as pd
 
 from osu_dl_bench.diagnosis.outliers import Finding, against_peers, stand_out
 from osu_dl_bench.measurement.store import round_values
-from osu_dl_bench.runtime.text import printable
+from osu_dl_bench.runtime.text import one_line
 
 EVIDENCE_COLUMNS = (
     "point",
@@ -70,37 +71,85 @@ class Named:
     points: int
 
 
+class NotPerRankTiming(ValueError):
+    """A record whose per-rank timing is not what bench --per-rank writes; the message
+    says which record and what."""
+
+
+# A rank's times, as bench --per-rank writes them: finite, 0 or more (the earliest rank's
+# lag is 0), as the run directory's reader requires of the same cells (measurement.store).
+RANK_TIMES = ("lag_us", "finish_us", "wait_us")
+# More ranks than any job this suite launches: a record naming more is not bench's.
+MOST_RANKS = 1 << 20
+
+
 def evidence_from_records(records: pd.DataFrame) -> pd.DataFrame:
-    """The evidence of bench records written with --per-rank (their per_rank field)."""
+    """The evidence of bench records written with --per-rank (their per_rank field);
+    NotPerRankTiming naming the first record that is not as bench writes it."""
     rows = []
-    for record in records.to_dict("records"):
-        per_rank = _per_rank_list(record.get("per_rank"))
-        call = record.get("p50_us") or record.get("avg_us") or 0.0
-        point = f"{record['collective']} {record['algorithm']} {record['size_bytes']} B"
-        for entry in per_rank:
-            rows.append(
-                {
-                    "point": point,
-                    "size_bytes": int(record["size_bytes"]),
-                    "rank": int(entry["rank"]),
-                    "node": str(entry.get("node", "")),
-                    "lag_us": float(entry["lag_us"]),
-                    "finish_us": float(entry["finish_us"]),
-                    "wait_us": float(entry["wait_us"]),
-                    "call_us": float(call),
-                    "residual_us": float(record.get("clock_residual_us") or 0.0),
-                }
-            )
+    for number, record in enumerate(records.to_dict("records"), start=1):
+        try:
+            rows += _record_evidence(record)
+        except (KeyError, TypeError, ValueError) as exc:
+            why = f"no {exc.args[0]}" if isinstance(exc, KeyError) else str(exc)
+            raise NotPerRankTiming(f"record {number}: {why}") from None
     return pd.DataFrame(rows, columns=EVIDENCE_COLUMNS)
 
 
-def _per_rank_list(value: Any) -> list[dict]:
+def _record_evidence(record: dict[str, Any]) -> list[dict[str, Any]]:
+    size = _number(record["size_bytes"], "size_bytes")
+    call = _number(record.get("p50_us") or record.get("avg_us") or 0.0, "p50_us")
+    residual = _number(record.get("clock_residual_us") or 0.0, "clock_residual_us")
+    point = f"{record['collective']} {record['algorithm']} {int(size)} B"
+    rows = []
+    for entry in _per_rank_list(record.get("per_rank")):
+        if not isinstance(entry, dict):
+            raise ValueError("per_rank holds something other than one object per rank")
+        rank = _number(entry["rank"], "rank")
+        if rank != int(rank) or rank >= MOST_RANKS:
+            raise ValueError(f"rank {entry['rank']!r:.30} is not a rank's number")
+        times = {name: _number(entry[name], f"rank {int(rank)}'s {name}") for name in RANK_TIMES}
+        rows.append(
+            {
+                "point": point,
+                "size_bytes": int(size),
+                "rank": int(rank),
+                "node": str(entry.get("node", "")),
+                **times,
+                "call_us": call,
+                "residual_us": residual,
+            }
+        )
+    return rows
+
+
+def _number(value: Any, name: str) -> float:
+    """``value`` as a finite number of 0 or more (ValueError naming ``name`` otherwise)."""
+    number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    if number is None and isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+    if number is None or not (math.isfinite(number) and 0 <= number < 1e300):
+        raise ValueError(f"{name} is {value!r:.30}, expected a finite number of 0 or more")
+    return float(number)
+
+
+def _per_rank_list(value: Any) -> list:
     """A record's per_rank field, as JSON text (CSV, Parquet) or a list (JSON)."""
     if isinstance(value, str):
-        value = json.loads(value) if value.strip() else []
+        try:
+            value = json.loads(value) if value.strip() else []
+        except json.JSONDecodeError:
+            raise ValueError("per_rank is not the JSON list bench writes") from None
     if value is None or (isinstance(value, float) and np.isnan(value)):
         return []
-    return list(value)
+    if isinstance(value, np.ndarray):  # Parquet's lists come back as arrays
+        value = value.tolist()
+    if not isinstance(value, list):
+        raise ValueError("per_rank is not the list bench writes")
+    return value
 
 
 def evidence_from_run(results: pd.DataFrame, metadata: dict[str, Any]) -> pd.DataFrame:
@@ -154,7 +203,7 @@ def _object(value: Any) -> dict[str, Any]:
 
 
 def _label(rank: int, node: str) -> str:
-    node = printable(node)[:40]  # a node name is the host's: shown, never obeyed
+    node = one_line(node)[:40]  # a node name is the host's: shown, never obeyed
     return f"rank {rank} ({node})" if node else f"rank {rank}"
 
 
@@ -262,7 +311,7 @@ def named_line(named: Named) -> str:
     """One finding as a sentence with its evidence."""
     share = named.share
     text = (
-        f"{named.regime}: {printable(named.unit)[:60]} {WHAT[named.kind]}: "
+        f"{named.regime}: {one_line(named.unit)[:60]} {WHAT[named.kind]}: "
         f"{share.median:.2f} of the call's own time against its peers' {share.peers:.2f} "
         f"(95% CI of the difference {share.excess_ci[0]:.2f}-{share.excess_ci[1]:.2f})"
     )
@@ -284,7 +333,7 @@ def report_lines(evidence: pd.DataFrame, named: list[Named], min_share: float) -
     judged = {r: p["point"].nunique() for r, p in regimes(evidence).items()}
     lines = [
         f"# {points} points x {ranks} ranks on {len(nodes) or 'unknown'} node(s)"
-        + (f" ({', '.join(printable(n)[:40] for n in nodes)})" if nodes else ""),
+        + (f" ({', '.join(one_line(n)[:40] for n in nodes)})" if nodes else ""),
         f"# named: a share of the call's own time beyond the peers' own spread and above "
         f"{min_share:g} of the call's own time, and a lag beyond the clocks' alignment "
         f"({residual:.1f} us); 95% intervals by bootstrap over points",

@@ -7,17 +7,21 @@ the user points to them. Jobs start through the one job launcher (jobs.launch)."
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs import launch
+from osu_dl_bench.runtime.text import printable
 
 SOURCE = "osu_collective.c"
 # OSU's iteration counts are 1000 up to 8 KiB and 100 above; a fifth of them keeps each
@@ -25,6 +29,10 @@ SOURCE = "osu_collective.c"
 ITERATIONS = (200, 20)
 BUILD_TIMEOUT = 120.0
 OMB_NAMES = {"allreduce": "osu_allreduce", "bcast": "osu_bcast"}
+# Seconds one launch of the client may take by default (every size of one collective;
+# verify-export --client-timeout), and between the lines that show it still runs.
+DEFAULT_TIMEOUT = 600.0
+PROGRESS_EVERY = 30.0
 
 
 def source_text() -> str:
@@ -91,33 +99,89 @@ def client_argv(binary: Path, collective: str, lo: int, hi: int, omb: bool) -> l
     return [str(binary), collective, str(lo), str(hi), str(small), str(large)]
 
 
-def parse_latencies(text: str) -> dict[int, float]:
-    """'BYTES MICROSECONDS...' lines (ours and OMB's, whose '#' lines are headers)."""
+def parse_latencies(text: str, lo: int = 0, hi: int | None = None) -> dict[int, float]:
+    """'BYTES MICROSECONDS...' lines (ours and OMB's, whose '#' lines are headers), sizes
+    from ``lo`` to ``hi``; UsageError at a line that starts with a size but holds no
+    latency a collective can take (a client printing garbage must not become a row)."""
     found = {}
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) >= 2 and parts[0].isdigit():
-            try:
-                found[int(parts[0])] = float(parts[1])
-            except ValueError:
-                continue
+        if len(parts) < 2 or not parts[0].isdigit():
+            continue
+        size = int(parts[0]) if len(parts[0]) < 20 else -1
+        try:
+            latency = float(parts[1])
+        except ValueError:
+            latency = math.nan
+        if not (lo <= size <= (hi if hi is not None else size) and 0 < latency < math.inf):
+            shown = printable(line.strip())[:80]
+            raise UsageError(
+                f"the C client printed {shown!r}: expected a size from {lo} to {hi} bytes "
+                "and its latency in microseconds (a positive number), as OSU's clients do"
+            )
+        found[size] = latency
     return found
 
 
+@dataclass(frozen=True)
+class ClientRun:
+    """One launch of the client: its command, where it is in the whole (for the progress
+    lines) and how long it may take."""
+
+    argv: list[str]
+    nprocs: int
+    what: str  # 'launch 2/6, p=4, allreduce, with the file'
+    timeout: float
+    lo: int = 0
+    hi: int | None = None
+
+
 def run_client(
-    argv: list[str],
-    nprocs: int,
-    env: Mapping[str, str],
-    mpi: str | None,
-    timeout: float,
+    run: ClientRun, env: Mapping[str, str], mpi: str | None, every: float = PROGRESS_EVERY
 ) -> dict[int, float]:
-    """One launch of the client on ``nprocs`` ranks: size -> mean latency (us)."""
-    cmd = [*launch.launcher_prefix(nprocs, mpi=mpi), *argv]
+    """One launch of the client: size -> mean latency (us). A line says what starts, and
+    another every ``every`` seconds while it runs; past ``run.timeout`` it is stopped
+    (UsageError naming the option that sets the limit)."""
+    cmd = [*launch.launcher_prefix(run.nprocs, mpi=mpi), *run.argv]
+    print(f"# C client: {run.what} (up to {run.timeout:g} s)", flush=True)
+    proc = launch.start(
+        cmd, launch.mpi_environment(run.nprocs, env), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    started = time.monotonic()
     try:
-        done = launch.run(cmd, timeout, env=launch.mpi_environment(nprocs, env))
-    except subprocess.TimeoutExpired:
-        raise UsageError(f"the C client did not finish within {timeout:g} s: {cmd}") from None
-    if done.returncode != 0:
-        tail = (done.stderr or done.stdout or "").strip()[-600:]
-        raise UsageError(f"the C client failed (exit {done.returncode}): {tail}")
-    return parse_latencies(done.stdout)
+        out, err = _wait(proc, run, started, every)
+    except BaseException:
+        launch.stop(proc)
+        raise
+    if proc.returncode != 0:
+        tail = printable((err or out or "").strip()[-600:])
+        raise UsageError(f"the C client failed (exit {proc.returncode}): {tail}")
+    found = parse_latencies(out, run.lo, run.hi)
+    if not found:
+        shown = printable(out.strip()[-200:])
+        raise UsageError(f"the C client ({run.what}) printed no latency: {shown!r}")
+    return found
+
+
+def _wait(proc: subprocess.Popen, run: ClientRun, started: float, every: float) -> tuple[str, str]:
+    """The client's output once it ends, with a progress line every ``every`` seconds
+    (communicate may be retried after its timeout without losing output)."""
+    while True:
+        waited = time.monotonic() - started
+        if waited >= run.timeout:
+            launch.stop(proc)
+            raise UsageError(
+                f"the C client ({run.what}) did not finish within {run.timeout:g} s "
+                "(--client-timeout); stopped"
+            )
+        try:
+            out, err = proc.communicate(timeout=min(every, run.timeout - waited))
+            return out or "", err or ""
+        except subprocess.TimeoutExpired:
+            waited = time.monotonic() - started
+            print(
+                f"# C client: {run.what}: still running after {waited:.0f} s "
+                f"(stopped at {run.timeout:g} s)",
+                flush=True,
+            )

@@ -62,6 +62,9 @@ class JobFailed(Exception):
         self.code = code
 
 
+# The sweep's exit code where the planner ended with 1 (a traceback), not wrong results.
+PLANNER_CRASHED = 3
+
 # A job: (process count, launch, isolation group).
 JobKey = tuple[int, int, str]
 
@@ -97,7 +100,8 @@ def run_planner(cfg: SweepConfig) -> dict[JobKey, dict[str, Any]]:
                 file=sys.stderr,
                 flush=True,
             )
-        raise JobFailed(proc.returncode)
+        # 1 is the suite's code for wrong results; a planner that crashed measured nothing.
+        raise JobFailed(PLANNER_CRASHED if proc.returncode == 1 else proc.returncode)
     events = (decode_event(line) for line in proc.stdout.splitlines())
     return {job_key(e): e for e in events if e and e["event"] == "plan"}
 

@@ -294,6 +294,14 @@ def check_sweep_config(cfg: SweepConfig) -> None:
         )
     if not split_variant_texts(cfg.algorithms):
         raise UsageError("-a: no algorithm named")
+    names = {text.partition(":")[0].strip() for text in split_variant_texts(cfg.algorithms)}
+    if cfg.adaptive and not names & {"all", "native"}:
+        # Every ratio adaptive judges is against native measured in the same launch
+        # (selection.adaptive): without it no point can be judged open.
+        raise UsageError(
+            "--adaptive decides each point against native, measured in the same launch: "
+            "add native to -a"
+        )
 
 
 def check_local_process_counts(cfg: SweepConfig) -> None:

@@ -33,7 +33,7 @@ import numpy as np
 from mpi4py import MPI
 
 from collectives import Buffers
-from collectives.topology import split_nodes
+from collectives.topology import RANKS_PER_NODE_ENV, emulated_ranks_per_node, split_nodes
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.bench_config import BW_WINDOW
 from osu_dl_bench.measurement.kernel import FAULT_ENV
@@ -118,9 +118,18 @@ def node_names(hosts: list[str]) -> tuple[str, ...]:
 def check_nodes(hosts: tuple[str, ...], nprocs: int) -> None:
     """A link needs two nodes: one clear message where MPI reports only one."""
     if len(hosts) < 2:
+        ranks = f"{nprocs} rank{'' if nprocs == 1 else 's'}"
+        emulated = emulated_ranks_per_node()
+        if emulated is not None:  # the emulation was asked for: suggesting it helps no one
+            raise UsageError(
+                f"linkmap measures the links between nodes: --ranks-per-node {emulated} "
+                f"(or {RANKS_PER_NODE_ENV}) puts the job's {ranks} on one emulated node; "
+                f"give fewer ranks per node than ranks, or launch across nodes",
+                agreed=True,
+            )
         raise UsageError(
             f"linkmap measures the links between nodes: MPI reports one node ({hosts[0]}) "
-            f"for the job's {nprocs} rank{'' if nprocs == 1 else 's'}; launch across nodes "
+            f"for the job's {ranks}; launch across nodes "
             "(mpiexec -hosts, srun -N) or emulate nodes on one host with --ranks-per-node",
             agreed=True,
         )

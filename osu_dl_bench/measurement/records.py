@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -69,6 +70,10 @@ def check_output_path(path: str | None) -> None:
         except ImportError as exc:
             raise UsageError(f"-o {path}: .parquet needs pyarrow (pip install pyarrow)") from exc
     check_writable_file("-o", path)
+    if os.path.lexists(path):  # as train-bench refuses a directory holding results
+        raise UsageError(
+            f"-o {path}: already exists; bench never replaces a file: choose a new name"
+        )
 
 
 def records_frame(records: list[BenchRecord], metadata: dict[str, str]) -> pd.DataFrame:

@@ -42,14 +42,12 @@ import pandas as pd
 
 from collectives.shape import JobShape
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.paths import write_text_atomic
+from osu_dl_bench.jsonfile import describe, is_kind, load_json
+from osu_dl_bench.paths import FOCUS, LOCK, METADATA, RESULTS, write_text_atomic
 
 SCHEMA_VERSION = 1
-RESULTS = "results.csv"
-METADATA = "metadata.json"
-LOCK = "sweep.lock"
-# An adaptive sweep's extra launches: which candidates each measures, and why.
-FOCUS = "focus.json"
+# RESULTS, METADATA, LOCK and FOCUS (an adaptive sweep's extra launches: which candidates
+# each measures, and why) are named in paths, which keeps other outputs off them.
 # A focus entry: one candidate at one point of a launch.
 FOCUS_KEY = ("nprocs", "collective", "size_bytes", "algorithm")
 # Lines named in the warning about dropped rows (the count covers them all).
@@ -161,6 +159,21 @@ POINT_KEY = (
 )
 
 
+def _whole(value: object) -> int:
+    """A focus file's whole number (a launch, a process count, a size), as int."""
+    if isinstance(value, str) and value.isdigit() and len(value) < 19:
+        return int(value)
+    if not is_kind(value, int) or not 0 <= value < INT_LIMIT:
+        raise ValueError(f"{describe(value)} is not a whole number of 0 or more")
+    return value
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{describe(value)} is not a name")
+    return value
+
+
 def round_values(text: object) -> np.ndarray:
     """The numbers of a space-separated per-round cell ('' or NaN: none)."""
     if not isinstance(text, str) or not text.strip():
@@ -268,7 +281,7 @@ class RunStore:
         """Replace the directory's file ``name`` atomically (a failed write leaves the old one)."""
         path = self.path / name
         try:
-            write_text_atomic(path, text)
+            write_text_atomic(path, text, run_store=True)
         except OSError as exc:
             raise _write_error(path, exc) from None
 
@@ -338,25 +351,35 @@ class RunStore:
         """An adaptive sweep's focus: launch number -> the (FOCUS_KEY order) candidates it
         measures; empty for a sweep that measures every candidate in every launch."""
         path = self.path / FOCUS
-        if not path.exists():
+        if not os.path.lexists(path):
             return {}
         try:
-            launches = json.loads(path.read_text())["launches"]
+            launches = load_json(path)["launches"]
             return {
-                int(launch): frozenset(
-                    (int(p), str(c), int(s), str(a)) for p, c, s, a in entry["points"]
+                _whole(launch): frozenset(
+                    (_whole(p), _text(c), _whole(s), _text(a)) for p, c, s, a in entry["points"]
                 )
                 for launch, entry in launches.items()
             }
-        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
-            raise UsageError(f"{path}: not an adaptive sweep's focus file ({exc})") from None
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            why = f"no {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
+            raise UsageError(f"{path}: not an adaptive sweep's focus file ({why})") from None
 
     def write_focus(self, launch: int, points: list[tuple], reasons: list[str]) -> None:
         """Record what launch ``launch`` measures (FOCUS_KEY tuples) and why, atomically,
-        beside the focus of the launches before it."""
+        beside the focus of the launches before it; a launch already recorded keeps its
+        record (UsageError if it would change): why its launches were spent is the run's."""
         path = self.path / FOCUS
-        self.read_focus()  # a damaged file is one message (UsageError), not a traceback
-        known = json.loads(path.read_text()) if path.exists() else {"launches": {}}
+        recorded = self.read_focus()  # a damaged file is one message, not a traceback
+        if launch in recorded:
+            if recorded[launch] == frozenset(points):
+                return
+            raise UsageError(
+                f"{path}: launch {launch}'s focus is recorded and differs from what these "
+                "options would measure; a record of why launches were spent is never "
+                "rewritten: resume with the options the run was measured with"
+            )
+        known = load_json(path) if recorded else {"launches": {}}
         known["launches"][str(launch)] = {
             "points": [list(point) for point in sorted(points)],
             "reasons": reasons,

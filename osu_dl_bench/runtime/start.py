@@ -14,6 +14,7 @@ import sys
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.runtime.agreement import joint_error
 from osu_dl_bench.runtime.launcher import avoid_busy_polling_when_oversubscribed
+from osu_dl_bench.runtime.text import printable
 
 THREAD_LEVELS = ("single", "funneled", "serialized", "multiple")
 # Why single by default: on MPICH, MULTIPLE adds ~2.7 us per call and disables the
@@ -62,10 +63,25 @@ def init_mpi(thread_level: str = DEFAULT_THREAD_LEVEL, pending: UsageError | Non
     if "mpi4py.MPI" not in sys.modules:
         mpi4py.rc.thread_level = thread_level
         avoid_busy_polling_when_oversubscribed()
+        pending = pending or _unknown_environment_thread_level(thread_level)
     from mpi4py import MPI
 
     _agree_at_start_up(MPI, pending)
     return MPI
+
+
+def _unknown_environment_thread_level(thread_level: str) -> UsageError | None:
+    """The error of a MPI4PY_RC_THREAD_LEVEL that names no thread level (mpi4py warns and
+    starts at its default: the run would measure at a level nobody asked for), agreed
+    with the other ranks at start-up; MPI starts at ``thread_level`` to say so."""
+    asked = os.environ.get(THREAD_LEVEL_ENV)
+    if asked is None or asked.strip().lower() in THREAD_LEVELS:
+        return None
+    os.environ[THREAD_LEVEL_ENV] = thread_level  # mpi4py reads it when MPI starts
+    return UsageError(
+        f"{THREAD_LEVEL_ENV}={printable(asked)[:40]!r}: expected one of "
+        f"{', '.join(THREAD_LEVELS)} (or unset it)"
+    )
 
 
 def raise_environment_thread_level(needed: str) -> str | None:

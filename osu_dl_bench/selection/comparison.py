@@ -137,6 +137,20 @@ def _table_chooser(table: str) -> Callable:
     return choose
 
 
+def table_coverage(table: str, points: Iterable[PointDecision]) -> dict[str, int]:
+    """How the selector took its choice from ``table`` at each point: counts by the
+    decision's ``how`` ('table': an entry of the point's own collective, buffer kind and
+    layout; 'nearest': another layout's entry or the model; 'native': no entry at all)."""
+    selector = Selector.from_file(table, force={})
+    counts: dict[str, int] = {}
+    for point in points:
+        k = point.key
+        query = Query(k.collective, k.nprocs, point.size, k.device, k.nodes, k.ppn)
+        how = selector.decide(query, default_context(query)).how
+        counts[how] = counts.get(how, 0) + 1
+    return counts
+
+
 def decided_points(run_dir: str) -> dict:
     """A run's decisions as tune takes them; a run with none is refused with the reason
     (every point left out, e.g. native measured only beside another backend)."""

@@ -219,3 +219,12 @@ def test_an_emulated_node_size_that_is_no_count_ends_every_rank_with_one_message
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.count("osu-dl-bench: error:") == 1, proc.stderr
     assert f"OSU_DL_BENCH_RANKS_PER_NODE='{value}': expected a whole number" in proc.stderr
+
+
+def test_a_thread_level_in_the_environment_that_names_none_ends_every_rank_with_one_message():
+    bench = ["-m", "osu_dl_bench", "bench", "allreduce", "-m", "8:8", "-i", "2", "-x", "1"]
+    proc = run_mpi(2, bench, timeout=60, env={"MPI4PY_RC_THREAD_LEVEL": "garbage"})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.count("osu-dl-bench: error:") == 1, proc.stderr
+    assert "MPI4PY_RC_THREAD_LEVEL='garbage': expected one of single" in proc.stderr
+    assert "RuntimeWarning" not in proc.stderr

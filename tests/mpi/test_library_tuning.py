@@ -133,3 +133,35 @@ def test_open_mpi_sweeps_its_own_algorithms_and_verifies_a_rules_file(tmp_path):
     assert verified.returncode == 0, f"{verified.stdout[-3000:]}\n{verified.stderr[-2000:]}"
     assert "allreduce    2     16K  ring" in verified.stdout
     assert "did NOT take effect" not in verified.stdout
+
+
+def _bad_file(tmp_path, name: str, text: str):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+UNKNOWN_BCAST = {
+    "collective=bcast": {
+        "comm_type=intra": {
+            "comm_size<=4": {"avg_msg_size=any": {"algorithm=MPIR_Bcast_intra_x": {}}}
+        }
+    }
+}
+
+
+@pytest.mark.parametrize(
+    "name, text, said",
+    [
+        ("t.openmpi.rules", "1\n2 1\n2 1\n0 1 0 0\n", "is a selection file for openmpi"),
+        ("t.mpich.json", json.dumps(UNKNOWN_BCAST), "names algorithms this MPICH does not have"),
+    ],
+)
+def test_a_file_mpich_cannot_take_is_refused_before_any_job(mpich, tmp_path, name, text, said):
+    path = _bad_file(tmp_path, name, text)
+    run = tmp_path / "run"
+    argv = ["--np", "2", "-a", "native", "-m", "8:64", "--launches", "2", "-o", str(run)]
+    res = _osu(["sweep", *argv, "--library-file", str(path)], timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert said in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert not (run / "results.csv").exists()

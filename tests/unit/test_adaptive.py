@@ -4,7 +4,9 @@ skips (jobs.plan.Done)."""
 from __future__ import annotations
 
 import pytest
+from support.sweep import sweep_config
 
+from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.plan import Done
 from osu_dl_bench.measurement.store import POINT_KEY, RunStore
 from osu_dl_bench.selection.adaptive import open_point, open_points
@@ -74,3 +76,80 @@ def test_a_point_is_open_while_a_contender_may_beat_the_choice_and_settled_other
 def test_native_kept_with_nothing_near_a_five_percent_gain_is_settled(ratio):
     point = decision(64, {"recursive_doubling": ratio})
     assert point.chosen == "native" and open_point(point) is None
+
+
+def test_a_recorded_launch_s_focus_is_never_rewritten(tmp_path):
+    store = RunStore(tmp_path / "run")
+    store.create()
+    store.write_focus(3, [(2, "allreduce", 64, "ring")], ["why 3"])
+    before = (store.path / "focus.json").read_bytes()
+    store.write_focus(3, [(2, "allreduce", 64, "ring")], ["why again"])  # the same: kept
+    with pytest.raises(UsageError, match="launch 3's focus is recorded and differs"):
+        store.write_focus(3, [(2, "allreduce", 8, "tree")], ["other options"])
+    assert (store.path / "focus.json").read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"launches": {"3": {"points": [[2, "allreduce", 1e400, "ring"]]}}}',
+        '{"launches": {"3": {"points": [[2, "allreduce", -8, "ring"]]}}}',
+        '{"launches": {"x": {"points": []}}}',
+        '{"launches": [1]}',
+        "[]",
+    ],
+)
+def test_a_damaged_focus_file_is_one_message(tmp_path, text):
+    store = RunStore(tmp_path / "run")
+    store.create()
+    (store.path / "focus.json").write_text(text)
+    with pytest.raises(UsageError, match="not an adaptive sweep's focus file"):
+        store.read_focus()
+
+
+def test_adaptive_without_its_reference_native_is_refused():
+    with pytest.raises(UsageError, match="--adaptive decides each point against native"):
+        sweep_config("--np", "2", "-a", "ring,rabenseifner", "--adaptive", "6", "-o", "r")
+    sweep_config("--np", "2", "-a", "native,ring", "--adaptive", "6", "-o", "r")
+    sweep_config("--np", "2", "--adaptive", "6", "-o", "r")  # all: native among them
+
+
+def _adaptive(monkeypatch, tmp_path, *extra):
+    """run_adaptive_sweep with its sweeps and decisions recorded instead of run."""
+    from osu_dl_bench.commands import sweep as command
+
+    swept = []
+    monkeypatch.setattr(command, "run_sweep", lambda cfg: swept.append(cfg.launches) or 0)
+    monkeypatch.setattr(command, "run_decisions", lambda *a: pytest.fail("decided again"))
+    run = str(tmp_path / "run")
+    cfg = sweep_config(
+        "--np", "2", "-a", "native,ring", "--launches", "2", "--adaptive", "3", "-o", run, *extra
+    )
+    return command.run_adaptive_sweep(cfg), swept
+
+
+def test_resuming_an_adaptive_sweep_measures_the_recorded_focus_as_recorded(tmp_path, monkeypatch):
+    store = RunStore(tmp_path / "run")
+    store.create()
+    store.write_focus(3, [(2, "allreduce", 64, "ring")], ["why 3"])
+    before = (store.path / "focus.json").read_bytes()
+    code, swept = _adaptive(monkeypatch, tmp_path, "--budget", "0.3", "--resume")
+    assert code == 0 and swept == [2, 3]
+    assert (store.path / "focus.json").read_bytes() == before
+
+
+def test_an_adaptive_dry_run_plans_the_first_launches_and_stops(tmp_path, monkeypatch):
+    code, swept = _adaptive(monkeypatch, tmp_path, "--dry-run")
+    assert code == 0 and swept == [2] and not (tmp_path / "run").exists()
+
+
+def test_a_planner_that_crashed_is_not_read_as_wrong_results(monkeypatch):
+    import subprocess
+
+    from osu_dl_bench.jobs import orchestrate
+
+    crashed = subprocess.CompletedProcess([], 1, stdout="", stderr="")
+    monkeypatch.setattr(orchestrate.launch, "run", lambda *a, **k: crashed)
+    with pytest.raises(orchestrate.JobFailed) as failed:
+        orchestrate.run_planner(sweep_config("--np", "2", "-o", "r"))
+    assert failed.value.code not in (0, 1, 2)

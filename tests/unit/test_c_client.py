@@ -4,9 +4,20 @@ launches become pooled per-size ratios (no MPI job here)."""
 from __future__ import annotations
 
 import math
+import time
+
+import pytest
 
 from osu_dl_bench.commands.verify_export import comparison_lines
-from osu_dl_bench.jobs.c_client import client_argv, parse_latencies, source_text
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.jobs import launch as job_launch
+from osu_dl_bench.jobs.c_client import (
+    ClientRun,
+    client_argv,
+    parse_latencies,
+    run_client,
+    source_text,
+)
 from osu_dl_bench.selection.exports.verification import client_pairs
 
 
@@ -21,7 +32,55 @@ def test_ours_and_ombs_output_parse_to_size_and_mean_latency():
     omb = "# OSU MPI Allreduce Latency Test v7.4\n# Size       Avg Latency(us)\n4  1.25\n8 1.50\n"
     assert parse_latencies(ours) == {8: 0.3069, 16: 0.3123}
     assert parse_latencies(omb) == {4: 1.25, 8: 1.5}
-    assert parse_latencies("garbage\n12 not-a-number\n") == {}
+    assert parse_latencies("garbage\n# 12 a header\n") == {}
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "299999999999999999999999999 1.5",
+        "12 not-a-number",
+        "8 nan",
+        "8 inf",
+        "8 -1.5",
+        "8 0",
+        "1048576 2.0",  # beyond the sizes asked for
+    ],
+)
+def test_a_client_printing_garbage_is_refused_not_recorded(line):
+    with pytest.raises(UsageError, match="the C client printed .*expected a size from 8 to 64"):
+        parse_latencies(f"# Size Avg Latency(us)\n8 1.25\n{line}\n", 8, 64)
+
+
+def _fake_client(tmp_path, monkeypatch, script: str) -> ClientRun:
+    """A client that is a shell script run without a launcher."""
+    monkeypatch.setattr(job_launch, "launcher_prefix", lambda nprocs, mpi=None: [])
+    client = tmp_path / "client.sh"
+    client.write_text(script)
+    return ClientRun(
+        ["sh", str(client)], 1, "launch 1/2, p=1, allreduce, with the file", 1.0, 8, 64
+    )
+
+
+def test_a_client_that_hangs_is_stopped_at_its_timeout_with_progress_meanwhile(
+    tmp_path, monkeypatch, capsys
+):
+    run = _fake_client(tmp_path, monkeypatch, "sleep 30\n")
+    started = time.monotonic()
+    with pytest.raises(UsageError, match=r"did not finish within 1 s \(--client-timeout\)"):
+        run_client(run, {}, None, every=0.3)
+    assert time.monotonic() - started < 15
+    out = capsys.readouterr().out
+    assert "# C client: launch 1/2, p=1, allreduce, with the file (up to 1 s)" in out
+    assert "still running after" in out
+
+
+def test_a_client_that_prints_no_latency_is_refused(tmp_path, monkeypatch):
+    run = _fake_client(tmp_path, monkeypatch, "echo hello\n")
+    with pytest.raises(UsageError, match="printed no latency"):
+        run_client(run, {}, None)
+    run = _fake_client(tmp_path, monkeypatch, "echo 8 1.5; echo 16 2.5\n")
+    assert run_client(run, {}, None) == {8: 1.5, 16: 2.5}
 
 
 def test_client_arguments_for_ours_and_for_omb():

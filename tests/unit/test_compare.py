@@ -96,7 +96,8 @@ def test_compare_prints_both_reports_and_writes_them(tmp_path):
     )
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
-    assert lines[0].startswith(f"# decisions: table {table}'s choices (the selector's) on {b}")
+    assert lines[0].startswith(f"# table {table}: 12 of 12 points from an entry of their own")
+    assert lines[1].startswith(f"# decisions: table {table}'s choices (the selector's) on {b}")
     row = next(line for line in lines if line.startswith("allreduce cpu p=2"))
     assert row.split()[3:5] == ["12", "100.0%"]  # 12 sizes, every choice in B's tie set
     assert any(line.startswith("# p=2: stability 100.0%") for line in lines)
@@ -112,3 +113,15 @@ def test_runs_without_results_or_shared_points_are_refused(tmp_path, capsys):
     assert "none: no results.csv (expected a sweep's run directory)" in capsys.readouterr().err
     assert main(["compare", str(a), str(b), "--nprocs", "3"]) == 2
     assert "share no measured point" in capsys.readouterr().err
+
+
+def test_a_table_for_other_process_counts_is_said_to_judge_only_its_fallbacks(tmp_path, capsys):
+
+    a, b = _runs(tmp_path)
+    other = write_run(tmp_path / "p4", model_points(nprocs_list=(4,), collectives=("bcast",)))
+    table = tmp_path / "t4.json"
+    build_table(other, "t4")[0].write(table)
+    assert main(["compare", str(a), str(b), "--table", str(table), "--nprocs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert f"# table {table}: 0 of 12 points from an entry of their own" in out
+    assert f"# warning: {table} has no entry for these runs' process counts" in out

@@ -56,6 +56,13 @@ def test_fewer_than_two_nodes_have_no_pairs_and_one_node_is_refused():
     check_nodes(("a", "b"), 2)
 
 
+def test_one_emulated_node_is_refused_without_suggesting_the_emulation(monkeypatch):
+    monkeypatch.setenv("OSU_DL_BENCH_RANKS_PER_NODE", "4")
+    with pytest.raises(UsageError, match="--ranks-per-node 4 .* on one emulated node") as got:
+        check_nodes(("vm:0",), 3)
+    assert "emulate nodes" not in str(got.value)
+
+
 def test_nodes_that_share_a_host_are_numbered():
     assert node_names(["node1", "node2"]) == ("node1", "node2")
     assert node_names(["vm", "vm", "other"]) == ("vm:0", "vm:1", "other:2")
@@ -263,3 +270,31 @@ def test_latency_needs_twice_its_peers_to_be_named_bandwidth_a_quarter_less():
     bandwidth[(0, 1)] = tuple(v / 1.5 for v in bandwidth[(0, 1)])
     linkmap = judge_links(replace(samples, bandwidth_mbs=bandwidth))
     assert {n.finding.name for n in linkmap.named("link")} == {"node1->node2"}
+
+
+def test_triage_reads_the_record_linkmap_writes(tmp_path, capsys):
+    from osu_dl_bench.commands.triage import TriageConfig, run_triage
+
+    linkmap = judge_links(_samples(4, slow=3))
+    path = tmp_path / "map.json"
+    write_linkmap(str(path), linkmap_record(linkmap, {"command": "x"}))
+    assert run_triage(TriageConfig(path, 0.5)) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[1:] == report_lines(linkmap)
+
+
+def test_triage_refuses_a_damaged_linkmap_record_in_one_message(tmp_path):
+    from osu_dl_bench.commands.triage import TriageConfig, run_triage
+
+    good = linkmap_record(judge_links(_samples(3)), {})
+    for damage in (
+        {"hosts": "node1"},
+        {"leaders": [0]},
+        {"settings": {"repetitions": -1}},
+        {"links": [{"source": "node1", "target": "elsewhere", "bandwidth_mbs": {}}]},
+        {"pairs": [{"nodes": ["node1", "node2"], "latency_us": {"samples": ["x"]}}]},
+    ):
+        path = tmp_path / "map.json"
+        path.write_text(json.dumps({**good, **damage}))
+        with pytest.raises(UsageError, match="not a linkmap record as bench linkmap -o writes"):
+            run_triage(TriageConfig(path, 0.5))

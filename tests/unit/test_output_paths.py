@@ -106,3 +106,51 @@ def test_write_atomic_writes_through_a_symlink_and_keeps_it(tmp_path):
     (tmp_path / "link.csv").symlink_to(tmp_path / "real.csv")
     paths.write_text_atomic(tmp_path / "link.csv", "new")
     assert (tmp_path / "link.csv").is_symlink() and (tmp_path / "real.csv").read_text() == "new"
+
+
+def _run_files_commands(run, other):
+    """Every command that writes a file named by an option, aimed at ``run``'s own files
+    (directly, and through a symlink beside it)."""
+    link = run.parent / "out.json"
+    link.symlink_to(run / "results.csv")
+    run, other = str(run), str(other)
+    return [
+        ["compare", run, other, "--out", f"{run}/results.csv"],
+        ["tune", run, "-o", f"{run}/metadata.json"],
+        ["tune", run, "-o", f"{run}/focus.json"],
+        ["tune", run, "-o", str(link)],
+        ["model", "accuracy", run, "--csv", f"{run}/results.csv"],
+        ["model", "predict", "--np", "4", "--platform", "x", "-o", f"{run}/metadata.json"],
+        ["train", "--json", f"{run}/heartbeats/p2-1-mpi/rank-0"],
+        ["bench", "allreduce", "-o", f"{run}/results.csv"],
+    ]
+
+
+def test_no_writer_replaces_a_run_directory_s_own_files(tmp_path, capsys):
+    run = write_run(tmp_path / "run", model_points(nprocs_list=(2,)), METADATA)
+    other = write_run(tmp_path / "other", model_points(nprocs_list=(2,), seed=3), METADATA)
+    (run / "focus.json").write_text('{"launches": {}}')
+    (run / "heartbeats" / "p2-1-mpi").mkdir(parents=True)
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    for argv in _run_files_commands(run, other):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert f"belongs to the run directory {run}" in err and "Traceback" not in err, (argv, err)
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+
+
+def test_write_atomic_leaves_a_run_directory_s_files_to_its_store(tmp_path):
+    run = write_run(tmp_path / "run", model_points(nprocs_list=(2,)), METADATA)
+    with pytest.raises(UsageError, match="metadata.json belongs to the run directory"):
+        paths.write_text_atomic(run / "metadata.json", "{}")
+    paths.write_text_atomic(run / "metadata.json", "{}", run_store=True)
+    paths.write_text_atomic(tmp_path / "metadata.json", "{}")  # no run directory there
+
+
+def test_bench_never_replaces_an_existing_file(tmp_path):
+    from osu_dl_bench.measurement.records import check_output_path
+
+    (tmp_path / "old.csv").write_text("measured")
+    with pytest.raises(UsageError, match="old.csv: already exists"):
+        check_output_path(str(tmp_path / "old.csv"))
+    check_output_path(str(tmp_path / "new.csv"))

@@ -190,3 +190,96 @@ def test_a_hand_edited_metadata_gives_no_nodes_rather_than_a_crash():
     )
     for metadata in ({"jobs": {"2": {"launches": []}}}, {"jobs": []}, {"jobs": {"2": 7}}):
         assert list(evidence_from_run(frame, metadata)["node"]) == ["", ""]
+
+
+@pytest.fixture
+def no_hang():
+    """Turn a read that blocks (a FIFO) into a failure after 10 s instead of a hung suite."""
+    import signal
+
+    def hung(*_):
+        raise AssertionError("blocked for 10 s")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(10)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def test_triage_refuses_a_fifo_a_device_and_a_huge_file(tmp_path, no_hang, monkeypatch):
+    import os
+
+    from osu_dl_bench import jsonfile
+
+    os.mkfifo(tmp_path / "fifo.csv")
+    (tmp_path / "zero.json").symlink_to("/dev/zero")
+    monkeypatch.setattr(jsonfile, "MAX_FILE_BYTES", 1000)
+    (tmp_path / "huge.json").write_text(" " * 2000)
+    monkeypatch.setattr(jsonfile.read_regular_file, "__defaults__", (1000,))
+    for name, message in (
+        ("fifo.csv", "not a regular file"),
+        ("zero.json", "not a regular file"),
+        ("huge.json", "larger than 1000 bytes"),
+    ):
+        with pytest.raises(UsageError, match=message):
+            run_triage(TriageConfig(tmp_path / name, 0.5))
+
+
+def _bench_record(lag: object, node: str = "h") -> dict:
+    per_rank = [
+        {"rank": r, "node": node, "lag_us": lag if r else 0.0, "wait_us": 0, "finish_us": 1}
+        for r in range(2)
+    ]
+    return {"collective": "bcast", "algorithm": "native", "size_bytes": 8, "p50_us": 5.0} | {
+        "per_rank": per_rank
+    }
+
+
+def test_triage_refuses_lags_that_are_no_time_as_the_run_directory_does(tmp_path):
+    for lag in (float("inf"), -3.0, float("nan"), "abc", True):
+        records = [_bench_record(lag)]
+        for suffix in (".json", ".csv"):
+            path = tmp_path / f"bench{suffix}"
+            if suffix == ".json":
+                path.write_text(json.dumps(records))  # Python's json writes Infinity, NaN
+            else:
+                frame = pd.DataFrame(records)
+                frame["per_rank"] = frame["per_rank"].map(json.dumps)
+                frame.to_csv(path, index=False)
+            with pytest.raises(UsageError) as got:
+                run_triage(TriageConfig(path, 0.5))
+            message = str(got.value)
+            assert "lag_us" in message or "not a number JSON allows" in message, (lag, message)
+            assert "Error" not in message and "pandas" not in message, message
+
+
+def test_triage_says_what_a_damaged_csv_is_without_pandas_words(tmp_path):
+    path = tmp_path / "bench.csv"
+    path.write_bytes(b'a,b\n"1,2\n\xff\xfe')
+    with pytest.raises(UsageError, match="cannot be read as CSV: not a file bench -o wrote"):
+        run_triage(TriageConfig(path, 0.5))
+
+
+def test_triage_of_a_train_bench_run_says_what_reads_it(tmp_path):
+    from osu_dl_bench.measurement.store import TRAINING_STEP
+
+    store = RunStore(tmp_path / "run")
+    store.create()
+    store.append(
+        [type(sweep_point(8))(**(sweep_point(8).__dict__ | {"collective": TRAINING_STEP}))]
+    )
+    with pytest.raises(UsageError, match="holds train-bench's training steps") as got:
+        run_triage(TriageConfig(tmp_path / "run", 0.5))
+    assert "from this version on" not in str(got.value)
+
+
+def test_a_newline_in_a_node_name_is_shown_escaped(tmp_path, capsys):
+    path = tmp_path / "bench.json"
+    records = []
+    for size in (8, 16, 32, 64):
+        records.append(_bench_record(1.0, node="evil\nrank 9 arrives late") | {"size_bytes": size})
+    path.write_text(json.dumps(records))
+    assert run_triage(TriageConfig(path, 0.5)) == 0
+    out = capsys.readouterr().out
+    assert "evil\\nrank 9" in out and "\nrank 9 arrives late" not in out

@@ -37,6 +37,16 @@ def test_the_options_make_a_frozen_config_with_the_run_directory_beside_the_file
         cfg.launches = 1
 
 
+def test_the_c_client_s_wait_is_an_option_with_a_bound(tmp_path):
+    file = tmp_path / "t.mpich.json"
+    file.write_text("{}")
+    assert _config(str(file)).client_timeout == 600
+    assert _config(str(file), "--client-timeout", "30").client_timeout == 30
+    for bad in ("0", "-1", "abc", "1e9"):
+        with pytest.raises(UsageError, match="--client-timeout"):
+            _config(str(file), "--client-timeout", bad)
+
+
 def test_a_missing_file_is_refused_when_the_options_are_parsed(tmp_path):
     with pytest.raises(UsageError, match="none.json: no such file"):
         _config(str(tmp_path / "none.json"))
@@ -109,3 +119,44 @@ def test_the_sweep_it_runs_keeps_a_file_name_that_starts_with_a_dash(tmp_path, m
     sweep = sweep_config(config_from_args(args), str(tmp_path / "run"), ["ring"])
     assert sweep.library_file == str(tmp_path / "-e.mpich.json")
     assert sweep.algorithms == "native,native:alg=ring"
+
+
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        ("t.mpich.json", json.dumps({"collective=allreduce": "a string"})),
+        ("t.mpich.json", json.dumps({"collective=allreduce": {"comm_type=intra": [1]}})),
+        (
+            "t.mpich.json",
+            json.dumps(
+                {"collective=allreduce": {"comm_type=intra": {"comm_size<=abc": {"x": {}}}}}
+            ),
+        ),
+        ("t.openmpi.rules", "1\n2 1\n2 99999999999999999999\n0 1 0 0\n"),
+        ("t.openmpi.rules", "1\n2 abc\n"),
+    ],
+)
+def test_a_malformed_export_is_one_message_before_anything_runs(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(UsageError, match=f"{name}: not "):
+        reader = file_reader(path, file_library(path))
+        named_algorithms(reader, (2, 4), [8, 64, 1024])
+
+
+def test_a_selection_file_of_the_other_library_is_never_handed_to_it():
+    from collectives import mpit
+
+    with pytest.raises(UsageError, match="t.openmpi.rules is a selection file for openmpi"):
+        mpit.selection_file_environment("mpich", "/x/t.openmpi.rules")
+    with pytest.raises(UsageError, match="for mpich, but the jobs run openmpi"):
+        mpit.selection_file_environment("openmpi", "/x/t.mpich.json")
+    assert mpit.selection_file_environment("openmpi", "/x/t.openmpi.rules")
+
+
+def test_a_stopped_verification_is_continued_with_the_resume_its_messages_advise(tmp_path):
+    file = tmp_path / "t.mpich.json"
+    file.write_text(json.dumps({"collective=allreduce": {}}))
+    run = str(tmp_path / "run")
+    assert not sweep_config(_config(str(file)), run, []).resume
+    assert sweep_config(_config(str(file), "--resume"), run, []).resume

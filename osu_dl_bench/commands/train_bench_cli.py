@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import shlex
 
+from collectives.units import split_variant_texts
 from osu_dl_bench.commands.arguments import (
     non_negative_int,
     output_stem,
@@ -125,6 +126,7 @@ def config_from_args(args: argparse.Namespace) -> TrainBenchConfig:
             f"-b {args.batch_size}: a global batch smaller than the {args.np} ranks "
             f"(--np) leaves a rank without a sample: -b {args.np} or more"
         )
+    check_only(args.only)
     return TrainBenchConfig(
         np=args.np,
         launches=args.launches,
@@ -153,13 +155,32 @@ def config_from_args(args: argparse.Namespace) -> TrainBenchConfig:
 
 
 def configuration_labels(text: str) -> str:
-    """--only: labels separated by commas, none empty, each printable."""
-    labels = text.split(",")
-    if not all(label.strip() and label.isprintable() for label in labels):
+    """--only: labels separated by commas (a label's own parameters keep theirs, as -a's
+    do: split_variant_texts), each printable and not an option; sorted, once each."""
+    labels = split_variant_texts(text)
+    bad = [label for label in labels if not label.isprintable() or label.startswith("-")]
+    if not labels or bad or any(not part.strip() for part in text.split(",")):
         raise argparse.ArgumentTypeError(
             f"expected configuration labels separated by commas, got {text!r}"
         )
-    return ",".join(label.strip() for label in labels)
+    return ",".join(sorted(set(labels)))
+
+
+def check_only(only: str | None) -> None:
+    """Refuse, before any job or run directory, labels no configuration can carry."""
+    if only is None:
+        return
+    from osu_dl_bench.train.comparison import possible_labels
+
+    known = possible_labels()
+    unknown = [label for label in split_variant_texts(only) if label not in known]
+    # The report names native in another group 'native@GROUP': the same configuration.
+    unknown = [label for label in unknown if label.partition("@")[0] != "native"]
+    if unknown:
+        raise UsageError(
+            f"--only: no configuration is named {', '.join(unknown)}; the labels are "
+            f"{', '.join(sorted(known))}"
+        )
 
 
 def _option_flag(name: str) -> str:

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from collectives.units import split_variant_texts
 from osu_dl_bench.jobs.plan import MPI_GROUP, group_of
 
 DDP = "ddp-gloo"
@@ -170,25 +171,35 @@ def configurations(session, cfg, table: str | None) -> tuple[list[Configuration]
     return [c for c in configs if c.group in groups], skipped
 
 
+# The label suffixes train-bench gives a fixed algorithm's or tuned's other configurations.
+SUFFIXES = ("", "/no-overlap", "/registered", "/registered/no-overlap")
+
+
+def possible_labels() -> set[str]:
+    """Every label a configuration may carry on some machine (this one's registry, the
+    backends it lacks, native, tuned, DDP's), for --only before any job runs."""
+    from collectives import algorithms
+    from collectives.registry import UNAVAILABLE_BACKENDS
+
+    bases = {NATIVE, TUNED, *UNAVAILABLE_BACKENDS}
+    bases |= {a.variant().label for a in algorithms("allreduce")}
+    return {base + suffix for base in bases for suffix in SUFFIXES} | {DDP, DDP_NCCL}
+
+
 def only_these(
     configs: list[Configuration], only: str | None
 ) -> tuple[list[Configuration], list[str]]:
-    """The configurations named in ``only`` (comma-separated labels; None: all), native
-    always (each group's reference), and a line per one left out; a label that names no
-    configuration is refused with those that exist."""
+    """The configurations named in ``only`` (labels as split_variant_texts splits them;
+    None: all), native always (each group's reference), and a line per one left out and
+    per one named that this machine cannot run (told apart from a typo before any job:
+    possible_labels)."""
     if only is None:
         return configs, []
-    wanted = set(only.split(","))
-    unknown = wanted - {c.label for c in configs}
-    if unknown:
-        from osu_dl_bench.errors import UsageError
-
-        raise UsageError(
-            f"--only {only}: no configuration {', '.join(sorted(unknown))} here; "
-            f"there are {', '.join(c.label for c in configs)}"
-        )
+    wanted = set(split_variant_texts(only))
     kept = [c for c in configs if c.label in wanted or c.label == NATIVE]
     left = [f"{c.label}: not measured (--only)" for c in configs if c not in kept]
+    here = {c.label for c in configs}
+    left += [f"{label}: not measured: not available here" for label in sorted(wanted - here)]
     return kept, left
 
 

@@ -53,11 +53,19 @@ def test_the_job_gets_every_option_and_the_worker_flag():
     )
 
 
-def test_only_reaches_the_job_and_is_not_recorded_when_unset():
-    cfg = _parse("--only", "nccl, ddp-nccl")
+def test_only_reaches_the_job_sorted_once_each_and_is_not_recorded_when_unset():
+    cfg = _parse("--only", "tree:seg=256K,trees=1, ddp-nccl,ddp-nccl")
     inside = _parse(*worker_argv(cfg, 1, "nccl")[1:])
-    assert inside.only == cfg.only == "nccl,ddp-nccl"
+    assert inside.only == cfg.only == "ddp-nccl,tree:seg=256K,trees=1"
     assert "only" not in recorded_options(_parse())  # run directories made before it resume
+
+
+def test_an_unknown_only_label_is_refused_before_the_run_directory_exists(tmp_path, capsys):
+    out = tmp_path / "tb"
+    assert main(["train-bench", "--only", "nccl,bogus", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--only: no configuration is named bogus; the labels are" in err and "ddp-nccl" in err
+    assert not out.exists()
 
 
 def test_the_job_is_this_package_under_mpiexec_with_np_ranks(monkeypatch):
@@ -86,6 +94,7 @@ def test_the_job_is_this_package_under_mpiexec_with_np_ranks(monkeypatch):
         ["--launches", "1000000000000"],
         ["--only", "nccl,,ddp-nccl"],
         ["--only", "nccl,\x1b[2J"],
+        ["--only", "-x"],
     ],
 )
 def test_bad_options_exit_2_with_one_message(argv, capsys):

@@ -4,16 +4,14 @@ native in every group) and the variants a tuned table may bind."""
 from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
-
 from collectives.registry import lookup
-from osu_dl_bench.errors import UsageError
 from osu_dl_bench.selection.selector import Selector
 from osu_dl_bench.train.comparison import (
     Configuration,
     home_group,
     in_launch,
     only_these,
+    possible_labels,
     selector_variants,
 )
 
@@ -108,15 +106,21 @@ def test_on_cpus_there_is_no_ddp_over_nccl():
     assert "ddp-gloo" in labels and "ddp-nccl" not in labels
 
 
-def test_only_keeps_the_named_configurations_and_native_and_refuses_unknown_labels():
+def test_only_keeps_the_named_configurations_and_native_and_names_the_absent_ones():
     configs = [Configuration(label, "mpi", None) for label in ("native", "ring", "nccl")]
+    configs.append(Configuration("tree:seg=256K,trees=1", "mpi", None))
     configs.append(Configuration("ddp-nccl", "nccl", None))
-    kept, left = only_these(configs, "nccl,ddp-nccl")
-    assert [c.label for c in kept] == ["native", "nccl", "ddp-nccl"]
-    assert left == ["ring: not measured (--only)"]
+    kept, left = only_these(configs, "ddp-nccl,gloo,nccl,tree:seg=256K,trees=1")
+    assert [c.label for c in kept] == ["native", "nccl", "tree:seg=256K,trees=1", "ddp-nccl"]
+    assert left == ["ring: not measured (--only)", "gloo: not measured: not available here"]
     assert only_these(configs, None) == (configs, [])
-    with pytest.raises(UsageError, match="no configuration tuned here; there are native, ring"):
-        only_these(configs, "tuned,nccl")
+
+
+def test_every_label_a_configuration_carries_is_a_possible_label():
+    labels = possible_labels()
+    assert {"native", "tuned", "ddp-gloo", "ddp-nccl", "native/no-overlap"} <= labels
+    assert {"ring:seg=256K", "tree:seg=256K,trees=1", "cma:chunk=512K/registered"} <= labels
+    assert "bogus" not in labels
 
 
 def test_on_gpus_the_fixed_algorithms_are_judged_and_bound_for_gpu_buffers(nccl, monkeypatch):

@@ -366,7 +366,13 @@ remove_recorded() {
     case $1 in
     slurm) [[ -d $2 ]] && OSU_DL_BENCH_SLURM_DIR=$2 bash "$HERE/slurm_local.sh" stop ;;
     mount) mountpoint -q "$2" && umount "$2" ;;
-    netns) ip netns list | grep -qE "^$2( |$)" && ip netns delete "$2" ;;
+    netns)
+        ip netns list | grep -qE "^$2( |$)" || return 0
+        # A node's processes end with it: a rank cut off from its job (a link set down)
+        # spins on, and a deleted namespace's processes keep running without one.
+        ip netns pids "$2" | xargs -r kill -9
+        ip netns delete "$2"
+        ;;
     link) ip link show "$2" >/dev/null 2>&1 && ip link delete "$2" ;;
     *) log "unknown record '$1 $2' left alone" ;;
     esac

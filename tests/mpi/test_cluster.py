@@ -329,6 +329,9 @@ def test_a_link_cut_mid_sweep_is_named_as_the_nodes_network_not_the_algorithm(tm
         run_with_timeout([*node2, "up"], 30)
         down = _script("down", env=env)
     assert down.returncode == 0, down.stderr
+    # The rank cut off on node2 spins on in MPI unless down ends its node's processes.
+    left = subprocess.run(["pgrep", "-f", str(run)], capture_output=True, text=True).stdout
+    assert left == "", f"processes of the cut job outlived its cluster: {left}"
     assert proc.returncode == 1, (out, err)
     assert "node2 (10.213.11.2) does not answer" in err, err
     assert "a network fault between the job's nodes, not its algorithm" in err, err

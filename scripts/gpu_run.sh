@@ -47,7 +47,8 @@ SMOKE_MAX=${SMOKE_MAX:-16M}
 LAUNCHES=${LAUNCHES:-3}
 SMOKE_TIMEOUT=${SMOKE_TIMEOUT:-120}
 MPIEXEC=${MPIEXEC:-mpiexec}
-LIMIT=(timeout "${STEP_TIMEOUT:-300}")
+STEP_TIMEOUT=${STEP_TIMEOUT:-300}
+LIMIT=(timeout "$STEP_TIMEOUT")
 BW_COLLECTIVES=(allreduce bcast)
 declare -A MPI_BW=(
     [allreduce]=${MPI_ALLREDUCE:-native,ring,rabenseifner}
@@ -65,8 +66,14 @@ for part in $PARTS; do
     *) usage "PARTS: unknown part '$part' (bandwidth, training, smoke, copybound, hostdevice, ddp, overlap)" ;;
     esac
 done
-for name in STEPS ROUNDS LAUNCHES SMOKE_TIMEOUT; do
-    [[ ${!name} =~ ^[0-9]+$ ]] || usage "$name=${!name}: expected a whole number"
+# NAME LOW HIGH: whole numbers only (a time limit of 0 would be none: timeout 0 waits forever).
+for bounds in "STEPS 1 100000" "ROUNDS 0 1000" "LAUNCHES 1 100" "SMOKE_TIMEOUT 1 86400" \
+    "STEP_TIMEOUT 1 86400"; do
+    read -r name low high <<<"$bounds"
+    value=${!name}
+    if ! [[ $value =~ ^[0-9]{1,6}$ ]] || ((10#$value < low || 10#$value > high)); then
+        usage "$name=$value: expected a whole number from $low to $high"
+    fi
 done
 # The folder is emptied: only a new one, or one whose summary says this script made it.
 if [ -e "$OUT" ] && ! grep -qs '^# gpu_run ' "$OUT/summary.txt"; then
@@ -136,7 +143,7 @@ part_bandwidth() {
     if [ "${#records[@]}" -gt 0 ]; then
         say "" "# bench -d cuda --bounds -c -f -m 1K:$BW_MAX: nccl -n $NP (-i 50 -x 5); MPI -n $MPI_NP" \
             "# (-i 10 -x 2; allreduce ${MPI_BW[allreduce]}; bcast ${MPI_BW[bcast]})"
-        "$PYTHON" scripts/gpu_bandwidth.py "${records[@]}" 2>&1 | tee -a "$SUMMARY"
+        "$PYTHON" scripts/gpu_bandwidth.py "${records[@]}" 2>&1 | tee -a "$SUMMARY" || failed=1
     fi
 }
 
@@ -182,10 +189,13 @@ part_copybound() {
             -o "$json" && files+=("$json")
     done
     [ "${#files[@]}" -gt 0 ] || return 0
-    "$PYTHON" scripts/gpu_bandwidth.py --paired nccl memcpy "${files[@]}" 2>&1 | tee -a "$SUMMARY"
-    "$PYTHON" scripts/gpu_bandwidth.py --paired copy-kernel memcpy "${files[@]}" 2>&1 | tee -a "$SUMMARY"
+    # A table that cannot be made is a failed step too (pipefail: the script's status).
+    "$PYTHON" scripts/gpu_bandwidth.py --paired nccl memcpy "${files[@]}" 2>&1 | tee -a "$SUMMARY" ||
+        failed=1
+    "$PYTHON" scripts/gpu_bandwidth.py --paired copy-kernel memcpy "${files[@]}" 2>&1 |
+        tee -a "$SUMMARY" || failed=1
     say "" "# the first launch's bandwidth table"
-    "$PYTHON" scripts/gpu_bandwidth.py "${files[0]}" 2>&1 | tee -a "$SUMMARY"
+    "$PYTHON" scripts/gpu_bandwidth.py "${files[0]}" 2>&1 | tee -a "$SUMMARY" || failed=1
 }
 
 # --- hostdevice: host-device copies, and the staged call's small-message cost -----------

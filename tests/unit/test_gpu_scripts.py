@@ -462,8 +462,12 @@ def test_paired_ratios_hold_one_for_the_same_call_and_not_for_a_slower_one(tmp_p
             {"PARTS": "copybound bogus"},
             "unknown part 'bogus' (bandwidth, training, smoke, copybound",
         ),
-        ({"LAUNCHES": "x"}, "LAUNCHES=x: expected a whole number"),
+        ({"LAUNCHES": "x"}, "LAUNCHES=x: expected a whole number from 1 to 100"),
+        ({"LAUNCHES": "0"}, "LAUNCHES=0: expected a whole number from 1 to 100"),
+        ({"LAUNCHES": "99999999999999999999"}, "expected a whole number from 1 to 100"),
         ({"SMOKE_TIMEOUT": "1;rm"}, "SMOKE_TIMEOUT=1;rm: expected a whole number"),
+        ({"SMOKE_TIMEOUT": "0"}, "SMOKE_TIMEOUT=0: expected a whole number from 1 to 86400"),
+        ({"STEP_TIMEOUT": "abc"}, "STEP_TIMEOUT=abc: expected a whole number from 1 to 86400"),
     ],
 )
 def test_gpu_run_refuses_unknown_parts_and_settings_before_anything_runs(tmp_path, settings, words):

@@ -118,6 +118,9 @@ def _run_files_commands(run, other):
         ["compare", run, other, "--out", f"{run}/results.csv"],
         ["tune", run, "-o", f"{run}/metadata.json"],
         ["tune", run, "-o", f"{run}/focus.json"],
+        ["tune", run, "-o", f"{run}/calibration.json"],
+        ["model", "accuracy", run, "--csv", f"{run}/calibration.csv"],
+        ["compare", run, other, "--out", f"{run}/results.parquet"],
         ["tune", run, "-o", str(link)],
         ["model", "accuracy", run, "--csv", f"{run}/results.csv"],
         ["model", "predict", "--np", "4", "--platform", "x", "-o", f"{run}/metadata.json"],
@@ -130,6 +133,8 @@ def test_no_writer_replaces_a_run_directory_s_own_files(tmp_path, capsys):
     run = write_run(tmp_path / "run", model_points(nprocs_list=(2,)), METADATA)
     other = write_run(tmp_path / "other", model_points(nprocs_list=(2,), seed=3), METADATA)
     (run / "focus.json").write_text('{"launches": {}}')
+    (run / "calibration.json").write_text('{"jobs": []}')
+    (run / "calibration.csv").write_text("kind,size_bytes\n")
     (run / "heartbeats" / "p2-1-mpi").mkdir(parents=True)
     before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
     for argv in _run_files_commands(run, other):

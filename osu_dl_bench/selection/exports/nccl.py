@@ -25,10 +25,12 @@ from pathlib import Path
 
 from osu_dl_bench import __version__
 from osu_dl_bench.paths import write_atomic
-from osu_dl_bench.selection.exports.common import provenance_lines, range_text
+from osu_dl_bench.selection.exports.common import beside, provenance_lines, range_text
 from osu_dl_bench.selection.table import Choice, Entry, TuningTable
 
 LIBRARY = "nccl"
+# The files export writes beside the table (checked before any of them is written).
+SUFFIXES = (".nccl_tuner.conf",)
 # The collectives written, with the plugin's names for them (plugin.c, parseCollType).
 COLLTYPES = {"allreduce": "allreduce", "bcast": "broadcast"}
 # NCCL's only broadcast algorithm (src/device/broadcast.h): bcast variants force no algo.
@@ -124,7 +126,7 @@ def tuner_text(table: TuningTable, warn: list[str], filename: str = "FILE") -> s
 def export(table: TuningTable, base: Path) -> tuple[list[Path], list[str]]:
     """Write BASE.nccl_tuner.conf; returns the path and warnings."""
     warn: list[str] = []
-    path = base.with_name(base.name + ".nccl_tuner.conf")
+    path = beside(base, SUFFIXES[0])
     text = tuner_text(table, warn, path.name)
     write_atomic(path, lambda tmp: tmp.write_text(text, encoding=ENCODING))
     return [path], warn

@@ -16,8 +16,9 @@ whether the MPI library reads device memory, and host staging where it does not.
   ``MPIX_Query_cuda_support`` (Open MPI's mpi-ext.h, MPICH >= 4.0) read through ctypes
   from the libmpi this process loaded; MVAPICH2's ``MV2_USE_CUDA``, MVAPICH's
   ``MVP_USE_CUDA`` and Cray MPICH's ``MPICH_GPU_SUPPORT_ENABLED`` for those builds only;
-  ``OSU_DL_BENCH_CUDA_AWARE=1/0`` overrides them all. ``cuda_awareness`` says how it was
-  found, for the run's metadata and tables; where nothing says so MPI is staged.
+  ``OSU_DL_BENCH_CUDA_AWARE=1/0`` overrides them all (any other value is refused).
+  ``cuda_awareness`` says how it was found, for the run's metadata and tables; where nothing
+  says so MPI is staged.
 - Staging. Where MPI is not CUDA-aware, ``for_backend`` wraps an MPI algorithm so that it
   runs on pinned host copies of the buffers (``cupyx.empty_pinned``): send is copied in,
   recv only where the call reads it (in place, and on that rank: a broadcast reads only
@@ -51,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from collectives.errors import UsageError
 from collectives.mpit import distribution_of
 from collectives.units import format_size
 
@@ -323,13 +325,14 @@ STAGED_NOTHING_FOUND = "none found: staged"
 
 
 def cuda_awareness(library_version: str | None = None) -> CudaAwareness:
-    """How this process's MPI takes device memory: OSU_DL_BENCH_CUDA_AWARE (1/0) if set;
+    """How this process's MPI takes device memory: OSU_DL_BENCH_CUDA_AWARE (1/0; another
+    value is a UsageError) if set;
     for a build with a documented switch (``CUDA_SWITCHES``, the build named by
     ``library_version``, default MPI_Get_library_version) that switch; else
     MPIX_Query_cuda_support (Open MPI, MPICH >= 4.0); else not aware (staging is right
     everywhere, only slower)."""
-    forced = os.environ.get(CUDA_AWARE_ENV, "").strip()
-    if forced in ("0", "1"):
+    forced = _override()
+    if forced is not None:
         return CudaAwareness(forced == "1", f"{CUDA_AWARE_ENV}={forced}")
     answer = query_cuda_support()
     if answer is False:  # built without CUDA: no switch turns it on
@@ -339,10 +342,30 @@ def cuda_awareness(library_version: str | None = None) -> CudaAwareness:
         value = os.environ.get(switch, "").strip()
         if value == "1":
             return CudaAwareness(True, f"{switch}=1")
-        return CudaAwareness(False, f"{switch}={value or 'unset'}: staged")
+        return CudaAwareness(False, f"{switch}={_recorded(value) or 'unset'}: staged")
     if answer:
         return CudaAwareness(True, "MPIX_Query_cuda_support=1")
     return CudaAwareness(False, STAGED_NOTHING_FOUND)
+
+
+def _override() -> str | None:
+    """OSU_DL_BENCH_CUDA_AWARE's "0" or "1", None where it is unset or empty; any other
+    value is a UsageError (read on every rank alike: the entry guard agrees on it), never
+    silently taken for "not set"."""
+    value = os.environ.get(CUDA_AWARE_ENV, "")
+    forced = value.strip()
+    if forced in ("", "0", "1"):
+        return forced or None
+    raise UsageError(
+        f"{CUDA_AWARE_ENV}={value!r}: expected 1 (MPI reads device memory), 0 (stage "
+        "through host buffers) or unset (ask the MPI library)"
+    )
+
+
+def _recorded(value: str) -> str:
+    """An environment value as metadata and warnings record it: as is where printable,
+    else escaped (repr), so a control character cannot reach a terminal or a file raw."""
+    return value if value.isprintable() else repr(value)
 
 
 def _library_version(given: str | None) -> str:

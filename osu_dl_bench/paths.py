@@ -15,11 +15,16 @@ from osu_dl_bench.errors import UsageError
 # A run directory's own files (the layout measurement/store.py documents and names from
 # here): what a command writes elsewhere must never replace them, whatever -o says.
 RESULTS = "results.csv"
+RESULTS_PARQUET = "results.parquet"
 METADATA = "metadata.json"
 FOCUS = "focus.json"
 LOCK = "sweep.lock"
 HEARTBEATS = "heartbeats"
-RUN_FILES = (RESULTS, METADATA, FOCUS, LOCK)
+# The model's calibration rows and their record (measurement/calibration.py), measured
+# into the run directory by a sweep's launches or by `model fit --calibrate`.
+CALIBRATION_CSV = "calibration.csv"
+CALIBRATION_JSON = "calibration.json"
+RUN_FILES = (RESULTS, RESULTS_PARQUET, METADATA, FOCUS, LOCK, CALIBRATION_CSV, CALIBRATION_JSON)
 # What makes a directory a run directory: a sweep writes its lock first, metadata soon.
 RUN_MARKS = (METADATA, LOCK)
 
@@ -73,8 +78,8 @@ def _check_file(option: str, path: str, make_parents: bool) -> None:
 
 def run_owning(path: str | os.PathLike) -> Path | None:
     """The run directory that holds ``path`` (where a write to it lands, symlinks followed)
-    as its own file: results.csv, metadata.json, focus.json, the lock, anything under
-    heartbeats/; None when no run directory does."""
+    as its own file (RUN_FILES: results, metadata, focus, the lock, the calibration) or
+    anything under heartbeats/; None when no run directory does."""
     target = Path(os.path.realpath(path))  # realpath: never raises, loops included
     if target.name in RUN_FILES and _is_run_directory(target.parent):
         return target.parent

@@ -2,7 +2,8 @@
 
 Run from the checkout with it on PYTHONPATH (no install). Prints ``key=value`` lines that
 gpu_smoke.sh reads, then readable ones; exit 1 when a dependency is missing (each named,
-with what to do) or torch is older than the trainer accepts.
+with what to do) or torch is older than the trainer accepts, 2 (one ERROR line) when
+OSU_DL_BENCH_CUDA_AWARE is set to neither 0 nor 1.
 
 - Every dependency is imported, not looked up: the mpich wheel's libmpi is found only when
   ``mpi4py.MPI`` loads, and cupy's NCCL only when ``cupy.cuda.nccl`` does.
@@ -105,7 +106,13 @@ def report() -> int:
     from mpi4py import MPI
 
     from collectives import device
+    from collectives.errors import UsageError
 
+    try:
+        awareness = device.cuda_awareness()
+    except UsageError as error:  # OSU_DL_BENCH_CUDA_AWARE set to neither 0 nor 1
+        print(f"ERROR {error}")
+        return 2
     try:
         gpus = runtime.getDeviceCount()
     except runtime.CUDARuntimeError as error:  # cudaErrorNoDevice: e.g. CUDA_VISIBLE_DEVICES=""
@@ -116,7 +123,7 @@ def report() -> int:
     share = sharing_reason(modes, mps)
     torch_ok = torch_version_ok(torch.__version__)
     print(f"gpus={gpus}")
-    print(f"aware={int(device.cuda_aware())}")
+    print(f"aware={int(awareness.aware)}")
     print(f"share={'no' if share else 'yes'}")
     print(f"torch_ok={int(torch_ok)}")
     print(f"torch_cuda={int(torch.cuda.is_available())}")
@@ -130,7 +137,6 @@ def report() -> int:
     print(f"GPUs visible (cupy): {gpus}; compute modes {modes}; MPS {'on' if mps else 'off'}")
     print(f"ranks may share a GPU: {share or 'yes'}")
     print("MPIX_Query_cuda_support:", device.query_cuda_support())
-    awareness = device.cuda_awareness()
     print(f"CUDA-aware MPI (as used): {awareness.aware}, {awareness.path} ({awareness.source})")
     if not torch_ok:
         print(f"torch {torch.__version__} is older than 2.10, which the trainer needs")

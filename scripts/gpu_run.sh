@@ -115,7 +115,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,compute_mode,clocks.max.
 "$PYTHON" scripts/gpu_preflight.py >"$OUT/preflight.txt" 2>&1
 gpus=$(preflight_value "$OUT/preflight.txt" gpus)
 if [ -z "$gpus" ]; then
-    say "FAILED: preflight: $(grep '^MISSING' "$OUT/preflight.txt" | tr '\n' ' ')(log $OUT/preflight.txt)"
+    say "FAILED: preflight: $(grep -E '^(MISSING|ERROR)' "$OUT/preflight.txt" | tr '\n' ' ')(log $OUT/preflight.txt)"
     exit 1
 fi
 if [ "$gpus" = 0 ]; then

@@ -93,7 +93,7 @@ value() { preflight_value "$OUT/preflight.txt" "$1"; }
 gpus=$(value gpus)
 if [ -z "$gpus" ]; then # a dependency is missing: nothing else can run
     record preflight FAIL "$OUT/preflight.txt"
-    grep '^MISSING' "$OUT/preflight.txt" >&2
+    grep -E '^(MISSING|ERROR)' "$OUT/preflight.txt" >&2
     summary
 fi
 if [ "$gpus" = 0 ]; then

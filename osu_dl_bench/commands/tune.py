@@ -7,7 +7,7 @@ from collectives import SPECS
 from osu_dl_bench.commands.select_cli import SelectConfig
 from osu_dl_bench.commands.tune_cli import TuneConfig
 from osu_dl_bench.paths import check_writable_file, write_text_atomic
-from osu_dl_bench.selection.exports import write_exports
+from osu_dl_bench.selection.exports import export_paths, write_exports
 from osu_dl_bench.selection.selector import Query, Selector, default_context
 from osu_dl_bench.selection.step_cost import step_cost_text, step_costs
 from osu_dl_bench.selection.summary import table_summary
@@ -30,14 +30,19 @@ def _traffic_text(cfg: TuneConfig, table: TuningTable) -> str:
 def run_tune(cfg: TuneConfig) -> int:
     """Build the table, write it with its summary and exports, print the summary."""
     path = cfg.table_path
-    check_writable_file("-o", str(path), make_parents=True)
     base = path.with_suffix("")
+    summary_path = base.with_name(base.name + ".summary.txt")
+    # Every file the command writes is checked before the first is: a directory where an
+    # export goes must not surface after the table and summary were written.
+    check_writable_file("-o", str(path), make_parents=True)
+    check_writable_file("-o", str(summary_path), make_parents=True)
+    for export_path in export_paths(base, list(cfg.exports)):
+        check_writable_file("--export", str(export_path), make_parents=True)
     table, warnings = build_table(cfg.run_dir, base.name, cfg.dtype, cfg.op, cfg.risk)
     table.write(path)
     summary = table_summary(table)
     if cfg.for_model:
         summary += "\n" + _traffic_text(cfg, table)
-    summary_path = base.with_name(base.name + ".summary.txt")
     write_text_atomic(summary_path, summary)
     print(summary, end="")
     written = [path, summary_path]

@@ -68,11 +68,10 @@ import numpy as np
 from collectives.specs import Buffers
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import RunStore
+from osu_dl_bench.paths import CALIBRATION_CSV, CALIBRATION_JSON
 from osu_dl_bench.runtime.agreement import on_rank0
 from osu_dl_bench.runtime.metadata import library_version_line, utc_now
 
-CALIBRATION_CSV = "calibration.csv"
-CALIBRATION_JSON = "calibration.json"
 FIELDS = ("kind", "size_bytes", "nprocs", "median_s", "q1_s", "q3_s", "samples", "job")
 REFERENCE_KINDS = ("ref_copy", "ref_allreduce")
 KINDS = ("exchange", "pingpong", "reduce", "reduce_mpi", "step", "barrier", *REFERENCE_KINDS)

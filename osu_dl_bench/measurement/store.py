@@ -43,7 +43,7 @@ import pandas as pd
 from collectives.shape import JobShape
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jsonfile import describe, is_kind, load_json
-from osu_dl_bench.paths import FOCUS, LOCK, METADATA, RESULTS, write_text_atomic
+from osu_dl_bench.paths import FOCUS, LOCK, METADATA, RESULTS, RESULTS_PARQUET, write_text_atomic
 
 SCHEMA_VERSION = 1
 # RESULTS, METADATA, LOCK and FOCUS (an adaptive sweep's extra launches: which candidates
@@ -414,7 +414,7 @@ class RunStore:
             import pyarrow  # noqa: F401
         except ImportError:
             return None
-        target = self.path / "results.parquet"
+        target = self.path / RESULTS_PARQUET
         try:
             self.read()[0].to_parquet(target, index=False)
         except OSError as exc:

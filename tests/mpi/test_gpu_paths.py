@@ -230,3 +230,12 @@ def test_staged_bcast_with_its_bounds_in_the_same_rounds_still_validates(root):
     )
     for name in ("memcpy", "copy-kernel", "staging"):
         assert f"# Algorithm: {name}  Backend: bound" in res.stdout
+
+
+def test_a_garbage_cuda_aware_override_stops_every_rank_with_one_message():
+    env = {**_env(True), "OSU_DL_BENCH_CUDA_AWARE": "yes"}
+    argv = ["bench", "allreduce", "-d", "cuda", "-c", "-m", "8:64", "-i", "1", "-x", "0"]
+    res = run_cli(2, argv, timeout=120, env=env)
+    assert res.returncode == 2, res.stdout[-3000:] + res.stderr[-3000:]
+    assert res.stderr.count("OSU_DL_BENCH_CUDA_AWARE='yes': expected 1") == 1, res.stderr
+    assert "Traceback" not in res.stderr + res.stdout

@@ -417,6 +417,30 @@ def test_the_override_wins_over_every_library_answer(no_switches, monkeypatch, f
     assert device.cuda_aware() is (forced == "1")
 
 
+@pytest.mark.parametrize("value", ["yes", "2", "1x", "true", "-1"])
+def test_an_override_that_is_neither_0_nor_1_is_refused(no_switches, monkeypatch, value):
+    from collectives.errors import UsageError
+
+    no_switches(True)
+    monkeypatch.setenv(device.CUDA_AWARE_ENV, value)
+    with pytest.raises(UsageError, match=f"{device.CUDA_AWARE_ENV}='{value}': expected 1 .* 0"):
+        device.cuda_awareness(MPICH)
+
+
+def test_an_empty_override_is_unset(no_switches, monkeypatch):
+    no_switches(True)
+    monkeypatch.setenv(device.CUDA_AWARE_ENV, " ")
+    assert device.cuda_awareness(MPICH) == device.CudaAwareness(True, "MPIX_Query_cuda_support=1")
+
+
+def test_a_library_switch_s_unprintable_value_is_recorded_escaped(no_switches, monkeypatch):
+    no_switches(None)
+    monkeypatch.setenv("MPICH_GPU_SUPPORT_ENABLED", "\x1b[2J1")
+    found = device.cuda_awareness(CRAY)
+    assert found == device.CudaAwareness(False, "MPICH_GPU_SUPPORT_ENABLED='\\x1b[2J1': staged")
+    assert found.source.isprintable()
+
+
 # --- NCCL's eligibility: MIG and one decision for every rank -----------------------------
 
 

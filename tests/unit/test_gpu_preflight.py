@@ -73,6 +73,16 @@ def test_the_preflight_wants_torch_2_10_or_later(version, ok):
     assert _preflight().torch_version_ok(version) == ok
 
 
+def test_the_preflight_refuses_a_garbage_cuda_aware_override_in_one_line(cupy, capsys, monkeypatch):
+    monkeypatch.setenv("OSU_DL_BENCH_CUDA_AWARE", "yes")
+    assert _preflight().report() == 2
+    out = capsys.readouterr().out
+    assert out == (
+        "ERROR OSU_DL_BENCH_CUDA_AWARE='yes': expected 1 (MPI reads device memory), 0 (stage "
+        "through host buffers) or unset (ask the MPI library)\n"
+    )
+
+
 def test_the_preflight_says_how_cuda_awareness_was_found(cupy, capsys):
     assert _preflight().report() == 0
     out = capsys.readouterr().out

@@ -1,5 +1,5 @@
 """The export to NCCL's tuner plugin (`tune --export nccl`): the CSV of NCCL's
-ext-tuner/example, read here as its plugin.c reads it (a line of at most 255 characters,
+ext-tuner/example, read here as its plugin.c reads it (a line of at most 255 bytes,
 '#' comments, the first rule matching collective, size, nodes and ranks wins)."""
 
 from __future__ import annotations
@@ -33,14 +33,15 @@ def _table(*entries, run_dir="runs/gpu"):
 def _export(table, tmp_path):
     [(library, paths, warnings)] = write_exports(table, tmp_path / "g", parse_exports("nccl"))
     assert library == "nccl" and [p.name for p in paths] == ["g.nccl_tuner.conf"]
-    return paths[0].read_text(), warnings
+    return paths[0].read_text(encoding="utf-8"), warnings  # a character cut in two fails
 
 
 def _plugin_rules(text):
-    """The rules as plugin.c loads them: 255 characters a line at most, '#' skipped."""
+    """The rules as plugin.c loads them: 255 bytes a line at most (fgets into char[256]),
+    '#' skipped."""
     rules = []
     for line in text.splitlines():
-        assert len(line) <= 255, line
+        assert len(line.encode("utf-8")) <= 255, line
         if not line or line.startswith("#"):
             continue
         fields = line.split(",")
@@ -107,9 +108,11 @@ def test_a_table_without_forced_nccl_choices_exports_comments_and_says_nccl_deci
     assert "NCCL decides everywhere" in text
 
 
-@pytest.mark.parametrize("run_dir", ["r" * 600, "a\nallreduce,0,9,tree,ll,-1,-1,-1,-1,-1"])
+@pytest.mark.parametrize(
+    "run_dir", ["r" * 600, "r" + "é" * 300, "a\nallreduce,0,9,tree,ll,-1,-1,-1,-1,-1"]
+)
 def test_no_comment_of_the_export_can_become_a_rule(tmp_path, run_dir):
-    # The plugin reads 255 characters at a time: a longer comment would go on as a line of
+    # The plugin reads 255 bytes at a time (fgets): a longer comment would go on as a line of
     # its own, and a newline in provenance would start one.
     text, _ = _export(_table(GPU_TABLE[3], run_dir=run_dir), tmp_path)
     assert _plugin_rules(text) == []

@@ -118,6 +118,9 @@ def _run_files_commands(run, other):
         ["compare", run, other, "--out", f"{run}/results.csv"],
         ["tune", run, "-o", f"{run}/metadata.json"],
         ["tune", run, "-o", f"{run}/focus.json"],
+        ["tune", run, "-o", f"{run}/calibration.json"],
+        ["model", "accuracy", run, "--csv", f"{run}/calibration.csv"],
+        ["compare", run, other, "--out", f"{run}/results.parquet"],
         ["tune", run, "-o", str(link)],
         ["model", "accuracy", run, "--csv", f"{run}/results.csv"],
         ["model", "predict", "--np", "4", "--platform", "x", "-o", f"{run}/metadata.json"],
@@ -130,6 +133,8 @@ def test_no_writer_replaces_a_run_directory_s_own_files(tmp_path, capsys):
     run = write_run(tmp_path / "run", model_points(nprocs_list=(2,)), METADATA)
     other = write_run(tmp_path / "other", model_points(nprocs_list=(2,), seed=3), METADATA)
     (run / "focus.json").write_text('{"launches": {}}')
+    (run / "calibration.json").write_text('{"jobs": []}')
+    (run / "calibration.csv").write_text("kind,size_bytes\n")
     (run / "heartbeats" / "p2-1-mpi").mkdir(parents=True)
     before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
     for argv in _run_files_commands(run, other):
@@ -154,3 +159,27 @@ def test_bench_never_replaces_an_existing_file(tmp_path):
     with pytest.raises(UsageError, match="old.csv: already exists"):
         check_output_path(str(tmp_path / "old.csv"))
     check_output_path(str(tmp_path / "new.csv"))
+
+
+@pytest.mark.parametrize(
+    "option, export, taken",
+    [
+        ("--export", "nccl", "t.nccl_tuner.conf"),
+        ("--export", "mpich", "t.mpich.json"),
+        ("--export", "mpich", "t.mpich.notes.txt"),  # written only where MPICH's own ran
+        ("--export", "openmpi", "t.openmpi.json"),
+        ("-o", "openmpi", "t.summary.txt"),
+    ],
+)
+def test_tune_checks_every_file_it_writes_before_writing_any(tmp_path, option, export, taken):
+    from osu_dl_bench.cli import build_parser
+    from osu_dl_bench.commands import tune_cli
+    from osu_dl_bench.commands.tune import run_tune
+
+    run = write_run(tmp_path / "run", model_points(nprocs_list=(2,)), METADATA)
+    (tmp_path / taken).mkdir()  # a directory where the file goes
+    argv = ["tune", str(run), "-o", str(tmp_path / "t.json"), "--export", export]
+    cfg = tune_cli.config_from_args(build_parser().parse_args(argv))
+    with pytest.raises(UsageError, match=f"^{option} {tmp_path / taken}: is a directory"):
+        run_tune(cfg)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["run", taken])

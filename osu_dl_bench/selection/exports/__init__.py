@@ -9,6 +9,7 @@ from pathlib import Path
 
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.selection.exports import mpich, nccl, openmpi
+from osu_dl_bench.selection.exports.common import beside
 from osu_dl_bench.selection.table import TuningTable
 
 Exporter = Callable[[TuningTable, Path], tuple[list[Path], list[str]]]
@@ -16,6 +17,12 @@ EXPORTERS: dict[str, Exporter] = {
     "openmpi": openmpi.export,
     "mpich": mpich.export,
     "nccl": nccl.export,
+}
+# What each exporter may write beside BASE: every name, written or not this time.
+SUFFIXES: dict[str, tuple[str, ...]] = {
+    "openmpi": openmpi.SUFFIXES,
+    "mpich": mpich.SUFFIXES,
+    "nccl": nccl.SUFFIXES,
 }
 
 
@@ -29,6 +36,11 @@ def parse_exports(text: str | None) -> list[str]:
             f"expected one or more of {', '.join(EXPORTERS)}"
         )
     return names
+
+
+def export_paths(base: Path, names: list[str]) -> list[Path]:
+    """Every file the named exports may write beside BASE, to check before any is written."""
+    return [beside(base, suffix) for name in names for suffix in SUFFIXES[name]]
 
 
 def write_exports(

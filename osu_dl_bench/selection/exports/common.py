@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from collectives.units import format_size
@@ -102,6 +103,11 @@ def library_rules(
         else:
             rules.append(Rule(size_range.min_bytes, size_range.max_bytes, target, note))
     return rules
+
+
+def beside(base: Path, suffix: str) -> Path:
+    """The export file BASE``suffix`` (BASE: the table's path without .json)."""
+    return base.with_name(base.name + suffix)
 
 
 def range_text(lo: int, hi: int | None) -> str:

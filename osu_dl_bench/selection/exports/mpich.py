@@ -23,6 +23,7 @@ from osu_dl_bench.paths import write_text_atomic
 from osu_dl_bench.selection.exports.common import (
     Rule,
     SweptEntry,
+    beside,
     comm_bounds,
     entries_per_comm_size,
     library_rules,
@@ -34,6 +35,9 @@ from osu_dl_bench.selection.exports.mpich_default import default_tree
 from osu_dl_bench.selection.table import Choice, TuningTable
 
 LIBRARY = "mpich"
+# The files export writes beside the table, the notes only where the sweep measured MPICH's
+# own algorithms (both checked before any file is written).
+SUFFIXES = (".mpich.json", ".mpich.notes.txt")
 # The collectives this export writes; the others keep MPICH's default subtrees.
 COLLECTIVES = ("allreduce", "bcast")
 MPICH_DECIDES = "MPICH default"
@@ -235,11 +239,11 @@ def export(table: TuningTable, base: Path) -> tuple[list[Path], list[str]]:
     returns the paths and warnings."""
     warn: list[str] = []
     notes: list[str] = []
-    path = base.with_name(base.name + ".mpich.json")
+    path = beside(base, SUFFIXES[0])
     write_text_atomic(path, json.dumps(document(table, warn, notes), indent=1) + "\n")
     if not notes:
         return [path], warn
-    notes_path = base.with_name(base.name + ".mpich.notes.txt")
+    notes_path = beside(base, SUFFIXES[1])
     head = [
         f"# {path.name}: MPICH's own algorithms as the sweep decided among them",
         f"# use: MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE={path.name} mpiexec ...",

@@ -24,11 +24,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from osu_dl_bench import __version__
-from osu_dl_bench.paths import write_text_atomic
-from osu_dl_bench.selection.exports.common import provenance_lines, range_text
+from osu_dl_bench.paths import write_atomic
+from osu_dl_bench.selection.exports.common import beside, provenance_lines, range_text
 from osu_dl_bench.selection.table import Choice, Entry, TuningTable
 
 LIBRARY = "nccl"
+# The files export writes beside the table (checked before any of them is written).
+SUFFIXES = (".nccl_tuner.conf",)
 # The collectives written, with the plugin's names for them (plugin.c, parseCollType).
 COLLTYPES = {"allreduce": "allreduce", "bcast": "broadcast"}
 # NCCL's only broadcast algorithm (src/device/broadcast.h): bcast variants force no algo.
@@ -37,9 +39,11 @@ BCAST_ALGORITHM = "ring"
 NO_END = 2**64 - 1
 ANY = -1
 HEADER = "colltype,minbytes,maxbytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff"
-# plugin.c reads a line into char[256] with fgets: 255 characters and the newline.
+# plugin.c reads a line into char[256] with fgets: 255 bytes (not characters) and the newline.
 MAX_LINE = 255
 NCCL_DEVICE = "cuda"
+# The file's bytes are what fgets measures: written as UTF-8 whatever the locale says.
+ENCODING = "utf-8"
 
 
 def forced_pair(collective: str, choice: Choice) -> tuple[str, str] | None:
@@ -89,8 +93,10 @@ def _entry_lines(entry: Entry, warn: list[str]) -> list[str]:
 
 
 def _comment(text: str) -> str:
-    """One comment line the plugin reads as one line."""
-    return f"# {text}"[:MAX_LINE]
+    """One comment line the plugin reads as one line: at most MAX_LINE bytes of UTF-8, cut
+    between characters (a character cut in two is dropped whole)."""
+    encoded = f"# {text}".encode(ENCODING, "backslashreplace")[:MAX_LINE]
+    return encoded.decode(ENCODING, "ignore")
 
 
 def tuner_text(table: TuningTable, warn: list[str], filename: str = "FILE") -> str:
@@ -120,6 +126,7 @@ def tuner_text(table: TuningTable, warn: list[str], filename: str = "FILE") -> s
 def export(table: TuningTable, base: Path) -> tuple[list[Path], list[str]]:
     """Write BASE.nccl_tuner.conf; returns the path and warnings."""
     warn: list[str] = []
-    path = base.with_name(base.name + ".nccl_tuner.conf")
-    write_text_atomic(path, tuner_text(table, warn, path.name))
+    path = beside(base, SUFFIXES[0])
+    text = tuner_text(table, warn, path.name)
+    write_atomic(path, lambda tmp: tmp.write_text(text, encoding=ENCODING))
     return [path], warn

@@ -24,6 +24,7 @@ from osu_dl_bench.paths import write_text_atomic
 from osu_dl_bench.selection.exports.common import (
     CommBounds,
     Rule,
+    beside,
     comm_bounds,
     entries_per_comm_size,
     library_rules,
@@ -35,6 +36,8 @@ from osu_dl_bench.selection.exports.common import (
 from osu_dl_bench.selection.table import Choice, TuningTable
 
 LIBRARY = "openmpi"
+# The files export writes beside the table (checked before any of them is written).
+SUFFIXES = (".openmpi.rules", ".openmpi.json")
 # The collectives this export writes, with their COLLTYPE ids (coll_base_functions.h).
 COLLECTIVE_IDS = {"allreduce": 2, "bcast": 7}
 OPEN_MPI_DECIDES = (0, "ignore")
@@ -202,8 +205,7 @@ def json_document(table: TuningTable, warn: list[str]) -> dict[str, Any]:
 def export(table: TuningTable, base: Path) -> tuple[list[Path], list[str]]:
     """Write BASE.openmpi.rules and BASE.openmpi.json; returns the paths and warnings."""
     warn: list[str] = []
-    rules_path = base.with_name(base.name + ".openmpi.rules")
-    json_path = base.with_name(base.name + ".openmpi.json")
+    rules_path, json_path = (beside(base, suffix) for suffix in SUFFIXES)
     write_text_atomic(rules_path, classic_text(table, warn, rules_path.name))
     write_text_atomic(json_path, json.dumps(json_document(table, []), indent=1) + "\n")
     return [rules_path, json_path], warn

@@ -612,7 +612,100 @@ def test_host_device_copies_stop_each_clock_once_the_device_is_idle(cupy, monkey
         def Barrier(self):  # noqa: N802 - mpi4py's name
             return None
 
+        def allgather(self, value):
+            return [value]
+
     figures = _script("gpu_host_device").measure_size(OneRank(), 4096)
     assert set(figures) == {"h2d pinned", "d2h pinned", "h2d pageable", "d2h pageable"}
     waits = {getattr(s, "__func__", None) for s in settles}
     assert settles and waits == {cupy.cuda.Device.synchronize}
+
+
+def test_host_device_copies_refuse_a_range_without_a_byte(capsys):
+    assert _script("gpu_host_device").main(["-m", "0:0"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "-m 0:0: no size holds one element" in err
+
+
+def _host_device(monkeypatch, argv):
+    """gpu_host_device.main(argv) in this process (MPI's singleton), and the sizes it
+    measured."""
+    script = _script("gpu_host_device")
+    measured = []
+    real = script.measure_size
+
+    def measuring(comm, nbytes):
+        measured.append(nbytes)
+        return real(comm, nbytes)
+
+    monkeypatch.setattr(script, "measure_size", measuring)
+    return script.main(argv), measured
+
+
+def _run_directory(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metadata.json").write_text("{}")
+    return run
+
+
+@pytest.mark.parametrize(
+    "where,words",
+    [
+        ("nodir/x.json", "directory {tmp}/nodir does not exist"),
+        (".", "is a directory: expected a file name"),
+        ("report.json", "already exists; gpu_host_device never replaces a file"),
+        ("run/metadata.json", "metadata.json belongs to the run directory"),
+    ],
+)
+def test_host_device_copies_refuse_a_json_path_before_measuring(
+    cupy, monkeypatch, tmp_path, capsys, where, words
+):
+    (tmp_path / "report.json").write_text("another command's report")
+    _run_directory(tmp_path)
+    path = tmp_path / where
+    code, measured = _host_device(monkeypatch, ["-m", "1K:4K", "--json", str(path)])
+    out, err = capsys.readouterr()
+    assert code == 2 and measured == [] and out == ""
+    assert err.startswith("gpu_host_device: --json ") and words.format(tmp=tmp_path) in err, err
+    assert (tmp_path / "report.json").read_text() == "another command's report"
+    assert (tmp_path / "run" / "metadata.json").read_text() == "{}"
+
+
+def test_host_device_copies_refuse_a_size_the_gpu_cannot_hold_before_measuring(
+    cupy, monkeypatch, capsys
+):
+    monkeypatch.setenv("STRICT_CUPY_DEVICE_MEMORY", str(1 << 20))
+    code, measured = _host_device(monkeypatch, ["-m", "1M:4M"])
+    out, err = capsys.readouterr()
+    assert code == 2 and measured == [] and out == ""
+    assert "-m 4M: a copy at p = 1 holds at least" in err and "of device memory" in err, err
+
+
+def test_host_device_copies_count_the_pinned_and_the_pageable_host_buffer(
+    cupy, monkeypatch, capsys
+):
+    from osu_dl_bench.measurement import memory
+
+    # 4 MiB pinned and 4 MiB pageable: more than 6 MiB, though each alone fits.
+    monkeypatch.setattr(memory, "available_bytes", lambda: 6 << 20)
+    code, measured = _host_device(monkeypatch, ["-m", "1K:4M"])
+    err = capsys.readouterr().err
+    assert code == 2 and measured == []
+    assert "(a pinned and a pageable host buffer of the size)" in err, err
+
+
+def test_host_device_copies_keep_the_sizes_measured_before_one_that_fails(
+    cupy, monkeypatch, tmp_path, capsys
+):
+    # cudaHostAlloc fails past the locked-memory limit: 1 KiB and 4 KiB fit, 16 KiB not.
+    monkeypatch.setenv("STRICT_CUPY_PINNED_LIMIT", str(8 << 10))
+    out_json = tmp_path / "copies.json"
+    code, measured = _host_device(monkeypatch, ["-m", "1K:64K", "--json", str(out_json)])
+    out, err = capsys.readouterr()
+    assert code == 2 and measured == [1024, 4096, 16384]
+    rows = [line.split()[0] for line in out.splitlines() if not line.startswith("#")]
+    assert rows == ["1024", "4096"]
+    assert sorted(json.loads(out_json.read_text()), key=int) == ["1024", "4096"]
+    assert "-m: 16K: cannot allocate the copies' buffers" in err, err
+    assert "cudaErrorMemoryAllocation" in err and err.count("\n") == 1

@@ -42,6 +42,16 @@ def check_writable_file(option: str, path: str | None, make_parents: bool = Fals
         raise UsageError(f"{option} {path}: {os_reason(exc)}") from None
 
 
+def check_new_file(option: str, path: str | None, who: str) -> None:
+    """check_writable_file, and a UsageError if something is already at ``path``:
+    ``who`` (a command, a script) never replaces a file another run wrote."""
+    check_writable_file(option, path)
+    if path is not None and os.path.lexists(path):
+        raise UsageError(
+            f"{option} {path}: already exists; {who} never replaces a file: choose a new name"
+        )
+
+
 def check_writable_directory(option: str, path: str | None) -> None:
     """UsageError naming ``option`` unless ``path`` is a directory this process can
     write to, or can create (its nearest existing ancestor is one it may write to)."""

@@ -18,21 +18,38 @@ Reads every record (bench -d cuda ... --bounds -o F.json) and prints, per messag
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 
 import numpy as np
 import pandas as pd
 
+from osu_dl_bench.jsonfile import read_regular_file
 from osu_dl_bench.measurement.bounds import BACKEND, COPY, COPY_KERNEL, MEMCPY, STAGING
 from osu_dl_bench.measurement.records import read_records
 from osu_dl_bench.selection.paired import Launch, Series, paired_ratio
 
 KEYS = ["collective", "size_bytes"]
+# What identifies a row within one launch: one dtype, one in-place setting per bench run.
+ROW = ["collective", "size_bytes", "algorithm"]
+
+
+def read(path: str) -> pd.DataFrame:
+    """The records of one bench -o file; ValueError naming it where it is not one."""
+    try:
+        # A directory or a FIFO: one message, never pandas' error or a read that blocks.
+        read_regular_file(path, limit=None)
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None
+    try:
+        return read_records(path)
+    except (ImportError, OSError, ValueError) as error:  # ImportError: parquet, no pyarrow
+        raise ValueError(f"{path}: not bench -o records: {error}") from None
 
 
 def load(paths: list[str]) -> pd.DataFrame:
     """Every record of ``paths``, one row each."""
-    return pd.concat([read_records(path) for path in paths], ignore_index=True)
+    return pd.concat([read(path) for path in paths], ignore_index=True)
 
 
 def _best(rows: pd.DataFrame, prefix: str) -> pd.DataFrame:
@@ -128,9 +145,112 @@ def _not_one_table(frame: pd.DataFrame) -> str | None:
     return None
 
 
-def load_launches(paths: list[str]) -> pd.DataFrame:
-    """Every record of ``paths``, each file numbered as one launch (from 1)."""
-    parts = [read_records(path).assign(launch=number) for number, path in enumerate(paths, 1)]
+def iteration_times(value: object) -> np.ndarray:
+    """A record's per-iteration times (µs): a list in JSON and Parquet, bench's
+    space-separated text in CSV (measurement.records), nothing where the cell is empty."""
+    if isinstance(value, str):
+        value = value.split()
+    elif value is None or (np.ndim(value) == 0 and pd.isna(value)):
+        value = []
+    times = np.asarray(value, dtype=float)
+    if times.ndim != 1:
+        raise ValueError(f"expected a list of times, got {str(value)[:40]}")
+    return times
+
+
+def _point(row) -> str:
+    return f"{row.collective} {row.algorithm} at {int(row.size_bytes)} B"
+
+
+def _launch_problem(records: pd.DataFrame, labels: tuple[str, str]) -> str | None:
+    """Why ``records`` are not one launch of bench with ``labels``' per-iteration times:
+    positive and finite, timed in the same iterations at each size."""
+    if records.empty or not set(ROW + ["nprocs"]) <= set(records):
+        return "no bench records (bench -o F.json)"
+    if "iter_max_us" not in records:
+        return "no per-iteration times (iter_max_us): give bench -o files"
+    if records.nprocs.nunique() > 1:
+        counts = ", ".join(str(int(p)) for p in sorted(records.nprocs.unique()))
+        return f"records at several process counts ({counts}): one launch per file"
+    twice = records[records.duplicated(ROW)]
+    if not twice.empty:
+        return f"{_point(next(twice.itertuples()))} recorded twice: one launch per file"
+    counts = {}
+    for row in records[records.algorithm.isin(labels)].itertuples():
+        try:
+            times = iteration_times(row.iter_max_us)
+        except (TypeError, ValueError) as error:
+            return f"{_point(row)}: iter_max_us: {error}"
+        bad = times[~(np.isfinite(times) & (times > 0))]
+        if not times.size:
+            return f"{_point(row)} has no per-iteration times"
+        if bad.size:
+            return f"{_point(row)} holds {bad[0]} us, expected positive finite times"
+        counts.setdefault((row.collective, int(row.size_bytes)), {})[row.algorithm] = times.size
+    for (collective, size), found in counts.items():
+        if len(set(found.values())) > 1:
+            (a, a_count), (b, b_count) = found.items()
+            return (
+                f"{collective} at {size} B: {a} has {a_count} iterations, {b} {b_count}: "
+                "they were not timed in the same iterations"
+            )
+    return None
+
+
+def _iterations(records: pd.DataFrame, labels: tuple[str, str]) -> dict[tuple, int]:
+    """(collective, size, label) -> its iteration count, for ``labels``' rows."""
+    rows = records[records.algorithm.isin(labels)]
+    return {
+        (r.collective, int(r.size_bytes), r.algorithm): iteration_times(r.iter_max_us).size
+        for r in rows.itertuples()
+    }
+
+
+def _unlike_problem(
+    records: pd.DataFrame, first: str, theirs: pd.DataFrame, labels: tuple[str, str]
+) -> str | None:
+    """Why launch ``records`` is not a launch of the same command as ``theirs`` (the
+    records of file ``first``): another process count, other points, other iterations."""
+    mine, p = _iterations(records, labels), int(records.nprocs.iloc[0])
+    other, their_p = _iterations(theirs, labels), int(theirs.nprocs.iloc[0])
+    missing, extra = sorted(set(other) - set(mine)), sorted(set(mine) - set(other))
+    longer = [key for key in sorted(mine) if key in other and mine[key] != other[key]]
+    if p != their_p:
+        return f"records at p = {p}, {first}'s at p = {their_p}"
+    if missing:
+        return f"does not time {_named(missing[0])}, which {first} does"
+    if extra:
+        return f"times {_named(extra[0])}, which {first} does not"
+    if longer:
+        key = longer[0]
+        return f"{_named(key)} has {mine[key]} iterations, {first}'s {other[key]}"
+    return None
+
+
+def _named(key: tuple) -> str:
+    collective, size, label = key
+    return f"{collective} {label} at {size} B"
+
+
+def load_launches(paths: list[str], labels: tuple[str, str]) -> pd.DataFrame:
+    """Every record of ``paths``, each file numbered as one launch (from 1); ValueError
+    naming the file unless each is a launch of the same bench command, given once, with
+    ``labels``' per-iteration times: a repeated launch would narrow the interval, and
+    launches of different commands do not pair."""
+    parts, seen = [], {}
+    for number, path in enumerate(paths, 1):
+        records = read(path)
+        problem = _launch_problem(records, labels)
+        with open(path, "rb") as handle:
+            digest = hashlib.sha256(handle.read()).hexdigest()
+        if problem is None and digest in seen:
+            problem = f"the same records as {seen[digest]}: give each launch once"
+        if problem is None and parts:
+            problem = _unlike_problem(records, paths[0], parts[0], labels)
+        if problem:
+            raise ValueError(f"{path}: {problem}")
+        seen[digest] = path
+        parts.append(records.assign(launch=number))
     return pd.concat(parts, ignore_index=True)
 
 
@@ -139,7 +259,7 @@ def _series(rows: pd.DataFrame) -> Series:
     (timed in the same interleaved iterations as every other label of that launch)."""
     launches = []
     for row in rows.itertuples():
-        rounds = np.asarray(row.iter_max_us, dtype=float)
+        rounds = iteration_times(row.iter_max_us)
         launches.append(
             Launch(int(row.launch), rounds, float(np.median(rounds)), 0.0, 0.0, rounds.size)
         )
@@ -154,7 +274,8 @@ def paired_lines(frame: pd.DataFrame, first: str, second: str) -> list[str]:
     out = [
         "",
         f"# {first} / {second}: paired ratio of times, 95% interval over "
-        f"{frame.launch.nunique()} launch(es) (selection.paired.paired_ratio)",
+        f"{frame.launch.nunique()} launch(es) at p = {int(frame.nprocs.iloc[0])} "
+        "(selection.paired.paired_ratio)",
         f"{'# coll':<11}{'size':>12}{first + ' us':>{width}}{second + ' us':>{width}}"
         f"{'ratio [95% interval]':>26}  holds 1",
     ]
@@ -188,9 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.paired:
         try:
-            frame = load_launches(args.records)
-        except (OSError, ValueError) as error:
-            print(f"gpu_bandwidth: cannot read the records: {error}", file=sys.stderr)
+            frame = load_launches(args.records, tuple(args.paired))
+        except ValueError as error:
+            print(f"gpu_bandwidth: --paired: {error}", file=sys.stderr)
             return 2
         found = paired_lines(frame, *args.paired)
         if len(found) <= 3:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import pandas as pd
 
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.paths import check_writable_file, write_atomic
+from osu_dl_bench.paths import check_new_file, write_atomic
 
 OUTPUT_SUFFIXES = (".csv", ".json", ".parquet")
 
@@ -69,11 +68,7 @@ def check_output_path(path: str | None) -> None:
             import pyarrow  # noqa: F401
         except ImportError as exc:
             raise UsageError(f"-o {path}: .parquet needs pyarrow (pip install pyarrow)") from exc
-    check_writable_file("-o", path)
-    if os.path.lexists(path):  # as train-bench refuses a directory holding results
-        raise UsageError(
-            f"-o {path}: already exists; bench never replaces a file: choose a new name"
-        )
+    check_new_file("-o", path, "bench")  # as train-bench refuses a directory holding results
 
 
 def records_frame(records: list[BenchRecord], metadata: dict[str, str]) -> pd.DataFrame:

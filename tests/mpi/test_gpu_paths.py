@@ -186,6 +186,33 @@ def test_host_device_copies_refuse_a_bad_size_range():
     assert "minimum size" in result.stderr
 
 
+@pytest.mark.parametrize(
+    "case,settings,words",
+    [
+        ("json", {}, "directory {tmp}/nodir does not exist"),
+        ("device", {"STRICT_CUPY_DEVICE_MEMORY": str(1 << 20)}, "of device memory on each rank"),
+        # cudaHostAlloc fails past the locked-memory limit: 1K and 4K fit, 16K does not.
+        ("pinned", {"STRICT_CUPY_PINNED_LIMIT": str(8 << 10)}, "-m: 16K: cannot allocate"),
+    ],
+)
+def test_host_device_copies_end_with_one_message_on_every_rank_keeping_what_was_measured(
+    tmp_path, case, settings, words
+):
+    out = tmp_path / ("nodir/x.json" if case == "json" else "copies.json")
+    sizes = "1M:4M" if case == "device" else "1K:64K"
+    args = ["scripts/gpu_host_device.py", "-m", sizes, "--json", str(out)]
+    result = run_mpi(2, args, timeout=120, env=_env(False, STRICT_CUPY_DEVICES="2", **settings))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr and result.stderr.count("gpu_host_device: ") == 1
+    assert words.format(tmp=tmp_path) in result.stderr, result.stderr
+    measured = [row[0] for row in _rows(result.stdout)]
+    assert measured == (["1024", "4096"] if case == "pinned" else [])
+    if case == "pinned":
+        assert sorted(json.loads(out.read_text()), key=int) == measured
+    else:
+        assert not out.exists()
+
+
 def test_bench_refuses_a_message_the_gpus_cannot_hold_on_every_rank():
     # 256 MiB float32 messages, checked: send, recv and their copies, 1 GiB per rank; the
     # stand-in's GPUs have 512 MiB.

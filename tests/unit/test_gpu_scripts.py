@@ -420,10 +420,11 @@ def test_a_long_gpu_list_counts_as_gpus_in_both_scripts(tmp_path, script):
     assert "cupy sees no GPU" in res.stderr and "nvidia-smi -L lists none" not in res.stderr
 
 
-def _launch_file(path, times_by_label, size=1 << 20):
+def _launch_file(path, times_by_label, size=1 << 20, collective="allreduce", nprocs=1):
     records = []
     for label, times in times_by_label.items():
-        record = _record("allreduce", label, "nccl" if label == "nccl" else "bound", 1, size, 1.0)
+        backend = "nccl" if label == "nccl" else "bound"
+        record = _record(collective, label, backend, nprocs, size, 1.0)
         records.append({**record, "iter_max_us": list(times)})
     path.write_text(json.dumps(records))
     return str(path)
@@ -453,6 +454,123 @@ def test_paired_ratios_hold_one_for_the_same_call_and_not_for_a_slower_one(tmp_p
     row = capsys.readouterr().out.splitlines()[-1].split()
     assert row[-1] == "no" and 1.9 < float(row[4]) < 2.1
     assert bandwidth.main(["--paired", "nccl", "bogus", *files]) == 2
+
+
+def _times(value: float = 100.0, count: int = 20) -> list[float]:
+    return [value * (1 + 0.01 * (i % 5)) for i in range(count)]
+
+
+def _bad_launch(tmp_path, case: str) -> list[str]:
+    """The files of one hostile --paired call: a good launch beside ``case``'s."""
+    good = _launch_file(tmp_path / "g1.json", {"nccl": _times(), "memcpy": _times(90)})
+    bad = tmp_path / f"{case}.json"
+    nccl = _times()
+    if case in ("nan", "inf", "neg", "zero", "allneg", "emptyiter"):
+        nccl = {
+            "nan": nccl[:3] + [float("nan")] + nccl[4:],
+            "inf": nccl[:3] + [float("inf")] + nccl[4:],
+            "neg": nccl[:3] + [-1.0] + nccl[4:],
+            "zero": [0.0] * 20,
+            "allneg": [-1.0] * 20,
+            "emptyiter": [],
+        }[case]
+        # json.dumps writes NaN and Infinity, which pandas reads back as such.
+        return [good, _launch_file(bad, {"nccl": nccl, "memcpy": _times(90)})]
+    if case == "same":
+        return [good, good]
+    if case == "copy":
+        bad.write_text(Path(good).read_text())
+        return [good, str(bad)]
+    if case == "twop":
+        one = json.loads(Path(good).read_text())
+        bad.write_text(json.dumps(one + [{**r, "nprocs": 2} for r in one]))
+        return [str(bad), good]
+    if case == "bcast":
+        return [_launch_file(bad, {"nccl": nccl, "memcpy": _times(90)}, collective="bcast"), good]
+    if case == "otherp":
+        return [good, _launch_file(bad, {"nccl": nccl, "memcpy": _times(90)}, nprocs=2)]
+    if case == "short":
+        return [_launch_file(bad, {"nccl": nccl[:5], "memcpy": _times(90)[:5]}), good]
+    if case == "unequal":
+        return [good, _launch_file(bad, {"nccl": nccl[:5], "memcpy": _times(90)})]
+    if case == "twice":
+        one = json.loads(Path(good).read_text())
+        bad.write_text(json.dumps(one + one[:1]))
+        return [good, str(bad)]
+    if case in ("empty", "emptyfirst"):
+        bad.write_text("[]")
+        return [str(bad)] if case == "empty" else [good, str(bad)]
+    if case == "noiter":
+        rows = json.loads(Path(good).read_text())
+        bad.write_text(
+            json.dumps([{k: v for k, v in r.items() if k != "iter_max_us"} for r in rows])
+        )
+        return [str(bad), good]
+    if case == "directory":
+        bad = tmp_path / "adir"
+        bad.mkdir()
+        return [good, str(bad)]
+    raise AssertionError(case)
+
+
+@pytest.mark.parametrize(
+    "case,words",
+    [
+        ("emptyiter", "allreduce nccl at 1048576 B has no per-iteration times"),
+        ("nan", "allreduce nccl at 1048576 B holds nan us"),
+        ("inf", "allreduce nccl at 1048576 B holds inf us"),
+        ("neg", "allreduce nccl at 1048576 B holds -1.0 us"),
+        ("zero", "allreduce nccl at 1048576 B holds 0.0 us"),
+        ("allneg", "allreduce nccl at 1048576 B holds -1.0 us"),
+        ("same", "g1.json: the same records as {tmp}/g1.json: give each launch once"),
+        ("copy", "copy.json: the same records as"),
+        ("twop", "twop.json: records at several process counts (1, 2)"),
+        ("otherp", "otherp.json: records at p = 2, {tmp}/g1.json's at p = 1"),
+        ("bcast", "g1.json: does not time bcast memcpy at 1048576 B, which {tmp}/bcast.json"),
+        ("short", "g1.json: allreduce memcpy at 1048576 B has 20 iterations, {tmp}/short.json's 5"),
+        ("unequal", "allreduce at 1048576 B: nccl has 5 iterations, memcpy 20"),
+        ("twice", "twice.json: allreduce nccl at 1048576 B recorded twice"),
+        ("empty", "empty.json: no bench records"),
+        ("emptyfirst", "emptyfirst.json: no bench records"),
+        ("noiter", "noiter.json: no per-iteration times (iter_max_us)"),
+        ("directory", "adir: not a regular file"),
+    ],
+)
+def test_paired_ratios_refuse_what_is_not_launches_of_one_command(tmp_path, capsys, case, words):
+    files = _bad_launch(tmp_path, case)
+    assert _script("gpu_bandwidth").main(["--paired", "nccl", "memcpy", *files]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("gpu_bandwidth: ") and err.count("\n") == 1, err
+    assert words.format(tmp=tmp_path) in err, err
+
+
+def test_the_bandwidth_table_refuses_a_directory_in_one_line(tmp_path, capsys):
+    (tmp_path / "adir").mkdir()
+    assert _script("gpu_bandwidth").main([str(tmp_path / "adir")]) == 2
+    err = capsys.readouterr().err
+    assert "adir: not a regular file" in err and err.count("\n") == 1
+
+
+def test_paired_ratios_read_the_iteration_times_of_csv_records(tmp_path, capsys):
+    files = []
+    for launch in range(2):
+        path = tmp_path / f"l{launch}.csv"
+        rows = [
+            {
+                **_record("allreduce", label, "bound", 1, 4096, 1.0),
+                "iter_max_us": " ".join(f"{t:.3f}" for t in _times(value + launch)),
+            }
+            for label, value in (("nccl", 100.0), ("memcpy", 50.0))
+        ]
+        import pandas as pd
+
+        pd.DataFrame(rows).to_csv(path, index=False)
+        files.append(str(path))
+    assert _script("gpu_bandwidth").main(["--paired", "nccl", "memcpy", *files]) == 0
+    out = capsys.readouterr().out
+    assert "over 2 launch(es) at p = 1" in out
+    row = out.splitlines()[-1].split()
+    assert row[:2] == ["allreduce", "4096"] and 1.9 < float(row[4]) < 2.1
 
 
 @pytest.mark.parametrize(
@@ -498,7 +616,100 @@ def test_host_device_copies_stop_each_clock_once_the_device_is_idle(cupy, monkey
         def Barrier(self):  # noqa: N802 - mpi4py's name
             return None
 
+        def allgather(self, value):
+            return [value]
+
     figures = _script("gpu_host_device").measure_size(OneRank(), 4096)
     assert set(figures) == {"h2d pinned", "d2h pinned", "h2d pageable", "d2h pageable"}
     waits = {getattr(s, "__func__", None) for s in settles}
     assert settles and waits == {cupy.cuda.Device.synchronize}
+
+
+def test_host_device_copies_refuse_a_range_without_a_byte(capsys):
+    assert _script("gpu_host_device").main(["-m", "0:0"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "-m 0:0: no size holds one element" in err
+
+
+def _host_device(monkeypatch, argv):
+    """gpu_host_device.main(argv) in this process (MPI's singleton), and the sizes it
+    measured."""
+    script = _script("gpu_host_device")
+    measured = []
+    real = script.measure_size
+
+    def measuring(comm, nbytes):
+        measured.append(nbytes)
+        return real(comm, nbytes)
+
+    monkeypatch.setattr(script, "measure_size", measuring)
+    return script.main(argv), measured
+
+
+def _run_directory(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metadata.json").write_text("{}")
+    return run
+
+
+@pytest.mark.parametrize(
+    "where,words",
+    [
+        ("nodir/x.json", "directory {tmp}/nodir does not exist"),
+        (".", "is a directory: expected a file name"),
+        ("report.json", "already exists; gpu_host_device never replaces a file"),
+        ("run/metadata.json", "metadata.json belongs to the run directory"),
+    ],
+)
+def test_host_device_copies_refuse_a_json_path_before_measuring(
+    cupy, monkeypatch, tmp_path, capsys, where, words
+):
+    (tmp_path / "report.json").write_text("another command's report")
+    _run_directory(tmp_path)
+    path = tmp_path / where
+    code, measured = _host_device(monkeypatch, ["-m", "1K:4K", "--json", str(path)])
+    out, err = capsys.readouterr()
+    assert code == 2 and measured == [] and out == ""
+    assert err.startswith("gpu_host_device: --json ") and words.format(tmp=tmp_path) in err, err
+    assert (tmp_path / "report.json").read_text() == "another command's report"
+    assert (tmp_path / "run" / "metadata.json").read_text() == "{}"
+
+
+def test_host_device_copies_refuse_a_size_the_gpu_cannot_hold_before_measuring(
+    cupy, monkeypatch, capsys
+):
+    monkeypatch.setenv("STRICT_CUPY_DEVICE_MEMORY", str(1 << 20))
+    code, measured = _host_device(monkeypatch, ["-m", "1M:4M"])
+    out, err = capsys.readouterr()
+    assert code == 2 and measured == [] and out == ""
+    assert "-m 4M: a copy at p = 1 holds at least" in err and "of device memory" in err, err
+
+
+def test_host_device_copies_count_the_pinned_and_the_pageable_host_buffer(
+    cupy, monkeypatch, capsys
+):
+    from osu_dl_bench.measurement import memory
+
+    # 4 MiB pinned and 4 MiB pageable: more than 6 MiB, though each alone fits.
+    monkeypatch.setattr(memory, "available_bytes", lambda: 6 << 20)
+    code, measured = _host_device(monkeypatch, ["-m", "1K:4M"])
+    err = capsys.readouterr().err
+    assert code == 2 and measured == []
+    assert "(a pinned and a pageable host buffer of the size)" in err, err
+
+
+def test_host_device_copies_keep_the_sizes_measured_before_one_that_fails(
+    cupy, monkeypatch, tmp_path, capsys
+):
+    # cudaHostAlloc fails past the locked-memory limit: 1 KiB and 4 KiB fit, 16 KiB not.
+    monkeypatch.setenv("STRICT_CUPY_PINNED_LIMIT", str(8 << 10))
+    out_json = tmp_path / "copies.json"
+    code, measured = _host_device(monkeypatch, ["-m", "1K:64K", "--json", str(out_json)])
+    out, err = capsys.readouterr()
+    assert code == 2 and measured == [1024, 4096, 16384]
+    rows = [line.split()[0] for line in out.splitlines() if not line.startswith("#")]
+    assert rows == ["1024", "4096"]
+    assert sorted(json.loads(out_json.read_text()), key=int) == ["1024", "4096"]
+    assert "-m: 16K: cannot allocate the copies' buffers" in err, err
+    assert "cudaErrorMemoryAllocation" in err and err.count("\n") == 1

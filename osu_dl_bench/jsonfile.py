@@ -36,10 +36,17 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def read_regular_file(path: str | os.PathLike, limit: int | None = MAX_FILE_BYTES) -> bytes:
-    """The bytes of ``path``, a regular file of at most ``limit`` bytes (None: any size;
-    UnreadableJson naming why not): the one bounded, never-blocking read of the suite's
-    input files."""
+# read_regular_file's default: MAX_FILE_BYTES as it is when a file is read, not when this
+# module was loaded.
+SUITE_LIMIT = -1
+
+
+def read_regular_file(path: str | os.PathLike, limit: int | None = SUITE_LIMIT) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes (default
+    MAX_FILE_BYTES; None: any size; UnreadableJson naming why not): the one bounded,
+    never-blocking read of the suite's input files."""
+    if limit == SUITE_LIMIT:
+        limit = MAX_FILE_BYTES
     try:
         # A FIFO or device would block the read forever or never end: regular files only.
         if not stat.S_ISREG(os.stat(path).st_mode):

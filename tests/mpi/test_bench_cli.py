@@ -210,7 +210,7 @@ def test_bounds_print_an_unchecked_copy_table_and_keep_its_records(tmp_path):
     assert res.returncode == 0, res.stderr
     tables = res.stdout.split("# OSU MPI Allreduce Latency Test")[1:]
     assert [t.splitlines()[2].split()[2] for t in tables] == ["native", "copy"]
-    assert "# Bound: one copy of the message" in tables[1]
+    assert "# Bound: numpy's copy of the message" in tables[1]
     copy_rows = [ln.split() for ln in tables[1].splitlines() if ROW.match(ln)]
     assert [int(r[0]) for r in copy_rows] == [1024 << k for k in range(7)]
     assert all(len(r) == 7 and float(r[1]) > 0 for r in copy_rows)  # no Validation value

@@ -3,11 +3,11 @@ copy (measurement.bounds), timed by the kernel's loop, one row per size."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 from mpi4py import MPI
+from support.scripts import load_script
 
 from osu_dl_bench.measurement import bounds
 
@@ -15,16 +15,8 @@ REPO = Path(__file__).resolve().parents[2]
 SIZES = (1 << 10, 4 << 10)
 
 
-def _script():
-    path = REPO / "scripts" / "bench_collectives.py"
-    spec = importlib.util.spec_from_file_location("bench_collectives", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_copy_bound_is_bench_bounds_copy_timed_once_per_size(tmp_path, monkeypatch):
-    script = _script()
+    script = load_script("bench_collectives")
     monkeypatch.setattr(script, "SIZES", SIZES)
     monkeypatch.setattr(script, "COLLECTIVES", ("bcast",))
     monkeypatch.setattr(script, "ITERATIONS", dict.fromkeys(SIZES, 3))

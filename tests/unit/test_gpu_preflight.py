@@ -4,24 +4,19 @@ in tests/mpi/test_gpu_smoke.py."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support.scripts import load_script
 from support.strict import STRICT_CUPY
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _preflight():
-    spec = importlib.util.spec_from_file_location(
-        "gpu_preflight", REPO / "scripts" / "gpu_preflight.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("gpu_preflight")
 
 
 def _smoke(tmp_path: Path, listing: str, **env: str) -> subprocess.CompletedProcess:

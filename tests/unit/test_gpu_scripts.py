@@ -6,7 +6,6 @@ Debian-style system Python."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -15,15 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.scripts import load_script
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _record(collective, algorithm, backend, nprocs, size, avg_us):
@@ -60,7 +53,7 @@ def test_the_bandwidth_table_reads_old_records_whose_memcpy_bound_is_named_copy(
             ]
         )
     )
-    assert _script("gpu_bandwidth").main([str(nccl), str(mpi)]) == 0
+    assert load_script("gpu_bandwidth").main([str(nccl), str(mpi)]) == 0
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith(str(size)))
     # nccl and the copy (the memcpy) of its own run (p=1), no copy kernel then; the fastest
@@ -77,7 +70,7 @@ def test_the_bandwidth_table_puts_nccl_beside_the_memcpy_and_the_copy_kernel(tmp
         _record("allreduce", "copy-kernel", "bound", 1, size, 16.0),
     ]
     path.write_text(json.dumps(rows))
-    assert _script("gpu_bandwidth").main([str(path)]) == 0
+    assert load_script("gpu_bandwidth").main([str(path)]) == 0
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith(str(size)))
     assert row.split()[:4] == ["1048576", "104.86", "131.07", "65.54"]
@@ -87,7 +80,7 @@ def test_the_bandwidth_table_puts_nccl_beside_the_memcpy_and_the_copy_kernel(tmp
 def test_the_bandwidth_table_says_a_bcast_at_one_process_moves_nothing(tmp_path, capsys):
     path = tmp_path / "bcast.json"
     path.write_text(json.dumps([_record("bcast", "nccl", "nccl", 1, 1024, 5.0)]))
-    assert _script("gpu_bandwidth").main([str(path)]) == 0
+    assert load_script("gpu_bandwidth").main([str(path)]) == 0
     assert "a bcast moves no bytes" in capsys.readouterr().out
 
 
@@ -99,7 +92,7 @@ def test_the_bandwidth_table_refuses_what_is_not_records(tmp_path, capsys, conte
     path = tmp_path / "r.json"
     if content is not None:
         path.write_text(content)
-    assert _script("gpu_bandwidth").main([str(path)]) == 2
+    assert load_script("gpu_bandwidth").main([str(path)]) == 2
     assert message in capsys.readouterr().err
 
 
@@ -110,14 +103,14 @@ def test_the_bandwidth_table_refuses_records_of_several_dtypes(tmp_path, capsys)
     ]
     path = tmp_path / "r.json"
     path.write_text(json.dumps(rows))
-    assert _script("gpu_bandwidth").main([str(path)]) == 2
+    assert load_script("gpu_bandwidth").main([str(path)]) == 2
     assert "several dtypes (float16, float32)" in capsys.readouterr().err
 
 
 def test_the_plain_loop_refuses_a_bad_option_in_one_line(capsys):
     pytest.importorskip("torch")
     with pytest.raises(SystemExit) as ended:
-        _script("plain_torch_loop").main(["--steps", "0"])
+        load_script("plain_torch_loop").main(["--steps", "0"])
     assert ended.value.code == 2
     assert "--steps" in capsys.readouterr().err
 
@@ -125,7 +118,7 @@ def test_the_plain_loop_refuses_a_bad_option_in_one_line(capsys):
 def test_the_plain_loop_trains_the_trainers_model_and_reports_img_s(capsys):
     pytest.importorskip("torch")
     argv = ["--model", "cnn", "--data", "synthetic", "--image-size", "8", "--steps", "12"]
-    assert _script("plain_torch_loop").main([*argv, "-b", "8", "--threads", "1"]) == 0
+    assert load_script("plain_torch_loop").main([*argv, "-b", "8", "--threads", "1"]) == 0
     out = capsys.readouterr().out
     assert "# plain PyTorch loop: cnn, batch 8, 12 steps on cpu" in out
     # 12 steps: 2 warm-up, then two timing iterations of 5.
@@ -446,7 +439,7 @@ def test_paired_ratios_hold_one_for_the_same_call_and_not_for_a_slower_one(tmp_p
                 },
             )
         )
-    bandwidth = _script("gpu_bandwidth")
+    bandwidth = load_script("gpu_bandwidth")
     assert bandwidth.main(["--paired", "nccl", "memcpy", *files]) == 0
     row = capsys.readouterr().out.splitlines()[-1].split()
     assert row[0] == "allreduce" and row[-1] == "yes"
@@ -538,7 +531,7 @@ def _bad_launch(tmp_path, case: str) -> list[str]:
 )
 def test_paired_ratios_refuse_what_is_not_launches_of_one_command(tmp_path, capsys, case, words):
     files = _bad_launch(tmp_path, case)
-    assert _script("gpu_bandwidth").main(["--paired", "nccl", "memcpy", *files]) == 2
+    assert load_script("gpu_bandwidth").main(["--paired", "nccl", "memcpy", *files]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.startswith("gpu_bandwidth: ") and err.count("\n") == 1, err
     assert words.format(tmp=tmp_path) in err, err
@@ -546,7 +539,7 @@ def test_paired_ratios_refuse_what_is_not_launches_of_one_command(tmp_path, caps
 
 def test_the_bandwidth_table_refuses_a_directory_in_one_line(tmp_path, capsys):
     (tmp_path / "adir").mkdir()
-    assert _script("gpu_bandwidth").main([str(tmp_path / "adir")]) == 2
+    assert load_script("gpu_bandwidth").main([str(tmp_path / "adir")]) == 2
     err = capsys.readouterr().err
     assert "adir: not a regular file" in err and err.count("\n") == 1
 
@@ -566,7 +559,7 @@ def test_paired_ratios_read_the_iteration_times_of_csv_records(tmp_path, capsys)
 
         pd.DataFrame(rows).to_csv(path, index=False)
         files.append(str(path))
-    assert _script("gpu_bandwidth").main(["--paired", "nccl", "memcpy", *files]) == 0
+    assert load_script("gpu_bandwidth").main(["--paired", "nccl", "memcpy", *files]) == 0
     out = capsys.readouterr().out
     assert "over 2 launch(es) at p = 1" in out
     row = out.splitlines()[-1].split()
@@ -619,14 +612,14 @@ def test_host_device_copies_stop_each_clock_once_the_device_is_idle(cupy, monkey
         def allgather(self, value):
             return [value]
 
-    figures = _script("gpu_host_device").measure_size(OneRank(), 4096)
+    figures = load_script("gpu_host_device").measure_size(OneRank(), 4096)
     assert set(figures) == {"h2d pinned", "d2h pinned", "h2d pageable", "d2h pageable"}
     waits = {getattr(s, "__func__", None) for s in settles}
     assert settles and waits == {cupy.cuda.Device.synchronize}
 
 
 def test_host_device_copies_refuse_a_range_without_a_byte(capsys):
-    assert _script("gpu_host_device").main(["-m", "0:0"]) == 2
+    assert load_script("gpu_host_device").main(["-m", "0:0"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and "-m 0:0: no size holds one element" in err
 
@@ -634,7 +627,7 @@ def test_host_device_copies_refuse_a_range_without_a_byte(capsys):
 def _host_device(monkeypatch, argv):
     """gpu_host_device.main(argv) in this process (MPI's singleton), and the sizes it
     measured."""
-    script = _script("gpu_host_device")
+    script = load_script("gpu_host_device")
     measured = []
     real = script.measure_size
 

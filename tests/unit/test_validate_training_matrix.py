@@ -3,22 +3,15 @@ told to write its rows."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
+
+from support.scripts import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _script():
-    path = REPO / "scripts" / "validate_training_matrix.py"
-    spec = importlib.util.spec_from_file_location("validate_training_matrix", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_a_relative_run_dir_is_resolved_before_the_jobs_change_directory(tmp_path, monkeypatch):
-    script = _script()
+    script = load_script("validate_training_matrix")
     told = []
 
     def launch(nprocs, plan_path, out, timeout):

@@ -73,11 +73,6 @@ def _init_default_group(session: Session, backend: str) -> None:
     dist.init_process_group(backend, store=store, rank=session.rank, world_size=session.nprocs)
 
 
-def init_gloo_group(session: Session) -> None:
-    """torch.distributed's default process group over Gloo (once per process)."""
-    process_group(session, "gloo")
-
-
 def _no_buffer_sync() -> dict[str, bool]:
     """DDP's option for 'no buffer broadcast each forward', by the torch version's name."""
     params = inspect.signature(nn.parallel.DistributedDataParallel).parameters
@@ -127,10 +122,3 @@ class DDPTrainer:
         correct = int((logits.argmax(1) == y).sum())
         # DDP does not expose its communication time.
         return StepStats(loss.item() * len(y), correct, len(y), seconds, StepComm(0.0, 0.0))
-
-
-class DDPGlooTrainer(DDPTrainer):
-    """DDPTrainer over Gloo."""
-
-    def __init__(self, model: nn.Module, cfg: TrainConfig, session: Session) -> None:
-        super().__init__(model, cfg, session, "gloo")

@@ -36,13 +36,19 @@ ROW = ["collective", "size_bytes", "algorithm"]
 
 def read(path: str) -> pd.DataFrame:
     """The records of one bench -o file; ValueError naming it where it is not one."""
+    return read_with_digest(path)[0]
+
+
+def read_with_digest(path: str) -> tuple[pd.DataFrame, str]:
+    """The records of one bench -o file and the sha256 of its bytes (a launch given twice
+    has the same); ValueError naming the file where it is not one."""
     try:
         # A directory or a FIFO: one message, never pandas' error or a read that blocks.
-        read_regular_file(path, limit=None)
+        data = read_regular_file(path, limit=None)
     except ValueError as error:
         raise ValueError(f"{path}: {error}") from None
     try:
-        return read_records(path)
+        return read_records(path), hashlib.sha256(data).hexdigest()
     except (ImportError, OSError, ValueError) as error:  # ImportError: parquet, no pyarrow
         raise ValueError(f"{path}: not bench -o records: {error}") from None
 
@@ -239,10 +245,8 @@ def load_launches(paths: list[str], labels: tuple[str, str]) -> pd.DataFrame:
     launches of different commands do not pair."""
     parts, seen = [], {}
     for number, path in enumerate(paths, 1):
-        records = read(path)
+        records, digest = read_with_digest(path)
         problem = _launch_problem(records, labels)
-        with open(path, "rb") as handle:
-            digest = hashlib.sha256(handle.read()).hexdigest()
         if problem is None and digest in seen:
             problem = f"the same records as {seen[digest]}: give each launch once"
         if problem is None and parts:
@@ -283,14 +287,15 @@ def paired_lines(frame: pd.DataFrame, first: str, second: str) -> list[str]:
         mine, theirs = point[point.algorithm == first], point[point.algorithm == second]
         if mine.empty or theirs.empty or "iter_max_us" not in point:
             continue
-        ratio = paired_ratio(_series(mine), _series(theirs), collective, size, first, second)
+        timed, against = _series(mine), _series(theirs)
+        ratio = paired_ratio(timed, against, collective, size, first, second)
         if ratio is None:
             continue
         cell = f"{ratio.ratio:.3f} [{ratio.low:.3f}-{ratio.high:.3f}]"
         holds = "yes" if ratio.low <= 1 <= ratio.high else "no"
         out.append(
-            f"{collective:<11}{size:>12}{_series(mine).latency_us():>{width}.2f}"
-            f"{_series(theirs).latency_us():>{width}.2f}{cell:>26}  {holds}"
+            f"{collective:<11}{size:>12}{timed.latency_us():>{width}.2f}"
+            f"{against.latency_us():>{width}.2f}{cell:>26}  {holds}"
         )
     return out
 

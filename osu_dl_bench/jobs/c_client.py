@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -144,44 +143,28 @@ def run_client(
     (UsageError naming the option that sets the limit)."""
     cmd = [*launch.launcher_prefix(run.nprocs, mpi=mpi), *run.argv]
     print(f"# C client: {run.what} (up to {run.timeout:g} s)", flush=True)
-    proc = launch.start(
-        cmd, launch.mpi_environment(run.nprocs, env), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )  # fmt: skip
-    started = time.monotonic()
+
+    def still_running(waited: float) -> None:
+        print(
+            f"# C client: {run.what}: still running after {waited:.0f} s "
+            f"(stopped at {run.timeout:g} s)",
+            flush=True,
+        )
+
+    env = launch.mpi_environment(run.nprocs, env)
     try:
-        out, err = _wait(proc, run, started, every)
-    except BaseException:
-        launch.stop(proc)
-        raise
-    if proc.returncode != 0:
+        done = launch.run(cmd, run.timeout, env, progress=launch.Progress(every, still_running))
+    except subprocess.TimeoutExpired:
+        raise UsageError(
+            f"the C client ({run.what}) did not finish within {run.timeout:g} s "
+            "(--client-timeout); stopped"
+        ) from None
+    out, err = done.stdout or "", done.stderr or ""
+    if done.returncode != 0:
         tail = printable((err or out or "").strip()[-600:])
-        raise UsageError(f"the C client failed (exit {proc.returncode}): {tail}")
+        raise UsageError(f"the C client failed (exit {done.returncode}): {tail}")
     found = parse_latencies(out, run.lo, run.hi)
     if not found:
         shown = printable(out.strip()[-200:])
         raise UsageError(f"the C client ({run.what}) printed no latency: {shown!r}")
     return found
-
-
-def _wait(proc: subprocess.Popen, run: ClientRun, started: float, every: float) -> tuple[str, str]:
-    """The client's output once it ends, with a progress line every ``every`` seconds
-    (communicate may be retried after its timeout without losing output)."""
-    while True:
-        waited = time.monotonic() - started
-        if waited >= run.timeout:
-            launch.stop(proc)
-            raise UsageError(
-                f"the C client ({run.what}) did not finish within {run.timeout:g} s "
-                "(--client-timeout); stopped"
-            )
-        try:
-            out, err = proc.communicate(timeout=min(every, run.timeout - waited))
-            return out or "", err or ""
-        except subprocess.TimeoutExpired:
-            waited = time.monotonic() - started
-            print(
-                f"# C client: {run.what}: still running after {waited:.0f} s "
-                f"(stopped at {run.timeout:g} s)",
-                flush=True,
-            )

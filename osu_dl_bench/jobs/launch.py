@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -305,6 +306,14 @@ def follow(
         raise
 
 
+@dataclass(frozen=True)
+class Progress:
+    """What a waiting ``run`` says meanwhile: ``say(seconds waited)`` every ``every`` s."""
+
+    every: float
+    say: Callable[[float], object]
+
+
 def run(
     cmd: Sequence[str],
     timeout: float | None,
@@ -313,13 +322,15 @@ def run(
     stdout: int | IO | None = subprocess.PIPE,
     stderr: int | IO | None = subprocess.PIPE,
     grace: float = STOP_GRACE,
+    progress: Progress | None = None,
 ) -> subprocess.CompletedProcess:
     """Run a job to its end, as ``start`` does (output captured by default), within
-    ``timeout`` seconds (None: no limit). Past it the job is stopped and
-    subprocess.TimeoutExpired carries what it wrote; any exception stops it too."""
+    ``timeout`` seconds (None: no limit), saying ``progress`` while it runs. Past the
+    limit the job is stopped and subprocess.TimeoutExpired carries what it wrote; any
+    exception stops it too."""
     proc = start(cmd, env, cwd, stdout, stderr)
     try:
-        out, err = proc.communicate(timeout=timeout)
+        out, err = _communicate(proc, timeout, progress)
     except subprocess.TimeoutExpired:
         stop(proc, grace)
         out, err = proc.communicate()
@@ -328,6 +339,29 @@ def run(
         stop(proc, grace)
         raise
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _communicate(
+    proc: subprocess.Popen, timeout: float | None, progress: Progress | None
+) -> tuple[str | None, str | None]:
+    """``proc.communicate`` within ``timeout`` (TimeoutExpired past it), calling
+    ``progress.say`` between its waits (communicate may be retried after a timeout
+    without losing output)."""
+    if progress is None:
+        return proc.communicate(timeout=timeout)
+    started = time.monotonic()
+    while True:
+        waited = time.monotonic() - started
+        wait = (
+            progress.every if timeout is None else max(0.0, min(progress.every, timeout - waited))
+        )
+        try:
+            return proc.communicate(timeout=wait)
+        except subprocess.TimeoutExpired:
+            waited = time.monotonic() - started
+            if timeout is not None and waited >= timeout:
+                raise
+            progress.say(waited)
 
 
 # --- the sweep's jobs ---------------------------------------------------------------------

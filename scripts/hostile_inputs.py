@@ -33,6 +33,8 @@ TABLE = REPO / "tuning_tables" / "reference-cpu-mpich-1node.json"
 BENCH = ["bench", "allreduce", "-i", "5", "-x", "1"]
 SELECT = [*CLI, "select", "--np", "2", "--size", "8", "--table"]
 TRAIN2 = [MPIEXEC, "-n", "2", *CLI, "train", "--steps", "2", "-b", "8"]
+# A small sweep at p = 2, the start of the sweep cases' commands.
+SWEEP = [*CLI, "sweep", "--np", "2", "-a", "native,ring", "-m", "8:64"]
 
 
 @dataclass(frozen=True)
@@ -180,14 +182,7 @@ def _output_cases(f: dict[str, Path]) -> list[Case]:
         Case(
             "sweep --resume on metadata.json holding [1, 2]",
             [
-                *CLI,
-                "sweep",
-                "--np",
-                "2",
-                "-a",
-                "native,ring",
-                "-m",
-                "8:64",
+                *SWEEP,
                 "--resume",
                 "-o",
                 str(f["listmeta"]),
@@ -415,14 +410,7 @@ def _run_directory_cases(f: dict[str, Path]) -> list[Case]:
         Case(
             "sweep --adaptive 4 --dry-run into a new directory",
             [
-                *CLI,
-                "sweep",
-                "--np",
-                "2",
-                "-a",
-                "native,ring",
-                "-m",
-                "8:64",
+                *SWEEP,
                 "--adaptive",
                 "4",
                 "--dry-run",

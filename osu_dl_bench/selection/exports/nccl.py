@@ -5,7 +5,7 @@
 
 A line applies to a ``colltype`` call of ``minbytes..maxbytes`` bytes (both inclusive) on a
 communicator of exactly ``nNodes`` nodes and ``nRanks`` ranks (-1: any), the first matching
-line wins, and '#' starts a comment line. The plugin reads lines of at most 255 characters
+line wins, and '#' starts a comment line. The plugin reads lines of at most 255 bytes
 (MAX_LINE_LENGTH 256 with fgets): a longer comment would go on as a line of its own, so
 every comment is cut to fit.
 

@@ -11,7 +11,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy import stats
 
 from osu_dl_bench.selection.evidence import (
     HETEROGENEITY_ALPHA,
@@ -22,7 +21,14 @@ from osu_dl_bench.selection.evidence import (
     heterogeneity,
     launch_values,
 )
-from osu_dl_bench.selection.paired import LEVEL, Ratio, Series, identity, paired_ratio
+from osu_dl_bench.selection.paired import (
+    Ratio,
+    Series,
+    identity,
+    paired_ratio,
+    satterthwaite,
+    t_quantile,
+)
 from osu_dl_bench.selection.smooth import smooth_curve
 
 
@@ -72,17 +78,25 @@ def run_pool(points: Iterable[Measured]) -> LaunchPool:
 class _Own:
     """A point's own estimate under the pool: log-ratio, variance of it, the part of that
     variance shared by the band's sizes within a launch, the part shared with every other
-    candidate at the point, the degrees of freedom behind the variance, and whether the
+    candidate at the point, the degrees of freedom behind each part, and whether the
     point's launches disagree beyond the pool."""
 
     mean: float
     variance: float
     shared: float
     common: float
-    df: float
+    df: float  # of the independent, point-level part: the pool's sum(k - 1)
     heterogeneous: bool
     values: LaunchValues
     pooled: float = 0.0  # the variance the pool alone gives (below ``variance`` if odd)
+    launch_df: float = math.inf  # of the launch-level parts (shared, common): K - 1
+
+    def interval_df(self, variance: float) -> float:
+        """The Welch-Satterthwaite df of ``variance``: its launch-level part (the band-wide
+        shift and native's drift, one realisation per launch for the whole pool) at
+        launch_df, the rest at the point-level df."""
+        launch = min(max(self.shared, self.common), variance)
+        return satterthwaite([(launch, self.launch_df), (variance - launch, self.df)])
 
 
 def _own(values: LaunchValues, pool: LaunchPool, entry: object, size: int) -> _Own | None:
@@ -93,14 +107,24 @@ def _own(values: LaunchValues, pool: LaunchPool, entry: object, size: int) -> _O
     within = np.where(np.isfinite(values.within), values.within, pool.within)
     per_launch = component.point_launch + float(np.mean(within))
     k, df, pooled = values.count, float(component.df), per_launch / values.count
+    launch_df = component.launch_df
     odd = heterogeneity(values, component, pool.within) < HETEROGENEITY_ALPHA
     if odd:
         # Its own launches, as few as they are, are the evidence: their spread and df.
         per_launch, df = max(per_launch, values.spread), float(k - 1)
+        launch_df = df
     # Only the round-paired share a launch's drift of native with each other.
     common = component.correlation * component.point_launch / k if values.paired else 0.0
     return _Own(
-        values.mean, per_launch / k, component.launch_wide / k, common, df, odd, values, pooled
+        values.mean,
+        per_launch / k,
+        component.launch_wide / k,
+        common,
+        df,
+        odd,
+        values,
+        pooled,
+        launch_df,
     )
 
 
@@ -125,15 +149,20 @@ def _alone(values: LaunchValues) -> Ratio:
     """Without a pool (too few points): Student's t over the point's own launches, or
     0..inf with one launch (no launch-to-launch spread to judge by)."""
     if values.count < 2:
-        return Ratio(math.exp(values.mean), 0.0, math.inf, values.count, 0, "paired")
-    own = _Own(values.mean, values.spread / values.count, 0.0, 0.0, values.count - 1, False, values)
+        return Ratio(math.exp(values.mean), 0.0, math.inf, values.count, 0, "paired", df=0.0)
+    df = float(values.count - 1)
+    own = _Own(values.mean, values.spread / values.count, 0.0, 0.0, df, False, values, 0.0, df)
     return _ratio(own.mean, own.variance, own, "paired")
 
 
-def _ratio(mean: float, variance: float, own: _Own, evidence: str) -> Ratio:
+def _ratio(
+    mean: float, variance: float, own: _Own, evidence: str, df: float | None = None
+) -> Ratio:
+    """The ratio and its interval: Student's t at the variance's own df (``df``, else the
+    Welch-Satterthwaite df of its components)."""
     variance = max(variance, 0.0)
-    quantile = stats.t.ppf(0.5 + LEVEL / 2, own.df) if own.df >= 1 else math.inf
-    half = quantile * math.sqrt(variance)
+    df = own.interval_df(variance) if df is None else df
+    half = t_quantile(df) * math.sqrt(variance)
     return Ratio(
         math.exp(mean),
         math.exp(mean - half),
@@ -142,6 +171,8 @@ def _ratio(mean: float, variance: float, own: _Own, evidence: str) -> Ratio:
         0,
         evidence,
         math.sqrt(min(own.common, variance)),
+        df=df,
+        launch_df=own.launch_df,
     )
 
 
@@ -156,10 +187,9 @@ def _curve_ratios(points: Sequence[Measured], owns: Mapping[int, _Own]) -> dict[
     independent = np.array([owns[i].variance - owns[i].shared for i in order])
     curve = smooth_curve(x, y, independent, shared)
     # The curve rests on the pool's degrees of freedom, odd points' included.
-    pool_df = max(
-        (own.df for own in owns.values() if not own.heterogeneous),
-        default=min(own.df for own in owns.values()),
-    )
+    on_pool = [own for own in owns.values() if not own.heterogeneous] or list(owns.values())
+    pool_df = max(own.df for own in on_pool)
+    pool_launch_df = max(own.launch_df for own in on_pool)
     ratios = {}
     for j, i in enumerate(order):
         own = owns[i]
@@ -170,8 +200,11 @@ def _curve_ratios(points: Sequence[Measured], owns: Mapping[int, _Own]) -> dict[
             # Its launches disagree beyond the pool: the curve's estimate, with the excess
             # of its own launch spread over the pool's added to the band.
             extra = max(own.variance - own.pooled, 0.0)
-            on_curve = replace(own, df=pool_df)
-            ratios[i] = _ratio(curve.mean[j], curve.variance[j] + extra, on_curve, "heterogeneous")
+            on_curve = replace(own, df=pool_df, launch_df=pool_launch_df)
+            band = curve.variance[j]
+            # Its own excess rests on its own launches (k - 1 df).
+            df = satterthwaite([(band, on_curve.interval_df(band)), (extra, own.df)])
+            ratios[i] = _ratio(curve.mean[j], band + extra, on_curve, "heterogeneous", df)
         else:
             evidence = "curve" if curve.from_curve[j] else "misfit"
             ratios[i] = _ratio(curve.mean[j], curve.variance[j], own, evidence)

@@ -161,12 +161,21 @@ class Component:
     point_launch: float  # var(u + v): a point's launch-to-launch variance beyond sampling
     launch_wide: float  # var(u): the part shared by a band's sizes within a launch
     points: int  # points with >= 2 launches in the pool
-    df: int  # degrees of freedom behind point_launch
+    df: int  # degrees of freedom behind point_launch's independent part: sum(k - 1)
     heterogeneous: int  # points whose own launches disagree beyond the pool
     # The correlation of two candidates' launch values at one point: the part of a launch's
     # shift that every candidate shares (native's own drift, seen through the ratio), which
     # cancels when two candidates are compared.
     correlation: float = 0.0
+    # The launches the pool's points share (the median count): the components every point
+    # of the pool sees alike (the band-wide shift, native's drift) rest on launches - 1
+    # degrees of freedom, however many points the pool holds. 0: unknown (old tables).
+    launches: int = 0
+
+    @property
+    def launch_df(self) -> float:
+        """The df of the launch-level components: the pool's launches less one."""
+        return float(self.launches - 1) if self.launches > 1 else math.inf
 
     @property
     def expected_heterogeneous(self) -> float:
@@ -219,6 +228,7 @@ class LaunchPool:
                 "launch_wide_var": round(c.launch_wide, 8),
                 "points": c.points,
                 "df": c.df,
+                "launches": c.launches,
                 "heterogeneous": c.heterogeneous,
                 "correlation": round(c.correlation, 4),
             }
@@ -315,7 +325,8 @@ def _component(observations: list[Observation], within: float) -> Component:
     multi = [o for o in observations if o.values.count > 1]
     flagged = sum(heterogeneity(o.values, partial, within) < HETEROGENEITY_ALPHA for o in multi)
     shared = candidate_correlation(observations)
-    return Component(total, wide, len(multi), df, flagged, shared)
+    launches = int(np.median([o.values.count for o in multi])) if multi else 0
+    return Component(total, wide, len(multi), df, flagged, shared, launches)
 
 
 def candidate_correlation(observations: list[Observation]) -> float:

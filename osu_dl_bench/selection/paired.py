@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats
@@ -142,28 +142,67 @@ class Ratio:
     # The sd of the part of ln(ratio)'s error that every candidate's estimate at this point
     # shares (native's own launch drift): it cancels in a comparison of two candidates.
     common_sd: float = 0.0
+    # Degrees of freedom behind the interval: Student's t with ``df`` set its width
+    # (Welch-Satterthwaite over the variance components, each with the df of what
+    # estimated it); inf: a normal reading (bootstrap intervals, legacy rows).
+    df: float = math.inf
+    # The launch-level df: the launches, less one, that estimated the components shared by
+    # a pool's points (the band-wide shift); the df of common_sd's part too.
+    launch_df: float = math.inf
+    # The between-period sd of ln(ratio) (the machine's drift over minutes to hours) and
+    # its df: it widens the reported interval (reported()), never the decision.
+    period_sd: float = 0.0
+    period_df: float = math.inf
+
+    @property
+    def quantile(self) -> float:
+        """The two-sided LEVEL quantile the interval was built with (t at ``df``)."""
+        return t_quantile(self.df)
 
     @property
     def log_sd(self) -> float:
-        """The standard deviation of ln(ratio) implied by the 95% interval."""
+        """The standard deviation of ln(ratio) implied by the 95% interval read as a normal
+        one (the interval's half-width over 1.96)."""
         if self.low <= 0 or self.high <= 0:
             return math.inf
         return (math.log(self.high) - math.log(self.low)) / (2 * Z_LEVEL)
 
+    @property
+    def sd(self) -> float:
+        """The standard error of ln(ratio): the interval's half-width over its t quantile
+        (log_sd where df is infinite)."""
+        if self.low <= 0 or self.high <= 0:
+            return math.inf
+        return (math.log(self.high) - math.log(self.low)) / (2 * self.quantile)
+
     def chance_above(self, threshold: float) -> float:
-        """P(the true ratio exceeds ``threshold``), reading the interval as a normal one on
-        the log scale, with the half of it on the threshold's side (a bootstrap interval
-        need not be symmetric)."""
+        """P(the true ratio exceeds ``threshold``), reading the interval as Student's t one
+        at ``df`` on the log scale (normal where df is infinite), with the half of it on
+        the threshold's side (a bootstrap interval need not be symmetric)."""
         if not (self.ratio > 0 and threshold > 0):
             return 0.5
         centre, target = math.log(self.ratio), math.log(threshold)
         bound = self.high if target >= centre else self.low
         if not 0 < bound < math.inf:
             return 0.5
-        sd = abs(math.log(bound) - centre) / Z_LEVEL
+        sd = abs(math.log(bound) - centre) / self.quantile
         if sd == 0:
             return float(centre > target)
-        return float(stats.norm.sf((target - centre) / sd))
+        return float(stats.t.sf((target - centre) / sd, self.df))
+
+    def reported(self) -> Ratio:
+        """The interval a table, summary or explanation prints: this one widened by the
+        between-period variance (the decision keeps the within-run interval)."""
+        if self.period_sd <= 0 or not 0 < self.low <= self.high < math.inf:
+            return self
+        within = self.sd**2
+        period = self.period_sd**2
+        df = satterthwaite([(within, self.df), (period, self.period_df)])
+        half = t_quantile(df) * math.sqrt(within + period)
+        centre = math.log(self.ratio)
+        low = min(math.log(self.low), centre - half)
+        high = max(math.log(self.high), centre + half)
+        return replace(self, low=math.exp(low), high=math.exp(high), df=df, period_sd=0.0)
 
     @property
     def expected(self) -> float:
@@ -192,13 +231,53 @@ def bound_text(value: float) -> str:
     return f"{value:.2f}" if value < 100 else ">100"
 
 
+def t_quantile(df: float, level: float = LEVEL) -> float:
+    """Student's t two-sided ``level`` quantile at ``df`` (the normal one where df is
+    infinite; infinite below one degree of freedom)."""
+    if math.isinf(df):
+        return float(stats.norm.ppf(0.5 + level / 2))
+    return float(stats.t.ppf(0.5 + level / 2, df)) if df >= 1 else math.inf
+
+
+def satterthwaite(components: Iterable[tuple[float, float]]) -> float:
+    """The Welch-Satterthwaite df of a sum of variance components, each (variance, df):
+    (sum c)^2 / sum(c^2 / df) (Satterthwaite, Biometrics Bulletin 2, 1946); components
+    of zero variance or infinite df add nothing to the denominator."""
+    parts = [(max(c, 0.0), df) for c, df in components]
+    total = sum(c for c, _ in parts)
+    spread = sum(c * c / df for c, df in parts if c > 0 and math.isfinite(df))
+    if total <= 0 or spread <= 0:
+        return math.inf
+    return total * total / spread
+
+
+def remainder_df(total: float, df: float, part: float, part_df: float) -> float:
+    """The df of ``total - part`` where ``total`` (df ``df``) is that remainder plus
+    ``part`` (df ``part_df``): Welch-Satterthwaite solved for the remainder (infinite
+    where the part accounts for all of total's uncertainty)."""
+    rest = max(total - part, 0.0)
+    left = (total * total / df if math.isfinite(df) else 0.0) - (
+        part * part / part_df if math.isfinite(part_df) else 0.0
+    )
+    return rest * rest / left if rest > 0 and left > 0 else math.inf
+
+
 def quotient(mine: Ratio, theirs: Ratio) -> Ratio:
     """mine / theirs for two ratios to the same reference: the log-scale variances added,
-    less twice the part they share (common_sd)."""
-    shared = 2 * mine.common_sd * theirs.common_sd
-    sd = math.sqrt(max(mine.log_sd**2 + theirs.log_sd**2 - shared, 0.0))
+    less twice the part they share (common_sd), with the Welch-Satterthwaite df of what is
+    left (the shared part's df leaves with it)."""
+    parts = []
+    for ratio in (mine, theirs):
+        total = ratio.sd**2
+        common = min(ratio.common_sd**2, total)
+        parts.append((total - common, remainder_df(total, ratio.df, common, ratio.launch_df)))
+    # What the two shared parts do not cancel: (sd_a - sd_b)^2, estimated from launches.
+    left = (mine.common_sd - theirs.common_sd) ** 2
+    parts.append((left, min(mine.launch_df, theirs.launch_df)))
+    variance = sum(c for c, _ in parts)
+    df = satterthwaite(parts)
     centre = math.log(mine.ratio) - math.log(theirs.ratio)
-    half = Z_LEVEL * sd
+    half = t_quantile(df) * math.sqrt(variance)
     launches = min(mine.launches, theirs.launches)
     return Ratio(
         math.exp(centre),
@@ -207,6 +286,8 @@ def quotient(mine: Ratio, theirs: Ratio) -> Ratio:
         launches,
         mine.rounds,
         mine.evidence,
+        df=df,
+        launch_df=min(mine.launch_df, theirs.launch_df),
     )
 
 

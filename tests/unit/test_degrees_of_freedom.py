@@ -1,0 +1,83 @@
+"""Degrees of freedom from what was measured: every point of a launch pool shares the same
+K launches, so the components the pool's points see alike (a band-wide shift, native's
+drift) rest on K - 1 degrees of freedom however many points the pool holds
+(selection.evidence, selection.estimate, selection.paired)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from osu_dl_bench.selection.estimate import pooled_ratios
+from osu_dl_bench.selection.evidence import LaunchValues, Observation
+from osu_dl_bench.selection.paired import Ratio, quotient, satterthwaite, t_quantile
+
+SIZES = (1 << np.arange(18, 24)).tolist()  # one band (256K..8M): one pool
+CANDIDATES = 2
+TRUTH = -0.1  # every candidate's true log time ratio to native
+
+
+def simulated_pool(rng, launches, shift_sd=0.05, point_sd=0.03, within_sd=0.01):
+    """One entry's band: each candidate at each size, per launch, the truth plus a shift of
+    the launch shared by every point and candidate (native's drift: 71% of the variance by
+    default, a correlation like the 0.67-0.85 measured at p = 2), the point's own
+    launch-to-launch variation and sampling noise of known variance."""
+    shifts = rng.normal(0, shift_sd, launches)
+    found = []
+    for size in SIZES:
+        for label in range(CANDIDATES):
+            noise = rng.normal(0, point_sd, launches) + rng.normal(0, within_sd, launches)
+            values = LaunchValues(
+                tuple(range(1, launches + 1)),
+                TRUTH + shifts + noise,
+                np.full(launches, within_sd**2),
+                True,
+            )
+            found.append(Observation("allreduce", f"c{label}", size, values))
+    return found
+
+
+def coverage(launches: int, pools: int = 600, seed: int = 0) -> float:
+    """The share of intervals (every point of every simulated pool) that hold the truth."""
+    rng = np.random.default_rng(seed + launches)
+    held = []
+    for _ in range(pools):
+        for ratio in pooled_ratios(simulated_pool(rng, launches)):
+            held.append(ratio.low <= math.exp(TRUTH) <= ratio.high)
+    return float(np.mean(held))
+
+
+@pytest.mark.parametrize("launches", [2, 3, 5])
+def test_intervals_from_a_pool_with_a_shared_launch_shift_cover_the_truth_as_claimed(launches):
+    assert 0.93 <= coverage(launches) <= 0.97
+
+
+def test_the_launch_level_df_is_the_pools_launches_less_one():
+    (ratio, *_) = pooled_ratios(simulated_pool(np.random.default_rng(1), 3))
+    assert ratio.launch_df == 2
+    assert 2 <= ratio.df < 6  # the shared shift dominates: close to 2, nowhere near 69
+
+
+def test_welch_satterthwaite_df():
+    assert satterthwaite([(1.0, 4.0)]) == pytest.approx(4.0)
+    assert satterthwaite([(1.0, 2.0), (1.0, 2.0)]) == pytest.approx(4.0)
+    assert satterthwaite([(1.0, 2.0), (0.0, 1.0)]) == pytest.approx(2.0)
+    assert math.isinf(satterthwaite([(1.0, math.inf)]))
+
+
+def test_a_quotient_drops_the_shared_parts_df_with_the_shared_part():
+    # Two ratios whose whole launch-level part (2 df) is the part they share: their
+    # quotient rests on the point-level part alone (many df).
+    sd, common, point_df = 0.1, 0.09, 60.0
+    df = satterthwaite([(common**2, 2.0), (sd**2 - common**2, point_df)])
+    half = t_quantile(df) * sd
+    mine = Ratio(0.9, 0.9 * math.exp(-half), 0.9 * math.exp(half), 3, 0, "point", common, df, 2.0)
+    assert mine.sd == pytest.approx(sd)
+    # Two independent point-level parts of 60 df each: 120.
+    assert quotient(mine, mine).df == pytest.approx(2 * point_df, rel=0.05)
+    # Without a shared part, the quotient keeps the launch-level df's weight.
+    alone = replace(mine, common_sd=0.0)
+    assert quotient(alone, alone).df < 10

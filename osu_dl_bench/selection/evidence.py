@@ -213,7 +213,8 @@ class LaunchPool:
                 f"{math.sqrt(c.point_launch) * 100:.1f}% (shared by the band "
                 f"{math.sqrt(c.launch_wide) * 100:.1f}%), {c.points} points, "
                 f"{c.heterogeneous} beyond the pool ({c.expected_heterogeneous:.1f} expected "
-                f"by chance), candidates' launch shifts correlated {c.correlation:.2f}"
+                f"by chance), candidates' launch shifts correlated {c.correlation:.2f}; "
+                f"{c.launches} launches: launch-level df {c.launch_df:g}, point-level df {c.df}"
             )
         return lines
 

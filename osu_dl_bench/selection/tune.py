@@ -469,7 +469,14 @@ def _rounded(value: float | None, digits: int = 3) -> float | None:
 
 
 def _interval_text(ratio: Ratio) -> str:
-    return f"{ratio.ratio:.2f}x native, 95% CI {ratio.low:.2f}-{ratio.high:.2f}"
+    # The reported interval: the between-period component widens it, not the decision.
+    shown = ratio.reported()
+    return f"{shown.ratio:.2f}x native, 95% CI {shown.low:.2f}-{shown.high:.2f}"
+
+
+def _df_value(df: float) -> float | None:
+    """A df for JSON: None where infinite (a normal reading)."""
+    return round(df, 2) if math.isfinite(df) else None
 
 
 EVIDENCE_WORDS = {
@@ -519,7 +526,8 @@ def point_record(point: PointDecision) -> dict[str, Any]:
     )
     q1, _, q3 = chosen.series.quartiles_us()
     evidence = chosen.ratio if native is not None else identity(chosen.series)
-    ratio = chosen.ratio if native is not None else None
+    decided = chosen.ratio if native is not None else None
+    ratio = None if decided is None else decided.reported()
     return {
         "size_bytes": point.size,
         "chosen": point.chosen,
@@ -533,7 +541,11 @@ def point_record(point: PointDecision) -> dict[str, Any]:
         "ratio_low": None if ratio is None else round(ratio.low, 4),
         "ratio_high": None if ratio is None else round(ratio.high, 4),
         "evidence": None if ratio is None else ratio.evidence,
-        "chance_slower": None if ratio is None else round(ratio.chance_above(SLOWER_MARGIN), 4),
+        "chance_slower": None if decided is None else round(decided.chance_above(SLOWER_MARGIN), 4),
+        # The interval's t df (Welch-Satterthwaite over its parts) and the launch-level df.
+        "df": None if ratio is None else _df_value(ratio.df),
+        "launch_df": None if decided is None else _df_value(decided.launch_df),
+        "period_sd": None if decided is None else round(decided.period_sd, 5),
         "tie_set": list(point.tie_set),
         "launches": evidence.launches,
         "rounds": evidence.rounds,

@@ -81,3 +81,15 @@ def test_a_quotient_drops_the_shared_parts_df_with_the_shared_part():
     # Without a shared part, the quotient keeps the launch-level df's weight.
     alone = replace(mine, common_sd=0.0)
     assert quotient(alone, alone).df < 10
+
+
+def test_the_table_keeps_each_points_df_and_the_launch_level_df(tmp_path):
+    from osu_dl_bench.selection.tune import build_table
+    from tests.unit.test_evidence import _consistent_win_run
+
+    table, _ = build_table(_consistent_win_run(tmp_path / "run"), "t")
+    (entry,) = table.entries
+    for point in entry.points:
+        assert point["launch_df"] == 2  # three launches
+        assert point["df"] is not None and point["df"] >= 2
+    assert any("launch-level df 2" in line for line in table.header["evidence"]["summary"])

@@ -24,7 +24,19 @@ HEARTBEATS = "heartbeats"
 # into the run directory by a sweep's launches or by `model fit --calibrate`.
 CALIBRATION_CSV = "calibration.csv"
 CALIBRATION_JSON = "calibration.json"
-RUN_FILES = (RESULTS, RESULTS_PARQUET, METADATA, FOCUS, LOCK, CALIBRATION_CSV, CALIBRATION_JSON)
+# The between-period component compare of two sweeps stores with the later run
+# (selection/period.py), read by tune of that run.
+PERIOD = "period.json"
+RUN_FILES = (
+    RESULTS,
+    RESULTS_PARQUET,
+    METADATA,
+    FOCUS,
+    LOCK,
+    CALIBRATION_CSV,
+    CALIBRATION_JSON,
+    PERIOD,
+)
 # What makes a directory a run directory: a sweep writes its lock first, metadata soon.
 RUN_MARKS = (METADATA, LOCK)
 

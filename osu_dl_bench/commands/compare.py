@@ -17,7 +17,7 @@ from collectives.units import format_size
 from osu_dl_bench.commands.compare_cli import CompareConfig
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import is_training_run
-from osu_dl_bench.paths import write_text_atomic
+from osu_dl_bench.paths import os_reason, write_text_atomic
 from osu_dl_bench.selection.agreement import CAPTURE_MIN, CLEAR_WIN
 from osu_dl_bench.selection.comparison import (
     REGRET_BOUND,
@@ -36,6 +36,7 @@ from osu_dl_bench.selection.comparison import (
     table_coverage,
 )
 from osu_dl_bench.selection.paired import Ratio
+from osu_dl_bench.selection.period import between_runs, write_period
 
 _PERCENT = f"{(SLOWER - 1) * 100:.0f}"
 # What stands for the decisions when a run holds train-bench's training steps.
@@ -57,9 +58,11 @@ def run_compare(cfg: CompareConfig) -> int:
     if is_training_run(a) or is_training_run(b):
         reports = _training_reports(cfg, both)
     else:
+        decided = decided_points(cfg.run_a), decided_points(cfg.run_b)
         reports = [
-            decision_report(cfg.run_a, cfg.run_b, cfg.table, cfg.nprocs),
+            decision_report(cfg.run_a, cfg.run_b, cfg.table, cfg.nprocs, decided),
             shift_report(both, cfg.run_a, cfg.run_b),
+            period_report(cfg.run_a, cfg.run_b, *decided),
         ]
     text = "\n\n".join(reports)
     print(text, flush=True)
@@ -191,12 +194,16 @@ def _coverage_lines(table: str, points: list) -> list[str]:
 
 
 def decision_report(
-    run_a: str, run_b: str, table: str | None = None, wanted: Iterable[int] = ()
+    run_a: str,
+    run_b: str,
+    table: str | None = None,
+    wanted: Iterable[int] = (),
+    decided: tuple[dict, dict] | None = None,
 ) -> str:
     """Stability and regret of RUN_A's (or the table's) choices on RUN_B: per (collective,
     buffer kind, p), then per p and over all, with coverage and captured speedup, then the
-    points to look at."""
-    decided_a, decided_b = decided_points(run_a), decided_points(run_b)
+    points to look at (``decided``: both runs' decisions, where already taken)."""
+    decided_a, decided_b = decided or (decided_points(run_a), decided_points(run_b))
     judged = judge_decisions(decided_a, decided_b, table, wanted)
     source = f"table {table}'s choices (the selector's)" if table else f"{run_a}'s choices"
     lines = [
@@ -221,6 +228,32 @@ def decision_report(
     if notes:
         lines += ["# points to look at:", *notes]
     return "\n".join(lines)
+
+
+def period_report(run_a: str, run_b: str, decided_a: dict, decided_b: dict) -> str:
+    """The between-period component of the two runs' ratios, stored with RUN_B for its
+    tune (selection.period), in one line."""
+    period = between_runs(_same_candidates(decided_a, decided_b), f"compare {run_a} {run_b}")
+    if period is None:
+        return "# between-period: no (point, candidate) with an interval in both runs"
+    try:
+        path = write_period(run_b, period)
+    except OSError as exc:  # a read-only archive of a run: the figure is still printed
+        return f"# {period.line()}; not stored with {run_b}: {os_reason(exc)}"
+    return f"# {period.line()}; stored in {path} for tune of {run_b}"
+
+
+def _same_candidates(decided_a: dict, decided_b: dict):
+    """(entry key, size, ratio in A, ratio in B) of every candidate both runs decided
+    against native at the same point."""
+    for point_key, mine in decided_a.items():
+        theirs = decided_b.get(point_key)
+        if theirs is None or mine.reference is None or theirs.reference is None:
+            continue
+        for label, candidate in mine.candidates.items():
+            other = theirs.candidates.get(label)
+            if label != mine.reference and other is not None:
+                yield mine.key, mine.size, candidate.ratio, other.ratio
 
 
 # --- measurements -------------------------------------------------------------------------

@@ -242,7 +242,7 @@ def _pool_order(item) -> tuple:
     return (str(entry), -1 if band is None else band, str(paired))
 
 
-def _solve_median(stat: np.ndarray, df: np.ndarray, base: np.ndarray, scale: np.ndarray) -> float:
+def solve_median(stat: np.ndarray, df: np.ndarray, base: np.ndarray, scale: np.ndarray) -> float:
     """The x >= 0 at which the median of chi2.cdf(df * stat / (scale * x + base), df) is
     one half: a robust method-of-moments variance component."""
 
@@ -269,7 +269,7 @@ def _point_launch(observations: list[Observation], fallback_within: float) -> tu
     stat = np.array([v.spread for v in multi])
     df = np.array([v.count - 1 for v in multi], dtype=float)
     base = np.array([float(np.mean(_filled(v.within, fallback_within))) for v in multi])
-    return _solve_median(stat, df, base, np.ones_like(stat)), int(df.sum())
+    return solve_median(stat, df, base, np.ones_like(stat)), int(df.sum())
 
 
 def _launch_wide(observations: list[Observation], total: float, fallback_within: float) -> float:
@@ -294,7 +294,7 @@ def _launch_wide(observations: list[Observation], total: float, fallback_within:
         scale.append(1 - 1 / sizes)
     if not stat:
         return 0.0
-    found = _solve_median(np.array(stat), np.array(df, float), np.array(base), np.array(scale))
+    found = solve_median(np.array(stat), np.array(df, float), np.array(base), np.array(scale))
     return min(found, total)
 
 

@@ -68,6 +68,7 @@ from osu_dl_bench.selection.paired import (
     paired_ratio,
     quotient,
 )
+from osu_dl_bench.selection.period import WITHIN_ONLY, Period, read_period
 from osu_dl_bench.selection.table import (
     MPI_CUDA_PATHS,
     Choice,
@@ -468,9 +469,9 @@ def _rounded(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def _interval_text(ratio: Ratio) -> str:
+def _interval_text(ratio: Ratio, period: Period | None = None) -> str:
     # The reported interval: the between-period component widens it, not the decision.
-    shown = ratio.reported()
+    shown = (period.apply(ratio) if period else ratio).reported()
     return f"{shown.ratio:.2f}x native, 95% CI {shown.low:.2f}-{shown.high:.2f}"
 
 
@@ -488,8 +489,8 @@ EVIDENCE_WORDS = {
 }
 
 
-def _reason(point: PointDecision) -> str:
-    """Why the point's choice, in words."""
+def _reason(point: PointDecision, period: Period | None = None) -> str:
+    """Why the point's choice, in words (intervals as reported: ``period`` widens them)."""
     chosen, best = point.candidates[point.chosen], point.candidates[point.best]
     if point.native is None:
         text = "no native measurement: the stable rule over the tie set around the lowest ratio"
@@ -497,10 +498,12 @@ def _reason(point: PointDecision) -> str:
         text = "native is the fastest"
     elif point.chosen == point.reference:
         slower = best.ratio.chance_above(SLOWER_MARGIN)
-        text = f"{best.label} {_interval_text(best.ratio)}, P(>5% slower) {slower:.2f}: native kept"
+        shown = _interval_text(best.ratio, period)
+        text = f"{best.label} {shown}, P(>5% slower) {slower:.2f}: native kept"
     else:
         text = (
-            f"{_interval_text(chosen.ratio)} ({EVIDENCE_WORDS.get(chosen.ratio.evidence, '')})"
+            f"{_interval_text(chosen.ratio, period)} "
+            f"({EVIDENCE_WORDS.get(chosen.ratio.evidence, '')})"
             f", P(>5% slower) {chosen.ratio.chance_above(SLOWER_MARGIN):.3f}"
         )
     if len(point.tie_set) > 1:
@@ -517,8 +520,9 @@ def _own_pick(point: PointDecision) -> str:
     return stable_order(point.key.collective, point.tie_set, choices, score)[0]
 
 
-def point_record(point: PointDecision) -> dict[str, Any]:
-    """The table's point: the choice, its ratio to native with the interval, the tie set."""
+def point_record(point: PointDecision, period: Period | None = None) -> dict[str, Any]:
+    """The table's point: the choice, its ratio to native with the reported interval
+    (``period``, the between-period component, widens it), the tie set."""
     chosen, best, native = (
         point.candidates[point.chosen],
         point.candidates[point.best],
@@ -527,6 +531,8 @@ def point_record(point: PointDecision) -> dict[str, Any]:
     q1, _, q3 = chosen.series.quartiles_us()
     evidence = chosen.ratio if native is not None else identity(chosen.series)
     decided = chosen.ratio if native is not None else None
+    if decided is not None and period is not None:
+        decided = period.apply(decided)
     ratio = None if decided is None else decided.reported()
     return {
         "size_bytes": point.size,
@@ -552,7 +558,7 @@ def point_record(point: PointDecision) -> dict[str, Any]:
         "fastest": best.label,
         "fastest_median_us": round(best.series.latency_us(), 3),
         "candidates": len(point.candidates),
-        "reason": _reason(point),
+        "reason": _reason(point, period),
     }
 
 
@@ -602,13 +608,14 @@ def decide_run(rows: pd.DataFrame, warn: list[str], risk: float = RISK) -> Decis
     return Decisions(entries, pool)
 
 
-def build_entries(decisions: Decisions) -> tuple[Entry, ...]:
-    """One table entry per (collective, device, nodes, ppn, nprocs) with decisions."""
+def build_entries(decisions: Decisions, period: Period | None = None) -> tuple[Entry, ...]:
+    """One table entry per (collective, device, nodes, ppn, nprocs) with decisions; the
+    points' reported intervals widened by ``period`` where one is known."""
     entries = []
     for key, points in decisions.entries.items():
         per_size = [(p.size, p.candidates[p.chosen].choice) for p in points]
         measured = (points[0].size, points[-1].size)
-        records = tuple(point_record(p) for p in points)
+        records = tuple(point_record(p, period) for p in points)
         entries.append(Entry(key, merge_ranges(per_size), measured, records))
     return tuple(entries)
 
@@ -637,13 +644,15 @@ def run_decisions(
     return decide_run(rows, warn, risk).by_point(), warn
 
 
-def evidence_record(pool: LaunchPool, risk: float) -> dict[str, Any]:
-    """The table header's account of the shared evidence: the risk and the launch pools."""
+def evidence_record(pool: LaunchPool, risk: float, period: Period | None = None) -> dict[str, Any]:
+    """The table header's account of the shared evidence: the risk, the launch pools and
+    the between-period component the reported intervals hold (None: none stored)."""
     return {
         "risk": risk,
         "slower_margin": SLOWER_MARGIN,
         "launch_pools": pool.as_record(),
-        "summary": pool.lines(),
+        "between_period": None if period is None else period.as_record(),
+        "summary": [*pool.lines(), WITHIN_ONLY if period is None else period.line()],
     }
 
 
@@ -706,7 +715,8 @@ def build_table(
     store, frame, warn = _read_run(run_dir)
     rows, dtype, op = select_rows(usable_rows(frame), dtype, op)
     decisions = decide_run(without_library_candidates(rows), warn, risk)
-    entries = build_entries(decisions)
+    period = read_period(run_dir)
+    entries = build_entries(decisions, period)
     if not entries:
         why = f" ({warn[-1]})" if warn else ""
         raise UsageError(f"{run_dir}: no point could be decided{why}")
@@ -717,7 +727,7 @@ def build_table(
         measured_with(dtype, op, entries, metadata),
         provenance(Path(run_dir), metadata),
     )
-    header[EVIDENCE] = evidence_record(decisions.pool, risk)
+    header[EVIDENCE] = evidence_record(decisions.pool, risk, period)
     library = library_tuning(rows, _first_found(metadata, "mpi_library"), warn, risk)
     if library is not None:
         header[LIBRARY_TUNING] = library

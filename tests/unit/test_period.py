@@ -1,0 +1,119 @@
+"""The between-period component (selection.period): estimated from two sweeps of the same
+machine by compare, stored with the later run, read by its tune; it widens the reported
+intervals and never the decisions."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from support.tuning import launch_run
+
+from osu_dl_bench.cli import main
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.paths import PERIOD, write_text_atomic
+from osu_dl_bench.selection.paired import Z_LEVEL, Ratio
+from osu_dl_bench.selection.period import Period, between_runs, read_period, write_period
+from osu_dl_bench.selection.tune import build_table
+from tests.unit.test_evidence import _consistent_win_run
+
+pytestmark = pytest.mark.usefixtures("registered")
+
+
+def test_the_reported_interval_widens_by_the_period_and_the_decision_reading_stays():
+    ratio = Ratio(0.8, 0.8 / 1.1, 0.8 * 1.1, 3, 60, "curve", df=8.0, launch_df=2.0)
+    assert ratio.reported() == ratio  # no period: as decided
+    drifting = Ratio(
+        *[getattr(ratio, f) for f in ("ratio", "low", "high", "launches")],
+        60,
+        "curve",
+        df=8.0,
+        launch_df=2.0,
+        period_sd=0.1,
+        period_df=4.0,
+    )
+    shown = drifting.reported()
+    assert shown.low < ratio.low and shown.high > ratio.high and shown.ratio == ratio.ratio
+    assert ratio.sd**2 < shown.sd**2  # the period's variance is in it
+    assert 4.0 < shown.df < 8.0 + 4.0
+    # The decision reads the within-run interval: the same chance with or without.
+    assert drifting.chance_above(1.05) == ratio.chance_above(1.05)
+
+
+def _ratio(log_value: float, sd: float) -> Ratio:
+    half = Z_LEVEL * sd
+    return Ratio(math.exp(log_value), math.exp(log_value - half), math.exp(log_value + half), 3, 0)
+
+
+def test_two_runs_give_back_a_known_between_period_sd_with_one_df_per_entry_and_band():
+    rng = np.random.default_rng(3)
+    period_sd, within_sd = 0.08, 0.04
+    pairs = []
+    for entry in range(30):
+        for band_sizes in ((64, 1024), (8192, 65536), (1 << 20, 1 << 22)):
+            shift_a, shift_b = rng.normal(0, period_sd, 2)  # each run drew its own period
+            for size in band_sizes:
+                for _ in range(3):  # candidates
+                    truth = rng.normal(-0.1, 0.2)
+                    a = _ratio(truth + shift_a + rng.normal(0, within_sd), within_sd)
+                    b = _ratio(truth + shift_b + rng.normal(0, within_sd), within_sd)
+                    pairs.append((entry, size, a, b))
+    period = between_runs(pairs, "compare A B")
+    assert period.sd == pytest.approx(period_sd, rel=0.3)
+    assert period.df == 90 and period.pairs == len(pairs)
+    # Runs that agree within their intervals: no period.
+    same = [(e, s, a, _ratio(math.log(a.ratio), within_sd)) for e, s, a, _ in pairs]
+    assert between_runs(same, "x").sd < 0.01
+    assert between_runs([], "x") is None
+
+
+def test_tune_widens_the_reported_intervals_by_a_stored_period_and_decides_the_same(tmp_path):
+    run = _consistent_win_run(tmp_path / "run")
+    (plain,) = build_table(run, "t")[0].entries
+    write_period(run, Period(0.1, 3.0, 40, "compare a b"))
+    table, _ = build_table(run, "t")
+    (wide,) = table.entries
+    for before, after in zip(plain.points, wide.points, strict=True):
+        assert after["chosen"] == before["chosen"]
+        assert after["chance_slower"] == before["chance_slower"]
+        assert (
+            after["ratio_low"] < before["ratio_low"] and after["ratio_high"] > before["ratio_high"]
+        )
+        assert after["period_sd"] == 0.1
+    evidence = table.header["evidence"]
+    assert evidence["between_period"]["sd"] == 0.1 and evidence["between_period"]["df"] == 3
+    assert any("between-period sd 10.0% (df 3" in line for line in evidence["summary"])
+    assert wide.ranges == plain.ranges
+
+
+def test_a_table_without_a_stored_period_says_its_intervals_hold_the_sweeps_drift_only(tmp_path):
+    table, _ = build_table(_consistent_win_run(tmp_path / "run"), "t")
+    assert table.header["evidence"]["between_period"] is None
+    assert any("none stored with this run" in line for line in table.header["evidence"]["summary"])
+
+
+def test_compare_stores_the_period_with_run_b_where_its_tune_reads_it(tmp_path, capsys):
+    a = launch_run(tmp_path / "a", {1 << k: {"recursive_doubling": 0.8} for k in range(10, 20)})
+    b = launch_run(
+        tmp_path / "b", {1 << k: {"recursive_doubling": 0.9} for k in range(10, 20)}, seed=7
+    )
+    assert main(["compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert f"stored in {b / PERIOD} for tune of {b}" in out
+    period = read_period(b)
+    assert period is not None and period.sd > 0 and period.source == f"compare {a} {b}"
+    assert read_period(a) is None
+    # A run's own file: -o style writes elsewhere may not replace it.
+    with pytest.raises(UsageError, match=PERIOD):
+        write_text_atomic(b / PERIOD, "{}")
+
+
+def test_a_damaged_period_file_is_one_clear_error(tmp_path):
+    run = _consistent_win_run(tmp_path / "run")
+    (run / PERIOD).write_text("{not json")
+    with pytest.raises(UsageError, match="not a between-period record"):
+        build_table(run, "t")
+    (run / PERIOD).write_text('{"sd": -1, "df": 2, "pairs": 3, "source": "x"}')
+    with pytest.raises(UsageError, match="out of range"):
+        build_table(run, "t")

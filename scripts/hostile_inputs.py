@@ -151,6 +151,14 @@ def _output_cases(f: dict[str, Path]) -> list[Case]:
             shlex.join([*CLI, "select", "--np", "2", "--size", "8", "--table", table]),
         ]
     )
+    damaged = str(f["run"].parent / "damaged-period")
+    damaged_period = " && ".join(
+        [
+            shlex.join(["cp", "-r", str(f["run"]), damaged]),
+            f"printf '{{' > {shlex.quote(damaged)}/period.json",
+            shlex.join([*CLI, "tune", damaged, "-o", "period.json"]),
+        ]
+    )
     mpi2, mpi3 = [MPIEXEC, "-n", "2", *CLI], [MPIEXEC, "-n", "3", *CLI]
     return [
         Case("bench -o with a 300-character name (p=3)", [*mpi3, *BENCH, "-o", f"{long_name}.csv"]),
@@ -191,6 +199,10 @@ def _output_cases(f: dict[str, Path]) -> list[Case]:
         ),
         Case(
             "tune on rows of size -8, then select on its table", ["sh", "-c", tune_then_select], 0
+        ),
+        Case(
+            "tune on a run whose period.json is damaged",
+            ["sh", "-c", damaged_period],
         ),
         *[
             Case(
@@ -406,6 +418,11 @@ def _run_directory_cases(f: dict[str, Path]) -> list[Case]:
                 "-o",
                 "adaptive",
             ],
+        ),
+        Case("sweep --spread -5 (minutes)", [*SWEEP, "--spread", "-5", "-o", "spread"]),
+        Case(
+            "sweep --spread 5 --launches 1 (nothing to spread)",
+            [*SWEEP, "--spread", "5", "--launches", "1", "-o", "spread"],
         ),
         Case(
             "sweep --adaptive 4 --dry-run into a new directory",

@@ -101,6 +101,17 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def positive_minutes(text: str) -> float:
+    """An argparse type: a finite number of minutes > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of minutes > 0, got {text!r}")
+    return value
+
+
 def output_stem(text: str) -> str:
     """An argparse type: the path of outputs named by adding suffixes (OUT.txt, OUT.json,
     the run directory OUT), without a trailing '/' ('runs/x/' is 'runs/x')."""

@@ -10,6 +10,7 @@ from collectives.topology import emulated_ranks_per_node
 from osu_dl_bench.commands.arguments import (
     DEVICE_HELP,
     positive_int,
+    positive_minutes,
     seconds_from,
     seconds_up_to,
     whole_number_up_to,
@@ -103,6 +104,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="K",
         help=f"separate MPI launches per point, in shuffled order, sharing the budget; each "
         f"backend other than MPI's gets launches of its own (default {DEFAULT_LAUNCHES})",
+    )
+    parser.add_argument(
+        "--spread",
+        type=positive_minutes,
+        default=0.0,
+        metavar="MINUTES",
+        help="stretch the launches over at least MINUTES minutes, waiting between them, so "
+        "each point's launches sample the machine's drift over that span (default: back to "
+        "back; the launches are interleaved over the sweep's wall time either way)",
     )
     parser.add_argument(
         "--adaptive",
@@ -293,6 +303,7 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
         library_file=resolve_library_file(args.library_file),
         mpi=args.mpi,
         adaptive=args.adaptive,
+        spread_minutes=args.spread,
     )
     check_sweep_config(cfg)
     return cfg

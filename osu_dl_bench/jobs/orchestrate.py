@@ -352,12 +352,44 @@ def _launcher_label(cfg: SweepConfig) -> str:
     return " ".join([cfg.launcher, *cfg.launcher_args])
 
 
+def launch_starts(order: Sequence[JobKey], todo: Mapping[JobKey, int], spread_s: float) -> dict:
+    """launch -> the seconds after the session's start before which its first pending job
+    may not begin: the session's launches evenly over ``spread_s`` (the first at 0)."""
+    pending = sorted({job[1] for job in order if todo[job]})
+    if spread_s <= 0 or len(pending) < 2:
+        return {}
+    step = spread_s / (len(pending) - 1)
+    return {launch: index * step for index, launch in enumerate(pending)}
+
+
+def _wait_for_launch(experiment: Experiment, launch: int, due: float, progress: Progress) -> None:
+    """Wait until ``due`` (the engine's clock) before launch ``launch``, saying so; Ctrl-C
+    interrupts the wait as it would a job."""
+    left = due - experiment.clock()
+    if left <= 0:
+        return
+    progress.clear()
+    last = max(job[1] for job in experiment.order)
+    print(
+        f"# spread: waiting {format_duration(left)} before launch {launch} of {last} "
+        f"(--spread {experiment.spread_s / 60:g} min); Ctrl-C stops, --resume continues",
+        file=sys.stderr,
+        flush=True,
+    )
+    experiment.pause(left)
+
+
 def _run_jobs(experiment: Experiment, progress: Progress) -> int:
-    """Every job in turn; the exit code of the experiment."""
+    """Every job in turn, each launch not before its turn under --spread; the exit code
+    of the experiment."""
     code = 0
+    start = experiment.clock()
+    starts = launch_starts(experiment.order, experiment.todo, experiment.spread_s)
     for job in experiment.order:
         if not experiment.todo[job]:
             continue  # resumed and complete: its launch entry already says what ran
+        if job[1] in starts:
+            _wait_for_launch(experiment, job[1], start + starts.pop(job[1]), progress)
         outcome = experiment.run(job, progress)
         if outcome.code == 0:
             continue
@@ -530,6 +562,11 @@ class Experiment:
     # Whether the points' progress bar is drawn (an experiment whose jobs print their own
     # lines and report no points draws none).
     progress: bool = True
+    # sweep --spread: the session's launches start evenly over at least this many seconds
+    # (the engine's clock and its wait are arguments so a test need not wait).
+    spread_s: float = 0.0
+    clock: Callable[[], float] = time.monotonic
+    pause: Callable[[float], None] = time.sleep
 
 
 @dataclass(frozen=True)
@@ -593,7 +630,8 @@ def _launch_all(cfg: SweepConfig, plans: dict[JobKey, dict[str, Any]]) -> int:
         _explain_failure(cfg, job, outcome)
 
     todo = {job: plan["todo"] for job, plan in plans.items()}
-    ended = run_experiment(Experiment(cfg.output, order, todo, run, explain))
+    spread = cfg.spread_minutes * 60
+    ended = run_experiment(Experiment(cfg.output, order, todo, run, explain, spread_s=spread))
     if ended.code == 130:
         return 130  # interrupted: said so, run marked incomplete
     lines = [f"# {ended.points} points measured in {format_duration(ended.seconds)}"]

@@ -64,6 +64,8 @@ def session_fields(cfg: SweepConfig, launcher: str) -> dict[str, Any]:
         "budget_s": cfg.budget,
         "ranks_per_node": cfg.emulated_ppn,
         "thread_level": cfg.thread_level,
+        # sweep --spread: the launches started evenly over at least this many minutes.
+        "spread_minutes": cfg.spread_minutes,
         **slurm_fields(),
     }
 

@@ -118,6 +118,9 @@ class SweepConfig:
     mpi: str | None = None
     # --adaptive MAX: launches beyond --launches, up to MAX in all, only where undecided.
     adaptive: int = 0
+    # --spread MINUTES: the launches stretched over at least this many minutes (waiting
+    # between them), so they sample the machine's drift over that span; 0: back to back.
+    spread_minutes: float = 0.0
 
     def sizes(self) -> list[int]:
         """Message sizes in bytes: MIN, 2 MIN, ... up to MAX (OSU's doubling loop)."""
@@ -190,6 +193,8 @@ class SweepConfig:
             argv.append(f"--launcher-args={shlex.join(self.launcher_args)}")
         if self.resume:
             argv.append("--resume")
+        if self.spread_minutes:
+            argv += ["--spread", f"{self.spread_minutes:g}"]
         return argv
 
 
@@ -291,6 +296,13 @@ def check_sweep_config(cfg: SweepConfig) -> None:
         raise UsageError(
             f"--adaptive {cfg.adaptive}: expected more launches in all than --launches "
             f"({cfg.launches})"
+        )
+    if cfg.spread_minutes and cfg.inside:
+        raise UsageError("--spread paces the launches the sweep starts: drop --inside")
+    if cfg.spread_minutes and cfg.launches < 2:
+        raise UsageError(
+            f"--spread {cfg.spread_minutes:g}: needs --launches 2 or more (it spreads launches "
+            "over time; one launch has nothing to spread)"
         )
     if not split_variant_texts(cfg.algorithms):
         raise UsageError("-a: no algorithm named")

@@ -1,6 +1,6 @@
 """The launch pool's robust moment estimator (selection.evidence) against a REML fit of
-the same random-effects model (statsmodels MixedLM, launch as the group): the same
-variance components on average, at a measured cost in efficiency."""
+the same random-effects model (statsmodels MixedLM): the same variance components within
+a stated tolerance, at a measured cost in efficiency."""
 
 from __future__ import annotations
 
@@ -11,20 +11,22 @@ import pytest
 
 from osu_dl_bench.selection.evidence import LaunchValues, Observation, estimate_pool
 
-sm = pytest.importorskip("statsmodels.api")
+smf = pytest.importorskip("statsmodels.formula.api")
+pd = pytest.importorskip("pandas")
 
 SIZES = (1 << np.arange(18, 26)).tolist()  # eight sizes of one band: one pool
 LABELS, LAUNCHES = 6, 3
-WIDE_SD, POINT_SD, WITHIN_SD = 0.05, 0.04, 0.01
+SHARED_SD, WIDE_SD, POINT_SD, WITHIN_SD = 0.05, 0.04, 0.03, 0.01
 
 
 def simulated_pool(rng):
-    """Each candidate's band shift per launch (shared by its sizes), each point's own
-    launch-to-launch variation and sampling noise of known variance: as Observations for
-    the pool, and as (point, candidate x launch, value) rows for REML."""
+    """Per launch, a shift every candidate and size shares (native's drift), each
+    candidate's own band shift, each point's own launch-to-launch variation and sampling
+    noise of known variance: as Observations for the pool, and as rows for REML."""
     found, rows = [], []
+    shared = rng.normal(0, SHARED_SD, LAUNCHES)
     for label in range(LABELS):
-        shifts = rng.normal(0, WIDE_SD, LAUNCHES)
+        shifts = shared + rng.normal(0, WIDE_SD, LAUNCHES)
         for index, size in enumerate(SIZES):
             noise = rng.normal(0, POINT_SD, LAUNCHES) + rng.normal(0, WITHIN_SD, LAUNCHES)
             values = LaunchValues(
@@ -34,39 +36,53 @@ def simulated_pool(rng):
                 True,
             )
             found.append(Observation("allreduce", f"c{label}", size, values))
-            point = label * len(SIZES) + index
-            rows += [(point, label * LAUNCHES + k, values.values[k]) for k in range(LAUNCHES)]
-    return found, np.array(rows)
+            rows += [
+                {"point": f"{label}-{index}", "candidate": label, "launch": k, "y": value}
+                for k, value in enumerate(values.values)
+            ]
+    return found, pd.DataFrame(rows)
 
 
-def reml_components(rows) -> tuple[float, float]:
-    """(point_launch, launch_wide) from REML: each point a fixed effect, each candidate's
-    launch a random intercept (the band shift), the residual the point's own variation
-    plus the known sampling variance."""
-    exog = np.eye(LABELS * len(SIZES))[rows[:, 0].astype(int)]
+def reml_components(rows) -> tuple[float, float, float]:
+    """(point_launch, launch_wide, the part shared by every candidate) from REML: each point
+    a fixed effect; launch a random intercept (shared by all), each candidate's launch a
+    variance component (its band shift); the residual the point's own variation plus the
+    known sampling variance."""
+    model = smf.mixedlm(
+        "y ~ 0 + C(point)",
+        rows,
+        groups="launch",
+        re_formula="1",
+        vc_formula={"candidate": "0 + C(candidate)"},
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # convergence chatter on near-zero components
-        fit = sm.MixedLM(rows[:, 2], exog, groups=rows[:, 1]).fit(reml=True)
-    wide = float(np.asarray(fit.cov_re)[0, 0])
-    return wide + float(fit.scale) - WITHIN_SD**2, wide
+        fit = model.fit(reml=True)
+    shared, band = float(np.asarray(fit.cov_re)[0, 0]), float(fit.vcomp[0])
+    return shared + band + float(fit.scale) - WITHIN_SD**2, shared + band, shared
 
 
 def test_the_robust_pool_agrees_with_reml_at_about_twice_its_variance():
     rng = np.random.default_rng(0)
     robust, reml = [], []
-    for _ in range(40):
+    for _ in range(30):
         found, rows = simulated_pool(rng)
-        component = estimate_pool(found).component("allreduce", 1 << 20, True)
-        robust.append((component.point_launch, component.launch_wide))
+        c = estimate_pool(found).component("allreduce", 1 << 20, True)
+        robust.append((c.point_launch, c.launch_wide, c.correlation * c.point_launch))
         reml.append(reml_components(rows))
     robust, reml = np.array(robust), np.array(reml)
-    # The same components on average (each estimator's own sampling error is about 10%
-    # of the mean over 40 pools): point_launch, then launch_wide.
-    assert robust[:, 0].mean() == pytest.approx(reml[:, 0].mean(), rel=0.15)
-    assert robust[:, 1].mean() == pytest.approx(reml[:, 1].mean(), rel=0.3)
-    assert reml[:, 0].mean() == pytest.approx(WIDE_SD**2 + POINT_SD**2, rel=0.15)
-    # The medians' robustness costs efficiency: measured 2.2x REML's variance for
-    # point_launch, 3.2x for launch_wide (docs/tuning-table.md says so).
+    truth = (
+        SHARED_SD**2 + WIDE_SD**2 + POINT_SD**2,
+        SHARED_SD**2 + WIDE_SD**2,
+        SHARED_SD**2,
+    )
+    assert reml.mean(axis=0) == pytest.approx(truth, rel=0.15)
+    # The same components on average. The medians read a part every point shares 13-20%
+    # high (measured: 0.00564, 0.00491, 0.00286 against REML's 0.00499, 0.00409, 0.00246):
+    # every point's chi-square is the same draw, and its mean is above its median.
+    assert robust.mean(axis=0) == pytest.approx(reml.mean(axis=0), rel=0.3)
+    assert np.all(robust.mean(axis=0) >= 0.95 * reml.mean(axis=0))
+    # The medians' robustness costs efficiency: measured 1.7-1.9x REML's variance here
+    # (docs/tuning-table.md says so).
     inflation = robust.var(axis=0) / reml.var(axis=0)
-    assert 1.3 <= inflation[0] <= 3.5
-    assert 1.5 <= inflation[1] <= 5.0
+    assert np.all((inflation >= 1.2) & (inflation <= 3.5)), inflation

@@ -731,7 +731,7 @@ def build_table(
         provenance(Path(run_dir), metadata),
     )
     header[EVIDENCE] = evidence_record(decisions.pool, risk, period)
-    library = library_tuning(rows, _first_found(metadata, "mpi_library"), warn, risk)
+    library = library_tuning(rows, _first_found(metadata, "mpi_library"), warn, risk, period)
     if library is not None:
         header[LIBRARY_TUNING] = library
     return TuningTable(entries, header), warn
@@ -764,25 +764,29 @@ def library_alg(label: str) -> str:
     return label.removeprefix(LIBRARY_PREFIX) if is_library_candidate(label) else "auto"
 
 
-def _library_point(point: PointDecision) -> dict[str, Any]:
-    """One size of a library entry: the library algorithm chosen, and what was measured."""
-    record = point_record(point)
+def _library_point(point: PointDecision, period: Period | None = None) -> dict[str, Any]:
+    """One size of a library entry: the library algorithm chosen, and what was measured
+    (intervals as reported: ``period`` widens them)."""
+    record = point_record(point, period)
     record["alg"] = library_alg(point.chosen)
     record["tie_set"] = [library_alg(label) for label in point.tie_set]
     record["fastest"] = library_alg(point.best)
     best = point.candidates[point.best].ratio
+    best = (period.apply(best) if period else best).reported()
     record["fastest_ratio"] = round(best.ratio, 4)
     record["fastest_ratio_low"] = round(best.low, 4)
     record["fastest_ratio_high"] = round(best.high, 4)
     return record
 
 
-def _library_ranges(points: list[PointDecision]) -> list[dict[str, Any]]:
+def _library_ranges(
+    points: list[PointDecision], period: Period | None = None
+) -> list[dict[str, Any]]:
     """Contiguous size ranges of one library algorithm each, with the sizes measured in
     each and their evidence (ratio to the default, interval, launches)."""
     ranges: list[dict[str, Any]] = []
     for point in points:
-        record = _library_point(point)
+        record = _library_point(point, period)
         if ranges and ranges[-1]["alg"] == record["alg"]:
             ranges[-1]["points"].append(record)
         else:
@@ -794,7 +798,7 @@ def _library_ranges(points: list[PointDecision]) -> list[dict[str, Any]]:
 
 
 def library_entries(
-    rows: pd.DataFrame, warn: list[str], risk: float = RISK
+    rows: pd.DataFrame, warn: list[str], risk: float = RISK, period: Period | None = None
 ) -> list[dict[str, Any]]:
     """Per (collective, device, nodes, ppn, nprocs) where library algorithms were swept:
     the library's choice per size range among them and its default (native)."""
@@ -810,7 +814,7 @@ def library_entries(
         if points[0].native is None:
             warn.append(f"{key}: library algorithms left out: no native (default) measured")
             continue
-        entries.append({**asdict_key(key), "ranges": _library_ranges(points)})
+        entries.append({**asdict_key(key), "ranges": _library_ranges(points, period)})
     return entries
 
 
@@ -826,11 +830,15 @@ def asdict_key(key: EntryKey) -> dict[str, Any]:
 
 
 def library_tuning(
-    rows: pd.DataFrame, version: Any, warn: list[str], risk: float = RISK
+    rows: pd.DataFrame,
+    version: Any,
+    warn: list[str],
+    risk: float = RISK,
+    period: Period | None = None,
 ) -> dict[str, Any] | None:
     """The library's own decisions of a run (None where no library algorithm was swept):
     which library ('mpich', 'openmpi', from the run's mpi_library), and its entries."""
-    entries = library_entries(rows, warn, risk)
+    entries = library_entries(rows, warn, risk, period)
     if not entries:
         return None
     return {

@@ -117,3 +117,21 @@ def test_a_damaged_period_file_is_one_clear_error(tmp_path):
     (run / PERIOD).write_text('{"sd": -1, "df": 2, "pairs": 3, "source": "x"}')
     with pytest.raises(UsageError, match="out of range"):
         build_table(run, "t")
+
+
+def test_the_librarys_own_decisions_report_the_same_widened_intervals(tmp_path):
+    from tests.unit.test_library_tuning import _library_run
+
+    plan = {size: {"native:alg=ring": 0.5} for size in (1024, 4096, 65536, 1 << 20)}
+    run = _library_run(tmp_path / "run", plan)
+
+    def library_points():
+        ranges = build_table(run, "lib")[0].header["library_tuning"]["entries"][0]["ranges"]
+        return [p for r in ranges for p in r["points"]]
+
+    plain = library_points()
+    write_period(run, Period(0.1, 3.0, 40, "compare a b"))
+    for before, after in zip(plain, library_points(), strict=True):
+        assert after["alg"] == before["alg"]
+        assert after["ratio_low"] < before["ratio_low"]
+        assert after["fastest_ratio_high"] > before["fastest_ratio_high"]

@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import optimize, stats
+from scipy import optimize, special, stats
 
 from collectives.units import format_size
 from osu_dl_bench.selection.paired import Launch, Series, finite, log_times, same_group_samples
@@ -248,7 +248,9 @@ def solve_median(stat: np.ndarray, df: np.ndarray, base: np.ndarray, scale: np.n
 
     def excess(x: float) -> float:
         expected = np.maximum(scale * x + base, 1e-300)
-        return float(np.median(stats.chi2.cdf(df * stat / expected, df))) - 0.5
+        # chi2.cdf(x, df) is the regularised lower incomplete gamma P(df / 2, x / 2):
+        # scipy.special's ufunc, without scipy.stats' per-call dispatch.
+        return float(np.median(special.gammainc(df / 2, df * stat / expected / 2))) - 0.5
 
     if stat.size == 0 or excess(0.0) <= 0:
         return 0.0
@@ -310,7 +312,8 @@ def heterogeneity(values: LaunchValues, component: Component, fallback_within: f
     expected = component.point_launch + float(np.mean(_filled(values.within, fallback_within)))
     if expected <= 0:
         return 0.0 if values.spread > 0 else 1.0
-    return float(stats.chi2.sf((values.count - 1) * values.spread / expected, values.count - 1))
+    df = values.count - 1
+    return float(special.gammaincc(df / 2, df * values.spread / expected / 2))
 
 
 def median_within(observations: Iterable[Observation]) -> float:

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from osu_dl_bench.selection.estimate import pooled_ratios
-from osu_dl_bench.selection.evidence import LaunchValues, Observation
+from osu_dl_bench.selection.estimate import _curve_ratios, _own, pooled_ratios
+from osu_dl_bench.selection.evidence import LaunchValues, Observation, band_of, estimate_pool
 from osu_dl_bench.selection.paired import Ratio, quotient, satterthwaite, t_quantile
 
 SIZES = (1 << np.arange(18, 24)).tolist()  # one band (256K..8M): one pool
@@ -53,6 +54,47 @@ def coverage(launches: int, pools: int = 600, seed: int = 0) -> float:
 @pytest.mark.parametrize("launches", [2, 3, 5])
 def test_intervals_from_a_pool_with_a_shared_launch_shift_cover_the_truth_as_claimed(launches):
     assert 0.93 <= coverage(launches) <= 0.97
+
+
+BAND_SIZES = (1 << np.arange(3, 25)).tolist()  # 8 B .. 16 MiB: three bands
+
+
+def _curve_truth(size: int) -> float:
+    return -0.3 * math.tanh((math.log2(size) - 14) / 3)
+
+
+def curve_coverage(launches: int, pools: int = 100, shift_sd: float = 0.05) -> float:
+    """The share of the curve's intervals (two candidates over 22 sizes, three bands) that
+    hold the true curve, where each band has a shift per launch that both candidates and
+    all its sizes share, as smoothing over sizes cannot average it out."""
+    rng = np.random.default_rng(100 + launches)
+    held = []
+    for _ in range(pools):
+        shifts = [rng.normal(0, shift_sd, launches) for _ in range(3)]
+        found = []
+        for label in ("c0", "c1"):
+            for size in BAND_SIZES:
+                noise = rng.normal(0, 0.03, launches) + rng.normal(0, 0.01, launches)
+                values = LaunchValues(
+                    tuple(range(1, launches + 1)),
+                    _curve_truth(size) + shifts[band_of(size)] + noise,
+                    np.full(launches, 0.01**2),
+                    True,
+                )
+                found.append(Observation("allreduce", label, size, values))
+        pool = estimate_pool(found)
+        for label in ("c0", "c1"):
+            mine = [o for o in found if o.label == label]
+            owns = {i: _own(o.values, pool, o.entry, o.size) for i, o in enumerate(mine)}
+            sizes = [SimpleNamespace(size=o.size) for o in mine]
+            for i, ratio in _curve_ratios(sizes, owns).items():
+                held.append(ratio.low <= math.exp(_curve_truth(mine[i].size)) <= ratio.high)
+    return float(np.mean(held))
+
+
+@pytest.mark.parametrize("launches", [2, 3, 5])
+def test_the_curves_bands_with_a_shared_band_shift_cover_the_truth_as_claimed(launches):
+    assert 0.93 <= curve_coverage(launches) <= 0.97
 
 
 def test_the_launch_level_df_is_the_pools_launches_less_one():

@@ -266,14 +266,14 @@ def quotient(mine: Ratio, theirs: Ratio) -> Ratio:
     """mine / theirs for two ratios to the same reference: the log-scale variances added,
     less twice the part they share (common_sd), with the Welch-Satterthwaite df of what is
     left (the shared part's df leaves with it)."""
-    parts = []
+    parts, shared = [], []
     for ratio in (mine, theirs):
         total = ratio.sd**2
-        common = min(ratio.common_sd**2, total)
+        common = min(ratio.common_sd, ratio.sd) ** 2  # no more than the whole
+        shared.append(math.sqrt(common))
         parts.append((total - common, remainder_df(total, ratio.df, common, ratio.launch_df)))
     # What the two shared parts do not cancel: (sd_a - sd_b)^2, estimated from launches.
-    left = (mine.common_sd - theirs.common_sd) ** 2
-    parts.append((left, min(mine.launch_df, theirs.launch_df)))
+    parts.append(((shared[0] - shared[1]) ** 2, min(mine.launch_df, theirs.launch_df)))
     variance = sum(c for c, _ in parts)
     df = satterthwaite(parts)
     centre = math.log(mine.ratio) - math.log(theirs.ratio)

@@ -20,7 +20,7 @@ def _traffic_text(cfg: TuneConfig, table: TuningTable) -> str:
     """tune --for: the table judged on the model's gradient traffic (the sweep's points
     decided as the table was)."""
     plan = bucket_plan(cfg.for_model)
-    decisions, _ = run_decisions(cfg.run_dir, cfg.dtype, cfg.op, cfg.risk)
+    decisions, _ = run_decisions(cfg.run_dir, cfg.dtype, cfg.op, cfg.rule())
     measured = table.header.get("measured_with") or {}
     dtype, op = measured.get("dtype") or "float32", measured.get("op") or "sum"
     costs = step_costs(table, decisions, plan.bucket_bytes, dtype, op)
@@ -38,7 +38,7 @@ def run_tune(cfg: TuneConfig) -> int:
     check_writable_file("-o", str(summary_path), make_parents=True)
     for export_path in export_paths(base, list(cfg.exports)):
         check_writable_file("--export", str(export_path), make_parents=True)
-    table, warnings = build_table(cfg.run_dir, base.name, cfg.dtype, cfg.op, cfg.risk)
+    table, warnings = build_table(cfg.run_dir, base.name, cfg.dtype, cfg.op, cfg.rule())
     table.write(path)
     summary = table_summary(table)
     if cfg.for_model:

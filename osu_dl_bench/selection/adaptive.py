@@ -18,7 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from collectives.units import format_size
-from osu_dl_bench.selection.tune import RISK, SLOWER_MARGIN, PointDecision
+from osu_dl_bench.selection.rule import RISK, SLOWER_MARGIN
+from osu_dl_bench.selection.tune import PointDecision
 
 
 @dataclass(frozen=True)

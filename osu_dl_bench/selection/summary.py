@@ -1,7 +1,7 @@
 """The readable summary of a tuning table: per entry, its ranges and, for every measured
 size, the chosen algorithm, its latency, native's latency and the speedup with its 95%
-interval; then how many sizes are ties (more than one candidate the measurements cannot
-tell apart)."""
+interval; then how many sizes are ties (more than one eligible candidate within the
+decision rule's indifference zone of the best)."""
 
 from __future__ import annotations
 
@@ -82,8 +82,8 @@ def _points_lines(points: list[dict[str, Any]]) -> list[str]:
     if any("tie_set" in p for p in points):
         ties = sum(1 for p in points if _ties(p))
         lines.append(
-            f"   {ties} of {len(points)} sizes are ties (more than one candidate within "
-            "the best's interval; the stable rule chose)"
+            f"   {ties} of {len(points)} sizes are ties (more than one eligible candidate "
+            "within the indifference zone of the best's expected time; the rule chose)"
         )
     return lines
 

@@ -9,20 +9,15 @@ their threads slow it down: those rows are never the reference).
   native; the launch-to-launch variance pooled over every point of the entry
   (selection.evidence); each candidate's ratio smoothed over log size with its band
   (selection.smooth, selection.estimate).
-- Risk: a candidate may replace native only where the chance that it is more than 5%
-  slower than native is below the risk (default RISK). Among native and those, the one
-  with the lowest expected time is the best; the tie set is every one whose time over the
-  best's has a 95% interval that reaches 1 (compared directly: the error they share
-  cancels).
-- The chosen member, by a stable rule: native if it is tied, else the simplest variant
-  (backend "mpi" before others, then fewer parameters off their defaults, then fewer
-  parameters), then the lower expected time. A choice that moves between equals from one
-  run to the next is noise; the stable rule keeps two runs' tables the same.
+- The rule (selection.rule.DecisionRule, one object with one default): a candidate is
+  eligible where its chance of being more than 5% slower than native is at most the risk;
+  the eligible one with the lowest expected time replaces native where its expected gain
+  exceeds the indifference zone; the tie set is every eligible candidate within the zone
+  of that best, native first when in it.
 - Hysteresis: walking the sizes upward, a size joins the current range while the
   intersection of the range's tie sets with its own stays non-empty; the range's choice is
-  the stable rule over that intersection (the lower mean log-ratio over the range's sizes
-  breaks the last tie): native where it is tied at every size of the range, else a
-  candidate tied with the best, and so within the risk, at every size of it.
+  native where it is in that intersection, else its member of lowest mean expected time:
+  a choice is carried only within the zone.
 - Legacy rows (no per-round times) read the old rule as an interval: ratio = median /
   native's median, interval = (q1, q3) / native's median.
 
@@ -44,14 +39,14 @@ import os
 import platform
 import statistics
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from collectives import lookup, mpit
+from collectives import mpit
 from collectives.registry import parse_variant, twin_representatives
 from collectives.units import format_size
 from osu_dl_bench import __version__
@@ -67,6 +62,14 @@ from osu_dl_bench.selection.paired import (
     launch_of,
     paired_ratio,
     quotient,
+)
+
+# RISK and SLOWER_MARGIN re-exported: their home is selection.rule.
+from osu_dl_bench.selection.rule import (  # noqa: F401
+    DEFAULT_RULE,
+    RISK,
+    SLOWER_MARGIN,
+    DecisionRule,
 )
 from osu_dl_bench.selection.table import (
     MPI_CUDA_PATHS,
@@ -88,14 +91,14 @@ NOISE_RULE = (
     "smoothed over log2(size) by a penalised spline weighted by those variances (a point "
     "the curve misses by 3 standard errors keeps its own estimate); 95% intervals are "
     "Student's t on the log scale; a candidate may replace native only where the chance that "
-    "it is more than 5% slower is below the risk; among those and native, the tie set is "
-    "every one whose time over the lowest expected time's has a 95% interval reaching 1 "
-    "(compared directly: the error all candidates share at a point cancels); the choice "
-    "is native if tied, else the simplest variant (backend mpi first, then fewer "
-    "non-default parameters, then fewer parameters), then the lower expected time; "
-    "neighbouring sizes whose tie sets intersect share one choice (native only where tied"
-    " at all of them); rows without per-round times: interval = (q1, q3) / native's "
-    "median; points without native, or runs without a launch pool: the point's own paired"
+    "it is more than 5% slower is at most the risk; the eligible one of lowest expected "
+    "time (the lognormal mean) replaces native where its expected gain over native exceeds "
+    "the indifference zone; the tie set is every eligible candidate whose expected time "
+    "lies within the zone of that best's, native first when in it; neighbouring sizes "
+    "whose tie sets intersect share one choice (native where it is in the intersection, "
+    "else its member of lowest mean expected time); rows without per-round times: "
+    "interval = (q1, q3) / native's median; points without native, or runs without a "
+    "launch pool: the point's own paired"
     " ratio"
 )
 EVIDENCE = "evidence"
@@ -219,8 +222,16 @@ class PointDecision:
     candidates: Mapping[str, Candidate]  # label -> candidate, twins removed
     reference: str | None  # 'native' when measured, else None
     best: str  # the lowest ratio
-    tie_set: tuple[str, ...]  # in the stable rule's order: its own pick first
+    tie_set: tuple[str, ...]  # in the rule's order: its own pick first
     chosen: str  # after hysteresis: the range's choice, a member of tie_set
+    # Every candidate, eligible or not, that cannot be told from the fastest beyond the
+    # rule's zone (DecisionRule.equivalent): what compare's stability counts.
+    equivalent: tuple[str, ...] = ()
+    rule: DecisionRule = DEFAULT_RULE
+
+    def ratios(self) -> dict[str, Ratio]:
+        """label -> the candidate's ratio to the reference."""
+        return {label: c.ratio for label, c in self.candidates.items()}
 
     @property
     def native(self) -> Candidate | None:
@@ -298,52 +309,6 @@ def _reference_label(series: Mapping[str, Series]) -> str:
     return min(series, key=lambda label: (series[label].latency_us(), label))
 
 
-def simplicity(collective: str, choice: Choice) -> tuple[bool, bool, int, int]:
-    """The stable rule's order (smaller is simpler): native, backend mpi, parameters off
-    their defaults, parameters."""
-    defaults = lookup(collective, choice.algorithm).defaults
-    changed = sum(1 for name, value in choice.params if defaults.get(name) != value)
-    return (not choice.is_native, choice.backend != "mpi", changed, len(choice.params))
-
-
-def stable_order(
-    collective: str, labels: Iterable[str], choices: Mapping[str, Choice], score: Callable
-) -> list[str]:
-    """``labels`` by the stable rule: simplest first, then the lower ``score(label)``."""
-    return sorted(
-        labels, key=lambda label: (*simplicity(collective, choices[label]), score(label), label)
-    )
-
-
-# The decision's risk: a candidate replaces the default only where the chance that it is
-# more than SLOWER_MARGIN slower than the default is below RISK.
-RISK = 0.05
-SLOWER_MARGIN = 1.05
-
-
-def eligible(candidates: Mapping[str, Candidate], native: bool, risk: float = RISK) -> list[str]:
-    """The candidates that may be chosen: with a native reference, native and those whose
-    chance of being more than 5% slower than native is below ``risk``; else all."""
-    if not native:
-        return list(candidates)
-    return [
-        c.label
-        for c in candidates.values()
-        # The reference by its label: the library's forced algorithms (native:alg=NAME)
-        # are candidates like any other.
-        if c.label == "native" or c.ratio.chance_above(SLOWER_MARGIN) < risk
-    ]
-
-
-def tie_set(candidates: Mapping[str, Candidate], native: bool, risk: float = RISK) -> list[str]:
-    """The eligible candidates that cannot be told from the eligible one with the lowest
-    expected time: the 95% interval of their time over its time reaches 1 (the two
-    compared directly, so the part of their errors they share cancels)."""
-    allowed = [candidates[label] for label in eligible(candidates, native, risk)]
-    best = min(allowed, key=lambda c: (c.ratio.expected, c.label))
-    return [c.label for c in allowed if c is best or quotient(c.ratio, best.ratio).low <= 1]
-
-
 @dataclass(frozen=True)
 class MeasuredPoint:
     """One size of one entry before deciding: its candidates' series and reference."""
@@ -373,7 +338,7 @@ def measure_point(
     return MeasuredPoint(measured, int(at_size["count"].iloc[0]), choices)
 
 
-def _decide(point: MeasuredPoint, ratios: Mapping[str, Ratio], warn: list[str], risk: float):
+def _decide(point: MeasuredPoint, ratios: Mapping[str, Ratio], warn: list[str], rule: DecisionRule):
     m = point.measured
     for label in m.series:
         if label not in ratios:
@@ -386,7 +351,7 @@ def _decide(point: MeasuredPoint, ratios: Mapping[str, Ratio], warn: list[str], 
         for label, ratio in ratios.items()
     }
     reference = "native" if m.against_native else None
-    return decide_candidates(m.key, m.size, point.count, candidates, reference, risk)
+    return decide_candidates(m.key, m.size, point.count, candidates, reference, rule)
 
 
 def decide_candidates(
@@ -395,18 +360,25 @@ def decide_candidates(
     count: int,
     candidates: Mapping[str, Candidate],
     reference: str | None,
-    risk: float = RISK,
+    rule: DecisionRule = DEFAULT_RULE,
 ) -> PointDecision:
-    """The best, the tie set and the stable rule's pick among candidates whose ratios to
-    the reference are known (``reference``: 'native', or None without native)."""
+    """The best, the tie set and the rule's pick among candidates whose ratios to the
+    reference are known (``reference``: 'native', or None without native)."""
+    ratios = {label: c.ratio for label, c in candidates.items()}
     best = min(candidates.values(), key=lambda c: (c.ratio.expected, c.label)).label
-    ties = stable_order(
-        key.collective,
-        tie_set(candidates, reference is not None, risk),
-        {label: c.choice for label, c in candidates.items()},
-        lambda label: candidates[label].ratio.expected,
+    ties = tuple(rule.tie_set(ratios, reference))
+    return PointDecision(
+        key,
+        size,
+        count,
+        dict(candidates),
+        reference,
+        best,
+        ties,
+        ties[0],
+        tuple(rule.equivalent(ratios)),
+        rule,
     )
-    return PointDecision(key, size, count, dict(candidates), reference, best, tuple(ties), ties[0])
 
 
 # --- sizes into ranges --------------------------------------------------------------------
@@ -415,10 +387,10 @@ def decide_candidates(
 def hysteresis(points: list[PointDecision]) -> list[PointDecision]:
     """The points (by size) with ``chosen`` set to their range's choice: a size joins the
     range while the range's tie sets still share a member with its own. The range's
-    choice is the stable rule over the shared members: native where native is tied at
-    every size of the range, else a candidate tied with the best at every size of it, and
-    so eligible at each (its chance of being more than 5% slower than native below the
-    risk): neighbouring sizes keep one choice unless the measurements tell them apart."""
+    choice is the rule's order over the shared members: native where it lies within the
+    zone at every size of the range, else the shared member of lowest mean expected time,
+    eligible and within the zone of the best at each size: a choice is carried to a
+    neighbouring size only within the indifference zone, never against the evidence."""
     ranges: list[tuple[list[PointDecision], set[str]]] = []
     for point in points:
         ties = set(point.tie_set)
@@ -435,15 +407,16 @@ def hysteresis(points: list[PointDecision]) -> list[PointDecision]:
 
 
 def _range_choice(members: list[PointDecision], common: set[str]) -> str:
-    """The stable rule over the range's common tie set; the mean log-ratio over its sizes
-    breaks the last tie."""
+    """The reference where it is in the range's common tie set, else the shared member
+    of the lowest mean log expected time over the range's sizes (names break exact ties)."""
     first = members[0]
-    choices = {label: first.candidates[label].choice for label in common}
 
-    def mean_log_ratio(label: str) -> float:
-        return statistics.fmean(p.candidates[label].ratio.log_ratio for p in members)
+    def mean_log_expected(label: str) -> float:
+        return statistics.fmean(math.log(p.candidates[label].ratio.expected) for p in members)
 
-    return stable_order(first.key.collective, common, choices, mean_log_ratio)[0]
+    return min(
+        common, key=lambda label: (label != first.reference, mean_log_expected(label), label)
+    )
 
 
 def _first(labels: tuple[str, ...], chosen: str) -> tuple[str, ...]:
@@ -485,29 +458,41 @@ def _reason(point: PointDecision) -> str:
     """Why the point's choice, in words."""
     chosen, best = point.candidates[point.chosen], point.candidates[point.best]
     if point.native is None:
-        text = "no native measurement: the stable rule over the tie set around the lowest ratio"
+        text = "no native measurement: the lowest expected time, ratios to the lowest median"
     elif point.chosen == point.reference and point.best == point.reference:
         text = "native is the fastest"
     elif point.chosen == point.reference:
-        slower = best.ratio.chance_above(SLOWER_MARGIN)
-        text = f"{best.label} {_interval_text(best.ratio)}, P(>5% slower) {slower:.2f}: native kept"
+        text = f"{best.label} {_interval_text(best.ratio)}: native kept, {_kept_why(point)}"
     else:
         text = (
             f"{_interval_text(chosen.ratio)} ({EVIDENCE_WORDS.get(chosen.ratio.evidence, '')})"
+            f", expected gain {1 - chosen.ratio.expected:.1%}"
             f", P(>5% slower) {chosen.ratio.chance_above(SLOWER_MARGIN):.3f}"
         )
     if len(point.tie_set) > 1:
-        text += f"; the stable rule's pick of a tie set of {len(point.tie_set)}"
+        text += f"; {len(point.tie_set)} within the {point.rule.indifference:.0%} zone"
     if point.chosen != _own_pick(point):
         text += "; the choice of the neighbouring sizes whose tie sets it shares"
     return text
 
 
+def _kept_why(point: PointDecision) -> str:
+    """Why native stays where a faster candidate was measured: every faster one is too
+    risky, or the best eligible one's expected gain lies within the zone."""
+    ratios = point.ratios()
+    allowed = point.rule.eligible(ratios, point.reference)
+    faster = [label for label in allowed if label != point.reference]
+    if not faster:
+        best = ratios[point.best]
+        return f"P(>5% slower) {best.chance_above(SLOWER_MARGIN):.2f} > risk {point.rule.risk}"
+    top = min(faster, key=lambda label: ratios[label].expected)
+    gain = 1 - ratios[top].expected
+    return f"best eligible {top}'s expected gain {gain:.1%} within the zone"
+
+
 def _own_pick(point: PointDecision) -> str:
-    """The stable rule's pick at this size alone."""
-    choices = {label: c.choice for label, c in point.candidates.items()}
-    score = lambda label: point.candidates[label].ratio.expected  # noqa: E731
-    return stable_order(point.key.collective, point.tie_set, choices, score)[0]
+    """The rule's pick at this size alone."""
+    return point.rule.order(point.tie_set, point.ratios(), point.reference)[0]
 
 
 def point_record(point: PointDecision) -> dict[str, Any]:
@@ -575,7 +560,7 @@ def _measured_entries(rows: pd.DataFrame, warn: list[str]) -> dict[EntryKey, lis
     return measured
 
 
-def decide_run(rows: pd.DataFrame, warn: list[str], risk: float = RISK) -> Decisions:
+def decide_run(rows: pd.DataFrame, warn: list[str], rule: DecisionRule = DEFAULT_RULE) -> Decisions:
     """Every entry's decisions from a run's usable rows: the run's launch pool first
     (selection.evidence), then each candidate's curve over sizes (selection.estimate),
     then the rule at each size, then hysteresis."""
@@ -584,7 +569,7 @@ def decide_run(rows: pd.DataFrame, warn: list[str], risk: float = RISK) -> Decis
     entries = {}
     for key, points in measured.items():
         ratios = entry_ratios([p.measured for p in points], pool)
-        decided = [_decide(p, r, warn, risk) for p, r in zip(points, ratios, strict=True)]
+        decided = [_decide(p, r, warn, rule) for p, r in zip(points, ratios, strict=True)]
         if decided:
             entries[key] = hysteresis(decided)
     return Decisions(entries, pool)
@@ -616,20 +601,19 @@ def run_decisions(
     run_dir: str | os.PathLike,
     dtype: str | None = None,
     op: str | None = None,
-    risk: float = RISK,
+    rule: DecisionRule = DEFAULT_RULE,
 ) -> tuple[dict[tuple[EntryKey, int], PointDecision], list[str]]:
     """Every point's decision in a run directory, keyed by (entry key, size), as ``tune``
     takes them; and warnings about what was left out."""
     _, frame, warn = _read_run(run_dir)
     rows, _, _ = select_rows(without_library_candidates(usable_rows(frame)), dtype, op)
-    return decide_run(rows, warn, risk).by_point(), warn
+    return decide_run(rows, warn, rule).by_point(), warn
 
 
-def evidence_record(pool: LaunchPool, risk: float) -> dict[str, Any]:
-    """The table header's account of the shared evidence: the risk and the launch pools."""
+def evidence_record(pool: LaunchPool, rule: DecisionRule) -> dict[str, Any]:
+    """The table header's account of the shared evidence: the rule and the launch pools."""
     return {
-        "risk": risk,
-        "slower_margin": SLOWER_MARGIN,
+        **rule.as_record(),
         "launch_pools": pool.as_record(),
         "summary": pool.lines(),
     }
@@ -688,12 +672,12 @@ def build_table(
     name: str = "tuning",
     dtype: str | None = None,
     op: str | None = None,
-    risk: float = RISK,
+    rule: DecisionRule = DEFAULT_RULE,
 ) -> tuple[TuningTable, list[str]]:
     """The tuning table of a run directory, and warnings about what was left out."""
     store, frame, warn = _read_run(run_dir)
     rows, dtype, op = select_rows(usable_rows(frame), dtype, op)
-    decisions = decide_run(without_library_candidates(rows), warn, risk)
+    decisions = decide_run(without_library_candidates(rows), warn, rule)
     entries = build_entries(decisions)
     if not entries:
         why = f" ({warn[-1]})" if warn else ""
@@ -705,8 +689,8 @@ def build_table(
         measured_with(dtype, op, entries, metadata),
         provenance(Path(run_dir), metadata),
     )
-    header[EVIDENCE] = evidence_record(decisions.pool, risk)
-    library = library_tuning(rows, _first_found(metadata, "mpi_library"), warn, risk)
+    header[EVIDENCE] = evidence_record(decisions.pool, rule)
+    library = library_tuning(rows, _first_found(metadata, "mpi_library"), warn, rule)
     if library is not None:
         header[LIBRARY_TUNING] = library
     return TuningTable(entries, header), warn
@@ -769,7 +753,7 @@ def _library_ranges(points: list[PointDecision]) -> list[dict[str, Any]]:
 
 
 def library_entries(
-    rows: pd.DataFrame, warn: list[str], risk: float = RISK
+    rows: pd.DataFrame, warn: list[str], rule: DecisionRule = DEFAULT_RULE
 ) -> list[dict[str, Any]]:
     """Per (collective, device, nodes, ppn, nprocs) where library algorithms were swept:
     the library's choice per size range among them and its default (native)."""
@@ -779,7 +763,7 @@ def library_entries(
     swept = picked.groupby(KEY_COLUMNS)["algorithm"].transform(
         lambda labels: labels.astype(str).str.startswith(LIBRARY_PREFIX).any()
     )
-    decisions = decide_run(picked[swept.astype(bool)], warn, risk)
+    decisions = decide_run(picked[swept.astype(bool)], warn, rule)
     entries = []
     for key, points in decisions.entries.items():
         if points[0].native is None:
@@ -801,11 +785,11 @@ def asdict_key(key: EntryKey) -> dict[str, Any]:
 
 
 def library_tuning(
-    rows: pd.DataFrame, version: Any, warn: list[str], risk: float = RISK
+    rows: pd.DataFrame, version: Any, warn: list[str], rule: DecisionRule = DEFAULT_RULE
 ) -> dict[str, Any] | None:
     """The library's own decisions of a run (None where no library algorithm was swept):
     which library ('mpich', 'openmpi', from the run's mpi_library), and its entries."""
-    entries = library_entries(rows, warn, risk)
+    entries = library_entries(rows, warn, rule)
     if not entries:
         return None
     return {

@@ -217,10 +217,10 @@ def scored_header(scored: Scored | None, run_b: str) -> list[str]:
             "was given to score its choices on"
         ]
     return [
-        f"# captured speedup: {scored.decided_on}'s choices scored on {scored.scored_on}, "
-        "each decided as tune decides; over the points where the scoring side's best is "
-        f">= {CAPTURE_MIN}x native, sum log(native / choice) over sum log(native / best) "
-        "in its estimates; regret there: the choice's time over its best"
+        f"# captured speedup: the choices decided on {scored.decided_on}, scored on "
+        f"{scored.scored_on}, each decided as tune decides; over the points where the "
+        f"scoring side's best is >= {CAPTURE_MIN}x native, sum log(native / choice) over "
+        "sum log(native / best) in its estimates; regret there: the choice's time over its best"
     ]
 
 

@@ -321,8 +321,8 @@ class Scored:
     """RUN_B's choices scored on measurements they were not made from (a referee run, or
     RUN_B's held-out launches): what decided, what scored, and each point there."""
 
-    decided_on: str  # in words: 'RUN_B' or 'RUN_B's launches 1-2'
-    scored_on: str  # 'the referee R' or 'RUN_B's launches 3-4'
+    decided_on: str  # in words: 'RUN_B', or 'RUN_B's launches 1, 2'
+    scored_on: str  # 'the referee R', or 'RUN_B's launches 3, 4'
     judged: tuple[Judged, ...]  # the scoring run's points with RUN_B's choices
 
     def captured(self, wanted: Iterable[int] = ()) -> Captured:
@@ -361,9 +361,9 @@ def scored_choices(
     wanted: Iterable[int] = (),
     rule: DecisionRule = DEFAULT_RULE,
 ) -> Scored | None:
-    """RUN_B's choices scored on the referee's decisions (all of the referee's points of
-    the wanted p), or without a referee on RUN_B's held-out launches; None where RUN_B
-    has fewer than HELD_OUT_MIN launches and no referee is given."""
+    """RUN_B's choices scored on the referee's decisions (the referee's points of the
+    wanted p where RUN_B has a choice), or without a referee on RUN_B's held-out launches;
+    None where RUN_B has fewer than HELD_OUT_MIN launches and no referee is given."""
     if referee is not None:
         decided, scoring = decided_points(run_b, rule), decided_points(referee, rule)
         words = (run_b, f"the referee {referee}")
@@ -375,7 +375,9 @@ def scored_choices(
         decided = decided_points(run_b, rule, deciding)
         scoring = decided_points(run_b, rule, held_out)
         words = (_launch_words(run_b, deciding), _launch_words(run_b, held_out))
-    return Scored(*words, tuple(judge_decisions(decided, scoring, None, wanted)))
+    # Only the points both sides measured: where RUN_B has no choice there is none to score.
+    judged = judge_decisions(decided, scoring, None, wanted)
+    return Scored(*words, tuple(j for j in judged if j.choice is not None))
 
 
 # --- measurements -------------------------------------------------------------------------

@@ -127,7 +127,7 @@ def test_the_report_scores_b_choices_on_the_referee_and_prints_agreement_beside_
     r = launch_run(tmp_path / "r", {1 << 20: {"recursive_doubling": 0.9, "rabenseifner": 0.6}})
     assert main(["compare", str(a), str(b), "--referee", str(r)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert f"# captured speedup: {b}'s choices scored on the referee {r}, each decided" in (
+    assert f"# captured speedup: the choices decided on {b}, scored on the referee {r}," in (
         "\n".join(lines)
     )
     scored = next(line for line in lines if line.startswith("# all: captured speedup"))

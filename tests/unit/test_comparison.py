@@ -122,13 +122,20 @@ def test_a_choice_slower_than_native_is_counted_by_its_interval():
 
 def test_captured_speedup_scores_b_choices_on_a_referee_run(tmp_path):
     b = launch_run(tmp_path / "b", {1 << 20: {"recursive_doubling": 0.6, "rabenseifner": 0.9}})
-    r = launch_run(tmp_path / "r", {1 << 20: {"recursive_doubling": 0.9, "rabenseifner": 0.6}})
+    # R also measured 4 MiB, which B did not: no choice of B's to score there
+    r = launch_run(
+        tmp_path / "r",
+        {
+            1 << 20: {"recursive_doubling": 0.9, "rabenseifner": 0.6},
+            1 << 22: {"recursive_doubling": 0.5},
+        },
+    )
     scored = comparison.scored_choices(str(b), str(r))
     assert scored.decided_on == str(b) and scored.scored_on == f"the referee {r}"
     (judged,) = scored.judged
     assert judged.choice == "recursive_doubling" and judged.point.best == "rabenseifner"
     captured = scored.captured()
-    assert captured.points == 1
+    assert (captured.points, captured.unmeasured) == (1, 0)
     assert captured.share == pytest.approx(math.log(0.9) / math.log(0.6), abs=0.05)
     assert judged.regret.ratio == pytest.approx(1.5, rel=0.05)
     # the same choices on a referee that agrees with B take the whole gain

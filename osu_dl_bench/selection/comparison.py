@@ -25,8 +25,8 @@ point:
 Captured speedup (selection.agreement.captured_speedup) scores choices on measurements
 they were not made from: RUN_B's choices scored on a referee run R decided the same way,
 or, without one, RUN_B's choices from its first launches scored on its later launches
-(where RUN_B has at least HELD_OUT_MIN). Scoring RUN_A's choices against RUN_B's best
-divided by RUN_B's noisiest winners (a winner's curse): it is no longer reported.
+(where RUN_B has at least HELD_OUT_MIN). Its denominator, the scoring side's best, is the
+fastest of noisy estimates and so biased fast: the figure errs low on average.
 
 The measurements: every (buffer kind, dtype, op, collective, p, size, algorithm) point
 both runs measured, by its median over launches (clean native only: native beside another

@@ -149,6 +149,8 @@ def test_runs_without_results_or_shared_points_are_refused(tmp_path, capsys):
     assert "none: no results.csv (expected a sweep's run directory)" in capsys.readouterr().err
     assert main(["compare", str(a), str(b), "--nprocs", "3"]) == 2
     assert "share no measured point" in capsys.readouterr().err
+    assert main(["compare", str(a), str(b), "--referee", str(tmp_path / "none")]) == 2
+    assert "none: no results.csv: not a sweep run directory" in capsys.readouterr().err
 
 
 def test_a_table_for_other_process_counts_is_said_to_judge_only_its_fallbacks(tmp_path, capsys):

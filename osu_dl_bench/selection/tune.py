@@ -39,7 +39,7 @@ import os
 import platform
 import statistics
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -602,10 +602,14 @@ def run_decisions(
     dtype: str | None = None,
     op: str | None = None,
     rule: DecisionRule = DEFAULT_RULE,
+    launches: Collection[int] = (),
 ) -> tuple[dict[tuple[EntryKey, int], PointDecision], list[str]]:
     """Every point's decision in a run directory, keyed by (entry key, size), as ``tune``
-    takes them; and warnings about what was left out."""
+    takes them (from only the given launch numbers, where some are given: compare's
+    held-out split); and warnings about what was left out."""
     _, frame, warn = _read_run(run_dir)
+    if launches:
+        frame = frame[frame["launch"].isin(list(launches))]
     rows, _, _ = select_rows(without_library_candidates(usable_rows(frame)), dtype, op)
     return decide_run(rows, warn, rule).by_point(), warn
 

@@ -252,13 +252,20 @@ def decision(size: int, ratios: dict, collective: str = "allreduce", nprocs: int
     return decide_candidates(key, size, max(size // 4, 1), candidates, "native")
 
 
-def launch_run(path: Path, plan: dict, nprocs: int = 2, seed: int = 0, collective="allreduce"):
+def launch_run(
+    path: Path,
+    plan: dict,
+    nprocs: int = 2,
+    seed: int = 0,
+    collective="allreduce",
+    launches: int = 3,
+):
     """A multi-launch run directory: at each size of ``plan`` ({size: {name: factor or
-    per-launch factors}}), clean native on shared machine states (3 launches x 20 rounds)
-    and each candidate paired with it in the mpi group."""
+    per-launch factors}}), clean native on shared machine states (``launches`` launches x
+    20 rounds) and each candidate paired with it in the mpi group."""
     rows = []
     for offset, (size, candidates) in enumerate(sorted(plan.items())):
-        states = machine_states(launches=3, rounds=20, seed=seed + offset)
+        states = machine_states(launches=launches, rounds=20, seed=seed + offset)
         rows += launch_rows(collective, "native", size, states, nprocs=nprocs)
         for number, (name, factors) in enumerate(candidates.items(), start=1):
             times = scaled(states, factors, seed=seed + 100 * offset + number)

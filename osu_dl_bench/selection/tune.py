@@ -52,7 +52,7 @@ from typing import Any
 import pandas as pd
 
 from collectives import lookup, mpit
-from collectives.registry import parse_variant, twin_representatives
+from collectives.registry import NULL_CONTROL, NULL_CONTROLS, parse_variant, twin_representatives
 from collectives.units import format_size
 from osu_dl_bench import __version__
 from osu_dl_bench.errors import UsageError
@@ -139,10 +139,16 @@ def clean_rows(
 
 
 def without_contaminated_native(frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` less the native rows of other backends' launches (outside CLEAN_GROUPS),
-    where native ran beside their threads."""
-    contaminated = (frame["algorithm"] == "native") & ~frame["group"].isin(CLEAN_GROUPS)
-    return frame[~contaminated]
+    """``frame`` less the native rows (its null control's in rounds too) of other backends'
+    launches (outside CLEAN_GROUPS), where native ran beside their threads."""
+    beside = frame["algorithm"].isin(["native", NULL_CONTROL])
+    return frame[~(beside & ~frame["group"].isin(CLEAN_GROUPS))]
+
+
+def without_null_controls(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` less the null control's rows: never a candidate (selection.null_control
+    reads them)."""
+    return frame[~frame["algorithm"].isin(NULL_CONTROLS)]
 
 
 def _most_common(series: pd.Series) -> Any:
@@ -579,7 +585,7 @@ def decide_run(rows: pd.DataFrame, warn: list[str], risk: float = RISK) -> Decis
     """Every entry's decisions from a run's usable rows: the run's launch pool first
     (selection.evidence), then each candidate's curve over sizes (selection.estimate),
     then the rule at each size, then hysteresis."""
-    measured = _measured_entries(rows, warn)
+    measured = _measured_entries(without_null_controls(rows), warn)
     pool = run_pool(p.measured for points in measured.values() for p in points)
     entries = {}
     for key, points in measured.items():

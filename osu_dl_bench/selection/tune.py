@@ -46,6 +46,7 @@ import statistics
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,7 @@ from osu_dl_bench.measurement.store import POINT_KEY, RunStore, collective_rows,
 from osu_dl_bench.runtime.metadata import utc_now
 from osu_dl_bench.selection.estimate import Measured, entry_ratios, run_pool
 from osu_dl_bench.selection.evidence import LaunchPool
+from osu_dl_bench.selection.null_control import NULL_FIELD, entry_nulls, null_record
 from osu_dl_bench.selection.paired import (
     Ratio,
     Series,
@@ -631,6 +633,42 @@ def run_decisions(
     return decide_run(rows, warn, risk).by_point(), warn
 
 
+def null_series(rows: pd.DataFrame) -> dict[EntryKey, dict[tuple[int, str], Series]]:
+    """The null controls' series by entry, then (size, label), from a run's usable rows
+    (the copy in rounds only from the clean groups, as native)."""
+    nulls = without_contaminated_native(rows)
+    nulls = nulls[nulls["algorithm"].isin(NULL_CONTROLS)]
+    return {
+        key: {
+            (int(size), str(label)): _series(group)
+            for (size, label), group in entry.groupby(["size_bytes", "algorithm"], sort=True)
+        }
+        for key, entry in _entry_groups(nulls)
+    }
+
+
+def decision_nulls(rows: pd.DataFrame, decisions: Decisions, risk: float = RISK) -> list:
+    """Every entry's null control figures (selection.null_control), judged by this
+    module's rule at ``risk`` on the run's own pool ([] for runs without a null)."""
+    series = null_series(rows)
+    decide = partial(decide_candidates, risk=risk)
+    return [
+        figures
+        for key, points in decisions.entries.items()
+        if key in series
+        for figures in entry_nulls(key, points, series[key], decisions.pool, decide)
+    ]
+
+
+def run_nulls(
+    run_dir: str | os.PathLike, dtype: str | None = None, op: str | None = None, risk: float = RISK
+) -> list:
+    """A run directory's null control figures, as ``tune`` reports them."""
+    _, frame, warn = _read_run(run_dir)
+    rows, _, _ = select_rows(without_library_candidates(usable_rows(frame)), dtype, op)
+    return decision_nulls(rows, decide_run(rows, warn, risk), risk)
+
+
 def evidence_record(pool: LaunchPool, risk: float) -> dict[str, Any]:
     """The table header's account of the shared evidence: the risk and the launch pools."""
     return {
@@ -712,6 +750,9 @@ def build_table(
         provenance(Path(run_dir), metadata),
     )
     header[EVIDENCE] = evidence_record(decisions.pool, risk)
+    nulls = decision_nulls(rows, decisions, risk)
+    if nulls:
+        header[NULL_FIELD] = null_record(nulls, risk)
     library = library_tuning(rows, _first_found(metadata, "mpi_library"), warn, risk)
     if library is not None:
         header[LIBRARY_TUNING] = library

@@ -3,6 +3,7 @@ native is measured as a reference, never a twin of native and never a candidate.
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -20,6 +21,9 @@ from collectives.registry import (
     parse_variant,
     twin_representatives,
 )
+from osu_dl_bench.cli import main
+from osu_dl_bench.commands import plot
+from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.plan import (
     NULL_GROUP,
     Done,
@@ -29,9 +33,15 @@ from osu_dl_bench.jobs.plan import (
     resolve_setting,
     with_null_controls,
 )
+from osu_dl_bench.selection import Query, Selector
 from osu_dl_bench.selection.adaptive import open_point
+from osu_dl_bench.selection.null_control import NULL_FIELD, figures_of, record_line
+from osu_dl_bench.selection.summary import table_summary
+from osu_dl_bench.selection.table import load_table
 from osu_dl_bench.selection.tune import (
+    RISK,
     build_table,
+    run_nulls,
     without_contaminated_native,
     without_null_controls,
 )
@@ -161,3 +171,89 @@ def test_an_adaptive_launch_measures_the_null_wherever_it_measures_native():
     )
     assert found is not None
     assert found.labels[:3] == ("native", NULL_CONTROL, NULL_CONTROL_APART)
+
+
+def _aa_run(path, sizes: int = 24, seed: int = 0, launches: int = 3):
+    """An A/A sweep: at each size native and its null control drawn from the same
+    distribution (the launch's shared machine state, a launch factor of each one's own
+    with sd 5%, and 5% jitter per round), plus a slower candidate drawn alike, so the run
+    has a pool."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for offset, size in enumerate(64 << np.arange(sizes)):
+        states = machine_states(launches=launches, rounds=20, seed=seed + offset)
+        base = seed * 1000 + offset * 10
+        for number, (label, factor) in enumerate(
+            (("native", 1.0), (NULL_CONTROL, 1.0), ("ring", 1.3))
+        ):
+            drift = list(factor * rng.lognormal(0.0, 0.05, launches))
+            times = scaled(states, drift, 0.05, base + number)
+            rows += launch_rows("allreduce", label, int(size), times)
+    return write_run(path, rows)
+
+
+def test_on_a_to_a_data_the_false_win_rate_stays_at_or_below_the_risk(tmp_path):
+    wins = judged = 0
+    for seed in range(4):
+        figures = run_nulls(_aa_run(tmp_path / f"run{seed}", seed=seed))
+        (found,) = figures
+        assert found.label == NULL_CONTROL and len(found.points) == 24
+        wins, judged = wins + found.wins, judged + len(found.points)
+    assert judged == 96 and wins / judged <= RISK
+
+
+def test_a_null_that_wins_is_counted_and_reported_in_the_table(tmp_path):
+    table, _ = build_table(_run_with_a_lucky_null(tmp_path / "run"), "t")
+    (record,) = figures_of(table.header)
+    assert record["label"] == NULL_CONTROL and record["nprocs"] == 2
+    assert record["false_wins"] == record["points_judged"] == 7
+    assert all(p["chosen"] and p["ratio"] < 0.6 for p in record["points"])
+    line = record_line(record)
+    assert line.startswith(f"{NULL_CONTROL}: 0.") and "at 7 of 7 points (100.0%)" in line
+
+
+def test_a_table_of_a_run_without_null_has_no_null_field(tmp_path):
+    table, _ = build_table(_run_with_a_lucky_null(tmp_path / "run", null=False), "t")
+    assert NULL_FIELD not in table.header and figures_of(table.header) == []
+
+
+def test_tunes_summary_and_selects_explanation_give_the_entrys_null_figures(tmp_path):
+    table, _ = build_table(_run_with_a_lucky_null(tmp_path / "run"), "t")
+    path = table.write(tmp_path / "t.json")
+    loaded = load_table(path)  # the schema accepts the field, and it survives loading
+    assert figures_of(loaded.header) == figures_of(table.header)
+    summary = table_summary(loaded)
+    (line,) = [ln for ln in summary.splitlines() if "null control" in ln]
+    assert line.strip().startswith(f"null control {NULL_CONTROL}: 0.")
+    assert line.endswith("chosen over native at 7 of 7 points (100.0%)")
+    text = Selector(loaded).explain(Query("allreduce", 2, 4096))
+    assert f"  null control {NULL_CONTROL}: 0." in text
+
+
+def test_compare_gives_the_false_win_rate_of_each_run_per_p(tmp_path, capsys):
+    lucky = _run_with_a_lucky_null(tmp_path / "a")
+    old = _run_with_a_lucky_null(tmp_path / "b", null=False)
+    assert main(["compare", str(lucky), str(old)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f"# null control in {lucky}, p=2: chosen over native at 7 of 7 points (100.0%)" in lines
+    assert f"# null control in {old}: not measured (a run from before it, or --no-null)" in lines
+
+
+def test_a_tables_null_figures_are_checked_when_it_loads(tmp_path):
+    table, _ = build_table(_run_with_a_lucky_null(tmp_path / "run"), "t")
+    path = table.write(tmp_path / "t.json")
+    data = json.loads(path.read_text())
+    data[NULL_FIELD]["entries"][0]["false_wins"] = -1
+    path.write_text(json.dumps(data))
+    with pytest.raises(UsageError, match="false_wins"):
+        load_table(path)
+
+
+def test_the_ratio_plot_draws_the_null_control_beside_the_candidates(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    drawn = []
+    monkeypatch.setattr(plot, "_save", lambda plt, fig, path: drawn.append((path, fig)))
+    plot.plot_run(str(_run_with_a_lucky_null(tmp_path / "run")), out_dir=str(tmp_path / "p"))
+    ((_, fig),) = [(path, fig) for path, fig in drawn if path.name.endswith("_ratios.png")]
+    labels = [text.get_text() for text in fig.axes[0].get_legend().get_texts()]
+    assert f"{NULL_CONTROL} (null control: 7 of 7 chosen)" in labels

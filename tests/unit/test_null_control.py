@@ -33,6 +33,8 @@ from osu_dl_bench.jobs.plan import (
     resolve_setting,
     with_null_controls,
 )
+from osu_dl_bench.measurement.store import RunStore
+from osu_dl_bench.model.measured import model_rows
 from osu_dl_bench.selection import Query, Selector
 from osu_dl_bench.selection.adaptive import open_point
 from osu_dl_bench.selection.null_control import NULL_FIELD, figures_of, record_line
@@ -257,3 +259,9 @@ def test_the_ratio_plot_draws_the_null_control_beside_the_candidates(tmp_path, m
     ((_, fig),) = [(path, fig) for path, fig in drawn if path.name.endswith("_ratios.png")]
     labels = [text.get_text() for text in fig.axes[0].get_legend().get_texts()]
     assert f"{NULL_CONTROL} (null control: 7 of 7 chosen)" in labels
+
+
+def test_the_model_fits_native_once_without_its_null_control(tmp_path):
+    run = _run_with_a_lucky_null(tmp_path / "run")
+    rows = model_rows(RunStore(run).load())
+    assert "native" in set(rows["algorithm"]) and not set(rows["algorithm"]) & {NULL_CONTROL}

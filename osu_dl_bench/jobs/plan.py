@@ -110,6 +110,11 @@ def _check_names(collectives: tuple[str, ...], algorithm_texts: list[str]) -> No
         name = text.partition(":")[0].strip()
         if name == "all":
             continue
+        if text.replace(" ", "") in NULL_CONTROLS:
+            raise UsageError(
+                f"-a {text}: the null control is not a candidate; every sweep measures it "
+                "beside native (--no-null skips it)"
+            )
         if _library_variants(collectives[0], text) is not None:
             if not any(_library_variants(c, text) for c in collectives):
                 alg = text.partition("=")[2].strip()

@@ -265,3 +265,10 @@ def test_the_model_fits_native_once_without_its_null_control(tmp_path):
     run = _run_with_a_lucky_null(tmp_path / "run")
     rows = model_rows(RunStore(run).load())
     assert "native" in set(rows["algorithm"]) and not set(rows["algorithm"]) & {NULL_CONTROL}
+
+
+def test_naming_the_null_control_as_a_candidate_is_refused_with_the_reason():
+    for text in (NULL_CONTROL, NULL_CONTROL_APART):
+        cfg = sweep_config("--np", "2", "-a", f"ring,{text}", "-o", "x")
+        with pytest.raises(UsageError, match="the null control is not a candidate"):
+            resolve_setting(cfg)

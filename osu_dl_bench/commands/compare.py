@@ -41,8 +41,10 @@ from osu_dl_bench.selection.comparison import (
     shifts,
     table_coverage,
 )
+from osu_dl_bench.selection.null_control import rate_lines
 from osu_dl_bench.selection.paired import Ratio
 from osu_dl_bench.selection.rule import DEFAULT_RULE, DecisionRule
+from osu_dl_bench.selection.tune import run_nulls
 
 _PERCENT = f"{(SLOWER - 1) * 100:.0f}"
 # What stands for the decisions when a run holds train-bench's training steps.
@@ -72,6 +74,7 @@ def run_compare(cfg: CompareConfig) -> int:
     else:
         reports = [
             decision_report(cfg.run_a, cfg.run_b, cfg.table, cfg.nprocs, cfg.referee),
+            null_report(cfg.run_a, cfg.run_b, cfg.nprocs),
             shift_report(both, cfg.run_a, cfg.run_b),
         ]
     text = "\n\n".join(reports)
@@ -309,6 +312,17 @@ def decision_report(
     notes = [text for text in map(_look_at, judged) if text]
     if notes:
         lines += ["# points to look at:", *notes]
+    return "\n".join(lines)
+
+
+def null_report(run_a: str, run_b: str, wanted: Iterable[int] = ()) -> str:
+    """The null control's false-win rate in each run, per p (selection.null_control)."""
+    lines = [
+        "# null control: native measured again under another label, judged by the rule "
+        "as a candidate; chosen over native = a false win"
+    ]
+    for run in (run_a, run_b):
+        lines += rate_lines(run, run_nulls(run), wanted)
     return "\n".join(lines)
 
 

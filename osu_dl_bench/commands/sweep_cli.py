@@ -120,6 +120,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_false",
         help="skip the model's calibration kernels (a few seconds per launch)",
     )
+    parser.add_argument(
+        "--no-null",
+        dest="null_control",
+        action="store_false",
+        help="skip the null control: native measured a second time under the label "
+        "native:null (and native:null_apart in launches of its own where candidates are "
+        "compared across launches), which tune reports and never chooses; it costs one "
+        "more candidate",
+    )
     parser.add_argument("--resume", action="store_true", help="continue RUN_DIR, skip its points")
     parser.add_argument(
         "--launcher",
@@ -293,6 +302,7 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
         library_file=resolve_library_file(args.library_file),
         mpi=args.mpi,
         adaptive=args.adaptive,
+        null_control=args.null_control,
     )
     check_sweep_config(cfg)
     return cfg

@@ -118,6 +118,9 @@ class SweepConfig:
     mpi: str | None = None
     # --adaptive MAX: launches beyond --launches, up to MAX in all, only where undecided.
     adaptive: int = 0
+    # The null control (collectives.registry.NULL_CONTROLS) measured wherever native is;
+    # off with --no-null, and for experiments that decide nothing (verify-export).
+    null_control: bool = False
 
     def sizes(self) -> list[int]:
         """Message sizes in bytes: MIN, 2 MIN, ... up to MAX (OSU's doubling loop)."""
@@ -170,6 +173,7 @@ class SweepConfig:
             "--launches",
             str(self.launches),
             *([] if self.calibrate else ["--no-calibration"]),
+            *([] if self.null_control else ["--no-null"]),
             "--thread-level",
             self.thread_level,
             *(["--library-file", self.library_file] if self.library_file else []),

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from collectives.units import format_size
+from osu_dl_bench.selection.null_control import entry_lines
 from osu_dl_bench.selection.table import Entry, TuningTable, hosts_text
 
 
@@ -122,6 +123,8 @@ def table_summary(table: TuningTable) -> str:
         lines += [f"#   {line}" for line in evidence.get("summary") or []]
     for entry in table.entries:
         lines += ["", *entry_summary(entry)]
+        # How often the rule would have taken native's own copy for a win, in this entry.
+        lines += [f"   {line}" for line in entry_lines(head, entry.key)]
     return "\n".join(lines) + "\n"
 
 

@@ -41,13 +41,14 @@ import statistics
 import sys
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from collectives import mpit
-from collectives.registry import parse_variant, twin_representatives
+from collectives.registry import NULL_CONTROL, NULL_CONTROLS, parse_variant, twin_representatives
 from collectives.units import format_size
 from osu_dl_bench import __version__
 from osu_dl_bench.errors import UsageError
@@ -55,6 +56,7 @@ from osu_dl_bench.measurement.store import POINT_KEY, RunStore, collective_rows,
 from osu_dl_bench.runtime.metadata import utc_now
 from osu_dl_bench.selection.estimate import Measured, entry_ratios, run_pool
 from osu_dl_bench.selection.evidence import LaunchPool
+from osu_dl_bench.selection.null_control import NULL_FIELD, entry_nulls, null_record
 from osu_dl_bench.selection.paired import (
     Ratio,
     Series,
@@ -142,10 +144,16 @@ def clean_rows(
 
 
 def without_contaminated_native(frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` less the native rows of other backends' launches (outside CLEAN_GROUPS),
-    where native ran beside their threads."""
-    contaminated = (frame["algorithm"] == "native") & ~frame["group"].isin(CLEAN_GROUPS)
-    return frame[~contaminated]
+    """``frame`` less the native rows (its null control's in rounds too) of other backends'
+    launches (outside CLEAN_GROUPS), where native ran beside their threads."""
+    beside = frame["algorithm"].isin(["native", NULL_CONTROL])
+    return frame[~(beside & ~frame["group"].isin(CLEAN_GROUPS))]
+
+
+def without_null_controls(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` less the null control's rows: never a candidate (selection.null_control
+    reads them)."""
+    return frame[~frame["algorithm"].isin(NULL_CONTROLS)]
 
 
 def _most_common(series: pd.Series) -> Any:
@@ -564,7 +572,7 @@ def decide_run(rows: pd.DataFrame, warn: list[str], rule: DecisionRule = DEFAULT
     """Every entry's decisions from a run's usable rows: the run's launch pool first
     (selection.evidence), then each candidate's curve over sizes (selection.estimate),
     then the rule at each size, then hysteresis."""
-    measured = _measured_entries(rows, warn)
+    measured = _measured_entries(without_null_controls(rows), warn)
     pool = run_pool(p.measured for points in measured.values() for p in points)
     entries = {}
     for key, points in measured.items():
@@ -612,6 +620,47 @@ def run_decisions(
         frame = frame[frame["launch"].isin(list(launches))]
     rows, _, _ = select_rows(without_library_candidates(usable_rows(frame)), dtype, op)
     return decide_run(rows, warn, rule).by_point(), warn
+
+
+def null_series(rows: pd.DataFrame) -> dict[EntryKey, dict[tuple[int, str], Series]]:
+    """The null controls' series by entry, then (size, label), from a run's usable rows
+    (the copy in rounds only from the clean groups, as native)."""
+    nulls = without_contaminated_native(rows)
+    nulls = nulls[nulls["algorithm"].isin(NULL_CONTROLS)]
+    return {
+        key: {
+            (int(size), str(label)): _series(group)
+            for (size, label), group in entry.groupby(["size_bytes", "algorithm"], sort=True)
+        }
+        for key, entry in _entry_groups(nulls)
+    }
+
+
+def decision_nulls(
+    rows: pd.DataFrame, decisions: Decisions, rule: DecisionRule = DEFAULT_RULE
+) -> list:
+    """Every entry's null control figures (selection.null_control), judged by the rule
+    on the run's own pool ([] for runs without a null)."""
+    series = null_series(rows)
+    decide = partial(decide_candidates, rule=rule)
+    return [
+        figures
+        for key, points in decisions.entries.items()
+        if key in series
+        for figures in entry_nulls(key, points, series[key], decisions.pool, decide)
+    ]
+
+
+def run_nulls(
+    run_dir: str | os.PathLike,
+    dtype: str | None = None,
+    op: str | None = None,
+    rule: DecisionRule = DEFAULT_RULE,
+) -> list:
+    """A run directory's null control figures, as ``tune`` reports them."""
+    _, frame, warn = _read_run(run_dir)
+    rows, _, _ = select_rows(without_library_candidates(usable_rows(frame)), dtype, op)
+    return decision_nulls(rows, decide_run(rows, warn, rule), rule)
 
 
 def evidence_record(pool: LaunchPool, rule: DecisionRule) -> dict[str, Any]:
@@ -694,6 +743,9 @@ def build_table(
         provenance(Path(run_dir), metadata),
     )
     header[EVIDENCE] = evidence_record(decisions.pool, rule)
+    nulls = decision_nulls(rows, decisions, rule)
+    if nulls:
+        header[NULL_FIELD] = null_record(nulls, rule)
     library = library_tuning(rows, _first_found(metadata, "mpi_library"), warn, rule)
     if library is not None:
         header[LIBRARY_TUNING] = library

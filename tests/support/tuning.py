@@ -17,7 +17,7 @@ import numpy as np
 
 from collectives import SPECS, Algorithm, algorithms
 from collectives import registry as _registry
-from collectives.registry import parse_variant
+from collectives.registry import NULL_CONTROLS, null_control, parse_variant
 from osu_dl_bench.measurement.store import RunStore, SweepPoint, format_rounds
 from osu_dl_bench.selection.paired import Ratio, Series, launch_of
 from osu_dl_bench.selection.table import Choice, Entry, EntryKey, SizeRange, TuningTable
@@ -95,8 +95,13 @@ def point(
     validation: str | None = "pass",
     device: str = "cpu",
 ) -> SweepPoint:
-    """One point; ``spread`` = q3 - q1, centred on the median."""
-    variant = parse_variant(collective, name)
+    """One point; ``spread`` = q3 - q1, centred on the median (``name`` may be a null
+    control's label: native's variant under it)."""
+    variant = (
+        null_control(parse_variant(collective, "native"), name)
+        if name in NULL_CONTROLS
+        else parse_variant(collective, name)
+    )
     spec = SPECS[collective]
     seconds = median * 1e-6
     algbw = size / seconds / 1e9

@@ -37,6 +37,7 @@ _EVIDENCE_NOTES = {
     "misfit": "this size alone (off the curve)",
     "heterogeneous": "launches disagree beyond the pool",
     "point": "this size alone",
+    "pooled": "pooled across process counts",
 }
 
 

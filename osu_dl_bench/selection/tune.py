@@ -565,25 +565,49 @@ def _measured_entries(rows: pd.DataFrame, warn: list[str]) -> dict[EntryKey, lis
     return measured
 
 
-def decide_run(rows: pd.DataFrame, warn: list[str], rule: DecisionRule = DEFAULT_RULE) -> Decisions:
-    """Every entry's decisions from a run's usable rows: the run's launch pool first
-    (selection.evidence), then each candidate's curve over sizes (selection.estimate),
-    pooled across process counts (selection.pooling), then the rule at each size, then
-    hysteresis."""
+@dataclass(frozen=True)
+class RunEstimates:
+    """A run's measured points per entry, its launch pool, and every candidate's ratio
+    per point: from its curve over sizes alone (``curves``), and pooled across process
+    counts (``ratios``, what the rule decides on)."""
+
+    measured: Mapping[EntryKey, list[MeasuredPoint]]
+    pool: LaunchPool
+    curves: Mapping[EntryKey, list[dict[str, Ratio]]]
+    ratios: Mapping[EntryKey, list[dict[str, Ratio]]]
+
+
+def estimate_run(rows: pd.DataFrame, warn: list[str]) -> RunEstimates:
+    """A run's evidence from its usable rows: the launch pool (selection.evidence), each
+    candidate's curve over sizes (selection.estimate), pooled across process counts
+    (selection.pooling)."""
     measured = _measured_entries(rows, warn)
     pool = run_pool(p.measured for points in measured.values() for p in points)
     curves = {
         key: entry_ratios([p.measured for p in points], pool) for key, points in measured.items()
     }
     sizes = {key: [p.measured.size for p in points] for key, points in measured.items()}
-    pooled = pool_across_counts(curves, sizes)
+    return RunEstimates(measured, pool, curves, pool_across_counts(curves, sizes))
+
+
+def decide_estimates(
+    estimates: RunEstimates, warn: list[str], rule: DecisionRule = DEFAULT_RULE
+) -> Decisions:
+    """Every entry's decisions from a run's estimates: the rule at each size, then
+    hysteresis."""
     entries = {}
-    for key, points in measured.items():
-        ratios = pooled[key]
+    for key, points in estimates.measured.items():
+        ratios = estimates.ratios[key]
         decided = [_decide(p, r, warn, rule) for p, r in zip(points, ratios, strict=True)]
         if decided:
             entries[key] = hysteresis(decided)
-    return Decisions(entries, pool)
+    return Decisions(entries, estimates.pool)
+
+
+def decide_run(rows: pd.DataFrame, warn: list[str], rule: DecisionRule = DEFAULT_RULE) -> Decisions:
+    """Every entry's decisions from a run's usable rows: its estimates (estimate_run),
+    then the rule at each size, then hysteresis."""
+    return decide_estimates(estimate_run(rows, warn), warn, rule)
 
 
 def build_entries(decisions: Decisions) -> tuple[Entry, ...]:

@@ -16,7 +16,8 @@ by a size band on native (its drift: every ratio moves with it) and on each cand
 (sd 0.05 each), and one per point (sd 0.02). Sweeps A and B of a pair differ by a
 between-period shift per process count and band: sd 0.06 on native (every ratio moves),
 0.03 per candidate. Decisions come from the real code (selection.tune.estimate_run and
-decide_estimates, as decide_run, through a run directory; the old rule from tests/support/old_rule.py) and are judged on:
+decide_estimates, as decide_run does, through a run directory; the old rule from
+tests/support/old_rule.py) and are judged on:
 
 - stability: A's choice is in B's all-candidate tie set (DecisionRule.equivalent), and B's
   in A's;

@@ -36,6 +36,7 @@ from osu_dl_bench.selection.comparison import (
     table_coverage,
 )
 from osu_dl_bench.selection.paired import Ratio
+from osu_dl_bench.selection.rule import DEFAULT_RULE, DecisionRule, rule_text
 
 _PERCENT = f"{(SLOWER - 1) * 100:.0f}"
 # What stands for the decisions when a run holds train-bench's training steps.
@@ -58,7 +59,7 @@ def run_compare(cfg: CompareConfig) -> int:
         reports = _training_reports(cfg, both)
     else:
         reports = [
-            decision_report(cfg.run_a, cfg.run_b, cfg.table, cfg.nprocs),
+            decision_report(cfg.run_a, cfg.run_b, cfg.table, cfg.nprocs, cfg.rule()),
             shift_report(both, cfg.run_a, cfg.run_b),
         ]
     text = "\n\n".join(reports)
@@ -101,7 +102,7 @@ def command_line(cfg: CompareConfig) -> list[str]:
     argv = ["osu-dl-bench", "compare", cfg.run_a, cfg.run_b]
     for flag, value in (("--table", cfg.table), ("--nprocs", cfg.nprocs_text)):
         argv += [flag, value] if value else []
-    return argv
+    return [*argv, "--risk", str(cfg.risk), "--indifference", str(cfg.indifference)]
 
 
 # --- decisions ----------------------------------------------------------------------------
@@ -191,17 +192,22 @@ def _coverage_lines(table: str, points: list) -> list[str]:
 
 
 def decision_report(
-    run_a: str, run_b: str, table: str | None = None, wanted: Iterable[int] = ()
+    run_a: str,
+    run_b: str,
+    table: str | None = None,
+    wanted: Iterable[int] = (),
+    rule: DecisionRule = DEFAULT_RULE,
 ) -> str:
     """Stability and regret of RUN_A's (or the table's) choices on RUN_B: per (collective,
     buffer kind, p), then per p and over all, with coverage and captured speedup, then the
-    points to look at."""
-    decided_a, decided_b = decided_points(run_a), decided_points(run_b)
+    points to look at; both runs decided by ``rule``."""
+    decided_a, decided_b = decided_points(run_a, rule), decided_points(run_b, rule)
     judged = judge_decisions(decided_a, decided_b, table, wanted)
     source = f"table {table}'s choices (the selector's)" if table else f"{run_a}'s choices"
     lines = [
         *(_coverage_lines(table, [j.point for j in judged]) if table else []),
-        f"# decisions: {source} on {run_b}'s measurements, decided as tune decides",
+        f"# decisions: {source} on {run_b}'s measurements, decided as tune decides "
+        f"({rule_text(rule.as_record())})",
         "# stable: the choice is in RUN_B's tie set; regret: its time over RUN_B's best, "
         "in RUN_B's estimates (95% CI); slower: the interval's low end above "
         f"{SLOWER}; unclear: the interval straddles {SLOWER}",

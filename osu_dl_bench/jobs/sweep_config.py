@@ -118,6 +118,10 @@ class SweepConfig:
     mpi: str | None = None
     # --adaptive MAX: launches beyond --launches, up to MAX in all, only where undecided.
     adaptive: int = 0
+    # --risk, --indifference: the decision rule that says which points are still open
+    # (a selection.rule.DecisionRule, set by the sweep command with --adaptive; None: the
+    # rule's default). Held as the object: this floor may not import selection.
+    rule: object | None = None
 
     def sizes(self) -> list[int]:
         """Message sizes in bytes: MIN, 2 MIN, ... up to MAX (OSU's doubling loop)."""

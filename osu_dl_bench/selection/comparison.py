@@ -47,6 +47,7 @@ from osu_dl_bench.selection.agreement import (
     missed_wins,
 )
 from osu_dl_bench.selection.paired import Ratio, identity, point_latency
+from osu_dl_bench.selection.rule import DEFAULT_RULE, DecisionRule
 from osu_dl_bench.selection.selector import Query, Selector, default_context
 from osu_dl_bench.selection.tune import PointDecision, clean_rows, run_decisions
 
@@ -151,10 +152,10 @@ def table_coverage(table: str, points: Iterable[PointDecision]) -> dict[str, int
     return counts
 
 
-def decided_points(run_dir: str) -> dict:
-    """A run's decisions as tune takes them; a run with none is refused with the reason
-    (every point left out, e.g. native measured only beside another backend)."""
-    decided, warn = run_decisions(run_dir)
+def decided_points(run_dir: str, rule: DecisionRule = DEFAULT_RULE) -> dict:
+    """A run's decisions as tune takes them under ``rule``; a run with none is refused with
+    the reason (every point left out, e.g. native measured only beside another backend)."""
+    decided, warn = run_decisions(run_dir, rule=rule)
     if not decided:
         why = f": {warn[-1]}" if warn else ""
         raise UsageError(f"{run_dir}: no point could be decided as tune decides{why}")
@@ -176,10 +177,16 @@ def judge_decisions(
 
 
 def judged_points(
-    run_a: str, run_b: str, table: str | None = None, wanted: Iterable[int] = ()
+    run_a: str,
+    run_b: str,
+    table: str | None = None,
+    wanted: Iterable[int] = (),
+    rule: DecisionRule = DEFAULT_RULE,
 ) -> list[Judged]:
-    """Every point of RUN_B (of the wanted p), judged against RUN_A's or the table's choice."""
-    return judge_decisions(decided_points(run_a), decided_points(run_b), table, wanted)
+    """Every point of RUN_B (of the wanted p), judged against RUN_A's or the table's choice,
+    both runs decided by ``rule``."""
+    decided_a, decided_b = decided_points(run_a, rule), decided_points(run_b, rule)
+    return judge_decisions(decided_a, decided_b, table, wanted)
 
 
 def _order(item: tuple) -> tuple:

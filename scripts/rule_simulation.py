@@ -34,7 +34,7 @@ from __future__ import annotations
 import argparse
 import math
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -202,9 +202,13 @@ class Score:
 
 
 def simulate(
-    rules: dict[str, DecisionRule | None], pairs: int = 8, seed: int = 0
+    rules: dict[str, DecisionRule | None],
+    pairs: int = 8,
+    seed: int = 0,
+    unpooled: tuple[str, ...] = (),
 ) -> dict[str, dict[str, float]]:
-    """Each rule's figures over ``pairs`` simulated A/B pairs (None: the old rule)."""
+    """Each rule's figures over ``pairs`` simulated A/B pairs (None: the old rule); the
+    rules named in ``unpooled`` decide on each process count's curves alone."""
     scores = {name: Score() for name in rules}
     with tempfile.TemporaryDirectory() as tmp:
         for pair in range(pairs):
@@ -220,7 +224,9 @@ def simulate(
                 picks = [
                     old_rule.decide_estimates(e, [])
                     if rule is None
-                    else decide_estimates(e, [], rule).by_point()
+                    else decide_estimates(
+                        replace(e, ratios=e.curves) if name in unpooled else e, [], rule
+                    ).by_point()
                     for e in estimates
                 ]
                 _judge(scores[name], picks, judges)
@@ -247,7 +253,8 @@ def main() -> None:
     for risk in (0.05, 0.1, 0.2, 0.3):
         for zone in (0.01, 0.02, 0.03):
             rules[f"risk {risk} zone {zone:.0%}"] = DecisionRule(risk, zone)
-    results = simulate(rules, args.pairs, args.seed)
+    rules["risk 0.2 zone 2% unpooled"] = DecisionRule(0.2, 0.02)
+    results = simulate(rules, args.pairs, args.seed, unpooled=("risk 0.2 zone 2% unpooled",))
     print(
         f"{'rule':<24}{'stability':>10}{'captured':>10}{'regret':>8}{'null wins':>10}"
         f"{'>5% slower':>11}"

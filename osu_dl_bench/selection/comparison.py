@@ -3,8 +3,9 @@ table takes from them and in their measurements: the numbers ``osu-dl-bench comp
 reports.
 
 The decisions (the one way this suite judges a table): every point of RUN_B is decided as
-``tune`` decides it (selection.tune.run_decisions: paired ratios to clean native, tie
-sets, the stable rule, hysteresis). The choice judged is RUN_A's, decided the same way,
+``tune`` decides it (selection.tune.run_decisions: paired ratios to clean native, pooled
+across process counts, the decision rule of selection.rule with compare's --risk and
+--indifference, hysteresis). The choice judged is RUN_A's, decided the same way,
 or a tuning table's as the runtime selector takes it. Per point:
 
 - stable: the choice lies in RUN_B's tie set (twins, variants whose chunk or segment size

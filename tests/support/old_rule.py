@@ -97,7 +97,7 @@ def hysteresis(points: list[PointDecision]) -> list[PointDecision]:
     decided = []
     for members, common in ranges:
         choice = _range_choice(members, common)
-        decided += [replace(p, chosen=choice) for p in members]
+        decided += [replace(p, chosen=choice, tie_set=_first(p.tie_set, choice)) for p in members]
     return decided
 
 
@@ -109,6 +109,10 @@ def _range_choice(members: list[PointDecision], common: set[str]) -> str:
         return statistics.fmean(p.candidates[label].ratio.log_ratio for p in members)
 
     return stable_order(first.key.collective, common, choices, mean_log_ratio)[0]
+
+
+def _first(labels: tuple[str, ...], chosen: str) -> tuple[str, ...]:
+    return (chosen, *(label for label in labels if label != chosen))
 
 
 def decide_estimates(

@@ -18,6 +18,7 @@ from osu_dl_bench.errors import UsageError
 from osu_dl_bench.selection import build_table
 from osu_dl_bench.selection.comparison import decided_points
 from osu_dl_bench.selection.rule import DEFAULT_RULE, DecisionRule, rule_text
+from osu_dl_bench.selection.summary import table_summary
 
 pytestmark = pytest.mark.usefixtures("registered")
 
@@ -94,3 +95,11 @@ def test_an_adaptive_sweep_decides_its_open_points_by_its_rule(tmp_path, monkeyp
     )
     assert sweep_command.run_adaptive_sweep(cfg) == 0
     assert rules == [DecisionRule(DEFAULT_RULE.risk, 0.03)]
+
+
+def test_the_summary_states_the_rule_its_table_was_decided_by(tmp_path):
+    run = launch_run(tmp_path / "run", {65536: {"recursive_doubling": 0.8}})
+    table, _ = build_table(run, "t", rule=DecisionRule(0.1, 0.03))
+    text = table_summary(table)
+    assert "# decision rule: expected loss, risk 0.1 of a choice more than 5% slower" in text
+    assert "indifference zone 3%; the run's launch pools:" in text

@@ -43,7 +43,7 @@ from osu_dl_bench.selection.comparison import (
 )
 from osu_dl_bench.selection.null_control import rate_lines
 from osu_dl_bench.selection.paired import Ratio
-from osu_dl_bench.selection.rule import DEFAULT_RULE, DecisionRule
+from osu_dl_bench.selection.rule import DEFAULT_RULE, DecisionRule, rule_text
 from osu_dl_bench.selection.tune import run_nulls
 
 _PERCENT = f"{(SLOWER - 1) * 100:.0f}"
@@ -73,8 +73,8 @@ def run_compare(cfg: CompareConfig) -> int:
         reports = _training_reports(cfg, both)
     else:
         reports = [
-            decision_report(cfg.run_a, cfg.run_b, cfg.table, cfg.nprocs, cfg.referee),
-            null_report(cfg.run_a, cfg.run_b, cfg.nprocs),
+            decision_report(cfg.run_a, cfg.run_b, cfg.table, cfg.nprocs, cfg.referee, cfg.rule()),
+            null_report(cfg.run_a, cfg.run_b, cfg.nprocs, cfg.rule()),
             shift_report(both, cfg.run_a, cfg.run_b),
         ]
     text = "\n\n".join(reports)
@@ -119,7 +119,7 @@ def command_line(cfg: CompareConfig) -> list[str]:
     options = (("--table", cfg.table), ("--referee", cfg.referee), ("--nprocs", cfg.nprocs_text))
     for flag, value in options:
         argv += [flag, value] if value else []
-    return argv
+    return [*argv, "--risk", str(cfg.risk), "--indifference", str(cfg.indifference)]
 
 
 # --- decisions ----------------------------------------------------------------------------
@@ -285,14 +285,15 @@ def decision_report(
     """Stability and regret of RUN_A's (or the table's) choices on RUN_B: per (collective,
     buffer kind, p), then per p and over all, with agreement and coverage, and the
     captured speedup of RUN_B's choices on the referee or RUN_B's held-out launches; then
-    the points to look at."""
+    the points to look at; every run decided by ``rule``."""
     decided_a, decided_b = decided_points(run_a, rule), decided_points(run_b, rule)
     judged = judge_decisions(decided_a, decided_b, table, wanted)
     scored = scored_choices(run_b, referee, wanted, rule)
     source = f"table {table}'s choices (the selector's)" if table else f"{run_a}'s choices"
     lines = [
         *(_coverage_lines(table, [j.point for j in judged]) if table else []),
-        f"# decisions: {source} on {run_b}'s measurements, decided as tune decides",
+        f"# decisions: {source} on {run_b}'s measurements, decided as tune decides "
+        f"({rule_text(rule.as_record())})",
         *_legend(rule),
         f"{'collective':<28}{'points':>7}{'stable':>9}{'median regret':>15}{'max regret':>12}"
         f"{'slower':>12}{'unclear':>9}{'not measured':>14}{'mean regret':>13}{'> native':>10}",
@@ -315,14 +316,16 @@ def decision_report(
     return "\n".join(lines)
 
 
-def null_report(run_a: str, run_b: str, wanted: Iterable[int] = ()) -> str:
+def null_report(
+    run_a: str, run_b: str, wanted: Iterable[int] = (), rule: DecisionRule = DEFAULT_RULE
+) -> str:
     """The null control's false-win rate in each run, per p (selection.null_control)."""
     lines = [
         "# null control: native measured again under another label, judged by the rule "
         "as a candidate; chosen over native = a false win"
     ]
     for run in (run_a, run_b):
-        lines += rate_lines(run, run_nulls(run), wanted)
+        lines += rate_lines(run, run_nulls(run, rule=rule), wanted)
     return "\n".join(lines)
 
 

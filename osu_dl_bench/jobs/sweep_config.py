@@ -121,6 +121,10 @@ class SweepConfig:
     # The null control (collectives.registry.NULL_CONTROLS) measured wherever native is;
     # off with --no-null, and for experiments that decide nothing (verify-export).
     null_control: bool = False
+    # --risk, --indifference: the decision rule that says which points are still open
+    # (a selection.rule.DecisionRule, set by the sweep command with --adaptive; None: the
+    # rule's default). Held as the object: this floor may not import selection.
+    rule: object | None = None
 
     def sizes(self) -> list[int]:
         """Message sizes in bytes: MIN, 2 MIN, ... up to MAX (OSU's doubling loop)."""

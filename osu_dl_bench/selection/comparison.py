@@ -4,9 +4,9 @@ reports.
 
 The decisions (the one way this suite judges a table): every point of RUN_B is decided as
 ``tune`` decides it (selection.tune.run_decisions with one selection.rule.DecisionRule:
-paired ratios to clean native, the expected-loss rule, hysteresis). The choice judged is
-RUN_A's, decided the same way, or a tuning table's as the runtime selector takes it. Per
-point:
+paired ratios to clean native, pooled across process counts, the expected-loss rule with
+compare's --risk and --indifference, hysteresis). The choice judged is RUN_A's, decided
+the same way, or a tuning table's as the runtime selector takes it. Per point:
 
 - stable: the choice lies in RUN_B's tie set over all candidates, eligible or not
   (PointDecision.equivalent: every candidate whose time over the fastest's has a 95%
@@ -211,7 +211,8 @@ def judged_points(
     wanted: Iterable[int] = (),
     rule: DecisionRule = DEFAULT_RULE,
 ) -> list[Judged]:
-    """Every point of RUN_B (of the wanted p), judged against RUN_A's or the table's choice."""
+    """Every point of RUN_B (of the wanted p), judged against RUN_A's or the table's choice,
+    both runs decided by ``rule``."""
     decided_a, decided_b = decided_points(run_a, rule), decided_points(run_b, rule)
     return judge_decisions(decided_a, decided_b, table, wanted)
 

@@ -65,6 +65,7 @@ from osu_dl_bench.selection.paired import (
     paired_ratio,
     quotient,
 )
+from osu_dl_bench.selection.pooling import pool_across_counts
 
 # RISK and SLOWER_MARGIN re-exported: their home is selection.rule.
 from osu_dl_bench.selection.rule import (  # noqa: F401
@@ -91,7 +92,10 @@ NOISE_RULE = (
     "shape, size band and pairing; a point whose own launches disagree beyond the pool "
     "has its band widened by its own excess spread); each candidate's log-ratio is "
     "smoothed over log2(size) by a penalised spline weighted by those variances (a point "
-    "the curve misses by 3 standard errors keeps its own estimate); 95% intervals are "
+    "the curve misses by 3 standard errors keeps its own estimate); each candidate's "
+    "estimate at a size is partially pooled with its estimates at the other process counts "
+    "of the collective and buffer kind (empirical Bayes: DerSimonian-Laird between-count "
+    "variance, posterior intervals); 95% intervals are "
     "Student's t on the log scale; a candidate may replace native only where the chance that "
     "it is more than 5% slower is at most the risk; the eligible one of lowest expected "
     "time (the lognormal mean) replaces native where its expected gain over native exceeds "
@@ -458,6 +462,7 @@ EVIDENCE_WORDS = {
     "point": "from this size alone with the run's pooled launch variance",
     "misfit": "from this size alone: the curve over sizes misses it",
     "heterogeneous": "its launches disagree beyond the run's pool: band widened by them",
+    "pooled": "from its curve, partially pooled with its curves at the other process counts",
     "paired": "from this point's launches alone",
 }
 
@@ -568,19 +573,49 @@ def _measured_entries(rows: pd.DataFrame, warn: list[str]) -> dict[EntryKey, lis
     return measured
 
 
-def decide_run(rows: pd.DataFrame, warn: list[str], rule: DecisionRule = DEFAULT_RULE) -> Decisions:
-    """Every entry's decisions from a run's usable rows: the run's launch pool first
-    (selection.evidence), then each candidate's curve over sizes (selection.estimate),
-    then the rule at each size, then hysteresis."""
+@dataclass(frozen=True)
+class RunEstimates:
+    """A run's measured points per entry, its launch pool, and every candidate's ratio
+    per point: from its curve over sizes alone (``curves``), and pooled across process
+    counts (``ratios``, what the rule decides on)."""
+
+    measured: Mapping[EntryKey, list[MeasuredPoint]]
+    pool: LaunchPool
+    curves: Mapping[EntryKey, list[dict[str, Ratio]]]
+    ratios: Mapping[EntryKey, list[dict[str, Ratio]]]
+
+
+def estimate_run(rows: pd.DataFrame, warn: list[str]) -> RunEstimates:
+    """A run's evidence from its usable rows (null controls left out: they are never
+    candidates): the launch pool (selection.evidence), each candidate's curve over sizes
+    (selection.estimate), pooled across process counts (selection.pooling)."""
     measured = _measured_entries(without_null_controls(rows), warn)
     pool = run_pool(p.measured for points in measured.values() for p in points)
+    curves = {
+        key: entry_ratios([p.measured for p in points], pool) for key, points in measured.items()
+    }
+    sizes = {key: [p.measured.size for p in points] for key, points in measured.items()}
+    return RunEstimates(measured, pool, curves, pool_across_counts(curves, sizes))
+
+
+def decide_estimates(
+    estimates: RunEstimates, warn: list[str], rule: DecisionRule = DEFAULT_RULE
+) -> Decisions:
+    """Every entry's decisions from a run's estimates: the rule at each size, then
+    hysteresis."""
     entries = {}
-    for key, points in measured.items():
-        ratios = entry_ratios([p.measured for p in points], pool)
+    for key, points in estimates.measured.items():
+        ratios = estimates.ratios[key]
         decided = [_decide(p, r, warn, rule) for p, r in zip(points, ratios, strict=True)]
         if decided:
             entries[key] = hysteresis(decided)
-    return Decisions(entries, pool)
+    return Decisions(entries, estimates.pool)
+
+
+def decide_run(rows: pd.DataFrame, warn: list[str], rule: DecisionRule = DEFAULT_RULE) -> Decisions:
+    """Every entry's decisions from a run's usable rows: its estimates (estimate_run),
+    then the rule at each size, then hysteresis."""
+    return decide_estimates(estimate_run(rows, warn), warn, rule)
 
 
 def build_entries(decisions: Decisions) -> tuple[Entry, ...]:

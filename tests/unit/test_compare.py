@@ -15,6 +15,7 @@ from osu_dl_bench.commands.compare_cli import config_from_args
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.selection import build_table
 from osu_dl_bench.selection.comparison import paired_points
+from osu_dl_bench.selection.rule import DEFAULT_RULE
 
 pytestmark = pytest.mark.usefixtures("registered")
 
@@ -26,8 +27,8 @@ def _config(*argv):
 def test_the_options_make_a_frozen_config_that_keeps_nprocs_as_given(tmp_path):
     cfg = _config("a", "b", "--np", "4,2-3", "--table", "t.json", "--out", str(tmp_path / "r"))
     assert (cfg.run_a, cfg.run_b, cfg.table, cfg.nprocs) == ("a", "b", "t.json", (2, 3, 4))
-    assert compare.command_line(cfg)[2:] == ["a", "b", "--table", "t.json", "--nprocs", "4,2-3"]
-    assert compare.command_line(_config("a", "b", "--referee", "r"))[2:] == [
+    assert compare.command_line(cfg)[2:8] == ["a", "b", "--table", "t.json", "--nprocs", "4,2-3"]
+    assert compare.command_line(_config("a", "b", "--referee", "r"))[2:6] == [
         "a",
         "b",
         "--referee",
@@ -116,7 +117,9 @@ def test_compare_prints_both_reports_and_writes_them(tmp_path):
     shifts = lines.index(f"# {a} against {b}: 72 points measured by both")
     p2 = lines[shifts + 2].split()
     assert p2[:2] == ["2", "72"] and 39.5 < float(p2[2].rstrip("%")) < 41.5  # ln 1.5 = 40.5%
-    assert out.read_text() == f"# command: osu-dl-bench {' '.join(argv[:-2])}\n{res.stdout}"
+    rule = f"--risk {DEFAULT_RULE.risk} --indifference {DEFAULT_RULE.indifference}"
+    command = f"osu-dl-bench {' '.join(argv[:-2])} {rule}"
+    assert out.read_text() == f"# command: {command}\n{res.stdout}"
 
 
 def test_the_report_scores_b_choices_on_the_referee_and_prints_agreement_beside_honesty(

@@ -9,6 +9,8 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
+from osu_dl_bench.selection.names import INDIFFERENCE, RISK
+
 # Declared here, not in collectives.buffers: options are parsed before MPI is loaded.
 DEVICE_HELP = (
     "buffer kind: cpu (numpy), cpu-registered (numpy in memory the node's ranks can map, "
@@ -121,3 +123,45 @@ def output_stem(text: str) -> str:
             f"expected a name the outputs are named after, e.g. runs/train, got {text!r}"
         )
     return str(path)
+
+
+def probability(text: str) -> float:
+    """An argparse type: a probability from 0 to 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text}")
+    return value
+
+
+def zone(text: str) -> float:
+    """An argparse type: an indifference zone, a fraction from 0 up to (not including) 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1), got {text!r}") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1), got {text}")
+    return value
+
+
+def add_rule_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the decision rule's options (selection.rule.DecisionRule), one default each."""
+    parser.add_argument(
+        "--risk",
+        type=probability,
+        default=RISK,
+        metavar="P",
+        help="a candidate may replace native only where the chance that it is more than 5%% "
+        f"slower than native is at most P (default {RISK})",
+    )
+    parser.add_argument(
+        "--indifference",
+        type=zone,
+        default=INDIFFERENCE,
+        metavar="FRACTION",
+        help="a candidate replaces native only where its expected gain exceeds this zone, "
+        f"and candidates within it of the best count as tied (default {INDIFFERENCE})",
+    )

@@ -11,6 +11,7 @@ from osu_dl_bench.jobs.orchestrate import run_sweep
 from osu_dl_bench.jobs.sweep_config import SweepConfig
 from osu_dl_bench.measurement.store import RunStore
 from osu_dl_bench.selection.adaptive import OpenPoint, open_points
+from osu_dl_bench.selection.rule import DEFAULT_RULE, DecisionRule
 from osu_dl_bench.selection.tune import run_decisions
 
 
@@ -28,6 +29,11 @@ def extra_launch(cfg: SweepConfig, launch: int) -> SweepConfig:
     many launches, each with the first launches' seconds per point (the budget is shared
     by the launches, so it grows with them)."""
     return replace(cfg, launches=launch, resume=True, budget=cfg.budget * launch / cfg.launches)
+
+
+def sweep_rule(cfg: SweepConfig) -> DecisionRule:
+    """The decision rule of --adaptive (--risk, --indifference; the default where unset)."""
+    return cfg.rule if isinstance(cfg.rule, DecisionRule) else DEFAULT_RULE
 
 
 def run_adaptive_sweep(cfg: SweepConfig) -> int:
@@ -54,7 +60,7 @@ def run_adaptive_sweep(cfg: SweepConfig) -> int:
             )
             code = max(code, run_sweep(extra_launch(cfg, launch)))
             continue
-        decided, _ = run_decisions(cfg.output, cfg.dtype, cfg.op)
+        decided, _ = run_decisions(cfg.output, cfg.dtype, cfg.op, sweep_rule(cfg))
         opened = open_points(decided.values())
         if not opened:
             print(f"# adaptive: every point decided after {launch - 1} launches", flush=True)

@@ -8,11 +8,12 @@ from osu_dl_bench.commands.select_cli import SelectConfig
 from osu_dl_bench.commands.tune_cli import TuneConfig
 from osu_dl_bench.paths import check_writable_file, write_text_atomic
 from osu_dl_bench.selection.exports import export_paths, write_exports
+from osu_dl_bench.selection.rule import rule_text
 from osu_dl_bench.selection.selector import Query, Selector, default_context
 from osu_dl_bench.selection.step_cost import step_cost_text, step_costs
 from osu_dl_bench.selection.summary import table_summary
 from osu_dl_bench.selection.table import TuningTable
-from osu_dl_bench.selection.tune import build_table, run_decisions
+from osu_dl_bench.selection.tune import EVIDENCE, build_table, run_decisions
 from osu_dl_bench.train.traffic import bucket_plan
 
 
@@ -20,7 +21,7 @@ def _traffic_text(cfg: TuneConfig, table: TuningTable) -> str:
     """tune --for: the table judged on the model's gradient traffic (the sweep's points
     decided as the table was)."""
     plan = bucket_plan(cfg.for_model)
-    decisions, _ = run_decisions(cfg.run_dir, cfg.dtype, cfg.op, cfg.risk)
+    decisions, _ = run_decisions(cfg.run_dir, cfg.dtype, cfg.op, cfg.rule())
     measured = table.header.get("measured_with") or {}
     dtype, op = measured.get("dtype") or "float32", measured.get("op") or "sum"
     costs = step_costs(table, decisions, plan.bucket_bytes, dtype, op)
@@ -38,7 +39,7 @@ def run_tune(cfg: TuneConfig) -> int:
     check_writable_file("-o", str(summary_path), make_parents=True)
     for export_path in export_paths(base, list(cfg.exports)):
         check_writable_file("--export", str(export_path), make_parents=True)
-    table, warnings = build_table(cfg.run_dir, base.name, cfg.dtype, cfg.op, cfg.risk)
+    table, warnings = build_table(cfg.run_dir, base.name, cfg.dtype, cfg.op, cfg.rule())
     table.write(path)
     summary = table_summary(table)
     if cfg.for_model:
@@ -79,6 +80,8 @@ def run_select(cfg: SelectConfig) -> int:
     model = _model(cfg.platform)
     selector = Selector.from_file(cfg.table, cfg.force, model, force_source="--force")
     blocks = []
+    if selector.table is not None:  # the rule the table was decided by, as tune recorded it
+        blocks.append(f"# table {cfg.table}: {rule_text(selector.table.header.get(EVIDENCE))}")
     for collective in _collectives(cfg, selector):
         for size in cfg.sizes:
             query = Query(collective, cfg.nprocs, size, cfg.device, cfg.nodes, cfg.ppn)

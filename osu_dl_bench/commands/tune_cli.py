@@ -9,6 +9,7 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
+from osu_dl_bench.commands.arguments import add_rule_arguments
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.selection.names import LIBRARIES, TABLE_DIR
 
@@ -19,27 +20,24 @@ HELP = "tuning table (+ summary, exports) from a run directory"
 @dataclass(frozen=True)
 class TuneConfig:
     """The sweep to tune, the table file to write (its summary and exports beside it), the
-    libraries to export for, the decision's risk, the dtype and op to tune on (None: the
-    most common) and the model whose gradient traffic judges the table (None: none)."""
+    libraries to export for, the decision rule's risk and indifference zone, the dtype and
+    op to tune on (None: the most common) and the model whose gradient traffic judges the
+    table (None: none)."""
 
     run_dir: str
     table_path: Path
     exports: tuple[str, ...]
     risk: float
+    indifference: float
     dtype: str | None
     op: str | None
     for_model: str | None
 
+    def rule(self):
+        """The decision rule of these options (selection.rule.DecisionRule)."""
+        from osu_dl_bench.selection.rule import DecisionRule
 
-def _probability(text: str) -> float:
-    """An argparse type: a probability strictly between 0 and 1."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}") from None
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text}")
-    return value
+        return DecisionRule(self.risk, self.indifference)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,14 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"also write libraries' own selection files: {', '.join(LIBRARIES)}, nccl "
         "(NCCL's tuner-plugin CSV, from the GPU entries)",
     )
-    parser.add_argument(
-        "--risk",
-        type=_probability,
-        default=0.05,
-        metavar="P",
-        help="a candidate replaces native only where the chance that it is more than 5%% "
-        "slower than native is below P (default 0.05)",
-    )
+    add_rule_arguments(parser)
     parser.add_argument("--dtype", default=None, help="tune on this dtype (default: most common)")
     parser.add_argument("--op", default=None, help="tune on this op (default: most common)")
     parser.add_argument(
@@ -99,7 +90,16 @@ def config_from_args(args: argparse.Namespace) -> TuneConfig:
     exports = tuple(parse_exports(args.export))
     if args.for_model:
         check_model_name(args.for_model)  # before the work, not after it
-    return TuneConfig(args.run_dir, path, exports, args.risk, args.dtype, args.op, args.for_model)
+    return TuneConfig(
+        args.run_dir,
+        path,
+        exports,
+        args.risk,
+        args.indifference,
+        args.dtype,
+        args.op,
+        args.for_model,
+    )
 
 
 def start(cfg: TuneConfig) -> int:

@@ -17,8 +17,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from collectives.registry import NULL_CONTROLS
 from collectives.units import format_size
-from osu_dl_bench.selection.tune import RISK, SLOWER_MARGIN, PointDecision
+from osu_dl_bench.selection.rule import RISK, SLOWER_MARGIN
+from osu_dl_bench.selection.tune import PointDecision
 
 
 @dataclass(frozen=True)
@@ -30,8 +32,10 @@ class OpenPoint:
 
     @property
     def labels(self) -> tuple[str, ...]:
-        """The candidates to measure: native, the choice, the contenders."""
-        ordered = ["native", self.decision.chosen, *(label for label, _ in self.contenders)]
+        """The candidates to measure: native and its null controls (measured wherever native
+        is, so the null's figures rest on as many launches), the choice, the contenders."""
+        contenders = (label for label, _ in self.contenders)
+        ordered = ["native", *NULL_CONTROLS, self.decision.chosen, *contenders]
         return tuple(dict.fromkeys(ordered))
 
     @property

@@ -1,13 +1,15 @@
 """The readable summary of a tuning table: per entry, its ranges and, for every measured
 size, the chosen algorithm, its latency, native's latency and the speedup with its 95%
-interval; then how many sizes are ties (more than one candidate the measurements cannot
-tell apart)."""
+interval; then how many sizes are ties (more than one eligible candidate within the
+decision rule's indifference zone of the best)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from collectives.units import format_size
+from osu_dl_bench.selection.null_control import entry_lines
+from osu_dl_bench.selection.rule import rule_text
 from osu_dl_bench.selection.table import Entry, TuningTable, hosts_text
 
 
@@ -37,6 +39,7 @@ _EVIDENCE_NOTES = {
     "misfit": "this size alone (off the curve)",
     "heterogeneous": "launches disagree beyond the pool",
     "point": "this size alone",
+    "pooled": "pooled across process counts",
 }
 
 
@@ -82,8 +85,8 @@ def _points_lines(points: list[dict[str, Any]]) -> list[str]:
     if any("tie_set" in p for p in points):
         ties = sum(1 for p in points if _ties(p))
         lines.append(
-            f"   {ties} of {len(points)} sizes are ties (more than one candidate within "
-            "the best's interval; the stable rule chose)"
+            f"   {ties} of {len(points)} sizes are ties (more than one eligible candidate "
+            "within the indifference zone of the best's expected time; the rule chose)"
         )
     return lines
 
@@ -114,14 +117,12 @@ def table_summary(table: TuningTable) -> str:
     ]
     evidence = head.get("evidence") or {}
     if evidence:
-        lines.append(
-            f"# risk: a candidate replaces native where P(more than "
-            f"{(evidence.get('slower_margin', 1.05) - 1) * 100:.0f}% slower) < "
-            f"{evidence.get('risk')}; the run's launch pools:"
-        )
+        lines.append(f"# {rule_text(evidence)}; the run's launch pools:")
         lines += [f"#   {line}" for line in evidence.get("summary") or []]
     for entry in table.entries:
         lines += ["", *entry_summary(entry)]
+        # How often the rule would have taken native's own copy for a win, in this entry.
+        lines += [f"   {line}" for line in entry_lines(head, entry.key)]
     return "\n".join(lines) + "\n"
 
 

@@ -9,20 +9,15 @@ their threads slow it down: those rows are never the reference).
   native; the launch-to-launch variance pooled over every point of the entry
   (selection.evidence); each candidate's ratio smoothed over log size with its band
   (selection.smooth, selection.estimate).
-- Risk: a candidate may replace native only where the chance that it is more than 5%
-  slower than native is below the risk (default RISK). Among native and those, the one
-  with the lowest expected time is the best; the tie set is every one whose time over the
-  best's has a 95% interval that reaches 1 (compared directly: the error they share
-  cancels).
-- The chosen member, by a stable rule: native if it is tied, else the simplest variant
-  (backend "mpi" before others, then fewer parameters off their defaults, then fewer
-  parameters), then the lower expected time. A choice that moves between equals from one
-  run to the next is noise; the stable rule keeps two runs' tables the same.
+- The rule (selection.rule.DecisionRule, one object with one default): a candidate is
+  eligible where its chance of being more than 5% slower than native is at most the risk;
+  the eligible one with the lowest expected time replaces native where its expected gain
+  exceeds the indifference zone; the tie set is every eligible candidate within the zone
+  of that best, native first when in it.
 - Hysteresis: walking the sizes upward, a size joins the current range while the
   intersection of the range's tie sets with its own stays non-empty; the range's choice is
-  the stable rule over that intersection (the lower mean log-ratio over the range's sizes
-  breaks the last tie): native where it is tied at every size of the range, else a
-  candidate tied with the best, and so within the risk, at every size of it.
+  native where it is in that intersection, else its member of lowest mean expected time:
+  a choice is carried only within the zone.
 - Legacy rows (no per-round times) read the old rule as an interval: ratio = median /
   native's median, interval = (q1, q3) / native's median.
 
@@ -44,15 +39,16 @@ import os
 import platform
 import statistics
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from collectives import lookup, mpit
-from collectives.registry import parse_variant, twin_representatives
+from collectives import mpit
+from collectives.registry import NULL_CONTROL, NULL_CONTROLS, parse_variant, twin_representatives
 from collectives.units import format_size
 from osu_dl_bench import __version__
 from osu_dl_bench.errors import UsageError
@@ -60,6 +56,7 @@ from osu_dl_bench.measurement.store import POINT_KEY, RunStore, collective_rows,
 from osu_dl_bench.runtime.metadata import utc_now
 from osu_dl_bench.selection.estimate import Measured, entry_ratios, run_pool
 from osu_dl_bench.selection.evidence import LaunchPool
+from osu_dl_bench.selection.null_control import NULL_FIELD, entry_nulls, null_record
 from osu_dl_bench.selection.paired import (
     Ratio,
     Series,
@@ -69,6 +66,15 @@ from osu_dl_bench.selection.paired import (
     quotient,
 )
 from osu_dl_bench.selection.period import WITHIN_ONLY, Period, read_period
+from osu_dl_bench.selection.pooling import pool_across_counts
+
+# RISK and SLOWER_MARGIN re-exported: their home is selection.rule.
+from osu_dl_bench.selection.rule import (  # noqa: F401
+    DEFAULT_RULE,
+    RISK,
+    SLOWER_MARGIN,
+    DecisionRule,
+)
 from osu_dl_bench.selection.table import (
     MPI_CUDA_PATHS,
     Choice,
@@ -87,19 +93,22 @@ NOISE_RULE = (
     "shape, size band and pairing; a point whose own launches disagree beyond the pool "
     "has its band widened by its own excess spread); each candidate's log-ratio is "
     "smoothed over log2(size) by a penalised spline weighted by those variances (a point "
-    "the curve misses by 3 standard errors keeps its own estimate); 95% intervals are "
+    "the curve misses by 3 standard errors keeps its own estimate); each candidate's "
+    "estimate at a size is partially pooled with its estimates at the other process counts "
+    "of the collective and buffer kind (empirical Bayes: DerSimonian-Laird between-count "
+    "variance, posterior intervals); 95% intervals are "
     "Student's t on the log scale at the Welch-Satterthwaite df of their variance parts "
     "(the parts every point of a pool shares rest on its launches less one), printed "
     "widened by the between-period sd where compare stored one with the run (the decision "
     "keeps the within-run interval); a candidate may replace native only where the chance that "
-    "it is more than 5% slower is below the risk; among those and native, the tie set is "
-    "every one whose time over the lowest expected time's has a 95% interval reaching 1 "
-    "(compared directly: the error all candidates share at a point cancels); the choice "
-    "is native if tied, else the simplest variant (backend mpi first, then fewer "
-    "non-default parameters, then fewer parameters), then the lower expected time; "
-    "neighbouring sizes whose tie sets intersect share one choice (native only where tied"
-    " at all of them); rows without per-round times: interval = (q1, q3) / native's "
-    "median; points without native, or runs without a launch pool: the point's own paired"
+    "it is more than 5% slower is at most the risk; the eligible one of lowest expected "
+    "time (the lognormal mean) replaces native where its expected gain over native exceeds "
+    "the indifference zone; the tie set is every eligible candidate whose expected time "
+    "lies within the zone of that best's, native first when in it; neighbouring sizes "
+    "whose tie sets intersect share one choice (native where it is in the intersection, "
+    "else its member of lowest mean expected time); rows without per-round times: "
+    "interval = (q1, q3) / native's median; points without native, or runs without a "
+    "launch pool: the point's own paired"
     " ratio"
 )
 EVIDENCE = "evidence"
@@ -143,10 +152,16 @@ def clean_rows(
 
 
 def without_contaminated_native(frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` less the native rows of other backends' launches (outside CLEAN_GROUPS),
-    where native ran beside their threads."""
-    contaminated = (frame["algorithm"] == "native") & ~frame["group"].isin(CLEAN_GROUPS)
-    return frame[~contaminated]
+    """``frame`` less the native rows (its null control's in rounds too) of other backends'
+    launches (outside CLEAN_GROUPS), where native ran beside their threads."""
+    beside = frame["algorithm"].isin(["native", NULL_CONTROL])
+    return frame[~(beside & ~frame["group"].isin(CLEAN_GROUPS))]
+
+
+def without_null_controls(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` less the null control's rows: never a candidate (selection.null_control
+    reads them)."""
+    return frame[~frame["algorithm"].isin(NULL_CONTROLS)]
 
 
 def _most_common(series: pd.Series) -> Any:
@@ -223,8 +238,16 @@ class PointDecision:
     candidates: Mapping[str, Candidate]  # label -> candidate, twins removed
     reference: str | None  # 'native' when measured, else None
     best: str  # the lowest ratio
-    tie_set: tuple[str, ...]  # in the stable rule's order: its own pick first
+    tie_set: tuple[str, ...]  # in the rule's order: its own pick first
     chosen: str  # after hysteresis: the range's choice, a member of tie_set
+    # Every candidate, eligible or not, that cannot be told from the fastest beyond the
+    # rule's zone (DecisionRule.equivalent): what compare's stability counts.
+    equivalent: tuple[str, ...] = ()
+    rule: DecisionRule = DEFAULT_RULE
+
+    def ratios(self) -> dict[str, Ratio]:
+        """label -> the candidate's ratio to the reference."""
+        return {label: c.ratio for label, c in self.candidates.items()}
 
     @property
     def native(self) -> Candidate | None:
@@ -302,52 +325,6 @@ def _reference_label(series: Mapping[str, Series]) -> str:
     return min(series, key=lambda label: (series[label].latency_us(), label))
 
 
-def simplicity(collective: str, choice: Choice) -> tuple[bool, bool, int, int]:
-    """The stable rule's order (smaller is simpler): native, backend mpi, parameters off
-    their defaults, parameters."""
-    defaults = lookup(collective, choice.algorithm).defaults
-    changed = sum(1 for name, value in choice.params if defaults.get(name) != value)
-    return (not choice.is_native, choice.backend != "mpi", changed, len(choice.params))
-
-
-def stable_order(
-    collective: str, labels: Iterable[str], choices: Mapping[str, Choice], score: Callable
-) -> list[str]:
-    """``labels`` by the stable rule: simplest first, then the lower ``score(label)``."""
-    return sorted(
-        labels, key=lambda label: (*simplicity(collective, choices[label]), score(label), label)
-    )
-
-
-# The decision's risk: a candidate replaces the default only where the chance that it is
-# more than SLOWER_MARGIN slower than the default is below RISK.
-RISK = 0.05
-SLOWER_MARGIN = 1.05
-
-
-def eligible(candidates: Mapping[str, Candidate], native: bool, risk: float = RISK) -> list[str]:
-    """The candidates that may be chosen: with a native reference, native and those whose
-    chance of being more than 5% slower than native is below ``risk``; else all."""
-    if not native:
-        return list(candidates)
-    return [
-        c.label
-        for c in candidates.values()
-        # The reference by its label: the library's forced algorithms (native:alg=NAME)
-        # are candidates like any other.
-        if c.label == "native" or c.ratio.chance_above(SLOWER_MARGIN) < risk
-    ]
-
-
-def tie_set(candidates: Mapping[str, Candidate], native: bool, risk: float = RISK) -> list[str]:
-    """The eligible candidates that cannot be told from the eligible one with the lowest
-    expected time: the 95% interval of their time over its time reaches 1 (the two
-    compared directly, so the part of their errors they share cancels)."""
-    allowed = [candidates[label] for label in eligible(candidates, native, risk)]
-    best = min(allowed, key=lambda c: (c.ratio.expected, c.label))
-    return [c.label for c in allowed if c is best or quotient(c.ratio, best.ratio).low <= 1]
-
-
 @dataclass(frozen=True)
 class MeasuredPoint:
     """One size of one entry before deciding: its candidates' series and reference."""
@@ -377,7 +354,7 @@ def measure_point(
     return MeasuredPoint(measured, int(at_size["count"].iloc[0]), choices)
 
 
-def _decide(point: MeasuredPoint, ratios: Mapping[str, Ratio], warn: list[str], risk: float):
+def _decide(point: MeasuredPoint, ratios: Mapping[str, Ratio], warn: list[str], rule: DecisionRule):
     m = point.measured
     for label in m.series:
         if label not in ratios:
@@ -390,7 +367,7 @@ def _decide(point: MeasuredPoint, ratios: Mapping[str, Ratio], warn: list[str], 
         for label, ratio in ratios.items()
     }
     reference = "native" if m.against_native else None
-    return decide_candidates(m.key, m.size, point.count, candidates, reference, risk)
+    return decide_candidates(m.key, m.size, point.count, candidates, reference, rule)
 
 
 def decide_candidates(
@@ -399,18 +376,25 @@ def decide_candidates(
     count: int,
     candidates: Mapping[str, Candidate],
     reference: str | None,
-    risk: float = RISK,
+    rule: DecisionRule = DEFAULT_RULE,
 ) -> PointDecision:
-    """The best, the tie set and the stable rule's pick among candidates whose ratios to
-    the reference are known (``reference``: 'native', or None without native)."""
+    """The best, the tie set and the rule's pick among candidates whose ratios to the
+    reference are known (``reference``: 'native', or None without native)."""
+    ratios = {label: c.ratio for label, c in candidates.items()}
     best = min(candidates.values(), key=lambda c: (c.ratio.expected, c.label)).label
-    ties = stable_order(
-        key.collective,
-        tie_set(candidates, reference is not None, risk),
-        {label: c.choice for label, c in candidates.items()},
-        lambda label: candidates[label].ratio.expected,
+    ties = tuple(rule.tie_set(ratios, reference))
+    return PointDecision(
+        key,
+        size,
+        count,
+        dict(candidates),
+        reference,
+        best,
+        ties,
+        ties[0],
+        tuple(rule.equivalent(ratios)),
+        rule,
     )
-    return PointDecision(key, size, count, dict(candidates), reference, best, tuple(ties), ties[0])
 
 
 # --- sizes into ranges --------------------------------------------------------------------
@@ -419,10 +403,10 @@ def decide_candidates(
 def hysteresis(points: list[PointDecision]) -> list[PointDecision]:
     """The points (by size) with ``chosen`` set to their range's choice: a size joins the
     range while the range's tie sets still share a member with its own. The range's
-    choice is the stable rule over the shared members: native where native is tied at
-    every size of the range, else a candidate tied with the best at every size of it, and
-    so eligible at each (its chance of being more than 5% slower than native below the
-    risk): neighbouring sizes keep one choice unless the measurements tell them apart."""
+    choice is the rule's order over the shared members: native where it lies within the
+    zone at every size of the range, else the shared member of lowest mean expected time,
+    eligible and within the zone of the best at each size: a choice is carried to a
+    neighbouring size only within the indifference zone, never against the evidence."""
     ranges: list[tuple[list[PointDecision], set[str]]] = []
     for point in points:
         ties = set(point.tie_set)
@@ -439,15 +423,16 @@ def hysteresis(points: list[PointDecision]) -> list[PointDecision]:
 
 
 def _range_choice(members: list[PointDecision], common: set[str]) -> str:
-    """The stable rule over the range's common tie set; the mean log-ratio over its sizes
-    breaks the last tie."""
+    """The reference where it is in the range's common tie set, else the shared member
+    of the lowest mean log expected time over the range's sizes (names break exact ties)."""
     first = members[0]
-    choices = {label: first.candidates[label].choice for label in common}
 
-    def mean_log_ratio(label: str) -> float:
-        return statistics.fmean(p.candidates[label].ratio.log_ratio for p in members)
+    def mean_log_expected(label: str) -> float:
+        return statistics.fmean(math.log(p.candidates[label].ratio.expected) for p in members)
 
-    return stable_order(first.key.collective, common, choices, mean_log_ratio)[0]
+    return min(
+        common, key=lambda label: (label != first.reference, mean_log_expected(label), label)
+    )
 
 
 def _first(labels: tuple[str, ...], chosen: str) -> tuple[str, ...]:
@@ -488,6 +473,7 @@ EVIDENCE_WORDS = {
     "point": "from this size alone with the run's pooled launch variance",
     "misfit": "from this size alone: the curve over sizes misses it",
     "heterogeneous": "its launches disagree beyond the run's pool: band widened by them",
+    "pooled": "from its curve, partially pooled with its curves at the other process counts",
     "paired": "from this point's launches alone",
 }
 
@@ -496,31 +482,42 @@ def _reason(point: PointDecision, period: Period | None = None) -> str:
     """Why the point's choice, in words (intervals as reported: ``period`` widens them)."""
     chosen, best = point.candidates[point.chosen], point.candidates[point.best]
     if point.native is None:
-        text = "no native measurement: the stable rule over the tie set around the lowest ratio"
+        text = "no native measurement: the lowest expected time, ratios to the lowest median"
     elif point.chosen == point.reference and point.best == point.reference:
         text = "native is the fastest"
     elif point.chosen == point.reference:
-        slower = best.ratio.chance_above(SLOWER_MARGIN)
-        shown = _interval_text(best.ratio, period)
-        text = f"{best.label} {shown}, P(>5% slower) {slower:.2f}: native kept"
+        text = f"{best.label} {_interval_text(best.ratio, period)}: native kept, {_kept_why(point)}"
     else:
         text = (
             f"{_interval_text(chosen.ratio, period)} "
             f"({EVIDENCE_WORDS.get(chosen.ratio.evidence, '')})"
+            f", expected gain {1 - chosen.ratio.expected:.1%}"
             f", P(>5% slower) {chosen.ratio.chance_above(SLOWER_MARGIN):.3f}"
         )
     if len(point.tie_set) > 1:
-        text += f"; the stable rule's pick of a tie set of {len(point.tie_set)}"
+        text += f"; {len(point.tie_set)} within the {point.rule.indifference:.0%} zone"
     if point.chosen != _own_pick(point):
         text += "; the choice of the neighbouring sizes whose tie sets it shares"
     return text
 
 
+def _kept_why(point: PointDecision) -> str:
+    """Why native stays where a faster candidate was measured: every faster one is too
+    risky, or the best eligible one's expected gain lies within the zone."""
+    ratios = point.ratios()
+    allowed = point.rule.eligible(ratios, point.reference)
+    faster = [label for label in allowed if label != point.reference]
+    if not faster:
+        best = ratios[point.best]
+        return f"P(>5% slower) {best.chance_above(SLOWER_MARGIN):.2f} > risk {point.rule.risk}"
+    top = min(faster, key=lambda label: ratios[label].expected)
+    gain = 1 - ratios[top].expected
+    return f"best eligible {top}'s expected gain {gain:.1%} within the zone"
+
+
 def _own_pick(point: PointDecision) -> str:
-    """The stable rule's pick at this size alone."""
-    choices = {label: c.choice for label, c in point.candidates.items()}
-    score = lambda label: point.candidates[label].ratio.expected  # noqa: E731
-    return stable_order(point.key.collective, point.tie_set, choices, score)[0]
+    """The rule's pick at this size alone."""
+    return point.rule.order(point.tie_set, point.ratios(), point.reference)[0]
 
 
 def point_record(point: PointDecision, period: Period | None = None) -> dict[str, Any]:
@@ -596,19 +593,49 @@ def _measured_entries(rows: pd.DataFrame, warn: list[str]) -> dict[EntryKey, lis
     return measured
 
 
-def decide_run(rows: pd.DataFrame, warn: list[str], risk: float = RISK) -> Decisions:
-    """Every entry's decisions from a run's usable rows: the run's launch pool first
-    (selection.evidence), then each candidate's curve over sizes (selection.estimate),
-    then the rule at each size, then hysteresis."""
-    measured = _measured_entries(rows, warn)
+@dataclass(frozen=True)
+class RunEstimates:
+    """A run's measured points per entry, its launch pool, and every candidate's ratio
+    per point: from its curve over sizes alone (``curves``), and pooled across process
+    counts (``ratios``, what the rule decides on)."""
+
+    measured: Mapping[EntryKey, list[MeasuredPoint]]
+    pool: LaunchPool
+    curves: Mapping[EntryKey, list[dict[str, Ratio]]]
+    ratios: Mapping[EntryKey, list[dict[str, Ratio]]]
+
+
+def estimate_run(rows: pd.DataFrame, warn: list[str]) -> RunEstimates:
+    """A run's evidence from its usable rows (null controls left out: they are never
+    candidates): the launch pool (selection.evidence), each candidate's curve over sizes
+    (selection.estimate), pooled across process counts (selection.pooling)."""
+    measured = _measured_entries(without_null_controls(rows), warn)
     pool = run_pool(p.measured for points in measured.values() for p in points)
+    curves = {
+        key: entry_ratios([p.measured for p in points], pool) for key, points in measured.items()
+    }
+    sizes = {key: [p.measured.size for p in points] for key, points in measured.items()}
+    return RunEstimates(measured, pool, curves, pool_across_counts(curves, sizes))
+
+
+def decide_estimates(
+    estimates: RunEstimates, warn: list[str], rule: DecisionRule = DEFAULT_RULE
+) -> Decisions:
+    """Every entry's decisions from a run's estimates: the rule at each size, then
+    hysteresis."""
     entries = {}
-    for key, points in measured.items():
-        ratios = entry_ratios([p.measured for p in points], pool)
-        decided = [_decide(p, r, warn, risk) for p, r in zip(points, ratios, strict=True)]
+    for key, points in estimates.measured.items():
+        ratios = estimates.ratios[key]
+        decided = [_decide(p, r, warn, rule) for p, r in zip(points, ratios, strict=True)]
         if decided:
             entries[key] = hysteresis(decided)
-    return Decisions(entries, pool)
+    return Decisions(entries, estimates.pool)
+
+
+def decide_run(rows: pd.DataFrame, warn: list[str], rule: DecisionRule = DEFAULT_RULE) -> Decisions:
+    """Every entry's decisions from a run's usable rows: its estimates (estimate_run),
+    then the rule at each size, then hysteresis."""
+    return decide_estimates(estimate_run(rows, warn), warn, rule)
 
 
 def build_entries(decisions: Decisions, period: Period | None = None) -> tuple[Entry, ...]:
@@ -638,21 +665,67 @@ def run_decisions(
     run_dir: str | os.PathLike,
     dtype: str | None = None,
     op: str | None = None,
-    risk: float = RISK,
+    rule: DecisionRule = DEFAULT_RULE,
+    launches: Collection[int] = (),
 ) -> tuple[dict[tuple[EntryKey, int], PointDecision], list[str]]:
     """Every point's decision in a run directory, keyed by (entry key, size), as ``tune``
-    takes them; and warnings about what was left out."""
+    takes them (from only the given launch numbers, where some are given: compare's
+    held-out split); and warnings about what was left out."""
+    _, frame, warn = _read_run(run_dir)
+    if launches:
+        frame = frame[frame["launch"].isin(list(launches))]
+    rows, _, _ = select_rows(without_library_candidates(usable_rows(frame)), dtype, op)
+    return decide_run(rows, warn, rule).by_point(), warn
+
+
+def null_series(rows: pd.DataFrame) -> dict[EntryKey, dict[tuple[int, str], Series]]:
+    """The null controls' series by entry, then (size, label), from a run's usable rows
+    (the copy in rounds only from the clean groups, as native)."""
+    nulls = without_contaminated_native(rows)
+    nulls = nulls[nulls["algorithm"].isin(NULL_CONTROLS)]
+    return {
+        key: {
+            (int(size), str(label)): _series(group)
+            for (size, label), group in entry.groupby(["size_bytes", "algorithm"], sort=True)
+        }
+        for key, entry in _entry_groups(nulls)
+    }
+
+
+def decision_nulls(
+    rows: pd.DataFrame, decisions: Decisions, rule: DecisionRule = DEFAULT_RULE
+) -> list:
+    """Every entry's null control figures (selection.null_control), judged by the rule
+    on the run's own pool ([] for runs without a null)."""
+    series = null_series(rows)
+    decide = partial(decide_candidates, rule=rule)
+    return [
+        figures
+        for key, points in decisions.entries.items()
+        if key in series
+        for figures in entry_nulls(key, points, series[key], decisions.pool, decide)
+    ]
+
+
+def run_nulls(
+    run_dir: str | os.PathLike,
+    dtype: str | None = None,
+    op: str | None = None,
+    rule: DecisionRule = DEFAULT_RULE,
+) -> list:
+    """A run directory's null control figures, as ``tune`` reports them."""
     _, frame, warn = _read_run(run_dir)
     rows, _, _ = select_rows(without_library_candidates(usable_rows(frame)), dtype, op)
-    return decide_run(rows, warn, risk).by_point(), warn
+    return decision_nulls(rows, decide_run(rows, warn, rule), rule)
 
 
-def evidence_record(pool: LaunchPool, risk: float, period: Period | None = None) -> dict[str, Any]:
-    """The table header's account of the shared evidence: the risk, the launch pools and
+def evidence_record(
+    pool: LaunchPool, rule: DecisionRule, period: Period | None = None
+) -> dict[str, Any]:
+    """The table header's account of the shared evidence: the rule, the launch pools and
     the between-period component the reported intervals hold (None: none stored)."""
     return {
-        "risk": risk,
-        "slower_margin": SLOWER_MARGIN,
+        **rule.as_record(),
         "launch_pools": pool.as_record(),
         "between_period": None if period is None else period.as_record(),
         "summary": [*pool.lines(), WITHIN_ONLY if period is None else period.line()],
@@ -712,12 +785,12 @@ def build_table(
     name: str = "tuning",
     dtype: str | None = None,
     op: str | None = None,
-    risk: float = RISK,
+    rule: DecisionRule = DEFAULT_RULE,
 ) -> tuple[TuningTable, list[str]]:
     """The tuning table of a run directory, and warnings about what was left out."""
     store, frame, warn = _read_run(run_dir)
     rows, dtype, op = select_rows(usable_rows(frame), dtype, op)
-    decisions = decide_run(without_library_candidates(rows), warn, risk)
+    decisions = decide_run(without_library_candidates(rows), warn, rule)
     period = read_period(run_dir)
     entries = build_entries(decisions, period)
     if not entries:
@@ -730,8 +803,11 @@ def build_table(
         measured_with(dtype, op, entries, metadata),
         provenance(Path(run_dir), metadata),
     )
-    header[EVIDENCE] = evidence_record(decisions.pool, risk, period)
-    library = library_tuning(rows, _first_found(metadata, "mpi_library"), warn, risk, period)
+    header[EVIDENCE] = evidence_record(decisions.pool, rule, period)
+    nulls = decision_nulls(rows, decisions, rule)
+    if nulls:
+        header[NULL_FIELD] = null_record(nulls, rule)
+    library = library_tuning(rows, _first_found(metadata, "mpi_library"), warn, rule, period)
     if library is not None:
         header[LIBRARY_TUNING] = library
     return TuningTable(entries, header), warn
@@ -798,7 +874,10 @@ def _library_ranges(
 
 
 def library_entries(
-    rows: pd.DataFrame, warn: list[str], risk: float = RISK, period: Period | None = None
+    rows: pd.DataFrame,
+    warn: list[str],
+    rule: DecisionRule = DEFAULT_RULE,
+    period: Period | None = None,
 ) -> list[dict[str, Any]]:
     """Per (collective, device, nodes, ppn, nprocs) where library algorithms were swept:
     the library's choice per size range among them and its default (native)."""
@@ -808,7 +887,7 @@ def library_entries(
     swept = picked.groupby(KEY_COLUMNS)["algorithm"].transform(
         lambda labels: labels.astype(str).str.startswith(LIBRARY_PREFIX).any()
     )
-    decisions = decide_run(picked[swept.astype(bool)], warn, risk)
+    decisions = decide_run(picked[swept.astype(bool)], warn, rule)
     entries = []
     for key, points in decisions.entries.items():
         if points[0].native is None:
@@ -833,12 +912,12 @@ def library_tuning(
     rows: pd.DataFrame,
     version: Any,
     warn: list[str],
-    risk: float = RISK,
+    rule: DecisionRule = DEFAULT_RULE,
     period: Period | None = None,
 ) -> dict[str, Any] | None:
     """The library's own decisions of a run (None where no library algorithm was swept):
     which library ('mpich', 'openmpi', from the run's mpi_library), and its entries."""
-    entries = library_entries(rows, warn, risk, period)
+    entries = library_entries(rows, warn, rule, period)
     if not entries:
         return None
     return {

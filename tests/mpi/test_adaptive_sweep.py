@@ -8,6 +8,7 @@ import sys
 import pandas as pd
 from mpirun import mpi_env, run_with_timeout
 
+from collectives.registry import NULL_CONTROL
 from osu_dl_bench.measurement.store import RunStore
 
 BASE = ["--np", "2", "--collectives", "allreduce", "-m", "8:64", "--no-calibration"]
@@ -35,6 +36,7 @@ def test_a_focused_launch_measures_exactly_its_focus_and_skips_native_alone(tmp_
     assert got == [(16, "native"), (16, "recursive_doubling")]
     assert set(rows[rows["launch"] == 1]["algorithm"]) == {
         "native",
+        NULL_CONTROL,
         "ring:seg=0",
         "recursive_doubling",
         "reduce_bcast",

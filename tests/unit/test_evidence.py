@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from osu_dl_bench.selection.evidence import LaunchValues, Observation, estimate_pool
+from osu_dl_bench.selection.names import INDIFFERENCE, RISK
 from osu_dl_bench.selection.smooth import smooth_curve
 from osu_dl_bench.selection.tune import build_table
 from tests.support.tuning import launch_rows, machine_states, scaled, write_run
@@ -124,7 +125,8 @@ def test_a_win_repeated_at_every_size_replaces_native_though_each_point_alone_is
 def test_the_table_header_reports_the_launch_pools(tmp_path):
     table, _ = build_table(_consistent_win_run(tmp_path / "run"), "t")
     evidence = table.header["evidence"]
-    assert evidence["risk"] == 0.05 and evidence["launch_pools"]
+    assert (evidence["risk"], evidence["indifference"]) == (RISK, INDIFFERENCE)
+    assert evidence["launch_pools"]
     assert any("launch-to-launch sd" in line for line in evidence["summary"])
 
 

@@ -22,7 +22,7 @@ from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import format_rounds
 from osu_dl_bench.selection import TableError, build_table, load_table
 from osu_dl_bench.selection.table import Choice
-from osu_dl_bench.selection.tune import hysteresis, merge_ranges
+from osu_dl_bench.selection.tune import hysteresis, merge_ranges, point_record
 
 pytestmark = pytest.mark.usefixtures("registered")
 
@@ -63,30 +63,34 @@ def test_legacy_rows_decide_by_their_quartiles_ties_and_validation(tmp_path):
     )
     spans = [(r.min_bytes, r.max_bytes, r.choice.label) for r in entry.ranges]
     ring = label("allreduce", "ring")
-    assert spans == [(0, 65536, "native"), (65536, None, ring)]  # 64 KiB and 1 MiB merged
+    rd = label("allreduce", "recursive_doubling")
+    # 8 B: 0.95 [0.85-1.05] gains 5% beyond the 2% zone at a 2.5% chance of 5% slower;
+    # 1 KiB: ring's lower expected time beats recursive_doubling's by more than the zone;
+    # 1 MiB: the fastest failed validation, so ring; 64 KiB and 1 MiB merged.
+    assert spans == [(0, 1024, rd), (1024, None, ring)]
     by_size = {p["size_bytes"]: p for p in entry.points}
-    assert by_size[8]["fastest"] == label("allreduce", "recursive_doubling")
-    assert by_size[8]["chosen"] == "native" and by_size[8]["speedup"] == 1.0
-    assert by_size[8]["tie_set"] == ["native", "recursive_doubling"]
-    assert by_size[1024]["tie_set"] == ["native", "recursive_doubling", ring]
+    assert by_size[8]["fastest"] == rd and by_size[8]["tie_set"] == [rd]
+    assert by_size[8]["chance_slower"] == pytest.approx(0.025, abs=0.001)
+    assert by_size[1024]["tie_set"] == [ring]
     assert by_size[65536]["speedup"] == pytest.approx(100 / 60, rel=1e-3)
     assert (by_size[65536]["ratio_low"], by_size[65536]["ratio_high"]) == (0.58, 0.62)
     assert by_size[65536]["tie_set"] == [ring]
     assert entry.measured_bytes == (8, 1 << 20)
 
 
-def test_legacy_rows_give_the_old_rules_decision(tmp_path):
-    """Where one candidate's q3 is below native's median the old rule took it, and where
-    none is native stayed: so do the intervals."""
+def test_legacy_rows_read_their_quartiles_as_the_interval(tmp_path):
+    """Rows without per-round times: ratio = median / native's median, interval = (q1, q3)
+    / native's median, decided by the rule like any other."""
     pts = [
         point("allreduce", "native", 8, 10.0, 2.0),
-        point("allreduce", "rabenseifner", 8, 9.5, 2.0),  # q3 10.5 >= 10: native
+        point("allreduce", "rabenseifner", 8, 9.9, 2.0),  # 1% faster: within the zone
         point("allreduce", "native", 4096, 30.0, 2.0),
-        point("allreduce", "recursive_doubling", 4096, 25.0, 2.0),  # q3 26 < 30: taken
-        point("allreduce", "rabenseifner", 4096, 29.0, 2.0),  # q3 30 == 30: not
+        point("allreduce", "recursive_doubling", 4096, 25.0, 2.0),
+        point("allreduce", "rabenseifner", 4096, 29.0, 2.0),
     ]
     (entry,) = build_table(write_run(tmp_path / "run", pts), "old")[0].entries
     assert [p["chosen"] for p in entry.points] == ["native", "recursive_doubling"]
+    assert entry.points[0]["tie_set"] == ["native", "rabenseifner"]
     assert entry.points[1]["ratio_high"] == pytest.approx(26 / 30, abs=1e-4)
 
 
@@ -254,50 +258,54 @@ def test_the_same_run_gives_the_same_table(tmp_path):
     assert first == second
 
 
-def test_ties_form_a_set_and_the_stable_rule_picks_native_then_the_simplest():
+def test_the_rule_takes_the_lowest_expected_time_and_native_only_within_the_zone():
     ring, ring_1m = label("allreduce", "ring"), label("allreduce", "ring:seg=1M")
-    # Native tied with the best: native, whatever is faster on paper.
-    tied = decision(8, {"recursive_doubling": (0.9, 0.8, 1.01)})
+    # Within the 2% zone of native: tied, and native is chosen.
+    tied = decision(8, {"recursive_doubling": (0.985, 0.95, 1.02)})
     assert tied.tie_set == ("native", "recursive_doubling") and tied.chosen == "native"
-    # Below 1: the simplest of the tied (no parameters before a parameter at its default,
-    # defaults before a changed parameter, mpi before gloo), whatever the lower ratio.
+    # An expected gain of 10% within the risk replaces native, though the interval reaches 1
+    # (the old rule kept native there).
+    gain = decision(8, {"recursive_doubling": (0.9, 0.8, 1.01)})
+    assert gain.tie_set == ("recursive_doubling",) and gain.chosen == "recursive_doubling"
+    # Below 1: the lowest expected time, not the simplest variant (the old rule's pick was
+    # recursive_doubling, 7% slower than ring:seg=1M).
     below = decision(
         8,
         {
             "recursive_doubling": (0.75, 0.7, 0.8),
             ring: (0.72, 0.68, 0.76),
             ring_1m: (0.7, 0.66, 0.74),
-            "rabenseifner": (0.9, 0.85, 0.95),  # apart from the best: no tie
+            "rabenseifner": (0.9, 0.85, 0.95),
         },
     )
-    assert below.best == ring_1m
-    assert (
-        below.tie_set == ("recursive_doubling", ring, ring_1m) and below.chosen == below.tie_set[0]
+    assert below.best == ring_1m and below.chosen == ring_1m and below.tie_set == (ring_1m,)
+    # Within the zone of each other: both tied, the lower expected time first.
+    close = decision(
+        8, {"rabenseifner": (0.74, 0.7, 0.78), "recursive_doubling": (0.75, 0.71, 0.79)}
     )
-    # Among equally simple, the lower ratio.
-    assert (
-        decision(
-            8, {"rabenseifner": (0.74, 0.7, 0.8), "recursive_doubling": (0.75, 0.7, 0.8)}
-        ).chosen
-        == "rabenseifner"
-    )
+    assert close.tie_set == ("rabenseifner", "recursive_doubling")
+    # Too risky: a 22% chance of being more than 5% slower; native stays.
+    risky = decision(8, {"recursive_doubling": (0.8, 0.4, 1.6)})
+    assert risky.chosen == "native" and risky.tie_set == ("native",)
+    assert "native kept" in point_record(risky)["reason"]
 
 
-def test_a_candidate_tied_with_native_but_not_below_one_never_replaces_it():
+def test_a_candidate_beyond_the_zone_of_the_best_is_not_tied():
     point = decision(8, {"recursive_doubling": (0.8, 0.7, 0.99), "ring": (0.9, 0.75, 1.1)})
-    # ring reaches the best's interval but not below 1: only recursive_doubling stays.
     assert point.tie_set == ("recursive_doubling",)
+    # Both cannot be told from the best beyond the zone: compare's all-candidate set.
+    assert set(point.equivalent) == {"recursive_doubling", label("allreduce", "ring")}
 
 
 def test_hysteresis_merges_sizes_whose_tie_sets_intersect_and_not_disjoint_ones():
     points = [
-        decision(8, {"recursive_doubling": (0.70, 0.65, 0.75), "rabenseifner": (0.72, 0.66, 0.76)}),
+        decision(8, {"recursive_doubling": (0.70, 0.65, 0.75), "rabenseifner": (0.71, 0.66, 0.76)}),
         decision(16, {"rabenseifner": (0.70, 0.66, 0.74), "ring": (0.71, 0.66, 0.75)}),
         decision(32, {"reduce_bcast": (0.5, 0.45, 0.55), "rabenseifner": (0.8, 0.75, 0.85)}),
     ]
     assert [p.chosen for p in points] == ["recursive_doubling", "rabenseifner", "reduce_bcast"]
     merged = hysteresis(points)
-    # 8 and 16 share rabenseifner; 32's tie set shares nothing with theirs.
+    # 8 and 16 share rabenseifner within the zone; 32's tie set shares nothing with theirs.
     assert [p.chosen for p in merged] == ["rabenseifner", "rabenseifner", "reduce_bcast"]
     assert merged[0].tie_set == ("rabenseifner", "recursive_doubling")
     ranges = merge_ranges([(p.size, p.candidates[p.chosen].choice) for p in merged])
@@ -309,13 +317,13 @@ def test_hysteresis_merges_sizes_whose_tie_sets_intersect_and_not_disjoint_ones(
 
 def test_hysteresis_carries_a_candidate_only_into_sizes_where_it_is_eligible_and_tied():
     points = [
-        decision(8, {"recursive_doubling": (0.9, 0.8, 1.01)}),  # tied with native, eligible
-        decision(16, {"recursive_doubling": (0.7, 0.65, 0.75)}),  # faster beyond the noise
-        decision(32, {"recursive_doubling": (0.72, 0.66, 0.78), "ring": (0.74, 0.7, 0.8)}),
-        decision(64, {"recursive_doubling": (1.0, 0.9, 1.12)}),  # may be > 5% slower: not
+        decision(8, {"recursive_doubling": (0.99, 0.95, 1.03)}),  # within native's zone
+        decision(16, {"recursive_doubling": (0.7, 0.65, 0.75)}),  # faster beyond the zone
+        decision(32, {"recursive_doubling": (0.72, 0.66, 0.78), "ring": (0.715, 0.7, 0.73)}),
+        decision(64, {"recursive_doubling": (1.0, 0.85, 1.2)}),  # 29% chance 5% slower: not
     ]
-    assert "recursive_doubling" in points[0].tie_set and points[0].chosen == "native"
-    assert points[3].tie_set == ("native",)
+    assert points[0].tie_set == ("native", "recursive_doubling") and points[0].chosen == "native"
+    assert points[2].chosen == label("allreduce", "ring") and points[3].tie_set == ("native",)
     merged = hysteresis(points)
     assert [p.chosen for p in merged] == [
         "recursive_doubling",
@@ -325,11 +333,12 @@ def test_hysteresis_carries_a_candidate_only_into_sizes_where_it_is_eligible_and
     ]
 
 
-def test_a_range_choice_breaks_ties_by_the_mean_log_ratio_over_its_sizes():
+def test_a_range_choice_is_its_lowest_mean_expected_time_over_its_sizes():
     points = [
-        decision(8, {"recursive_doubling": (0.70, 0.6, 0.8), "rabenseifner": (0.72, 0.6, 0.8)}),
-        decision(16, {"recursive_doubling": (0.80, 0.7, 0.9), "rabenseifner": (0.72, 0.6, 0.8)}),
+        decision(8, {"recursive_doubling": (0.70, 0.6, 0.8), "rabenseifner": (0.71, 0.6, 0.8)}),
+        decision(16, {"recursive_doubling": (0.72, 0.6, 0.8), "rabenseifner": (0.706, 0.6, 0.8)}),
     ]
+    assert [p.chosen for p in points] == ["recursive_doubling", "rabenseifner"]
     assert [p.chosen for p in hysteresis(points)] == ["rabenseifner", "rabenseifner"]
 
 

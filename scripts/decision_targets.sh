@@ -8,6 +8,8 @@
 #   D        an adaptive sweep (--adaptive 5): D's table judged on B, referee R
 #   Q1, Q2   the quick start's sweep (p = 2, 4, --budget 0.5) twice; Q1's table on Q2
 #   old      the previous release's rule (OLD_REV) on the same sweeps, side by side
+#   df       A's table by the rule before honest degrees of freedom (DF_REV: df counted
+#            per point), judged alike: what honest df costs in captured speedup
 # Each compare reports stability (all-candidate tie sets), captured speedup, regret,
 # agreement and coverage with its expectation under honesty, and the null control's
 # false-win rate; wall times land in RUN/wall_times.txt. About an hour on a quiet 2-core
@@ -24,6 +26,7 @@ read -r -a steps <<< "${steps[*]}"
 out="${OUT:-results}"
 gap="${GAP_SECONDS:-600}"
 old_rev="${OLD_REV:-21a1d61}"
+df_rev="${DF_REV:-dbf9127}"
 read -r -a odb <<< "${OSU_DL_BENCH:-osu-dl-bench}"
 mkdir -p "$run" "$out"
 run=$(cd "$run" && pwd)  # absolute: the previous rule is tuned from another directory
@@ -62,6 +65,18 @@ timed() {  # timed NAME ARGS...: one sweep into $run/NAME, its wall time noted
 every=(--np 2,3,4 --collectives allreduce,bcast -m 8:16M)
 quick=(--np 2,4 --collectives allreduce,bcast -m 8:16M --budget 0.5)
 
+tune_at() {  # tune_at REV SUFFIX NAME...: each run's table by the code at REV
+    local rev="$1" suffix="$2" tree name
+    shift 2
+    tree=$(mktemp -d)
+    git worktree add -q --detach "$tree/at" "$rev"
+    for name in "$@"; do
+        (cd "$tree/at" && PYTHONPATH="$tree/at" python -m osu_dl_bench tune "$run/$name" \
+            -o "$run/$name-table-$suffix.json" > /dev/null)
+    done
+    git worktree remove --force "$tree/at"
+}
+
 judge() {
     local odb_text="${odb[*]}"
     with_command "$out/decisions_A_on_B.txt" "${odb[@]}" compare "$run/A" "$run/B" \
@@ -72,20 +87,17 @@ judge() {
     with_command "$out/quickstart_table.txt" cat "$run/Q1-table.summary.txt"
     with_command "$out/quickstart_table_on_Q2.txt" "${odb[@]}" compare "$run/Q1" "$run/Q2" \
         --table "$run/Q1-table.json"
-    # The previous rule on the same sweeps, for the tables beside today's.
-    local tree
-    tree=$(mktemp -d)
-    git worktree add -q "$tree/old" "$old_rev"
-    for name in Q1 A; do
-        (cd "$tree/old" && PYTHONPATH="$tree/old" python -m osu_dl_bench tune "$run/$name" \
-            -o "$run/$name-table-old.json" > /dev/null)
-    done
-    git worktree remove --force "$tree/old"
+    # The previous rule on the same sweeps, for the tables beside today's; and today's
+    # rule before honest degrees of freedom.
+    tune_at "$old_rev" old Q1 A
+    tune_at "$df_rev" df A
     with_command "$out/quickstart_table_previous_rule.txt" cat "$run/Q1-table-old.summary.txt"
     with_command "$out/quickstart_table_previous_rule_on_Q2.txt" "${odb[@]}" compare \
         "$run/Q1" "$run/Q2" --table "$run/Q1-table-old.json"
     with_command "$out/decisions_previous_rule_A_on_B.txt" "${odb[@]}" compare "$run/A" \
         "$run/B" --table "$run/A-table-old.json" --referee "$run/R"
+    with_command "$out/decisions_df_per_point_A_on_B.txt" "${odb[@]}" compare "$run/A" \
+        "$run/B" --table "$run/A-table-df.json" --referee "$run/R"
     cp "$run/wall_times.txt" "$out/decision_wall_times.txt"
     echo "# judged with: $odb_text"
 }

@@ -1,12 +1,19 @@
 """Where more measurement can still change a decision: the points an adaptive sweep's
 next launch measures, and the candidates it measures there.
 
-After the first launches, a point is open while some candidate other than the choice has
-more than ``risk`` chance of being more than 5% faster than the choice (judged on the
-run's shared evidence: curves over sizes, pooled launch variance). Only the choice,
-native (the reference every ratio needs in the same launch) and those contenders are
-measured again there; a candidate far from the best (at 2x, its chance of beating the
-choice is nil) is not measured again. Budgeted tuning after ACCLAiM (Wilkins et al.,
+A point is settled once what its choice may still lose is below SETTLED_LOSS (1%) of
+native's time: the expected loss of the choice (DecisionRule.expected_loss, Margrabe's
+formula), less the part the rule accepts knowingly (the choice's expected time over the
+best's, which the indifference zone allows). That remainder is the value of perfect
+information at the point, the stopping rule of Chick and Inoue's linear-loss procedures
+("New two-stage and sequential procedures for selecting the best simulated system",
+Operations Research 49, 2001): a true tie shrinks it as sd / sqrt(launches) and stops,
+where a test of "5% faster" would need (1.645 sd / 0.049)^2 launches.
+
+An open point measures native (the reference every ratio needs in the same launch), the
+choice, the best and its contenders: the candidates that may still save at least half the
+threshold over the best (E[(time(best) - time(c))+]); a candidate far from the best (at 2x,
+it can save nothing) is not measured again. Budgeted tuning after ACCLAiM (Wilkins et al.,
 "ACCLAiM: Advancing the Practicality of MPI Collective Communication Autotuning Using
 Machine Learning", CLUSTER 2022) and its predecessor FACT, which reached the same accuracy
 with a fraction of the measurements by choosing where to measure next.
@@ -18,8 +25,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from collectives.units import format_size
-from osu_dl_bench.selection.rule import RISK, SLOWER_MARGIN
+from osu_dl_bench.selection.paired import quotient
+from osu_dl_bench.selection.rule import exchange_value
 from osu_dl_bench.selection.tune import PointDecision
+
+# A point settles once its choice may lose less than this share of native's time.
+SETTLED_LOSS = 0.01
+# A candidate that may save less than this share of the threshold over the best cannot
+# keep the point open on its own: it is not measured again.
+CONTENDER_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -27,48 +41,62 @@ class OpenPoint:
     """One undecided point: what to measure there next, and why."""
 
     decision: PointDecision
-    contenders: tuple[tuple[str, float], ...]  # (label, chance it beats the choice by 5%)
+    loss: float  # what the choice may still lose, in native's time (loss_left)
+    contenders: tuple[tuple[str, float], ...]  # (label, expected saving over the best)
 
     @property
     def labels(self) -> tuple[str, ...]:
-        """The candidates to measure: native, the choice, the contenders."""
-        ordered = ["native", self.decision.chosen, *(label for label, _ in self.contenders)]
+        """The candidates to measure: native, the choice, the best, the contenders."""
+        point = self.decision
+        ordered = ["native", point.chosen, point.best, *(label for label, _ in self.contenders)]
         return tuple(dict.fromkeys(ordered))
 
     @property
     def reason(self) -> str:
-        """One line: the point, its choice and each contender's chance."""
-        k = self.decision.key
-        chances = ", ".join(f"{label} {chance:.2f}" for label, chance in self.contenders)
+        """One line: the point, its choice and best, what is left to learn there."""
+        point, k = self.decision, self.decision.key
+        savings = ", ".join(f"{label} {saving:.1%}" for label, saving in self.contenders)
         return (
-            f"{k.collective} p={k.nprocs} {format_size(self.decision.size)}: chose "
-            f"{self.decision.chosen}; P(>5% faster than it): {chances}"
+            f"{k.collective} p={k.nprocs} {format_size(point.size)}: chose {point.chosen}, "
+            f"best {point.best}; the choice may still lose {self.loss:.1%} of native's time "
+            f"(settled below {SETTLED_LOSS:.0%}); contenders' expected saving over the best: "
+            f"{savings or 'none beyond the best'}"
         )
 
 
-def chance_faster(point: PointDecision, label: str) -> float:
-    """P(``label`` is more than 5% faster than the point's choice)."""
-    ratio = point.ratio_between(label, point.chosen)
-    return 0.0 if ratio is None else 1 - ratio.chance_above(1 / SLOWER_MARGIN)
+def exchange(point: PointDecision, mine: str, theirs: str) -> float:
+    """E[(time(mine) - time(theirs))+] at the point, in native's time."""
+    ratios = point.ratios()
+    first, second = ratios[mine], ratios[theirs]
+    return exchange_value(first, second, quotient(first, second).log_sd)
 
 
-def open_point(point: PointDecision, risk: float = RISK) -> OpenPoint | None:
-    """The point's contenders, or None where the decision is settled at ``risk``."""
+def loss_left(point: PointDecision) -> float:
+    """What the choice may still lose, in native's time: its expected loss less the gap
+    to the best's expected time that the rule accepts knowingly (the zone)."""
+    ratios = point.ratios()
+    accepted = max(ratios[point.chosen].expected - ratios[point.best].expected, 0.0)
+    return max(point.rule.expected_loss(ratios, point.chosen) - accepted, 0.0)
+
+
+def open_point(point: PointDecision, settled: float = SETTLED_LOSS) -> OpenPoint | None:
+    """The point's contenders, or None where the choice may lose less than ``settled``."""
     if point.reference is None:
+        return None
+    loss = loss_left(point)
+    if loss < settled:  # NaN (nothing to judge by) stays open, as inf does
         return None
     contenders = []
     for label in point.candidates:
-        if label in (point.chosen, point.reference):
+        if label in (point.chosen, point.best, point.reference):
             continue
-        chance = chance_faster(point, label)
-        if chance > risk:
-            contenders.append((label, chance))
-    if not contenders:
-        return None
+        saving = exchange(point, point.best, label)
+        if saving >= CONTENDER_SHARE * settled:
+            contenders.append((label, saving))
     contenders.sort(key=lambda item: (-item[1], item[0]))
-    return OpenPoint(point, tuple(contenders))
+    return OpenPoint(point, loss, tuple(contenders))
 
 
-def open_points(points: Iterable[PointDecision], risk: float = RISK) -> list[OpenPoint]:
+def open_points(points: Iterable[PointDecision], settled: float = SETTLED_LOSS) -> list[OpenPoint]:
     """Every open point of a run's decisions."""
-    return [found for found in (open_point(p, risk) for p in points) if found is not None]
+    return [found for found in (open_point(p, settled) for p in points) if found is not None]

@@ -189,3 +189,21 @@ def test_a_planner_that_crashed_is_not_read_as_wrong_results(monkeypatch):
     with pytest.raises(orchestrate.JobFailed) as failed:
         orchestrate.run_planner(sweep_config("--np", "2", "-o", "r"))
     assert failed.value.code not in (0, 1, 2)
+
+
+def test_a_launch_spends_each_candidate_s_share_of_the_point_budget():
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from collectives.registry import parse_variant
+    from osu_dl_bench.jobs.worker import Job
+    from osu_dl_bench.measurement.schedule import candidate_budget
+
+    every = [parse_variant("allreduce", name) for name in ("native", "ring", "reduce_bcast")]
+    plan = SimpleNamespace(eligible=every, shape=SimpleNamespace(nprocs=2))
+    job = SimpleNamespace(budget=0.6, setting=SimpleNamespace(etype=np.dtype("float32")))
+    assert Job.point_budget(job, plan, 1024, every) == pytest.approx(0.6)
+    assert Job.point_budget(job, plan, 1024, every[:2]) == pytest.approx(0.4)  # a focus
+    with pytest.raises(ValueError, match="expected 1 to 3 candidates measured, got 0"):
+        candidate_budget(0.6, 0, 3)

@@ -21,13 +21,23 @@ with a fraction of the measurements by choosing where to measure next.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
+import pandas as pd
+
 from collectives.units import format_size
+from osu_dl_bench.selection.estimate import point_values, run_pool
+from osu_dl_bench.selection.evidence import LaunchPool, LaunchValues
 from osu_dl_bench.selection.paired import quotient
-from osu_dl_bench.selection.rule import exchange_value
-from osu_dl_bench.selection.tune import PointDecision
+from osu_dl_bench.selection.rule import DEFAULT_RULE, DecisionRule, exchange_value
+from osu_dl_bench.selection.table import EntryKey
+from osu_dl_bench.selection.tune import (
+    MeasuredPoint,
+    PointDecision,
+    decide_entry,
+    measured_entries,
+)
 
 # A point settles once its choice may lose less than this share of native's time.
 SETTLED_LOSS = 0.01
@@ -100,3 +110,77 @@ def open_point(point: PointDecision, settled: float = SETTLED_LOSS) -> OpenPoint
 def open_points(points: Iterable[PointDecision], settled: float = SETTLED_LOSS) -> list[OpenPoint]:
     """Every open point of a run's decisions."""
     return [found for found in (open_point(p, settled) for p in points) if found is not None]
+
+
+# (processes, collective, size): a point as an adaptive sweep's focus names it.
+PointName = tuple[int, str, int]
+
+
+def point_name(point: PointDecision) -> PointName:
+    """The point's (processes, collective, size)."""
+    return (point.key.nprocs, point.key.collective, point.size)
+
+
+@dataclass
+class AdaptiveDecisions:
+    """A run's decisions kept between an adaptive sweep's launches: after the first, only
+    the points just measured are read and decided again, under the launch pool of the
+    first decision (the run's own, or one stored by an earlier run), their entries' curves
+    refitted with the launch values of every settled point kept."""
+
+    rule: DecisionRule
+    pool: LaunchPool
+    measured: dict[EntryKey, list[MeasuredPoint]]
+    values: dict[tuple[EntryKey, int], dict[str, LaunchValues]]
+    decisions: dict[tuple[EntryKey, int], PointDecision]
+
+    @classmethod
+    def first(
+        cls,
+        rows: pd.DataFrame,
+        warn: list[str],
+        rule: DecisionRule = DEFAULT_RULE,
+        pool: LaunchPool | None = None,
+    ) -> AdaptiveDecisions:
+        """Every point decided (``pool``: a stored pool; None: the run's own)."""
+        measured = measured_entries(rows, warn)
+        if pool is None:
+            pool = run_pool(p.measured for points in measured.values() for p in points)
+        values = {
+            (key, p.measured.size): point_values(p.measured)
+            for key, points in measured.items()
+            for p in points
+        }
+        found = cls(rule, pool, measured, values, {})
+        found._decide(set(measured), warn)
+        return found
+
+    def open_points(self, settled: float = SETTLED_LOSS) -> list[OpenPoint]:
+        """The points still open, by entry and size."""
+        return open_points(self.decisions.values(), settled)
+
+    def redecide(self, rows: pd.DataFrame, names: Collection[PointName], warn: list[str]) -> int:
+        """Read and decide again the points ``names`` (those a launch measured); how many."""
+        wanted = {
+            (key, p.measured.size)
+            for key, points in self.measured.items()
+            for p in points
+            if (key.nprocs, key.collective, p.measured.size) in names
+        }
+        for key, points in measured_entries(rows, warn, wanted).items():
+            fresh = {p.measured.size: p for p in points}
+            kept = self.measured[key]
+            self.measured[key] = [fresh.get(p.measured.size, p) for p in kept]
+            for size, point in fresh.items():
+                self.values[(key, size)] = point_values(point.measured)
+        self._decide({key for key, _ in wanted}, warn, wanted)
+        return len(wanted)
+
+    def _decide(self, keys: set[EntryKey], warn: list[str], only: set[tuple] | None = None) -> None:
+        """Decide the entries ``keys`` again; keep the new decisions of ``only`` (all)."""
+        for key in keys:
+            points = self.measured[key]
+            values = [self.values[(key, p.measured.size)] for p in points]
+            for decided in decide_entry(points, self.pool, warn, self.rule, values):
+                if only is None or (key, decided.size) in only:
+                    self.decisions[(key, decided.size)] = decided

@@ -39,7 +39,7 @@ import os
 import platform
 import statistics
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,7 @@ from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import POINT_KEY, RunStore, collective_rows, round_values
 from osu_dl_bench.runtime.metadata import utc_now
 from osu_dl_bench.selection.estimate import Measured, entry_ratios, run_pool
-from osu_dl_bench.selection.evidence import LaunchPool
+from osu_dl_bench.selection.evidence import LaunchPool, LaunchValues
 from osu_dl_bench.selection.paired import (
     Ratio,
     Series,
@@ -548,30 +548,55 @@ class Decisions:
         return {(key, p.size): p for key, points in self.entries.items() for p in points}
 
 
-def _measured_entries(rows: pd.DataFrame, warn: list[str]) -> dict[EntryKey, list[MeasuredPoint]]:
+def measured_entries(
+    rows: pd.DataFrame, warn: list[str], wanted: Collection[tuple[EntryKey, int]] | None = None
+) -> dict[EntryKey, list[MeasuredPoint]]:
+    """Each entry's measured points from a run's usable rows, by size (only the (entry
+    key, size) pairs in ``wanted``, when given)."""
     measured = {}
     for key, group in _entry_groups(rows):
         choices = _choices_by_label(key.collective, group["algorithm"], warn)
         points = [
             measure_point(key, at_size, choices, warn)
-            for _, at_size in group.groupby("size_bytes", sort=True)
+            for size, at_size in group.groupby("size_bytes", sort=True)
+            if wanted is None or (key, int(size)) in wanted
         ]
         measured[key] = [p for p in points if p is not None]
     return measured
 
 
-def decide_run(rows: pd.DataFrame, warn: list[str], rule: DecisionRule = DEFAULT_RULE) -> Decisions:
+def decide_entry(
+    points: list[MeasuredPoint],
+    pool: LaunchPool,
+    warn: list[str],
+    rule: DecisionRule = DEFAULT_RULE,
+    values: Sequence[Mapping[str, LaunchValues]] | None = None,
+) -> list[PointDecision]:
+    """One entry's decisions (by size, hysteresis applied) under a launch pool; ``values``:
+    each point's launch values when already known (estimate.point_values)."""
+    ratios = entry_ratios([p.measured for p in points], pool, values)
+    decided = [_decide(p, r, warn, rule) for p, r in zip(points, ratios, strict=True)]
+    return hysteresis(decided) if decided else []
+
+
+def decide_run(
+    rows: pd.DataFrame,
+    warn: list[str],
+    rule: DecisionRule = DEFAULT_RULE,
+    pool: LaunchPool | None = None,
+) -> Decisions:
     """Every entry's decisions from a run's usable rows: the run's launch pool first
-    (selection.evidence), then each candidate's curve over sizes (selection.estimate),
-    then the rule at each size, then hysteresis."""
-    measured = _measured_entries(rows, warn)
-    pool = run_pool(p.measured for points in measured.values() for p in points)
+    (selection.evidence; ``pool``: one given instead, e.g. stored from an earlier run),
+    then each candidate's curve over sizes (selection.estimate), then the rule at each
+    size, then hysteresis."""
+    measured = measured_entries(rows, warn)
+    if pool is None:
+        pool = run_pool(p.measured for points in measured.values() for p in points)
     entries = {}
     for key, points in measured.items():
-        ratios = entry_ratios([p.measured for p in points], pool)
-        decided = [_decide(p, r, warn, rule) for p, r in zip(points, ratios, strict=True)]
+        decided = decide_entry(points, pool, warn, rule)
         if decided:
-            entries[key] = hysteresis(decided)
+            entries[key] = decided
     return Decisions(entries, pool)
 
 
@@ -605,9 +630,17 @@ def run_decisions(
 ) -> tuple[dict[tuple[EntryKey, int], PointDecision], list[str]]:
     """Every point's decision in a run directory, keyed by (entry key, size), as ``tune``
     takes them; and warnings about what was left out."""
+    rows, warn = decision_rows(run_dir, dtype, op)
+    return decide_run(rows, warn, rule).by_point(), warn
+
+
+def decision_rows(
+    run_dir: str | os.PathLike, dtype: str | None = None, op: str | None = None
+) -> tuple[pd.DataFrame, list[str]]:
+    """The rows of a run directory the decisions rest on, and warnings about the rest."""
     _, frame, warn = _read_run(run_dir)
     rows, _, _ = select_rows(without_library_candidates(usable_rows(frame)), dtype, op)
-    return decide_run(rows, warn, rule).by_point(), warn
+    return rows, warn
 
 
 def evidence_record(pool: LaunchPool, rule: DecisionRule) -> dict[str, Any]:

@@ -3,8 +3,9 @@
 # every registered algorithm, at p = 2, 3 and 4.
 #   A, B   two exhaustive sweeps at the defaults (--launches 3 --budget 1.5), B starting at
 #          least GAP_SECONDS after A ended;                 A's decisions judged on B
-#   C      an adaptive sweep (--launches 2 --budget 0.4 --adaptive 5): launches beyond the
-#          first two only where a choice is still open;     C's decisions judged on B
+#   C      an adaptive sweep (--adaptive 5, the defaults otherwise): one screening launch
+#          (two where no launch-variance pool is stored for this host set and library), then
+#          launches only where a choice is still open;      C's decisions judged on B
 #   Q1, Q2 the quick start's sweep (p = 2, 4, --budget 0.5) twice; Q1's table judged on Q2,
 #          and the tables of Q1 and A by the previous release's rule (OLD_REV) judged alike
 # Each compare reports stability, regret, coverage, agreement and captured speedup per p;
@@ -44,7 +45,7 @@ if [ "$wait_s" -gt 0 ]; then
     sleep "$wait_s"
 fi
 timed B "${every[@]}"
-timed C "${every[@]}" --launches 2 --budget 0.4 --adaptive 5
+timed C "${every[@]}" --adaptive 5
 timed Q2 "${quick[@]}"
 cp "$run/wall_times.txt" "$out/decision_wall_times.txt"
 

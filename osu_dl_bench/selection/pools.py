@@ -133,6 +133,15 @@ def read_pool(identity: PoolIdentity) -> tuple[LaunchPool | None, str]:
     return LaunchPool(components, within), f"the stored launch-variance pool {path}"
 
 
+def store_run_pool(metadata: Mapping[str, Any], pool: LaunchPool) -> Path | None:
+    """Store a run's own pool under the run's identity (None: the run names no identity,
+    or its pool has no component, as a run of one launch)."""
+    identity = PoolIdentity.of_run(metadata)
+    if identity is None or not pool.components:
+        return None
+    return write_pool(identity, pool)
+
+
 def write_pool(identity: PoolIdentity, pool: LaunchPool) -> Path:
     """Store ``pool`` for ``identity`` (atomically), over the stored components of the same
     keys and beside the others; the file's path."""

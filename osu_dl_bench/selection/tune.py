@@ -708,6 +708,18 @@ def build_table(
     rule: DecisionRule = DEFAULT_RULE,
 ) -> tuple[TuningTable, list[str]]:
     """The tuning table of a run directory, and warnings about what was left out."""
+    table, warn, _ = table_and_pool(run_dir, name, dtype, op, rule)
+    return table, warn
+
+
+def table_and_pool(
+    run_dir: str | os.PathLike,
+    name: str = "tuning",
+    dtype: str | None = None,
+    op: str | None = None,
+    rule: DecisionRule = DEFAULT_RULE,
+) -> tuple[TuningTable, list[str], LaunchPool]:
+    """build_table, and the launch pool the decisions rest on (for selection.pools)."""
     store, frame, warn = _read_run(run_dir)
     rows, dtype, op = select_rows(usable_rows(frame), dtype, op)
     decisions = decide_run(without_library_candidates(rows), warn, rule)
@@ -726,7 +738,7 @@ def build_table(
     library = library_tuning(rows, _first_found(metadata, "mpi_library"), warn, rule)
     if library is not None:
         header[LIBRARY_TUNING] = library
-    return TuningTable(entries, header), warn
+    return TuningTable(entries, header), warn, decisions.pool
 
 
 # --- the MPI library's own algorithms (native:alg=NAME) -------------------------------------

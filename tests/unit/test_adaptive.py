@@ -367,3 +367,15 @@ def test_without_a_stored_pool_a_second_launch_measures_everything_and_says_why(
     out = capsys.readouterr().out
     assert "no stored launch-variance pool for hosts hostA, hostB" in out
     assert "launch 2 measures every candidate at every point" in out
+
+
+def test_tune_stores_the_run_s_pool_for_the_next_adaptive_sweep(tmp_path, monkeypatch, capsys):
+    from osu_dl_bench.cli import main
+
+    register_stand_ins(monkeypatch)
+    run = _tied_run(tmp_path / "run")
+    assert main(["tune", str(run), "-o", str(tmp_path / "t.json")]) == 0
+    identity = PoolIdentity.of_run(RunStore(run).read_metadata())
+    found, _ = read_pool(identity)
+    assert found is not None and found == AdaptiveDecisions.first(*decision_rows(run)).pool
+    assert f"# launch-variance pool stored in {pool_path(identity)}" in capsys.readouterr().out

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from osu_dl_bench.jobs.orchestrate import run_sweep
 from osu_dl_bench.jobs.sweep_config import DEFAULT_LAUNCHES, SweepConfig
-from osu_dl_bench.measurement.store import RunStore
+from osu_dl_bench.measurement.store import POINT_KEY, RunStore
 from osu_dl_bench.selection.adaptive import AdaptiveDecisions, OpenPoint
 from osu_dl_bench.selection.evidence import LaunchPool
 from osu_dl_bench.selection.pools import PoolIdentity, read_pool, write_pool
@@ -78,6 +78,9 @@ def run_adaptive_sweep(cfg: SweepConfig, rule: DecisionRule = DEFAULT_RULE) -> i
     identity = PoolIdentity.of_run(store.read_metadata())
     pool, why = read_pool(identity) if identity else (None, "the run names no host set")
     first = cfg.launches
+    if first < 2 and _second_launch_everywhere(cfg, store):
+        # --resume: the run's first decision rested on its own two launches; so again.
+        pool, why = None, "this run's launch 2 measured every candidate (--resume)"
     if pool is None and first < 2:
         say(
             f"{why}: one launch holds no launch-to-launch variance to judge by, so launch 2 "
@@ -120,6 +123,14 @@ def run_adaptive_sweep(cfg: SweepConfig, rule: DecisionRule = DEFAULT_RULE) -> i
             say(f"{len(left)} point(s) still open after {cfg.adaptive} launches (--adaptive)")
     say(f"{time.monotonic() - steps.started:.0f} s in all")
     return steps.code
+
+
+def _second_launch_everywhere(cfg: SweepConfig, store: RunStore) -> bool:
+    """Whether a resumed run already measured launch 2 over every candidate (no stored
+    pool then: the run's own first decision rests on its two launches)."""
+    if not cfg.resume or 2 in store.read_focus():
+        return False
+    return any(key[POINT_KEY.index("launch")] == 2 for key in store.finished_points())
 
 
 def _first_decisions(

@@ -379,3 +379,17 @@ def test_tune_stores_the_run_s_pool_for_the_next_adaptive_sweep(tmp_path, monkey
     found, _ = read_pool(identity)
     assert found is not None and found == AdaptiveDecisions.first(*decision_rows(run)).pool
     assert f"# launch-variance pool stored in {pool_path(identity)}" in capsys.readouterr().out
+
+
+def test_a_resumed_run_whose_second_launch_measured_everything_decides_as_it_did(
+    tmp_path, monkeypatch
+):
+    from osu_dl_bench.commands.sweep import _second_launch_everywhere
+
+    register_stand_ins(monkeypatch)
+    store = RunStore(_tied_run(tmp_path / "run"))
+    resumed = SimpleNamespace(resume=True)
+    assert _second_launch_everywhere(resumed, store)
+    assert not _second_launch_everywhere(SimpleNamespace(resume=False), store)
+    store.write_focus(2, [(2, "allreduce", 8, "ring")], ["a focus"])
+    assert not _second_launch_everywhere(resumed, store)

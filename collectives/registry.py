@@ -323,6 +323,46 @@ class Variant:
         return (self.algorithm.name, rest, "whole")
 
 
+# The null control: native measured a second time under another label, an A/A pair that
+# goes through every statistic and the decision rule as a candidate would, so a sweep
+# reports how often noise alone would have picked a "winner" (Hoefler and Belli, SC15:
+# name the noise before claiming a difference). NULL_CONTROL shares native's launches
+# and rounds (each round times it in its own slot); NULL_CONTROL_APART runs in launches
+# of its own, paired with native by launch medians as another backend's candidates and
+# the library's forced algorithms are. Neither is a twin of native, nor ever a choice.
+NULL_CONTROL = "native:null"
+NULL_CONTROL_APART = "native:null_apart"
+NULL_CONTROLS = (NULL_CONTROL, NULL_CONTROL_APART)
+
+
+def is_null_control(label: str) -> bool:
+    """Whether a result's algorithm label is a null control (never a candidate)."""
+    return label in NULL_CONTROLS
+
+
+@dataclass(frozen=True)
+class NullControl(Variant):
+    """Native's variant under a null control's label: it binds and runs native's code."""
+
+    name: str = NULL_CONTROL
+
+    @property
+    def label(self) -> str:
+        """The null control's label (NULL_CONTROLS), as results spell it."""
+        return self.name
+
+    def twin_key(self, p: int, count: int, itemsize: int) -> tuple:
+        """Its own key: the null control is never merged with native as a twin."""
+        return (self.name,)
+
+
+def null_control(native: Variant, name: str = NULL_CONTROL) -> NullControl:
+    """The null control ``name`` of a plain native variant."""
+    if native.algorithm.name != "native" or native.params or name not in NULL_CONTROLS:
+        raise ValueError(f"a null control copies plain native, got {native.label} as {name}")
+    return NullControl(native.algorithm, native.params, name)
+
+
 def _split_value(variant: Variant) -> int:
     """The split parameter's value for ordering twins; 0 counts as the largest where it
     means "whole" (Split.zero_means_whole)."""

@@ -1,8 +1,10 @@
-"""``osu-dl-bench compare RUN_A RUN_B [--table T]``: how far two sweeps of the same code on
-the same machine agree, in their measurements and in the decisions a tuning table takes
-from them. The numbers (decisions judged, regret with its interval, shifts, spread,
-accuracy) are selection.comparison's; this module reads the runs through it and puts the
-report in words.
+"""``osu-dl-bench compare RUN_A RUN_B [--table T] [--referee R]``: how far two sweeps of the
+same code on the same machine agree, in their measurements and in the decisions a tuning
+table takes from them. The numbers (decisions judged, regret with its interval, agreement
+and coverage beside their values under honest intervals, captured speedup on a referee or
+held-out launches, shifts, spread, accuracy) are selection.comparison's and
+selection.agreement's; this module reads the runs through them and puts the report in
+words.
 """
 
 from __future__ import annotations
@@ -18,30 +20,43 @@ from osu_dl_bench.commands.compare_cli import CompareConfig
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import is_training_run
 from osu_dl_bench.paths import write_text_atomic
-from osu_dl_bench.selection.agreement import CAPTURE_MIN, CLEAR_WIN
+from osu_dl_bench.selection.agreement import CAPTURE_MIN, CLEAR_WIN, Agreement
 from osu_dl_bench.selection.comparison import (
+    HELD_OUT_MIN,
     REGRET_BOUND,
     SLOWER,
     Evidence,
     Figures,
     Judged,
+    Scored,
     Shift,
     decided_points,
     evidence_of,
     judge_decisions,
     judged_groups,
+    launch_numbers,
     measured_points,
     paired_points,
+    scored_choices,
     shifts,
     table_coverage,
 )
+from osu_dl_bench.selection.null_control import rate_lines
 from osu_dl_bench.selection.paired import Ratio
+from osu_dl_bench.selection.rule import DEFAULT_RULE, DecisionRule, rule_text
+from osu_dl_bench.selection.tune import run_nulls
 
 _PERCENT = f"{(SLOWER - 1) * 100:.0f}"
 # What stands for the decisions when a run holds train-bench's training steps.
 TRAINING_DECISIONS = (
     "# decisions: none: a run holds train-bench's training steps, whose configurations "
     "no tuning table chooses; each configuration's step time in both runs follows"
+)
+# The anchor for the mean regret: a published selector's mean performance penalty.
+ANCHOR = (
+    'the C4.5 decision trees of Pjesivac-Grbovic et al. ("Decision trees and MPI '
+    'collective algorithm selection problem", Euro-Par 2007) report a 2.08% mean '
+    "performance penalty (a mean regret of 1.021)"
 )
 
 
@@ -58,7 +73,8 @@ def run_compare(cfg: CompareConfig) -> int:
         reports = _training_reports(cfg, both)
     else:
         reports = [
-            decision_report(cfg.run_a, cfg.run_b, cfg.table, cfg.nprocs),
+            decision_report(cfg.run_a, cfg.run_b, cfg.table, cfg.nprocs, cfg.referee, cfg.rule()),
+            null_report(cfg.run_a, cfg.run_b, cfg.nprocs, cfg.rule()),
             shift_report(both, cfg.run_a, cfg.run_b),
         ]
     text = "\n\n".join(reports)
@@ -71,11 +87,12 @@ def run_compare(cfg: CompareConfig) -> int:
 def _training_reports(cfg: CompareConfig, both) -> list[str]:
     """Two train-bench runs: no decisions (no table chooses a configuration), each
     configuration's step time in both and its shift."""
-    if cfg.table:
-        raise UsageError(
-            f"--table {cfg.table}: {cfg.run_a} or {cfg.run_b} holds train-bench's training "
-            "steps, whose configurations no tuning table chooses"
-        )
+    for flag, value in (("--table", cfg.table), ("--referee", cfg.referee)):
+        if value:
+            raise UsageError(
+                f"{flag} {value}: {cfg.run_a} or {cfg.run_b} holds train-bench's training "
+                "steps, whose configurations no tuning table chooses"
+            )
     return [TRAINING_DECISIONS, configuration_report(both, cfg.run_a, cfg.run_b)]
 
 
@@ -99,22 +116,35 @@ def configuration_report(both, run_a: str, run_b: str) -> str:
 def command_line(cfg: CompareConfig) -> list[str]:
     """The command that gives this report, as the --out file records it."""
     argv = ["osu-dl-bench", "compare", cfg.run_a, cfg.run_b]
-    for flag, value in (("--table", cfg.table), ("--nprocs", cfg.nprocs_text)):
+    options = (("--table", cfg.table), ("--referee", cfg.referee), ("--nprocs", cfg.nprocs_text))
+    for flag, value in options:
         argv += [flag, value] if value else []
-    return argv
+    return [*argv, "--risk", str(cfg.risk), "--indifference", str(cfg.indifference)]
 
 
 # --- decisions ----------------------------------------------------------------------------
 
 
 def figures_text(what: str, figures: Figures) -> str:
-    """'# WHAT: stability ..%, .. points more than 5% slower by the interval, median regret ..'."""
+    """'# WHAT: stability ..%, .. points more than 5% slower by the interval, median regret
+    .., max .., mean ..; choices more than 5% slower than native ..'."""
     if not figures.regrets:
         return f"# {what}: no choice was measured in RUN_B"
     return (
         f"# {what}: stability {figures.stability * 100:.1f}%, "
         f"points more than {_PERCENT}% slower by the interval {figures.slower}, "
-        f"median regret {figures.median_regret:.3f}, max {figures.max_regret:.3f}"
+        f"median regret {figures.median_regret:.3f}, max {figures.max_regret:.3f}, "
+        f"mean {figures.mean_regret:.3f}; {_native_text(figures)}"
+    )
+
+
+def _native_text(figures: Figures) -> str:
+    """'choices more than 5% slower than native by the interval: N of M points (S%)'."""
+    count, known = figures.slower_than_native, len(figures.to_native)
+    share = _number(count / known if known else math.nan, 1, 100, "%")
+    return (
+        f"choices more than {_PERCENT}% slower than native by the interval: {count} of "
+        f"{known} points ({share})"
     )
 
 
@@ -129,6 +159,7 @@ def _figures_line(name: str, figures: Figures) -> str:
         f"{name:<28}{figures.points:>7}{_number(stability, 1, 100, '%'):>9}"
         f"{_number(figures.median_regret):>15}{_number(figures.max_regret):>12}"
         f"{figures.slower:>12}{figures.unclear:>9}{figures.unmeasured:>14}"
+        f"{_number(figures.mean_regret):>13}{figures.slower_than_native:>10}"
     )
 
 
@@ -144,7 +175,7 @@ def _look_at(judged: Judged) -> str | None:
     k = point.key
     text = (
         f"{k.collective} {k.device} p={k.nprocs} {format_size(point.size)}: chose "
-        f"{judged.choice}; RUN_B's tie set {', '.join(point.tie_set)}"
+        f"{judged.choice}; RUN_B's tie set over all candidates {', '.join(point.equivalent)}"
     )
     if regret is None:
         return text + "; the choice was not measured in RUN_B"
@@ -154,20 +185,59 @@ def _look_at(judged: Judged) -> str | None:
     return text + (f": cannot be told from {_PERCENT}%" if judged.unclear else "")
 
 
+def agreement_text(name: str, found: Agreement) -> str:
+    """Agreement with its binomial interval, then coverage beside its value under honest
+    intervals of the same widths."""
+    low, high = found.agreement_interval
+    return (
+        f"# {name}: agreement within the combined interval "
+        f"{_number(found.agreement, 1, 100, '%')} of {found.pairs} (point, candidate) pairs "
+        f"(binomial 95% CI {_number(low, 1, 100)}-{_number(high, 1, 100, '%')}; honest "
+        f"intervals: 95%); coverage of RUN_A's 95% intervals by RUN_B's estimates "
+        f"{_number(found.coverage, 1, 100, '%')} (honest intervals of these widths: "
+        f"{_number(found.expected_coverage, 1, 100, '%')})"
+    )
+
+
 def evidence_lines(name: str, evidence: Evidence) -> list[str]:
-    """Coverage and agreement of RUN_A's intervals on RUN_B, the captured speedup of the
-    judged choices, and the points whose regret interval lies wholly above REGRET_BOUND."""
-    found, captured = evidence.found, evidence.captured
+    """Agreement and coverage of RUN_A's intervals on RUN_B, the points whose regret
+    interval lies wholly above REGRET_BOUND, and the clear wins kept native."""
     return [
-        f"# {name}: coverage of RUN_A's 95% intervals by RUN_B's estimates "
-        f"{_number(found.coverage, 1, 100, '%')} of {found.pairs} (point, candidate) pairs; "
-        f"agreement within the combined interval {_number(found.agreement, 1, 100, '%')}",
-        f"# {name}: captured speedup {_number(captured.share, 1, 100, '%')} over "
-        f"{captured.points} points where RUN_B's best is >= {CAPTURE_MIN}x native "
-        f"({captured.unmeasured} choices not measured in RUN_B); regret interval wholly "
-        f"above {REGRET_BOUND}: {evidence.above} points",
-        f"# {name}: native kept at {evidence.missed} of the {evidence.clear} points where "
+        agreement_text(name, evidence.found),
+        f"# {name}: regret interval wholly above {REGRET_BOUND}: {evidence.above} points; "
+        f"native kept at {evidence.missed} of the {evidence.clear} points where "
         f"RUN_B's best is >= {CLEAR_WIN}x native with its interval below 1",
+    ]
+
+
+def scored_header(scored: Scored | None, run_b: str) -> list[str]:
+    """What the captured speedup scores and on what, or why it is not given."""
+    if scored is None:
+        count = len(launch_numbers(run_b))
+        return [
+            f"# captured speedup: not given: {run_b} has {count} launches, a held-out split "
+            f"needs {HELD_OUT_MIN} (half to decide, half to score), and no --referee run "
+            "was given to score its choices on"
+        ]
+    return [
+        f"# captured speedup: the choices decided on {scored.decided_on}, scored on "
+        f"{scored.scored_on}, each decided as tune decides; over the points where the "
+        f"scoring side's best is >= {CAPTURE_MIN}x native, sum log(native / choice) over "
+        "sum log(native / best) in its estimates; regret there: the choice's time over its best"
+    ]
+
+
+def scored_lines(name: str, scored: Scored, wanted: Iterable[int]) -> list[str]:
+    """The captured speedup, mean and max regret, choices slower than native and points
+    beyond REGRET_BOUND of RUN_B's choices where they were scored."""
+    judged = scored.at(wanted)
+    captured, figures = scored.captured(wanted), Figures.of(judged)
+    return [
+        f"# {name}: captured speedup {_number(captured.share, 1, 100, '%')} over "
+        f"{captured.points} points ({captured.unmeasured} choices not measured there); "
+        f"regret mean {_number(figures.mean_regret)}, max {_number(figures.max_regret)}, "
+        f"interval wholly above {REGRET_BOUND}: {figures.above_bound} points; "
+        f"{_native_text(figures)}"
     ]
 
 
@@ -190,36 +260,72 @@ def _coverage_lines(table: str, points: list) -> list[str]:
     return lines
 
 
+def _legend(rule: DecisionRule) -> list[str]:
+    """What the columns and figures of the decisions' report mean."""
+    return [
+        "# stable: the choice is in RUN_B's tie set over all candidates, eligible or not "
+        "(every one whose time over the fastest's has a 95% interval starting at or below "
+        f"{1 + rule.indifference:g}); regret: its time over RUN_B's best, in RUN_B's "
+        f"estimates (95% CI); slower: the interval's low end above {SLOWER}; unclear: the "
+        f"interval straddles {SLOWER}; > native: the choice's time over native's has its "
+        f"interval's low end above {SLOWER}",
+        "# mean regret: the arithmetic mean of the choice's time over the best's; for "
+        f"scale, {ANCHOR}",
+    ]
+
+
 def decision_report(
-    run_a: str, run_b: str, table: str | None = None, wanted: Iterable[int] = ()
+    run_a: str,
+    run_b: str,
+    table: str | None = None,
+    wanted: Iterable[int] = (),
+    referee: str | None = None,
+    rule: DecisionRule = DEFAULT_RULE,
 ) -> str:
     """Stability and regret of RUN_A's (or the table's) choices on RUN_B: per (collective,
-    buffer kind, p), then per p and over all, with coverage and captured speedup, then the
-    points to look at."""
-    decided_a, decided_b = decided_points(run_a), decided_points(run_b)
+    buffer kind, p), then per p and over all, with agreement and coverage, and the
+    captured speedup of RUN_B's choices on the referee or RUN_B's held-out launches; then
+    the points to look at; every run decided by ``rule``."""
+    decided_a, decided_b = decided_points(run_a, rule), decided_points(run_b, rule)
     judged = judge_decisions(decided_a, decided_b, table, wanted)
+    scored = scored_choices(run_b, referee, wanted, rule)
     source = f"table {table}'s choices (the selector's)" if table else f"{run_a}'s choices"
     lines = [
         *(_coverage_lines(table, [j.point for j in judged]) if table else []),
-        f"# decisions: {source} on {run_b}'s measurements, decided as tune decides",
-        "# stable: the choice is in RUN_B's tie set; regret: its time over RUN_B's best, "
-        "in RUN_B's estimates (95% CI); slower: the interval's low end above "
-        f"{SLOWER}; unclear: the interval straddles {SLOWER}",
+        f"# decisions: {source} on {run_b}'s measurements, decided as tune decides "
+        f"({rule_text(rule.as_record())})",
+        *_legend(rule),
         f"{'collective':<28}{'points':>7}{'stable':>9}{'median regret':>15}{'max regret':>12}"
-        f"{'slower':>12}{'unclear':>9}{'not measured':>14}",
+        f"{'slower':>12}{'unclear':>9}{'not measured':>14}{'mean regret':>13}{'> native':>10}",
     ]
     groups = judged_groups(judged)
     for (collective, device, nprocs), items in groups.items():
         lines.append(_figures_line(f"{collective} {device} p={nprocs}", Figures.of(items)))
+    lines += scored_header(scored, run_b)
     for nprocs in sorted({k[2] for k in groups}):
         items = [j for j in judged if j.point.key.nprocs == nprocs]
         lines.append(figures_text(f"p={nprocs}", Figures.of(items)))
         lines += evidence_lines(f"p={nprocs}", evidence_of(decided_a, items))
+        lines += scored_lines(f"p={nprocs}", scored, [nprocs]) if scored else []
     lines.append(figures_text("all", Figures.of(judged)))
     lines += evidence_lines("all", evidence_of(decided_a, judged))
+    lines += scored_lines("all", scored, wanted) if scored else []
     notes = [text for text in map(_look_at, judged) if text]
     if notes:
         lines += ["# points to look at:", *notes]
+    return "\n".join(lines)
+
+
+def null_report(
+    run_a: str, run_b: str, wanted: Iterable[int] = (), rule: DecisionRule = DEFAULT_RULE
+) -> str:
+    """The null control's false-win rate in each run, per p (selection.null_control)."""
+    lines = [
+        "# null control: native measured again under another label, judged by the rule "
+        "as a candidate; chosen over native = a false win"
+    ]
+    for run in (run_a, run_b):
+        lines += rate_lines(run, run_nulls(run, rule=rule), wanted)
     return "\n".join(lines)
 
 

@@ -4,8 +4,10 @@ here."""
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import dataclass
 
+from osu_dl_bench.commands.arguments import add_rule_arguments
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.paths import check_writable_file
 
@@ -14,7 +16,8 @@ HELP = "two sweeps' agreement, and a tuning table's choices on another run"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """RUN_A RUN_B [--table T] [--nprocs 2,4] [--out FILE]."""
+    """RUN_A RUN_B [--table T] [--referee R] [--nprocs 2,4] [--out FILE] [--risk P]
+    [--indifference F]."""
     parser.add_argument(
         "run_a", metavar="RUN_A", help="a sweep's run directory: its decisions are judged"
     )
@@ -30,6 +33,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "RUN_A's own decisions (RUN_A still gives the shift report)",
     )
     parser.add_argument(
+        "--referee",
+        default=None,
+        metavar="R",
+        help="a third sweep of the same algorithms on the same machine: RUN_B's choices are "
+        "scored on it (captured speedup, mean and max regret); without it, on RUN_B's later "
+        "launches held out from its decisions, where RUN_B has at least 4",
+    )
+    parser.add_argument(
         "--nprocs",
         "--np",
         dest="nprocs",
@@ -37,12 +48,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="only these process counts: 2,4 or 2-4 (default: every one both runs measured)",
     )
     parser.add_argument("--out", default=None, help="also write the report to this file")
+    add_rule_arguments(parser)  # both runs decided by the same rule
 
 
 @dataclass(frozen=True)
 class CompareConfig:
     """The two runs, the table to judge instead of RUN_A's decisions (None: RUN_A's), the
-    process counts to report (empty: every one) as parsed and as given, and --out."""
+    process counts to report (empty: every one) as parsed and as given, --out, and the
+    referee run RUN_B's choices are scored on (None: RUN_B's held-out launches), the
+    decision rule's risk and indifference zone (every run is decided by it)."""
 
     run_a: str
     run_b: str
@@ -50,6 +64,15 @@ class CompareConfig:
     nprocs: tuple[int, ...]
     nprocs_text: str | None  # as given: the --out file records the command line
     out: str | None
+    referee: str | None
+    risk: float
+    indifference: float
+
+    def rule(self):
+        """The decision rule of these options (selection.rule.DecisionRule)."""
+        from osu_dl_bench.selection.rule import DecisionRule
+
+        return DecisionRule(self.risk, self.indifference)
 
 
 def config_from_args(args: argparse.Namespace) -> CompareConfig:
@@ -57,7 +80,28 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
     cannot write is refused here, before MPI starts and before any run is read."""
     nprocs = _process_counts(args.nprocs)
     check_writable_file("--out", args.out, make_parents=True)
-    return CompareConfig(args.run_a, args.run_b, args.table, nprocs, args.nprocs, args.out)
+    _check_referee(args.referee, args.run_b)
+    return CompareConfig(
+        args.run_a,
+        args.run_b,
+        args.table,
+        nprocs,
+        args.nprocs,
+        args.out,
+        args.referee,
+        args.risk,
+        args.indifference,
+    )
+
+
+def _check_referee(referee: str | None, run_b: str) -> None:
+    """A referee that is RUN_B itself is refused: its choices would be scored on the
+    measurements they were made from."""
+    if referee is not None and os.path.realpath(referee) == os.path.realpath(run_b):
+        raise UsageError(
+            f"--referee {referee}: the same run as RUN_B, whose choices would be scored on "
+            "the measurements they were made from; give a third sweep"
+        )
 
 
 def _process_counts(text: str | None) -> tuple[int, ...]:

@@ -10,9 +10,11 @@ chosen algorithm over size x process count.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
 
 from collectives.units import format_size
@@ -100,11 +102,16 @@ def _shown_labels(points: list) -> list[str]:
     return sorted(labels)
 
 
-def _ratios(plt, points: list, entry: Entry | None, colors, title: str, path: Path):
+def _ratios(
+    plt, points: list, entry: Entry | None, colors, title: str, path: Path, nulls: list = ()
+):
     """Each chosen or best candidate's time over native against size, as the decisions
     estimate it (smoothed over sizes, with the run's pooled launch variance): the line
-    and its 95% band, under the table's ranges."""
+    and its 95% band, under the table's ranges; the null controls (native again, by the
+    same estimator) dashed in black, the noise the candidates' lines are read against."""
     fig, ax = plt.subplots(figsize=(9, 5.5))
+    for null in nulls:
+        _null_line(ax, null)
     for label in _shown_labels(points):
         found = [(p.size, p.candidates[label].ratio) for p in points if label in p.candidates]
         if not found:
@@ -133,6 +140,21 @@ def _ratios(plt, points: list, entry: Entry | None, colors, title: str, path: Pa
     ax.set(xlabel="message size (bytes)", ylabel="time / native's (95% band)", title=title)
     ax.legend(fontsize=8, ncol=2)
     _save(plt, fig, path)
+
+
+def _null_line(ax, null) -> None:
+    """One null control's ratio to native and its 95% band (selection.null_control)."""
+    sizes = [p.size for p in null.points]
+    ax.plot(
+        sizes,
+        [p.ratio.ratio for p in null.points],
+        ls="--",
+        marker=".",
+        color="black",
+        label=f"{null.label} (null control: {null.wins} of {len(null.points)} chosen)",
+    )
+    highs = [p.ratio.high if math.isfinite(p.ratio.high) else np.nan for p in null.points]
+    ax.fill_between(sizes, [p.ratio.low for p in null.points], highs, alpha=0.1, color="black")
 
 
 def _busbw(plt, rows: pd.DataFrame, colors, title: str, path: Path):
@@ -251,7 +273,7 @@ def over_launches(rows: pd.DataFrame) -> pd.DataFrame:
 def plot_run(run_dir: str, table_path: str | None = None, out_dir: str | None = None) -> list:
     """Write every plot of a run directory; returns the PNG paths."""
     from osu_dl_bench.selection.table import EntryKey
-    from osu_dl_bench.selection.tune import run_decisions, select_rows
+    from osu_dl_bench.selection.tune import run_decisions, run_nulls, select_rows
 
     plt = pyplot("plot")
     rows, _, _ = select_rows(RunStore(run_dir).load(), None, None)
@@ -264,6 +286,9 @@ def plot_run(run_dir: str, table_path: str | None = None, out_dir: str | None = 
     decided: dict = {}
     for (key, _), point in sorted(run_decisions(run_dir)[0].items(), key=lambda i: i[0][1]):
         decided.setdefault(key, []).append(point)
+    nulls: dict = {}
+    for figures in run_nulls(run_dir):
+        nulls.setdefault(figures.key, []).append(figures)
     written = []
     for (coll, dev, nodes, ppn, p), shape in rows.groupby(
         ["collective", "device", "nodes", "ppn", "nprocs"]
@@ -275,10 +300,11 @@ def plot_run(run_dir: str, table_path: str | None = None, out_dir: str | None = 
         _latency(plt, shape, entry, colors, title, written[-1])
         written.append(target / f"{stem}_busbw.png")
         _busbw(plt, shape, colors, title, written[-1])
-        points = decided.get(EntryKey(str(coll), str(dev), int(nodes), int(ppn), int(p)))
+        key = EntryKey(str(coll), str(dev), int(nodes), int(ppn), int(p))
+        points = decided.get(key)
         if points:
             written.append(target / f"{stem}_ratios.png")
-            _ratios(plt, points, entry, colors, title, written[-1])
+            _ratios(plt, points, entry, colors, title, written[-1], nulls.get(key, []))
     for (coll, dev), group in _by_collective(table).items():
         written.append(target / f"{coll}_{dev}_speedup.png")
         _speedup(plt, group, f"{coll}, {dev}: speedup of the tuned choice", written[-1])

@@ -61,7 +61,12 @@ def say(text: str) -> None:
     print(f"# adaptive: {text}", flush=True)
 
 
-def run_adaptive_sweep(cfg: SweepConfig, rule: DecisionRule = DEFAULT_RULE) -> int:
+def sweep_rule(cfg: SweepConfig) -> DecisionRule:
+    """The decision rule of --adaptive (--risk, --indifference; the default where unset)."""
+    return cfg.rule if isinstance(cfg.rule, DecisionRule) else DEFAULT_RULE
+
+
+def run_adaptive_sweep(cfg: SweepConfig) -> int:
     """The screening launch(es) over every candidate, then focused launches while points
     are open, up to cfg.adaptive launches at any point; the exit code of the worst."""
     if cfg.dry_run:  # the focused launches come from measurements none of it makes
@@ -101,7 +106,7 @@ def run_adaptive_sweep(cfg: SweepConfig, rule: DecisionRule = DEFAULT_RULE) -> i
                 return steps.code
             continue
         if decided is None:
-            decided = _first_decisions(cfg, rule, pool, identity)
+            decided = _first_decisions(cfg, sweep_rule(cfg), pool, identity)
         opened = decided.open_points()
         if not opened:
             say(f"every point settled after {launch - 1} launches")

@@ -9,6 +9,7 @@ import shlex
 from collectives.topology import emulated_ranks_per_node
 from osu_dl_bench.commands.arguments import (
     DEVICE_HELP,
+    add_rule_arguments,
     positive_int,
     seconds_from,
     seconds_up_to,
@@ -40,6 +41,7 @@ from osu_dl_bench.jobs.sweep_config import (
 from osu_dl_bench.measurement.bench_config import parse_allocated_sizes
 from osu_dl_bench.paths import check_writable_directory
 from osu_dl_bench.runtime.start import DEFAULT_THREAD_LEVEL, THREAD_LEVELS
+from osu_dl_bench.selection.names import INDIFFERENCE, RISK
 
 # The subcommand's line in 'osu-dl-bench --help'.
 HELP = "collectives x algorithms x sizes x process counts into a run directory"
@@ -120,11 +122,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "launches at any one point (the run's steps are at most MAX); focus.json says why "
         "each launch was spent",
     )
+    add_rule_arguments(parser)  # --adaptive decides which points are open by this rule
     parser.add_argument(
         "--no-calibration",
         dest="calibrate",
         action="store_false",
         help="skip the model's calibration kernels (a few seconds per launch)",
+    )
+    parser.add_argument(
+        "--no-null",
+        dest="null_control",
+        action="store_false",
+        help="skip the null control: native measured a second time under the label "
+        "native:null (and native:null_apart in launches of its own where candidates are "
+        "compared across launches), which tune reports and never chooses; it costs one "
+        "more candidate",
     )
     parser.add_argument("--resume", action="store_true", help="continue RUN_DIR, skip its points")
     parser.add_argument(
@@ -253,6 +265,21 @@ def _check_launch_options(args: argparse.Namespace) -> None:
         )
 
 
+def _adaptive_rule(args: argparse.Namespace):
+    """--adaptive's decision rule (selection.rule.DecisionRule); None without --adaptive
+    (the rule's module loads scipy, which a plain sweep's ranks need not wait for)."""
+    if not args.adaptive:
+        if (args.risk, args.indifference) != (RISK, INDIFFERENCE):
+            raise UsageError(
+                "--risk and --indifference decide which points --adaptive measures again; "
+                "without --adaptive, give them to tune, which decides the table"
+            )
+        return None
+    from osu_dl_bench.selection.rule import DecisionRule
+
+    return DecisionRule(args.risk, args.indifference)
+
+
 def config_from_args(args: argparse.Namespace) -> SweepConfig:
     """Build and check a SweepConfig from parsed arguments (no MPI needed)."""
     if args.submit:
@@ -301,6 +328,8 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
         library_file=resolve_library_file(args.library_file),
         mpi=args.mpi,
         adaptive=args.adaptive,
+        null_control=args.null_control,
+        rule=_adaptive_rule(args),
     )
     check_sweep_config(cfg)
     return cfg

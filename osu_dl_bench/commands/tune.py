@@ -10,11 +10,12 @@ from osu_dl_bench.measurement.store import RunStore
 from osu_dl_bench.paths import check_writable_file, write_text_atomic
 from osu_dl_bench.selection.exports import export_paths, write_exports
 from osu_dl_bench.selection.pools import store_run_pool
+from osu_dl_bench.selection.rule import rule_text
 from osu_dl_bench.selection.selector import Query, Selector, default_context
 from osu_dl_bench.selection.step_cost import step_cost_text, step_costs
 from osu_dl_bench.selection.summary import table_summary
 from osu_dl_bench.selection.table import TuningTable
-from osu_dl_bench.selection.tune import run_decisions, table_and_pool
+from osu_dl_bench.selection.tune import EVIDENCE, run_decisions, table_and_pool
 from osu_dl_bench.train.traffic import bucket_plan
 
 
@@ -85,6 +86,8 @@ def run_select(cfg: SelectConfig) -> int:
     model = _model(cfg.platform)
     selector = Selector.from_file(cfg.table, cfg.force, model, force_source="--force")
     blocks = []
+    if selector.table is not None:  # the rule the table was decided by, as tune recorded it
+        blocks.append(f"# table {cfg.table}: {rule_text(selector.table.header.get(EVIDENCE))}")
     for collective in _collectives(cfg, selector):
         for size in cfg.sizes:
             query = Query(collective, cfg.nprocs, size, cfg.device, cfg.nodes, cfg.ppn)

@@ -192,6 +192,8 @@ def sweep_config(cfg: VerifyExportConfig, run_dir: str, algs: list[str]) -> Swee
         f"--launches={cfg.launches}",
         f"--budget={cfg.budget!r}",
         "--no-calibration",
+        # It decides nothing: a null control would only cost time.
+        "--no-null",
         f"--library-file={cfg.path}",
         *([f"--mpi={cfg.mpi}"] if cfg.mpi else []),
         # What the sweep's messages advise after a stop ("rerun with --resume").

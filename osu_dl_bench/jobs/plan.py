@@ -24,7 +24,14 @@ from collectives import (
 from collectives.buffers import array_module
 from collectives.dtypes import ElementType, element_type
 from collectives.ops import ReduceOp, reduce_op
-from collectives.registry import lookup, parse_variant
+from collectives.registry import (
+    NULL_CONTROL,
+    NULL_CONTROL_APART,
+    NULL_CONTROLS,
+    lookup,
+    null_control,
+    parse_variant,
+)
 from collectives.shape import JobShape
 from collectives.units import split_variant_texts
 from osu_dl_bench.errors import UsageError
@@ -39,6 +46,20 @@ def _distinct(variants: list[Variant]) -> list[Variant]:
     for variant in variants:
         first.setdefault(variant.label, variant)
     return list(first.values())
+
+
+def with_null_controls(variants: list[Variant]) -> list[Variant]:
+    """``variants`` with the null controls of plain native where native is among them:
+    NULL_CONTROL beside it, and NULL_CONTROL_APART where a candidate is compared with native
+    across launches (another backend's, a forced library algorithm)."""
+    native = next((v for v in variants if v.label == "native"), None)
+    if native is None:
+        return variants
+    nulls = [null_control(native, NULL_CONTROL)]
+    if any(group_of(v) != MPI_GROUP for v in variants):
+        nulls.append(null_control(native, NULL_CONTROL_APART))
+    at = variants.index(native) + 1
+    return [*variants[:at], *nulls, *variants[at:]]
 
 
 def forced_alg(variant: Variant) -> str | None:
@@ -89,6 +110,11 @@ def _check_names(collectives: tuple[str, ...], algorithm_texts: list[str]) -> No
         name = text.partition(":")[0].strip()
         if name == "all":
             continue
+        if text.replace(" ", "") in NULL_CONTROLS:
+            raise UsageError(
+                f"-a {text}: the null control is not a candidate; every sweep measures it "
+                "beside native (--no-null skips it)"
+            )
         if _library_variants(collectives[0], text) is not None:
             if not any(_library_variants(c, text) for c in collectives):
                 alg = text.partition("=")[2].strip()
@@ -134,6 +160,8 @@ def resolve_setting(cfg: SweepConfig) -> SweepSetting:
     texts = split_variant_texts(cfg.algorithms)
     _check_names(cfg.collectives, texts)
     variants = {c: variants_for(c, texts) for c in cfg.collectives}
+    if cfg.null_control:
+        variants = {c: with_null_controls(vs) for c, vs in variants.items()}
     empty = [c for c, vs in variants.items() if not vs]
     if empty:
         raise UsageError(
@@ -166,11 +194,16 @@ MPI_GROUP = "mpi"
 # measured, and the tuner pairs the forced candidate with the MPI group's native by
 # launch medians, as it pairs other backends.
 FORCED_PREFIX = "alg_"
+# The null control compared across launches (NULL_CONTROL_APART) runs in launches of its
+# own, as those candidates do, and is paired with the MPI group's native the same way.
+NULL_GROUP = "null"
 
 
 def group_of(variant: Variant) -> str:
-    """The isolation group a variant is measured in: its backend's name, or alg_NAME for
-    a library algorithm forced at launch."""
+    """The isolation group a variant is measured in: its backend's name, alg_NAME for a
+    library algorithm forced at launch, NULL_GROUP for the null control across launches."""
+    if getattr(variant, "label", None) == NULL_CONTROL_APART:
+        return NULL_GROUP
     alg = forced_alg(variant)
     return FORCED_PREFIX + alg if alg is not None else variant.algorithm.backend
 
@@ -193,13 +226,14 @@ def is_forced_group(group: str | None) -> bool:
 
 
 def in_group(variant: Variant, group: str | None) -> bool:
-    """Whether a group's launches measure ``variant`` (every group measures native, except
-    a forced one, where native is the forced algorithm; None: every group, in one process,
+    """Whether a group's launches measure ``variant`` (every group measures native and its
+    null control in rounds, except a forced one, where native is the forced algorithm, and
+    the null group, which times its null control alone; None: every group, in one process,
     as --inside without --group does)."""
     if group is None or group_of(variant) == group:
         return True
     plain_native = variant.algorithm.name == "native" and group_of(variant) == MPI_GROUP
-    return plain_native and not is_forced_group(group)
+    return plain_native and not is_forced_group(group) and group != NULL_GROUP
 
 
 def forced_in(plans: list[CollectivePlan]) -> dict[str, str]:
@@ -229,8 +263,11 @@ def _library(group: str) -> str:
 
 
 def isolation_groups(plans: list[CollectivePlan]) -> list[str]:
-    """The groups with an eligible candidate: the MPI library's first, then the others."""
+    """The groups with an eligible candidate: the MPI library's first, then the others
+    (the null group only beside a group whose candidates are paired across launches)."""
     found = {group_of(v) for plan in plans for v in plan.eligible}
+    if not found - {MPI_GROUP, NULL_GROUP}:
+        found.discard(NULL_GROUP)
     return [MPI_GROUP, *sorted(found - {MPI_GROUP})] if found else []
 
 
@@ -305,17 +342,23 @@ class Done:
         return launch in self.focus
 
     def native_alone(self, launch: int, nprocs: int, collective: str, size: int) -> bool:
-        """Whether a focused launch's focus holds nothing but native at this point (native
-        measured then compares with nothing; where another group's candidate is in focus,
-        native is its clean reference and must run)."""
+        """Whether a focused launch's focus holds nothing but native (and its null controls)
+        at this point (native measured then compares with nothing; where another group's
+        candidate is in focus, native is its clean reference and must run)."""
         wanted = self.focus.get(launch, frozenset())
         return not any(
-            (p, c, s) == (nprocs, collective, size) and a != "native" for p, c, s, a in wanted
+            (p, c, s) == (nprocs, collective, size) and not is_native_copy(a)
+            for p, c, s, a in wanted
         )
 
     def without_stored(self) -> Done:
         """The same focus with nothing stored (a re-measurement times the whole point)."""
         return Done(frozenset(), self.focus)
+
+
+def is_native_copy(label: str) -> bool:
+    """Whether a label is plain native or one of its null controls."""
+    return label == "native" or label in NULL_CONTROLS
 
 
 def finished_points(store: RunStore) -> Done:
@@ -336,11 +379,12 @@ def pending(
     code: timing them twice costs time and lets noise pick between equals)."""
     distinct = distinct_variants(plan.eligible, plan.shape.nprocs, n, setting.etype.itemsize)
     todo = [v for v in distinct if point_key(cfg, setting, plan, v, n, slot) not in done]
-    # Native alone compares with nothing: a focused launch skips the point.
-    alone = all(v.label == "native" for v in todo)
+    # Native alone (with its null controls) compares with nothing: a focused launch skips
+    # the point; the null group's launches re-measure where the MPI group's native runs.
+    alone = all(is_native_copy(v.label) for v in todo)
     if alone and isinstance(done, Done) and done.focused(slot.launch):
         size = n * setting.etype.itemsize
-        if slot.group != MPI_GROUP or done.native_alone(
+        if slot.group not in (MPI_GROUP, NULL_GROUP) or done.native_alone(
             slot.launch, plan.shape.nprocs, plan.spec.name, size
         ):
             return []

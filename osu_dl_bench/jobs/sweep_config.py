@@ -119,6 +119,13 @@ class SweepConfig:
     # --adaptive MAX: after --launches screening launches over every candidate (1 by
     # default), focused launches only where a decision is open, up to MAX at any point.
     adaptive: int = 0
+    # The null control (collectives.registry.NULL_CONTROLS) measured wherever native is;
+    # off with --no-null, and for experiments that decide nothing (verify-export).
+    null_control: bool = False
+    # --risk, --indifference: the decision rule that says which points are still open
+    # (a selection.rule.DecisionRule, set by the sweep command with --adaptive; None: the
+    # rule's default). Held as the object: this floor may not import selection.
+    rule: object | None = None
 
     def sizes(self) -> list[int]:
         """Message sizes in bytes: MIN, 2 MIN, ... up to MAX (OSU's doubling loop)."""
@@ -171,6 +178,7 @@ class SweepConfig:
             "--launches",
             str(self.launches),
             *([] if self.calibrate else ["--no-calibration"]),
+            *([] if self.null_control else ["--no-null"]),
             "--thread-level",
             self.thread_level,
             *(["--library-file", self.library_file] if self.library_file else []),

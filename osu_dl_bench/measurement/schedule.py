@@ -68,11 +68,29 @@ def next_iteration_count(count: int, seconds: float, target: float) -> int | Non
     return min(MAX_ITERATIONS, math.ceil(count * factor))
 
 
+def _williams_row(candidates: int) -> list[int]:
+    """0, 1, n-1, 2, n-2, ...: the first row of a Williams design of n treatments."""
+    row, low, high = [0], 1, candidates - 1
+    while len(row) < candidates:
+        row.append(low if len(row) % 2 else high)
+        low, high = (low + 1, high) if len(row) % 2 == 0 else (low, high - 1)
+    return row
+
+
 def rotation(round_index: int, candidates: int) -> list[int]:
-    """Candidate order in a round: rotated every round, so no candidate always runs
-    right after the same other one (caches, network state)."""
-    start = round_index % candidates if candidates else 0
-    return [(start + j) % candidates for j in range(candidates)]
+    """Candidate order in a round: the rows of a Williams design, in turn (E. J. Williams,
+    "Experimental designs balanced for the estimation of residual effects of treatments",
+    Aust. J. Sci. Res. 2, 1949): over n rounds (2n for an odd n) every candidate runs in
+    every position, and right after every other candidate, equally often. A call leaves
+    caches, the library's and the peers' state behind for the next one: with a plain
+    cyclic rotation each candidate always followed the same other, and native's own copy
+    (the null control), always right after native, ran 1.3-3x faster than native."""
+    if candidates <= 1:
+        return list(range(candidates))
+    cycle = candidates if candidates % 2 == 0 else 2 * candidates
+    row = round_index % cycle
+    order = [(j + row) % candidates for j in _williams_row(candidates)]
+    return order if row < candidates else order[::-1]
 
 
 @dataclass(frozen=True)

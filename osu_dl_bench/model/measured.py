@@ -30,7 +30,7 @@ from osu_dl_bench.measurement.store import (
     with_defaults,
 )
 from osu_dl_bench.selection.paired import point_latency
-from osu_dl_bench.selection.tune import clean_rows
+from osu_dl_bench.selection.tune import clean_rows, without_null_controls
 
 POINT = ("nprocs", "nodes", "ppn", "collective", "algorithm", "dtype", "op", "device", "size_bytes")
 # What a frame without them (a hand-made one) measured; op '' for a collective without one.
@@ -58,11 +58,12 @@ def _median_of_rounds(column: pd.Series) -> np.ndarray:
 
 def model_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """The rows the model fits and scores: selection.tune.clean_rows keeping a
-    candidate's launches that validated (the model fits times, not decisions) and none of
+    candidate's launches that validated (the model fits times, not decisions), none of
     the library's forced algorithms (native:alg=NAME is not the library's own choice the
-    model predicts); with ``ref_copy``/``ref_allreduce``: seconds, NaN if none."""
+    model predicts) and none of the null control's (native again: it would count twice);
+    with ``ref_copy``/``ref_allreduce``: seconds, NaN if none."""
     frame = with_defaults(frame.copy(), {**OPTIONAL_FIELDS, **_CALL_DEFAULTS})
-    frame = clean_rows(frame, failed="row", forced_library=False).copy()
+    frame = without_null_controls(clean_rows(frame, failed="row", forced_library=False)).copy()
     frame["launch"] = frame["launch"].astype(int)
     frame["ref_copy"] = _median_of_rounds(frame["ref_copy_us"]) * 1e-6
     frame["ref_allreduce"] = _median_of_rounds(frame["ref_allreduce_us"]) * 1e-6

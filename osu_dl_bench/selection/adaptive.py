@@ -26,17 +26,21 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from collectives.registry import NULL_CONTROLS
 from collectives.units import format_size
-from osu_dl_bench.selection.estimate import point_values, run_pool
+from osu_dl_bench.selection.estimate import entry_ratios, point_values
 from osu_dl_bench.selection.evidence import LaunchPool, LaunchValues
-from osu_dl_bench.selection.paired import quotient
+from osu_dl_bench.selection.paired import Ratio, quotient
 from osu_dl_bench.selection.rule import DEFAULT_RULE, DecisionRule, exchange_value
 from osu_dl_bench.selection.table import EntryKey
 from osu_dl_bench.selection.tune import (
     MeasuredPoint,
     PointDecision,
-    decide_entry,
+    decide_estimates,
+    estimate_run,
+    estimates_of,
     measured_entries,
+    without_null_controls,
 )
 
 # A point settles once its choice may lose less than this share of native's time.
@@ -56,9 +60,12 @@ class OpenPoint:
 
     @property
     def labels(self) -> tuple[str, ...]:
-        """The candidates to measure: native, the choice, the best, the contenders."""
+        """The candidates to measure: native and its null controls (measured wherever native
+        is, so the null's figures rest on as many launches), the choice, the best, the
+        contenders."""
         point = self.decision
-        ordered = ["native", point.chosen, point.best, *(label for label, _ in self.contenders)]
+        contenders = (label for label, _ in self.contenders)
+        ordered = ["native", *NULL_CONTROLS, point.chosen, point.best, *contenders]
         return tuple(dict.fromkeys(ordered))
 
     @property
@@ -125,13 +132,15 @@ def point_name(point: PointDecision) -> PointName:
 class AdaptiveDecisions:
     """A run's decisions kept between an adaptive sweep's launches: after the first, only
     the points just measured are read and decided again, under the launch pool of the
-    first decision (the run's own, or one stored by an earlier run), their entries' curves
-    refitted with the launch values of every settled point kept."""
+    first decision (the run's own, or one stored by an earlier run): only their entries'
+    curves are refitted, with the launch values of every settled point kept, then pooled
+    across process counts as tune pools them."""
 
     rule: DecisionRule
     pool: LaunchPool
     measured: dict[EntryKey, list[MeasuredPoint]]
     values: dict[tuple[EntryKey, int], dict[str, LaunchValues]]
+    curves: dict[EntryKey, list[dict[str, Ratio]]]
     decisions: dict[tuple[EntryKey, int], PointDecision]
 
     @classmethod
@@ -143,17 +152,15 @@ class AdaptiveDecisions:
         pool: LaunchPool | None = None,
     ) -> AdaptiveDecisions:
         """Every point decided (``pool``: a stored pool; None: the run's own)."""
-        measured = measured_entries(rows, warn)
-        if pool is None:
-            pool = run_pool(p.measured for points in measured.values() for p in points)
+        estimates = estimate_run(rows, warn, pool)
+        measured = {key: list(points) for key, points in estimates.measured.items()}
         values = {
             (key, p.measured.size): point_values(p.measured)
             for key, points in measured.items()
             for p in points
         }
-        found = cls(rule, pool, measured, values, {})
-        found._decide(set(measured), warn)
-        return found
+        decided = decide_estimates(estimates, warn, rule).by_point()
+        return cls(rule, estimates.pool, measured, values, dict(estimates.curves), decided)
 
     def open_points(self, settled: float = SETTLED_LOSS) -> list[OpenPoint]:
         """The points still open, by entry and size."""
@@ -167,20 +174,19 @@ class AdaptiveDecisions:
             for p in points
             if (key.nprocs, key.collective, p.measured.size) in names
         }
-        for key, points in measured_entries(rows, warn, wanted).items():
-            fresh = {p.measured.size: p for p in points}
+        fresh = measured_entries(without_null_controls(rows), warn, wanted)
+        for key, points in fresh.items():
+            if not points:
+                continue
+            by_size = {p.measured.size: p for p in points}
             kept = self.measured[key]
-            self.measured[key] = [fresh.get(p.measured.size, p) for p in kept]
-            for size, point in fresh.items():
+            self.measured[key] = [by_size.get(p.measured.size, p) for p in kept]
+            for size, point in by_size.items():
                 self.values[(key, size)] = point_values(point.measured)
-        self._decide({key for key, _ in wanted}, warn, wanted)
+            values = [self.values[(key, p.measured.size)] for p in self.measured[key]]
+            ratios = entry_ratios([p.measured for p in self.measured[key]], self.pool, values)
+            self.curves[key] = ratios
+        estimates = estimates_of(self.measured, self.pool, self.curves)
+        decided = decide_estimates(estimates, warn, self.rule).by_point()
+        self.decisions.update({name: decided[name] for name in wanted if name in decided})
         return len(wanted)
-
-    def _decide(self, keys: set[EntryKey], warn: list[str], only: set[tuple] | None = None) -> None:
-        """Decide the entries ``keys`` again; keep the new decisions of ``only`` (all)."""
-        for key in keys:
-            points = self.measured[key]
-            values = [self.values[(key, p.measured.size)] for p in points]
-            for decided in decide_entry(points, self.pool, warn, self.rule, values):
-                if only is None or (key, decided.size) in only:
-                    self.decisions[(key, decided.size)] = decided

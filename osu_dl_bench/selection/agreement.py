@@ -1,17 +1,21 @@
 """How well one run's decisions hold on a second run of the same machine: whether the
-intervals are honest (coverage) and how much of the available speedup the choices take
-(captured speedup).
+intervals are honest (agreement, with coverage beside its expectation) and how much of the
+available speedup the choices take (captured speedup).
 
-- coverage: over every (point, candidate other than native) both runs estimated, the share
-  whose estimate in B lies inside A's 95% interval. B's estimate has noise of its own, so
-  an honest A interval covers it somewhat less often than 95% when B is as noisy as A;
-  well below 90% says A is overconfident, above 98% that A wastes evidence.
-- agreement: the share whose A and B estimates differ by less than 1.96 times the root of
-  the two variances added: 95% where both runs' intervals are honest and the machine kept
-  its state between the runs.
-- captured speedup: over the points where B's best is at least CAPTURE_MIN times faster
-  than native, sum(log(native / A's choice)) / sum(log(native / B's best)), every time
-  taken from B's estimates.
+- agreement, the honesty figure: over every (point, candidate other than native) both runs
+  estimated, the share whose A and B estimates differ by less than 1.96 times the root of
+  the two variances added: 95% up to sampling error where both runs' intervals are honest
+  and the machine kept its state between the runs (its binomial 95% interval given the
+  pair count is printed beside it).
+- coverage: the share whose estimate in B lies inside A's 95% interval. B's estimate has
+  noise of its own: with honest sds sA and sB, P(covered) = 2 Phi(1.96 / sqrt(1 + r^2)) - 1,
+  r = sB / sA, which is 83.4% at r = 1, never 95%; the mean of that expectation over the
+  pairs is printed beside the observed share.
+- captured speedup: over the points where the scoring run's best is at least CAPTURE_MIN
+  times faster than native, sum(log(native / choice)) / sum(log(native / best)), every
+  time taken from the scoring run's estimates. The choices must be made on other
+  measurements than the scoring run's (a referee run, or launches held out), or the score
+  rewards the scoring run's own noise.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from osu_dl_bench.selection.paired import Z_LEVEL
+from scipy import stats
+
+from osu_dl_bench.selection.paired import Z_LEVEL, Ratio
 
 CAPTURE_MIN = 1.1
 # A win large enough that a table keeping native there has missed it.
@@ -29,11 +35,13 @@ CLEAR_WIN = 1.5
 
 @dataclass(frozen=True)
 class Agreement:
-    """Coverage and agreement counts over (point, candidate) pairs."""
+    """Coverage and agreement counts over (point, candidate) pairs, with the coverage
+    honest intervals would have given (summed over the pairs)."""
 
     pairs: int
     covered: int
     agreed: int
+    honest_covered: float = 0.0  # the sum over the pairs of honest_coverage
 
     @property
     def coverage(self) -> float:
@@ -41,22 +49,52 @@ class Agreement:
         return self.covered / self.pairs if self.pairs else math.nan
 
     @property
+    def expected_coverage(self) -> float:
+        """The coverage honest intervals of these widths would give: the mean over the
+        pairs of honest_coverage."""
+        return self.honest_covered / self.pairs if self.pairs else math.nan
+
+    @property
     def agreement(self) -> float:
         """Share of pairs whose difference lies within the combined 95% interval."""
         return self.agreed / self.pairs if self.pairs else math.nan
+
+    @property
+    def agreement_interval(self) -> tuple[float, float]:
+        """The agreement's binomial 95% interval given the pair count (Wilson's score
+        interval, scipy.stats.binomtest): where honest intervals' 95% may fall."""
+        if not self.pairs:
+            return (math.nan, math.nan)
+        found = stats.binomtest(self.agreed, self.pairs).proportion_ci(0.95, method="wilson")
+        return (float(found.low), float(found.high))
+
+
+def honest_coverage(a: Ratio, b: Ratio) -> float:
+    """P(B's estimate lies inside A's 95% interval) were both estimates honest with their
+    stated sds: 2 Phi(1.96 / sqrt(1 + r^2)) - 1, r = sd(B) / sd(A) (the difference of two
+    independent normal errors has the root of their variances added)."""
+    a_sd, b_sd = a.log_sd, b.log_sd
+    if math.isinf(a_sd):
+        return 1.0  # an unbounded interval covers every estimate
+    apart = math.hypot(a_sd, b_sd)
+    if apart == 0:
+        return 1.0  # two exact estimates of one truth coincide
+    return float(2 * stats.norm.cdf(Z_LEVEL * a_sd / apart) - 1)
 
 
 def agreement(pairs: Iterable[tuple]) -> Agreement:
     """Coverage and agreement over (A's ratio, B's ratio) pairs (paired.Ratio each)."""
     count = covered = agreed = 0
+    honest = 0.0
     for a, b in pairs:
         if not (a.ratio > 0 and b.ratio > 0):
             continue  # a time of 0 in a hand-edited run: no ratio to judge
         count += 1
         covered += a.low <= b.ratio <= a.high
+        honest += honest_coverage(a, b)
         spread = math.hypot(a.log_sd, b.log_sd)
         agreed += abs(math.log(a.ratio) - math.log(b.ratio)) <= Z_LEVEL * spread
-    return Agreement(count, covered, agreed)
+    return Agreement(count, covered, agreed, honest)
 
 
 def candidate_pairs(a_points: Mapping, b_points: Mapping) -> list[tuple]:
@@ -79,9 +117,9 @@ class Captured:
     """The captured speedup and the points it rests on."""
 
     points: int
-    gained: float  # sum of log(native / choice) in B
-    available: float  # sum of log(native / best) in B
-    unmeasured: int  # points whose choice B did not measure (counted as no gain)
+    gained: float  # sum of log(native / choice) in the scoring run
+    available: float  # sum of log(native / best) in the scoring run
+    unmeasured: int  # points whose choice the scoring run did not measure (no gain)
 
     @property
     def share(self) -> float:
@@ -90,7 +128,8 @@ class Captured:
 
 
 def captured_speedup(choices: Iterable[tuple]) -> Captured:
-    """From (B's decision at a point, the judged choice as B names it) pairs."""
+    """From (the scoring run's decision at a point, the choice as that run names it)
+    pairs; the choices must come from other measurements than the scoring run's."""
     points = unmeasured = 0
     gained = available = 0.0
     for point, choice in choices:

@@ -3,15 +3,30 @@ table takes from them and in their measurements: the numbers ``osu-dl-bench comp
 reports.
 
 The decisions (the one way this suite judges a table): every point of RUN_B is decided as
-``tune`` decides it (selection.tune.run_decisions: paired ratios to clean native, tie
-sets, the stable rule, hysteresis). The choice judged is RUN_A's, decided the same way,
-or a tuning table's as the runtime selector takes it. Per point:
+``tune`` decides it (selection.tune.run_decisions with one selection.rule.DecisionRule:
+paired ratios to clean native, pooled across process counts, the expected-loss rule with
+compare's --risk and --indifference, hysteresis). The choice judged is RUN_A's, decided
+the same way, or a tuning table's as the runtime selector takes it. Per point:
 
-- stable: the choice lies in RUN_B's tie set (twins, variants whose chunk or segment size
-  has no effect at a size, count as one);
+- stable: the choice lies in RUN_B's tie set over all candidates, eligible or not
+  (PointDecision.equivalent: every candidate whose time over the fastest's has a 95%
+  interval starting at or below 1 + the rule's zone; twins, variants whose chunk or
+  segment size has no effect at a size, count as one). Counting only RUN_B's eligible
+  candidates would reward a table for copying RUN_B's caution;
 - regret: the choice's time over RUN_B's best (its lowest ratio), paired in RUN_B's data
   (selection.paired) with its 95% interval. A point whose interval starts above SLOWER is
-  a real miss; one whose interval straddles SLOWER cannot be told from it.
+  a real miss; one whose interval straddles SLOWER cannot be told from it. The mean
+  regret is the arithmetic mean of the ratio, as the mean performance penalty of
+  Pjesivac-Grbovic et al. ("Decision trees and MPI collective algorithm selection
+  problem", Euro-Par 2007: 2.08% for their C4.5 trees) is a mean of time over best;
+- slower than native: the choice's time over native's in RUN_B has a 95% interval that
+  starts above SLOWER.
+
+Captured speedup (selection.agreement.captured_speedup) scores choices on measurements
+they were not made from: RUN_B's choices scored on a referee run R decided the same way,
+or, without one, RUN_B's choices from its first launches scored on its later launches
+(where RUN_B has at least HELD_OUT_MIN). Its denominator, the scoring side's best, is the
+fastest of noisy estimates and so biased fast: the figure errs low on average.
 
 The measurements: every (buffer kind, dtype, op, collective, p, size, algorithm) point
 both runs measured, by its median over launches (clean native only: native beside another
@@ -47,6 +62,7 @@ from osu_dl_bench.selection.agreement import (
     missed_wins,
 )
 from osu_dl_bench.selection.paired import Ratio, identity, point_latency
+from osu_dl_bench.selection.rule import DEFAULT_RULE, DecisionRule
 from osu_dl_bench.selection.selector import Query, Selector, default_context
 from osu_dl_bench.selection.tune import PointDecision, clean_rows, run_decisions
 
@@ -59,6 +75,9 @@ MOVED = 1.05  # a shift beyond 5% either way counts as a move
 SLOWER = 1.05
 # Regret whose whole interval lies above this is a clear miss.
 REGRET_BOUND = 1.25
+# The launches a run needs for a held-out split: half of them decide, the rest score (at
+# least two each, so each half has a launch-to-launch variance of its own).
+HELD_OUT_MIN = 4
 
 
 def slower_by_interval(regret: Ratio) -> bool:
@@ -84,8 +103,15 @@ class Judged:
 
     @property
     def stable(self) -> bool:
-        """The choice lies in RUN_B's tie set."""
-        return self.choice is not None and self.choice in self.point.tie_set
+        """The choice lies in RUN_B's tie set over all candidates, eligible or not."""
+        return self.choice is not None and self.choice in self.point.equivalent
+
+    @property
+    def to_native(self) -> Ratio | None:
+        """The choice's time over native's in RUN_B (None: no native, or not measured)."""
+        if self.point.reference is None or self.regret is None:
+            return None
+        return self.point.candidates[self.choice].ratio
 
     @property
     def slower(self) -> bool:
@@ -151,10 +177,13 @@ def table_coverage(table: str, points: Iterable[PointDecision]) -> dict[str, int
     return counts
 
 
-def decided_points(run_dir: str) -> dict:
-    """A run's decisions as tune takes them; a run with none is refused with the reason
-    (every point left out, e.g. native measured only beside another backend)."""
-    decided, warn = run_decisions(run_dir)
+def decided_points(
+    run_dir: str, rule: DecisionRule = DEFAULT_RULE, launches: Iterable[int] = ()
+) -> dict:
+    """A run's decisions as tune takes them (from only ``launches``, where given); a run
+    with none is refused with the reason (every point left out, e.g. native measured only
+    beside another backend)."""
+    decided, warn = run_decisions(run_dir, rule=rule, launches=tuple(launches))
     if not decided:
         why = f": {warn[-1]}" if warn else ""
         raise UsageError(f"{run_dir}: no point could be decided as tune decides{why}")
@@ -176,10 +205,16 @@ def judge_decisions(
 
 
 def judged_points(
-    run_a: str, run_b: str, table: str | None = None, wanted: Iterable[int] = ()
+    run_a: str,
+    run_b: str,
+    table: str | None = None,
+    wanted: Iterable[int] = (),
+    rule: DecisionRule = DEFAULT_RULE,
 ) -> list[Judged]:
-    """Every point of RUN_B (of the wanted p), judged against RUN_A's or the table's choice."""
-    return judge_decisions(decided_points(run_a), decided_points(run_b), table, wanted)
+    """Every point of RUN_B (of the wanted p), judged against RUN_A's or the table's choice,
+    both runs decided by ``rule``."""
+    decided_a, decided_b = decided_points(run_a, rule), decided_points(run_b, rule)
+    return judge_decisions(decided_a, decided_b, table, wanted)
 
 
 def _order(item: tuple) -> tuple:
@@ -203,13 +238,15 @@ class Figures:
     points: int  # points with a choice to judge
     stable: int
     regrets: tuple[Ratio, ...]  # of every point whose choice RUN_B measured
+    to_native: tuple[Ratio, ...] = ()  # the choice over native, where RUN_B measured both
 
     @classmethod
     def of(cls, judged: Iterable[Judged]) -> Figures:
         """The figures of these points (those the judged side has no choice for left out)."""
         known = [j for j in judged if j.choice is not None]
         regrets = tuple(j.regret for j in known if j.regret is not None)
-        return cls(len(known), sum(j.stable for j in known), regrets)
+        to_native = tuple(j.to_native for j in known if j.to_native is not None)
+        return cls(len(known), sum(j.stable for j in known), regrets, to_native)
 
     @property
     def stability(self) -> float:
@@ -220,6 +257,12 @@ class Figures:
     def median_regret(self) -> float:
         """Median over the points of the choice's time over RUN_B's best."""
         return statistics.median(r.ratio for r in self.regrets) if self.regrets else math.nan
+
+    @property
+    def mean_regret(self) -> float:
+        """Arithmetic mean over the points of the choice's time over RUN_B's best (the
+        mean performance penalty is this less 1)."""
+        return statistics.fmean(r.ratio for r in self.regrets) if self.regrets else math.nan
 
     @property
     def max_regret(self) -> float:
@@ -241,27 +284,101 @@ class Figures:
         """Points whose choice RUN_B did not measure."""
         return self.points - len(self.regrets)
 
+    @property
+    def slower_than_native(self) -> int:
+        """Points whose choice is more than SLOWER times native by its interval."""
+        return sum(map(slower_by_interval, self.to_native))
+
+    @property
+    def above_bound(self) -> int:
+        """Points whose regret interval lies wholly above REGRET_BOUND."""
+        return sum(r.low > REGRET_BOUND for r in self.regrets)
+
 
 @dataclass(frozen=True)
 class Evidence:
     """How RUN_A's intervals and the judged choices hold on RUN_B (selection.agreement)."""
 
     found: Agreement  # coverage and agreement of RUN_A's intervals by RUN_B's estimates
-    captured: Captured  # the captured speedup of the judged choices
     clear: int  # points where RUN_B's best is a clear win over native
     missed: int  # those of them where the choice is native
     above: int  # points whose regret interval lies wholly above REGRET_BOUND
 
 
 def evidence_of(decided_a: dict, judged: list[Judged]) -> Evidence:
-    """Coverage and agreement of RUN_A's intervals on RUN_B, the captured speedup and the
-    missed clear wins of the judged choices, and the points beyond REGRET_BOUND."""
+    """Coverage and agreement of RUN_A's intervals on RUN_B, the missed clear wins of the
+    judged choices, and the points beyond REGRET_BOUND."""
     b_points = {(j.point.key, j.point.size): j.point for j in judged}
     found = agreement(candidate_pairs(decided_a, b_points))
-    captured = captured_speedup((j.point, j.choice) for j in judged)
     clear, missed = missed_wins((j.point, j.choice) for j in judged)
-    above = sum(j.regret is not None and j.regret.low > REGRET_BOUND for j in judged)
-    return Evidence(found, captured, clear, missed, above)
+    return Evidence(found, clear, missed, Figures.of(judged).above_bound)
+
+
+# --- choices scored on other measurements -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scored:
+    """RUN_B's choices scored on measurements they were not made from (a referee run, or
+    RUN_B's held-out launches): what decided, what scored, and each point there."""
+
+    decided_on: str  # in words: 'RUN_B', or 'RUN_B's launches 1, 2'
+    scored_on: str  # 'the referee R', or 'RUN_B's launches 3, 4'
+    judged: tuple[Judged, ...]  # the scoring run's points with RUN_B's choices
+
+    def captured(self, wanted: Iterable[int] = ()) -> Captured:
+        """The captured speedup of the choices at the wanted p (empty: all)."""
+        return captured_speedup((j.point, j.choice) for j in self.at(wanted))
+
+    def at(self, wanted: Iterable[int] = ()) -> list[Judged]:
+        """The scored points at the wanted p (empty: all)."""
+        wanted = set(wanted)
+        return [j for j in self.judged if not wanted or j.point.key.nprocs in wanted]
+
+
+def launch_numbers(run_dir: str) -> list[int]:
+    """The launch numbers a run's usable rows hold, in order."""
+    return sorted(int(n) for n in _results(run_dir)["launch"].unique())
+
+
+def held_out_split(launches: list[int]) -> tuple[list[int], list[int]] | None:
+    """(the launches that decide, those that score): the earlier half (rounded up)
+    decides, the later scores, as a table meets the machine after its sweep; None with
+    fewer than HELD_OUT_MIN launches."""
+    if len(launches) < HELD_OUT_MIN:
+        return None
+    middle = math.ceil(len(launches) / 2)
+    return launches[:middle], launches[middle:]
+
+
+def _launch_words(run: str, launches: list[int]) -> str:
+    numbers = ", ".join(map(str, launches))
+    return f"{run}'s launches {numbers}"
+
+
+def scored_choices(
+    run_b: str,
+    referee: str | None = None,
+    wanted: Iterable[int] = (),
+    rule: DecisionRule = DEFAULT_RULE,
+) -> Scored | None:
+    """RUN_B's choices scored on the referee's decisions (the referee's points of the
+    wanted p where RUN_B has a choice), or without a referee on RUN_B's held-out launches;
+    None where RUN_B has fewer than HELD_OUT_MIN launches and no referee is given."""
+    if referee is not None:
+        decided, scoring = decided_points(run_b, rule), decided_points(referee, rule)
+        words = (run_b, f"the referee {referee}")
+    else:
+        split = held_out_split(launch_numbers(run_b))
+        if split is None:
+            return None
+        deciding, held_out = split
+        decided = decided_points(run_b, rule, deciding)
+        scoring = decided_points(run_b, rule, held_out)
+        words = (_launch_words(run_b, deciding), _launch_words(run_b, held_out))
+    # Only the points both sides measured: where RUN_B has no choice there is none to score.
+    judged = judge_decisions(decided, scoring, None, wanted)
+    return Scored(*words, tuple(j for j in judged if j.choice is not None))
 
 
 # --- measurements -------------------------------------------------------------------------

@@ -137,7 +137,9 @@ class Ratio:
     # 'curve' (the smoothed curve over sizes with the run's pooled launch variance),
     # 'point' (the point's own estimate with the pooled variance: too few sizes for a
     # curve), 'misfit' (the same, where the curve misses the point), 'heterogeneous'
-    # (its launches disagree beyond the pool: its own spread).
+    # (its launches disagree beyond the pool: its own spread), 'pooled' (a curve's,
+    # 'point' or 'misfit' estimate partially pooled with the same candidate's at the other
+    # process counts: selection.pooling).
     evidence: str = "paired"
     # The sd of the part of ln(ratio)'s error that every candidate's estimate at this point
     # shares (native's own launch drift): it cancels in a comparison of two candidates.

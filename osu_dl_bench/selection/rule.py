@@ -132,3 +132,18 @@ def exchange_value(mine: Ratio, theirs: Ratio, apart_sd: float) -> float:
 
 
 DEFAULT_RULE = DecisionRule()
+
+
+def rule_text(evidence: Mapping | None) -> str:
+    """A table's decision rule in words, from its header's evidence record (DecisionRule.
+    as_record); older tables say what they hold."""
+    if not evidence or "risk" not in evidence:
+        return "decision rule: not recorded in this table"
+    margin = float(evidence.get("slower_margin", SLOWER_MARGIN)) - 1
+    risk = f"risk {evidence['risk']} of a choice more than {margin:.0%} slower than native"
+    if "indifference" not in evidence:
+        return (
+            f"decision rule: the one before expected loss ({risk}; native whenever tied, else "
+            "the tie set's simplest variant)"
+        )
+    return f"decision rule: expected loss, {risk}, indifference zone {evidence['indifference']:.0%}"

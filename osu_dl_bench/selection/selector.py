@@ -49,6 +49,7 @@ from collectives.shape import JobShape
 from collectives.units import format_size, split_variant_texts
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.selection.names import FORCE_ENV
+from osu_dl_bench.selection.null_control import entry_lines
 from osu_dl_bench.selection.table import (
     Choice,
     Entry,
@@ -315,6 +316,8 @@ class Selector:
         evidence = _evidence(decision.entry, query.nbytes)
         if evidence:
             lines.append(f"  measured: {evidence}")
+        if decision.entry is not None and self.table is not None:
+            lines += [f"  {line}" for line in entry_lines(self.table.header, decision.entry.key)]
         lines.append(f"  => {decision.label} ({decision.variant.algorithm.backend})")
         return "\n".join(lines)
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from collectives.units import format_size
+from osu_dl_bench.selection.null_control import entry_lines
+from osu_dl_bench.selection.rule import rule_text
 from osu_dl_bench.selection.table import Entry, TuningTable, hosts_text
 
 
@@ -37,6 +39,7 @@ _EVIDENCE_NOTES = {
     "misfit": "this size alone (off the curve)",
     "heterogeneous": "launches disagree beyond the pool",
     "point": "this size alone",
+    "pooled": "pooled across process counts",
 }
 
 
@@ -114,14 +117,12 @@ def table_summary(table: TuningTable) -> str:
     ]
     evidence = head.get("evidence") or {}
     if evidence:
-        lines.append(
-            f"# risk: a candidate replaces native where P(more than "
-            f"{(evidence.get('slower_margin', 1.05) - 1) * 100:.0f}% slower) < "
-            f"{evidence.get('risk')}; the run's launch pools:"
-        )
+        lines.append(f"# {rule_text(evidence)}; the run's launch pools:")
         lines += [f"#   {line}" for line in evidence.get("summary") or []]
     for entry in table.entries:
         lines += ["", *entry_summary(entry)]
+        # How often the rule would have taken native's own copy for a win, in this entry.
+        lines += [f"   {line}" for line in entry_lines(head, entry.key)]
     return "\n".join(lines) + "\n"
 
 

@@ -39,22 +39,24 @@ import os
 import platform
 import statistics
 import sys
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from collectives import mpit
-from collectives.registry import parse_variant, twin_representatives
+from collectives.registry import NULL_CONTROL, NULL_CONTROLS, parse_variant, twin_representatives
 from collectives.units import format_size
 from osu_dl_bench import __version__
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import POINT_KEY, RunStore, collective_rows, round_values
 from osu_dl_bench.runtime.metadata import utc_now
 from osu_dl_bench.selection.estimate import Measured, entry_ratios, run_pool
-from osu_dl_bench.selection.evidence import LaunchPool, LaunchValues
+from osu_dl_bench.selection.evidence import LaunchPool
+from osu_dl_bench.selection.null_control import NULL_FIELD, entry_nulls, null_record
 from osu_dl_bench.selection.paired import (
     Ratio,
     Series,
@@ -63,6 +65,7 @@ from osu_dl_bench.selection.paired import (
     paired_ratio,
     quotient,
 )
+from osu_dl_bench.selection.pooling import pool_across_counts
 
 # RISK and SLOWER_MARGIN re-exported: their home is selection.rule.
 from osu_dl_bench.selection.rule import (  # noqa: F401
@@ -89,7 +92,10 @@ NOISE_RULE = (
     "shape, size band and pairing; a point whose own launches disagree beyond the pool "
     "has its band widened by its own excess spread); each candidate's log-ratio is "
     "smoothed over log2(size) by a penalised spline weighted by those variances (a point "
-    "the curve misses by 3 standard errors keeps its own estimate); 95% intervals are "
+    "the curve misses by 3 standard errors keeps its own estimate); each candidate's "
+    "estimate at a size is partially pooled with its estimates at the other process counts "
+    "of the collective and buffer kind (empirical Bayes: DerSimonian-Laird between-count "
+    "variance, posterior intervals); 95% intervals are "
     "Student's t on the log scale; a candidate may replace native only where the chance that "
     "it is more than 5% slower is at most the risk; the eligible one of lowest expected "
     "time (the lognormal mean) replaces native where its expected gain over native exceeds "
@@ -142,10 +148,16 @@ def clean_rows(
 
 
 def without_contaminated_native(frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` less the native rows of other backends' launches (outside CLEAN_GROUPS),
-    where native ran beside their threads."""
-    contaminated = (frame["algorithm"] == "native") & ~frame["group"].isin(CLEAN_GROUPS)
-    return frame[~contaminated]
+    """``frame`` less the native rows (its null control's in rounds too) of other backends'
+    launches (outside CLEAN_GROUPS), where native ran beside their threads."""
+    beside = frame["algorithm"].isin(["native", NULL_CONTROL])
+    return frame[~(beside & ~frame["group"].isin(CLEAN_GROUPS))]
+
+
+def without_null_controls(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` less the null control's rows: never a candidate (selection.null_control
+    reads them)."""
+    return frame[~frame["algorithm"].isin(NULL_CONTROLS)]
 
 
 def _most_common(series: pd.Series) -> Any:
@@ -450,6 +462,7 @@ EVIDENCE_WORDS = {
     "point": "from this size alone with the run's pooled launch variance",
     "misfit": "from this size alone: the curve over sizes misses it",
     "heterogeneous": "its launches disagree beyond the run's pool: band widened by them",
+    "pooled": "from its curve, partially pooled with its curves at the other process counts",
     "paired": "from this point's launches alone",
 }
 
@@ -565,18 +578,56 @@ def measured_entries(
     return measured
 
 
-def decide_entry(
-    points: list[MeasuredPoint],
+@dataclass(frozen=True)
+class RunEstimates:
+    """A run's measured points per entry, its launch pool, and every candidate's ratio
+    per point: from its curve over sizes alone (``curves``), and pooled across process
+    counts (``ratios``, what the rule decides on)."""
+
+    measured: Mapping[EntryKey, list[MeasuredPoint]]
+    pool: LaunchPool
+    curves: Mapping[EntryKey, list[dict[str, Ratio]]]
+    ratios: Mapping[EntryKey, list[dict[str, Ratio]]]
+
+
+def estimate_run(
+    rows: pd.DataFrame, warn: list[str], pool: LaunchPool | None = None
+) -> RunEstimates:
+    """A run's evidence from its usable rows (null controls left out: they are never
+    candidates): the launch pool (selection.evidence; ``pool``: one given instead, e.g.
+    stored from an earlier run), each candidate's curve over sizes (selection.estimate),
+    pooled across process counts (selection.pooling)."""
+    measured = measured_entries(without_null_controls(rows), warn)
+    if pool is None:
+        pool = run_pool(p.measured for points in measured.values() for p in points)
+    curves = {
+        key: entry_ratios([p.measured for p in points], pool) for key, points in measured.items()
+    }
+    return estimates_of(measured, pool, curves)
+
+
+def estimates_of(
+    measured: Mapping[EntryKey, list[MeasuredPoint]],
     pool: LaunchPool,
-    warn: list[str],
-    rule: DecisionRule = DEFAULT_RULE,
-    values: Sequence[Mapping[str, LaunchValues]] | None = None,
-) -> list[PointDecision]:
-    """One entry's decisions (by size, hysteresis applied) under a launch pool; ``values``:
-    each point's launch values when already known (estimate.point_values)."""
-    ratios = entry_ratios([p.measured for p in points], pool, values)
-    decided = [_decide(p, r, warn, rule) for p, r in zip(points, ratios, strict=True)]
-    return hysteresis(decided) if decided else []
+    curves: Mapping[EntryKey, list[dict[str, Ratio]]],
+) -> RunEstimates:
+    """A run's estimates from its entries' curves, pooled across process counts."""
+    sizes = {key: [p.measured.size for p in points] for key, points in measured.items()}
+    return RunEstimates(measured, pool, curves, pool_across_counts(curves, sizes))
+
+
+def decide_estimates(
+    estimates: RunEstimates, warn: list[str], rule: DecisionRule = DEFAULT_RULE
+) -> Decisions:
+    """Every entry's decisions from a run's estimates: the rule at each size, then
+    hysteresis."""
+    entries = {}
+    for key, points in estimates.measured.items():
+        ratios = estimates.ratios[key]
+        decided = [_decide(p, r, warn, rule) for p, r in zip(points, ratios, strict=True)]
+        if decided:
+            entries[key] = hysteresis(decided)
+    return Decisions(entries, estimates.pool)
 
 
 def decide_run(
@@ -585,19 +636,9 @@ def decide_run(
     rule: DecisionRule = DEFAULT_RULE,
     pool: LaunchPool | None = None,
 ) -> Decisions:
-    """Every entry's decisions from a run's usable rows: the run's launch pool first
-    (selection.evidence; ``pool``: one given instead, e.g. stored from an earlier run),
-    then each candidate's curve over sizes (selection.estimate), then the rule at each
-    size, then hysteresis."""
-    measured = measured_entries(rows, warn)
-    if pool is None:
-        pool = run_pool(p.measured for points in measured.values() for p in points)
-    entries = {}
-    for key, points in measured.items():
-        decided = decide_entry(points, pool, warn, rule)
-        if decided:
-            entries[key] = decided
-    return Decisions(entries, pool)
+    """Every entry's decisions from a run's usable rows: its estimates (estimate_run,
+    under ``pool`` where one is given), then the rule at each size, then hysteresis."""
+    return decide_estimates(estimate_run(rows, warn, pool), warn, rule)
 
 
 def build_entries(decisions: Decisions) -> tuple[Entry, ...]:
@@ -627,20 +668,69 @@ def run_decisions(
     dtype: str | None = None,
     op: str | None = None,
     rule: DecisionRule = DEFAULT_RULE,
+    launches: Collection[int] = (),
 ) -> tuple[dict[tuple[EntryKey, int], PointDecision], list[str]]:
     """Every point's decision in a run directory, keyed by (entry key, size), as ``tune``
-    takes them; and warnings about what was left out."""
-    rows, warn = decision_rows(run_dir, dtype, op)
+    takes them (from only the given launch numbers, where some are given: compare's
+    held-out split); and warnings about what was left out."""
+    rows, warn = decision_rows(run_dir, dtype, op, launches)
     return decide_run(rows, warn, rule).by_point(), warn
 
 
 def decision_rows(
-    run_dir: str | os.PathLike, dtype: str | None = None, op: str | None = None
+    run_dir: str | os.PathLike,
+    dtype: str | None = None,
+    op: str | None = None,
+    launches: Collection[int] = (),
 ) -> tuple[pd.DataFrame, list[str]]:
-    """The rows of a run directory the decisions rest on, and warnings about the rest."""
+    """The rows of a run directory the decisions rest on (of the given launches only,
+    where some are given), and warnings about the rest."""
     _, frame, warn = _read_run(run_dir)
+    if launches:
+        frame = frame[frame["launch"].isin(list(launches))]
     rows, _, _ = select_rows(without_library_candidates(usable_rows(frame)), dtype, op)
     return rows, warn
+
+
+def null_series(rows: pd.DataFrame) -> dict[EntryKey, dict[tuple[int, str], Series]]:
+    """The null controls' series by entry, then (size, label), from a run's usable rows
+    (the copy in rounds only from the clean groups, as native)."""
+    nulls = without_contaminated_native(rows)
+    nulls = nulls[nulls["algorithm"].isin(NULL_CONTROLS)]
+    return {
+        key: {
+            (int(size), str(label)): _series(group)
+            for (size, label), group in entry.groupby(["size_bytes", "algorithm"], sort=True)
+        }
+        for key, entry in _entry_groups(nulls)
+    }
+
+
+def decision_nulls(
+    rows: pd.DataFrame, decisions: Decisions, rule: DecisionRule = DEFAULT_RULE
+) -> list:
+    """Every entry's null control figures (selection.null_control), judged by the rule
+    on the run's own pool ([] for runs without a null)."""
+    series = null_series(rows)
+    decide = partial(decide_candidates, rule=rule)
+    return [
+        figures
+        for key, points in decisions.entries.items()
+        if key in series
+        for figures in entry_nulls(key, points, series[key], decisions.pool, decide)
+    ]
+
+
+def run_nulls(
+    run_dir: str | os.PathLike,
+    dtype: str | None = None,
+    op: str | None = None,
+    rule: DecisionRule = DEFAULT_RULE,
+) -> list:
+    """A run directory's null control figures, as ``tune`` reports them."""
+    _, frame, warn = _read_run(run_dir)
+    rows, _, _ = select_rows(without_library_candidates(usable_rows(frame)), dtype, op)
+    return decision_nulls(rows, decide_run(rows, warn, rule), rule)
 
 
 def evidence_record(pool: LaunchPool, rule: DecisionRule) -> dict[str, Any]:
@@ -735,6 +825,9 @@ def table_and_pool(
         provenance(Path(run_dir), metadata),
     )
     header[EVIDENCE] = evidence_record(decisions.pool, rule)
+    nulls = decision_nulls(rows, decisions, rule)
+    if nulls:
+        header[NULL_FIELD] = null_record(nulls, rule)
     library = library_tuning(rows, _first_found(metadata, "mpi_library"), warn, rule)
     if library is not None:
         header[LIBRARY_TUNING] = library

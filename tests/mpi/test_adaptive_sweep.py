@@ -8,6 +8,7 @@ import sys
 import pandas as pd
 from mpirun import mpi_env, run_with_timeout
 
+from collectives.registry import NULL_CONTROL
 from osu_dl_bench.measurement.store import RunStore
 
 BASE = ["--np", "2", "--collectives", "allreduce", "-m", "8:64", "--no-calibration"]
@@ -35,6 +36,7 @@ def test_a_focused_launch_measures_exactly_its_focus_and_skips_native_alone(tmp_
     assert got == [(16, "native"), (16, "recursive_doubling")]
     assert set(rows[rows["launch"] == 1]["algorithm"]) == {
         "native",
+        NULL_CONTROL,
         "ring:seg=0",
         "recursive_doubling",
         "reduce_bcast",
@@ -50,7 +52,7 @@ def test_adaptive_screens_once_stores_its_pool_and_a_second_sweep_screens_with_i
     assert "launch-variance pool stored in" in done.stdout
     rows = RunStore(run).load()
     measured = [_measured(rows, k) for k in (1, 2)]
-    assert measured[0] == measured[1] and len(measured[0]) == 16  # 4 sizes x 4 candidates
+    assert measured[0] == measured[1] and len(measured[0]) == 20  # 4 sizes x 5 (null incl.)
     _focused_as_recorded(run, rows, max_launch=4)
     again = tmp_path / "again"
     done = _sweep([*args, "-o", str(again)], timeout=400, cache=cache)
@@ -59,7 +61,7 @@ def test_adaptive_screens_once_stores_its_pool_and_a_second_sweep_screens_with_i
     rows = RunStore(again).load()
     # A second launch only where a point was open after the first: never everywhere.
     at = [_measured(rows, k) for k in (1, 2)]
-    assert len(at[0]) == 16 and len(at[1]) < 16
+    assert len(at[0]) == 20 and len(at[1]) < 20
     _focused_as_recorded(again, rows, max_launch=4)
 
 

@@ -11,6 +11,8 @@ import sys
 import pytest
 from mpirun import mpi_env, run_with_timeout
 
+from collectives.registry import NULL_CONTROL, NULL_CONTROL_APART
+from osu_dl_bench.jobs.plan import NULL_GROUP
 from osu_dl_bench.measurement.store import RunStore, round_values
 
 pytest.importorskip("torch")  # gloo comes with torch
@@ -37,10 +39,16 @@ def test_gloo_is_measured_only_in_its_own_launches_with_native_beside_it(runs):
     frame = frame[frame["state"] != "remeasured"]
     by_group = frame.groupby(["group", "algorithm"])["launch"].apply(sorted).to_dict()
     sizes = frame["size_bytes"].nunique()
+    every = [1] * sizes + [2] * sizes
+    # The null control beside native in rounds, and apart in launches of its own: gloo is
+    # compared with native across launches, so its null counterpart is too.
     assert by_group == {
-        ("gloo", "gloo"): [1] * sizes + [2] * sizes,
-        ("gloo", "native"): [1] * sizes + [2] * sizes,
-        ("mpi", "native"): [1] * sizes + [2] * sizes,
+        ("gloo", "gloo"): every,
+        ("gloo", "native"): every,
+        ("gloo", NULL_CONTROL): every,
+        ("mpi", "native"): every,
+        ("mpi", NULL_CONTROL): every,
+        (NULL_GROUP, NULL_CONTROL_APART): every,
     }
 
 
@@ -59,7 +67,7 @@ def test_each_row_keeps_its_rounds_and_the_machine_state_of_each_round(runs):
 def test_the_mpi_librarys_launches_never_start_gloos_threads(runs):
     (_, both), (_, alone) = runs
     launches = both["jobs"]["2"]["launches"]
-    assert sorted(launches) == ["1/gloo", "1/mpi", "2/gloo", "2/mpi"]
+    assert sorted(launches) == ["1/gloo", "1/mpi", "1/null", "2/gloo", "2/mpi", "2/null"]
     clean = alone["jobs"]["2"]["launches"]["1/mpi"]["threads"]
     assert [launches[k]["threads"] for k in ("1/mpi", "2/mpi")] == [clean, clean]
     assert all(launches[k]["threads"] > clean for k in ("1/gloo", "2/gloo")), launches
@@ -68,5 +76,6 @@ def test_the_mpi_librarys_launches_never_start_gloos_threads(runs):
 def test_the_order_of_the_launches_is_recorded(runs):
     (_, both), _ = runs
     (order,) = both["launch_orders"]
-    assert sorted(order["order"]) == ["p2 1/gloo", "p2 1/mpi", "p2 2/gloo", "p2 2/mpi"]
-    assert [entry.split()[1][0] for entry in order["order"]] == ["1", "1", "2", "2"]
+    groups = ("gloo", "mpi", "null")
+    assert sorted(order["order"]) == [f"p2 {k}/{g}" for k in (1, 2) for g in groups]
+    assert [entry.split()[1][0] for entry in order["order"]] == ["1"] * 3 + ["2"] * 3

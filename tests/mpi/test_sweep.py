@@ -25,9 +25,9 @@ from support.sweep import (
     stored_rows,
 )
 
-from collectives.registry import parse_variant
+from collectives.registry import NULL_CONTROL, parse_variant
 from osu_dl_bench.jobs.orchestrate import follow_job
-from osu_dl_bench.jobs.plan import variants_for
+from osu_dl_bench.jobs.plan import NULL_GROUP, variants_for
 from osu_dl_bench.jobs.progress import Progress, encode_event
 from osu_dl_bench.measurement.schedule import (
     MIN_ROUNDS,
@@ -108,10 +108,13 @@ def test_orchestrated_sweep_stores_every_eligible_variant(full_run):
     groups = frame.groupby("nprocs")["group"].nunique()
     # 2 collectives x 7 sizes per process count and isolation group, and any re-measurement
     assert done and done[1] == done[2] and int(done[1]) >= 14 * groups.sum(), last
-    # native runs beside every backend: one row per point in each group
-    native = frame[(frame["algorithm"] == "native") & (frame["state"] != "remeasured")]
-    per_point = native.groupby(["nprocs", "collective", "size_bytes"]).size()
-    assert all(count == groups[key[0]] for key, count in per_point.items()), per_point
+    # native and its null control run beside every backend: one row per point in each
+    # group but the null group's, which times the null control apart alone
+    beside = frame[frame["group"] != NULL_GROUP].groupby("nprocs")["group"].nunique()
+    for label in ("native", NULL_CONTROL):
+        mine = frame[(frame["algorithm"] == label) & (frame["state"] != "remeasured")]
+        per_point = mine.groupby(["nprocs", "collective", "size_bytes"]).size()
+        assert all(count == beside[key[0]] for key, count in per_point.items()), per_point
 
 
 def test_each_launch_of_the_mpi_group_calibrates_the_model_in_place(full_run):
@@ -354,10 +357,11 @@ def test_inside_sweeps_smaller_counts_on_the_first_ranks(tmp_path):
     frame = RunStore(run_dir).load()
     assert sorted(set(stored_rows(frame))) == sorted(
         {
-            (p, c, "native", s)
+            (p, c, label, s)
             for p in (1, 3)
             for c in ("allreduce", "bcast")
             for s in (8, 16, 32, 64)
+            for label in ("native", NULL_CONTROL)  # the null control, beside native
         }
     )
     meta = json.loads((run_dir / "metadata.json").read_text())

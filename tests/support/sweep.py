@@ -9,9 +9,10 @@ import pandas as pd
 from collectives import SPECS, CallContext, distinct_variants
 from collectives.dtypes import element_type
 from collectives.ops import reduce_op
+from collectives.registry import NULL_CONTROL_APART
 from osu_dl_bench.cli import build_parser
 from osu_dl_bench.commands.sweep_cli import config_from_args
-from osu_dl_bench.jobs.plan import variants_for
+from osu_dl_bench.jobs.plan import NULL_GROUP, variants_for, with_null_controls
 from osu_dl_bench.measurement.store import (
     REQUIRED_FIELDS,
     RunStore,
@@ -25,21 +26,29 @@ def one_host_context(p: int, collective: str) -> CallContext:
     return CallContext(p, element_type("float32"), op, "cpu", 1, p)
 
 
-def expected_rows(nprocs_list, collectives, sizes, algorithm_texts=("all",)) -> set[tuple]:
+def expected_rows(
+    nprocs_list, collectives, sizes, algorithm_texts=("all",), null: bool = True
+) -> set[tuple]:
     """(p, collective, algorithm, size) of every eligible registered variant, one host,
-    less twins (float32: a size of s bytes is s // 4 elements)."""
+    less twins (float32: a size of s bytes is s // 4 elements), with native's null
+    controls (``null``: a sweep without --no-null)."""
     rows = set()
     for p in nprocs_list:
         for coll in collectives:
             ctx = one_host_context(p, coll)
             eligible = [
                 v
-                for v in variants_for(coll, list(algorithm_texts))
+                for v in planned(variants_for(coll, list(algorithm_texts)), null)
                 if v.ineligible_reason(ctx) is None
             ]
             for s in sizes:
                 rows |= {(p, coll, v.label, s) for v in distinct_variants(eligible, p, s // 4, 4)}
     return rows
+
+
+def planned(variants: list, null: bool) -> list:
+    """The variants a sweep plans: with the null controls unless --no-null."""
+    return with_null_controls(variants) if null else variants
 
 
 def difference(got: set, want: set) -> str:
@@ -52,7 +61,8 @@ def stored_rows(frame: pd.DataFrame) -> list[tuple]:
     group (native beside another backend, and re-measurements of an outlying state, are
     extra rows by design)."""
     cols = ["nprocs", "collective", "algorithm", "size_bytes"]
-    own = frame[(frame["group"] == frame["backend"]) & (frame["state"] != "remeasured")]
+    apart = (frame["algorithm"] == NULL_CONTROL_APART) & (frame["group"] == NULL_GROUP)
+    own = frame[((frame["group"] == frame["backend"]) | apart) & (frame["state"] != "remeasured")]
     return [tuple(r) for r in own[cols].itertuples(index=False)]
 
 

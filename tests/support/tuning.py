@@ -17,7 +17,7 @@ import numpy as np
 
 from collectives import SPECS, Algorithm, algorithms
 from collectives import registry as _registry
-from collectives.registry import parse_variant
+from collectives.registry import NULL_CONTROLS, null_control, parse_variant
 from osu_dl_bench.measurement.store import RunStore, SweepPoint, format_rounds
 from osu_dl_bench.selection.paired import Ratio, Series, launch_of
 from osu_dl_bench.selection.table import Choice, Entry, EntryKey, SizeRange, TuningTable
@@ -95,8 +95,13 @@ def point(
     validation: str | None = "pass",
     device: str = "cpu",
 ) -> SweepPoint:
-    """One point; ``spread`` = q3 - q1, centred on the median."""
-    variant = parse_variant(collective, name)
+    """One point; ``spread`` = q3 - q1, centred on the median (``name`` may be a null
+    control's label: native's variant under it)."""
+    variant = (
+        null_control(parse_variant(collective, "native"), name)
+        if name in NULL_CONTROLS
+        else parse_variant(collective, name)
+    )
     spec = SPECS[collective]
     seconds = median * 1e-6
     algbw = size / seconds / 1e9
@@ -252,13 +257,20 @@ def decision(size: int, ratios: dict, collective: str = "allreduce", nprocs: int
     return decide_candidates(key, size, max(size // 4, 1), candidates, "native")
 
 
-def launch_run(path: Path, plan: dict, nprocs: int = 2, seed: int = 0, collective="allreduce"):
+def launch_run(
+    path: Path,
+    plan: dict,
+    nprocs: int = 2,
+    seed: int = 0,
+    collective="allreduce",
+    launches: int = 3,
+):
     """A multi-launch run directory: at each size of ``plan`` ({size: {name: factor or
-    per-launch factors}}), clean native on shared machine states (3 launches x 20 rounds)
-    and each candidate paired with it in the mpi group."""
+    per-launch factors}}), clean native on shared machine states (``launches`` launches x
+    20 rounds) and each candidate paired with it in the mpi group."""
     rows = []
     for offset, (size, candidates) in enumerate(sorted(plan.items())):
-        states = machine_states(launches=3, rounds=20, seed=seed + offset)
+        states = machine_states(launches=launches, rounds=20, seed=seed + offset)
         rows += launch_rows(collective, "native", size, states, nprocs=nprocs)
         for number, (name, factors) in enumerate(candidates.items(), start=1):
             times = scaled(states, factors, seed=seed + 100 * offset + number)

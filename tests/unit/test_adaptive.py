@@ -11,6 +11,7 @@ import pytest
 from scipy import stats
 from support.sweep import sweep_config
 
+from collectives.registry import NULL_CONTROLS
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.plan import Done
 from osu_dl_bench.measurement.store import POINT_KEY, RunStore
@@ -111,7 +112,7 @@ def test_a_tie_with_native_settles_once_the_choice_may_lose_below_one_percent(sd
     assert (found is None) == settled
     if found is not None:
         assert found.loss == pytest.approx(expected, rel=1e-3)
-        assert found.labels == ("native", "recursive_doubling")
+        assert found.labels == ("native", *NULL_CONTROLS, "recursive_doubling")
         assert "the choice may still lose 1.6% of native's time (settled below 1%)" in (
             found.reason
         )

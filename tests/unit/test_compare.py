@@ -15,6 +15,7 @@ from osu_dl_bench.commands.compare_cli import config_from_args
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.selection import build_table
 from osu_dl_bench.selection.comparison import paired_points
+from osu_dl_bench.selection.rule import DEFAULT_RULE
 
 pytestmark = pytest.mark.usefixtures("registered")
 
@@ -26,7 +27,13 @@ def _config(*argv):
 def test_the_options_make_a_frozen_config_that_keeps_nprocs_as_given(tmp_path):
     cfg = _config("a", "b", "--np", "4,2-3", "--table", "t.json", "--out", str(tmp_path / "r"))
     assert (cfg.run_a, cfg.run_b, cfg.table, cfg.nprocs) == ("a", "b", "t.json", (2, 3, 4))
-    assert compare.command_line(cfg)[2:] == ["a", "b", "--table", "t.json", "--nprocs", "4,2-3"]
+    assert compare.command_line(cfg)[2:8] == ["a", "b", "--table", "t.json", "--nprocs", "4,2-3"]
+    assert compare.command_line(_config("a", "b", "--referee", "r"))[2:6] == [
+        "a",
+        "b",
+        "--referee",
+        "r",
+    ]
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.nprocs = ()
     assert _config("a", "b").nprocs == ()
@@ -37,13 +44,16 @@ def test_a_bad_nprocs_or_out_is_refused_when_the_options_are_parsed(tmp_path):
         _config("a", "b", "--nprocs", "0")
     with pytest.raises(UsageError, match="--out"):
         _config("a", "b", "--out", str(tmp_path))  # a directory, not a file
+    with pytest.raises(UsageError, match="--referee b/: the same run as RUN_B"):
+        _config("a", "b", "--referee", "b/")
 
 
 def test_the_figures_print_facts_without_verdicts():
     good = figures(20, [(1.0, 1.0, 1.0)] * 19 + [(1.08, 1.04, 1.12)])  # straddles 1.05
     assert compare.figures_text("p=2", good) == (
         "# p=2: stability 100.0%, points more than 5% slower by the interval 0, "
-        "median regret 1.000, max 1.080"
+        "median regret 1.000, max 1.080, mean 1.004; choices more than 5% slower than "
+        "native by the interval: 0 of 0 points (-)"
     )
     missed = figures(20, [(1.0, 1.0, 1.0)] * 19 + [(1.08, 1.06, 1.1)])
     assert "interval 1," in compare.figures_text("x", missed)
@@ -101,10 +111,39 @@ def test_compare_prints_both_reports_and_writes_them(tmp_path):
     row = next(line for line in lines if line.startswith("allreduce cpu p=2"))
     assert row.split()[3:5] == ["12", "100.0%"]  # 12 sizes, every choice in B's tie set
     assert any(line.startswith("# p=2: stability 100.0%") for line in lines)
+    assert any("Euro-Par 2007) report a 2.08% mean performance penalty" in x for x in lines)
+    # one launch per run: no held-out split, and no referee given
+    assert f"# captured speedup: not given: {b} has 1 launches" in res.stdout
     shifts = lines.index(f"# {a} against {b}: 72 points measured by both")
     p2 = lines[shifts + 2].split()
     assert p2[:2] == ["2", "72"] and 39.5 < float(p2[2].rstrip("%")) < 41.5  # ln 1.5 = 40.5%
-    assert out.read_text() == f"# command: osu-dl-bench {' '.join(argv[:-2])}\n{res.stdout}"
+    rule = f"--risk {DEFAULT_RULE.risk} --indifference {DEFAULT_RULE.indifference}"
+    command = f"osu-dl-bench {' '.join(argv[:-2])} {rule}"
+    assert out.read_text() == f"# command: {command}\n{res.stdout}"
+
+
+def test_the_report_scores_b_choices_on_the_referee_and_prints_agreement_beside_honesty(
+    tmp_path, capsys
+):
+    plan = {1 << 20: {"recursive_doubling": 0.6, "rabenseifner": 0.9}}
+    a, b = launch_run(tmp_path / "a", plan), launch_run(tmp_path / "b", plan, seed=5)
+    r = launch_run(tmp_path / "r", {1 << 20: {"recursive_doubling": 0.9, "rabenseifner": 0.6}})
+    assert main(["compare", str(a), str(b), "--referee", str(r)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f"# captured speedup: the choices decided on {b}, scored on the referee {r}," in (
+        "\n".join(lines)
+    )
+    scored = next(line for line in lines if line.startswith("# all: captured speedup"))
+    assert scored.startswith("# all: captured speedup 20.") and "over 1 points" in scored
+    assert "regret mean 1.49" in scored and "above 1.25: 1 points" in scored
+    agreed = next(line for line in lines if line.startswith("# all: agreement within"))
+    assert "(point, candidate) pairs (binomial 95% CI " in agreed
+    assert "honest intervals of these widths: " in agreed
+    # without the referee, B's three launches are too few to hold some out
+    assert main(["compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert f"# captured speedup: not given: {b} has 3 launches, a held-out split needs 4" in out
+    assert "# all: captured speedup" not in out
 
 
 def test_runs_without_results_or_shared_points_are_refused(tmp_path, capsys):
@@ -113,6 +152,8 @@ def test_runs_without_results_or_shared_points_are_refused(tmp_path, capsys):
     assert "none: no results.csv (expected a sweep's run directory)" in capsys.readouterr().err
     assert main(["compare", str(a), str(b), "--nprocs", "3"]) == 2
     assert "share no measured point" in capsys.readouterr().err
+    assert main(["compare", str(a), str(b), "--referee", str(tmp_path / "none")]) == 2
+    assert "none: no results.csv: not a sweep run directory" in capsys.readouterr().err
 
 
 def test_a_table_for_other_process_counts_is_said_to_judge_only_its_fallbacks(tmp_path, capsys):

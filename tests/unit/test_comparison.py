@@ -1,11 +1,15 @@
-"""selection.comparison: decision stability and regret of one run's (or a table's) choices
-on another run, shifts between two sweeps and one scored as the other's prediction, on
-hand-made medians and synthetic run directories."""
+"""selection.comparison: decision stability (over all candidates), regret (median, mean,
+max) and choices slower than native of one run's (or a table's) choices on another run,
+captured speedup of a run's choices scored on a referee or its held-out launches, shifts
+between two sweeps and one scored as the other's prediction, on hand-made medians and
+synthetic run directories."""
+
+import math
 
 import pandas as pd
 import pytest
 from support.comparison import figures, medians, shifted_medians
-from support.tuning import label, launch_run, make_entry, make_table
+from support.tuning import decision, label, launch_run, make_entry, make_table
 
 from osu_dl_bench.selection import comparison
 
@@ -84,3 +88,87 @@ def test_a_table_is_judged_by_the_selectors_choice_and_twins_count_as_one(tmp_pa
     (judged,) = comparison.judged_points(str(b), str(b), str(table))
     assert judged.choice == ring_1m != ring_0 and judged.stable
     assert judged.regret.ratio == 1.0
+
+
+def test_stability_counts_the_tie_set_over_all_candidates_not_only_the_eligible():
+    # ring in B: 0.7x native, but too uncertain to be eligible (P(> 5% slower) > the risk):
+    # B keeps native, and ring cannot be told from the fastest: a choice of ring is stable.
+    point = decision(1 << 20, {"ring:seg=0": (0.7, 0.3, 2.5)})
+    assert point.tie_set == ("native",) and set(point.equivalent) == {"native", "ring:seg=0"}
+    judged = comparison.judge(point, "ring:seg=0")
+    assert judged.stable
+    assert comparison.Figures.of([judged]).stability == 1.0
+    # a clear win over native: keeping native is not stable
+    clear = decision(1 << 20, {"ring:seg=0": (0.5, 0.45, 0.55)})
+    assert not comparison.judge(clear, "native").stable
+
+
+def test_the_mean_regret_is_the_arithmetic_mean_of_the_ratio():
+    found = figures(3, [(1.0, 1.0, 1.0), (1.0, 1.0, 1.0), (1.06, 1.0, 1.12)])
+    assert found.mean_regret == pytest.approx(1.02)
+    assert found.median_regret == 1.0
+    assert figures(0, []).mean_regret != figures(0, []).mean_regret  # NaN: no regret
+
+
+def test_a_choice_slower_than_native_is_counted_by_its_interval():
+    point = decision(4096, {"ring:seg=0": (1.2, 1.1, 1.3), "rabenseifner": (1.08, 0.9, 1.3)})
+    slow, unclear, native = (
+        comparison.judge(point, name) for name in ("ring:seg=0", "rabenseifner", "native")
+    )
+    found = comparison.Figures.of([slow, unclear, native])
+    assert found.slower_than_native == 1 and len(found.to_native) == 3
+    assert comparison.Figures.of([comparison.judge(point, "gloo")]).to_native == ()
+
+
+def test_captured_speedup_scores_b_choices_on_a_referee_run(tmp_path):
+    b = launch_run(tmp_path / "b", {1 << 20: {"recursive_doubling": 0.6, "rabenseifner": 0.9}})
+    # R also measured 4 MiB, which B did not: no choice of B's to score there
+    r = launch_run(
+        tmp_path / "r",
+        {
+            1 << 20: {"recursive_doubling": 0.9, "rabenseifner": 0.6},
+            1 << 22: {"recursive_doubling": 0.5},
+        },
+    )
+    scored = comparison.scored_choices(str(b), str(r))
+    assert scored.decided_on == str(b) and scored.scored_on == f"the referee {r}"
+    (judged,) = scored.judged
+    assert judged.choice == "recursive_doubling" and judged.point.best == "rabenseifner"
+    captured = scored.captured()
+    assert (captured.points, captured.unmeasured) == (1, 0)
+    assert captured.share == pytest.approx(math.log(0.9) / math.log(0.6), abs=0.05)
+    assert judged.regret.ratio == pytest.approx(1.5, rel=0.05)
+    # the same choices on a referee that agrees with B take the whole gain
+    same = launch_run(
+        tmp_path / "same", {1 << 20: {"recursive_doubling": 0.6, "rabenseifner": 0.9}}
+    )
+    assert comparison.scored_choices(str(b), str(same)).captured().share == pytest.approx(1.0)
+
+
+def test_without_a_referee_b_is_decided_on_its_first_launches_and_scored_on_the_rest(tmp_path):
+    # recursive_doubling wins the first two launches, rabenseifner the last two
+    plan = {
+        1 << 20: {"recursive_doubling": [0.6, 0.6, 0.9, 0.9], "rabenseifner": [0.9, 0.9, 0.6, 0.6]}
+    }
+    b = launch_run(tmp_path / "b", plan, launches=4)
+    assert comparison.launch_numbers(str(b)) == [1, 2, 3, 4]
+    scored = comparison.scored_choices(str(b))
+    assert (
+        scored.decided_on == f"{b}'s launches 1, 2" and scored.scored_on == f"{b}'s launches 3, 4"
+    )
+    (judged,) = scored.judged
+    assert judged.choice == "recursive_doubling" and judged.point.best == "rabenseifner"
+    assert scored.captured().share == pytest.approx(math.log(0.9) / math.log(0.6), abs=0.05)
+    # three launches cannot be split into two that decide and two that score
+    assert (
+        comparison.scored_choices(
+            str(launch_run(tmp_path / "b3", {1 << 20: {"recursive_doubling": 0.6}}))
+        )
+        is None
+    )
+
+
+def test_the_held_out_split_decides_on_the_earlier_half_rounded_up():
+    assert comparison.held_out_split([1, 2, 3]) is None
+    assert comparison.held_out_split([1, 2, 3, 4]) == ([1, 2], [3, 4])
+    assert comparison.held_out_split([1, 2, 3, 4, 5]) == ([1, 2, 3], [4, 5])

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import io
+import itertools
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -58,10 +60,22 @@ def test_the_iteration_count_grows_until_its_passes_reach_the_target():
     assert next_iteration_count(MAX_ITERATIONS, 0.0, 0.1) is None
 
 
-def test_rotation_gives_every_candidate_each_position():
-    orders = [rotation(r, 3) for r in range(3)]
-    assert orders == [[0, 1, 2], [1, 2, 0], [2, 0, 1]]
-    assert rotation(7, 1) == [0]
+@pytest.mark.parametrize("n", range(2, 13))
+def test_rotation_gives_every_candidate_each_position_and_each_predecessor_alike(n):
+    """A Williams design: over a cycle (n rounds, 2n for odd n) each candidate runs in
+    each position, and right after each other candidate, equally often."""
+    cycle = n if n % 2 == 0 else 2 * n
+    orders = [rotation(r, n) for r in range(cycle)]
+    assert all(sorted(order) == list(range(n)) for order in orders)
+    positions = Counter((j, c) for order in orders for j, c in enumerate(order))
+    assert set(positions.values()) == {cycle // n} and len(positions) == n * n
+    follows = Counter(pair for order in orders for pair in itertools.pairwise(order))
+    assert set(follows.values()) == {cycle // n} and len(follows) == n * (n - 1)
+    assert rotation(cycle + 1, n) == orders[1]  # the cycle repeats
+
+
+def test_rotation_of_one_candidate_or_none():
+    assert rotation(7, 1) == [0] and rotation(0, 0) == []
 
 
 def test_round_stats_follow_the_store_definition():

@@ -56,6 +56,8 @@ def test_compare_gives_the_shift_of_two_training_runs(tmp_path, capsys):
     assert all(line.split()[-2:] == ["0.0%", "0.0%"] for line in lines[-3:])
     assert main(["compare", str(a), str(b), "--table", str(tmp_path / "t.json")]) == 2
     assert "whose configurations no tuning table chooses" in capsys.readouterr().err
+    assert main(["compare", str(a), str(b), "--referee", str(tmp_path / "r")]) == 2
+    assert "--referee" in capsys.readouterr().err
 
 
 def test_a_sweep_merged_with_training_steps_is_tuned_on_its_collectives(tmp_path):

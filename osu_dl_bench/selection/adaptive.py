@@ -21,8 +21,8 @@ with a fraction of the measurements by choosing where to measure next.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
 
 import pandas as pd
 
@@ -30,13 +30,16 @@ from collectives.registry import NULL_CONTROLS
 from collectives.units import format_size
 from osu_dl_bench.selection.estimate import entry_ratios, point_values
 from osu_dl_bench.selection.evidence import LaunchPool, LaunchValues
+from osu_dl_bench.selection.null_control import NullFigures
 from osu_dl_bench.selection.paired import Ratio, quotient
 from osu_dl_bench.selection.rule import DEFAULT_RULE, DecisionRule, exchange_value
 from osu_dl_bench.selection.table import EntryKey
 from osu_dl_bench.selection.tune import (
+    Decisions,
     MeasuredPoint,
     PointDecision,
     decide_estimates,
+    decision_nulls,
     estimate_run,
     estimates_of,
     measured_entries,
@@ -57,6 +60,10 @@ class OpenPoint:
     decision: PointDecision
     loss: float  # what the choice may still lose, in native's time (loss_left)
     contenders: tuple[tuple[str, float], ...]  # (label, expected saving over the best)
+    # The null controls the rule would choose over native here ('native:null 0.93x
+    # [0.74-1.17]'): native's own copy looks faster, so the launches seen so far have not
+    # averaged the launch's shift out.
+    fooled: tuple[str, ...] = ()
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -78,6 +85,11 @@ class OpenPoint:
             f"best {point.best}; the choice may still lose {self.loss:.1%} of native's time "
             f"(settled below {SETTLED_LOSS:.0%}); contenders' expected saving over the best: "
             f"{savings or 'none beyond the best'}"
+            + (
+                f"; the rule would choose {', '.join(self.fooled)} over native"
+                if self.fooled
+                else ""
+            )
         )
 
 
@@ -96,12 +108,16 @@ def loss_left(point: PointDecision) -> float:
     return max(point.rule.expected_loss(ratios, point.chosen) - accepted, 0.0)
 
 
-def open_point(point: PointDecision, settled: float = SETTLED_LOSS) -> OpenPoint | None:
-    """The point's contenders, or None where the choice may lose less than ``settled``."""
+def open_point(
+    point: PointDecision, settled: float = SETTLED_LOSS, fooled: tuple[str, ...] = ()
+) -> OpenPoint | None:
+    """The point's contenders, or None where the choice may lose less than ``settled`` and
+    no null control (``fooled``: those the rule would choose over native) says that the
+    evidence still mistakes native for faster than itself."""
     if point.reference is None:
         return None
     loss = loss_left(point)
-    if loss < settled:  # NaN (nothing to judge by) stays open, as inf does
+    if loss < settled and not fooled:  # NaN (nothing to judge by) stays open, as inf does
         return None
     contenders = []
     for label in point.candidates:
@@ -111,12 +127,31 @@ def open_point(point: PointDecision, settled: float = SETTLED_LOSS) -> OpenPoint
         if saving >= CONTENDER_SHARE * settled:
             contenders.append((label, saving))
     contenders.sort(key=lambda item: (-item[1], item[0]))
-    return OpenPoint(point, loss, tuple(contenders))
+    return OpenPoint(point, loss, tuple(contenders), fooled)
 
 
-def open_points(points: Iterable[PointDecision], settled: float = SETTLED_LOSS) -> list[OpenPoint]:
-    """Every open point of a run's decisions."""
-    return [found for found in (open_point(p, settled) for p in points) if found is not None]
+def open_points(
+    points: Iterable[PointDecision],
+    settled: float = SETTLED_LOSS,
+    fooled: Mapping[tuple[EntryKey, int], tuple[str, ...]] | None = None,
+) -> list[OpenPoint]:
+    """Every open point of a run's decisions (``fooled``: per (entry key, size), the null
+    controls the rule would choose over native there)."""
+    fooled = fooled or {}
+    found = (open_point(p, settled, fooled.get((p.key, p.size), ())) for p in points)
+    return [point for point in found if point is not None]
+
+
+def fooled_points(figures: Iterable[NullFigures]) -> dict[tuple[EntryKey, int], tuple[str, ...]]:
+    """(entry key, size) -> the null controls chosen over native there, with their ratio."""
+    fooled: dict[tuple[EntryKey, int], tuple[str, ...]] = {}
+    for entry in figures:
+        for point in entry.points:
+            if point.chosen:
+                r = point.ratio
+                text = f"{entry.label} {r.ratio:.2f}x [{r.low:.2f}-{r.high:.2f}]"
+                fooled[(entry.key, point.size)] = (*fooled.get((entry.key, point.size), ()), text)
+    return fooled
 
 
 # (processes, collective, size): a point as an adaptive sweep's focus names it.
@@ -142,6 +177,7 @@ class AdaptiveDecisions:
     values: dict[tuple[EntryKey, int], dict[str, LaunchValues]]
     curves: dict[EntryKey, list[dict[str, Ratio]]]
     decisions: dict[tuple[EntryKey, int], PointDecision]
+    fooled: dict[tuple[EntryKey, int], tuple[str, ...]] = field(default_factory=dict)
 
     @classmethod
     def first(
@@ -159,12 +195,14 @@ class AdaptiveDecisions:
             for key, points in measured.items()
             for p in points
         }
-        decided = decide_estimates(estimates, warn, rule).by_point()
-        return cls(rule, estimates.pool, measured, values, dict(estimates.curves), decided)
+        decisions = decide_estimates(estimates, warn, rule)
+        fooled = fooled_points(decision_nulls(rows, decisions, rule))
+        curves = dict(estimates.curves)
+        return cls(rule, estimates.pool, measured, values, curves, decisions.by_point(), fooled)
 
     def open_points(self, settled: float = SETTLED_LOSS) -> list[OpenPoint]:
         """The points still open, by entry and size."""
-        return open_points(self.decisions.values(), settled)
+        return open_points(self.decisions.values(), settled, self.fooled)
 
     def redecide(self, rows: pd.DataFrame, names: Collection[PointName], warn: list[str]) -> int:
         """Read and decide again the points ``names`` (those a launch measured); how many."""
@@ -187,6 +225,18 @@ class AdaptiveDecisions:
             ratios = entry_ratios([p.measured for p in self.measured[key]], self.pool, values)
             self.curves[key] = ratios
         estimates = estimates_of(self.measured, self.pool, self.curves)
-        decided = decide_estimates(estimates, warn, self.rule).by_point()
+        decisions = decide_estimates(estimates, warn, self.rule)
+        decided = decisions.by_point()
         self.decisions.update({name: decided[name] for name in wanted if name in decided})
+        touched = {key for key, _ in wanted}
+        nulls = decision_nulls(
+            rows,
+            Decisions({k: v for k, v in decisions.entries.items() if k in touched}, self.pool),
+            self.rule,
+        )
+        fooled = fooled_points(nulls)
+        for name in wanted:
+            self.fooled.pop(name, None)
+            if name in fooled:
+                self.fooled[name] = fooled[name]
         return len(wanted)

@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 from support.sweep import sweep_config
 
-from collectives.registry import NULL_CONTROLS
+from collectives.registry import NULL_CONTROL, NULL_CONTROLS
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.plan import Done
 from osu_dl_bench.measurement.store import POINT_KEY, RunStore
@@ -20,6 +20,7 @@ from osu_dl_bench.selection.adaptive import (
     loss_left,
     open_point,
     open_points,
+    point_name,
 )
 from osu_dl_bench.selection.evidence import Component, LaunchPool
 from osu_dl_bench.selection.pools import PoolIdentity, pool_path, read_pool, write_pool
@@ -394,3 +395,24 @@ def test_a_resumed_run_whose_second_launch_measured_everything_decides_as_it_did
     assert not _second_launch_everywhere(SimpleNamespace(resume=False), store)
     store.write_focus(2, [(2, "allreduce", 8, "ring")], ["a focus"])
     assert not _second_launch_everywhere(resumed, store)
+
+
+@pytest.mark.parametrize(("null", "fooled"), [(0.85, True), (1.0, False)])
+def test_a_point_stays_open_while_the_rule_would_choose_native_s_null_control(
+    tmp_path, monkeypatch, null, fooled
+):
+    # recursive_doubling at 0.5x native settles every point; native's own copy measured
+    # 15% faster (a launch's shift not averaged out) keeps them open, and says why.
+    register_stand_ins(monkeypatch)
+    plan = {size: {"recursive_doubling": 0.5, NULL_CONTROL: null} for size in SIZES}
+    rows, warn = decision_rows(launch_run(tmp_path / "run", plan))
+    decided = AdaptiveDecisions.first(rows, warn)
+    assert all(p.chosen == "recursive_doubling" for p in decided.decisions.values())
+    opened = decided.open_points()
+    assert len(opened) == (len(SIZES) if fooled else 0)
+    if fooled:
+        assert f"the rule would choose {NULL_CONTROL} 0.8" in opened[0].reason
+        assert NULL_CONTROL in opened[0].labels
+        names = {point_name(p.decision) for p in opened[:2]}
+        assert decided.redecide(rows, names, warn) == 2
+        assert len(decided.open_points()) == len(SIZES)  # the same rows: still fooled

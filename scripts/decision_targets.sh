@@ -5,7 +5,8 @@
 #   A, B, R  three exhaustive sweeps at the defaults, each starting at least GAP_SECONDS
 #            after the previous one ended (Q1 and Q2 run in the gaps);
 #            A's table judged on B with R as the referee (captured speedup scored on R)
-#   D        an adaptive sweep (--adaptive 5): D's table judged on B, referee R
+#   D        an adaptive sweep (--adaptive 5), screened with the pool tune of A stored:
+#            D's table judged on B, referee R
 #   Q1, Q2   the quick start's sweep (p = 2, 4, --budget 0.5) twice; Q1's table on Q2
 #   old      the previous release's rule (OLD_REV) on the same sweeps, side by side
 #   df       A's table by the rule before honest degrees of freedom (DF_REV: df counted
@@ -109,7 +110,10 @@ for step in "${steps[@]}"; do
         B) after_gap A; timed B "${every[@]}" ;;
         Q2) timed Q2 "${quick[@]}" ;;
         R) after_gap B; timed R "${every[@]}" ;;
-        D) timed D "${every[@]}" --adaptive 5 ;;
+        # tune stores A's launch-variance pool: D screens with one launch, as a user's
+        # adaptive sweep after an earlier sweep of this machine does (sweep --adaptive).
+        D) "${odb[@]}" tune "$run/A" -o "$run/A-table.json" > /dev/null
+           timed D "${every[@]}" --adaptive 5 ;;
         judge) judge ;;
         *) echo "unknown step $step: expected A Q1 B Q2 R D judge" >&2; exit 2 ;;
     esac

@@ -9,6 +9,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from support import exports, tuning  # noqa: E402  (found through the path set above)
 
 
+@pytest.fixture(autouse=True)
+def own_cache(monkeypatch, tmp_path_factory):
+    """Launch-variance pools (selection.pools) go to a cache of the test's own, never the
+    user's: a test's pool must not steer a real sweep, nor a real one a test."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+
+
 @pytest.fixture
 def registered(monkeypatch):
     """Every algorithm the tuning tests name is registered (stand-ins removed afterwards)."""

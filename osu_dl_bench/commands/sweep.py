@@ -1,18 +1,23 @@
 """``osu-dl-bench sweep``: the entry point of every measurement campaign. A plain sweep is
 the jobs' orchestrator (jobs.orchestrate.run_sweep); ``--adaptive MAX`` measures every
-candidate in the first ``--launches`` launches, then adds launches up to MAX, each only at
-the points whose decision is still open (selection.adaptive), until none is."""
+candidate in one screening launch (``--launches`` of them), judged with a stored launch
+pool (selection.pools) or, without one, with a second launch over every candidate; then
+adds launches, each only at the points whose decision is still open (selection.adaptive),
+until none is or a point has had MAX launches."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import time
+from dataclasses import dataclass, field, replace
 
 from osu_dl_bench.jobs.orchestrate import run_sweep
-from osu_dl_bench.jobs.sweep_config import SweepConfig
-from osu_dl_bench.measurement.store import RunStore
-from osu_dl_bench.selection.adaptive import OpenPoint, open_points
+from osu_dl_bench.jobs.sweep_config import DEFAULT_LAUNCHES, SweepConfig
+from osu_dl_bench.measurement.store import POINT_KEY, RunStore
+from osu_dl_bench.selection.adaptive import AdaptiveDecisions, OpenPoint
+from osu_dl_bench.selection.evidence import LaunchPool
+from osu_dl_bench.selection.pools import PoolIdentity, read_pool, write_pool
 from osu_dl_bench.selection.rule import DEFAULT_RULE, DecisionRule
-from osu_dl_bench.selection.tune import run_decisions
+from osu_dl_bench.selection.tune import decision_rows
 
 
 def focus_of(opened: list[OpenPoint]) -> list[tuple]:
@@ -24,11 +29,36 @@ def focus_of(opened: list[OpenPoint]) -> list[tuple]:
     ]
 
 
-def extra_launch(cfg: SweepConfig, launch: int) -> SweepConfig:
-    """The sweep that measures launch ``launch`` of the focus: the run resumed with that
-    many launches, each with the first launches' seconds per point (the budget is shared
-    by the launches, so it grows with them)."""
-    return replace(cfg, launches=launch, resume=True, budget=cfg.budget * launch / cfg.launches)
+def launch_config(cfg: SweepConfig, launch: int) -> SweepConfig:
+    """The sweep that measures launch ``launch``: the run with that many launches, each
+    with the seconds per point one launch of a default sweep at --budget gets (a focused
+    launch spends each measured candidate's share of them)."""
+    per_launch = cfg.budget / DEFAULT_LAUNCHES
+    return replace(
+        cfg, launches=launch, resume=cfg.resume or launch > cfg.launches, budget=per_launch * launch
+    )
+
+
+@dataclass
+class Steps:
+    """The adaptive sweep's account: one line per step (points, candidates, wall time)."""
+
+    cfg: SweepConfig
+    code: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def run(self, launch: int, what: str) -> bool:
+        """Measure launch ``launch`` and say what it measured; whether to go on (exit code
+        1, wrong results stored and reported, goes on; anything else stops)."""
+        began = time.monotonic()
+        self.code = max(self.code, run_sweep(launch_config(self.cfg, launch)))
+        say(f"launch {launch}: {what}, {time.monotonic() - began:.0f} s")
+        return self.code in (0, 1)
+
+
+def say(text: str) -> None:
+    """One line of the adaptive sweep's account."""
+    print(f"# adaptive: {text}", flush=True)
 
 
 def sweep_rule(cfg: SweepConfig) -> DecisionRule:
@@ -37,40 +67,88 @@ def sweep_rule(cfg: SweepConfig) -> DecisionRule:
 
 
 def run_adaptive_sweep(cfg: SweepConfig) -> int:
-    """The first launches over every candidate, then focused launches while points are
-    open, up to cfg.adaptive launches in all; the exit code of the worst sweep."""
-    code = run_sweep(cfg)
-    if cfg.dry_run:  # the extra launches' focus comes from measurements none of it makes
-        print(
-            f"# adaptive: up to {cfg.adaptive - cfg.launches} more launches, each planned "
-            f"from what the first {cfg.launches} measure",
-            flush=True,
+    """The screening launch(es) over every candidate, then focused launches while points
+    are open, up to cfg.adaptive launches at any point; the exit code of the worst."""
+    if cfg.dry_run:  # the focused launches come from measurements none of it makes
+        code = run_sweep(launch_config(cfg, cfg.launches))
+        say(
+            f"{cfg.launches} launch(es) over every candidate, then up to "
+            f"{cfg.adaptive - cfg.launches} more, each planned from what the first measure"
         )
         return code
+    steps = Steps(cfg)
+    if not steps.run(cfg.launches, "every candidate at every point (screening)"):
+        return steps.code
     store = RunStore(cfg.output)
-    for launch in range(cfg.launches + 1, cfg.adaptive + 1):
-        if code not in (0, 1):  # 1: wrong results, stored and reported; anything else stops
-            return code
+    identity = PoolIdentity.of_run(store.read_metadata())
+    pool, why = read_pool(identity) if identity else (None, "the run names no host set")
+    first = cfg.launches
+    if first < 2 and _second_launch_everywhere(cfg, store):
+        # --resume: the run's first decision rested on its own two launches; so again.
+        pool, why = None, "this run's launch 2 measured every candidate (--resume)"
+    if pool is None and first < 2:
+        say(
+            f"{why}: one launch holds no launch-to-launch variance to judge by, so launch 2 "
+            "measures every candidate at every point"
+        )
+        first = 2
+        if not steps.run(first, "every candidate at every point"):
+            return steps.code
+    elif pool is not None and first < 2:
+        say(f"launch 1 judged with {why} (the same host set, library and version)")
+    decided: AdaptiveDecisions | None = None
+    for launch in range(first + 1, cfg.adaptive + 1):
         recorded = store.read_focus().get(launch)
         if recorded is not None:  # --resume: the launch's focus was decided and kept
-            print(
-                f"# adaptive: launch {launch} measures its recorded focus ({len(recorded)} "
-                f"candidates); why: {store.path}/focus.json",
-                flush=True,
-            )
-            code = max(code, run_sweep(extra_launch(cfg, launch)))
+            what = f"its recorded focus ({len(recorded)} candidates; {store.path}/focus.json)"
+            decided = None  # measured since: decided again from the run when needed
+            if not steps.run(launch, what):
+                return steps.code
             continue
-        decided, _ = run_decisions(cfg.output, cfg.dtype, cfg.op, sweep_rule(cfg))
-        opened = open_points(decided.values())
+        if decided is None:
+            decided = _first_decisions(cfg, sweep_rule(cfg), pool, identity)
+        opened = decided.open_points()
         if not opened:
-            print(f"# adaptive: every point decided after {launch - 1} launches", flush=True)
-            return code
+            say(f"every point settled after {launch - 1} launches")
+            break
         focus = focus_of(opened)
         store.write_focus(launch, focus, [point.reason for point in opened])
-        print(
-            f"# adaptive: launch {launch} measures {len(opened)} open point(s) of "
-            f"{len(decided)} ({len(focus)} candidates); why: {store.path}/focus.json",
-            flush=True,
+        what = (
+            f"{len(opened)} open point(s) of {len(decided.decisions)}, {len(focus)} "
+            f"candidates (why: {store.path}/focus.json)"
         )
-        code = max(code, run_sweep(extra_launch(cfg, launch)))
-    return code
+        if not steps.run(launch, what):
+            return steps.code
+        rows, warn = decision_rows(cfg.output, cfg.dtype, cfg.op)
+        began = time.monotonic()
+        count = decided.redecide(rows, {entry[:3] for entry in focus}, warn)
+        say(f"{count} point(s) decided again, {time.monotonic() - began:.0f} s")
+    else:
+        if decided is not None and (left := decided.open_points()):
+            say(f"{len(left)} point(s) still open after {cfg.adaptive} launches (--adaptive)")
+    say(f"{time.monotonic() - steps.started:.0f} s in all")
+    return steps.code
+
+
+def _second_launch_everywhere(cfg: SweepConfig, store: RunStore) -> bool:
+    """Whether a resumed run already measured launch 2 over every candidate (no stored
+    pool then: the run's own first decision rests on its two launches)."""
+    if not cfg.resume or 2 in store.read_focus():
+        return False
+    return any(key[POINT_KEY.index("launch")] == 2 for key in store.finished_points())
+
+
+def _first_decisions(
+    cfg: SweepConfig,
+    rule: DecisionRule,
+    pool: LaunchPool | None,
+    identity: PoolIdentity | None,
+) -> AdaptiveDecisions:
+    """Every point decided (with ``pool``, or the run's own, which is then stored)."""
+    rows, warn = decision_rows(cfg.output, cfg.dtype, cfg.op)
+    began = time.monotonic()
+    decided = AdaptiveDecisions.first(rows, warn, rule, pool)
+    say(f"{len(decided.decisions)} point(s) decided, {time.monotonic() - began:.0f} s")
+    if pool is None and identity is not None and decided.pool.components:
+        say(f"launch-variance pool stored in {write_pool(identity, decided.pool)}")
+    return decided

@@ -102,10 +102,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--launches",
         type=whole_number_up_to(MAX_LAUNCHES),
-        default=DEFAULT_LAUNCHES,
+        default=None,
         metavar="K",
         help=f"separate MPI launches per point, in shuffled order, sharing the budget; each "
-        f"backend other than MPI's gets launches of its own (default {DEFAULT_LAUNCHES})",
+        f"backend other than MPI's gets launches of its own (default {DEFAULT_LAUNCHES}; "
+        "with --adaptive: the screening launches over every candidate, default 1)",
     )
     parser.add_argument(
         "--spread",
@@ -121,10 +122,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=whole_number_up_to(MAX_LAUNCHES),
         default=0,
         metavar="MAX",
-        help="after the --launches launches over every candidate, add launches up to MAX in "
-        "all, each only at the points whose choice is still open (a contender has more than "
-        "5%% chance of beating it by 5%%), measuring only native, the choice and its "
-        "contenders there; focus.json says why each launch was spent",
+        help="measure every candidate in one screening launch (--launches), judged with the "
+        "launch-variance pool an earlier adaptive sweep of the same hosts, MPI library and "
+        "version stored ($XDG_CACHE_HOME/osu-dl-bench/pools), else with a second launch over "
+        "every candidate; then add launches only at the points still open (the choice's "
+        "expected loss, beyond what the rule accepts, is 1%% of native's time or more), "
+        "measuring native, the choice, the best and its contenders there, each launch "
+        "spending per candidate what a launch of a default sweep does: MAX bounds the "
+        "launches at any one point (the run's steps are at most MAX); focus.json says why "
+        "each launch was spent",
     )
     add_rule_arguments(parser)  # --adaptive decides which points are open by this rule
     parser.add_argument(
@@ -292,6 +298,8 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
     if args.np is None and not args.inside:
         raise UsageError("--np is required to launch jobs, e.g. --np 2,4 (or run with --inside)")
     _check_batch_options(args)
+    if args.launches is None:  # an adaptive sweep screens with one launch
+        args.launches = 1 if args.adaptive else DEFAULT_LAUNCHES
     _check_launch_options(args)
     if not args.inside:  # the ranks of a launch write into what the orchestrator checked
         check_writable_directory("-o", args.output)

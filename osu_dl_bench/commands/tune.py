@@ -6,14 +6,16 @@ from __future__ import annotations
 from collectives import SPECS
 from osu_dl_bench.commands.select_cli import SelectConfig
 from osu_dl_bench.commands.tune_cli import TuneConfig
+from osu_dl_bench.measurement.store import RunStore
 from osu_dl_bench.paths import check_writable_file, write_text_atomic
 from osu_dl_bench.selection.exports import export_paths, write_exports
+from osu_dl_bench.selection.pools import store_run_pool
 from osu_dl_bench.selection.rule import rule_text
 from osu_dl_bench.selection.selector import Query, Selector, default_context
 from osu_dl_bench.selection.step_cost import step_cost_text, step_costs
 from osu_dl_bench.selection.summary import table_summary
 from osu_dl_bench.selection.table import TuningTable
-from osu_dl_bench.selection.tune import EVIDENCE, build_table, run_decisions
+from osu_dl_bench.selection.tune import EVIDENCE, run_decisions, table_and_pool
 from osu_dl_bench.train.traffic import bucket_plan
 
 
@@ -39,7 +41,7 @@ def run_tune(cfg: TuneConfig) -> int:
     check_writable_file("-o", str(summary_path), make_parents=True)
     for export_path in export_paths(base, list(cfg.exports)):
         check_writable_file("--export", str(export_path), make_parents=True)
-    table, warnings = build_table(cfg.run_dir, base.name, cfg.dtype, cfg.op, cfg.rule())
+    table, warnings, pool = table_and_pool(cfg.run_dir, base.name, cfg.dtype, cfg.op, cfg.rule())
     table.write(path)
     summary = table_summary(table)
     if cfg.for_model:
@@ -53,6 +55,10 @@ def run_tune(cfg: TuneConfig) -> int:
     for warning in warnings:
         print(f"# warning: {warning}")
     print("\n".join(f"# wrote {p}" for p in written))
+    # An adaptive sweep of the same hosts, library and version screens with it.
+    stored = store_run_pool(RunStore(cfg.run_dir).read_metadata(), pool)
+    if stored is not None:
+        print(f"# launch-variance pool stored in {stored}")
     return 0
 
 

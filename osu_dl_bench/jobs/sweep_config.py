@@ -116,7 +116,8 @@ class SweepConfig:
     library_file: str | None = None
     # --mpi: which embedded MPI library the jobs run (None: the one mpi4py finds).
     mpi: str | None = None
-    # --adaptive MAX: launches beyond --launches, up to MAX in all, only where undecided.
+    # --adaptive MAX: after --launches screening launches over every candidate (1 by
+    # default), focused launches only where a decision is open, up to MAX at any point.
     adaptive: int = 0
     # --spread MINUTES: the launches stretched over at least this many minutes (waiting
     # between them), so they sample the machine's drift over that span; 0: back to back.
@@ -295,11 +296,6 @@ def check_sweep_config(cfg: SweepConfig) -> None:
     """The checks that need the whole SweepConfig: --adaptive's launches and -a's names."""
     if cfg.adaptive and (cfg.inside or cfg.submit):
         raise UsageError("--adaptive launches its own jobs: drop --inside and --submit")
-    if cfg.adaptive and cfg.launches < 2:
-        raise UsageError(
-            "--adaptive needs --launches 2 or more: the first launches are what tells "
-            "launch-to-launch noise from a difference"
-        )
     if cfg.adaptive and cfg.adaptive <= cfg.launches:
         raise UsageError(
             f"--adaptive {cfg.adaptive}: expected more launches in all than --launches "

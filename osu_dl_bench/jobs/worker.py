@@ -22,7 +22,7 @@ from mpi4py import MPI
 
 from collectives import Variant, mpit
 from collectives.device import needs_staging, select_local_gpu
-from collectives.registry import BoundCalls
+from collectives.registry import BoundCalls, distinct_variants
 from collectives.specs import SPECS
 from osu_dl_bench.errors import UsageError, ValidationFailure
 from osu_dl_bench.jobs import runinfo
@@ -60,7 +60,7 @@ from osu_dl_bench.measurement.kernel import (
 from osu_dl_bench.measurement.memory import check_node_memory, collective_need
 from osu_dl_bench.measurement.ranks import SUMMARY_FIELDS, ClockSync, synchronise_clocks
 from osu_dl_bench.measurement.reference import ReferenceTimer, outlying
-from osu_dl_bench.measurement.schedule import round_stats
+from osu_dl_bench.measurement.schedule import candidate_budget, round_stats
 from osu_dl_bench.measurement.store import (
     NORMAL,
     OUTLYING,
@@ -219,6 +219,12 @@ class Job:
         share = 1.0 if self.slot.group in (MPI_GROUP, FILE_GROUP) else ISOLATED_SHARE
         return self.cfg.budget * share / self.cfg.launches
 
+    def point_budget(self, plan: CollectivePlan, n: int, variants: list[Variant]) -> float:
+        """This launch's seconds for ``variants`` at one point: their share of the point's
+        budget among its candidates (twins removed), so a focused launch costs less."""
+        every = distinct_variants(plan.eligible, plan.shape.nprocs, n, self.setting.etype.itemsize)
+        return candidate_budget(self.budget, len(variants), len(every))
+
     def measure(self, plan: CollectivePlan, n: int) -> list[tuple[SweepPoint, int]]:
         """Measure the pending candidates of one point and store them; (point, wrong) pairs."""
         variants = pending(self.cfg, self.setting, plan, n, self.done, self.slot)
@@ -263,7 +269,8 @@ class Job:
         )
         beat = heartbeat.current()
         beat.point(plan.spec.name, n * setting.etype.itemsize, [v.label for v in variants])
-        timing = measure_budget(self.comm, calls, inputs, self.budget, self.reference, self.clock)
+        budget = self.point_budget(plan, n, variants)
+        timing = measure_budget(self.comm, calls, inputs, budget, self.reference, self.clock)
         beat.phase("between points")
         return timing
 

@@ -43,6 +43,15 @@ def iterations_for(seconds_per_iteration: float, budget: float) -> int:
     return min(MAX_ITERATIONS, max(1, fits // MAX_ROUNDS))
 
 
+def candidate_budget(budget: float, measured: int, candidates: int) -> float:
+    """A point's seconds when ``measured`` of its ``candidates`` are timed: their share of
+    ``budget``, so that each candidate gets the same time whatever else is measured and a
+    launch that measures fewer (an adaptive sweep's focus) takes less."""
+    if not 0 < measured <= candidates:
+        raise ValueError(f"expected 1 to {candidates} candidates measured, got {measured}")
+    return budget * measured / candidates
+
+
 def another_round(rounds_done: int, elapsed: float, budget: float) -> bool:
     """Whether to time one more round after ``rounds_done`` took ``elapsed`` seconds."""
     if rounds_done < MIN_ROUNDS:

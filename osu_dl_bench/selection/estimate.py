@@ -47,7 +47,8 @@ class Measured:
         return self.reference == "native"
 
 
-def _values(point: Measured) -> dict[str, LaunchValues]:
+def point_values(point: Measured) -> dict[str, LaunchValues]:
+    """label -> its launch values against native at the point (none without native)."""
     if not point.against_native:
         return {}
     ref = point.series[point.reference]
@@ -65,7 +66,7 @@ def observations(points: Iterable[Measured]) -> list[Observation]:
     return [
         Observation(p.key, label, p.size, values)
         for p in points
-        for label, values in _values(p).items()
+        for label, values in point_values(p).items()
     ]
 
 
@@ -211,10 +212,16 @@ def _curve_ratios(points: Sequence[Measured], owns: Mapping[int, _Own]) -> dict[
     return ratios
 
 
-def entry_ratios(points: Sequence[Measured], pool: LaunchPool) -> list[dict[str, Ratio]]:
+def entry_ratios(
+    points: Sequence[Measured],
+    pool: LaunchPool,
+    values: Sequence[Mapping[str, LaunchValues]] | None = None,
+) -> list[dict[str, Ratio]]:
     """Per point (in the given order, by size), label -> ratio to the point's reference;
-    a candidate sharing no launch with the reference is absent."""
-    values = [_values(p) for p in points]
+    a candidate sharing no launch with the reference is absent. ``values``: each point's
+    point_values, when known (an adaptive sweep keeps those of the points it settled)."""
+    if values is None:
+        values = [point_values(p) for p in points]
     labels = {label for found in values for label in found}
     smoothed: dict[str, dict[int, Ratio]] = {}
     for label in sorted(labels):

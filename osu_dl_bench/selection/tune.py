@@ -581,13 +581,18 @@ class Decisions:
         return {(key, p.size): p for key, points in self.entries.items() for p in points}
 
 
-def _measured_entries(rows: pd.DataFrame, warn: list[str]) -> dict[EntryKey, list[MeasuredPoint]]:
+def measured_entries(
+    rows: pd.DataFrame, warn: list[str], wanted: Collection[tuple[EntryKey, int]] | None = None
+) -> dict[EntryKey, list[MeasuredPoint]]:
+    """Each entry's measured points from a run's usable rows, by size (only the (entry
+    key, size) pairs in ``wanted``, when given)."""
     measured = {}
     for key, group in _entry_groups(rows):
         choices = _choices_by_label(key.collective, group["algorithm"], warn)
         points = [
             measure_point(key, at_size, choices, warn)
-            for _, at_size in group.groupby("size_bytes", sort=True)
+            for size, at_size in group.groupby("size_bytes", sort=True)
+            if wanted is None or (key, int(size)) in wanted
         ]
         measured[key] = [p for p in points if p is not None]
     return measured
@@ -605,15 +610,28 @@ class RunEstimates:
     ratios: Mapping[EntryKey, list[dict[str, Ratio]]]
 
 
-def estimate_run(rows: pd.DataFrame, warn: list[str]) -> RunEstimates:
+def estimate_run(
+    rows: pd.DataFrame, warn: list[str], pool: LaunchPool | None = None
+) -> RunEstimates:
     """A run's evidence from its usable rows (null controls left out: they are never
-    candidates): the launch pool (selection.evidence), each candidate's curve over sizes
-    (selection.estimate), pooled across process counts (selection.pooling)."""
-    measured = _measured_entries(without_null_controls(rows), warn)
-    pool = run_pool(p.measured for points in measured.values() for p in points)
+    candidates): the launch pool (selection.evidence; ``pool``: one given instead, e.g.
+    stored from an earlier run), each candidate's curve over sizes (selection.estimate),
+    pooled across process counts (selection.pooling)."""
+    measured = measured_entries(without_null_controls(rows), warn)
+    if pool is None:
+        pool = run_pool(p.measured for points in measured.values() for p in points)
     curves = {
         key: entry_ratios([p.measured for p in points], pool) for key, points in measured.items()
     }
+    return estimates_of(measured, pool, curves)
+
+
+def estimates_of(
+    measured: Mapping[EntryKey, list[MeasuredPoint]],
+    pool: LaunchPool,
+    curves: Mapping[EntryKey, list[dict[str, Ratio]]],
+) -> RunEstimates:
+    """A run's estimates from its entries' curves, pooled across process counts."""
     sizes = {key: [p.measured.size for p in points] for key, points in measured.items()}
     return RunEstimates(measured, pool, curves, pool_across_counts(curves, sizes))
 
@@ -632,10 +650,15 @@ def decide_estimates(
     return Decisions(entries, estimates.pool)
 
 
-def decide_run(rows: pd.DataFrame, warn: list[str], rule: DecisionRule = DEFAULT_RULE) -> Decisions:
-    """Every entry's decisions from a run's usable rows: its estimates (estimate_run),
-    then the rule at each size, then hysteresis."""
-    return decide_estimates(estimate_run(rows, warn), warn, rule)
+def decide_run(
+    rows: pd.DataFrame,
+    warn: list[str],
+    rule: DecisionRule = DEFAULT_RULE,
+    pool: LaunchPool | None = None,
+) -> Decisions:
+    """Every entry's decisions from a run's usable rows: its estimates (estimate_run,
+    under ``pool`` where one is given), then the rule at each size, then hysteresis."""
+    return decide_estimates(estimate_run(rows, warn, pool), warn, rule)
 
 
 def build_entries(decisions: Decisions, period: Period | None = None) -> tuple[Entry, ...]:
@@ -671,11 +694,23 @@ def run_decisions(
     """Every point's decision in a run directory, keyed by (entry key, size), as ``tune``
     takes them (from only the given launch numbers, where some are given: compare's
     held-out split); and warnings about what was left out."""
+    rows, warn = decision_rows(run_dir, dtype, op, launches)
+    return decide_run(rows, warn, rule).by_point(), warn
+
+
+def decision_rows(
+    run_dir: str | os.PathLike,
+    dtype: str | None = None,
+    op: str | None = None,
+    launches: Collection[int] = (),
+) -> tuple[pd.DataFrame, list[str]]:
+    """The rows of a run directory the decisions rest on (of the given launches only,
+    where some are given), and warnings about the rest."""
     _, frame, warn = _read_run(run_dir)
     if launches:
         frame = frame[frame["launch"].isin(list(launches))]
     rows, _, _ = select_rows(without_library_candidates(usable_rows(frame)), dtype, op)
-    return decide_run(rows, warn, rule).by_point(), warn
+    return rows, warn
 
 
 def null_series(rows: pd.DataFrame) -> dict[EntryKey, dict[tuple[int, str], Series]]:
@@ -788,6 +823,18 @@ def build_table(
     rule: DecisionRule = DEFAULT_RULE,
 ) -> tuple[TuningTable, list[str]]:
     """The tuning table of a run directory, and warnings about what was left out."""
+    table, warn, _ = table_and_pool(run_dir, name, dtype, op, rule)
+    return table, warn
+
+
+def table_and_pool(
+    run_dir: str | os.PathLike,
+    name: str = "tuning",
+    dtype: str | None = None,
+    op: str | None = None,
+    rule: DecisionRule = DEFAULT_RULE,
+) -> tuple[TuningTable, list[str], LaunchPool]:
+    """build_table, and the launch pool the decisions rest on (for selection.pools)."""
     store, frame, warn = _read_run(run_dir)
     rows, dtype, op = select_rows(usable_rows(frame), dtype, op)
     decisions = decide_run(without_library_candidates(rows), warn, rule)
@@ -810,7 +857,7 @@ def build_table(
     library = library_tuning(rows, _first_found(metadata, "mpi_library"), warn, rule, period)
     if library is not None:
         header[LIBRARY_TUNING] = library
-    return TuningTable(entries, header), warn
+    return TuningTable(entries, header), warn, decisions.pool
 
 
 # --- the MPI library's own algorithms (native:alg=NAME) -------------------------------------

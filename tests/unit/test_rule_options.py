@@ -4,6 +4,8 @@ and select, which only reads a table, says the rule the table was decided by."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from support.sweep import sweep_config
 from support.tuning import launch_run
@@ -17,6 +19,7 @@ from osu_dl_bench.commands.tune import run_select
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.selection import build_table
 from osu_dl_bench.selection.comparison import decided_points
+from osu_dl_bench.selection.evidence import LaunchPool
 from osu_dl_bench.selection.rule import DEFAULT_RULE, DecisionRule, rule_text
 from osu_dl_bench.selection.summary import table_summary
 
@@ -89,7 +92,11 @@ def test_sweep_refuses_a_rule_without_adaptive():
 def test_an_adaptive_sweep_decides_its_open_points_by_its_rule(tmp_path, monkeypatch):
     rules = []
     monkeypatch.setattr(sweep_command, "run_sweep", lambda cfg: 0)
-    monkeypatch.setattr(sweep_command, "run_decisions", lambda *a: rules.append(a[3]) or ({}, []))
+    monkeypatch.setattr(sweep_command, "decision_rows", lambda *a: (None, []))
+    settled = SimpleNamespace(open_points=list, decisions={}, pool=LaunchPool())
+    monkeypatch.setattr(
+        sweep_command.AdaptiveDecisions, "first", lambda *a: rules.append(a[2]) or settled
+    )
     cfg = sweep_config(
         "--np", "2", "--adaptive", "4", "--indifference", "0.03", "-o", str(tmp_path / "r")
     )

@@ -165,14 +165,3 @@ def test_candidates_whose_intervals_overlap_but_differ_directly_are_not_tied():
         quotient(mine, theirs).log_sd
         < quotient(Ratio(0.5, 0.4, 0.625, 3, 0), Ratio(0.55, 0.44, 0.69, 3, 0)).log_sd
     )
-
-
-def test_the_median_variance_uses_scipy_s_normal_scaled_median_absolute_deviation():
-    from scipy import stats
-
-    from osu_dl_bench.selection.evidence import MEDIAN_EFFICIENCY, _median_variance
-
-    logs = np.random.default_rng(3).normal(0.0, 0.2, 21)
-    sigma = stats.median_abs_deviation(logs, scale="normal")
-    assert _median_variance(logs) == pytest.approx(MEDIAN_EFFICIENCY * sigma**2 / 21, rel=1e-12)
-    assert math.isnan(_median_variance(logs[:2]))

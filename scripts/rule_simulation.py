@@ -243,6 +243,25 @@ def _judge(score: Score, picks: list[dict], judges: list[dict]) -> None:
                 score.add_stability(point.chosen, judge.equivalent)
 
 
+@dataclass(frozen=True)
+class CredibleGainRule(DecisionRule):
+    """The rule with a credible gain required as well: a candidate is eligible only where
+    its chance of being slower than native at all is at most ``gain_risk`` (the
+    alternative the null control suggests: it bounds the choice of an equal)."""
+
+    gain_risk: float = 0.2
+
+    def eligible(self, ratios, reference):
+        """The rule's eligible candidates less those not credibly faster than native."""
+        return [
+            label
+            for label in super().eligible(ratios, reference)
+            if reference is None
+            or label == reference
+            or ratios[label].chance_above(1.0) <= self.gain_risk
+        ]
+
+
 def main() -> None:
     """Print the figures of the old rule and of the new one over a grid of settings."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -254,6 +273,7 @@ def main() -> None:
         for zone in (0.01, 0.02, 0.03):
             rules[f"risk {risk} zone {zone:.0%}"] = DecisionRule(risk, zone)
     rules["risk 0.2 zone 2% unpooled"] = DecisionRule(0.2, 0.02)
+    rules["+ P(slower) <= 0.2"] = CredibleGainRule(0.2, 0.02, 0.2)
     results = simulate(rules, args.pairs, args.seed, unpooled=("risk 0.2 zone 2% unpooled",))
     print(
         f"{'rule':<24}{'stability':>10}{'captured':>10}{'regret':>8}{'null wins':>10}"

@@ -48,6 +48,18 @@ def test_a_bad_nprocs_or_out_is_refused_when_the_options_are_parsed(tmp_path):
         _config("a", "b", "--referee", "b/")
 
 
+def test_a_run_compared_with_itself_is_refused_and_nothing_is_written(tmp_path, capsys):
+    a, _ = _runs(tmp_path)
+    link = tmp_path / "a-link"
+    link.symlink_to(a)
+    before = sorted(p.name for p in a.iterdir())
+    for other in (str(a), f"{a}/", str(link)):
+        assert main(["compare", str(a), other]) == 2
+        err = capsys.readouterr().err
+        assert f"RUN_A {a} and RUN_B {other}: the same run directory" in err
+    assert sorted(p.name for p in a.iterdir()) == before  # no period.json
+
+
 def test_the_figures_print_facts_without_verdicts():
     good = figures(20, [(1.0, 1.0, 1.0)] * 19 + [(1.08, 1.04, 1.12)])  # straddles 1.05
     assert compare.figures_text("p=2", good) == (

@@ -158,6 +158,22 @@ def test_the_report_scores_b_choices_on_the_referee_and_prints_agreement_beside_
     assert "# all: captured speedup" not in out
 
 
+def test_a_weak_referee_or_run_a_as_referee_is_said_so_in_one_line_each(tmp_path, capsys):
+    plan = {1 << 20: {"recursive_doubling": 0.6}, 1 << 21: {"recursive_doubling": 0.6}}
+    a, b = launch_run(tmp_path / "a", plan), launch_run(tmp_path / "b", plan, seed=5)
+    one = launch_run(tmp_path / "one", {1 << 20: {"recursive_doubling": 0.6}}, launches=1)
+    assert main(["compare", str(a), str(b), "--referee", str(one)]) == 0
+    out = capsys.readouterr().out
+    assert f"# the referee {one} scores 1 of RUN_B's 2 points (the captured" in out
+    assert f"# the referee {one} has 1 launch: its intervals hold the rounds within" in out
+    assert "the referee is RUN_A" not in out
+    assert main(["compare", str(a), str(b), "--referee", str(a)]) == 0
+    out = capsys.readouterr().out
+    assert f"# the referee {a} scores 2 of RUN_B's 2 points" in out
+    assert f"# the referee is RUN_A ({a}), not a third run: its figures score RUN_B's" in out
+    assert "has 1 launch" not in out
+
+
 def test_runs_without_results_or_shared_points_are_refused(tmp_path, capsys):
     a, b = _runs(tmp_path)
     assert main(["compare", str(a), str(tmp_path / "none")]) == 2

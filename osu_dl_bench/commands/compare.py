@@ -43,7 +43,7 @@ from osu_dl_bench.selection.comparison import (
 )
 from osu_dl_bench.selection.null_control import rate_lines
 from osu_dl_bench.selection.paired import Ratio
-from osu_dl_bench.selection.period import between_runs, write_period
+from osu_dl_bench.selection.period import between_runs, stored_text, write_period
 from osu_dl_bench.selection.rule import DEFAULT_RULE, DecisionRule, rule_text
 from osu_dl_bench.selection.tune import run_nulls
 
@@ -372,11 +372,13 @@ def period_report(run_a: str, run_b: str, decided_a: dict, decided_b: dict) -> s
     period = between_runs(_same_candidates(decided_a, decided_b), f"compare {run_a} {run_b}")
     if period is None:
         return "# between-period: no (point, candidate) with an interval in both runs"
+    earlier = stored_text(run_b)
     try:
         path = write_period(run_b, period)
     except OSError as exc:  # a read-only archive of a run: the figure is still printed
         return f"# {period.line()}; not stored with {run_b}: {os_reason(exc)}"
-    return f"# {period.line()}; stored in {path} for tune of {run_b}"
+    replaced = f", replacing {earlier}" if earlier else ""
+    return f"# {period.line()}; stored in {path} for tune of {run_b}{replaced}"
 
 
 def _same_candidates(decided_a: dict, decided_b: dict):

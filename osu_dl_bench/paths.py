@@ -184,10 +184,17 @@ def write_atomic(path: Path, write: Callable[[Path], None], run_store: bool = Fa
     one, never half of one. The data is on disk before the rename and the rename before
     returning; on any failure (a full disk, an interrupt) the temp file is removed and the
     previous file stays. A run directory's own files are refused (UsageError) unless the
-    caller is the run's store (``run_store``)."""
+    caller is the run's store (``run_store``), which never writes through a symlink."""
     if not run_store:
         refuse_run_file("output", path)
     path = Path(path)
+    if path.is_symlink() and run_store:
+        # A run directory may be someone's archive: a link there must not let the run
+        # replace whatever file it points to.
+        raise UsageError(
+            f"{path}: a symlink where the run keeps its own file; remove the link (the run "
+            "writes its files in its own directory, never through a link)"
+        )
     if path.is_symlink():  # write where the link points, as editors do; keep the link
         path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)

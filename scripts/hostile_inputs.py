@@ -161,6 +161,7 @@ def _output_cases(f: dict[str, Path]) -> list[Case]:
     )
     mpi2, mpi3 = [MPIEXEC, "-n", "2", *CLI], [MPIEXEC, "-n", "3", *CLI]
     return [
+        *_period_cases(f),
         Case("bench -o with a 300-character name (p=3)", [*mpi3, *BENCH, "-o", f"{long_name}.csv"]),
         Case(f"bench -m {big} on this node (p=2)", [*mpi2, *BENCH, "-m", f"{big}:{big}"]),
         Case(f"sweep -m {big}", [*CLI, "sweep", "--np", "2", "-m", f"{big}:{big}", "-o", "big"]),
@@ -303,6 +304,47 @@ def _client_dir(path: Path, body: str) -> Path:
         (path / name).write_text(f"#!/bin/sh\n{body}\n")
         (path / name).chmod(0o755)
     return path
+
+
+def _period_cases(f: dict[str, Path]) -> list[Case]:
+    """Careless input, fifth round: period.json a FIFO, absurd or a symlink; a run compared
+    with itself; a spread no clock holds."""
+    tmp, run = f["run"].parent, str(f["run"])
+
+    def on_copy(name: str, plant: str, *argv: str) -> list[str]:
+        copy = str(tmp / name)
+        command = shlex.join(a.replace("{run}", copy) for a in argv)
+        steps = [shlex.join(["cp", "-r", run, copy]), plant.format(run=shlex.quote(copy))]
+        return ["sh", "-c", " && ".join([*steps, command])]
+
+    huge = 'printf \'{{"sd": 1e308, "df": 4, "pairs": 28, "source": "x"}}\' '
+    victim = shlex.quote(str(tmp / "victim"))
+    return [
+        Case(
+            "tune on a run whose period.json is a FIFO",
+            on_copy("fifo-period", "mkfifo {run}/period.json", *CLI, "tune", "{run}", "-o", "t"),
+        ),
+        Case(
+            "tune on a run whose period.json holds sd 1e308",
+            on_copy("huge-period", huge + "> {run}/period.json", *CLI, "tune", "{run}", "-o", "t"),
+        ),
+        Case(
+            "compare A B where B/period.json is a symlink to another file",
+            on_copy(
+                "linked-period",
+                f"echo kept > {victim} && ln -s {victim} {{run}}/period.json",
+                *CLI,
+                "compare",
+                str(f["bom"]),
+                "{run}",
+            ),
+        ),
+        Case(
+            "compare A A (RUN_B a symlink to RUN_A)",
+            on_copy("same-run", "ln -s {run} {run}-link", *CLI, "compare", "{run}", "{run}-link"),
+        ),
+        Case("sweep --spread 1e9 (minutes)", [*SWEEP, "--spread", "1e9", "-o", "spread"]),
+    ]
 
 
 def _run_directory_cases(f: dict[str, Path]) -> list[Case]:

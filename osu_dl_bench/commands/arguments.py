@@ -103,14 +103,22 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+# --spread's ceiling: a week. Longer waits are a typo, and a deadline past what the clock
+# (time_t) can hold would crash the sweep after its first launch.
+MAX_SPREAD_MINUTES = 7 * 24 * 60
+
+
 def positive_minutes(text: str) -> float:
-    """An argparse type: a finite number of minutes > 0."""
+    """An argparse type: a number of minutes > 0 and at most MAX_SPREAD_MINUTES (a week)."""
     try:
         value = float(text)
     except ValueError:
         value = 0.0
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of minutes > 0, got {text!r}")
+    if not 0 < value <= MAX_SPREAD_MINUTES:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of minutes > 0 and at most {MAX_SPREAD_MINUTES} (a week), "
+            f"got {text!r}"
+        )
     return value
 
 

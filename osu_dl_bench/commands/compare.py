@@ -16,7 +16,7 @@ from collections.abc import Iterable
 import pandas as pd
 
 from collectives.units import format_size
-from osu_dl_bench.commands.compare_cli import CompareConfig
+from osu_dl_bench.commands.compare_cli import CompareConfig, same_run
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import is_training_run
 from osu_dl_bench.paths import os_reason, write_text_atomic
@@ -43,7 +43,7 @@ from osu_dl_bench.selection.comparison import (
 )
 from osu_dl_bench.selection.null_control import rate_lines
 from osu_dl_bench.selection.paired import Ratio
-from osu_dl_bench.selection.period import between_runs, write_period
+from osu_dl_bench.selection.period import between_runs, stored_text, write_period
 from osu_dl_bench.selection.rule import DEFAULT_RULE, DecisionRule, rule_text
 from osu_dl_bench.selection.tune import run_nulls
 
@@ -232,6 +232,33 @@ def scored_header(scored: Scored | None, run_b: str) -> list[str]:
     ]
 
 
+def referee_notes(
+    run_a: str, referee: str | None, scored: Scored | None, b_points: int
+) -> list[str]:
+    """What the referee can and cannot say, one line each: how many of RUN_B's points it
+    scores, a referee of one launch (its intervals hold no launch-to-launch variance), a
+    referee that is RUN_A (a second look at RUN_A's data, not a third run)."""
+    if referee is None or scored is None:
+        return []
+    lines = [
+        f"# the referee {referee} scores {len(scored.judged)} of RUN_B's {b_points} points "
+        "(the captured speedup and regrets below are over those only)"
+    ]
+    launches = len(launch_numbers(referee))
+    if launches < 2:
+        lines.append(
+            f"# the referee {referee} has {launches} launch: its intervals hold the rounds "
+            "within that launch only, no launch-to-launch variance, so its regret intervals "
+            "are too narrow"
+        )
+    if same_run(referee, run_a):
+        lines.append(
+            f"# the referee is RUN_A ({run_a}), not a third run: its figures score RUN_B's "
+            "choices on RUN_A's data"
+        )
+    return lines
+
+
 def scored_lines(name: str, scored: Scored, wanted: Iterable[int]) -> list[str]:
     """The captured speedup, mean and max regret, choices slower than native and points
     beyond REGRET_BOUND of RUN_B's choices where they were scored."""
@@ -294,6 +321,7 @@ def decision_report(
     the points to look at; every run decided by ``rule`` (``decided``: both runs'
     decisions, where already taken by it)."""
     decided_a, decided_b = decided or (decided_points(run_a, rule), decided_points(run_b, rule))
+    wanted = set(wanted)
     judged = judge_decisions(decided_a, decided_b, table, wanted)
     scored = scored_choices(run_b, referee, wanted, rule)
     source = f"table {table}'s choices (the selector's)" if table else f"{run_a}'s choices"
@@ -309,6 +337,8 @@ def decision_report(
     for (collective, device, nprocs), items in groups.items():
         lines.append(_figures_line(f"{collective} {device} p={nprocs}", Figures.of(items)))
     lines += scored_header(scored, run_b)
+    b_points = sum(1 for key, _ in decided_b if not wanted or key.nprocs in wanted)
+    lines += referee_notes(run_a, referee, scored, b_points)
     for nprocs in sorted({k[2] for k in groups}):
         items = [j for j in judged if j.point.key.nprocs == nprocs]
         lines.append(figures_text(f"p={nprocs}", Figures.of(items)))
@@ -342,11 +372,13 @@ def period_report(run_a: str, run_b: str, decided_a: dict, decided_b: dict) -> s
     period = between_runs(_same_candidates(decided_a, decided_b), f"compare {run_a} {run_b}")
     if period is None:
         return "# between-period: no (point, candidate) with an interval in both runs"
+    earlier = stored_text(run_b)
     try:
         path = write_period(run_b, period)
     except OSError as exc:  # a read-only archive of a run: the figure is still printed
         return f"# {period.line()}; not stored with {run_b}: {os_reason(exc)}"
-    return f"# {period.line()}; stored in {path} for tune of {run_b}"
+    replaced = f", replacing {earlier}" if earlier else ""
+    return f"# {period.line()}; stored in {path} for tune of {run_b}{replaced}"
 
 
 def _same_candidates(decided_a: dict, decided_b: dict):

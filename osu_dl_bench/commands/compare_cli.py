@@ -80,6 +80,7 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
     cannot write is refused here, before MPI starts and before any run is read."""
     nprocs = _process_counts(args.nprocs)
     check_writable_file("--out", args.out, make_parents=True)
+    _check_runs(args.run_a, args.run_b)
     _check_referee(args.referee, args.run_b)
     return CompareConfig(
         args.run_a,
@@ -94,10 +95,26 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
     )
 
 
+def same_run(first: str, second: str) -> bool:
+    """Whether two paths name one run directory (through symlinks, '..' or a trailing
+    '/'): the one home of compare's 'same run' checks."""
+    return os.path.realpath(first) == os.path.realpath(second)
+
+
+def _check_runs(run_a: str, run_b: str) -> None:
+    """RUN_A and RUN_B the same run is refused: a run agrees with itself by construction,
+    and its between-period sd of 0 would be stored with it over any real estimate."""
+    if same_run(run_a, run_b):
+        raise UsageError(
+            f"RUN_A {run_a} and RUN_B {run_b}: the same run directory; give two sweeps of "
+            "the same machine"
+        )
+
+
 def _check_referee(referee: str | None, run_b: str) -> None:
     """A referee that is RUN_B itself is refused: its choices would be scored on the
     measurements they were made from."""
-    if referee is not None and os.path.realpath(referee) == os.path.realpath(run_b):
+    if referee is not None and same_run(referee, run_b):
         raise UsageError(
             f"--referee {referee}: the same run as RUN_B, whose choices would be scored on "
             "the measurements they were made from; give a third sweep"

@@ -362,6 +362,18 @@ def launch_starts(order: Sequence[JobKey], todo: Mapping[JobKey, int], spread_s:
     return {launch: index * step for index, launch in enumerate(pending)}
 
 
+def spread_lines(cfg: SweepConfig) -> list[str]:
+    """--dry-run's account of --spread: the wait planned between launch starts (none
+    without --spread)."""
+    if not cfg.spread_minutes or cfg.launches < 2:
+        return []
+    step = cfg.spread_minutes * 60 / (cfg.launches - 1)
+    return [
+        f"# spread: {cfg.launches} launches started evenly over {cfg.spread_minutes:g} min "
+        f"(--spread): one every {format_duration(step)}, waiting where a launch ends sooner"
+    ]
+
+
 def _wait_for_launch(experiment: Experiment, launch: int, due: float, progress: Progress) -> None:
     """Wait until ``due`` (the engine's clock) before launch ``launch``, saying so; Ctrl-C
     interrupts the wait as it would a job."""
@@ -418,7 +430,7 @@ def run_sweep(cfg: SweepConfig) -> int:
         try:
             plans = run_planner(cfg)
             if cfg.dry_run:
-                print("\n".join(plan_lines(list(plans.values()))))
+                print("\n".join(plan_lines(list(plans.values())) + spread_lines(cfg)))
                 return 0
             if lock is None:
                 held.enter_context(_lock(RunStore(cfg.output)))

@@ -36,6 +36,7 @@ below native's median" reads as "interval below 1".
 from __future__ import annotations
 
 import math
+import sys
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -197,14 +198,17 @@ class Ratio:
         between-period variance (the decision keeps the within-run interval)."""
         if self.period_sd <= 0 or not 0 < self.low <= self.high < math.inf:
             return self
-        within = self.sd**2
-        period = self.period_sd**2
+        # Products, not **: a huge sd overflows to inf instead of raising OverflowError.
+        within = self.sd * self.sd
+        period = self.period_sd * self.period_sd
+        if not math.isfinite(within + period):  # no bound left: printed as unbounded
+            return replace(self, low=0.0, high=math.inf, period_sd=0.0)
         df = satterthwaite([(within, self.df), (period, self.period_df)])
         half = t_quantile(df) * math.sqrt(within + period)
         centre = math.log(self.ratio)
         low = min(math.log(self.low), centre - half)
         high = max(math.log(self.high), centre + half)
-        return replace(self, low=math.exp(low), high=math.exp(high), df=df, period_sd=0.0)
+        return replace(self, low=_exp(low), high=_exp(high), df=df, period_sd=0.0)
 
     @property
     def expected(self) -> float:
@@ -225,6 +229,15 @@ class Ratio:
     def log_ratio(self) -> float:
         """ln(ratio), for averaging ratios over sizes."""
         return math.log(self.ratio)
+
+
+# ln of the largest float: exp of anything above it overflows.
+_LOG_MAX = math.log(sys.float_info.max)
+
+
+def _exp(value: float) -> float:
+    """exp(value), inf past the largest float (math.exp raises OverflowError there)."""
+    return math.exp(value) if value < _LOG_MAX else math.inf
 
 
 def bound_text(value: float) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -26,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.jsonfile import UnreadableJson, parse_json, read_regular_file
 from osu_dl_bench.paths import PERIOD, write_text_atomic
 from osu_dl_bench.selection.evidence import band_of, solve_median
 from osu_dl_bench.selection.paired import Ratio
@@ -94,21 +96,45 @@ def write_period(run_dir: str | Path, period: Period) -> Path:
     return path
 
 
+# The largest between-period sd read back, on the log scale: a factor of e^5 (about 150x)
+# between periods is no drift of one machine but a damaged or hostile file.
+MAX_PERIOD_SD = 5.0
+# Far above a record's few hundred bytes; a larger file is none of compare's.
+MAX_PERIOD_BYTES = 64 << 10
+
+
+def stored_text(run_dir: str | Path) -> str | None:
+    """What a write of the period would replace in the run, in words (None: nothing)."""
+    try:
+        earlier = read_period(run_dir)
+    except UsageError:
+        return f"a {PERIOD} that held no between-period record"
+    if earlier is None:
+        return None
+    return f"the earlier estimate (sd {earlier.sd * 100:.1f}% from {earlier.source})"
+
+
 def read_period(run_dir: str | Path) -> Period | None:
-    """The between-period component stored with the run, or None; a damaged file is one
-    clear error."""
+    """The between-period component stored with the run, or None; a damaged file (not
+    JSON, a FIFO or device, too large, out of range) is one clear error naming it."""
     path = Path(run_dir) / PERIOD
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
     try:
-        record = json.loads(path.read_text())
+        # The bounded, never-blocking read: a FIFO here must not hang tune.
+        record = parse_json(read_regular_file(path, MAX_PERIOD_BYTES))
+        if not isinstance(record, dict):
+            raise TypeError("not an object")
         period = Period(
             float(record["sd"]), float(record["df"]), int(record["pairs"]), str(record["source"])
         )
-    except (OSError, ValueError, TypeError, KeyError) as exc:
+    except (UnreadableJson, ValueError, TypeError, KeyError) as exc:
         raise UsageError(
             f"{path}: not a between-period record ({exc}); remove it or run compare again"
         ) from None
-    if not (math.isfinite(period.sd) and period.sd >= 0 and period.df > 0):
-        raise UsageError(f"{path}: sd {period.sd}, df {period.df}: out of range")
+    if not (0 <= period.sd <= MAX_PERIOD_SD and period.df > 0):
+        raise UsageError(
+            f"{path}: sd {period.sd}, df {period.df}: out of range (sd from 0 to "
+            f"{MAX_PERIOD_SD:g} on the log scale, df > 0); remove it or run compare again"
+        )
     return period

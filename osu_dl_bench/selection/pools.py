@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from osu_dl_bench.jsonfile import UnreadableJson, load_json
+from osu_dl_bench.jsonfile import UnreadableJson, describe, is_kind, load_json
 from osu_dl_bench.paths import write_text_atomic
 from osu_dl_bench.selection.evidence import BAND_EDGES, Component, LaunchPool
 from osu_dl_bench.selection.table import EntryKey
@@ -106,10 +106,36 @@ def _component_of(record: Any) -> tuple[tuple, Component]:
         stored
     ):
         raise ValueError("a component lacks its variances")
-    component = Component(**{k: v for k, v in stored.items() if k in names})
-    if min(component.point_launch, component.launch_wide) < 0 or component.points < 1:
-        raise ValueError("a component's variances are negative or rest on no point")
+    values = {k: v for k, v in stored.items() if k in names}
+    for name, value in values.items():
+        _check_field(name, value)
+    component = Component(**values)
+    if component.points < 1:
+        raise ValueError("a component rests on no point")
     return (key_entry, band, record["paired"]), component
+
+
+# The largest variance of a log time ratio read back: an sd of 5, a factor of e^5 (about
+# 150x) from launch to launch, is no machine's noise but a damaged or hostile file; larger
+# ones overflow exp() in the intervals built from them.
+MAX_VARIANCE = 25.0
+# The largest count read back (points, df, launches): far above any sweep's.
+MAX_COUNT = 10**9
+_COUNTS = ("points", "df", "heterogeneous", "launches")
+
+
+def _check_field(name: str, value: Any) -> None:
+    """ValueError unless a stored component's field is in range: variances finite in [0,
+    MAX_VARIANCE], counts whole numbers in [0, MAX_COUNT], the correlation in [-1, 1]."""
+    if name in _COUNTS:
+        if not (is_kind(value, int) and 0 <= value <= MAX_COUNT):
+            raise ValueError(
+                f"{name} {describe(value)} is not a whole number from 0 to {MAX_COUNT}"
+            )
+        return
+    low, high = (-1.0, 1.0) if name == "correlation" else (0.0, MAX_VARIANCE)
+    if not (is_kind(value, (int, float)) and low <= value <= high):
+        raise ValueError(f"{name} {describe(value)} is not a number from {low:g} to {high:g}")
 
 
 def read_pool(identity: PoolIdentity) -> tuple[LaunchPool | None, str]:
@@ -125,12 +151,13 @@ def read_pool(identity: PoolIdentity) -> tuple[LaunchPool | None, str]:
         if stored.get("identity") != identity.as_record():
             return None, f"{path} holds another host set, library or version's pool: not used"
         components = dict(_component_of(record) for record in stored.get("components", ()))
-        within = float(stored.get("within", 0.0))
+        within = stored.get("within", 0.0)
+        _check_field("within", within)
     except (UnreadableJson, ValueError, TypeError) as exc:
         return None, f"{path}: not used ({exc})"
     if not components:
         return None, f"{path}: holds no component: not used"
-    return LaunchPool(components, within), f"the stored launch-variance pool {path}"
+    return LaunchPool(components, float(within)), f"the stored launch-variance pool {path}"
 
 
 def store_run_pool(metadata: Mapping[str, Any], pool: LaunchPool) -> Path | None:

@@ -3,6 +3,7 @@ skips (jobs.plan.Done)."""
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 from types import SimpleNamespace
@@ -416,3 +417,35 @@ def test_a_point_stays_open_while_the_rule_would_choose_native_s_null_control(
         names = {point_name(p.decision) for p in opened[:2]}
         assert decided.redecide(rows, names, warn) == 2
         assert len(decided.open_points()) == len(SIZES)  # the same rows: still fooled
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "why"),
+    [
+        ("point_launch", 1e300, "point_launch 1e+300 is not a number from 0 to 25"),
+        ("launch_wide", -0.5, "launch_wide -0.5 is not a number from 0 to 25"),
+        ("df", -5, "df -5 is not a whole number from 0"),
+        ("launches", 2.5, "launches 2.5 is not a whole number from 0"),
+        ("points", True, "points true is not a whole number from 0"),
+        ("correlation", 3.0, "correlation 3.0 is not a number from -1 to 1"),
+        ("point_launch", "0.1", 'point_launch "0.1" is not a number from 0 to 25'),
+    ],
+)
+def test_a_stored_pool_with_a_value_out_of_range_is_not_used(
+    tmp_path, monkeypatch, field, value, why
+):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    component = {"point_launch": 0.01, "launch_wide": 0.004, "points": 12, "df": 24}
+    component |= {"heterogeneous": 1, "correlation": 0.5, "launches": 3}
+    record = {"entry": None, "band": None, "paired": True, "component": component}
+    stored = {"schema": 1, "identity": IDENTITY.as_record(), "within": 0.001}
+    pool_path(IDENTITY).parent.mkdir(parents=True)
+    pool_path(IDENTITY).write_text(json.dumps({**stored, "components": [record]}))
+    assert read_pool(IDENTITY)[0] is not None  # the sound file is read
+    sound, component[field] = component[field], value
+    pool_path(IDENTITY).write_text(json.dumps({**stored, "components": [record]}))
+    found, line = read_pool(IDENTITY)
+    assert found is None and f"not used ({why}" in line
+    stored["within"], component[field] = 1e300, sound  # the pool-wide within variance too
+    pool_path(IDENTITY).write_text(json.dumps({**stored, "components": [record]}))
+    assert "not used (within 1e+300 is not a number from 0 to 25" in read_pool(IDENTITY)[1]

@@ -48,6 +48,18 @@ def test_a_bad_nprocs_or_out_is_refused_when_the_options_are_parsed(tmp_path):
         _config("a", "b", "--referee", "b/")
 
 
+def test_a_run_compared_with_itself_is_refused_and_nothing_is_written(tmp_path, capsys):
+    a, _ = _runs(tmp_path)
+    link = tmp_path / "a-link"
+    link.symlink_to(a)
+    before = sorted(p.name for p in a.iterdir())
+    for other in (str(a), f"{a}/", str(link)):
+        assert main(["compare", str(a), other]) == 2
+        err = capsys.readouterr().err
+        assert f"RUN_A {a} and RUN_B {other}: the same run directory" in err
+    assert sorted(p.name for p in a.iterdir()) == before  # no period.json
+
+
 def test_the_figures_print_facts_without_verdicts():
     good = figures(20, [(1.0, 1.0, 1.0)] * 19 + [(1.08, 1.04, 1.12)])  # straddles 1.05
     assert compare.figures_text("p=2", good) == (
@@ -144,6 +156,22 @@ def test_the_report_scores_b_choices_on_the_referee_and_prints_agreement_beside_
     out = capsys.readouterr().out
     assert f"# captured speedup: not given: {b} has 3 launches, a held-out split needs 4" in out
     assert "# all: captured speedup" not in out
+
+
+def test_a_weak_referee_or_run_a_as_referee_is_said_so_in_one_line_each(tmp_path, capsys):
+    plan = {1 << 20: {"recursive_doubling": 0.6}, 1 << 21: {"recursive_doubling": 0.6}}
+    a, b = launch_run(tmp_path / "a", plan), launch_run(tmp_path / "b", plan, seed=5)
+    one = launch_run(tmp_path / "one", {1 << 20: {"recursive_doubling": 0.6}}, launches=1)
+    assert main(["compare", str(a), str(b), "--referee", str(one)]) == 0
+    out = capsys.readouterr().out
+    assert f"# the referee {one} scores 1 of RUN_B's 2 points (the captured" in out
+    assert f"# the referee {one} has 1 launch: its intervals hold the rounds within" in out
+    assert "the referee is RUN_A" not in out
+    assert main(["compare", str(a), str(b), "--referee", str(a)]) == 0
+    out = capsys.readouterr().out
+    assert f"# the referee {a} scores 2 of RUN_B's 2 points" in out
+    assert f"# the referee is RUN_A ({a}), not a third run: its figures score RUN_B's" in out
+    assert "has 1 launch" not in out
 
 
 def test_runs_without_results_or_shared_points_are_refused(tmp_path, capsys):

@@ -7,6 +7,7 @@ decided on them."""
 from __future__ import annotations
 
 import csv
+import shutil
 from dataclasses import replace
 
 import numpy as np
@@ -175,7 +176,8 @@ def test_rows_measured_in_other_rounds_of_one_launch_are_not_paired_by_round():
 )
 def test_compare_names_its_own_nprocs_option(tmp_path, nprocs, said):
     run = str(_run(tmp_path))
+    other = str(shutil.copytree(run, tmp_path / "other"))  # compare refuses a run with itself
     with pytest.raises(UsageError, match=said):
         run_compare(
-            compare_config(build_parser().parse_args(["compare", run, run, "--np", nprocs]))
+            compare_config(build_parser().parse_args(["compare", run, other, "--np", nprocs]))
         )

@@ -5,6 +5,8 @@ intervals and never the decisions."""
 from __future__ import annotations
 
 import math
+import os
+import re
 
 import numpy as np
 import pytest
@@ -135,3 +137,50 @@ def test_the_librarys_own_decisions_report_the_same_widened_intervals(tmp_path):
         assert after["alg"] == before["alg"]
         assert after["ratio_low"] < before["ratio_low"]
         assert after["fastest_ratio_high"] > before["fastest_ratio_high"]
+
+
+def test_a_fifo_a_huge_sd_or_a_list_at_the_period_file_is_one_clear_error_never_a_hang(
+    tmp_path,
+):
+    run = _consistent_win_run(tmp_path / "run")
+    os.mkfifo(run / PERIOD)  # a blocking read would wait here for ever
+    with pytest.raises(UsageError, match=f"{PERIOD}: not a between-period record .*regular"):
+        read_period(run)
+    (run / PERIOD).unlink()
+    for sd in ("1e308", "5.5"):
+        (run / PERIOD).write_text(f'{{"sd": {sd}, "df": 4, "pairs": 28, "source": "x"}}')
+        with pytest.raises(UsageError, match=re.escape(f"{PERIOD}: sd {float(sd)}, df 4.0: out")):
+            build_table(run, "t")
+    (run / PERIOD).write_text("[1, 2]")
+    with pytest.raises(UsageError, match="not a between-period record"):
+        read_period(run)
+    (run / PERIOD).write_text('{"sd": 5, "df": 4, "pairs": 28, "source": "x"}')
+    assert read_period(run).sd == 5.0  # the bound itself: a factor of e^5
+
+
+def test_an_interval_the_period_widens_past_any_float_is_unbounded_not_an_overflow():
+    ratio = Ratio(0.8, 0.7, 0.9, 3, 60, "curve", df=8.0, period_sd=1e308, period_df=4.0)
+    shown = ratio.reported()
+    assert (shown.low, shown.high, shown.ratio) == (0.0, math.inf, 0.8)
+    wide = Ratio(0.8, 0.7, 0.9, 3, 60, "curve", df=8.0, period_sd=300.0, period_df=4.0)
+    assert wide.reported().high == math.inf  # exp of the bound overflows: unbounded
+
+
+def test_compare_never_writes_the_period_through_a_symlink_and_says_what_it_replaces(
+    tmp_path, capsys
+):
+    plan = {1 << k: {"recursive_doubling": 0.8} for k in range(10, 16)}
+    a, b = launch_run(tmp_path / "a", plan), launch_run(tmp_path / "b", plan, seed=7)
+    victim = tmp_path / "victim"
+    victim.write_text("someone's file\n")
+    (b / PERIOD).symlink_to(victim)
+    assert main(["compare", str(a), str(b)]) == 2
+    assert f"{b / PERIOD}: a symlink where the run keeps its own file" in capsys.readouterr().err
+    assert victim.read_text() == "someone's file\n" and (b / PERIOD).is_symlink()
+    (b / PERIOD).unlink()
+    assert main(["compare", str(a), str(b)]) == 0
+    assert ", replacing" not in capsys.readouterr().out
+    first = read_period(b)
+    assert main(["compare", str(a), str(b)]) == 0
+    earlier = f"replacing the earlier estimate (sd {first.sd * 100:.1f}% from compare {a} {b})"
+    assert earlier in capsys.readouterr().out

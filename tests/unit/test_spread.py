@@ -8,7 +8,13 @@ import pytest
 from support.sweep import sweep_config
 
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.jobs.orchestrate import Experiment, JobOutcome, launch_starts, run_experiment
+from osu_dl_bench.jobs.orchestrate import (
+    Experiment,
+    JobOutcome,
+    launch_starts,
+    run_experiment,
+    spread_lines,
+)
 from osu_dl_bench.measurement.store import RunStore
 
 ORDER = [(2, launch, group) for launch in (1, 2, 3) for group in ("mpi", "gloo")]
@@ -93,10 +99,20 @@ def test_spread_is_checked_when_the_options_are_parsed():
     assert cfg.spread_minutes == 12.5
     assert cfg.batch_argv()[-2:] == ["--spread", "12.5"]
     assert sweep_config("--np", "2", "-o", "r").spread_minutes == 0.0
-    for bad in ("0", "-3", "nan", "inf", "ten"):
+    for bad in ("0", "-3", "nan", "inf", "ten", "1e9", "10081"):
         with pytest.raises(UsageError, match="--spread: expected a number of minutes > 0"):
             sweep_config("--np", "2", "--spread", bad, "-o", "r")
     with pytest.raises(UsageError, match="--spread 5: needs --launches 2 or more"):
         sweep_config("--np", "2", "--launches", "1", "--spread", "5", "-o", "r")
     with pytest.raises(UsageError, match="--spread paces the launches the sweep starts"):
         sweep_config("--inside", "--spread", "5", "-o", "r")
+
+
+def test_a_week_of_spread_is_accepted_and_a_dry_run_says_the_wait_between_launches():
+    assert sweep_config("--np", "2", "--spread", "10080", "-o", "r").spread_minutes == 10080
+    cfg = sweep_config("--np", "2", "--launches", "3", "--spread", "30", "-o", "r")
+    assert spread_lines(cfg) == [
+        "# spread: 3 launches started evenly over 30 min (--spread): one every 15:00, "
+        "waiting where a launch ends sooner"
+    ]
+    assert spread_lines(sweep_config("--np", "2", "-o", "r")) == []

@@ -114,7 +114,7 @@ def test_a_tie_with_native_settles_once_the_choice_may_lose_below_one_percent(sd
     if found is not None:
         assert found.loss == pytest.approx(expected, rel=1e-3)
         assert found.labels == ("native", *NULL_CONTROLS, "recursive_doubling")
-        assert "the choice may still lose 1.6% of native's time (settled below 1%)" in (
+        assert "the choice may still lose 1.6% of native's time (open while above 1%)" in (
             found.reason
         )
 
@@ -416,3 +416,38 @@ def test_a_point_stays_open_while_the_rule_would_choose_native_s_null_control(
         names = {point_name(p.decision) for p in opened[:2]}
         assert decided.redecide(rows, names, warn) == 2
         assert len(decided.open_points()) == len(SIZES)  # the same rows: still fooled
+
+
+FOOLED = (f"{NULL_CONTROL} 0.90x [0.85-0.95]",)
+
+
+def test_a_null_win_where_native_is_chosen_does_not_keep_the_point_open():
+    # Native chosen and settled: a null win threatens no choice, and a focused launch skips
+    # a point where only native and its copies are due (Done.native_alone): it would
+    # measure nothing until --adaptive's MAX.
+    point = decision(64, {"recursive_doubling": (1.2, 1.15, 1.25)})
+    assert point.chosen == "native" and open_point(point, fooled=FOOLED) is None
+
+
+def test_a_null_win_where_another_candidate_is_chosen_re_measures_it_native_and_the_null():
+    point = decision(64, {"recursive_doubling": (0.5, 0.48, 0.52), "ring": (0.9, 0.88, 0.92)})
+    found = open_point(point, fooled=FOOLED)
+    assert found is not None and found.fooled == FOOLED
+    assert {"native", NULL_CONTROL, "recursive_doubling"} <= set(found.labels)
+    assert (
+        "(below 1%, open for the null control)" in found.reason and "would choose" in found.reason
+    )
+    done = Done(focus={3: frozenset((2, "allreduce", 64, label) for label in found.labels)})
+    assert not done.native_alone(3, 2, "allreduce", 64)
+
+
+@pytest.mark.parametrize("sd", [0.01, 0.03, 0.05])
+@pytest.mark.parametrize("ratio", [0.9, 1.0, 1.02, 1.04])
+def test_every_open_point_measures_a_candidate_besides_native(sd, ratio):
+    half = math.exp(1.959964 * sd)
+    names = ("recursive_doubling", "rabenseifner", "reduce_bcast")
+    point = decision(64, {name: (ratio, ratio / half, ratio * half) for name in names})
+    found = open_point(point, fooled=FOOLED)
+    if found is not None:
+        wanted = frozenset((2, "allreduce", 64, label) for label in found.labels)
+        assert not Done(focus={3: wanted}).native_alone(3, 2, "allreduce", 64)

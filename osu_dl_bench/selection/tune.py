@@ -647,7 +647,18 @@ def decide_estimates(
         decided = [_decide(p, r, warn, rule) for p, r in zip(points, ratios, strict=True)]
         if decided:
             entries[key] = hysteresis(decided)
+            warn.extend(_without_native(key, decided))
     return Decisions(entries, estimates.pool)
+
+
+def _without_native(key: EntryKey, points: list[PointDecision]) -> list[str]:
+    """One line where an entry's points were decided without native (the run did not name
+    it): by raw medians, with no null control to say how often noise fools the rule."""
+    alone = sum(p.native is None for p in points)
+    if not alone:
+        return []
+    where = "" if alone == len(points) else f" at {alone} of {len(points)} sizes"
+    return [f"{key}: no native measured{where}: ratios to the lowest median, no null control"]
 
 
 def decide_run(

@@ -43,6 +43,8 @@ from osu_dl_bench.selection.table import load_table
 from osu_dl_bench.selection.tune import (
     RISK,
     build_table,
+    decide_run,
+    decision_rows,
     run_nulls,
     without_contaminated_native,
     without_null_controls,
@@ -272,3 +274,15 @@ def test_naming_the_null_control_as_a_candidate_is_refused_with_the_reason():
         cfg = sweep_config("--np", "2", "-a", f"ring,{text}", "-o", "x")
         with pytest.raises(UsageError, match="the null control is not a candidate"):
             resolve_setting(cfg)
+
+
+def test_an_entry_decided_without_native_says_so_once(tmp_path):
+    rows, warn = decision_rows(_run_with_a_lucky_null(tmp_path / "run", null=False))
+    decide_run(rows[rows["algorithm"] != "native"], warn)
+    found = [line for line in warn if "no native measured" in line]
+    assert len(found) == 1 and found[0].endswith(
+        ": no native measured: ratios to the lowest median, no null control"
+    )
+    warn = []
+    decide_run(rows, warn)
+    assert not any("no native measured" in line for line in warn)

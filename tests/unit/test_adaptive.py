@@ -23,8 +23,14 @@ from osu_dl_bench.selection.adaptive import (
     point_name,
 )
 from osu_dl_bench.selection.evidence import Component, LaunchPool
-from osu_dl_bench.selection.pools import PoolIdentity, pool_path, read_pool, write_pool
-from osu_dl_bench.selection.tune import decision_rows
+from osu_dl_bench.selection.pools import (
+    PoolIdentity,
+    pool_path,
+    read_pool,
+    store_run_pool,
+    write_pool,
+)
+from osu_dl_bench.selection.tune import decision_rows, table_and_pool
 from tests.support.tuning import decision, launch_run, register_stand_ins
 
 
@@ -451,3 +457,28 @@ def test_every_open_point_measures_a_candidate_besides_native(sd, ratio):
     if found is not None:
         wanted = frozenset((2, "allreduce", 64, label) for label in found.labels)
         assert not Done(focus={3: wanted}).native_alone(3, 2, "allreduce", 64)
+
+
+def _widths(table) -> list[float]:
+    return [p["ratio_high"] / p["ratio_low"] for e in table.entries for p in e.points]
+
+
+def test_tune_of_one_launch_reads_the_stored_pool_of_its_hosts_or_warns(tmp_path, monkeypatch):
+    # One launch holds no launch-to-launch variance: its intervals would rest on the
+    # rounds' noise alone. With a pool stored by an earlier run of the same hosts, library
+    # and version, tune reads it (as sweep --adaptive's screening launch does).
+    register_stand_ins(monkeypatch)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    plan = {size: {"recursive_doubling": [0.9, 1.1, 0.95], "ring": 2.0} for size in SIZES}
+    one = launch_run(tmp_path / "one", {s: {"recursive_doubling": 0.9} for s in SIZES}, launches=1)
+    alone, warn, _ = table_and_pool(one)
+    (line,) = [text for text in warn if "has one launch" in text]
+    assert "intervals hold the rounds' noise only and understate" in line
+    assert "no stored launch-variance pool" in line
+    _, _, pool = table_and_pool(launch_run(tmp_path / "three", plan))
+    assert store_run_pool(RunStore(one).read_metadata(), pool) is not None
+    pooled, warn, own = table_and_pool(one)
+    (line,) = [text for text in warn if "has one launch" in text]
+    assert "take the launch-to-launch variance from the stored launch-variance pool" in line
+    assert own == LaunchPool()  # borrowed: not stored again as this run's
+    assert all(w > v for w, v in zip(_widths(pooled), _widths(alone), strict=True))

@@ -767,6 +767,10 @@ def run_nulls(
     return decision_nulls(rows, decide_run(rows, warn, rule, pool), rule)
 
 
+# The words that begin one_launch_pool's warning (compare repeats that line).
+ONE_LAUNCH = "has one launch: its intervals"
+
+
 def one_launch_pool(
     run_dir: str | os.PathLike, rows: pd.DataFrame, warn: list[str]
 ) -> LaunchPool | None:
@@ -779,12 +783,12 @@ def one_launch_pool(
     pool, why = read_pool(who) if who else (None, "the run names no host set")
     if pool is not None:
         warn.append(
-            f"{run_dir} has one launch: its intervals take the launch-to-launch variance "
+            f"{run_dir} {ONE_LAUNCH} take the launch-to-launch variance "
             f"from {why}, an earlier run of {who.text()}"
         )
         return pool
     warn.append(
-        f"{run_dir} has one launch: its intervals hold the rounds' noise only and understate "
+        f"{run_dir} {ONE_LAUNCH} hold the rounds' noise only and understate "
         f"the launch-to-launch variance ({why}); sweep with --launches 3, or tune a run of "
         "2 launches or more of these hosts first: its pool is stored and used here"
     )

@@ -73,7 +73,11 @@ def run_compare(cfg: CompareConfig) -> int:
     if is_training_run(a) or is_training_run(b):
         reports = _training_reports(cfg, both)
     else:
-        decided = decided_points(cfg.run_a, cfg.rule()), decided_points(cfg.run_b, cfg.rule())
+        notes: list[str] = []
+        decided = (
+            decided_points(cfg.run_a, cfg.rule(), notes=notes),
+            decided_points(cfg.run_b, cfg.rule(), notes=notes),
+        )
         reports = [
             decision_report(
                 cfg.run_a, cfg.run_b, cfg.table, cfg.nprocs, cfg.referee, cfg.rule(), decided
@@ -81,6 +85,7 @@ def run_compare(cfg: CompareConfig) -> int:
             null_report(cfg.run_a, cfg.run_b, cfg.nprocs, cfg.rule()),
             shift_report(both, cfg.run_a, cfg.run_b),
             period_report(cfg.run_a, cfg.run_b, *decided),
+            *(["\n".join(f"# warning: {note}" for note in notes)] if notes else []),
         ]
     text = "\n\n".join(reports)
     print(text, flush=True)

@@ -11,6 +11,7 @@ chosen algorithm over size x process count.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -110,8 +111,14 @@ def _ratios(
     and its 95% band, under the table's ranges; the null controls (native again, by the
     same estimator) dashed in black, the noise the candidates' lines are read against."""
     fig, ax = plt.subplots(figsize=(9, 5.5))
+    shown = [
+        p.candidates[label].ratio.ratio
+        for p in points
+        for label in _shown_labels(points)
+        if label in p.candidates
+    ]
     for null in nulls:
-        _null_line(ax, null)
+        _null_line(ax, null, shown)
     for label in _shown_labels(points):
         found = [(p.size, p.candidates[label].ratio) for p in points if label in p.candidates]
         if not found:
@@ -142,19 +149,30 @@ def _ratios(
     _save(plt, fig, path)
 
 
-def _null_line(ax, null) -> None:
-    """One null control's ratio to native and its 95% band (selection.null_control)."""
+# The null control's band is drawn within this factor of the plotted estimates: an
+# interval of 0.001-10000 (one launch, few rounds) would squash every curve.
+NULL_BAND_REACH = 2.0
+
+
+def _null_line(ax, null, shown: Sequence[float] = ()) -> None:
+    """One null control's ratio to native and its 95% band (selection.null_control),
+    the band clipped to NULL_BAND_REACH of the estimates drawn (``shown``: the
+    candidates'; the null's own count too)."""
     sizes = [p.size for p in null.points]
+    estimates = [p.ratio.ratio for p in null.points]
     ax.plot(
         sizes,
-        [p.ratio.ratio for p in null.points],
+        estimates,
         ls="--",
         marker=".",
         color="black",
         label=f"{null.label} (null control: {null.wins} of {len(null.points)} chosen)",
     )
-    highs = [p.ratio.high if math.isfinite(p.ratio.high) else np.nan for p in null.points]
-    ax.fill_between(sizes, [p.ratio.low for p in null.points], highs, alpha=0.1, color="black")
+    drawn = [r for r in (*shown, *estimates) if math.isfinite(r) and r > 0] or [1.0]
+    floor, ceiling = min(drawn) / NULL_BAND_REACH, max(drawn) * NULL_BAND_REACH
+    lows = np.clip([p.ratio.low for p in null.points], floor, ceiling)
+    highs = np.clip([p.ratio.high for p in null.points], floor, ceiling)
+    ax.fill_between(sizes, lows, highs, alpha=0.1, color="black")
 
 
 def _busbw(plt, rows: pd.DataFrame, colors, title: str, path: Path):

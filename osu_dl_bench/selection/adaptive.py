@@ -28,6 +28,7 @@ import pandas as pd
 
 from collectives.registry import NULL_CONTROLS
 from collectives.units import format_size
+from osu_dl_bench.jobs.plan import is_native_copy
 from osu_dl_bench.selection.estimate import entry_ratios, point_values
 from osu_dl_bench.selection.evidence import LaunchPool, LaunchValues
 from osu_dl_bench.selection.null_control import NullFigures
@@ -64,6 +65,7 @@ class OpenPoint:
     # [0.74-1.17]'): native's own copy looks faster, so the launches seen so far have not
     # averaged the launch's shift out.
     fooled: tuple[str, ...] = ()
+    settled: float = SETTLED_LOSS
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -80,10 +82,16 @@ class OpenPoint:
         """One line: the point, its choice and best, what is left to learn there."""
         point, k = self.decision, self.decision.key
         savings = ", ".join(f"{label} {saving:.1%}" for label, saving in self.contenders)
+        # A point open for the null control alone may lose less than the threshold.
+        why = (
+            f"open while above {self.settled:.0%}"
+            if self.loss >= self.settled
+            else f"below {self.settled:.0%}, open for the null control"
+        )
         return (
             f"{k.collective} p={k.nprocs} {format_size(point.size)}: chose {point.chosen}, "
             f"best {point.best}; the choice may still lose {self.loss:.1%} of native's time "
-            f"(settled below {SETTLED_LOSS:.0%}); contenders' expected saving over the best: "
+            f"({why}); contenders' expected saving over the best: "
             f"{savings or 'none beyond the best'}"
             + (
                 f"; the rule would choose {', '.join(self.fooled)} over native"
@@ -113,21 +121,36 @@ def open_point(
 ) -> OpenPoint | None:
     """The point's contenders, or None where the choice may lose less than ``settled`` and
     no null control (``fooled``: those the rule would choose over native) says that the
-    evidence still mistakes native for faster than itself."""
+    evidence still mistakes native for faster than itself where that matters: a choice
+    other than native, which the launch's shift may have made (a choice of native has
+    nothing a null win threatens)."""
     if point.reference is None:
         return None
     loss = loss_left(point)
-    if loss < settled and not fooled:  # NaN (nothing to judge by) stays open, as inf does
+    threatened = bool(fooled) and point.chosen != point.reference
+    if loss < settled and not threatened:  # NaN (nothing to judge by) stays open, as inf does
         return None
-    contenders = []
-    for label in point.candidates:
-        if label in (point.chosen, point.best, point.reference):
-            continue
-        saving = exchange(point, point.best, label)
-        if saving >= CONTENDER_SHARE * settled:
-            contenders.append((label, saving))
-    contenders.sort(key=lambda item: (-item[1], item[0]))
-    return OpenPoint(point, loss, tuple(contenders), fooled)
+    savings = {
+        label: exchange(point, point.best, label)
+        for label in point.candidates
+        if label not in (point.chosen, point.best, point.reference)
+    }
+    contenders = sorted(
+        (
+            (label, saving)
+            for label, saving in savings.items()
+            if saving >= CONTENDER_SHARE * settled
+        ),
+        key=lambda item: (-item[1], item[0]),
+    )
+    if not contenders and is_native_copy(point.chosen) and is_native_copy(point.best):
+        # A focused launch skips a point where only native is due (jobs.plan.Done
+        # .native_alone). Open with native kept and no contender means nothing to judge
+        # by (a NaN loss): every other candidate is measured; with none, nothing can be.
+        if not savings:
+            return None
+        contenders = sorted((label, saving) for label, saving in savings.items())
+    return OpenPoint(point, loss, tuple(contenders), fooled if threatened else (), settled)
 
 
 def open_points(

@@ -64,7 +64,7 @@ from osu_dl_bench.selection.agreement import (
 from osu_dl_bench.selection.paired import Ratio, identity, point_latency
 from osu_dl_bench.selection.rule import DEFAULT_RULE, DecisionRule
 from osu_dl_bench.selection.selector import Query, Selector, default_context
-from osu_dl_bench.selection.tune import PointDecision, clean_rows, run_decisions
+from osu_dl_bench.selection.tune import ONE_LAUNCH, PointDecision, clean_rows, run_decisions
 
 # A point: one call measured in both runs. Its algorithms share the point's speed state.
 POINT = ["device", "dtype", "op", "collective", "nprocs", "size_bytes"]
@@ -178,12 +178,17 @@ def table_coverage(table: str, points: Iterable[PointDecision]) -> dict[str, int
 
 
 def decided_points(
-    run_dir: str, rule: DecisionRule = DEFAULT_RULE, launches: Iterable[int] = ()
+    run_dir: str,
+    rule: DecisionRule = DEFAULT_RULE,
+    launches: Iterable[int] = (),
+    notes: list[str] | None = None,
 ) -> dict:
     """A run's decisions as tune takes them (from only ``launches``, where given); a run
     with none is refused with the reason (every point left out, e.g. native measured only
-    beside another backend)."""
+    beside another backend). ``notes`` receives tune's line about a run of one launch."""
     decided, warn = run_decisions(run_dir, rule=rule, launches=tuple(launches))
+    if notes is not None:
+        notes += [line for line in warn if ONE_LAUNCH in line]
     if not decided:
         why = f": {warn[-1]}" if warn else ""
         raise UsageError(f"{run_dir}: no point could be decided as tune decides{why}")

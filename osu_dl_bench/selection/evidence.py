@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy import optimize, special, stats
@@ -171,6 +171,8 @@ class Component:
     # of the pool sees alike (the band-wide shift, native's drift) rest on launches - 1
     # degrees of freedom, however many points the pool holds. 0: unknown (old tables).
     launches: int = 0
+    # The wider pool whose variances stand in for this pool's estimate of 0 ('' if none).
+    borrowed: str = ""
 
     @property
     def launch_df(self) -> float:
@@ -215,6 +217,7 @@ class LaunchPool:
                 f"{c.heterogeneous} beyond the pool ({c.expected_heterogeneous:.1f} expected "
                 f"by chance), candidates' launch shifts correlated {c.correlation:.2f}; "
                 f"{c.launches} launches: launch-level df {c.launch_df:g}, point-level df {c.df}"
+                + (f"; its own estimate 0, floored at the {c.borrowed}'s" if c.borrowed else "")
             )
         return lines
 
@@ -374,4 +377,41 @@ def estimate_pool(observations: Iterable[Observation]) -> LaunchPool:
     for key, members in keyed.items():
         if sum(o.values.count > 1 for o in members) >= MIN_POOL_POINTS:
             components[key] = _component(members, within)
+    # Widest first, so that a band borrows from its entry's pool once that is floored.
+    for key in sorted(components, key=lambda k: (k[0] is not None, k[1] is not None)):
+        components[key] = _floored(key, components, keyed[key], within)
     return LaunchPool(components, within)
+
+
+def _floored(
+    key: tuple, components: Mapping[tuple, Component], members: list[Observation], within: float
+) -> Component:
+    """The pool's component, or where its method-of-moments estimate is truncated at 0,
+    the nearest wider pool's variances in its place (recounting the points beyond it). A
+    handful of points with 2-3 launches lands at 0 often although the launches vary: a
+    t quantile times 0 would leave the rounds' noise alone in the intervals, where the
+    wider pool, resting on more points of the same machine, knows better."""
+    own = components[key]
+    entry, band, paired = key
+    if own.point_launch > 0:
+        return own
+    # LaunchPool.component's fallback order: the entry over every band, then the run.
+    wider = [
+        ((entry, None, paired), "entry's pool over every band"),
+        ((None, None, paired), "run's pool"),
+    ]
+    for wider_key, name in wider[(band is None) + (entry is None) :]:
+        found = components.get(wider_key)
+        if found is None or found.point_launch <= 0:
+            continue
+        partial = Component(found.point_launch, found.launch_wide, 0, own.df, 0)
+        multi = [o for o in members if o.values.count > 1]
+        flagged = sum(heterogeneity(o.values, partial, within) < HETEROGENEITY_ALPHA for o in multi)
+        return replace(
+            own,
+            point_launch=found.point_launch,
+            launch_wide=found.launch_wide,
+            heterogeneous=flagged,
+            borrowed=name,
+        )
+    return own

@@ -19,6 +19,7 @@ launches disagree beyond the pool the copy, like a candidate, keeps its own esti
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -84,7 +85,7 @@ class NullFigures:
         return self.wins / len(self.points) if self.points else math.nan
 
     def line(self) -> str:
-        """'native:null: 0.97-1.04x native (95% CI 0.90-1.12), chosen over native at 1 of
+        """'native:null: 0.97-1.04x native (median 95% CI 0.93-1.08), chosen over native at 1 of
         22 points (4.5%)'."""
         return f"{self.label}: {ratio_range(self.points)}, {win_text(self.wins, len(self.points))}"
 
@@ -117,16 +118,16 @@ def _finite(value: float) -> float | None:
 
 
 def ratio_range(points: Iterable[NullPoint]) -> str:
-    """'0.97-1.04x native (95% CI 0.90-1.12)': the estimates' range and the intervals'."""
+    """'0.97-1.04x native (median 95% CI 0.90-1.12)': the estimates' range, and the medians
+    of the points' interval bounds (one point of few launches can reach 0..inf: the union
+    of every interval would say nothing)."""
     points = list(points)
+    if not points:
+        return "not measured"
     ratios = [p.ratio.ratio for p in points]
-    low = min(p.ratio.low for p in points)
-    high = max(p.ratio.high for p in points)
-    return (
-        f"{min(ratios):.2f}-{max(ratios):.2f}x native (95% CI {low:.2f}-{_bound(high)})"
-        if points
-        else "not measured"
-    )
+    low = statistics.median(p.ratio.low for p in points)
+    high = statistics.median(p.ratio.high for p in points)
+    return f"{min(ratios):.2f}-{max(ratios):.2f}x native (median 95% CI {low:.2f}-{_bound(high)})"
 
 
 def _bound(value: float) -> str:

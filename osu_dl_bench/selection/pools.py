@@ -126,7 +126,12 @@ _COUNTS = ("points", "df", "heterogeneous", "launches")
 
 def _check_field(name: str, value: Any) -> None:
     """ValueError unless a stored component's field is in range: variances finite in [0,
-    MAX_VARIANCE], counts whole numbers in [0, MAX_COUNT], the correlation in [-1, 1]."""
+    MAX_VARIANCE], counts whole numbers in [0, MAX_COUNT], the correlation in [-1, 1], the
+    wider pool a variance was borrowed from a short text."""
+    if name == "borrowed":
+        if not (isinstance(value, str) and len(value) <= 200 and value.isprintable()):
+            raise ValueError(f"borrowed {describe(value)} is not a pool's name")
+        return
     if name in _COUNTS:
         if not (is_kind(value, int) and 0 <= value <= MAX_COUNT):
             raise ValueError(

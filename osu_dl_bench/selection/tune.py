@@ -67,6 +67,7 @@ from osu_dl_bench.selection.paired import (
 )
 from osu_dl_bench.selection.period import WITHIN_ONLY, Period, read_period
 from osu_dl_bench.selection.pooling import pool_across_counts
+from osu_dl_bench.selection.pools import PoolIdentity, read_pool
 
 # RISK and SLOWER_MARGIN re-exported: their home is selection.rule.
 from osu_dl_bench.selection.rule import (  # noqa: F401
@@ -647,7 +648,18 @@ def decide_estimates(
         decided = [_decide(p, r, warn, rule) for p, r in zip(points, ratios, strict=True)]
         if decided:
             entries[key] = hysteresis(decided)
+            warn.extend(_without_native(key, decided))
     return Decisions(entries, estimates.pool)
+
+
+def _without_native(key: EntryKey, points: list[PointDecision]) -> list[str]:
+    """One line where an entry's points were decided without native (the run did not name
+    it): by raw medians, with no null control to say how often noise fools the rule."""
+    alone = sum(p.native is None for p in points)
+    if not alone:
+        return []
+    where = "" if alone == len(points) else f" at {alone} of {len(points)} sizes"
+    return [f"{key}: no native measured{where}: ratios to the lowest median, no null control"]
 
 
 def decide_run(
@@ -695,7 +707,7 @@ def run_decisions(
     takes them (from only the given launch numbers, where some are given: compare's
     held-out split); and warnings about what was left out."""
     rows, warn = decision_rows(run_dir, dtype, op, launches)
-    return decide_run(rows, warn, rule).by_point(), warn
+    return decide_run(rows, warn, rule, one_launch_pool(run_dir, rows, warn)).by_point(), warn
 
 
 def decision_rows(
@@ -751,7 +763,36 @@ def run_nulls(
     """A run directory's null control figures, as ``tune`` reports them."""
     _, frame, warn = _read_run(run_dir)
     rows, _, _ = select_rows(without_library_candidates(usable_rows(frame)), dtype, op)
-    return decision_nulls(rows, decide_run(rows, warn, rule), rule)
+    pool = one_launch_pool(run_dir, rows, warn)
+    return decision_nulls(rows, decide_run(rows, warn, rule, pool), rule)
+
+
+# The words that begin one_launch_pool's warning (compare repeats that line).
+ONE_LAUNCH = "has one launch: its intervals"
+
+
+def one_launch_pool(
+    run_dir: str | os.PathLike, rows: pd.DataFrame, warn: list[str]
+) -> LaunchPool | None:
+    """For a run of one launch (which holds no launch-to-launch variance of its own), the
+    pool an earlier run of the same hosts, library and version stored (selection.pools),
+    as sweep --adaptive reads its screening launch; None otherwise. One warning either way."""
+    if rows.empty or "launch" not in rows.columns or rows["launch"].nunique() > 1:
+        return None
+    who = PoolIdentity.of_run(RunStore(run_dir).read_metadata())
+    pool, why = read_pool(who) if who else (None, "the run names no host set")
+    if pool is not None:
+        warn.append(
+            f"{run_dir} {ONE_LAUNCH} take the launch-to-launch variance "
+            f"from {why}, an earlier run of {who.text()}"
+        )
+        return pool
+    warn.append(
+        f"{run_dir} {ONE_LAUNCH} hold the rounds' noise only and understate "
+        f"the launch-to-launch variance ({why}); sweep with --launches 3, or tune a run of "
+        "2 launches or more of these hosts first: its pool is stored and used here"
+    )
+    return None
 
 
 def evidence_record(
@@ -837,7 +878,8 @@ def table_and_pool(
     """build_table, and the launch pool the decisions rest on (for selection.pools)."""
     store, frame, warn = _read_run(run_dir)
     rows, dtype, op = select_rows(usable_rows(frame), dtype, op)
-    decisions = decide_run(without_library_candidates(rows), warn, rule)
+    stored = one_launch_pool(run_dir, rows, warn)
+    decisions = decide_run(without_library_candidates(rows), warn, rule, stored)
     period = read_period(run_dir)
     entries = build_entries(decisions, period)
     if not entries:
@@ -857,7 +899,8 @@ def table_and_pool(
     library = library_tuning(rows, _first_found(metadata, "mpi_library"), warn, rule, period)
     if library is not None:
         header[LIBRARY_TUNING] = library
-    return TuningTable(entries, header), warn, decisions.pool
+    # A stored pool borrowed for one launch is not this run's to store again.
+    return TuningTable(entries, header), warn, LaunchPool() if stored else decisions.pool
 
 
 # --- the MPI library's own algorithms (native:alg=NAME) -------------------------------------

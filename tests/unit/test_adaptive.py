@@ -24,8 +24,14 @@ from osu_dl_bench.selection.adaptive import (
     point_name,
 )
 from osu_dl_bench.selection.evidence import Component, LaunchPool
-from osu_dl_bench.selection.pools import PoolIdentity, pool_path, read_pool, write_pool
-from osu_dl_bench.selection.tune import decision_rows
+from osu_dl_bench.selection.pools import (
+    PoolIdentity,
+    pool_path,
+    read_pool,
+    store_run_pool,
+    write_pool,
+)
+from osu_dl_bench.selection.tune import decision_rows, table_and_pool
 from tests.support.tuning import decision, launch_run, register_stand_ins
 
 
@@ -115,7 +121,7 @@ def test_a_tie_with_native_settles_once_the_choice_may_lose_below_one_percent(sd
     if found is not None:
         assert found.loss == pytest.approx(expected, rel=1e-3)
         assert found.labels == ("native", *NULL_CONTROLS, "recursive_doubling")
-        assert "the choice may still lose 1.6% of native's time (settled below 1%)" in (
+        assert "the choice may still lose 1.6% of native's time (open while above 1%)" in (
             found.reason
         )
 
@@ -449,3 +455,63 @@ def test_a_stored_pool_with_a_value_out_of_range_is_not_used(
     stored["within"], component[field] = 1e300, sound  # the pool-wide within variance too
     pool_path(IDENTITY).write_text(json.dumps({**stored, "components": [record]}))
     assert "not used (within 1e+300 is not a number from 0 to 25" in read_pool(IDENTITY)[1]
+
+
+FOOLED = (f"{NULL_CONTROL} 0.90x [0.85-0.95]",)
+
+
+def test_a_null_win_where_native_is_chosen_does_not_keep_the_point_open():
+    # Native chosen and settled: a null win threatens no choice, and a focused launch skips
+    # a point where only native and its copies are due (Done.native_alone): it would
+    # measure nothing until --adaptive's MAX.
+    point = decision(64, {"recursive_doubling": (1.2, 1.15, 1.25)})
+    assert point.chosen == "native" and open_point(point, fooled=FOOLED) is None
+
+
+def test_a_null_win_where_another_candidate_is_chosen_re_measures_it_native_and_the_null():
+    point = decision(64, {"recursive_doubling": (0.5, 0.48, 0.52), "ring": (0.9, 0.88, 0.92)})
+    found = open_point(point, fooled=FOOLED)
+    assert found is not None and found.fooled == FOOLED
+    assert {"native", NULL_CONTROL, "recursive_doubling"} <= set(found.labels)
+    assert (
+        "(below 1%, open for the null control)" in found.reason and "would choose" in found.reason
+    )
+    done = Done(focus={3: frozenset((2, "allreduce", 64, label) for label in found.labels)})
+    assert not done.native_alone(3, 2, "allreduce", 64)
+
+
+@pytest.mark.parametrize("sd", [0.01, 0.03, 0.05])
+@pytest.mark.parametrize("ratio", [0.9, 1.0, 1.02, 1.04])
+def test_every_open_point_measures_a_candidate_besides_native(sd, ratio):
+    half = math.exp(1.959964 * sd)
+    names = ("recursive_doubling", "rabenseifner", "reduce_bcast")
+    point = decision(64, {name: (ratio, ratio / half, ratio * half) for name in names})
+    found = open_point(point, fooled=FOOLED)
+    if found is not None:
+        wanted = frozenset((2, "allreduce", 64, label) for label in found.labels)
+        assert not Done(focus={3: wanted}).native_alone(3, 2, "allreduce", 64)
+
+
+def _widths(table) -> list[float]:
+    return [p["ratio_high"] / p["ratio_low"] for e in table.entries for p in e.points]
+
+
+def test_tune_of_one_launch_reads_the_stored_pool_of_its_hosts_or_warns(tmp_path, monkeypatch):
+    # One launch holds no launch-to-launch variance: its intervals would rest on the
+    # rounds' noise alone. With a pool stored by an earlier run of the same hosts, library
+    # and version, tune reads it (as sweep --adaptive's screening launch does).
+    register_stand_ins(monkeypatch)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    plan = {size: {"recursive_doubling": [0.9, 1.1, 0.95], "ring": 2.0} for size in SIZES}
+    one = launch_run(tmp_path / "one", {s: {"recursive_doubling": 0.9} for s in SIZES}, launches=1)
+    alone, warn, _ = table_and_pool(one)
+    (line,) = [text for text in warn if "has one launch" in text]
+    assert "intervals hold the rounds' noise only and understate" in line
+    assert "no stored launch-variance pool" in line
+    _, _, pool = table_and_pool(launch_run(tmp_path / "three", plan))
+    assert store_run_pool(RunStore(one).read_metadata(), pool) is not None
+    pooled, warn, own = table_and_pool(one)
+    (line,) = [text for text in warn if "has one launch" in text]
+    assert "take the launch-to-launch variance from the stored launch-variance pool" in line
+    assert own == LaunchPool()  # borrowed: not stored again as this run's
+    assert all(w > v for w, v in zip(_widths(pooled), _widths(alone), strict=True))

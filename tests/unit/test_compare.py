@@ -15,6 +15,7 @@ from osu_dl_bench.commands.compare_cli import config_from_args
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.selection import build_table
 from osu_dl_bench.selection.comparison import paired_points
+from osu_dl_bench.selection.pools import pool_dir
 from osu_dl_bench.selection.rule import DEFAULT_RULE
 
 pytestmark = pytest.mark.usefixtures("registered")
@@ -126,6 +127,17 @@ def test_compare_prints_both_reports_and_writes_them(tmp_path):
     assert any("Euro-Par 2007) report a 2.08% mean performance penalty" in x for x in lines)
     # one launch per run: no held-out split, and no referee given
     assert f"# captured speedup: not given: {b} has 1 launches" in res.stdout
+    for run in (a, b):  # tune's line about a run of one launch, once per run
+        assert (
+            lines.count(
+                f"# warning: {run} has one launch: its intervals hold the rounds' noise only and "
+                "understate the launch-to-launch variance (no stored launch-variance pool for "
+                f"hosts refhost; MPICH Version: 5.0.2 (4.1) (kept in {pool_dir()})); sweep with "
+                "--launches 3, or tune a run of 2 launches or more of these hosts first: its pool "
+                "is stored and used here"
+            )
+            == 1
+        ), res.stdout
     shifts = lines.index(f"# {a} against {b}: 72 points measured by both")
     p2 = lines[shifts + 2].split()
     assert p2[:2] == ["2", "72"] and 39.5 < float(p2[2].rstrip("%")) < 41.5  # ln 1.5 = 40.5%

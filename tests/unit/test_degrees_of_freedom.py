@@ -135,3 +135,53 @@ def test_the_table_keeps_each_points_df_and_the_launch_level_df(tmp_path):
         assert point["launch_df"] == 2  # three launches
         assert point["df"] is not None and point["df"] >= 2
     assert any("launch-level df 2" in line for line in table.header["evidence"]["summary"])
+
+
+THREE_BANDS = ((8, 64, 512), (8192, 16384, 65536), (1 << 20, 1 << 22, 1 << 23))
+
+
+def three_band_pool(rng, launches=2, point_sd=0.02, within_sd=0.01, quiet_band=None):
+    """One entry, two candidates at three sizes in each of three bands: a point's
+    launch-to-launch sd ``point_sd`` everywhere (none in ``quiet_band``'s launches)."""
+    found = []
+    for band, sizes in enumerate(THREE_BANDS):
+        for size, label in ((size, label) for size in sizes for label in ("c0", "c1")):
+            if band == quiet_band:
+                values = np.full(launches, TRUTH)
+            else:
+                noise = rng.normal(0, point_sd, launches) + rng.normal(0, within_sd, launches)
+                values = TRUTH + noise
+            values = LaunchValues(
+                tuple(range(1, launches + 1)), values, np.full(launches, within_sd**2), True
+            )
+            found.append(Observation("allreduce", label, size, values))
+    return found
+
+
+def test_a_band_whose_launch_variance_estimate_is_0_borrows_its_entry_s_and_says_so():
+    pool = estimate_pool(three_band_pool(np.random.default_rng(1), point_sd=0.1, quiet_band=0))
+    quiet, entry = (
+        pool.components[("allreduce", 0, True)],
+        pool.components[("allreduce", None, True)],
+    )
+    assert entry.point_launch > 0 and quiet.point_launch == entry.point_launch
+    assert quiet.launch_wide == entry.launch_wide and quiet.df == 6
+    assert quiet.borrowed == "entry's pool over every band"
+    (line,) = [text for text in pool.lines() if " 0-4K " in text]
+    assert line.endswith("its own estimate 0, floored at the entry's pool over every band's")
+    truly_quiet = estimate_pool(three_band_pool(np.random.default_rng(1), point_sd=0, within_sd=0))
+    assert all(c.point_launch == 0 and not c.borrowed for c in truly_quiet.components.values())
+
+
+def test_points_of_bands_estimated_at_0_cover_the_truth_once_the_entry_s_variance_stands_in():
+    # 2 launches, few points per band: a band's estimate lands at 0 in about 1 of 7 pools;
+    # its intervals on the rounds' noise alone held the truth at 79% (the entry's: 94%).
+    rng = np.random.default_rng(5)
+    held = []
+    for _ in range(300):
+        found = three_band_pool(rng)
+        pool = estimate_pool(found)
+        for o, ratio in zip(found, pooled_ratios(found), strict=True):
+            if pool.components[("allreduce", band_of(o.size), True)].borrowed:
+                held.append(ratio.low <= math.exp(TRUTH) <= ratio.high)
+    assert len(held) > 100 and 0.90 <= np.mean(held) <= 0.99

@@ -37,12 +37,22 @@ from osu_dl_bench.measurement.store import RunStore
 from osu_dl_bench.model.measured import model_rows
 from osu_dl_bench.selection import Query, Selector
 from osu_dl_bench.selection.adaptive import open_point
-from osu_dl_bench.selection.null_control import NULL_FIELD, figures_of, record_line
+from osu_dl_bench.selection.null_control import (
+    NULL_FIELD,
+    NullFigures,
+    NullPoint,
+    figures_of,
+    ratio_range,
+    record_line,
+)
+from osu_dl_bench.selection.paired import Ratio
 from osu_dl_bench.selection.summary import table_summary
-from osu_dl_bench.selection.table import load_table
+from osu_dl_bench.selection.table import EntryKey, load_table
 from osu_dl_bench.selection.tune import (
     RISK,
     build_table,
+    decide_run,
+    decision_rows,
     run_nulls,
     without_contaminated_native,
     without_null_controls,
@@ -272,3 +282,40 @@ def test_naming_the_null_control_as_a_candidate_is_refused_with_the_reason():
         cfg = sweep_config("--np", "2", "-a", f"ring,{text}", "-o", "x")
         with pytest.raises(UsageError, match="the null control is not a candidate"):
             resolve_setting(cfg)
+
+
+def test_an_entry_decided_without_native_says_so_once(tmp_path):
+    rows, warn = decision_rows(_run_with_a_lucky_null(tmp_path / "run", null=False))
+    decide_run(rows[rows["algorithm"] != "native"], warn)
+    found = [line for line in warn if "no native measured" in line]
+    assert len(found) == 1 and found[0].endswith(
+        ": no native measured: ratios to the lowest median, no null control"
+    )
+    warn = []
+    decide_run(rows, warn)
+    assert not any("no native measured" in line for line in warn)
+
+
+def _degenerate_null() -> NullFigures:
+    """Seven points near 1, and one of one launch whose interval reaches 0.0007-14554.8."""
+    points = [NullPoint(64 << i, Ratio(0.95, 0.9, 1.05, 3, 60), False) for i in range(7)]
+    points.append(NullPoint(1 << 14, Ratio(0.27, 0.0007, 14554.8, 1, 20), True))
+    return NullFigures(EntryKey("allreduce", "cpu", 1, 2, 2), NULL_CONTROL, tuple(points))
+
+
+def test_the_null_line_gives_the_median_interval_not_the_union_of_every_point_s():
+    text = ratio_range(_degenerate_null().points)
+    assert text == "0.27-0.95x native (median 95% CI 0.90-1.05)"
+
+
+def test_the_ratio_plot_clips_the_null_band_to_the_estimates_reach():
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    plot._null_line(ax, _degenerate_null(), [0.8, 1.2])
+    (band,) = ax.collections
+    heights = band.get_paths()[0].vertices[:, 1]
+    assert heights.min() >= 0.27 / 2 and heights.max() <= 1.2 * 2
+    plt.close(fig)

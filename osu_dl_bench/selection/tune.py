@@ -771,6 +771,13 @@ def run_nulls(
 ONE_LAUNCH = "has one launch: its intervals"
 
 
+def _has_rounds(rows: pd.DataFrame) -> bool:
+    """Whether any row keeps its per-round times (rows from before launches do not)."""
+    if "round_us" not in rows.columns:
+        return False
+    return bool(rows["round_us"].fillna("").astype(str).str.strip().ne("").any())
+
+
 def one_launch_pool(
     run_dir: str | os.PathLike, rows: pd.DataFrame, warn: list[str]
 ) -> LaunchPool | None:
@@ -779,6 +786,8 @@ def one_launch_pool(
     as sweep --adaptive reads its screening launch; None otherwise. One warning either way."""
     if rows.empty or "launch" not in rows.columns or rows["launch"].nunique() > 1:
         return None
+    if not _has_rounds(rows):
+        return None  # legacy rows: their intervals are quartiles, no launch pool applies
     who = PoolIdentity.of_run(RunStore(run_dir).read_metadata())
     pool, why = read_pool(who) if who else (None, "the run names no host set")
     if pool is not None:

@@ -20,7 +20,7 @@ from osu_dl_bench.commands.compare_cli import CompareConfig, same_run
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import is_training_run
 from osu_dl_bench.paths import os_reason, write_text_atomic
-from osu_dl_bench.selection.agreement import CAPTURE_MIN, CLEAR_WIN, Agreement
+from osu_dl_bench.selection.agreement import CAPTURE_MIN, CLEAR_WIN, Agreement, same_candidates
 from osu_dl_bench.selection.comparison import (
     HELD_OUT_MIN,
     REGRET_BOUND,
@@ -374,7 +374,7 @@ def null_report(
 def period_report(run_a: str, run_b: str, decided_a: dict, decided_b: dict) -> str:
     """The between-period component of the two runs' ratios, stored with RUN_B for its
     tune (selection.period), in one line."""
-    period = between_runs(_same_candidates(decided_a, decided_b), f"compare {run_a} {run_b}")
+    period = between_runs(same_candidates(decided_a, decided_b), f"compare {run_a} {run_b}")
     if period is None:
         return "# between-period: no (point, candidate) with an interval in both runs"
     earlier = stored_text(run_b)
@@ -384,19 +384,6 @@ def period_report(run_a: str, run_b: str, decided_a: dict, decided_b: dict) -> s
         return f"# {period.line()}; not stored with {run_b}: {os_reason(exc)}"
     replaced = f", replacing {earlier}" if earlier else ""
     return f"# {period.line()}; stored in {path} for tune of {run_b}{replaced}"
-
-
-def _same_candidates(decided_a: dict, decided_b: dict):
-    """(entry key, size, ratio in A, ratio in B) of every candidate both runs decided
-    against native at the same point."""
-    for point_key, mine in decided_a.items():
-        theirs = decided_b.get(point_key)
-        if theirs is None or mine.reference is None or theirs.reference is None:
-            continue
-        for label, candidate in mine.candidates.items():
-            other = theirs.candidates.get(label)
-            if label != mine.reference and other is not None:
-                yield mine.key, mine.size, candidate.ratio, other.ratio
 
 
 # --- measurements -------------------------------------------------------------------------

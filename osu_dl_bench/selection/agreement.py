@@ -21,7 +21,7 @@ available speedup the choices take (captured speedup).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from scipy import stats
@@ -97,10 +97,10 @@ def agreement(pairs: Iterable[tuple]) -> Agreement:
     return Agreement(count, covered, agreed, honest)
 
 
-def candidate_pairs(a_points: Mapping, b_points: Mapping) -> list[tuple]:
-    """(A's ratio, B's ratio) for every (point, candidate other than the reference) that
-    both decisions hold, matched by (entry key, size) and label."""
-    pairs = []
+def same_candidates(a_points: Mapping, b_points: Mapping) -> Iterator[tuple]:
+    """(entry key, size, A's ratio, B's ratio) of every (point, candidate other than the
+    reference) that both decisions hold against native, matched by (entry key, size) and
+    label."""
     for where, b in b_points.items():
         a = a_points.get(where)
         if a is None or a.reference is None or b.reference is None:
@@ -108,8 +108,12 @@ def candidate_pairs(a_points: Mapping, b_points: Mapping) -> list[tuple]:
         for label, mine in a.candidates.items():
             theirs = b.candidates.get(label)
             if theirs is not None and label != a.reference:
-                pairs.append((mine.ratio, theirs.ratio))
-    return pairs
+                yield a.key, a.size, mine.ratio, theirs.ratio
+
+
+def candidate_pairs(a_points: Mapping, b_points: Mapping) -> list[tuple]:
+    """(A's ratio, B's ratio) of every candidate both decisions hold (same_candidates)."""
+    return [(mine, theirs) for _, _, mine, theirs in same_candidates(a_points, b_points)]
 
 
 @dataclass(frozen=True)

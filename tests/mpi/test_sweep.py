@@ -25,7 +25,7 @@ from support.sweep import (
     stored_rows,
 )
 
-from collectives.registry import NULL_CONTROL, parse_variant
+from collectives.registry import NULL_CONTROL, is_null_control, parse_variant
 from osu_dl_bench.jobs.orchestrate import follow_job
 from osu_dl_bench.jobs.plan import NULL_GROUP, variants_for
 from osu_dl_bench.jobs.progress import Progress, encode_event
@@ -169,7 +169,10 @@ def test_orchestrated_sweep_writes_metadata(full_run):
 
 
 def _backend(row: tuple) -> str:
-    """The backend of an expected (p, collective, label, size) row."""
+    """The backend of an expected (p, collective, label, size) row: a null control's is
+    the group it runs in (native's copy in rounds: mpi; the one apart: its own group)."""
+    if is_null_control(row[2]):
+        return "mpi" if row[2] == NULL_CONTROL else NULL_GROUP
     return parse_variant(row[1], row[2]).algorithm.backend
 
 
@@ -428,7 +431,8 @@ def test_wrong_results_are_stored_reported_and_fail_the_run(tmp_path):
     assert res.returncode == 1, res.stdout + res.stderr
     frame = RunStore(run_dir).load()
     first = frame[frame["state"] != "remeasured"]  # a point of an outlying state is redone
-    assert len(first) == 2 * 2 * 3 and set(frame["validation"]) == {"fail"}
+    # p = 2 and 3, two collectives, three sizes; native and its null control
+    assert len(first) == 2 * 2 * 3 * 2 and set(frame["validation"]) == {"fail"}
     assert "DATA VALIDATION ERROR: p=2 allreduce (native) had 1 wrong elements" in res.stdout
     meta = json.loads((run_dir / "metadata.json").read_text())
     failures = [

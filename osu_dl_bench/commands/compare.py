@@ -34,6 +34,7 @@ from osu_dl_bench.selection.comparison import (
     evidence_of,
     judge_decisions,
     judged_groups,
+    judged_on_referee,
     launch_numbers,
     measured_points,
     paired_points,
@@ -329,7 +330,10 @@ def decision_report(
     wanted = set(wanted)
     judged = judge_decisions(decided_a, decided_b, table, wanted)
     scored = scored_choices(run_b, referee, wanted, rule)
+    # The judged side's own choices on the referee: what tells two rules or tables apart.
+    own = judged_on_referee(decided_a, referee, table, wanted, rule) if referee else None
     source = f"table {table}'s choices (the selector's)" if table else f"{run_a}'s choices"
+    who = f"table {table}" if table else run_a
     lines = [
         *(_coverage_lines(table, [j.point for j in judged]) if table else []),
         f"# decisions: {source} on {run_b}'s measurements, decided as tune decides "
@@ -349,9 +353,11 @@ def decision_report(
         lines.append(figures_text(f"p={nprocs}", Figures.of(items)))
         lines += evidence_lines(f"p={nprocs}", evidence_of(decided_a, items))
         lines += scored_lines(f"p={nprocs}", scored, [nprocs]) if scored else []
+        lines += scored_lines(f"p={nprocs}, {who}'s choices on R", own, [nprocs]) if own else []
     lines.append(figures_text("all", Figures.of(judged)))
     lines += evidence_lines("all", evidence_of(decided_a, judged))
     lines += scored_lines("all", scored, wanted) if scored else []
+    lines += scored_lines(f"all, {who}'s choices on R", own, wanted) if own else []
     notes = [text for text in map(_look_at, judged) if text]
     if notes:
         lines += ["# points to look at:", *notes]

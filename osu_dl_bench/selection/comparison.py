@@ -386,6 +386,20 @@ def scored_choices(
     return Scored(*words, tuple(j for j in judged if j.choice is not None))
 
 
+def judged_on_referee(
+    decided_a: dict,
+    referee: str,
+    table: str | None = None,
+    wanted: Iterable[int] = (),
+    rule: DecisionRule = DEFAULT_RULE,
+) -> Scored:
+    """RUN_A's (or the table's) choices scored on the referee's decisions: the judged
+    side's own captured speedup, on a run neither side decided from (what compares two
+    rules or tables judged on the same RUN_B and R)."""
+    judged = judge_decisions(decided_a, decided_points(referee, rule), table, wanted)
+    return Scored("RUN_A", f"the referee {referee}", tuple(j for j in judged if j.choice))
+
+
 # --- measurements -------------------------------------------------------------------------
 
 

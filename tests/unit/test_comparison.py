@@ -145,6 +145,18 @@ def test_captured_speedup_scores_b_choices_on_a_referee_run(tmp_path):
     assert comparison.scored_choices(str(b), str(same)).captured().share == pytest.approx(1.0)
 
 
+def test_the_judged_side_s_own_choices_are_scored_on_the_referee_too(tmp_path):
+    # A chose rabenseifner, B recursive_doubling; R agrees with A: A takes the whole gain
+    # there, B's choices (the figure above) only part of it.
+    a = launch_run(tmp_path / "a", {1 << 20: {"recursive_doubling": 0.9, "rabenseifner": 0.6}})
+    b = launch_run(tmp_path / "b", {1 << 20: {"recursive_doubling": 0.6, "rabenseifner": 0.9}})
+    r = launch_run(tmp_path / "r", {1 << 20: {"recursive_doubling": 0.9, "rabenseifner": 0.6}})
+    own = comparison.judged_on_referee(comparison.decided_points(str(a)), str(r))
+    ((judged,),) = [own.judged]
+    assert judged.choice == "rabenseifner" and own.captured().share == pytest.approx(1.0)
+    assert comparison.scored_choices(str(b), str(r)).captured().share < 0.5
+
+
 def test_without_a_referee_b_is_decided_on_its_first_launches_and_scored_on_the_rest(tmp_path):
     # recursive_doubling wins the first two launches, rabenseifner the last two
     plan = {

@@ -88,6 +88,10 @@ judge() {
     with_command "$out/quickstart_table.txt" cat "$run/Q1-table.summary.txt"
     with_command "$out/quickstart_table_on_Q2.txt" "${odb[@]}" compare "$run/Q1" "$run/Q2" \
         --table "$run/Q1-table.json"
+    # The quick start's sweeps have 3 launches (no held-out split): R, the exhaustive third
+    # sweep of the same machine, referees its choices at p = 2 and 4.
+    with_command "$out/quickstart_table_on_Q2_referee_R.txt" "${odb[@]}" compare "$run/Q1" \
+        "$run/Q2" --table "$run/Q1-table.json" --referee "$run/R"
     # The previous rule on the same sweeps, for the tables beside today's; and today's
     # rule before honest degrees of freedom.
     tune_at "$old_rev" old Q1 A

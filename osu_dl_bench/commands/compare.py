@@ -331,7 +331,7 @@ def decision_report(
     judged = judge_decisions(decided_a, decided_b, table, wanted)
     scored = scored_choices(run_b, referee, wanted, rule)
     # The judged side's own choices on the referee: what tells two rules or tables apart.
-    own = judged_on_referee(decided_a, referee, table, wanted, rule) if referee else None
+    own = judged_on_referee(decided_a, referee, table, wanted, rule, decided_b) if referee else None
     source = f"table {table}'s choices (the selector's)" if table else f"{run_a}'s choices"
     who = f"table {table}" if table else run_a
     lines = [

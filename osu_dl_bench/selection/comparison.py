@@ -392,11 +392,17 @@ def judged_on_referee(
     table: str | None = None,
     wanted: Iterable[int] = (),
     rule: DecisionRule = DEFAULT_RULE,
+    among: Iterable[tuple] = (),
 ) -> Scored:
-    """RUN_A's (or the table's) choices scored on the referee's decisions: the judged
-    side's own captured speedup, on a run neither side decided from (what compares two
-    rules or tables judged on the same RUN_B and R)."""
-    judged = judge_decisions(decided_a, decided_points(referee, rule), table, wanted)
+    """RUN_A's (or the table's) choices scored on the referee's decisions at the points
+    ``among`` (RUN_B's (entry key, size) keys; empty: all the referee's): the judged side's
+    own captured speedup, on a run neither side decided from (what compares two rules or
+    tables judged on the same RUN_B and R)."""
+    scoring = decided_points(referee, rule)
+    among = set(among)
+    if among:
+        scoring = {key: point for key, point in scoring.items() if key in among}
+    judged = judge_decisions(decided_a, scoring, table, wanted)
     return Scored("RUN_A", f"the referee {referee}", tuple(j for j in judged if j.choice))
 
 

@@ -155,6 +155,14 @@ def test_the_judged_side_s_own_choices_are_scored_on_the_referee_too(tmp_path):
     ((judged,),) = [own.judged]
     assert judged.choice == "rabenseifner" and own.captured().share == pytest.approx(1.0)
     assert comparison.scored_choices(str(b), str(r)).captured().share < 0.5
+    # a referee that measured a size RUN_B did not: scored at RUN_B's points only
+    wider = launch_run(
+        tmp_path / "wider",
+        {1 << 20: {"rabenseifner": 0.6}, 1 << 22: {"rabenseifner": 0.6}},
+    )
+    decided_a, decided_b = (comparison.decided_points(str(run)) for run in (a, b))
+    own = comparison.judged_on_referee(decided_a, str(wider), among=decided_b)
+    assert [j.point.size for j in own.judged] == [1 << 20]
 
 
 def test_without_a_referee_b_is_decided_on_its_first_launches_and_scored_on_the_rest(tmp_path):

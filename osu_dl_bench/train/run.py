@@ -425,6 +425,7 @@ def _complete(run: _Run, described: TrainSummary, bcast_seconds: float) -> Train
     session.allreduce_sum(buckets.reshape(-1))  # 1-D, as the registry's algorithms take
     return replace(
         described,
+        buckets=[asdict(p) for p in run.trainer.bucket_plans],  # --adapt may have switched
         check=_check_record(run),
         epochs=run.epochs,
         throughput=throughput(session.allgather(rates), cfg.batches_per_iter, local),

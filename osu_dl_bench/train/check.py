@@ -167,24 +167,40 @@ class StepVerdict:
     measured_busy_ms: float | None
 
 
+# The run's first steps carry one-off costs (allocations, first touch of every page): plain
+# steps compared with the check's start after them.
+SETTLED_STEP = 2
+
+
 @dataclass(frozen=True)
 class CheckCost:
-    """The check's steps against as many steps right after it (seconds, mean over ranks),
-    and the difference as a share of 1,000 steps at the after-check pace (None: fewer steps
-    after the check than it took)."""
+    """The check's steps against as many plain steps right after it and, where the run has
+    them (a later check: --warmup-steps), right before it (seconds, mean over ranks); the
+    extra time as a share of 1,000 plain steps (None: no plain steps to compare with).
+    Runs that put the check first and runs that put it after plain steps, alternated,
+    cancel a drift of the step time over the run."""
 
     steps: int
     check_seconds: float
     after_seconds: float | None
+    before_seconds: float | None = None
     share_of_1000_steps: float | None = None
 
     @classmethod
-    def of(cls, steps: int, check_seconds: float, after_seconds: float | None) -> CheckCost:
-        """The cost with its share computed."""
+    def of(
+        cls,
+        steps: int,
+        check_seconds: float,
+        after_seconds: float | None,
+        before_seconds: float | None = None,
+    ) -> CheckCost:
+        """The cost with its share computed against the mean of the plain sides."""
+        plain = [s for s in (after_seconds, before_seconds) if s is not None and s > 0]
         share = None
-        if after_seconds is not None and after_seconds > 0:
-            share = (check_seconds - after_seconds) / (1000 * after_seconds / steps)
-        return cls(steps, check_seconds, after_seconds, share)
+        if plain:
+            mean = sum(plain) / len(plain)
+            share = (check_seconds - mean) / (1000 * mean / steps)
+        return cls(steps, check_seconds, after_seconds, before_seconds, share)
 
 
 @dataclass(frozen=True)
@@ -462,16 +478,21 @@ def check_lines(record: CheckRecord) -> list[str]:
         f"check {_ms(s.measured_exposed_ms)} of {_ms(s.measured_busy_ms)} reducing"
     )
     cost = record.cost
-    if cost.after_seconds is None:
+    sides = [
+        f"the {cost.steps} steps {side} it {seconds:.3f} s"
+        for side, seconds in (("before", cost.before_seconds), ("after", cost.after_seconds))
+        if seconds is not None
+    ]
+    if cost.share_of_1000_steps is None:
         lines.append(
             f"# cost: the check's {cost.steps} steps took {cost.check_seconds:.3f} s; not "
-            f"compared: fewer than {cost.steps} steps ran after it"
+            f"compared: fewer than {cost.steps} plain steps ran after it (or before it, "
+            f"after step {SETTLED_STEP})"
         )
     else:
         lines.append(
-            f"# cost: the check's {cost.steps} steps took {cost.check_seconds:.3f} s, the "
-            f"{cost.steps} steps after it {cost.after_seconds:.3f} s: "
-            f"{cost.share_of_1000_steps:+.2%} of 1,000 steps at the after-check pace"
+            f"# cost: the check's {cost.steps} steps took {cost.check_seconds:.3f} s, "
+            f"{', '.join(sides)}: {cost.share_of_1000_steps:+.2%} of 1,000 plain steps"
         )
     if record.adapted:
         if record.switched:

@@ -28,6 +28,7 @@ from osu_dl_bench.runtime.metadata import collect_metadata
 from osu_dl_bench.selection.table import EntryKey, load_table
 from osu_dl_bench.train import checkpoint as ckpt
 from osu_dl_bench.train.check import (
+    SETTLED_STEP,
     CheckCost,
     CheckPlan,
     CheckRecord,
@@ -443,22 +444,29 @@ def _mean_over_ranks(run: _Run, values: Sequence[float]) -> np.ndarray:
 
 
 def _check_cost_and_after(run: _Run) -> tuple[CheckCost, float | None, float | None]:
-    """The check's steps against as many right after it, and busy and exposed ms per step
-    after it (None: no step after it); collective."""
+    """The check's steps against as many plain steps right after and before it, and busy
+    and exposed ms per step after it (None: no step after it); collective."""
     check, tally = run.check, run.tally
     lo = check.plan.first_step - run.start_step
     n = check.plan.steps
     during = tally.step_seconds[lo : lo + n]
     after = tally.step_seconds[lo + n : lo + 2 * n]
+    before = tally.step_seconds[lo - n : lo] if lo - n >= SETTLED_STEP else []
     rest = slice(lo + n, None)
     steps_after = len(tally.busy[rest])
     means = _mean_over_ranks(
-        run, [sum(during), sum(after), sum(tally.busy[rest]), sum(tally.exposed[rest])]
+        run,
+        [sum(during), sum(after), sum(before), sum(tally.busy[rest]), sum(tally.exposed[rest])],
     )
-    cost = CheckCost.of(n, float(means[0]), float(means[1]) if len(after) == n else None)
+    cost = CheckCost.of(
+        n,
+        float(means[0]),
+        float(means[1]) if len(after) == n else None,
+        float(means[2]) if len(before) == n else None,
+    )
     if not steps_after:
         return cost, None, None
-    return cost, 1e3 * means[2] / steps_after, 1e3 * means[3] / steps_after
+    return cost, 1e3 * means[3] / steps_after, 1e3 * means[4] / steps_after
 
 
 def _check_record(run: _Run) -> CheckRecord | None:

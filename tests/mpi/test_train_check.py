@@ -101,7 +101,7 @@ def test_the_report_gives_every_candidate_its_times_ratio_and_calls(adapted):
         assert verdict["null_ratio"] > 0 and isinstance(verdict["null_chosen"], bool)
     step = check["step"]
     assert step["measured_comm_ms"] > step["kept_comm_ms"] > 0
-    assert step["measured_exposed_ms"] is not None and check["cost"]["after_seconds"] is None
+    assert step["measured_exposed_ms"] is not None and check["cost"]["share_of_1000_steps"] is None
     assert "# table check in training: steps 2..32" in res.stdout
     assert "predictions: none: the table's sweep (not recorded) is not here" in res.stdout
 

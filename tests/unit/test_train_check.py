@@ -171,7 +171,9 @@ def test_the_report_names_the_verdict_the_null_and_the_cost():
     text = "\n".join(check_lines(record))
     assert "does not hold: the rule chooses native" in text
     assert "null control (native twice)" in text and "the rule would not choose it" in text
-    assert "+0.30% of 1,000 steps" in text  # 0.3 s over 1,000 x 0.1 s
+    assert "+0.30% of 1,000 plain steps" in text  # 0.3 s over 1,000 x 0.1 s
+    assert CheckCost.of(30, 3.3, 3.2, 2.8).share_of_1000_steps == pytest.approx(0.003)
+    assert CheckCost.of(30, 3.3, None).share_of_1000_steps is None
     assert f"128K: {RING} -> native" in text
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ import numpy as np
 from collectives.registry import NULL_CONTROL, Variant, null_control, parse_variant
 from collectives.units import format_size
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.measurement.schedule import rotation
 from osu_dl_bench.selection.null_control import NullChoice
 from osu_dl_bench.selection.paired import (
     Ratio,
@@ -80,8 +81,6 @@ class CheckPlan:
     def candidate(self, step: int, bucket: int) -> int:
         """The index (in ``labels[bucket]``) of the candidate bucket ``bucket`` runs at the
         check's ``step``-th step."""
-        from osu_dl_bench.measurement.schedule import rotation
-
         n = len(self.labels[bucket])
         order = rotation(self.seed + step // n, n)
         return order[(step + bucket) % n]
@@ -326,14 +325,12 @@ def judge_size(
         NULL_CONTROL: Candidate(_choice(NULL_CONTROL), series[NULL_CONTROL], null),
     }
     fooled = decide_candidates(key, nbytes, count, pair, NATIVE, DEFAULT_RULE).chosen
-    return SizeVerdict(
-        **{
-            **verdict.__dict__,
-            "null_ratio": null.ratio,
-            "null_low": null.low,
-            "null_high": null.high,
-            "null_chosen": fooled == NULL_CONTROL,
-        }
+    return replace(
+        verdict,
+        null_ratio=null.ratio,
+        null_low=null.low,
+        null_high=null.high,
+        null_chosen=fooled == NULL_CONTROL,
     )
 
 

@@ -176,7 +176,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         progress=args.progress,
         warmup_steps=args.warmup_steps,
         batches_per_iter=args.batches_per_iter,
-        check_table=args.check_table or args.adapt or bool(args.write_table),
+        check_table=args.check_table,
         adapt=args.adapt,
         write_table=args.write_table,
     )

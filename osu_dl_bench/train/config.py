@@ -126,14 +126,19 @@ class TrainConfig:
     warmup_steps: int = 2
     batches_per_iter: int = 5
     check_table: bool = False  # re-time the table's choices in training after warm-up
-    adapt: bool = False  # then keep, per bucket size, the best in training by the rule
-    write_table: str | None = None  # rank 0 writes the kept choices as a table here
+    adapt: bool = False  # check, then keep per bucket size the best in training by the rule
+    write_table: str | None = None  # check, then rank 0 writes the kept choices as a table
 
     def local_batch(self, nprocs: int, rank: int = 0) -> int:
         """Rank ``rank``'s share of the global batch (batch_share; rank 0 has the largest);
         UsageError where some rank would get no sample."""
         lo, hi = batch_share(self.batch_size, nprocs, rank)
         return hi - lo
+
+    @property
+    def checks_table(self) -> bool:
+        """Whether the run checks its table in training (--adapt and --write-table do)."""
+        return self.check_table or self.adapt or bool(self.write_table)
 
     @property
     def compute_dtype(self) -> str:
@@ -232,11 +237,9 @@ def check_train_config(cfg: TrainConfig) -> None:
 def _check_table_check(cfg: TrainConfig) -> None:
     """--check-table (and --adapt, --write-table, which run it) checks a table's allreduce
     choices: it needs --table, and --allreduce would override what it checks."""
-    if not (cfg.check_table or cfg.adapt or cfg.write_table):
+    if not cfg.checks_table:
         return
     given = "--check-table" if cfg.check_table else "--adapt" if cfg.adapt else "--write-table"
-    if not cfg.check_table:
-        raise UsageError(f"{given} needs --check-table (internal: set by the command line)")
     if not cfg.table:
         raise UsageError(f"{given} checks a tuning table's choices in training: give --table")
     if cfg.allreduce:

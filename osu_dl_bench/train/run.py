@@ -166,7 +166,7 @@ def _build(cfg: TrainConfig, session: Session) -> _Run:
             f"differ from 1-process ones): {cfg.model} has it; use --model cnn"
         )
     wrong = wrong_allreduce_hook(os.environ, cfg.validate)
-    slow = slow_candidate_hook(os.environ, cfg.validate, cfg.check_table)
+    slow = slow_candidate_hook(os.environ, cfg.validate, cfg.checks_table)
     trainer = DataParallelTrainer(model, cfg, session, wrong, slow)
     total = cfg.steps or cfg.epochs * sampler.steps_per_epoch
     fault = ckpt.parse_fault(os.environ.get(ckpt.FAULT_ENV, ""))
@@ -577,7 +577,7 @@ def _execute(world: Any, cfg: TrainConfig, thread: CommThread, notes: Sequence[s
     threads = _threads(cfg, session.topology.ppn)
     torch.set_num_threads(threads)
     run = _build(cfg, session)
-    if cfg.check_table:
+    if cfg.checks_table:
         _plan_check(run)
     bcast_seconds = _start(run)
     run.bar = ProgressBar(run.total_steps, progress_enabled(cfg.progress, run.rank))

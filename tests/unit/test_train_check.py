@@ -220,8 +220,9 @@ def test_adapt_and_write_table_run_the_check(tmp_path):
     table = tmp_path / "t.json"
     table.write_text(json.dumps(_table_dict()))
     cfg = config_from_args(_args("--table", str(table), "--write-table", "o.json"))
-    assert cfg.check_table and not cfg.adapt and cfg.write_table == "o.json"
-    assert config_from_args(_args("--table", str(table), "--adapt")).check_table
+    assert cfg.checks_table and not cfg.adapt and cfg.write_table == "o.json"
+    assert config_from_args(_args("--table", str(table), "--adapt")).checks_table
+    assert not config_from_args(_args("--table", str(table))).checks_table
 
 
 def test_calls_counted_once_each():

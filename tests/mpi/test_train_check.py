@@ -121,3 +121,11 @@ def test_the_written_table_holds_the_kept_choices_for_select(adapted):
         line.split("=> ")[1].split(" (")[0] for line in res.stdout.splitlines() if "=> " in line
     ]
     assert picks == [kept[size] for size in sorted(kept)]
+
+
+def test_a_run_too_short_for_the_check_is_refused_on_every_rank(tmp_path):
+    argv = ["train", "--steps", "10", *SMALL_BUCKETS, "--table", str(_table(tmp_path))]
+    res = run_cli(2, [*argv, "--check-table", "--progress", "off"], timeout=TIMEOUT)
+    assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "--check-table needs 2 warm-up steps and 30 check steps" in res.stderr
+    assert "(--steps 32 or more)" in res.stderr

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from collectives.backends.rendezvous import RENDEZVOUS_TIMEOUT_VARIABLE
 from collectives.shape import JobShape
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.sweep_config import SRUN_MPI_PLUGIN, SweepConfig
@@ -403,7 +404,16 @@ def job_environment(
     ``forced``, the variables forcing a library algorithm (they win over the no-busy-poll
     settings: a forced POSIX algorithm is what the launch is for)."""
     local = nprocs if cfg.launcher == "mpiexec" else expected_shape(cfg, nprocs).ranks_per_node
-    return mpi_environment(local, {**library_environment(cfg.mpi), **(forced or {})})
+    given = {**library_environment(cfg.mpi), **rendezvous_environment(cfg.stall_timeout)}
+    return mpi_environment(local, {**given, **(forced or {})})
+
+
+def rendezvous_environment(stall_timeout: float) -> dict[str, str]:
+    """How long a job's ranks wait for each other at a Gloo rendezvous: a quarter of the
+    stall timeout, so a rendezvous that cannot connect ends the job with its own message
+    before the job is stopped as stalled (TCPStore tries a timed-out connect once more:
+    a 5 s timeout gave up after 12 s here)."""
+    return {RENDEZVOUS_TIMEOUT_VARIABLE: f"{stall_timeout / 4:g}"}
 
 
 # --- as a command -------------------------------------------------------------------------

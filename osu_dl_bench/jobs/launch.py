@@ -220,11 +220,13 @@ def mpi_environment(
 
 @dataclass(frozen=True)
 class Ended:
-    """How a followed job ended: its exit code (negative: the signal that ended it) and
-    whether it was stopped for writing nothing for the stall timeout."""
+    """How a followed job ended: its exit code (negative: the signal that ended it),
+    whether it was stopped for writing nothing for the stall timeout, and whether for
+    running past its time limit."""
 
     code: int
     stalled: bool = False
+    over_limit: bool = False
 
 
 def start(
@@ -284,18 +286,35 @@ def follow(
     stall_timeout: float,
     on_line: Callable[[str], object],
     on_stall: Callable[[], object] | None = None,
+    limit: float | None = None,
 ) -> Ended:
     """Hand each line the job writes to its stdout pipe to ``on_line`` until it ends; stop
     it if it writes nothing (or does not exit after closing its output) for
     ``stall_timeout`` seconds, after calling ``on_stall()`` while its processes are still
-    there to be looked at. Any exception, KeyboardInterrupt included, stops it too."""
+    there to be looked at, or once it has run ``limit`` seconds (None: no limit). Any
+    exception, KeyboardInterrupt included, stops it too."""
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
+    deadline = None if limit is None else time.monotonic() + limit
+
+    def wait() -> float:
+        """The stall timeout, or less where the limit comes first."""
+        if deadline is None:
+            return stall_timeout
+        return max(0.0, min(stall_timeout, deadline - time.monotonic()))
+
+    def over() -> bool:
+        return deadline is not None and time.monotonic() >= deadline
+
     try:
-        while (line := lines.get(timeout=stall_timeout)) is not None:
+        while (line := lines.get(timeout=wait())) is not None:
             on_line(line)
-        return Ended(proc.wait(stall_timeout))
+            if over():
+                return Ended(stop(proc), over_limit=True)
+        return Ended(proc.wait(wait()))
     except (queue.Empty, subprocess.TimeoutExpired):
+        if over():
+            return Ended(stop(proc), over_limit=True)
         try:
             if on_stall is not None:
                 on_stall()

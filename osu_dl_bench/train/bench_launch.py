@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from osu_dl_bench.jobs.progress import encode_event
 from osu_dl_bench.paths import write_text_atomic
 from osu_dl_bench.train.bench_config import TrainBenchConfig, workload
 
@@ -58,6 +59,10 @@ def _rounds(cfg: TrainBenchConfig, session, trainers, data, sampler, group: str)
     where = f"launch {cfg.launch}/{cfg.launches} {group} "
     for index in range(cfg.rounds):
         for label in rotated_order(list(trainers), index):
+            if session.rank == 0 and cfg.part:
+                # For the command following the launch: what a stall stopped.
+                what = f"{label} ({where}round {index + 1}/{cfg.rounds})"
+                print(encode_event("measuring", what=what), flush=True)
             offset = index * (cfg.warmup + cfg.steps)
             found = _measure(session, trainers[label], data, sampler, cfg.warmup, cfg.steps, offset)
             row = {"launch": cfg.launch, "group": group, "round": index, "config": label}

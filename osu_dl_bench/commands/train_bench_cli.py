@@ -74,6 +74,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--table", default=None, help="tuning table for the 'tuned' row")
     parser.add_argument(
+        "--adapted-table",
+        default=None,
+        metavar="T",
+        help="a table `osu-dl-bench train --adapt --write-table T` wrote (the choices kept "
+        "in training), measured as 'tuned/adapted' beside 'tuned'",
+    )
+    parser.add_argument(
         "--device",
         choices=("cpu", "cuda"),
         default="cpu",
@@ -149,6 +156,7 @@ def config_from_args(args: argparse.Namespace) -> TrainBenchConfig:
         seed=args.seed,
         device=args.device,
         only=args.only,
+        adapted_table=args.adapted_table,
         resume=args.resume,
         worker=args.worker,
         launch=args.launch,

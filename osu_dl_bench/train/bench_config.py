@@ -40,6 +40,9 @@ class TrainBenchConfig:
     # The configurations measured (their labels, comma-separated; native always, as every
     # group's reference); None: every one.
     only: str | None = None
+    # A table of the choices `train --adapt` kept in training (`--write-table`), measured
+    # as 'tuned/adapted' beside tuned; None: not measured.
+    adapted_table: str | None = None
     resume: bool = False
     worker: bool = False
     launch: int = 1
@@ -68,6 +71,7 @@ RECORDED_OPTIONS = (
     "out",
     "device",
     "only",
+    "adapted_table",
 )
 
 
@@ -77,8 +81,9 @@ def recorded_options(cfg: TrainBenchConfig) -> dict[str, Any]:
     options = {name: getattr(cfg, name) for name in RECORDED_OPTIONS}
     if options["device"] == "cpu":
         del options["device"]
-    if options["only"] is None:  # as before the option existed
-        del options["only"]
+    for name in ("only", "adapted_table"):
+        if options[name] is None:  # as before the option existed
+            del options[name]
     return options
 
 

@@ -129,7 +129,7 @@ def measure_launch(cfg: TrainBenchConfig) -> dict[str, Any] | None:
         sampler = ShardedSampler(
             len(data.train), train_cfg.batch_size, session.nprocs, session.rank, 0
         )
-        configs, skipped = configurations(session, train_cfg, cfg.table)
+        configs, skipped = configurations(session, train_cfg, cfg.table, cfg.adapted_table)
         configs, left_out = session.agree(lambda: only_these(configs, cfg.only))
         skipped += left_out
         here = [c for c in configs if in_launch(c.label, c.group, cfg.group)]

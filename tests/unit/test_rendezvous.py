@@ -105,3 +105,11 @@ def test_a_failing_step_keeps_the_first_line_of_torchs_message():
 
 def test_this_hosts_interfaces_leave_loopback_out():
     assert all(not i.address.startswith("127.") for i in rendezvous.local_interfaces())
+
+
+def test_emulated_nodes_on_one_host_meet_on_loopback(monkeypatch):
+    # --ranks-per-node on a host whose only interface is loopback (a bare container).
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    monkeypatch.setattr(rendezvous, "local_interfaces", lambda: [])
+    meeting = rendezvous.meeting_place(_exchange_of([("vm", []), ("vm", [])]), one_host=False)
+    assert (meeting.host, meeting.device) == ("127.0.0.1", rendezvous.LOOPBACK_INTERFACE)

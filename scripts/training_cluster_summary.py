@@ -83,7 +83,8 @@ def check_lines(record: dict, printed: str) -> list[str]:
         for line in printed.splitlines()
         if line.startswith(("# table check", "## ", "#   ", "# step:", "# cost:", "# --adapt"))
     ]
-    step = (record.get("check") or {}).get("step") or {}
+    check = record.get("check") or {}
+    step = check.get("step") or {}
     predicted, measured = step.get("predicted_comm_ms"), step.get("measured_comm_ms")
     if predicted and measured:
         accuracy = 1 - abs(predicted - measured) / measured
@@ -92,7 +93,27 @@ def check_lines(record: dict, printed: str) -> list[str]:
             f"training {measured:.2f} ms: ratio {predicted / measured:.2f}, accuracy "
             f"{accuracy:.0%} (1 - |predicted - measured| / measured)"
         )
+    native = _summed(check, lambda size: "native")
+    chosen = _summed(check, lambda size: size["table_choice"])
+    step_ms = (record.get("communication") or {}).get("step_ms")
+    if native and chosen and step_ms:
+        lines.append(
+            f"# the bound: the table's choices saved {native - chosen:.1f} ms of native's "
+            f"{native:.1f} ms per step in the check, {(native - chosen) / step_ms:.1%} of a "
+            f"{step_ms:.0f} ms step: the most img/s they can gain, if none of it was hidden"
+        )
     return lines
+
+
+def _summed(check: dict, label_of) -> float | None:
+    """One candidate's median calls in the check, summed over its buckets (ms per step)."""
+    total = 0.0
+    for size in check.get("sizes", []):
+        found = [c for c in size["candidates"] if c["label"] == label_of(size)]
+        if not found:
+            return None
+        total += found[0]["measured_us"] * len(size["buckets"]) / 1e3
+    return total
 
 
 def main(argv: list[str]) -> int:

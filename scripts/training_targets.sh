@@ -107,7 +107,12 @@ cluster_2x2() {
     echo "# measured $(date -u +%T), load $(load)" | tee -a "$c/wall_times.txt"
     with_command "$out/training_cluster_2x2.txt" python scripts/training_cluster_summary.py \
         "$c/bench.json" "$c/check.json" "$c/check.txt"
-    cat "$c/wall_times.txt" >> "$out/training_cluster_2x2.txt"
+    {
+        echo "# wall times and load:"
+        cat "$c/wall_times.txt"
+        echo "# train-bench's own table ($c/bench.txt):"
+        cat "$c/bench.txt"
+    } >> "$out/training_cluster_2x2.txt"
 }
 
 case $parts in *" tree "*) tree ;; esac

@@ -15,7 +15,7 @@ from importlib.resources import files
 from pathlib import Path
 
 from osu_dl_bench.paths import write_text_atomic
-from osu_dl_bench.selection.exports import mpich_trees
+from osu_dl_bench.runtime import mpich_trees
 
 
 def main(argv: list[str] | None = None) -> int:

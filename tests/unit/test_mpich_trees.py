@@ -7,9 +7,8 @@ from pathlib import Path
 import pytest
 
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.selection.exports import mpich_trees
-from osu_dl_bench.selection.exports.mpich_default import default_tree
-from osu_dl_bench.selection.exports.mpich_trees import (
+from osu_dl_bench.runtime import mpich_trees
+from osu_dl_bench.runtime.mpich_trees import (
     FALLBACK_VARIABLE,
     FILE_VARIABLES,
     LAYERS,
@@ -17,6 +16,7 @@ from osu_dl_bench.selection.exports.mpich_trees import (
     extract_trees,
     selection_files_env,
 )
+from osu_dl_bench.selection.exports.mpich_default import default_tree
 
 
 def test_the_carried_trees_equal_the_installed_mpichs_of_the_same_version():

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from osu_dl_bench.selection.exports.mpich_trees import carried_trees
+from osu_dl_bench.runtime.mpich_trees import carried_trees
 
 MPICH_VERSION = carried_trees().version
 

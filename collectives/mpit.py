@@ -318,15 +318,26 @@ class LibraryAlgorithm:
     alg: str
     variable: str
     value: str
+    legacy: bool = False
 
 
 def _mpich_algorithms(collective: str) -> list[LibraryAlgorithm]:
-    """MPICH's layered candidates (mpich_layers): each is set through the selection files
-    a launch loads, named in CANDIDATES_VARIABLE."""
-    return [
+    """MPICH's layered candidates (mpich_layers), each set through the selection files a
+    launch loads and named in CANDIDATES_VARIABLE; then, for verify-export's forced runs
+    of the algorithms an MPIR file names, MPICH's CVAR-forced algorithms (``legacy``: no
+    sweep's ``native:alg=all`` expands to them, since on one node MPICH ignores them)."""
+    found = [
         LibraryAlgorithm(collective, c.alg, mpich_layers.CANDIDATES_VARIABLE, c.alg)
         for c in mpich_layers.candidates(collective)
     ]
+    for alg_prefix in ("", POSIX_PREFIX):
+        name, _ = mpich_variable(collective, alg_prefix + "x")
+        var = variable(name)
+        for _, choice in var.choices if var else ():
+            alg = alg_prefix + choice
+            if choice != AUTO and alg not in {a.alg for a in found}:
+                found.append(LibraryAlgorithm(collective, alg, name, choice, legacy=True))
+    return found
 
 
 def _openmpi_algorithms(collective: str) -> list[LibraryAlgorithm]:
@@ -398,7 +409,7 @@ def variable_value_text(name: str) -> str:
 
 def launch_setting(library: str, collective: str, alg: str) -> str:
     """How to set ``alg`` at launch, in words: 'VAR=VALUE' for the environment."""
-    if library == "mpich":
+    if library == "mpich" and mpich_layers.is_candidate(collective, alg):
         return (
             f"the three MPICH selection files of candidate {alg} "
             "(osu_dl_bench.runtime.mpich_trees.candidate_files_env writes them)"
@@ -411,7 +422,7 @@ def forcing_problem(collective: str, alg: str) -> str | None:
     back as that algorithm), else a message naming what to set at launch."""
     wanted = library_algorithm(collective, alg)
     library = running_library() or "mpich"
-    if library == "mpich":
+    if library == "mpich" and not wanted.legacy:
         return _mpich_files_problem(collective, alg)
     checks = [(wanted.variable, wanted.value)]
     if library == "openmpi":

@@ -252,7 +252,7 @@ def test_mpich_takes_the_several_node_entries_of_an_export_across_two_nodes(clus
     def fingerprint(**env: str):
         return fingerprint_of(_on_nodes(cluster, 2, 4, [], python_args=python, env=env))
 
-    tuned = fingerprint(MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE=str(files["exp.mpich.json"]))
+    tuned = fingerprint(MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE=str(files["exp.mpich.mpir.json"]))
     doubling = fingerprint(MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM="recursive_doubling")
     ring = fingerprint(MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM="ring")
     assert ring[1] != doubling[1], "ring and recursive doubling cannot be told apart here"

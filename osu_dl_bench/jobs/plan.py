@@ -312,12 +312,14 @@ def plan_collectives(
     for name in cfg.collectives:
         spec = SPECS[name]
         ctx = CallContext(nprocs, setting.etype, setting.op_for(spec), cfg.device, nodes, ppn)
-        variants = [v for v in setting.variants[name] if in_group(v, group)]
-        plan = plan_variants(variants, ctx)
         counts = cfg.element_counts(name, setting.etype.itemsize)
         sizes = [n * setting.etype.itemsize for n in counts]
-        eligible, same = mpich_default_paths(name, plan.eligible, shape, sizes)
-        plans.append(CollectivePlan(spec, counts, eligible, [*plan.skipped, *same], shape))
+        # MPICH's candidates that run the default's code everywhere have no launches of
+        # their own: the MPI library's group lists them, with the reason.
+        kept, same = mpich_default_paths(name, setting.variants[name], shape, sizes)
+        plan = plan_variants([v for v in kept if in_group(v, group)], ctx)
+        listed = same if group in (None, MPI_GROUP) else []
+        plans.append(CollectivePlan(spec, counts, plan.eligible, [*plan.skipped, *listed], shape))
     return plans
 
 

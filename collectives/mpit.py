@@ -482,6 +482,44 @@ def mpich_file_algorithms(path: str) -> list[tuple[str, str]]:
     return found
 
 
+# The MPIR file of MPICH's three-file export (selection/exports/mpich.py), and its
+# siblings of the other layers, by the variable that loads each.
+MPICH_EXPORT_SIBLINGS = {
+    ".mpich.ch4.json": "MPIR_CVAR_CH4_COLL_SELECTION_TUNING_JSON_FILE",
+    ".mpich.posix.json": "MPIR_CVAR_CH4_POSIX_COLL_SELECTION_TUNING_JSON_FILE",
+}
+MPICH_EXPORT_MPIR = ".mpich.mpir.json"
+
+
+def mpich_export_environment(path: str) -> dict[str, str]:
+    """The variables that load an MPICH export given by its MPIR file ``path``: the three
+    files of a three-file export (its ch4 and POSIX siblings beside it), with
+    MPIR_CVAR_COLLECTIVE_FALLBACK=error; an older single-file export as the MPIR layer
+    alone."""
+    env = {"MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE": path}
+    if not path.endswith(MPICH_EXPORT_MPIR):
+        return env
+    base = path.removesuffix(MPICH_EXPORT_MPIR)
+    for suffix, name in MPICH_EXPORT_SIBLINGS.items():
+        if os.path.isfile(base + suffix):
+            env[name] = base + suffix
+    if len(env) == 3:
+        env["MPIR_CVAR_COLLECTIVE_FALLBACK"] = "error"
+    return env
+
+
+def mpich_export_mpir_file(text: str) -> str:
+    """The MPIR file of the MPICH export ``text`` names: the export's base name (BASE of
+    BASE.mpich.mpir.json) or any one of its three files; any other path as given (an
+    older single-file export)."""
+    for suffix in MPICH_EXPORT_SIBLINGS:
+        if text.endswith(suffix):
+            return text.removesuffix(suffix) + MPICH_EXPORT_MPIR
+    if not os.path.exists(text) and os.path.isfile(text + MPICH_EXPORT_MPIR):
+        return text + MPICH_EXPORT_MPIR
+    return text
+
+
 def _offered(collectives: tuple[str, ...]) -> list[tuple[str, str]]:
     return [(c, a.alg) for c in collectives for a in library_algorithms(c)]
 
@@ -506,7 +544,7 @@ def selection_file_environment(library: str, path: str) -> dict[str, str]:
                 "abort every rank with an internal error when it reads the file"
             )
     if library == "mpich":
-        env = {"MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE": path}
+        env = mpich_export_environment(path)
         # A forced algorithm would win over the file (MPICH checks the CVAR first).
         env.update({mpich_variable(c, AUTO)[0]: AUTO for c in COLLECTIVES})
         return env

@@ -9,34 +9,12 @@ from pathlib import Path
 
 import pytest
 from mpirun import mpi_env, run_mpi, run_with_timeout
-from support.mpich_layers import layered_run
+from support.mpich_layers import MPICH_PROBE, layered_run
 
 from collectives import mpit
 from osu_dl_bench.runtime.launcher import OVERSUBSCRIBED_CVARS
 from osu_dl_bench.selection.exports import mpich
 from osu_dl_bench.selection.tune import build_table
-
-# Allreduce and bcast at sizes on both sides of every exported bound, results checked.
-_PROBE = """
-import sys
-import numpy as np
-from mpi4py import MPI
-comm = MPI.COMM_WORLD
-bad = 0
-for size in (8, 1024, 8192, 65536, 1 << 20):
-    n = size // 8
-    for _ in range(8):  # past MPICH's first calls, which take MPIR whatever the files say
-        mine = np.full(n, comm.rank + 1.0)
-        out = np.empty(n)
-        comm.Allreduce(mine, out)
-        bad += int(not np.all(out == comm.size * (comm.size + 1) / 2))
-        data = np.full(n, 7.0) if comm.rank == 0 else np.zeros(n)
-        comm.Bcast(data, 0)
-        bad += int(not np.all(data == 7.0))
-bad = comm.allreduce(bad)
-if comm.rank == 0:
-    print(f"PROBE p={comm.size} wrong={bad}", flush=True)
-"""
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +39,7 @@ def test_mpich_loads_the_three_exported_files_at_p2_p3_p4(mpich_here, tmp_path):
     env = {k: str(tmp_path / v) if v.endswith(".json") else v for k, v in env.items()}
     assert env["MPIR_CVAR_COLLECTIVE_FALLBACK"] == "error"
     probe = tmp_path / "probe.py"
-    probe.write_text(_PROBE)
+    probe.write_text(MPICH_PROBE)
     # p = 2 with the POSIX layer free (the tests' environment pins it, as oversubscribed
     # p = 3 and 4 here do), so MPICH takes the POSIX file's fallback to MPIR.
     free = {name: "auto" for name in OVERSUBSCRIBED_CVARS}
@@ -69,7 +47,7 @@ def test_mpich_loads_the_three_exported_files_at_p2_p3_p4(mpich_here, tmp_path):
         extra = free if nprocs == 2 else {}
         res = run_mpi(nprocs, [str(probe)], timeout=120, env={**env, **extra})
         assert res.returncode == 0, f"p={nprocs}\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
-        assert f"PROBE p={nprocs} wrong=0" in res.stdout
+        assert f"PROBE p={nprocs} nodes=1 wrong=0" in res.stdout
 
 
 def test_a_library_sweep_measures_through_files_and_exports_three(mpich_here, tmp_path):

@@ -34,3 +34,26 @@ def layered_run(path: Path, plan=LAYERED_PLAN, nprocs: int = 2, metadata=None) -
             group = "alg_" + name.partition("=")[2]
             rows += launch_rows("allreduce", name, size, times, group=group, nprocs=nprocs)
     return write_run(path, rows, metadata)
+
+
+# Allreduce and bcast past MPICH's first calls, at sizes on both sides of the export's
+# bounds, every result checked.
+MPICH_PROBE = """
+import numpy as np
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+nodes = comm.allreduce(int(comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank() == 0))
+bad = 0
+for size in (8, 1024, 8192, 65536, 1 << 20):
+    n = size // 8
+    for _ in range(8):
+        out = np.empty(n)
+        comm.Allreduce(np.full(n, comm.rank + 1.0), out)
+        bad += int(not np.all(out == comm.size * (comm.size + 1) / 2))
+        data = np.full(n, 7.0) if comm.rank == 0 else np.zeros(n)
+        comm.Bcast(data, 0)
+        bad += int(not np.all(data == 7.0))
+bad = comm.allreduce(bad)
+if comm.rank == 0:
+    print(f"PROBE p={comm.size} nodes={nodes} wrong={bad}", flush=True)
+"""

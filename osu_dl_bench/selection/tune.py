@@ -817,6 +817,20 @@ def evidence_record(
     }
 
 
+def _skipped_library_candidates(metadata: dict[str, Any]) -> list[str]:
+    """'p=2 allreduce native:alg=NAME: REASON' for each library candidate a sweep left
+    unmeasured (MPICH's that run the default's code: jobs.plan.mpich_default_paths)."""
+    found: dict[str, None] = {}
+    for nprocs, job in sorted((metadata.get("jobs") or {}).items()):
+        launches = job.get("launches") if isinstance(job, dict) else None
+        for entry in (launches or {}).values():
+            for item in entry.get("skipped") or [] if isinstance(entry, dict) else []:
+                if str(item.get("algorithm", "")).startswith(LIBRARY_PREFIX):
+                    text = f"p={nprocs} {item['collective']} {item['algorithm']}: {item['reason']}"
+                    found[text] = None
+    return list(found)
+
+
 def _first_found(metadata: dict[str, Any], *names: str) -> Any:
     """The first of ``names`` found at the top level or in any job entry."""
     for name in names:
@@ -910,6 +924,7 @@ def table_and_pool(
         # The POSIX layer's setting the candidates were measured under (oversubscribed
         # launches pin it to MPIR: runtime.launcher.OVERSUBSCRIBED_CVARS).
         library["mpich_posix_cvars"] = _first_found(metadata, "mpich_posix_cvars") or ""
+        library["not_measured"] = _skipped_library_candidates(metadata)
     if library is not None:
         header[LIBRARY_TUNING] = library
     # A stored pool borrowed for one launch is not this run's to store again.

@@ -75,3 +75,20 @@ def test_an_oversubscribed_sweep_says_so_in_the_export(tmp_path):
     table, _, notes, _ = _exported(tmp_path, pinned)
     assert table.header["library_tuning"]["mpich_posix_cvars"].endswith("=mpir")
     assert "# measured under: MPIR_CVAR_ALLREDUCE_POSIX_INTRA_ALGORITHM=mpir" in notes
+
+
+def test_the_candidates_the_sweep_left_unmeasured_are_listed_with_the_reason(tmp_path):
+    from support.tuning import METADATA
+
+    reason = "runs MPICH's default code at every size: same path as the default: ch4:gamma"
+    skipped = [{"collective": "allreduce", "backend": "mpi", "algorithm": "native:alg=mpir_smp"}]
+    jobs = {
+        "2": {
+            **METADATA["jobs"]["2"],
+            "launches": {"1/mpi": {"skipped": [{**skipped[0], "reason": reason}]}},
+        }
+    }
+    table, _, notes, _ = _exported(tmp_path, {**METADATA, "jobs": jobs})
+    listed = f"p=2 allreduce native:alg=mpir_smp: {reason}"
+    assert table.header["library_tuning"]["not_measured"] == [listed]
+    assert f"# not measured: {listed}" in notes

@@ -340,6 +340,7 @@ def export(table: TuningTable, base: Path) -> tuple[list[Path], list[str]]:
         f"# use: {' '.join(environment_lines(names))} mpiexec ...",
         f"# measured under: {setting or 'no oversubscription setting (the POSIX layer free)'}",
     ]
+    head += [f"# not measured: {text}" for text in tuning.get("not_measured") or []]
     notes_path = beside(base, NOTES_SUFFIX)
     write_text_atomic(notes_path, "\n".join([*head, *notes, *path_proofs(table, trees)]) + "\n")
     return [*paths.values(), notes_path], warn

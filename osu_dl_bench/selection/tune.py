@@ -831,6 +831,20 @@ def _skipped_library_candidates(metadata: dict[str, Any]) -> list[str]:
     return list(found)
 
 
+def _group_fingerprints(metadata: dict[str, Any]) -> dict[str, dict[str, dict[str, list]]]:
+    """p -> group -> size -> every rank's allreduce fingerprint (collectives.mpit), from
+    the first launch of each isolation group that recorded them."""
+    found: dict[str, dict[str, dict[str, list]]] = {}
+    for nprocs, job in (metadata.get("jobs") or {}).items():
+        launches = job.get("launches") if isinstance(job, dict) else None
+        for key, entry in sorted((launches or {}).items()):
+            prints = entry.get("fingerprints") if isinstance(entry, dict) else None
+            group = key.partition("/")[2]
+            if prints and group not in found.setdefault(str(nprocs), {}):
+                found[str(nprocs)][group] = {str(k): v for k, v in prints.items()}
+    return found
+
+
 def _first_found(metadata: dict[str, Any], *names: str) -> Any:
     """The first of ``names`` found at the top level or in any job entry."""
     for name in names:
@@ -925,6 +939,7 @@ def table_and_pool(
         # launches pin it to MPIR: runtime.launcher.OVERSUBSCRIBED_CVARS).
         library["mpich_posix_cvars"] = _first_found(metadata, "mpich_posix_cvars") or ""
         library["not_measured"] = _skipped_library_candidates(metadata)
+        library["fingerprints"] = _group_fingerprints(metadata)
     if library is not None:
         header[LIBRARY_TUNING] = library
     # A stored pool borrowed for one launch is not this run's to store again.

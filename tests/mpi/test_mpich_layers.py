@@ -70,6 +70,9 @@ def test_a_library_sweep_measures_through_files_and_exports_three(mpich_here, tm
     proof = launches["1/alg_mpir_ring"]["forced_algorithm"]
     files = proof["allreduce OSU_DL_BENCH_MPICH_CANDIDATES"]["files"]
     mpir = json.loads(Path(files["MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE"]).read_text())
+    # the run-time half of the path proof: each launch's allreduce fingerprints
+    for key in ("1/mpi", "1/alg_mpir_ring"):
+        assert set(launches[key]["fingerprints"]) == {"32768", "65536"}, key
     assert "MPIR_Allreduce_intra_ring" in json.dumps(mpir["collective=allreduce"])
     # The default's launches load MPICH's generic trees as files too.
     generic = run / "mpich_files" / "mpi" / "mpich.ch4.json"

@@ -92,3 +92,21 @@ def test_the_candidates_the_sweep_left_unmeasured_are_listed_with_the_reason(tmp
     listed = f"p=2 allreduce native:alg=mpir_smp: {reason}"
     assert table.header["library_tuning"]["not_measured"] == [listed]
     assert f"# not measured: {listed}" in notes
+
+
+def test_each_proof_says_whether_the_fingerprint_differs_from_the_defaults(tmp_path):
+    from support.tuning import METADATA
+
+    launches = {
+        "1/mpi": {"fingerprints": {"65536": [1, 2], "1048576": [5, 6], "1024": [3, 4]}},
+        "1/alg_posix_mpir": {"fingerprints": {"65536": [1, 2], "1048576": [7, 7]}},
+    }
+    jobs = {"2": {**METADATA["jobs"]["2"], "launches": launches}}
+    _, _, notes, _ = _exported(tmp_path, {**METADATA, "jobs": jobs})
+    assert "64K posix_mpir: ch4:gamma" in notes
+    line = next(n for n in notes.splitlines() if "64K posix_mpir" in n)
+    assert line.endswith("; fingerprint the same as the default's")
+    line = next(n for n in notes.splitlines() if "1M posix_mpir" in n)
+    assert line.endswith("; fingerprint differs from the default's")
+    line = next(n for n in notes.splitlines() if "1K ch4_beta" in n)
+    assert "fingerprint" not in line  # not recorded for its group

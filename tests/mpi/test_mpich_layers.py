@@ -87,3 +87,18 @@ def test_a_library_sweep_measures_through_files_and_exports_three(mpich_here, tm
         assert (table.parent / f"lib.mpich.{layer}.json").stat().st_size > 0
     notes = (table.parent / "lib.mpich.notes.txt").read_text()
     assert "proof: allreduce p=2 nodes=1 32K" in notes
+
+
+def test_a_choice_mpich_cannot_apply_fails_the_sweep_loudly(mpich_here, tmp_path):
+    # MPIR_CVAR_COLLECTIVE_FALLBACK=error in every launch: an algorithm MPICH cannot run
+    # for a call (here smp, forced by the user, on the communicators ch4 beta hands MPIR)
+    # is an error with MPICH's words and the sweep's, not a silent switch to another one.
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "osu_dl_bench", "sweep", "-o", str(run), "--np", "2"]
+    cmd += ["--collectives", "allreduce", "-m", "32K:64K", "-a", "native,native:alg=ch4_beta"]
+    cmd += ["--budget", "0.02", "--launches", "1", "--no-calibration", "--no-null"]
+    res = run_with_timeout(cmd, 300, mpi_env({"MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": "smp"}))
+    assert res.returncode != 0
+    assert "User set collective algorithm is not usable" in res.stderr
+    assert "the environment sets MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM=smp" in res.stderr
+    assert "Traceback" not in res.stderr

@@ -53,6 +53,12 @@ def library_lines(collective: str | None = None) -> list[str]:
         for name in mpit.COLLECTIVES:
             if collective and name != collective:
                 continue
+            if library == "mpich":  # files, not MPI_T variables: its own listing
+                lines.append(
+                    f"native:alg=NAME of {name}: MPICH's candidates layer by layer: "
+                    f"osu-dl-bench list {name} --library mpich --np P [--nodes N]"
+                )
+                continue
             found = mpit.library_algorithms(name)
             if not found:
                 continue

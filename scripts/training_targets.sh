@@ -13,6 +13,8 @@
 #            training written as a table); train-bench with native, tuned, tuned/adapted,
 #            fixed ring and hierarchical, DDP-Gloo, alternated over launches
 #                                                       -> results/training_cluster_2x2.txt
+#   cluster4x1  the same on 4 nodes x 1 rank (a cluster of at least 4 nodes)
+#                                                       -> results/training_cluster_4x1.txt
 #   scripts/training_targets.sh [RUN_DIR]   (default runs/training-DATE; TABLE=... names the
 #   table, default runs/quickstart/table.json, which scripts/quickstart.sh writes; PARTS
 #   picks parts, default "tree replay train"; LAUNCHES and ROUNDS size train-bench)
@@ -72,13 +74,16 @@ measured+=,ddp-gloo
 
 kept() { [ -f "$1/results.csv" ] && [ -f "$1/metadata.json" ] && grep -q '"complete": true' "$1/metadata.json"; }
 
-cluster_2x2() {
-    need_cluster 2
+cluster_layout() {
+    # cluster_layout NODES PPN: 4 ranks as NODES nodes x PPN ranks (2 x 2, 4 x 1).
+    local nodes_wanted=$1 ppn=$2
+    need_cluster "$nodes_wanted"
     eval "$(cluster env)"
-    export OSU_DL_BENCH_HOSTS=node1,node2  # --np 4: 2 ranks on each
-    local c="$run/cluster-2x2"
+    OSU_DL_BENCH_HOSTS=$(seq -s, -f 'node%g' 1 "$nodes_wanted")
+    export OSU_DL_BENCH_HOSTS  # --np 4 over the first NODES nodes, in blocks of PPN
+    local c="$run/cluster-${nodes_wanted}x$ppn"
     mkdir -p "$c"
-    echo "# cluster 2 x 2 at $(cluster env | sed -n 's/^export OSU_DL_BENCH_CLUSTER_RATE=//p'), load $(load)" \
+    echo "# cluster $nodes_wanted x $ppn at $(cluster env | sed -n 's/^export OSU_DL_BENCH_CLUSTER_RATE=//p'), load $(load)" \
         | tee -a "$c/wall_times.txt"
     if ! kept "$c/allreduce"; then
         rm -rf "$c/allreduce"
@@ -96,7 +101,7 @@ cluster_2x2() {
     "${odb[@]}" tune "$c/merged" -o "$c/table.json" > "$c/tune.txt"
     echo "# tuned $(date -u +%T), load $(load)" | tee -a "$c/wall_times.txt"
     # The check and --adapt in training: 2 warm-up steps, the check (about 50), 30 after.
-    cluster mpiexec -n 4 -ppn 2 "${odb[@]}" train --data synthetic "${workload[@]}" \
+    cluster mpiexec -n 4 -ppn "$ppn" "${odb[@]}" train --data synthetic "${workload[@]}" \
         --table "$c/table.json" --adapt --write-table "$c/adapted.json" --steps 90 \
         --progress off --json "$c/check.json" > "$c/check.txt"
     echo "# checked $(date -u +%T), load $(load)" | tee -a "$c/wall_times.txt"
@@ -105,17 +110,18 @@ cluster_2x2() {
         --only "$measured" --launches "${LAUNCHES:-3}" --rounds "${ROUNDS:-3}" --steps 6 \
         --warmup 2 --stall-timeout 600 "${workload[@]}" --out "$c/bench"
     echo "# measured $(date -u +%T), load $(load)" | tee -a "$c/wall_times.txt"
-    with_command "$out/training_cluster_2x2.txt" python scripts/training_cluster_summary.py \
+    with_command "$out/training_cluster_${nodes_wanted}x$ppn.txt" python scripts/training_cluster_summary.py \
         "$c/bench.json" "$c/check.json" "$c/check.txt"
     {
         echo "# wall times and load:"
         cat "$c/wall_times.txt"
         echo "# train-bench's own table ($c/bench.txt):"
         cat "$c/bench.txt"
-    } >> "$out/training_cluster_2x2.txt"
+    } >> "$out/training_cluster_${nodes_wanted}x$ppn.txt"
 }
 
 case $parts in *" tree "*) tree ;; esac
 case $parts in *" replay "*) need_table && replays ;; esac
 case $parts in *" train "*) need_table && train_p2 ;; esac
-case $parts in *" cluster "*) cluster_2x2 ;; esac
+case $parts in *" cluster "*) cluster_layout 2 2 ;; esac
+case $parts in *" cluster4x1 "*) cluster_layout 4 1 ;; esac

@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 
+from collectives import mpich_layers
 from collectives.errors import UsageError
 
 # The collectives whose library algorithms are candidates (``native:alg=NAME``).
@@ -102,6 +103,9 @@ def forcing_environment(library: str, forced: Mapping[str, str]) -> dict[str, st
     env: dict[str, str] = {}
     for collective, alg in forced.items():
         if library == "mpich":
+            # The CVAR of an MPIR or POSIX algorithm (an older run's candidates, and
+            # verify-export's forced runs); a sweep's MPICH candidates load selection files
+            # instead (runtime.mpich_trees.candidate_files_env).
             name, value = mpich_variable(collective, alg)
             env[name] = value
         elif library == "openmpi":
@@ -317,14 +321,12 @@ class LibraryAlgorithm:
 
 
 def _mpich_algorithms(collective: str) -> list[LibraryAlgorithm]:
-    found = []
-    for alg_prefix in ("", POSIX_PREFIX):
-        name, _ = mpich_variable(collective, alg_prefix + "x")
-        var = variable(name)
-        for _, choice in var.choices if var else ():
-            if choice != AUTO:
-                found.append(LibraryAlgorithm(collective, alg_prefix + choice, name, choice))
-    return found
+    """MPICH's layered candidates (mpich_layers): each is set through the selection files
+    a launch loads, named in CANDIDATES_VARIABLE."""
+    return [
+        LibraryAlgorithm(collective, c.alg, mpich_layers.CANDIDATES_VARIABLE, c.alg)
+        for c in mpich_layers.candidates(collective)
+    ]
 
 
 def _openmpi_algorithms(collective: str) -> list[LibraryAlgorithm]:
@@ -363,6 +365,29 @@ def library_algorithm(collective: str, alg: str) -> LibraryAlgorithm:
     return found[alg]
 
 
+# The variables that load MPICH's three selection files (runtime/mpich_trees.py).
+MPICH_FILE_VARIABLES = (
+    "MPIR_CVAR_CH4_COLL_SELECTION_TUNING_JSON_FILE",
+    "MPIR_CVAR_CH4_POSIX_COLL_SELECTION_TUNING_JSON_FILE",
+    "MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE",
+)
+
+
+def _mpich_files_problem(collective: str, alg: str) -> str | None:
+    """None if this launch loads the selection files of MPICH candidate ``alg``, else why
+    not: the launch must be started with them (a sweep's launches are)."""
+    named = os.environ.get(mpich_layers.CANDIDATES_VARIABLE, "")
+    missing = [v for v in MPICH_FILE_VARIABLES if not os.environ.get(v)]
+    if f"{collective}={alg}" in named.split(",") and not missing:
+        return None
+    return (
+        f"native:alg={alg} runs only in a launch that loads its MPICH selection files "
+        f"({', '.join(MPICH_FILE_VARIABLES)} and {mpich_layers.CANDIDATES_VARIABLE}="
+        f"{collective}={alg}): a sweep's launches are started so; here "
+        f"{mpich_layers.CANDIDATES_VARIABLE}={named or '(unset)'}"
+    )
+
+
 def variable_value_text(name: str) -> str:
     """'NAME=VALUE' as the library reads it now (VALUE '?' if it cannot be read)."""
     try:
@@ -373,6 +398,11 @@ def variable_value_text(name: str) -> str:
 
 def launch_setting(library: str, collective: str, alg: str) -> str:
     """How to set ``alg`` at launch, in words: 'VAR=VALUE' for the environment."""
+    if library == "mpich":
+        return (
+            f"the three MPICH selection files of candidate {alg} "
+            "(osu_dl_bench.runtime.mpich_trees.candidate_files_env writes them)"
+        )
     return " ".join(f"{k}={v}" for k, v in forcing_environment(library, {collective: alg}).items())
 
 
@@ -381,6 +411,8 @@ def forcing_problem(collective: str, alg: str) -> str | None:
     back as that algorithm), else a message naming what to set at launch."""
     wanted = library_algorithm(collective, alg)
     library = running_library() or "mpich"
+    if library == "mpich":
+        return _mpich_files_problem(collective, alg)
     checks = [(wanted.variable, wanted.value)]
     if library == "openmpi":
         checks.append(("coll_tuned_use_dynamic_rules", "1"))

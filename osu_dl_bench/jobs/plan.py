@@ -8,8 +8,10 @@ and every job run it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from collectives import (
@@ -38,6 +40,7 @@ from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.sweep_config import SweepConfig
 from osu_dl_bench.measurement.kernel import plan_variants
 from osu_dl_bench.measurement.store import FOCUS_KEY, POINT_KEY, RunStore
+from osu_dl_bench.runtime.mpich_trees import candidate_files_env
 
 
 def _distinct(variants: list[Variant]) -> list[Variant]:
@@ -246,9 +249,27 @@ def forced_in(plans: list[CollectivePlan]) -> dict[str, str]:
     }
 
 
-def group_environment(plans: list[CollectivePlan], group: str) -> dict[str, str]:
+# Where a sweep writes the MPICH selection files its launches load, one folder per
+# isolation group, inside the run directory.
+MPICH_FILES_DIR = "mpich_files"
+
+
+def library_sweep(setting: SweepSetting) -> bool:
+    """Whether a sweep measures the MPI library's own candidates (native:alg=NAME)."""
+    return any(forced_alg(v) is not None for vs in setting.variants.values() for v in vs)
+
+
+def group_environment(
+    plans: list[CollectivePlan], group: str, run_dir: str | None = None, library: bool = False
+) -> dict[str, str]:
     """What a group's launches need in their environment: the variables that force its
-    library algorithm (none for other groups)."""
+    library algorithm (none for other groups). In a library sweep (``library``) under
+    MPICH every group, the default's included, loads MPICH's three selection files, written
+    into ``run_dir``: the generic trees, or a candidate's (runtime.mpich_trees), with
+    MPIR_CVAR_COLLECTIVE_FALLBACK=error."""
+    if library and run_dir is not None and _library(group) == "mpich":
+        forced = forced_in(plans) if is_forced_group(group) else {}
+        return candidate_files_env(Path(run_dir) / MPICH_FILES_DIR / group, forced)
     if not is_forced_group(group):
         return {}
     return mpit.forcing_environment(_library(group), forced_in(plans))
@@ -431,7 +452,7 @@ def job_plan(
         for plan in plans
         for v, reason in plan.skipped
     ]
-    env = group_environment(plans, slot.group)
+    env = group_environment(plans, slot.group, cfg.output, library_sweep(setting))
     if slot.group == FILE_GROUP and cfg.library_file:
         env = mpit.selection_file_environment(_library(slot.group), cfg.library_file)
     return JobPlan(nprocs, points, todo, skipped, slot.launch, slot.group, env)
@@ -448,5 +469,12 @@ def forcing_proof(plans: list[CollectivePlan], group: str) -> dict[str, dict[str
         if problem is not None:
             raise UsageError(f"group {group}: {problem}", agreed=True)
         wanted = mpit.library_algorithm(collective, alg)
+        if mpit.running_library() == "mpich":  # files, not an MPI_T variable, set it
+            proof[f"{collective} {wanted.variable}"] = {
+                "set": wanted.value,
+                "read": os.environ.get(wanted.variable, ""),
+                "files": {v: os.environ.get(v, "") for v in mpit.MPICH_FILE_VARIABLES},
+            }
+            continue
         proof[wanted.variable] = {"set": wanted.value, "read": mpit.current_choice(wanted.variable)}
     return proof

@@ -906,6 +906,10 @@ def table_and_pool(
     if nulls:
         header[NULL_FIELD] = null_record(nulls, rule)
     library = library_tuning(rows, _first_found(metadata, "mpi_library"), warn, rule, period)
+    if library is not None and library["library"] == "mpich":
+        # The POSIX layer's setting the candidates were measured under (oversubscribed
+        # launches pin it to MPIR: runtime.launcher.OVERSUBSCRIBED_CVARS).
+        library["mpich_posix_cvars"] = _first_found(metadata, "mpich_posix_cvars") or ""
     if library is not None:
         header[LIBRARY_TUNING] = library
     # A stored pool borrowed for one launch is not this run's to store again.

@@ -20,7 +20,7 @@ from osu_dl_bench.jobs.c_client import (
     run_client,
     source_text,
 )
-from osu_dl_bench.selection.exports.mpich_default import default_tree
+from osu_dl_bench.runtime.mpich_trees import FILE_VARIABLES, generic_trees
 from osu_dl_bench.selection.exports.openmpi import (
     default_rules_text,
     parse_classic,
@@ -226,6 +226,9 @@ def test_the_null_controls_environment_loads_a_file_as_an_export_is_loaded(tmp_p
     path = env["OMPI_MCA_coll_tuned_dynamic_rules_filename"]
     assert env["OMPI_MCA_coll_tuned_use_dynamic_rules"] == "1"
     assert Path(path).read_text() == default_rules_text()
+    # MPICH: its generic trees of every layer as files, with a choice it cannot apply loud.
     env = null_control_environment("mpich", tmp_path)
-    tree = json.loads(Path(env["MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE"]).read_text())
-    assert tree == default_tree()
+    generic = generic_trees()
+    for layer, variable in FILE_VARIABLES.items():
+        assert json.loads(Path(env[variable]).read_text()) == generic.tree(layer)
+    assert env["MPIR_CVAR_COLLECTIVE_FALLBACK"] == "error"

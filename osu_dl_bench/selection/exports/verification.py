@@ -25,7 +25,6 @@ beside the file's (summarize), so the report says what noise alone produced.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,10 +38,10 @@ from collectives.registry import NULL_CONTROL_APART
 from osu_dl_bench.jobs.plan import FILE_GROUP, FORCED_PREFIX, MPI_GROUP
 from osu_dl_bench.measurement.schedule import rotation
 from osu_dl_bench.paths import write_text_atomic
+from osu_dl_bench.runtime.mpich_trees import selection_files_env
 from osu_dl_bench.selection.estimate import pooled_ratios
 from osu_dl_bench.selection.evidence import LaunchValues, Observation, launch_values
 from osu_dl_bench.selection.exports import openmpi
-from osu_dl_bench.selection.exports.mpich_default import default_tree
 from osu_dl_bench.selection.exports.readers import Reader
 from osu_dl_bench.selection.paired import Ratio, bound_text
 from osu_dl_bench.selection.rule import DEFAULT_RULE, DecisionRule
@@ -364,12 +363,10 @@ def null_control_environment(library: str, directory: Path) -> dict[str, str]:
     """The environment of the null control's launches: the library's own default loaded
     through selection files written into ``directory``, the way an export is loaded (Open
     MPI: a rules file of algorithm 0 everywhere, openmpi.default_rules_text; MPICH: its
-    generic MPIR tree, mpich_default)."""
+    generic ch4, POSIX and MPIR trees as files, runtime.mpich_trees.selection_files_env)."""
     directory.mkdir(parents=True, exist_ok=True)
-    if library == "openmpi":
-        path = directory / "null.openmpi.rules"
-        write_text_atomic(path, openmpi.default_rules_text())
-    else:
-        path = directory / "null.mpich.json"
-        write_text_atomic(path, json.dumps(default_tree(), indent=1) + "\n")
+    if library == "mpich":
+        return selection_files_env(directory)
+    path = directory / "null.openmpi.rules"
+    write_text_atomic(path, openmpi.default_rules_text())
     return mpit.selection_file_environment(library, str(path.resolve()))

@@ -101,6 +101,11 @@ def candidates(collective: str) -> list[Candidate]:
     return found
 
 
+def is_candidate(collective: str, alg: str) -> bool:
+    """Whether ``alg`` names a layered candidate of ``collective``."""
+    return any(c.alg == alg for c in candidates(collective))
+
+
 def candidate(collective: str, alg: str) -> Candidate:
     """The candidate ``alg`` of ``collective``, or a UsageError naming the choices."""
     found = {c.alg: c for c in candidates(collective)}
@@ -298,7 +303,10 @@ def _posix(call: Call, trees: Trees, collective: str, comm: str, size: int) -> t
     """What the POSIX layer runs for ``collective`` on a one-node communicator."""
     if size <= 1:
         return ()
-    if not call.oversubscribed:
+    # A user-defined op does not take release_gather's allreduce (MPICH 5.0.2, seen with
+    # the non-associative fingerprint of collectives/mpit.py: MPIR's per-rank orders).
+    user_op_allreduce = collective == "allreduce" and not call.built_in_op
+    if not call.oversubscribed and not user_op_allreduce:
         facts = _facts(call, size, False, size)
         found = search(trees["posix"].get(f"collective={collective}", {}), facts)
         if found is not None:

@@ -318,15 +318,26 @@ class LibraryAlgorithm:
     alg: str
     variable: str
     value: str
+    legacy: bool = False
 
 
 def _mpich_algorithms(collective: str) -> list[LibraryAlgorithm]:
-    """MPICH's layered candidates (mpich_layers): each is set through the selection files
-    a launch loads, named in CANDIDATES_VARIABLE."""
-    return [
+    """MPICH's layered candidates (mpich_layers), each set through the selection files a
+    launch loads and named in CANDIDATES_VARIABLE; then, for verify-export's forced runs
+    of the algorithms an MPIR file names, MPICH's CVAR-forced algorithms (``legacy``: no
+    sweep's ``native:alg=all`` expands to them, since on one node MPICH ignores them)."""
+    found = [
         LibraryAlgorithm(collective, c.alg, mpich_layers.CANDIDATES_VARIABLE, c.alg)
         for c in mpich_layers.candidates(collective)
     ]
+    for alg_prefix in ("", POSIX_PREFIX):
+        name, _ = mpich_variable(collective, alg_prefix + "x")
+        var = variable(name)
+        for _, choice in var.choices if var else ():
+            alg = alg_prefix + choice
+            if choice != AUTO and alg not in {a.alg for a in found}:
+                found.append(LibraryAlgorithm(collective, alg, name, choice, legacy=True))
+    return found
 
 
 def _openmpi_algorithms(collective: str) -> list[LibraryAlgorithm]:
@@ -398,7 +409,7 @@ def variable_value_text(name: str) -> str:
 
 def launch_setting(library: str, collective: str, alg: str) -> str:
     """How to set ``alg`` at launch, in words: 'VAR=VALUE' for the environment."""
-    if library == "mpich":
+    if library == "mpich" and mpich_layers.is_candidate(collective, alg):
         return (
             f"the three MPICH selection files of candidate {alg} "
             "(osu_dl_bench.runtime.mpich_trees.candidate_files_env writes them)"
@@ -411,7 +422,7 @@ def forcing_problem(collective: str, alg: str) -> str | None:
     back as that algorithm), else a message naming what to set at launch."""
     wanted = library_algorithm(collective, alg)
     library = running_library() or "mpich"
-    if library == "mpich":
+    if library == "mpich" and not wanted.legacy:
         return _mpich_files_problem(collective, alg)
     checks = [(wanted.variable, wanted.value)]
     if library == "openmpi":
@@ -471,6 +482,44 @@ def mpich_file_algorithms(path: str) -> list[tuple[str, str]]:
     return found
 
 
+# The MPIR file of MPICH's three-file export (selection/exports/mpich.py), and its
+# siblings of the other layers, by the variable that loads each.
+MPICH_EXPORT_SIBLINGS = {
+    ".mpich.ch4.json": "MPIR_CVAR_CH4_COLL_SELECTION_TUNING_JSON_FILE",
+    ".mpich.posix.json": "MPIR_CVAR_CH4_POSIX_COLL_SELECTION_TUNING_JSON_FILE",
+}
+MPICH_EXPORT_MPIR = ".mpich.mpir.json"
+
+
+def mpich_export_environment(path: str) -> dict[str, str]:
+    """The variables that load an MPICH export given by its MPIR file ``path``: the three
+    files of a three-file export (its ch4 and POSIX siblings beside it), with
+    MPIR_CVAR_COLLECTIVE_FALLBACK=error; an older single-file export as the MPIR layer
+    alone."""
+    env = {"MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE": path}
+    if not path.endswith(MPICH_EXPORT_MPIR):
+        return env
+    base = path.removesuffix(MPICH_EXPORT_MPIR)
+    for suffix, name in MPICH_EXPORT_SIBLINGS.items():
+        if os.path.isfile(base + suffix):
+            env[name] = base + suffix
+    if len(env) == 3:
+        env["MPIR_CVAR_COLLECTIVE_FALLBACK"] = "error"
+    return env
+
+
+def mpich_export_mpir_file(text: str) -> str:
+    """The MPIR file of the MPICH export ``text`` names: the export's base name (BASE of
+    BASE.mpich.mpir.json) or any one of its three files; any other path as given (an
+    older single-file export)."""
+    for suffix in MPICH_EXPORT_SIBLINGS:
+        if text.endswith(suffix):
+            return text.removesuffix(suffix) + MPICH_EXPORT_MPIR
+    if not os.path.exists(text) and os.path.isfile(text + MPICH_EXPORT_MPIR):
+        return text + MPICH_EXPORT_MPIR
+    return text
+
+
 def _offered(collectives: tuple[str, ...]) -> list[tuple[str, str]]:
     return [(c, a.alg) for c in collectives for a in library_algorithms(c)]
 
@@ -495,7 +544,7 @@ def selection_file_environment(library: str, path: str) -> dict[str, str]:
                 "abort every rank with an internal error when it reads the file"
             )
     if library == "mpich":
-        env = {"MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE": path}
+        env = mpich_export_environment(path)
         # A forced algorithm would win over the file (MPICH checks the CVAR first).
         env.update({mpich_variable(c, AUTO)[0]: AUTO for c in COLLECTIVES})
         return env

@@ -21,6 +21,7 @@ from collectives import (
     Variant,
     algorithms,
     distinct_variants,
+    mpich_layers,
     mpit,
 )
 from collectives.buffers import array_module
@@ -40,7 +41,8 @@ from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.sweep_config import SweepConfig
 from osu_dl_bench.measurement.kernel import plan_variants
 from osu_dl_bench.measurement.store import FOCUS_KEY, POINT_KEY, RunStore
-from osu_dl_bench.runtime.mpich_trees import candidate_files_env
+from osu_dl_bench.runtime.launcher import posix_pinned
+from osu_dl_bench.runtime.mpich_trees import candidate_files_env, generic_trees
 
 
 def _distinct(variants: list[Variant]) -> list[Variant]:
@@ -81,8 +83,10 @@ def _library_variants(collective: str, text: str) -> list[Variant] | None:
     key, _, alg = params.partition("=")
     if name != "native" or key.strip() != "alg":
         return None
-    offered = [a.alg for a in mpit.library_algorithms(collective)]
-    wanted = offered if alg.strip() == "all" else [alg.strip()] if alg.strip() in offered else []
+    found = mpit.library_algorithms(collective)
+    offered = [a.alg for a in found]
+    every = [a.alg for a in found if not a.legacy]
+    wanted = every if alg.strip() == "all" else [alg.strip()] if alg.strip() in offered else []
     return [parse_variant(collective, f"native:alg={each}") for each in wanted]
 
 
@@ -255,8 +259,14 @@ MPICH_FILES_DIR = "mpich_files"
 
 
 def library_sweep(setting: SweepSetting) -> bool:
-    """Whether a sweep measures the MPI library's own candidates (native:alg=NAME)."""
-    return any(forced_alg(v) is not None for vs in setting.variants.values() for v in vs)
+    """Whether a sweep measures MPICH's layered candidates (native:alg=NAME of
+    collectives.mpich_layers): then every launch loads selection files."""
+    return any(
+        mpich_layers.is_candidate(collective, str(forced_alg(v)))
+        for collective, variants in setting.variants.items()
+        for v in variants
+        if forced_alg(v) is not None
+    )
 
 
 def group_environment(
@@ -302,11 +312,37 @@ def plan_collectives(
     for name in cfg.collectives:
         spec = SPECS[name]
         ctx = CallContext(nprocs, setting.etype, setting.op_for(spec), cfg.device, nodes, ppn)
-        variants = [v for v in setting.variants[name] if in_group(v, group)]
-        plan = plan_variants(variants, ctx)
         counts = cfg.element_counts(name, setting.etype.itemsize)
-        plans.append(CollectivePlan(spec, counts, plan.eligible, plan.skipped, shape))
+        sizes = [n * setting.etype.itemsize for n in counts]
+        # MPICH's candidates that run the default's code everywhere have no launches of
+        # their own: the MPI library's group lists them, with the reason.
+        kept, same = mpich_default_paths(name, setting.variants[name], shape, sizes)
+        plan = plan_variants([v for v in kept if in_group(v, group)], ctx)
+        listed = same if group in (None, MPI_GROUP) else []
+        plans.append(CollectivePlan(spec, counts, plan.eligible, [*plan.skipped, *listed], shape))
     return plans
+
+
+def mpich_default_paths(
+    collective: str, variants: list[Variant], shape: JobShape, sizes: list[int]
+) -> tuple[list[Variant], list[tuple[Variant, str]]]:
+    """The path proof before timing (collectives.mpich_layers): MPICH's candidates that
+    run the default's code at every swept size in this job's shape are not measured
+    (skipped with the reason); the others are. Other variants pass through."""
+    forced = [v for v in variants if mpich_layers.is_candidate(collective, str(forced_alg(v)))]
+    if not forced or not sizes or mpit.running_library() != "mpich":
+        return variants, []
+    base = generic_trees().trees
+    pinned = posix_pinned(shape.ranks_per_node)
+    call = mpich_layers.Call(collective, shape.nprocs, shape.nodes, sizes[0], oversubscribed=pinned)
+    skipped = []
+    for variant in forced:
+        cand = mpich_layers.candidate(collective, str(forced_alg(variant)))
+        same = mpich_layers.candidate_sizes(cand, call, sizes, base)
+        if len(same) == len(sizes):
+            skipped.append((variant, f"runs MPICH's default code at every size: {same[sizes[0]]}"))
+    gone = {id(v) for v, _ in skipped}
+    return [v for v in variants if id(v) not in gone], skipped
 
 
 @dataclass(frozen=True)
@@ -469,7 +505,9 @@ def forcing_proof(plans: list[CollectivePlan], group: str) -> dict[str, dict[str
         if problem is not None:
             raise UsageError(f"group {group}: {problem}", agreed=True)
         wanted = mpit.library_algorithm(collective, alg)
-        if mpit.running_library() == "mpich":  # files, not an MPI_T variable, set it
+        if (
+            mpit.running_library() == "mpich" and not wanted.legacy
+        ):  # files, not an MPI_T variable, set it
             proof[f"{collective} {wanted.variable}"] = {
                 "set": wanted.value,
                 "read": os.environ.get(wanted.variable, ""),

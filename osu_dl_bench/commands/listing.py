@@ -53,6 +53,12 @@ def library_lines(collective: str | None = None) -> list[str]:
         for name in mpit.COLLECTIVES:
             if collective and name != collective:
                 continue
+            if library == "mpich":  # files, not MPI_T variables: its own listing
+                lines.append(
+                    f"native:alg=NAME of {name}: MPICH's candidates layer by layer: "
+                    f"osu-dl-bench list {name} --library mpich --np P [--nodes N]"
+                )
+                continue
             found = mpit.library_algorithms(name)
             if not found:
                 continue
@@ -92,7 +98,7 @@ def mpich_listing(collective: str | None, nprocs: int, nodes: int) -> str:
             same = mpich_layers.candidate_sizes(cand, call, sizes, trees.trees)
             label = f"native:alg={cand.alg}"
             lines.append(
-                f"{name:<11}{label:<44}{cand.layer:<7}{cand.describe():<46}{_where(sizes, same)}"
+                f"{name:<11}{label:<54}{cand.layer:<7}{cand.describe():<56}{_where(sizes, same)}"
             )
     lines.append(
         "sizes 8 B-16 MiB; a candidate is MPICH's generic trees with its one change, loaded "

@@ -58,7 +58,7 @@ def test_a_library_sweep_measures_through_files_and_exports_three(mpich_here, tm
     sweep = run_with_timeout(cmd, 600, mpi_env())
     assert sweep.returncode == 0, f"{sweep.stdout[-2000:]}\n{sweep.stderr[-3000:]}"
     # The candidates that run the default's code are listed, not measured.
-    assert "native: skipped: runs MPICH's default code at every size" in sweep.stdout
+    assert "allreduce native:alg=ch4_gamma: skipped: runs MPICH's default code" in sweep.stdout
     metadata = json.loads((run / "metadata.json").read_text())
     launches = metadata["jobs"]["2"]["launches"]
     # The tests' environment pins MPICH's POSIX layer to MPIR (mpirun.mpi_env): its
@@ -70,6 +70,9 @@ def test_a_library_sweep_measures_through_files_and_exports_three(mpich_here, tm
     proof = launches["1/alg_mpir_ring"]["forced_algorithm"]
     files = proof["allreduce OSU_DL_BENCH_MPICH_CANDIDATES"]["files"]
     mpir = json.loads(Path(files["MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE"]).read_text())
+    # the run-time half of the path proof: each launch's allreduce fingerprints
+    for key in ("1/mpi", "1/alg_mpir_ring"):
+        assert set(launches[key]["fingerprints"]) == {"32768", "65536"}, key
     assert "MPIR_Allreduce_intra_ring" in json.dumps(mpir["collective=allreduce"])
     # The default's launches load MPICH's generic trees as files too.
     generic = run / "mpich_files" / "mpi" / "mpich.ch4.json"
@@ -84,3 +87,18 @@ def test_a_library_sweep_measures_through_files_and_exports_three(mpich_here, tm
         assert (table.parent / f"lib.mpich.{layer}.json").stat().st_size > 0
     notes = (table.parent / "lib.mpich.notes.txt").read_text()
     assert "proof: allreduce p=2 nodes=1 32K" in notes
+
+
+def test_a_choice_mpich_cannot_apply_fails_the_sweep_loudly(mpich_here, tmp_path):
+    # MPIR_CVAR_COLLECTIVE_FALLBACK=error in every launch: an algorithm MPICH cannot run
+    # for a call (here smp, forced by the user, on the communicators ch4 beta hands MPIR)
+    # is an error with MPICH's words and the sweep's, not a silent switch to another one.
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "osu_dl_bench", "sweep", "-o", str(run), "--np", "2"]
+    cmd += ["--collectives", "allreduce", "-m", "32K:64K", "-a", "native,native:alg=ch4_beta"]
+    cmd += ["--budget", "0.02", "--launches", "1", "--no-calibration", "--no-null"]
+    res = run_with_timeout(cmd, 300, mpi_env({"MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": "smp"}))
+    assert res.returncode != 0
+    assert "User set collective algorithm is not usable" in res.stderr
+    assert "the environment sets MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM=smp" in res.stderr
+    assert "Traceback" not in res.stderr

@@ -74,6 +74,8 @@ out = {"library": mpit.running_library(),
        "allreduce": [a.alg for a in mpit.library_algorithms("allreduce") if not a.legacy],
        "bcast": [a.alg for a in mpit.library_algorithms("bcast") if not a.legacy],
        "legacy": [a.alg for a in mpit.library_algorithms("allreduce") if a.legacy]}
+from osu_dl_bench.commands.listing import library_lines
+out["listing"] = library_lines("allreduce")
 try:
     parse_variant("allreduce", "native:alg=ch4_beta").bind(MPI.COMM_WORLD)
     out["refused"] = None
@@ -108,6 +110,10 @@ def test_mpich_candidates_are_its_layers_choices():
     # MPICH's CVAR-forced algorithms stay for verify-export's forced runs, apart
     assert "ring" not in seen["allreduce"] and "ring" in seen["legacy"]
     assert "loads its MPICH selection files" in seen["refused"]
+    assert seen["listing"] == [
+        "native:alg=NAME of allreduce: MPICH's candidates layer by layer: "
+        "osu-dl-bench list allreduce --library mpich --np P [--nodes N]"
+    ]
 
 
 def test_a_candidate_binds_where_its_selection_files_are_loaded(tmp_path):

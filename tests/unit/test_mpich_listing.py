@@ -34,3 +34,20 @@ def test_on_two_nodes_mpir_decides_between_the_node_roots(monkeypatch):
     text = mpich_listing("bcast", 4, 2)
     assert "mpir[node_roots]:binomial" in text
     assert _row(text, "mpir_scatter_ring_allgather").endswith("8-16M")
+
+
+def test_the_sweep_names_each_unmeasured_library_candidate_on_its_own_line():
+    from osu_dl_bench.jobs.progress import skipped_lines
+
+    reason = "runs MPICH's default code at every size: ..."
+    skipped = [
+        {"collective": "allreduce", "algorithm": f"native:alg={alg}", "reason": reason}
+        for alg in ("mpir_ring", "ch4_gamma")
+    ]
+    skipped.append({"collective": "allreduce", "algorithm": "ring:seg=64K", "reason": "x"})
+    skipped.append({"collective": "allreduce", "algorithm": "ring:seg=1M", "reason": "x"})
+    assert skipped_lines(2, skipped) == [
+        f"# p=2 allreduce native:alg=mpir_ring: skipped: {reason}",
+        f"# p=2 allreduce native:alg=ch4_gamma: skipped: {reason}",
+        "# p=2 allreduce ring (2 variants): skipped: x",
+    ]

@@ -315,11 +315,27 @@ def path_proofs(table: TuningTable, trees: dict[str, dict[str, Any]]) -> list[st
                 exported = mpich_layers.path_text(call, trees)
                 default = mpich_layers.path_text(call, base)
                 same = "the default's path" if exported == default else f"default: {default}"
+                seen = _fingerprint_text(tuning, call, size_range["alg"])
                 lines.append(
                     f"proof: {call.collective} p={call.nprocs} nodes={call.nodes} "
-                    f"{format_size(call.nbytes)} {size_range['alg']}: {exported} ({same})"
+                    f"{format_size(call.nbytes)} {size_range['alg']}: {exported} ({same}){seen}"
                 )
     return lines
+
+
+def _fingerprint_text(tuning: dict[str, Any], call: mpich_layers.Call, alg: str) -> str:
+    """'; fingerprint differs from the default's' (or 'the same as') where the sweep
+    recorded both at this size: the run-time half of the proof (collectives.mpit's
+    non-associative reduction; at p = 2 it tells apart only the compositions that reduce
+    on node_comm, since a user-defined op never takes release_gather)."""
+    if call.collective != "allreduce" or alg == MPICH_AUTO:
+        return ""
+    groups = (tuning.get("fingerprints") or {}).get(str(call.nprocs)) or {}
+    mine = (groups.get(f"alg_{alg}") or {}).get(str(call.nbytes))
+    default = (groups.get("mpi") or {}).get(str(call.nbytes))
+    if mine is None or default is None:
+        return ""
+    return f"; fingerprint {'the same as' if mine == default else 'differs from'} the default's"
 
 
 def export(table: TuningTable, base: Path) -> tuple[list[Path], list[str]]:
@@ -340,6 +356,7 @@ def export(table: TuningTable, base: Path) -> tuple[list[Path], list[str]]:
         f"# use: {' '.join(environment_lines(names))} mpiexec ...",
         f"# measured under: {setting or 'no oversubscription setting (the POSIX layer free)'}",
     ]
+    head += [f"# not measured: {text}" for text in tuning.get("not_measured") or []]
     notes_path = beside(base, NOTES_SUFFIX)
     write_text_atomic(notes_path, "\n".join([*head, *notes, *path_proofs(table, trees)]) + "\n")
     return [*paths.values(), notes_path], warn

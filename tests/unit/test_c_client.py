@@ -31,6 +31,7 @@ from osu_dl_bench.selection.exports.verification import (
     DEFAULT_ARM,
     FILE_ARM,
     NULL_ARM,
+    SizeVerdict,
     arm_order,
     client_pairs,
     client_verdicts,
@@ -193,7 +194,7 @@ def test_a_departure_without_a_gain_beyond_the_null_control_is_refused_and_a_rea
     by_size = {v.where[2]: v for v in found}
     assert by_size[8 << 10].confirmed and not by_size[8 << 10].refused
     assert by_size[8 << 11].refused and not by_size[8 << 11].confirmed
-    assert "reaches 1" in by_size[8 << 11].reason()
+    assert "includes 1" in by_size[8 << 11].reason()
     assert not any(v.refused for v in found if v.where[2] < 8 << 10)  # the default is kept
     lines = refusal_lines(found)
     assert lines[0].startswith("# the export is refused at 1 sizes (exit 3)")
@@ -232,3 +233,11 @@ def test_the_null_controls_environment_loads_a_file_as_an_export_is_loaded(tmp_p
     for layer, variable in FILE_VARIABLES.items():
         assert json.loads(Path(env[variable]).read_text()) == generic.tree(layer)
     assert env["MPIR_CVAR_COLLECTIVE_FALLBACK"] == "error"
+
+
+def test_a_departure_slower_than_the_default_is_refused_as_slower():
+    slower = SizeVerdict(("allreduce", 2, 32), "ring", Ratio(2.0, 1.9, 2.1, 12, 0), None)
+    assert slower.refused and slower.reason() == "no null control measured at this size"
+    null = Ratio(1.0, 0.9, 1.1, 12, 0)
+    slower = SizeVerdict(("allreduce", 2, 32), "ring", Ratio(2.0, 1.9, 2.1, 12, 0), null)
+    assert slower.reason() == "slower than the default: its speedup's 95% CI 0.48-0.53 lies below 1"

@@ -277,8 +277,10 @@ class SizeVerdict:
         if self.null is None:
             return "no null control measured at this size"
         speedup = f"its speedup's 95% CI {speedup_interval(self.file)}"
+        if self.file.low > 1:
+            return f"slower than the default: {speedup} lies below 1"
         if self.file.high >= 1:
-            return f"{speedup} reaches 1"
+            return f"{speedup} includes 1"
         if self.file.high >= self.null.low:
             return (
                 f"{speedup} overlaps the null control's {speedup_interval(self.null)} "

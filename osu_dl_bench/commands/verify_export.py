@@ -15,6 +15,7 @@ refused there, each size listed with the reason.
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -33,12 +34,14 @@ from osu_dl_bench.jobs.launch import library_environment
 from osu_dl_bench.jobs.orchestrate import run_sweep
 from osu_dl_bench.jobs.sweep_config import SweepConfig
 from osu_dl_bench.measurement.store import RunStore
+from osu_dl_bench.paths import write_text_atomic
 from osu_dl_bench.selection.exports.readers import (
     file_library,
     file_reader,
     named_algorithms,
 )
 from osu_dl_bench.selection.exports.verification import (
+    CLIENT_FILE,
     DEFAULT_ARM,
     FILE_ARM,
     NULL_ARM,
@@ -46,6 +49,7 @@ from osu_dl_bench.selection.exports.verification import (
     Proof,
     SizeVerdict,
     arm_order,
+    client_records,
     client_verdicts,
     null_control_environment,
     prove,
@@ -223,6 +227,8 @@ def run_verify_export(cfg: VerifyExportConfig) -> int:
     print("\n".join([*lines, *proof_lines(proof, library)]), flush=True)
     if binaries:
         latencies = measure_client(cfg, library, probe, binaries)
+        records = json.dumps(client_records(latencies), indent=0)
+        write_text_atomic(Path(run_dir) / CLIENT_FILE, records + "\n")
         found = client_verdicts(latencies, reader)
         print("\n".join([HEADER, *comparison_lines("c", found, proof)]), flush=True)
         print("\n".join(refusal_lines(found)), flush=True)

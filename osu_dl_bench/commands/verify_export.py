@@ -1,14 +1,21 @@
 """``osu-dl-bench verify-export FILE``: the MPI library's plain collectives (native, no
 Python algorithm) with an exported selection file loaded and without it, in launches of
-their own, interleaved, through the sweep's machinery; then, per size, the speedup the file
-gives with its 95% interval, and the proof that the library used the file (both
-selection.exports.verification's; the file read back through selection.exports.readers).
-A mismatch means the library did not apply the file: exit 1.
+their own, interleaved, through the sweep's machinery; then the C client's three arms (the
+file, the default, and the null control: the default loaded through a selection file of
+its own) alternated over many short launches. Per size: the speedup the file and the null
+control give with their 95% intervals, and the verdict (selection.exports.verification:
+a departure from the default counts as a gain only where it is confirmed beyond the null
+control's spread), with the proof that the library used the file (the file read back
+through selection.exports.readers).
+
+Exit 1: the library did not apply the file. Exit 3 (REFUSED): it applied, but the file
+departs from the default at sizes where the C client confirms no gain: the export is
+refused there, each size listed with the reason.
 """
 
 from __future__ import annotations
 
-import math
+import json
 import random
 from pathlib import Path
 
@@ -27,23 +34,31 @@ from osu_dl_bench.jobs.launch import library_environment
 from osu_dl_bench.jobs.orchestrate import run_sweep
 from osu_dl_bench.jobs.sweep_config import SweepConfig
 from osu_dl_bench.measurement.store import RunStore
+from osu_dl_bench.paths import write_text_atomic
 from osu_dl_bench.selection.exports.readers import (
-    Reader,
     file_library,
     file_reader,
     named_algorithms,
 )
 from osu_dl_bench.selection.exports.verification import (
+    CLIENT_FILE,
+    DEFAULT_ARM,
+    FILE_ARM,
+    NULL_ARM,
     Fingerprinted,
-    Paired,
     Proof,
-    client_pairs,
-    file_ratios,
+    SizeVerdict,
+    arm_order,
+    client_records,
+    client_verdicts,
+    null_control_environment,
     prove,
-    slower_with_file,
+    speedup_interval,
+    summarize,
     sweep_pairs,
+    verdicts,
 )
-from osu_dl_bench.selection.paired import Ratio, bound_text, seed_of
+from osu_dl_bench.selection.paired import Ratio, seed_of
 
 
 def _where(check: Fingerprinted) -> str:
@@ -78,38 +93,69 @@ def mismatch_text(check: Fingerprinted) -> str:
 
 HEADER = (
     f"{'client':<8}{'collective':<11}{'p':>3}{'size':>8}  {'file says':<28}"
-    "speedup  95% CI       launches"
+    "speedup  95% CI       launches  null    95% CI       verdict"
 )
+ARM_TEXT = {
+    FILE_ARM: "with the file",
+    DEFAULT_ARM: "without it",
+    NULL_ARM: "the null control (the default through a file)",
+}
 
 
-def _inverse(value: float) -> float:
-    """1 / value, with 1/0 = inf and 1/inf = 0 (an interval without a bound)."""
-    return math.inf if value == 0 else 1 / value
+def _speedup(ratio: Ratio) -> str:
+    """'  1.52  1.21-1.90   ': the speedup over the default and its 95% interval."""
+    return f"{1 / ratio.ratio:>6.2f}  {speedup_interval(ratio):<12}"
 
 
-def _line(client: str, where: tuple, says: str, ratio: Ratio) -> str:
-    collective, nprocs, size = where
-    interval = f"{bound_text(_inverse(ratio.high))}-{bound_text(_inverse(ratio.low))}"
+def verdict_text(verdict: SizeVerdict, proof: Proof | None) -> str:
+    """'confirmed (fingerprint proven)', 'REFUSED: ...', 'default', 'default, slower': what
+    the size comes to."""
+    if not verdict.departs:
+        return "default, slower beyond the interval" if verdict.slower else "default"
+    collective, nprocs, size = verdict.where
+    shown = proof.at(int(nprocs), int(size)) if proof and collective == "allreduce" else ""
+    fingerprint = f" (fingerprint {shown})" if shown else ""
+    if verdict.confirmed:
+        return f"confirmed{fingerprint}"
+    return f"REFUSED{fingerprint}: {verdict.reason()}"
+
+
+def _line(client: str, verdict: SizeVerdict, proof: Proof | None) -> str:
+    collective, nprocs, size = verdict.where
+    null = _speedup(verdict.null) if verdict.null is not None else f"{'-':>6}  {'':<12}"
     return (
-        f"{client:<8}{collective:<11}{nprocs:>3}{format_size(int(size)):>8}  {says:<28}"
-        f"{1 / ratio.ratio:>6.2f}  {interval:<12}{ratio.launches:>8}"
+        f"{client:<8}{collective:<11}{nprocs:>3}{format_size(int(size)):>8}  "
+        f"{verdict.says or 'default':<28}{_speedup(verdict.file)}{verdict.file.launches:>8}  "
+        f"{null}{verdict_text(verdict, proof)}"
     )
 
 
-def comparison_lines(client: str, found: list[Paired], reader: Reader) -> list[str]:
-    """Per (collective, p, size): the file's speedup over the default with its interval
-    (selection.exports.verification.file_ratios); and the count of sizes slower with the
-    file beyond the interval."""
-    ratios = file_ratios(client, found)
-    lines = []
-    for (where, _), ratio in zip(found, ratios, strict=True):
-        says = reader(where[0], int(where[1]), int(where[2])) or "default"
-        lines.append(_line(client, where, says, ratio))
-    slower = sum(map(slower_with_file, ratios))
-    lines.append(
-        f"# {client}: {len(found)} sizes, {slower} slower with the file beyond the interval"
-    )
-    return lines
+def _share(count: int, judged: int) -> str:
+    return f"{count} of {judged} sizes ({100 * count / judged:.1f}%)" if judged else "not measured"
+
+
+def summary_lines(client: str, verdicts: list[SizeVerdict]) -> list[str]:
+    """The client's counts: sizes slower than the default beyond the interval with the
+    file and with the null control, the null control's false gains, the file's departures
+    confirmed and refused."""
+    s = summarize(verdicts)
+    return [
+        f"# {client}: {s.sizes} sizes, {s.slower} slower with the file beyond the interval; "
+        f"the null control slower at {_share(s.null_slower, s.null_judged)}",
+        f"# {client}: the null control passed for a gain (faster than the default over its "
+        f"whole interval) at {_share(s.null_false_gains, s.null_judged)}",
+        f"# {client}: the file departs from the default at {s.departures} sizes: "
+        f"{s.confirmed} confirmed beyond the null control, {s.departures - s.confirmed} refused",
+    ]
+
+
+def comparison_lines(
+    client: str, verdicts: list[SizeVerdict], proof: Proof | None = None
+) -> list[str]:
+    """Per (collective, p, size): the file's and the null control's speedup over the
+    default with their intervals and the size's verdict (selection.exports.verification.
+    SizeVerdict), then the client's counts."""
+    return [*(_line(client, v, proof) for v in verdicts), *summary_lines(client, verdicts)]
 
 
 def client_binaries(cfg: VerifyExportConfig, sweep: SweepConfig) -> dict[str, Path]:
@@ -124,10 +170,17 @@ def client_binaries(cfg: VerifyExportConfig, sweep: SweepConfig) -> dict[str, Pa
 def measure_client(
     cfg: VerifyExportConfig, library: str, sweep: SweepConfig, binaries: dict[str, Path]
 ) -> dict:
-    """Alternate the C client's launches without and with the file (the pair's order
-    shuffled, seeded): (collective, p, size, with_file) -> {launch: mean latency (us)}."""
-    with_file = mpit.selection_file_environment(library, str(cfg.path.resolve()))
-    rng = random.Random(seed_of(str(cfg.path), cfg.client_launches))
+    """The C client's three arms (the file, the default, the null control: the default
+    loaded through a selection file of its own), one short launch each per launch round,
+    in the seeded Williams order of verification.arm_order: (collective, p, size, arm) ->
+    {launch: mean latency (us)}."""
+    environments = {
+        FILE_ARM: mpit.selection_file_environment(library, str(cfg.path.resolve())),
+        DEFAULT_ARM: {},
+        NULL_ARM: null_control_environment(library, Path(sweep.output) / "null_control"),
+    }
+    # One seed per file and launch count: a rerun takes the same order.
+    start = random.Random(seed_of(str(cfg.path), cfg.client_launches)).randrange(6)
     latencies: dict[tuple, dict[int, float]] = {}
     launches = cfg.client_launches
     for launch in range(1, launches + 1):
@@ -136,18 +189,14 @@ def measure_client(
                 argv = client_argv(
                     binaries[collective], collective, sweep.min_size, sweep.max_size, bool(cfg.omb)
                 )
-                for loaded in rng.sample([False, True], 2):
-                    env = {**library_environment(cfg.mpi), **(with_file if loaded else {})}
-                    what = (
-                        f"launch {launch}/{launches}, p={nprocs}, {collective}, "
-                        f"{'with' if loaded else 'without'} the file"
-                    )
+                for arm in arm_order(launch, start):
+                    env = {**library_environment(cfg.mpi), **environments[arm]}
+                    what = f"launch {launch}/{launches}, p={nprocs}, {collective}, {ARM_TEXT[arm]}"
                     run = ClientRun(
                         argv, nprocs, what, cfg.client_timeout, sweep.min_size, sweep.max_size
                     )
-                    seen = run_client(run, env, cfg.mpi)
-                    for size, us in seen.items():
-                        latencies.setdefault((collective, nprocs, size, loaded), {})[launch] = us
+                    for size, us in run_client(run, env, cfg.mpi).items():
+                        latencies.setdefault((collective, nprocs, size, arm), {})[launch] = us
     return latencies
 
 
@@ -172,10 +221,39 @@ def run_verify_export(cfg: VerifyExportConfig) -> int:
         raise UsageError(f"{path} is a {library} file, but the jobs ran {ran or 'another MPI'}")
     frame, _ = store.read()
     proof = prove(metadata, reader, probe.launches)
+    found = verdicts("python", sweep_pairs(frame), sweep_pairs(frame, NULL_ARM), reader)
     lines = [f"# {path}: {library} with the file against without it, {run_dir}", HEADER]
-    lines += comparison_lines("python", sweep_pairs(frame), reader)
+    lines += comparison_lines("python", found, proof)
     print("\n".join([*lines, *proof_lines(proof, library)]), flush=True)
     if binaries:
         latencies = measure_client(cfg, library, probe, binaries)
-        print("\n".join(comparison_lines("c", client_pairs(latencies), reader)), flush=True)
-    return 1 if proof.mismatches else 0
+        records = json.dumps(client_records(latencies), indent=0)
+        write_text_atomic(Path(run_dir) / CLIENT_FILE, records + "\n")
+        found = client_verdicts(latencies, reader)
+        print("\n".join([HEADER, *comparison_lines("c", found, proof)]), flush=True)
+        print("\n".join(refusal_lines(found)), flush=True)
+    if proof.mismatches:
+        return 1
+    return REFUSED if binaries and any(v.refused for v in found) else 0
+
+
+# The exit status when the file applied but departs from the default somewhere without a
+# gain the C client confirms beyond the null control: those sizes are refused.
+REFUSED = 3
+
+
+def refusal_lines(found: list[SizeVerdict]) -> list[str]:
+    """The sizes refused, or one line saying every departure is confirmed."""
+    refused = [v for v in found if v.refused]
+    if not refused:
+        return ["# every departure of the file from the default is confirmed by the C client"]
+    return [
+        f"# the export is refused at {len(refused)} sizes (exit {REFUSED}): keep the "
+        "library's default there (tune again, or edit the file), since the C client "
+        "confirms no gain beyond the null control:",
+        *(
+            f"#   {v.where[0]} p={v.where[1]} {format_size(int(v.where[2]))} "
+            f"({v.says}): {v.reason()}"
+            for v in refused
+        ),
+    ]

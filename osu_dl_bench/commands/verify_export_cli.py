@@ -26,7 +26,10 @@ DEFAULT_SIZES = "8:16M"
 # is as wide as the machine's launch-to-launch swings, so it needs launches, not rounds.
 DEFAULT_LAUNCHES = 6
 DEFAULT_BUDGET = 1.0
-DEFAULT_CLIENT_LAUNCHES = 6
+# The C client's launches of each arm (file, default, null control): 12 is two whole
+# cycles of the 3-arm Williams design (measurement.schedule.rotation), so each arm runs in
+# each position and after each other arm equally often.
+DEFAULT_CLIENT_LAUNCHES = 12
 # A day: a longer wait is a hang, whatever the machine.
 MAX_CLIENT_TIMEOUT = 86400.0
 
@@ -97,8 +100,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=whole_number(2, 1000),
         default=DEFAULT_CLIENT_LAUNCHES,
         metavar="K",
-        help=f"C client launches with and without the file, alternated "
-        f"(default {DEFAULT_CLIENT_LAUNCHES})",
+        help=f"C client launches of each arm (with the file, without it, and the null "
+        f"control: the default loaded through a selection file), in a balanced alternating "
+        f"order (default {DEFAULT_CLIENT_LAUNCHES})",
     )
     parser.add_argument(
         "--client-timeout",
@@ -196,8 +200,8 @@ def sweep_config(cfg: VerifyExportConfig, run_dir: str, algs: list[str]) -> Swee
         f"--launches={cfg.launches}",
         f"--budget={cfg.budget!r}",
         "--no-calibration",
-        # It decides nothing: a null control would only cost time.
-        "--no-null",
+        # The sweep's null control stays on: native measured again in launches of its own
+        # (native:null_apart) is the sweep client's A/A pair, judged as the file is.
         f"--library-file={cfg.path}",
         *([f"--mpi={cfg.mpi}"] if cfg.mpi else []),
         # What the sweep's messages advise after a stop ("rerun with --resume").

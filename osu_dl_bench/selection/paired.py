@@ -214,7 +214,12 @@ class Ratio:
     def expected(self) -> float:
         """The expected ratio under that reading: exp(mean + sd^2 / 2)."""
         sd = self.log_sd
-        return self.ratio * math.exp(sd * sd / 2) if math.isfinite(sd) else math.inf
+        if not math.isfinite(sd):
+            return math.inf
+        try:
+            return self.ratio * math.exp(sd * sd / 2)
+        except OverflowError:  # a spread past exp's range (sd > 37): no useful expectation
+            return math.inf
 
     @property
     def below_one(self) -> bool:

@@ -135,3 +135,11 @@ def test_rounds_of_different_counts_pair_by_their_common_prefix():
     ratio = paired_ratio(longer, shorter, "p")
     assert (ratio.launches, ratio.rounds) == (2, 40)
     assert ratio.ratio == pytest.approx(0.9, rel=0.01)
+
+
+def test_an_interval_too_wide_for_exp_has_an_infinite_expected_ratio_not_an_error():
+    # A point of two launches, one of them 1e30 times the other: a finite sd past exp's range.
+    from osu_dl_bench.selection.paired import Ratio
+
+    wide = Ratio(1.0, 1e-40, 1e40, 2, 0)
+    assert math.isfinite(wide.log_sd) and wide.expected == math.inf

@@ -190,3 +190,26 @@ def test_an_older_single_file_mpich_export_verifies_as_the_mpir_layer_alone(tmp_
     assert not any("CH4" in name for name in env) and "MPIR_CVAR_COLLECTIVE_FALLBACK" not in env
     with pytest.raises(UsageError, match="no such file"):
         _config(str(tmp_path / "missing"))
+
+
+def test_a_three_file_mpich_export_is_read_as_the_layered_candidate_it_runs(tmp_path):
+    import json
+
+    from collectives import mpich_layers
+    from osu_dl_bench.runtime.mpich_trees import generic_trees
+    from osu_dl_bench.selection.exports.readers import file_reader
+
+    base = generic_trees().trees
+    beta = mpich_layers.candidate_trees(mpich_layers.candidate("allreduce", "ch4_beta"), base)
+    for name, trees in (("beta", beta), ("plain", base)):
+        for layer in mpich_layers.LAYERS:
+            path = tmp_path / f"{name}.mpich.{layer}.json"
+            path.write_text(json.dumps(trees[layer]))
+    # Beta runs MPIR on the whole communicator instead of the default's shared-memory
+    # allreduce: a departure, named as the candidate the verifying sweep can force.
+    read = file_reader(tmp_path / "beta.mpich.mpir.json", "mpich")
+    assert read("allreduce", 2, 1 << 20) == "ch4_beta"
+    assert read("bcast", 2, 1 << 20) is None
+    # The generic trees as files are the default everywhere.
+    plain = file_reader(tmp_path / "plain.mpich.mpir.json", "mpich")
+    assert all(plain(c, 2, 8 << k) is None for c in ("allreduce", "bcast") for k in range(0, 22, 3))

@@ -211,6 +211,29 @@ def export(table: TuningTable, base: Path) -> tuple[list[Path], list[str]]:
     return [rules_path, json_path], warn
 
 
+def default_rules_text(collectives: tuple[str, ...] = tuple(COLLECTIVE_IDS)) -> str:
+    """A classic rules file that states Open MPI's own decision everywhere: one rule from
+    comm size 1 and message size 0 with algorithm 0. coll/tuned reads the file and, where a
+    rule's algorithm is 0, goes on to the forced choice and then to its fixed decision
+    (ompi/mca/coll/tuned/coll_tuned_decision_dynamic.c, e.g. ompi_coll_tuned_allreduce_
+    intra_dec_dynamic), so the default runs through the same path as an export: the null
+    control of verify-export."""
+    lines = [
+        "# Open MPI's own decision, loaded as a rules file (osu-dl-bench verify-export's null",
+        "# control): algorithm 0 everywhere lets coll/tuned's fixed decision choose.",
+        f"{len(collectives)}   # collectives",
+    ]
+    for collective in collectives:
+        lines += [
+            f"{COLLECTIVE_IDS[collective]}   # {collective}",
+            "1   # comm sizes",
+            "1   # comm size 1 and above",
+            "1   # message sizes",
+            "0 0 0 0   # from 0 bytes: Open MPI decides",
+        ]
+    return "\n".join(lines) + "\n"
+
+
 def parse_classic(text: str) -> dict[int, list[tuple[int, list[tuple[int, int]]]]]:
     """A classic rules file: collective id -> [(comm size, [(message size, alg id)])],
     in file order ('#' starts a comment; the grammar of coll_tuned_dynamic_file.c)."""

@@ -7,9 +7,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from collectives import mpit
+from collectives import mpich_layers, mpit
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jsonfile import UnreadableJson, load_json, read_regular_file
+from osu_dl_bench.runtime.launcher import posix_pinned
+from osu_dl_bench.runtime.mpich_trees import generic_trees
 from osu_dl_bench.selection.exports.mpich import file_algorithm
 from osu_dl_bench.selection.exports.openmpi import parse_classic, rules_algorithm
 
@@ -48,7 +50,10 @@ def file_reader(path: Path, library: str) -> Reader:
         text = read_regular_file(path).decode("utf-8")
     except (UnreadableJson, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: cannot read it ({exc})") from None
-    if library == "mpich":
+    if library == "mpich" and layered_files(path):
+        read = layered_reader(layered_files(path))
+        kind = "MPICH's three-file export (ch4, POSIX, MPIR trees)"
+    elif library == "mpich":
         tree = load_json(path)
         read = lambda collective, p, size: file_algorithm(tree, collective, p, size)  # noqa: E731
         kind = "an MPICH selection tree as export writes it"
@@ -76,3 +81,38 @@ def named_algorithms(reader: Reader, nprocs: tuple[int, ...], sizes: list[int]) 
     """The allreduce algorithms a file names at these process counts and sizes."""
     found = {reader("allreduce", p, s) for p in nprocs for s in sizes}
     return sorted(a for a in found if a is not None)
+
+
+def layered_files(path: Path) -> dict[str, Path]:
+    """layer -> file of MPICH's three-file export whose MPIR file is ``path`` ({} for an
+    older single file, or where a sibling is missing)."""
+    if not path.name.endswith(mpit.MPICH_EXPORT_MPIR):
+        return {}
+    base = str(path)[: -len(mpit.MPICH_EXPORT_MPIR)]
+    files = {"ch4": Path(base + ".mpich.ch4.json"), "posix": Path(base + ".mpich.posix.json")}
+    files["mpir"] = path
+    return files if all(f.is_file() for f in files.values()) else {}
+
+
+def layered_reader(files: dict[str, Path]) -> Reader:
+    """What a three-file MPICH export names where: the path its trees make MPICH run
+    (collectives.mpich_layers.call_path, host float32 sums as the clients run them, under
+    this host's oversubscription setting) against the generic trees' path: None where it
+    is the default's, else the layered candidate that runs that path (its native:alg
+    name, so that the verifying sweep forces it and the fingerprints compare), else the
+    path itself."""
+    trees = {layer: load_json(path) for layer, path in files.items()}
+    base = generic_trees().trees
+
+    def read(collective: str, nprocs: int, size: int) -> str | None:
+        pinned = posix_pinned(nprocs)
+        call = mpich_layers.Call(collective, nprocs, 1, size, itemsize=4, oversubscribed=pinned)
+        exported = mpich_layers.call_path(call, trees)
+        if exported == mpich_layers.call_path(call, base):
+            return None
+        for cand in mpich_layers.candidates(collective):
+            if mpich_layers.call_path(call, mpich_layers.candidate_trees(cand, base)) == exported:
+                return cand.alg
+        return " > ".join(exported)
+
+    return read

@@ -14,22 +14,37 @@ algorithm combined it) at every size. The file took effect where, at every size,
 fingerprint is that of the algorithm it names there (or the default's where it keeps the
 default); it is proven where at least one such algorithm's fingerprint differs from the
 default's. A mismatch means the library did not apply the file.
+
+The null control: the C client runs three arms in every launch round, in a balanced order
+(arm_order): the file, the default, and the default loaded through a selection file of its
+own (null_control_environment), an A/A pair with the default. The file's gain at a size is
+confirmed only where it passes the decision rule and lies beyond the null control's spread
+there (gain_beyond_null); the null control's own false gains and slowdowns are counted
+beside the file's (summarize), so the report says what noise alone produced.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from collectives import mpit
+from collectives.registry import NULL_CONTROL_APART
 from osu_dl_bench.jobs.plan import FILE_GROUP, FORCED_PREFIX, MPI_GROUP
+from osu_dl_bench.measurement.schedule import rotation
+from osu_dl_bench.paths import write_text_atomic
+from osu_dl_bench.runtime.mpich_trees import selection_files_env
 from osu_dl_bench.selection.estimate import pooled_ratios
 from osu_dl_bench.selection.evidence import LaunchValues, Observation, launch_values
+from osu_dl_bench.selection.exports import openmpi
 from osu_dl_bench.selection.exports.readers import Reader
-from osu_dl_bench.selection.paired import Ratio
+from osu_dl_bench.selection.paired import Ratio, bound_text
+from osu_dl_bench.selection.rule import DEFAULT_RULE, DecisionRule
 from osu_dl_bench.selection.tune import series_of, usable_rows
 
 # --- proof --------------------------------------------------------------------------------
@@ -54,11 +69,26 @@ class Proof:
     seen: tuple[Fingerprinted, ...]
     mismatches: tuple[Fingerprinted, ...]
     checked: int
+    # Checked sizes where the file's fingerprint matched, but so would the default's.
+    alike: tuple[Fingerprinted, ...] = ()
 
     @property
     def distinguishable(self) -> int:
         """Checked sizes whose named algorithm's fingerprint differs from the default's."""
         return len(self.seen)
+
+    def at(self, nprocs: int, size: int) -> str:
+        """What the fingerprints show at one allreduce size, over every launch: 'MISMATCH'
+        (the file not applied), 'proven' (its algorithm's, not the default's), 'alike'
+        (its algorithm's, which the default's equals), '' (none recorded)."""
+
+        def here(checks: tuple[Fingerprinted, ...]) -> bool:
+            return any(c.nprocs == nprocs and c.size == size for c in checks)
+
+        for word, checks in (("MISMATCH", self.mismatches), ("proven", self.seen)):
+            if here(checks):
+                return word
+        return "alike" if here(self.alike) else ""
 
 
 def _fingerprints(entries: dict[str, Any], launch: int, group: str) -> dict[str, Any]:
@@ -70,6 +100,7 @@ def prove(metadata: dict[str, Any], reader: Reader, launches: int) -> Proof:
     """Compare each launch's fingerprints with and without the file (see the module text)."""
     seen: list[Fingerprinted] = []
     mismatches: list[Fingerprinted] = []
+    alike: list[Fingerprinted] = []
     checked = 0
     for nprocs, job in sorted((metadata.get("jobs") or {}).items()):
         entries = job.get("launches") or {}
@@ -89,7 +120,9 @@ def prove(metadata: dict[str, Any], reader: Reader, launches: int) -> Proof:
                     mismatches.append(where)
                 elif alg is not None and expected != plain.get(size):
                     seen.append(where)
-    return Proof(tuple(seen), tuple(mismatches), checked)
+                else:
+                    alike.append(where)
+    return Proof(tuple(seen), tuple(mismatches), checked, tuple(alike))
 
 
 # --- speedup ------------------------------------------------------------------------------
@@ -97,31 +130,54 @@ def prove(metadata: dict[str, Any], reader: Reader, launches: int) -> Proof:
 # (collective, p, size) and its launches' log-ratios, with the file over without it.
 Paired = tuple[tuple, LaunchValues]
 
+# The C client's three arms: the exported file, the library's default, and the null
+# control (the default loaded through a selection file of its own: an A/A pair with the
+# default, so that what noise alone makes of "the file against the default" is measured
+# in the same launches, by the same estimator).
+FILE_ARM, DEFAULT_ARM, NULL_ARM = "file", "default", "null"
+ARMS = (FILE_ARM, DEFAULT_ARM, NULL_ARM)
 
-def sweep_pairs(frame: pd.DataFrame) -> list[Paired]:
-    """The sweep's native with the file against without it, per (collective, p, size)."""
+
+def arm_order(launch: int, seed: int) -> tuple[str, ...]:
+    """The arms' order in launch ``launch`` (from 1): the rows of a Williams design in
+    turn (measurement.schedule.rotation), starting at a row the seed picks; over every 6
+    launches each arm runs in each position, and right after each other arm, equally
+    often, so that neither the order nor what ran just before favours one arm."""
+    return tuple(ARMS[i] for i in rotation(launch - 1 + seed, len(ARMS)))
+
+
+def sweep_pairs(frame: pd.DataFrame, arm: str = FILE_ARM) -> list[Paired]:
+    """The sweep's native with the file (``arm`` FILE_ARM), or its null control across
+    launches (NULL_ARM: native:null_apart, launches of its own), against native without
+    the file, per (collective, p, size)."""
     rows = usable_rows(frame)
-    native = rows[rows["algorithm"] == "native"]
-    found = []
+    default = rows[(rows["algorithm"] == "native") & (rows["group"] == MPI_GROUP)]
+    if arm == FILE_ARM:
+        other = rows[(rows["algorithm"] == "native") & (rows["group"] == FILE_GROUP)]
+    else:
+        other = rows[rows["algorithm"] == NULL_CONTROL_APART]
     keys = ["collective", "nprocs", "size_bytes"]
-    for where, at in native.groupby(keys, sort=True):
-        default, loaded = (at[at["group"] == g] for g in (MPI_GROUP, FILE_GROUP))
-        if default.empty or loaded.empty:
+    defaults = dict(iter(default.groupby(keys, sort=True)))
+    found = []
+    for where, at in other.groupby(keys, sort=True):
+        reference = defaults.get(where)
+        if reference is None:
             continue
-        values = launch_values(series_of(loaded), series_of(default))
+        values = launch_values(series_of(at), series_of(reference))
         if values is not None:
             found.append((where, values))
     return found
 
 
-def client_pairs(latencies: dict[tuple, dict[int, float]]) -> list[Paired]:
-    """The C client's launches as per-launch log-ratios, with the file over without it:
-    ``latencies`` maps (collective, p, size, with_file) to {launch: us}."""
+def client_pairs(latencies: dict[tuple, dict[int, float]], arm: str = FILE_ARM) -> list[Paired]:
+    """The C client's launches as per-launch log-ratios, ``arm`` (the file, or the null
+    control) over the default: ``latencies`` maps (collective, p, size, arm) to
+    {launch: us}."""
     found = []
-    for (collective, nprocs, size, with_file), loaded in sorted(latencies.items()):
-        if not with_file:
+    for (collective, nprocs, size, which), loaded in sorted(latencies.items()):
+        if which != arm:
             continue
-        default = latencies.get((collective, nprocs, size, False), {})
+        default = latencies.get((collective, nprocs, size, DEFAULT_ARM), {})
         pairs = [
             (k, math.log(loaded[k] / default[k]))
             for k in sorted(set(loaded) & set(default))
@@ -151,3 +207,191 @@ def file_ratios(client: str, found: list[Paired]) -> list[Ratio]:
 def slower_with_file(ratio: Ratio) -> bool:
     """The file's time over the default's lies above 1 over its whole interval."""
     return ratio.low > 1
+
+
+# --- the gain, judged against the null control ---------------------------------------------
+
+# Where the library's default is the reference of the rule: its ratio to itself.
+_DEFAULT_ITSELF = Ratio(1.0, 1.0, 1.0, 0, 0)
+
+
+def gain_beyond_null(file: Ratio, null: Ratio | None, rule: DecisionRule = DEFAULT_RULE) -> bool:
+    """Whether the file's gain over the default at one size is confirmed: the decision rule
+    (selection.rule) would choose the file over the default, and the file's whole 95%
+    interval lies below 1 and below the whole of the null control's interval (the A/A
+    spread at that size). Two 95% intervals that do not overlap are a stricter test than
+    one interval excluding 1 (Schenker and Gentleman, "On judging the significance of
+    differences by examining the overlap between confidence intervals", The American
+    Statistician 55, 2001): the file must beat both 1 and what noise alone showed."""
+    if null is None or rule.choose({"default": _DEFAULT_ITSELF, "file": file}, "default") != "file":
+        return False
+    return file.high < min(1.0, null.low)
+
+
+@dataclass(frozen=True)
+class SizeVerdict:
+    """One (collective, p, size) of the C client: what the file names there (None: the
+    default), the file's and the null control's time over the default's, and what follows."""
+
+    where: tuple  # (collective, p, size)
+    says: str | None
+    file: Ratio
+    null: Ratio | None
+
+    @property
+    def departs(self) -> bool:
+        """The file names an algorithm of its own here."""
+        return self.says is not None
+
+    @property
+    def confirmed(self) -> bool:
+        """The file's gain is confirmed beyond the null control (gain_beyond_null)."""
+        return gain_beyond_null(self.file, self.null)
+
+    @property
+    def refused(self) -> bool:
+        """The file departs from the default here without a confirmed gain."""
+        return self.departs and not self.confirmed
+
+    @property
+    def slower(self) -> bool:
+        """The file is slower than the default beyond its interval."""
+        return slower_with_file(self.file)
+
+    @property
+    def null_false_gain(self) -> bool:
+        """The null control (the default itself) came out faster than the default over its
+        whole interval: noise alone passing for a gain."""
+        return self.null is not None and self.null.high < 1
+
+    @property
+    def null_slower(self) -> bool:
+        """The null control came out slower than the default over its whole interval."""
+        return self.null is not None and self.null.low > 1
+
+    def reason(self) -> str:
+        """Why a departure is refused, in words and in speedups over the default, as the
+        report shows them ('' where it is not refused)."""
+        if not self.refused:
+            return ""
+        if self.null is None:
+            return "no null control measured at this size"
+        speedup = f"its speedup's 95% CI {speedup_interval(self.file)}"
+        if self.file.low > 1:
+            return f"slower than the default: {speedup} lies below 1"
+        if self.file.high >= 1:
+            return f"{speedup} includes 1"
+        if self.file.high >= self.null.low:
+            return (
+                f"{speedup} overlaps the null control's {speedup_interval(self.null)} "
+                "(the A/A spread)"
+            )
+        return "the decision rule keeps the default (risk or indifference zone)"
+
+
+def speedup_interval(ratio: Ratio) -> str:
+    """'1.12-1.40': the 95% interval of the speedup over the default (1 / the ratio)."""
+    return f"{bound_text(_inverse(ratio.high))}-{bound_text(_inverse(ratio.low))}"
+
+
+def _inverse(value: float) -> float:
+    """1 / value, with 1/0 = inf and 1/inf = 0 (an interval without a bound)."""
+    return math.inf if value == 0 else 1 / value
+
+
+def verdicts(
+    client: str, file_pairs: list[Paired], null_pairs: list[Paired], reader: Reader
+) -> list[SizeVerdict]:
+    """Per (collective, p, size) of ``file_pairs``: the file and the null control against
+    the default, each with the launch-to-launch variance pooled over the sizes of its own
+    arm (file_ratios), and what the file names there."""
+    null_ratios = file_ratios(f"{client}:null", null_pairs)
+    nulls = {tuple(w): r for (w, _), r in zip(null_pairs, null_ratios, strict=True)}
+    found = []
+    for (where, _), ratio in zip(file_pairs, file_ratios(client, file_pairs), strict=True):
+        collective, nprocs, size = where
+        says = reader(collective, int(nprocs), int(size))
+        found.append(SizeVerdict(tuple(where), says, ratio, nulls.get(tuple(where))))
+    return found
+
+
+# The C client's latencies in the run directory, one record per launch, arm and size, so
+# that its verdicts can be read again without measuring again.
+CLIENT_FILE = "c_client_latencies.json"
+
+
+def client_records(latencies: dict[tuple, dict[int, float]]) -> list[dict[str, Any]]:
+    """The C client's latencies as records: collective, nprocs, size_bytes, arm, launch, us."""
+    return [
+        {"collective": c, "nprocs": p, "size_bytes": s, "arm": a, "launch": k, "us": us}
+        for (c, p, s, a), per_launch in sorted(latencies.items())
+        for k, us in sorted(per_launch.items())
+    ]
+
+
+def client_latencies(records: list[dict[str, Any]]) -> dict[tuple, dict[int, float]]:
+    """client_records read back: (collective, p, size, arm) -> {launch: us}."""
+    found: dict[tuple, dict[int, float]] = {}
+    for r in records:
+        key = (r["collective"], int(r["nprocs"]), int(r["size_bytes"]), r["arm"])
+        found.setdefault(key, {})[int(r["launch"])] = float(r["us"])
+    return found
+
+
+def client_verdicts(
+    latencies: dict[tuple, dict[int, float]], reader: Reader, client: str = "c"
+) -> list[SizeVerdict]:
+    """The C client's verdicts (verdicts) from its latencies by (collective, p, size, arm)."""
+    return verdicts(
+        client, client_pairs(latencies, FILE_ARM), client_pairs(latencies, NULL_ARM), reader
+    )
+
+
+@dataclass(frozen=True)
+class NullSummary:
+    """The counts a client's verdicts come to: sizes, the file's departures confirmed and
+    refused, sizes slower than the default beyond the interval with the file and with the
+    null control, and the null control's false gains."""
+
+    sizes: int
+    departures: int
+    confirmed: int
+    slower: int
+    null_judged: int
+    null_slower: int
+    null_false_gains: int
+
+    @property
+    def false_gain_rate(self) -> float:
+        """The share of sizes where the null control passed for a gain."""
+        return self.null_false_gains / self.null_judged if self.null_judged else math.nan
+
+
+def summarize(verdicts: list[SizeVerdict]) -> NullSummary:
+    """The counts of a client's verdicts."""
+    judged = [v for v in verdicts if v.null is not None]
+    return NullSummary(
+        sizes=len(verdicts),
+        departures=sum(v.departs for v in verdicts),
+        confirmed=sum(v.departs and v.confirmed for v in verdicts),
+        slower=sum(v.slower for v in verdicts),
+        null_judged=len(judged),
+        null_slower=sum(v.null_slower for v in judged),
+        null_false_gains=sum(v.null_false_gain for v in judged),
+    )
+
+
+# --- the null control's files ---------------------------------------------------------------
+
+
+def null_control_environment(library: str, directory: Path) -> dict[str, str]:
+    """The environment of the null control's launches: the library's own default loaded
+    through selection files written into ``directory``, the way an export is loaded (Open
+    MPI: a rules file of algorithm 0 everywhere, openmpi.default_rules_text; MPICH: its
+    generic ch4, POSIX and MPIR trees as files, runtime.mpich_trees.selection_files_env)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if library == "mpich":
+        return selection_files_env(directory)
+    path = directory / "null.openmpi.rules"
+    write_text_atomic(path, openmpi.default_rules_text())
+    return mpit.selection_file_environment(library, str(path.resolve()))

@@ -19,7 +19,8 @@ bucket at different times (backward's compute differs), and every rank but the l
 for the last inside the call, which a sweep's barrier before each call keeps out of its
 times; the last to arrive waits for no one.
 
-Per bucket size the candidates' times become paired ratios to native (rounds paired by
+Per bucket size the candidates' times become paired ratios to native (one value per
+round: the buckets of one size in one round share its steps and count once; rounds paired by
 index, ``selection.paired.paired_ratio``) and the rule decides among them
 (``selection.tune.decide_candidates`` with ``DEFAULT_RULE``; the null control is judged
 apart: would the rule choose it over native?). The table's choice holds where it lies in
@@ -29,6 +30,7 @@ the rule's tie set; else the rule's choice is the one to keep (``--adapt`` keeps
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -225,18 +227,28 @@ def call_durations(spans: Sequence[Sequence[tuple[float, float, float]]]) -> np.
 
 
 def _times_us(plan: CheckPlan, durations: np.ndarray, buckets: Sequence[int]) -> dict:
-    """label -> its calls' µs at buckets of one size, ordered by (round, bucket) so that
-    index i of any two candidates ran in the same round at the same bucket."""
+    """label -> per round, its calls' µs at the buckets of one size (in bucket order), so
+    that round i of any two candidates ran in the same steps."""
     labels = plan.labels[buckets[0]]
     n = len(labels)
-    values: dict[str, list[float]] = {label: [] for label in labels}
+    values: dict[str, list[list[float]]] = {label: [] for label in labels}
     for round_ in range(plan.steps // n):
+        for label in labels:
+            values[label].append([])
         for bucket in buckets:
             for offset in range(n):
                 step = round_ * n + offset
                 label = labels[plan.candidate(step, bucket)]
-                values[label].append(float(durations[step, bucket]) * 1e6)
+                values[label][-1].append(float(durations[step, bucket]) * 1e6)
     return values
+
+
+def _per_round(calls: Sequence[Sequence[float]]) -> list[float]:
+    """One value per round: the geometric mean of its calls at a size's buckets. The buckets
+    of one round share its steps (their load, their neighbours' compute), so they count as
+    one replicate, not one each: the interval is over rounds (STYLE: count evidence by what
+    was replicated)."""
+    return [math.exp(statistics.fmean(math.log(v) for v in row)) for row in calls]
 
 
 def _median_interval(values: Sequence[float], seed: int) -> tuple[float, float, float]:
@@ -275,7 +287,8 @@ def judge_size(
 ) -> SizeVerdict:
     """The rule's verdict at one bucket size from the check's calls there."""
     labels = plan.labels[buckets[0]]
-    values = _times_us(plan, durations, buckets)
+    calls = _times_us(plan, durations, buckets)
+    values = {label: _per_round(rounds) for label, rounds in calls.items()}
     series = {label: series_of(GROUP, {0: v}) for label, v in values.items()}
     ratios = _ratios(series, nbytes)
     candidates = {
@@ -298,7 +311,7 @@ def judge_size(
                 median,
                 low,
                 high,
-                len(values[label]),
+                sum(map(len, calls[label])),
                 ratio.ratio,
                 ratio.low,
                 ratio.high,

@@ -229,3 +229,27 @@ def test_calls_counted_once_each():
     plan = CheckPlan(0, ((RING, "native", NULL_CONTROL, "tree"),))
     counts = Counter(plan.labels[0][plan.candidate(s, 0)] for s in range(plan.steps))
     assert set(counts.values()) == {10}
+
+
+def _one_value_per_round(plan: CheckPlan, rounds: dict[str, list[float]]) -> np.ndarray:
+    """steps x buckets of seconds where every bucket repeats, in each round, the value its
+    candidate has in that round: the second bucket carries no evidence of its own."""
+    n = len(plan.labels[0])
+    out = np.empty((plan.steps, len(plan.labels)))
+    for step in range(plan.steps):
+        for bucket, names in enumerate(plan.labels):
+            out[step, bucket] = rounds[names[plan.candidate(step, bucket)]][step // n] * 1e-6
+    return out
+
+
+def test_buckets_of_one_size_in_one_round_count_as_one_replicate():
+    rng = np.random.default_rng(5)
+    labels = (RING, "native", NULL_CONTROL)
+    rounds = {label: list(200.0 * rng.lognormal(0, 0.2, 10)) for label in labels}
+    one, two = CheckPlan(0, (labels,)), CheckPlan(0, (labels,) * 2)
+    alone = judge_size(KEY, one, _one_value_per_round(one, rounds), [0], 131072, {})
+    twice = judge_size(KEY, two, _one_value_per_round(two, rounds), [0, 1], 131072, {})
+    for a, b in zip(alone.candidates, twice.candidates, strict=True):
+        assert (b.ratio_low, b.ratio_high) == pytest.approx((a.ratio_low, a.ratio_high))
+        assert (b.low_us, b.high_us) == pytest.approx((a.low_us, a.high_us))
+        assert b.calls == 2 * a.calls == 20

@@ -42,7 +42,12 @@ from osu_dl_bench.train.check import (
     trained_table,
     variant_of,
 )
-from osu_dl_bench.train.comm_hooks import GradReduce, slow_candidate_hook, wrong_allreduce_hook
+from osu_dl_bench.train.comm_hooks import (
+    GradReduce,
+    check_slow_names_a_candidate,
+    slow_candidate_hook,
+    wrong_allreduce_hook,
+)
 from osu_dl_bench.train.comm_thread import CommThread
 from osu_dl_bench.train.config import TrainConfig, check_output_paths
 from osu_dl_bench.train.data import DataSplits, ShardedSampler, eval_shard, load_data
@@ -203,6 +208,7 @@ def _plan_check(run: _Run) -> None:
 
     bound = run.session.thread.run(bind)
     plan = CheckPlan(first, tuple(tuple(name for name, _ in pairs) for pairs in bound), cfg.seed)
+    check_slow_names_a_candidate(trainer.slow, plan.labels)
     reduces = [[trainer.reduce_of(index, b) for _, b in pairs] for index, pairs in enumerate(bound)]
     run.check = _Check(plan, reduces)
 

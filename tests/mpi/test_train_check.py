@@ -129,3 +129,12 @@ def test_a_run_too_short_for_the_check_is_refused_on_every_rank(tmp_path):
     assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
     assert "--check-table needs 2 warm-up steps and 30 check steps" in res.stderr
     assert "(--steps 32 or more)" in res.stderr
+
+
+def test_a_slow_candidate_hook_naming_no_candidate_is_refused_on_every_rank(tmp_path):
+    argv = ["train", "--steps", "36", *SMALL_BUCKETS, "--table", str(_table(tmp_path))]
+    argv += ["--validate", "--check-table", "--progress", "off"]
+    res = run_cli(2, argv, timeout=TIMEOUT, env={SLOW_CANDIDATE_ENV: "tree:0.1"})
+    assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
+    assert ": tree:seg=256K,trees=1 is none of the check's candidates (ring" in res.stderr
+    assert "# table check" not in res.stdout

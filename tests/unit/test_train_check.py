@@ -25,6 +25,7 @@ from osu_dl_bench.train.check import (
 )
 from osu_dl_bench.train.comm_hooks import (
     SLOW_CANDIDATE_ENV,
+    check_slow_names_a_candidate,
     parse_slow_candidate,
     slow_candidate_hook,
 )
@@ -253,3 +254,17 @@ def test_buckets_of_one_size_in_one_round_count_as_one_replicate():
         assert (b.ratio_low, b.ratio_high) == pytest.approx((a.ratio_low, a.ratio_high))
         assert (b.low_us, b.high_us) == pytest.approx((a.low_us, a.high_us))
         assert b.calls == 2 * a.calls == 20
+
+
+def test_the_slow_candidate_hook_names_labels_as_the_candidates_spell_them():
+    assert parse_slow_candidate("ring:seg=65536:0.05") == (RING, 0.05)
+    with pytest.raises(UsageError, match=f"{SLOW_CANDIDATE_ENV}=.*unknown algorithm 'bogus'"):
+        parse_slow_candidate("bogus:0.05")
+
+
+def test_a_slow_candidate_hook_that_names_no_candidate_is_refused():
+    candidates = ((RING, "native", NULL_CONTROL), ("native", NULL_CONTROL))
+    check_slow_names_a_candidate((RING, 0.1), candidates)
+    check_slow_names_a_candidate(None, candidates)
+    with pytest.raises(UsageError, match="tree is none of the check's candidates"):
+        check_slow_names_a_candidate(("tree", 0.1), candidates)

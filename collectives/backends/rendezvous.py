@@ -129,6 +129,7 @@ def meeting_place(exchange: Exchange, one_host: bool) -> Meeting:
     timeout = rendezvous_timeout()
     given = os.environ.get(STORE_ADDRESS_VARIABLE)
     if given:  # the user's word, also on one host
+        agreed(exchange, f"{STORE_ADDRESS_VARIABLE}={given!r}", lambda: resolve(given))
         return Meeting(given, LOOPBACK_INTERFACE if one_host else None, timeout)
     if one_host:
         return Meeting(LOOPBACK, LOOPBACK_INTERFACE, timeout)
@@ -147,6 +148,16 @@ def meeting_place(exchange: Exchange, one_host: bool) -> Meeting:
     store_host = next(i.address for i in hosts[0][1] if i.network() == network)
     device = next((i for i in mine if i.network() == network), None)
     return Meeting(store_host, device, timeout)
+
+
+def resolve(host: str) -> None:
+    """ValueError unless ``host`` resolves here: a name or literal that cannot is refused at
+    once, where TCPStore would retry it until its timeout (5 minutes by default)."""
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ValueError(f"does not resolve to an address ({reason})") from None
 
 
 def agreed(exchange: Exchange, what: str, step: Callable[[], T]) -> T:

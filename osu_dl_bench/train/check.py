@@ -512,8 +512,6 @@ def check_lines(record: CheckRecord) -> list[str]:
             lines.append(f"# --adapt: from step {last} on, {moves}")
         else:
             lines.append("# --adapt: every table choice holds in training: nothing switched")
-    if record.wrote_table:
-        lines.append(f"# wrote {record.wrote_table} (the choices kept in training)")
     return lines
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -23,9 +23,9 @@ import torch
 from torch import nn
 
 from osu_dl_bench.errors import UsageError, ValidationFailure
-from osu_dl_bench.paths import write_atomic
+from osu_dl_bench.paths import os_reason, write_atomic
 from osu_dl_bench.runtime.metadata import collect_metadata
-from osu_dl_bench.selection.table import EntryKey, load_table
+from osu_dl_bench.selection.table import EntryKey, TuningTable, load_table
 from osu_dl_bench.train import checkpoint as ckpt
 from osu_dl_bench.train.check import (
     SETTLED_STEP,
@@ -104,6 +104,7 @@ class _Check:
     reduces: list[list[GradReduce]]
     verdicts: list[SizeVerdict] = field(default_factory=list)
     switched: list[dict[str, Any]] = field(default_factory=list)
+    trained: TuningTable | None = None  # --write-table: written after the summary
 
     @property
     def last_step(self) -> int:
@@ -516,8 +517,7 @@ def _check_record(run: _Run) -> CheckRecord | None:
     )
     if cfg.write_table:
         provenance = _training_provenance(run)
-        trained = trained_table(table, _entry_key(run), verdicts, provenance)
-        trained.write(cfg.write_table)
+        check.trained = trained_table(table, _entry_key(run), verdicts, provenance)
     return record
 
 
@@ -545,19 +545,33 @@ def _training_provenance(run: _Run) -> dict[str, Any]:
 
 
 def _write_outputs(run: _Run, summary: TrainSummary) -> None:
-    """Rank 0: the JSON summary and the final parameters, each written atomically."""
+    """Rank 0: the JSON summary, the final parameters and the table of the choices kept in
+    training, each written atomically, the summary first (a later file that cannot be
+    written loses no measurement); a file that cannot be written is a UsageError naming
+    its option (run under Session.agree: every rank exits with it)."""
     cfg = run.cfg
     if run.rank != 0:
         return
     if cfg.json:
-        write_atomic(
-            Path(cfg.json), lambda p: p.write_text(json.dumps(summary.as_dict(), indent=1))
-        )
-        print(f"# wrote {cfg.json}", flush=True)
+        text = json.dumps(summary.as_dict(), indent=1)
+        _write("--json", cfg.json, lambda p: write_atomic(p, lambda tmp: tmp.write_text(text)))
     if cfg.save_params:
         state = run.trainer.model.state_dict()
-        write_atomic(Path(cfg.save_params), lambda p: torch.save(state, p))
-        print(f"# wrote {cfg.save_params}", flush=True)
+        _write(
+            "--save-params", cfg.save_params, lambda p: write_atomic(p, partial(torch.save, state))
+        )
+    trained = run.check.trained if run.check is not None else None
+    if trained is not None:
+        _write("--write-table", cfg.write_table, trained.write, " (the choices kept in training)")
+
+
+def _write(option: str, path: str, write: Callable[[Path], Any], what: str = "") -> None:
+    """``write(path)``, then '# wrote PATH'; an OSError (a full disk) is a UsageError."""
+    try:
+        write(Path(path))
+    except OSError as exc:
+        raise UsageError(f"{option} {path}: not written: {os_reason(exc)}") from None
+    print(f"# wrote {path}{what}", flush=True)
 
 
 def _start(run: _Run) -> float:
@@ -592,7 +606,7 @@ def _execute(world: Any, cfg: TrainConfig, thread: CommThread, notes: Sequence[s
     _train(run)
     summary = _complete(run, described, bcast_seconds)
     _say(run, *footer_lines(summary))
-    _write_outputs(run, summary)
+    session.agree(lambda: _write_outputs(run, summary))
     session.close()
     v = summary.validation
     if v is not None and not v.passed:

@@ -3,8 +3,10 @@ in training by the test hook is replaced by --adapt while --validate passes, the
 fields, and the table of the kept choices read back by ``select``. The parts:
 tests/unit/test_train_check.py."""
 
+import contextlib
 import importlib.util
 import json
+import os
 import sys
 
 import pytest
@@ -138,3 +140,32 @@ def test_a_slow_candidate_hook_naming_no_candidate_is_refused_on_every_rank(tmp_
     assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
     assert ": tree:seg=256K,trees=1 is none of the check's candidates (ring" in res.stderr
     assert "# table check" not in res.stdout
+
+
+def _full_directory(tmp_path):
+    """A directory on a full file system: a 64 KiB tmpfs, filled (root only), else None."""
+    full = tmp_path / "full"
+    full.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)]
+    if os.geteuid() != 0 or run_with_timeout(mount, 30, mpi_env()).returncode != 0:
+        return None
+    with contextlib.suppress(OSError), open(full / "fill", "wb") as fill:
+        fill.write(b"\0" * 65536)
+    return full
+
+
+def test_a_table_that_cannot_be_written_keeps_the_summary_and_fails_every_rank(tmp_path):
+    full = _full_directory(tmp_path)
+    if full is None:
+        pytest.skip("a full file system needs root to mount a tmpfs")
+    try:
+        summary = tmp_path / "summary.json"
+        argv = ["train", "--steps", "34", *SMALL_BUCKETS, "--table", str(_table(tmp_path))]
+        argv += ["--check-table", "--write-table", str(full / "t.json"), "--progress", "off"]
+        res = run_cli(2, [*argv, "--json", str(summary)], timeout=TIMEOUT)
+    finally:
+        run_with_timeout(["umount", str(full)], 30, mpi_env())
+    assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
+    assert f"--write-table {full / 't.json'}: not written: No space left" in res.stderr
+    assert "Traceback" not in res.stderr and "# table check in training" in res.stdout
+    assert json.loads(summary.read_text())["check"]["sizes"]

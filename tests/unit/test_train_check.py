@@ -207,12 +207,16 @@ def test_the_slow_candidate_hook_reads_labels_with_parameters():
         (["--adapt"], "give --table"),
         (["--write-table", "x.json"], "give --table"),
         (["--adapt", "--table", "T", "--allreduce", "ring"], "--allreduce ring would replace"),
+        (["--table", "T", "--write-table", "T"], "is the --table file"),
+        (["--table", "T", "--write-table", "L"], "is the --table file"),
     ],
 )
 def test_the_check_needs_a_table_and_no_fixed_allreduce(argv, message, tmp_path):
     table = tmp_path / "t.json"
     table.write_text(json.dumps(_table_dict()))
-    argv = [str(table) if a == "T" else a for a in argv]
+    (tmp_path / "link.json").symlink_to(table)
+    paths = {"T": str(table), "L": str(tmp_path / "link.json")}
+    argv = [paths.get(a, a) for a in argv]
     with pytest.raises(UsageError, match=message):
         config_from_args(_args(*argv))
 

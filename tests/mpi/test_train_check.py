@@ -11,6 +11,7 @@ import sys
 
 import pytest
 from mpirun import REPO, mpi_env, run_cli, run_with_timeout
+from support.tuning import p2_train_table
 
 from osu_dl_bench.train.comm_hooks import SLOW_CANDIDATE_ENV
 
@@ -27,44 +28,13 @@ RING = "ring:seg=64K"
 DELAY = 0.15
 
 
-def _table(tmp_path):
-    """A p=2 table: allreduce recursive doubling below 64 KiB, ring above; bcast chain."""
-    choice = {
-        "recursive_doubling": {"backend": "mpi", "algorithm": "recursive_doubling", "params": {}},
-        "ring": {"backend": "mpi", "algorithm": "ring", "params": {"seg": 65536}},
-        "chain": {"backend": "mpi", "algorithm": "chain", "params": {}},
-    }
-    ranges = {
-        "allreduce": [
-            {"min_bytes": 0, "max_bytes": 65536, "choice": choice["recursive_doubling"]},
-            {"min_bytes": 65536, "max_bytes": None, "choice": choice["ring"]},
-        ],
-        "bcast": [{"min_bytes": 0, "max_bytes": None, "choice": choice["chain"]}],
-    }
-    entries = [
-        {
-            "collective": c,
-            "device": "cpu",
-            "nodes": 1,
-            "ppn": 2,
-            "nprocs": 2,
-            "measured_bytes": [8, 1 << 24],
-            "ranges": ranges[c],
-        }
-        for c in ranges
-    ]
-    path = tmp_path / "table.json"
-    path.write_text(json.dumps({"schema_version": 1, "entries": entries}))
-    return path
-
-
 @pytest.fixture(scope="module")
 def adapted(tmp_path_factory):
     """One run: p = 2, --validate, --adapt, --write-table, the table's ring slowed."""
     tmp = tmp_path_factory.mktemp("check")
     summary, written = tmp / "summary.json", tmp / "trained.json"
     argv = ["train", "--steps", "36", "-b", "60", *SMALL_BUCKETS, "--validate"]
-    argv += ["--table", str(_table(tmp)), "--adapt", "--write-table", str(written)]
+    argv += ["--table", str(p2_train_table(tmp)), "--adapt", "--write-table", str(written)]
     env = {SLOW_CANDIDATE_ENV: f"{RING}:{DELAY}"}
     argv += ["--json", str(summary), "--progress", "off"]
     res = run_cli(2, argv, timeout=TIMEOUT, env=env)
@@ -126,7 +96,7 @@ def test_the_written_table_holds_the_kept_choices_for_select(adapted):
 
 
 def test_a_run_too_short_for_the_check_is_refused_on_every_rank(tmp_path):
-    argv = ["train", "--steps", "10", *SMALL_BUCKETS, "--table", str(_table(tmp_path))]
+    argv = ["train", "--steps", "10", *SMALL_BUCKETS, "--table", str(p2_train_table(tmp_path))]
     res = run_cli(2, [*argv, "--check-table", "--progress", "off"], timeout=TIMEOUT)
     assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
     assert "--check-table needs 2 warm-up steps and 30 check steps" in res.stderr
@@ -134,7 +104,7 @@ def test_a_run_too_short_for_the_check_is_refused_on_every_rank(tmp_path):
 
 
 def test_a_slow_candidate_hook_naming_no_candidate_is_refused_on_every_rank(tmp_path):
-    argv = ["train", "--steps", "36", *SMALL_BUCKETS, "--table", str(_table(tmp_path))]
+    argv = ["train", "--steps", "36", *SMALL_BUCKETS, "--table", str(p2_train_table(tmp_path))]
     argv += ["--validate", "--check-table", "--progress", "off"]
     res = run_cli(2, argv, timeout=TIMEOUT, env={SLOW_CANDIDATE_ENV: "tree:0.1"})
     assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
@@ -160,7 +130,7 @@ def test_a_table_that_cannot_be_written_keeps_the_summary_and_fails_every_rank(t
         pytest.skip("a full file system needs root to mount a tmpfs")
     try:
         summary = tmp_path / "summary.json"
-        argv = ["train", "--steps", "34", *SMALL_BUCKETS, "--table", str(_table(tmp_path))]
+        argv = ["train", "--steps", "34", *SMALL_BUCKETS, "--table", str(p2_train_table(tmp_path))]
         argv += ["--check-table", "--write-table", str(full / "t.json"), "--progress", "off"]
         res = run_cli(2, [*argv, "--json", str(summary)], timeout=TIMEOUT)
     finally:

@@ -23,8 +23,10 @@ Per bucket size the candidates' times become paired ratios to native (one value 
 round: the buckets of one size in one round share its steps and count once; rounds paired by
 index, ``selection.paired.paired_ratio``) and the rule decides among them
 (``selection.tune.decide_candidates`` with ``DEFAULT_RULE``; the null control is judged
-apart: would the rule choose it over native?). The table's choice holds where it lies in
-the rule's tie set; else the rule's choice is the one to keep (``--adapt`` keeps it).
+apart, in a pair with native, as the sweep judges it, and by the test that keeps or drops
+the table's choice: would it displace native?). The table's choice holds where it lies in
+the rule's tie set or cannot be told from the fastest beyond the rule's zone (``_holds``);
+else the rule's choice is the one to keep (``--adapt`` keeps it).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from osu_dl_bench.selection.paired import (
 )
 from osu_dl_bench.selection.rule import DEFAULT_RULE
 from osu_dl_bench.selection.table import Choice, Entry, EntryKey, TuningTable
-from osu_dl_bench.selection.tune import Candidate, decide_candidates
+from osu_dl_bench.selection.tune import Candidate, PointDecision, decide_candidates
 
 MIN_CALLS = 10  # calls per candidate and bucket: rounds of the check
 CONTENDERS = 2  # of the choice's contenders, besides native and the null control
@@ -277,6 +279,16 @@ def _choice(label: str) -> Choice:
     return NullChoice("mpi", NATIVE) if label == NULL_CONTROL else Choice.of(variant_of(label))
 
 
+def _holds(decision: PointDecision, incumbent: str) -> bool:
+    """Whether the rule keeps ``incumbent`` (the table's choice) at one point: it lies in
+    the tie set, or the evidence cannot tell it from the fastest beyond the zone
+    (DecisionRule.equivalent: its interval over the fastest's starts at or below 1 +
+    zone). Ten rounds in training leave intervals wider than the zone: the lowest of
+    several equal candidates' estimates lies below the rest (the winner's curse), and the
+    tie set, taken at the point estimates alone, would drop an equal choice on noise."""
+    return incumbent in decision.tie_set or incumbent in decision.equivalent
+
+
 def judge_size(
     key: EntryKey,
     plan: CheckPlan,
@@ -318,7 +330,7 @@ def judge_size(
             )
         )
     table_choice = labels[0]
-    holds = table_choice in decision.tie_set
+    holds = _holds(decision, table_choice)
     verdict = SizeVerdict(
         nbytes,
         list(buckets),
@@ -337,13 +349,14 @@ def judge_size(
         NATIVE: candidates[NATIVE],
         NULL_CONTROL: Candidate(_choice(NULL_CONTROL), series[NULL_CONTROL], null),
     }
-    fooled = decide_candidates(key, nbytes, count, pair, NATIVE, DEFAULT_RULE).chosen
+    # Judged as --adapt judges the table's choice: would the null displace native?
+    fooled = not _holds(decide_candidates(key, nbytes, count, pair, NATIVE, DEFAULT_RULE), NATIVE)
     return replace(
         verdict,
         null_ratio=null.ratio,
         null_low=null.low,
         null_high=null.high,
-        null_chosen=fooled == NULL_CONTROL,
+        null_chosen=fooled,
     )
 
 
@@ -447,7 +460,12 @@ def _size_lines(v: SizeVerdict) -> list[str]:
             f"#   {c.label + mark:<26}{_us(c.predicted_us):>14}{measured:>30}"
             f"{_ratio_text(c.ratio_low, c.ratio, c.ratio_high):>28}{c.calls:>7}"
         )
-    if v.holds:
+    if v.holds and v.table_choice not in v.tie_set:
+        verdict = (
+            f"holds: {v.table_choice} cannot be told from the fastest ({v.best}) beyond the "
+            f"rule's zone in training (tie set {', '.join(v.tie_set)})"
+        )
+    elif v.holds:
         verdict = (
             f"holds: {v.table_choice} is in the rule's tie set in training "
             f"({', '.join(v.tie_set)}; fastest {v.best})"

@@ -50,6 +50,7 @@ from osu_dl_bench.selection.paired import (
     Series,
     cluster_bootstrap,
     identity,
+    launch_interval,
     log_times,
     paired_ratio,
     seed_of,
@@ -188,6 +189,8 @@ class CheckCost:
     after_seconds: float | None
     before_seconds: float | None = None
     share_of_1000_steps: float | None = None
+    share_low: float | None = None  # the share's 95% interval (None: fewer than 2 steps)
+    share_high: float | None = None
 
     @classmethod
     def of(
@@ -196,14 +199,23 @@ class CheckCost:
         check_seconds: float,
         after_seconds: float | None,
         before_seconds: float | None = None,
+        differences: Sequence[float] = (),
     ) -> CheckCost:
-        """The cost with its share computed against the mean of the plain sides."""
+        """The cost with its share computed against the mean of the plain sides; its
+        interval from ``differences``, each check step's seconds less its plain partners'
+        (the k-th step after it, and before it where there are such steps): Student's t
+        over the steps' differences (neighbouring steps share their load, so it is the
+        narrowest honest interval, not a generous one)."""
         plain = [s for s in (after_seconds, before_seconds) if s is not None and s > 0]
-        share = None
+        share = low = high = None
         if plain:
             mean = sum(plain) / len(plain)
-            share = (check_seconds - mean) / (1000 * mean / steps)
-        return cls(steps, check_seconds, after_seconds, before_seconds, share)
+            scale = steps / (1000 * mean)  # seconds over the check -> share of 1,000 steps
+            share = (check_seconds - mean) * scale
+            between = launch_interval([np.array([d]) for d in differences])  # t over steps
+            if between is not None:
+                low, high = steps * between[0] * scale, steps * between[1] * scale
+        return cls(steps, check_seconds, after_seconds, before_seconds, share, low, high)
 
 
 @dataclass(frozen=True)
@@ -518,9 +530,13 @@ def check_lines(record: CheckRecord) -> list[str]:
             f"after step {SETTLED_STEP})"
         )
     else:
+        interval = ""
+        if cost.share_low is not None:
+            interval = f" [95% CI {cost.share_low:+.2%} to {cost.share_high:+.2%}]"
         lines.append(
             f"# cost: the check's {cost.steps} steps took {cost.check_seconds:.3f} s, "
-            f"{', '.join(sides)}: {cost.share_of_1000_steps:+.2%} of 1,000 plain steps"
+            f"{', '.join(sides)}: {cost.share_of_1000_steps:+.2%}{interval} of 1,000 plain "
+            "steps"
         )
     if record.adapted:
         if record.switched:

@@ -461,19 +461,25 @@ def _check_cost_and_after(run: _Run) -> tuple[CheckCost, float | None, float | N
     before = tally.step_seconds[lo - n : lo] if lo - n >= SETTLED_STEP else []
     rest = slice(lo + n, None)
     steps_after = len(tally.busy[rest])
+    # Per step, each rank's seconds (0 where a side has no steps), as every rank has them.
+    padded = [list(side) + [0.0] * (n - len(side)) for side in (during, after, before)]
     means = _mean_over_ranks(
-        run,
-        [sum(during), sum(after), sum(before), sum(tally.busy[rest]), sum(tally.exposed[rest])],
+        run, [*padded[0], *padded[1], *padded[2], sum(tally.busy[rest]), sum(tally.exposed[rest])]
     )
+    check_steps, after_steps, before_steps = means[:n], means[n : 2 * n], means[2 * n : 3 * n]
+    sides = [
+        steps for steps, side in ((after_steps, after), (before_steps, before)) if len(side) == n
+    ]
     cost = CheckCost.of(
         n,
-        float(means[0]),
-        float(means[1]) if len(after) == n else None,
-        float(means[2]) if len(before) == n else None,
+        float(check_steps.sum()),
+        float(after_steps.sum()) if len(after) == n else None,
+        float(before_steps.sum()) if len(before) == n else None,
+        list(check_steps - np.mean(sides, axis=0)) if sides else [],
     )
     if not steps_after:
         return cost, None, None
-    return cost, 1e3 * means[3] / steps_after, 1e3 * means[4] / steps_after
+    return cost, 1e3 * means[-2] / steps_after, 1e3 * means[-1] / steps_after
 
 
 def _check_record(run: _Run) -> CheckRecord | None:

@@ -33,7 +33,7 @@ def adapted(tmp_path_factory):
     """One run: p = 2, --validate, --adapt, --write-table, the table's ring slowed."""
     tmp = tmp_path_factory.mktemp("check")
     summary, written = tmp / "summary.json", tmp / "trained.json"
-    argv = ["train", "--steps", "36", "-b", "60", *SMALL_BUCKETS, "--validate"]
+    argv = ["train", "--steps", "62", "-b", "60", *SMALL_BUCKETS, "--validate"]
     argv += ["--table", str(p2_train_table(tmp)), "--adapt", "--write-table", str(written)]
     env = {SLOW_CANDIDATE_ENV: f"{RING}:{DELAY}"}
     argv += ["--json", str(summary), "--progress", "off"]
@@ -73,7 +73,10 @@ def test_the_report_gives_every_candidate_its_times_ratio_and_calls(adapted):
         assert verdict["null_ratio"] > 0 and isinstance(verdict["null_chosen"], bool)
     step = check["step"]
     assert step["measured_comm_ms"] > step["kept_comm_ms"] > 0
-    assert step["measured_exposed_ms"] is not None and check["cost"]["share_of_1000_steps"] is None
+    cost = check["cost"]  # 30 plain steps after the check: its cost, paired step by step
+    assert step["measured_exposed_ms"] is not None and cost["after_seconds"] > 0
+    assert cost["share_low"] <= cost["share_of_1000_steps"] <= cost["share_high"]
+    assert "of 1,000 plain steps" in res.stdout and "[95% CI " in res.stdout
     assert "# table check in training: steps 2..32" in res.stdout
     assert "predictions: none: the table's sweep (not recorded) is not here" in res.stdout
 

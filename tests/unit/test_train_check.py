@@ -295,3 +295,25 @@ def test_equal_candidates_keep_the_tables_choice_but_a_slower_one_is_replaced():
     same, null_wins = switches(1.0)
     assert same <= 10 and null_wins <= 10
     assert switches(1.1)[0] >= 60
+
+
+def test_the_checks_cost_has_an_interval_from_its_steps_paired_with_plain_ones():
+    rng = np.random.default_rng(2)
+    plain = 0.1 + 0.01 * rng.standard_normal(30)
+    extra = 0.001 + 0.002 * rng.standard_normal(30)  # the check's steps: 1 ms more each
+    cost = CheckCost.of(30, float((plain + extra).sum()), float(plain.sum()), None, extra)
+    assert cost.share_low < cost.share_of_1000_steps < cost.share_high
+    # 1 ms of 100 ms per step over 30 steps, against 1,000 steps: 0.03%, its interval near it.
+    assert cost.share_low < 0.0003 < cost.share_high and cost.share_high - cost.share_low < 0.001
+    assert CheckCost.of(30, 3.3, 3.0).share_low is None  # no steps to pair: no interval
+    plan = CheckPlan(2, ((RING, "native", NULL_CONTROL),))
+    verdict = judge_size(
+        KEY, plan, _durations(plan, {RING: 1.0, "native": 1.0, NULL_CONTROL: 1.0}), [0], 64, {}
+    )
+    from osu_dl_bench.train.check import CheckRecord, step_verdict
+
+    record = CheckRecord(
+        2, 30, 0, "clock", "none", [verdict], step_verdict([verdict], 0, 1.0, 2.0), cost
+    )
+    low, high = f"{cost.share_low:+.2%}", f"{cost.share_high:+.2%}"
+    assert f"[95% CI {low} to {high}] of 1,000 plain steps" in "\n".join(check_lines(record))

@@ -41,6 +41,7 @@ STORE_ADDRESS_VARIABLE = "MASTER_ADDR"
 # stall timeout); torch's own default where unset.
 RENDEZVOUS_TIMEOUT_VARIABLE = "OSU_DL_BENCH_RENDEZVOUS_TIMEOUT"
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=5)
+_MAX_TIMEOUT_S = 86400.0
 HINT = (
     f"set {STORE_ADDRESS_VARIABLE} to an address of rank 0's host that every node reaches "
     "(and GLOO_SOCKET_IFNAME to each node's interface on that network)"
@@ -84,14 +85,17 @@ class Meeting:
 
 
 def rendezvous_timeout() -> datetime.timedelta:
-    """How long a rank waits for its peers: RENDEZVOUS_TIMEOUT_VARIABLE seconds, else 5
-    minutes (torch's default)."""
+    """How long a rank waits for its peers: RENDEZVOUS_TIMEOUT_VARIABLE seconds (up to a
+    day), else 5 minutes (torch's default)."""
     given = os.environ.get(RENDEZVOUS_TIMEOUT_VARIABLE, "")
     try:
         seconds = float(given)
     except ValueError:
         return DEFAULT_TIMEOUT
-    return datetime.timedelta(seconds=seconds) if seconds > 0 else DEFAULT_TIMEOUT
+    # NaN, inf and 1e300 would overflow the store's timeout (a C int of milliseconds).
+    if not 0 < seconds <= _MAX_TIMEOUT_S:
+        return DEFAULT_TIMEOUT
+    return datetime.timedelta(seconds=seconds)
 
 
 def local_interfaces() -> list[Interface]:

@@ -74,7 +74,7 @@ def test_master_addr_wins_also_on_one_host(monkeypatch):
 def test_the_timeout_comes_from_the_launcher_else_torchs_default(monkeypatch):
     monkeypatch.setenv(rendezvous.RENDEZVOUS_TIMEOUT_VARIABLE, "7.5")
     assert rendezvous.rendezvous_timeout() == datetime.timedelta(seconds=7.5)
-    for bad in ("", "soon", "-1", "0"):
+    for bad in ("", "soon", "-1", "0", "nan", "inf", "1e300"):
         monkeypatch.setenv(rendezvous.RENDEZVOUS_TIMEOUT_VARIABLE, bad)
         assert rendezvous.rendezvous_timeout() == rendezvous.DEFAULT_TIMEOUT
 

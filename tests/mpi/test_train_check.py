@@ -4,25 +4,19 @@ fields, and the table of the kept choices read back by ``select``. The parts:
 tests/unit/test_train_check.py."""
 
 import contextlib
-import importlib.util
 import json
 import os
 import sys
 
 import pytest
 from mpirun import REPO, mpi_env, run_cli, run_with_timeout
+from support.training import SMALL_BUCKETS, needs_train_extras
 from support.tuning import p2_train_table
 
 from osu_dl_bench.train.comm_hooks import SLOW_CANDIDATE_ENV
 
-_MISSING = [m for m in ("torch", "sklearn") if importlib.util.find_spec(m) is None]
-pytestmark = pytest.mark.skipif(
-    bool(_MISSING),
-    reason=f"{', '.join(_MISSING)} not installed: pip install 'osu-dl-bench[train]'",
-)
+pytestmark = needs_train_extras
 TIMEOUT = 400
-# The cnn's gradients in 3 buckets: 131 KB (ring in the table below), 18 KB and 640 B.
-SMALL_BUCKETS = ["--first-bucket", "4K", "--bucket-cap", "16K"]
 RING = "ring:seg=64K"
 # Far above any allreduce of these sizes on a loaded 2-core machine (~1-20 ms).
 DELAY = 0.15

@@ -4,24 +4,18 @@ allreduce on one rank failing it, the validation matrix script at p = 3, digits 
 on 2 ranks, kill-and-resume bit for bit, a tuning table driving the choice, and bad input
 exiting 2 on every rank."""
 
-import importlib.util
 import json
 import sys
 
 import pytest
 from mpirun import REPO, mpi_env, run_cli, run_mpi, run_with_timeout
+from support.training import SMALL_BUCKETS, needs_train_extras
 from support.tuning import p2_train_table
 
 from osu_dl_bench.train.config import FLOAT64_TOLERANCE
 
-_MISSING = [m for m in ("torch", "sklearn") if importlib.util.find_spec(m) is None]
-pytestmark = pytest.mark.skipif(
-    bool(_MISSING),
-    reason=f"{', '.join(_MISSING)} not installed: pip install 'osu-dl-bench[train]'",
-)
+pytestmark = needs_train_extras
 TIMEOUT = 300
-# Small buckets so the cnn (~150 KB of gradients) is cut into 3 and overlap is exercised.
-SMALL_BUCKETS = ["--first-bucket", "4K", "--bucket-cap", "16K"]
 
 
 def _train(nprocs: int, tmp_path, *argv: str, env=None, name="summary.json"):

@@ -9,6 +9,10 @@ set -euo pipefail
 table=${1:?TABLE}
 out=${2:?OUT_DIR}
 runs=${3:-2}
+if ! [[ $runs =~ ^[1-9][0-9]{0,2}$ ]]; then
+    echo "check_table_p2.sh: RUNS: expected a whole number of pairs from 1 to 999, got '$runs'" >&2
+    exit 2
+fi
 mkdir -p "$out"
 common=(train --table "$table" --first-bucket 4K --bucket-cap 64K -b 64 --progress off
     --check-table)

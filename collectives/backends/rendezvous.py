@@ -41,6 +41,7 @@ STORE_ADDRESS_VARIABLE = "MASTER_ADDR"
 # stall timeout); torch's own default where unset.
 RENDEZVOUS_TIMEOUT_VARIABLE = "OSU_DL_BENCH_RENDEZVOUS_TIMEOUT"
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=5)
+_MAX_TIMEOUT_S = 86400.0
 HINT = (
     f"set {STORE_ADDRESS_VARIABLE} to an address of rank 0's host that every node reaches "
     "(and GLOO_SOCKET_IFNAME to each node's interface on that network)"
@@ -84,14 +85,17 @@ class Meeting:
 
 
 def rendezvous_timeout() -> datetime.timedelta:
-    """How long a rank waits for its peers: RENDEZVOUS_TIMEOUT_VARIABLE seconds, else 5
-    minutes (torch's default)."""
+    """How long a rank waits for its peers: RENDEZVOUS_TIMEOUT_VARIABLE seconds (up to a
+    day), else 5 minutes (torch's default)."""
     given = os.environ.get(RENDEZVOUS_TIMEOUT_VARIABLE, "")
     try:
         seconds = float(given)
     except ValueError:
         return DEFAULT_TIMEOUT
-    return datetime.timedelta(seconds=seconds) if seconds > 0 else DEFAULT_TIMEOUT
+    # NaN, inf and 1e300 would overflow the store's timeout (a C int of milliseconds).
+    if not 0 < seconds <= _MAX_TIMEOUT_S:
+        return DEFAULT_TIMEOUT
+    return datetime.timedelta(seconds=seconds)
 
 
 def local_interfaces() -> list[Interface]:
@@ -129,6 +133,7 @@ def meeting_place(exchange: Exchange, one_host: bool) -> Meeting:
     timeout = rendezvous_timeout()
     given = os.environ.get(STORE_ADDRESS_VARIABLE)
     if given:  # the user's word, also on one host
+        agreed(exchange, f"{STORE_ADDRESS_VARIABLE}={given!r}", lambda: resolve(given))
         return Meeting(given, LOOPBACK_INTERFACE if one_host else None, timeout)
     if one_host:
         return Meeting(LOOPBACK, LOOPBACK_INTERFACE, timeout)
@@ -147,6 +152,16 @@ def meeting_place(exchange: Exchange, one_host: bool) -> Meeting:
     store_host = next(i.address for i in hosts[0][1] if i.network() == network)
     device = next((i for i in mine if i.network() == network), None)
     return Meeting(store_host, device, timeout)
+
+
+def resolve(host: str) -> None:
+    """ValueError unless ``host`` resolves here: a name or literal that cannot is refused at
+    once, where TCPStore would retry it until its timeout (5 minutes by default)."""
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ValueError(f"does not resolve to an address ({reason})") from None
 
 
 def agreed(exchange: Exchange, what: str, step: Callable[[], T]) -> T:

@@ -50,6 +50,7 @@ def run_train_bench(cfg: TrainBenchConfig) -> int:
     check_writable_file("--out", f"{cfg.out}.txt", make_parents=True)
     from osu_dl_bench.jobs.experiment import RecordedExperiment, Turn, run_recorded
     from osu_dl_bench.jobs.orchestrate import Heartbeats, JobFailed
+    from osu_dl_bench.selection.table import load_table
     from osu_dl_bench.train.bench_report import merge_parts, training_points
     from osu_dl_bench.train.comparison import groups_for
     from osu_dl_bench.train.config import check_train_config, require_libraries
@@ -57,6 +58,9 @@ def run_train_bench(cfg: TrainBenchConfig) -> int:
     # One message and exit 2 before any job starts, and before the run directory exists.
     check_train_config(workload(cfg))
     require_libraries(workload(cfg))
+    for table in (cfg.table, cfg.adapted_table):
+        if table:
+            load_table(table)  # missing or malformed: its TableError, not a failed launch
     if cfg.device == "cuda":
         from osu_dl_bench.train.device import require_torch_gpu
 

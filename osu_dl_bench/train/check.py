@@ -19,16 +19,20 @@ bucket at different times (backward's compute differs), and every rank but the l
 for the last inside the call, which a sweep's barrier before each call keeps out of its
 times; the last to arrive waits for no one.
 
-Per bucket size the candidates' times become paired ratios to native (rounds paired by
+Per bucket size the candidates' times become paired ratios to native (one value per
+round: the buckets of one size in one round share its steps and count once; rounds paired by
 index, ``selection.paired.paired_ratio``) and the rule decides among them
 (``selection.tune.decide_candidates`` with ``DEFAULT_RULE``; the null control is judged
-apart: would the rule choose it over native?). The table's choice holds where it lies in
-the rule's tie set; else the rule's choice is the one to keep (``--adapt`` keeps it).
+apart, in a pair with native, as the sweep judges it, and by the test that keeps or drops
+the table's choice: would it displace native?). The table's choice holds where it lies in
+the rule's tie set or cannot be told from the fastest beyond the rule's zone (``_holds``);
+else the rule's choice is the one to keep (``--adapt`` keeps it).
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -46,6 +50,7 @@ from osu_dl_bench.selection.paired import (
     Series,
     cluster_bootstrap,
     identity,
+    launch_interval,
     log_times,
     paired_ratio,
     seed_of,
@@ -53,7 +58,7 @@ from osu_dl_bench.selection.paired import (
 )
 from osu_dl_bench.selection.rule import DEFAULT_RULE
 from osu_dl_bench.selection.table import Choice, Entry, EntryKey, TuningTable
-from osu_dl_bench.selection.tune import Candidate, decide_candidates
+from osu_dl_bench.selection.tune import Candidate, PointDecision, decide_candidates
 
 MIN_CALLS = 10  # calls per candidate and bucket: rounds of the check
 CONTENDERS = 2  # of the choice's contenders, besides native and the null control
@@ -184,6 +189,8 @@ class CheckCost:
     after_seconds: float | None
     before_seconds: float | None = None
     share_of_1000_steps: float | None = None
+    share_low: float | None = None  # the share's 95% interval (None: fewer than 2 steps)
+    share_high: float | None = None
 
     @classmethod
     def of(
@@ -192,14 +199,23 @@ class CheckCost:
         check_seconds: float,
         after_seconds: float | None,
         before_seconds: float | None = None,
+        differences: Sequence[float] = (),
     ) -> CheckCost:
-        """The cost with its share computed against the mean of the plain sides."""
+        """The cost with its share computed against the mean of the plain sides; its
+        interval from ``differences``, each check step's seconds less its plain partners'
+        (the k-th step after it, and before it where there are such steps): Student's t
+        over the steps' differences (neighbouring steps share their load, so it is the
+        narrowest honest interval, not a generous one)."""
         plain = [s for s in (after_seconds, before_seconds) if s is not None and s > 0]
-        share = None
+        share = low = high = None
         if plain:
             mean = sum(plain) / len(plain)
-            share = (check_seconds - mean) / (1000 * mean / steps)
-        return cls(steps, check_seconds, after_seconds, before_seconds, share)
+            scale = steps / (1000 * mean)  # seconds over the check -> share of 1,000 steps
+            share = (check_seconds - mean) * scale
+            between = launch_interval([np.array([d]) for d in differences])  # t over steps
+            if between is not None:
+                low, high = steps * between[0] * scale, steps * between[1] * scale
+        return cls(steps, check_seconds, after_seconds, before_seconds, share, low, high)
 
 
 @dataclass(frozen=True)
@@ -225,18 +241,28 @@ def call_durations(spans: Sequence[Sequence[tuple[float, float, float]]]) -> np.
 
 
 def _times_us(plan: CheckPlan, durations: np.ndarray, buckets: Sequence[int]) -> dict:
-    """label -> its calls' µs at buckets of one size, ordered by (round, bucket) so that
-    index i of any two candidates ran in the same round at the same bucket."""
+    """label -> per round, its calls' µs at the buckets of one size (in bucket order), so
+    that round i of any two candidates ran in the same steps."""
     labels = plan.labels[buckets[0]]
     n = len(labels)
-    values: dict[str, list[float]] = {label: [] for label in labels}
+    values: dict[str, list[list[float]]] = {label: [] for label in labels}
     for round_ in range(plan.steps // n):
+        for label in labels:
+            values[label].append([])
         for bucket in buckets:
             for offset in range(n):
                 step = round_ * n + offset
                 label = labels[plan.candidate(step, bucket)]
-                values[label].append(float(durations[step, bucket]) * 1e6)
+                values[label][-1].append(float(durations[step, bucket]) * 1e6)
     return values
+
+
+def _per_round(calls: Sequence[Sequence[float]]) -> list[float]:
+    """One value per round: the geometric mean of its calls at a size's buckets. The buckets
+    of one round share its steps (their load, their neighbours' compute), so they count as
+    one replicate, not one each: the interval is over rounds (STYLE: count evidence by what
+    was replicated)."""
+    return [math.exp(statistics.fmean(math.log(v) for v in row)) for row in calls]
 
 
 def _median_interval(values: Sequence[float], seed: int) -> tuple[float, float, float]:
@@ -265,6 +291,16 @@ def _choice(label: str) -> Choice:
     return NullChoice("mpi", NATIVE) if label == NULL_CONTROL else Choice.of(variant_of(label))
 
 
+def _holds(decision: PointDecision, incumbent: str) -> bool:
+    """Whether the rule keeps ``incumbent`` (the table's choice) at one point: it lies in
+    the tie set, or the evidence cannot tell it from the fastest beyond the zone
+    (DecisionRule.equivalent: its interval over the fastest's starts at or below 1 +
+    zone). Ten rounds in training leave intervals wider than the zone: the lowest of
+    several equal candidates' estimates lies below the rest (the winner's curse), and the
+    tie set, taken at the point estimates alone, would drop an equal choice on noise."""
+    return incumbent in decision.tie_set or incumbent in decision.equivalent
+
+
 def judge_size(
     key: EntryKey,
     plan: CheckPlan,
@@ -275,7 +311,8 @@ def judge_size(
 ) -> SizeVerdict:
     """The rule's verdict at one bucket size from the check's calls there."""
     labels = plan.labels[buckets[0]]
-    values = _times_us(plan, durations, buckets)
+    calls = _times_us(plan, durations, buckets)
+    values = {label: _per_round(rounds) for label, rounds in calls.items()}
     series = {label: series_of(GROUP, {0: v}) for label, v in values.items()}
     ratios = _ratios(series, nbytes)
     candidates = {
@@ -298,14 +335,14 @@ def judge_size(
                 median,
                 low,
                 high,
-                len(values[label]),
+                sum(map(len, calls[label])),
                 ratio.ratio,
                 ratio.low,
                 ratio.high,
             )
         )
     table_choice = labels[0]
-    holds = table_choice in decision.tie_set
+    holds = _holds(decision, table_choice)
     verdict = SizeVerdict(
         nbytes,
         list(buckets),
@@ -324,13 +361,14 @@ def judge_size(
         NATIVE: candidates[NATIVE],
         NULL_CONTROL: Candidate(_choice(NULL_CONTROL), series[NULL_CONTROL], null),
     }
-    fooled = decide_candidates(key, nbytes, count, pair, NATIVE, DEFAULT_RULE).chosen
+    # Judged as --adapt judges the table's choice: would the null displace native?
+    fooled = not _holds(decide_candidates(key, nbytes, count, pair, NATIVE, DEFAULT_RULE), NATIVE)
     return replace(
         verdict,
         null_ratio=null.ratio,
         null_low=null.low,
         null_high=null.high,
-        null_chosen=fooled == NULL_CONTROL,
+        null_chosen=fooled,
     )
 
 
@@ -434,7 +472,12 @@ def _size_lines(v: SizeVerdict) -> list[str]:
             f"#   {c.label + mark:<26}{_us(c.predicted_us):>14}{measured:>30}"
             f"{_ratio_text(c.ratio_low, c.ratio, c.ratio_high):>28}{c.calls:>7}"
         )
-    if v.holds:
+    if v.holds and v.table_choice not in v.tie_set:
+        verdict = (
+            f"holds: {v.table_choice} cannot be told from the fastest ({v.best}) beyond the "
+            f"rule's zone in training (tie set {', '.join(v.tie_set)})"
+        )
+    elif v.holds:
         verdict = (
             f"holds: {v.table_choice} is in the rule's tie set in training "
             f"({', '.join(v.tie_set)}; fastest {v.best})"
@@ -487,9 +530,13 @@ def check_lines(record: CheckRecord) -> list[str]:
             f"after step {SETTLED_STEP})"
         )
     else:
+        interval = ""
+        if cost.share_low is not None:
+            interval = f" [95% CI {cost.share_low:+.2%} to {cost.share_high:+.2%}]"
         lines.append(
             f"# cost: the check's {cost.steps} steps took {cost.check_seconds:.3f} s, "
-            f"{', '.join(sides)}: {cost.share_of_1000_steps:+.2%} of 1,000 plain steps"
+            f"{', '.join(sides)}: {cost.share_of_1000_steps:+.2%}{interval} of 1,000 plain "
+            "steps"
         )
     if record.adapted:
         if record.switched:
@@ -499,8 +546,6 @@ def check_lines(record: CheckRecord) -> list[str]:
             lines.append(f"# --adapt: from step {last} on, {moves}")
         else:
             lines.append("# --adapt: every table choice holds in training: nothing switched")
-    if record.wrote_table:
-        lines.append(f"# wrote {record.wrote_table} (the choices kept in training)")
     return lines
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -132,7 +132,25 @@ def parse_slow_candidate(text: str) -> tuple[str, float] | None:
             f"{SLOW_CANDIDATE_ENV}={text!r}: expected LABEL:SECONDS with SECONDS in "
             f"(0, {SLOW_CANDIDATE_MAX:g}], e.g. ring:seg=64K:0.02 (a test hook)"
         ) from None
-    return label.strip(), delay
+    from osu_dl_bench.train.check import variant_of
+
+    try:
+        # Spelled as the bound candidates' labels are ('ring:seg=65536' is 'ring:seg=64K').
+        return variant_of(label.strip()).label, delay
+    except UsageError as exc:
+        raise UsageError(f"{SLOW_CANDIDATE_ENV}={text!r}: {exc}") from None
+
+
+def check_slow_names_a_candidate(
+    slow: tuple[str, float] | None, candidates: Sequence[Sequence[str]]
+) -> None:
+    """UsageError (on every rank alike: the candidates come from the agreed table) if the
+    test hook names no bucket's candidate: a hook that slows nothing would make its test
+    pass for the wrong reason."""
+    if slow is None or any(slow[0] in labels for labels in candidates):
+        return
+    known = ", ".join(dict.fromkeys(label for labels in candidates for label in labels))
+    raise UsageError(f"{SLOW_CANDIDATE_ENV}: {slow[0]} is none of the check's candidates ({known})")
 
 
 def slow_candidate_hook(

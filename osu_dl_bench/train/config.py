@@ -247,6 +247,11 @@ def _check_table_check(cfg: TrainConfig) -> None:
             f"{given} checks the table's allreduce choices: --allreduce {cfg.allreduce} "
             "would replace them (drop one of the two)"
         )
+    if cfg.write_table and os.path.realpath(cfg.write_table) == os.path.realpath(cfg.table):
+        raise UsageError(
+            f"--write-table {cfg.write_table} is the --table file: the table measured in "
+            "training is written beside the one it checks, never over it (choose a new name)"
+        )
 
 
 def check_output_paths(cfg: TrainConfig, rank: int) -> None:

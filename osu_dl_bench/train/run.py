@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -23,9 +23,9 @@ import torch
 from torch import nn
 
 from osu_dl_bench.errors import UsageError, ValidationFailure
-from osu_dl_bench.paths import write_atomic
+from osu_dl_bench.paths import os_reason, write_atomic
 from osu_dl_bench.runtime.metadata import collect_metadata
-from osu_dl_bench.selection.table import EntryKey, load_table
+from osu_dl_bench.selection.table import EntryKey, TuningTable, load_table
 from osu_dl_bench.train import checkpoint as ckpt
 from osu_dl_bench.train.check import (
     SETTLED_STEP,
@@ -42,7 +42,12 @@ from osu_dl_bench.train.check import (
     trained_table,
     variant_of,
 )
-from osu_dl_bench.train.comm_hooks import GradReduce, slow_candidate_hook, wrong_allreduce_hook
+from osu_dl_bench.train.comm_hooks import (
+    GradReduce,
+    check_slow_names_a_candidate,
+    slow_candidate_hook,
+    wrong_allreduce_hook,
+)
 from osu_dl_bench.train.comm_thread import CommThread
 from osu_dl_bench.train.config import TrainConfig, check_output_paths
 from osu_dl_bench.train.data import DataSplits, ShardedSampler, eval_shard, load_data
@@ -99,6 +104,7 @@ class _Check:
     reduces: list[list[GradReduce]]
     verdicts: list[SizeVerdict] = field(default_factory=list)
     switched: list[dict[str, Any]] = field(default_factory=list)
+    trained: TuningTable | None = None  # --write-table: written after the summary
 
     @property
     def last_step(self) -> int:
@@ -203,6 +209,7 @@ def _plan_check(run: _Run) -> None:
 
     bound = run.session.thread.run(bind)
     plan = CheckPlan(first, tuple(tuple(name for name, _ in pairs) for pairs in bound), cfg.seed)
+    check_slow_names_a_candidate(trainer.slow, plan.labels)
     reduces = [[trainer.reduce_of(index, b) for _, b in pairs] for index, pairs in enumerate(bound)]
     run.check = _Check(plan, reduces)
 
@@ -454,19 +461,25 @@ def _check_cost_and_after(run: _Run) -> tuple[CheckCost, float | None, float | N
     before = tally.step_seconds[lo - n : lo] if lo - n >= SETTLED_STEP else []
     rest = slice(lo + n, None)
     steps_after = len(tally.busy[rest])
+    # Per step, each rank's seconds (0 where a side has no steps), as every rank has them.
+    padded = [list(side) + [0.0] * (n - len(side)) for side in (during, after, before)]
     means = _mean_over_ranks(
-        run,
-        [sum(during), sum(after), sum(before), sum(tally.busy[rest]), sum(tally.exposed[rest])],
+        run, [*padded[0], *padded[1], *padded[2], sum(tally.busy[rest]), sum(tally.exposed[rest])]
     )
+    check_steps, after_steps, before_steps = means[:n], means[n : 2 * n], means[2 * n : 3 * n]
+    sides = [
+        steps for steps, side in ((after_steps, after), (before_steps, before)) if len(side) == n
+    ]
     cost = CheckCost.of(
         n,
-        float(means[0]),
-        float(means[1]) if len(after) == n else None,
-        float(means[2]) if len(before) == n else None,
+        float(check_steps.sum()),
+        float(after_steps.sum()) if len(after) == n else None,
+        float(before_steps.sum()) if len(before) == n else None,
+        list(check_steps - np.mean(sides, axis=0)) if sides else [],
     )
     if not steps_after:
         return cost, None, None
-    return cost, 1e3 * means[3] / steps_after, 1e3 * means[4] / steps_after
+    return cost, 1e3 * means[-2] / steps_after, 1e3 * means[-1] / steps_after
 
 
 def _check_record(run: _Run) -> CheckRecord | None:
@@ -510,8 +523,7 @@ def _check_record(run: _Run) -> CheckRecord | None:
     )
     if cfg.write_table:
         provenance = _training_provenance(run)
-        trained = trained_table(table, _entry_key(run), verdicts, provenance)
-        trained.write(cfg.write_table)
+        check.trained = trained_table(table, _entry_key(run), verdicts, provenance)
     return record
 
 
@@ -539,19 +551,33 @@ def _training_provenance(run: _Run) -> dict[str, Any]:
 
 
 def _write_outputs(run: _Run, summary: TrainSummary) -> None:
-    """Rank 0: the JSON summary and the final parameters, each written atomically."""
+    """Rank 0: the JSON summary, the final parameters and the table of the choices kept in
+    training, each written atomically, the summary first (a later file that cannot be
+    written loses no measurement); a file that cannot be written is a UsageError naming
+    its option (run under Session.agree: every rank exits with it)."""
     cfg = run.cfg
     if run.rank != 0:
         return
     if cfg.json:
-        write_atomic(
-            Path(cfg.json), lambda p: p.write_text(json.dumps(summary.as_dict(), indent=1))
-        )
-        print(f"# wrote {cfg.json}", flush=True)
+        text = json.dumps(summary.as_dict(), indent=1)
+        _write("--json", cfg.json, lambda p: write_atomic(p, lambda tmp: tmp.write_text(text)))
     if cfg.save_params:
         state = run.trainer.model.state_dict()
-        write_atomic(Path(cfg.save_params), lambda p: torch.save(state, p))
-        print(f"# wrote {cfg.save_params}", flush=True)
+        _write(
+            "--save-params", cfg.save_params, lambda p: write_atomic(p, partial(torch.save, state))
+        )
+    trained = run.check.trained if run.check is not None else None
+    if trained is not None:
+        _write("--write-table", cfg.write_table, trained.write, " (the choices kept in training)")
+
+
+def _write(option: str, path: str, write: Callable[[Path], Any], what: str = "") -> None:
+    """``write(path)``, then '# wrote PATH'; an OSError (a full disk) is a UsageError."""
+    try:
+        write(Path(path))
+    except OSError as exc:
+        raise UsageError(f"{option} {path}: not written: {os_reason(exc)}") from None
+    print(f"# wrote {path}{what}", flush=True)
 
 
 def _start(run: _Run) -> float:
@@ -586,7 +612,7 @@ def _execute(world: Any, cfg: TrainConfig, thread: CommThread, notes: Sequence[s
     _train(run)
     summary = _complete(run, described, bcast_seconds)
     _say(run, *footer_lines(summary))
-    _write_outputs(run, summary)
+    session.agree(lambda: _write_outputs(run, summary))
     session.close()
     v = summary.validation
     if v is not None and not v.passed:

@@ -55,6 +55,17 @@ def _exports(text: str) -> dict[str, str]:
     return found
 
 
+def _up_private(env: dict[str, str], *args: str) -> dict[str, str]:
+    """Bring a private cluster up (``args``: its shape), skipping where this machine
+    cannot create one; the variables its jobs run under (its launch agent finds the same
+    cluster's state through them)."""
+    up = _script("up", *args, env=env)
+    if up.returncode != 0 and "cannot create" in up.stderr:
+        pytest.skip(up.stderr.strip())
+    assert up.returncode == 0, up.stderr
+    return {**_exports(_script("env", env=env).stdout), **env}
+
+
 @pytest.fixture(scope="module")
 def cluster() -> dict[str, str]:
     """The environment `cluster_local.sh env` prints for the cluster that is up."""
@@ -266,12 +277,8 @@ def test_linkmap_names_a_slow_nodes_links_both_ways_and_the_node(tmp_path):
     env = _private_cluster(tmp_path, "odblnk", "10.213.10")
     out = tmp_path / "map.json"
     try:
-        up = _script("up", "--nodes", "3", "--rate", "500mbit", "--slow", "node3=50mbit", env=env)
-        if up.returncode != 0 and "cannot create" in up.stderr:
-            pytest.skip(up.stderr.strip())
-        assert up.returncode == 0, up.stderr
         # The launch agent is this script again: it must find the same cluster's state.
-        private = {**_exports(_script("env", env=env).stdout), **env}
+        private = _up_private(env, "--nodes", "3", "--rate", "500mbit", "--slow", "node3=50mbit")
         # 1 MiB windows: 0.17 s each at 50 Mbit/s; 6 cycles, the fewest for a 95% interval.
         argv = ["bench", "linkmap", "-m", "16K", "--repetitions", "6", "-o", str(out)]
         _on_nodes(private, 3, 3, argv)
@@ -302,11 +309,7 @@ def test_a_link_cut_mid_sweep_is_named_as_the_nodes_network_not_the_algorithm(tm
     run = tmp_path / "run"
     node2 = ["ip", "-n", "odbcut-node2", "link", "set", "eth0"]
     try:
-        up = _script("up", "--nodes", "2", "--rate", "1gbit", env=env)
-        if up.returncode != 0 and "cannot create" in up.stderr:
-            pytest.skip(up.stderr.strip())
-        assert up.returncode == 0, up.stderr
-        private = {**_exports(_script("env", env=env).stdout), **env}
+        private = _up_private(env, "--nodes", "2", "--rate", "1gbit")
         argv = [sys.executable, "-m", "osu_dl_bench", "sweep", "--np", "2"]
         argv += ["--collectives", "allreduce", "-a", "native,ring", "-m", "1M:16M"]
         argv += ["--budget", "1", "--launches", "1", "--stall-timeout", "8", "-o", str(run)]
@@ -351,11 +354,7 @@ def test_the_gloo_group_and_ddp_gloo_start_across_two_nodes_of_two_ranks(tmp_pat
     out = tmp_path / "bench.json"
     trained = tmp_path / "train"
     try:
-        up = _script("up", "--nodes", "2", "--rate", "1gbit", env=env)
-        if up.returncode != 0 and "cannot create" in up.stderr:
-            pytest.skip(up.stderr.strip())
-        assert up.returncode == 0, up.stderr
-        private = {**_exports(_script("env", env=env).stdout), **env}
+        private = _up_private(env, "--nodes", "2", "--rate", "1gbit")
         _on_nodes(private, 2, 4, [*_bench("allreduce", out, "-a", "gloo", "-m", "8:64K")])
         argv = [sys.executable, "-m", "osu_dl_bench", "train-bench", "--np", "4"]
         argv += ["--launches", "1", "--rounds", "1", "--steps", "1", "--warmup", "0"]

@@ -3,57 +3,23 @@ in training by the test hook is replaced by --adapt while --validate passes, the
 fields, and the table of the kept choices read back by ``select``. The parts:
 tests/unit/test_train_check.py."""
 
-import importlib.util
+import contextlib
 import json
+import os
 import sys
 
 import pytest
 from mpirun import REPO, mpi_env, run_cli, run_with_timeout
+from support.training import SMALL_BUCKETS, needs_train_extras
+from support.tuning import p2_train_table
 
 from osu_dl_bench.train.comm_hooks import SLOW_CANDIDATE_ENV
 
-_MISSING = [m for m in ("torch", "sklearn") if importlib.util.find_spec(m) is None]
-pytestmark = pytest.mark.skipif(
-    bool(_MISSING),
-    reason=f"{', '.join(_MISSING)} not installed: pip install 'osu-dl-bench[train]'",
-)
+pytestmark = needs_train_extras
 TIMEOUT = 400
-# The cnn's gradients in 3 buckets: 131 KB (ring in the table below), 18 KB and 640 B.
-SMALL_BUCKETS = ["--first-bucket", "4K", "--bucket-cap", "16K"]
 RING = "ring:seg=64K"
 # Far above any allreduce of these sizes on a loaded 2-core machine (~1-20 ms).
 DELAY = 0.15
-
-
-def _table(tmp_path):
-    """A p=2 table: allreduce recursive doubling below 64 KiB, ring above; bcast chain."""
-    choice = {
-        "recursive_doubling": {"backend": "mpi", "algorithm": "recursive_doubling", "params": {}},
-        "ring": {"backend": "mpi", "algorithm": "ring", "params": {"seg": 65536}},
-        "chain": {"backend": "mpi", "algorithm": "chain", "params": {}},
-    }
-    ranges = {
-        "allreduce": [
-            {"min_bytes": 0, "max_bytes": 65536, "choice": choice["recursive_doubling"]},
-            {"min_bytes": 65536, "max_bytes": None, "choice": choice["ring"]},
-        ],
-        "bcast": [{"min_bytes": 0, "max_bytes": None, "choice": choice["chain"]}],
-    }
-    entries = [
-        {
-            "collective": c,
-            "device": "cpu",
-            "nodes": 1,
-            "ppn": 2,
-            "nprocs": 2,
-            "measured_bytes": [8, 1 << 24],
-            "ranges": ranges[c],
-        }
-        for c in ranges
-    ]
-    path = tmp_path / "table.json"
-    path.write_text(json.dumps({"schema_version": 1, "entries": entries}))
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +27,8 @@ def adapted(tmp_path_factory):
     """One run: p = 2, --validate, --adapt, --write-table, the table's ring slowed."""
     tmp = tmp_path_factory.mktemp("check")
     summary, written = tmp / "summary.json", tmp / "trained.json"
-    argv = ["train", "--steps", "36", "-b", "60", *SMALL_BUCKETS, "--validate"]
-    argv += ["--table", str(_table(tmp)), "--adapt", "--write-table", str(written)]
+    argv = ["train", "--steps", "62", "-b", "60", *SMALL_BUCKETS, "--validate"]
+    argv += ["--table", str(p2_train_table(tmp)), "--adapt", "--write-table", str(written)]
     env = {SLOW_CANDIDATE_ENV: f"{RING}:{DELAY}"}
     argv += ["--json", str(summary), "--progress", "off"]
     res = run_cli(2, argv, timeout=TIMEOUT, env=env)
@@ -101,7 +67,10 @@ def test_the_report_gives_every_candidate_its_times_ratio_and_calls(adapted):
         assert verdict["null_ratio"] > 0 and isinstance(verdict["null_chosen"], bool)
     step = check["step"]
     assert step["measured_comm_ms"] > step["kept_comm_ms"] > 0
-    assert step["measured_exposed_ms"] is not None and check["cost"]["share_of_1000_steps"] is None
+    cost = check["cost"]  # 30 plain steps after the check: its cost, paired step by step
+    assert step["measured_exposed_ms"] is not None and cost["after_seconds"] > 0
+    assert cost["share_low"] <= cost["share_of_1000_steps"] <= cost["share_high"]
+    assert "of 1,000 plain steps" in res.stdout and "[95% CI " in res.stdout
     assert "# table check in training: steps 2..32" in res.stdout
     assert "predictions: none: the table's sweep (not recorded) is not here" in res.stdout
 
@@ -124,8 +93,46 @@ def test_the_written_table_holds_the_kept_choices_for_select(adapted):
 
 
 def test_a_run_too_short_for_the_check_is_refused_on_every_rank(tmp_path):
-    argv = ["train", "--steps", "10", *SMALL_BUCKETS, "--table", str(_table(tmp_path))]
+    argv = ["train", "--steps", "10", *SMALL_BUCKETS, "--table", str(p2_train_table(tmp_path))]
     res = run_cli(2, [*argv, "--check-table", "--progress", "off"], timeout=TIMEOUT)
     assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
     assert "--check-table needs 2 warm-up steps and 30 check steps" in res.stderr
     assert "(--steps 32 or more)" in res.stderr
+
+
+def test_a_slow_candidate_hook_naming_no_candidate_is_refused_on_every_rank(tmp_path):
+    argv = ["train", "--steps", "36", *SMALL_BUCKETS, "--table", str(p2_train_table(tmp_path))]
+    argv += ["--validate", "--check-table", "--progress", "off"]
+    res = run_cli(2, argv, timeout=TIMEOUT, env={SLOW_CANDIDATE_ENV: "tree:0.1"})
+    assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
+    assert ": tree:seg=256K,trees=1 is none of the check's candidates (ring" in res.stderr
+    assert "# table check" not in res.stdout
+
+
+def _full_directory(tmp_path):
+    """A directory on a full file system: a 64 KiB tmpfs, filled (root only), else None."""
+    full = tmp_path / "full"
+    full.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)]
+    if os.geteuid() != 0 or run_with_timeout(mount, 30, mpi_env()).returncode != 0:
+        return None
+    with contextlib.suppress(OSError), open(full / "fill", "wb") as fill:
+        fill.write(b"\0" * 65536)
+    return full
+
+
+def test_a_table_that_cannot_be_written_keeps_the_summary_and_fails_every_rank(tmp_path):
+    full = _full_directory(tmp_path)
+    if full is None:
+        pytest.skip("a full file system needs root to mount a tmpfs")
+    try:
+        summary = tmp_path / "summary.json"
+        argv = ["train", "--steps", "34", *SMALL_BUCKETS, "--table", str(p2_train_table(tmp_path))]
+        argv += ["--check-table", "--write-table", str(full / "t.json"), "--progress", "off"]
+        res = run_cli(2, [*argv, "--json", str(summary)], timeout=TIMEOUT)
+    finally:
+        run_with_timeout(["umount", str(full)], 30, mpi_env())
+    assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
+    assert f"--write-table {full / 't.json'}: not written: No space left" in res.stderr
+    assert "Traceback" not in res.stderr and "# table check in training" in res.stdout
+    assert json.loads(summary.read_text())["check"]["sizes"]

@@ -4,23 +4,18 @@ allreduce on one rank failing it, the validation matrix script at p = 3, digits 
 on 2 ranks, kill-and-resume bit for bit, a tuning table driving the choice, and bad input
 exiting 2 on every rank."""
 
-import importlib.util
 import json
 import sys
 
 import pytest
 from mpirun import REPO, mpi_env, run_cli, run_mpi, run_with_timeout
+from support.training import SMALL_BUCKETS, needs_train_extras
+from support.tuning import p2_train_table
 
 from osu_dl_bench.train.config import FLOAT64_TOLERANCE
 
-_MISSING = [m for m in ("torch", "sklearn") if importlib.util.find_spec(m) is None]
-pytestmark = pytest.mark.skipif(
-    bool(_MISSING),
-    reason=f"{', '.join(_MISSING)} not installed: pip install 'osu-dl-bench[train]'",
-)
+pytestmark = needs_train_extras
 TIMEOUT = 300
-# Small buckets so the cnn (~150 KB of gradients) is cut into 3 and overlap is exercised.
-SMALL_BUCKETS = ["--first-bucket", "4K", "--bucket-cap", "16K"]
 
 
 def _train(nprocs: int, tmp_path, *argv: str, env=None, name="summary.json"):
@@ -180,39 +175,8 @@ def test_killed_rank_resumes_to_the_same_parameters_bit_for_bit(tmp_path):
         assert a[key].equal(b[key]), key
 
 
-def _table(tmp_path, collectives=("allreduce", "bcast")):
-    """A p=2 table: allreduce recursive doubling below 64 KiB, ring above; bcast chain."""
-    choice = {
-        "recursive_doubling": {"backend": "mpi", "algorithm": "recursive_doubling", "params": {}},
-        "ring": {"backend": "mpi", "algorithm": "ring", "params": {"seg": 65536}},
-        "chain": {"backend": "mpi", "algorithm": "chain", "params": {}},
-    }
-    ranges = {
-        "allreduce": [
-            {"min_bytes": 0, "max_bytes": 65536, "choice": choice["recursive_doubling"]},
-            {"min_bytes": 65536, "max_bytes": None, "choice": choice["ring"]},
-        ],
-        "bcast": [{"min_bytes": 0, "max_bytes": None, "choice": choice["chain"]}],
-    }
-    entries = [
-        {
-            "collective": c,
-            "device": "cpu",
-            "nodes": 1,
-            "ppn": 2,
-            "nprocs": 2,
-            "measured_bytes": [8, 1 << 24],
-            "ranges": ranges[c],
-        }
-        for c in collectives
-    ]
-    path = tmp_path / "table.json"
-    path.write_text(json.dumps({"schema_version": 1, "entries": entries}))
-    return path
-
-
 def test_tuning_table_chooses_per_bucket_size(tmp_path):
-    args = ["--steps", "4", *SMALL_BUCKETS, "--table", str(_table(tmp_path))]
+    args = ["--steps", "4", *SMALL_BUCKETS, "--table", str(p2_train_table(tmp_path))]
     res, summary = _train(2, tmp_path, *args, "--fp16-compress", "--no-overlap")
     assert res.returncode == 0, res.stderr
     picks = {
@@ -252,7 +216,7 @@ _REPORTING = (
     ],
 )
 def test_bad_input_exits_2_on_every_rank(tmp_path, nprocs, argv, prelude, message):
-    table = _table(tmp_path, collectives=("allreduce",))
+    table = p2_train_table(tmp_path, collectives=("allreduce",))
     argv = [str(table) if a == "TABLE" else a for a in argv]
     code = _REPORTING.format(prelude=prelude)
     run = ["-c", code, str(tmp_path), "train", "--steps", "2", *argv]

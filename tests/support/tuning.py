@@ -276,3 +276,34 @@ def launch_run(
             times = scaled(states, factors, seed=seed + 100 * offset + number)
             rows += launch_rows(collective, name, size, times, nprocs=nprocs)
     return write_run(path, rows)
+
+
+def p2_train_table(tmp_path: Path, collectives=("allreduce", "bcast")) -> Path:
+    """A p=2 table: allreduce recursive doubling below 64 KiB, ring above; bcast chain."""
+    choice = {
+        "recursive_doubling": {"backend": "mpi", "algorithm": "recursive_doubling", "params": {}},
+        "ring": {"backend": "mpi", "algorithm": "ring", "params": {"seg": 65536}},
+        "chain": {"backend": "mpi", "algorithm": "chain", "params": {}},
+    }
+    ranges = {
+        "allreduce": [
+            {"min_bytes": 0, "max_bytes": 65536, "choice": choice["recursive_doubling"]},
+            {"min_bytes": 65536, "max_bytes": None, "choice": choice["ring"]},
+        ],
+        "bcast": [{"min_bytes": 0, "max_bytes": None, "choice": choice["chain"]}],
+    }
+    entries = [
+        {
+            "collective": c,
+            "device": "cpu",
+            "nodes": 1,
+            "ppn": 2,
+            "nprocs": 2,
+            "measured_bytes": [8, 1 << 24],
+            "ranges": ranges[c],
+        }
+        for c in collectives
+    ]
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps({"schema_version": 1, "entries": entries}))
+    return path

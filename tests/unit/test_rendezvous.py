@@ -74,7 +74,7 @@ def test_master_addr_wins_also_on_one_host(monkeypatch):
 def test_the_timeout_comes_from_the_launcher_else_torchs_default(monkeypatch):
     monkeypatch.setenv(rendezvous.RENDEZVOUS_TIMEOUT_VARIABLE, "7.5")
     assert rendezvous.rendezvous_timeout() == datetime.timedelta(seconds=7.5)
-    for bad in ("", "soon", "-1", "0"):
+    for bad in ("", "soon", "-1", "0", "nan", "inf", "1e300"):
         monkeypatch.setenv(rendezvous.RENDEZVOUS_TIMEOUT_VARIABLE, bad)
         assert rendezvous.rendezvous_timeout() == rendezvous.DEFAULT_TIMEOUT
 
@@ -113,3 +113,19 @@ def test_emulated_nodes_on_one_host_meet_on_loopback(monkeypatch):
     monkeypatch.setattr(rendezvous, "local_interfaces", lambda: [])
     meeting = rendezvous.meeting_place(_exchange_of([("vm", []), ("vm", [])]), one_host=False)
     assert (meeting.host, meeting.device) == ("127.0.0.1", rendezvous.LOOPBACK_INTERFACE)
+
+
+@pytest.mark.parametrize("given", ["no.such.host.invalid", "999.1.1.1", "bad\naddr", "\x1b[2Jhost"])
+def test_a_master_addr_that_does_not_resolve_is_refused_at_once(monkeypatch, given):
+    monkeypatch.setenv("MASTER_ADDR", given)
+    with pytest.raises(UsageError) as caught:
+        rendezvous.meeting_place(lambda mine: [mine], one_host=False)
+    text = str(caught.value)
+    assert caught.value.agreed and text.startswith(f"MASTER_ADDR={given!r}: rank 0: does not")
+    assert "\n" not in text
+
+
+@pytest.mark.parametrize("given", ["::1", "127.0.0.1", "localhost"])
+def test_a_master_addr_that_resolves_is_the_stores_host(monkeypatch, given):
+    monkeypatch.setenv("MASTER_ADDR", given)
+    assert rendezvous.meeting_place(lambda mine: [mine], one_host=False).host == given

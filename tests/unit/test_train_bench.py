@@ -121,6 +121,20 @@ def test_a_bad_training_option_is_refused_before_the_run_directory_exists(
     assert not out.exists()  # a second try needs no --resume
 
 
+@pytest.mark.parametrize("option", ["--table", "--adapted-table"])
+@pytest.mark.parametrize(
+    "content,words", [(None, "cannot read"), ("{bad", "not JSON"), ("{}", "schema")]
+)
+def test_a_missing_or_malformed_table_is_refused_before_the_run_directory_exists(
+    option, content, words, capsys, tmp_path
+):
+    table, out = tmp_path / "t.json", tmp_path / "tb"
+    if content is not None:
+        table.write_text(content)
+    assert main(["train-bench", option, str(table), "--out", str(out)]) == 2
+    assert f"tuning table {table}" in capsys.readouterr().err and not out.exists()
+
+
 def test_started_as_an_mpi_rank_it_refuses_to_nest_its_jobs(monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("PMI_RANK", "0")
     assert main(["train-bench", "--out", str(tmp_path / "tb")]) == 2

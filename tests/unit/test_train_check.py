@@ -25,6 +25,7 @@ from osu_dl_bench.train.check import (
 )
 from osu_dl_bench.train.comm_hooks import (
     SLOW_CANDIDATE_ENV,
+    check_slow_names_a_candidate,
     parse_slow_candidate,
     slow_candidate_hook,
 )
@@ -206,12 +207,16 @@ def test_the_slow_candidate_hook_reads_labels_with_parameters():
         (["--adapt"], "give --table"),
         (["--write-table", "x.json"], "give --table"),
         (["--adapt", "--table", "T", "--allreduce", "ring"], "--allreduce ring would replace"),
+        (["--table", "T", "--write-table", "T"], "is the --table file"),
+        (["--table", "T", "--write-table", "L"], "is the --table file"),
     ],
 )
 def test_the_check_needs_a_table_and_no_fixed_allreduce(argv, message, tmp_path):
     table = tmp_path / "t.json"
     table.write_text(json.dumps(_table_dict()))
-    argv = [str(table) if a == "T" else a for a in argv]
+    (tmp_path / "link.json").symlink_to(table)
+    paths = {"T": str(table), "L": str(tmp_path / "link.json")}
+    argv = [paths.get(a, a) for a in argv]
     with pytest.raises(UsageError, match=message):
         config_from_args(_args(*argv))
 
@@ -229,3 +234,86 @@ def test_calls_counted_once_each():
     plan = CheckPlan(0, ((RING, "native", NULL_CONTROL, "tree"),))
     counts = Counter(plan.labels[0][plan.candidate(s, 0)] for s in range(plan.steps))
     assert set(counts.values()) == {10}
+
+
+def _one_value_per_round(plan: CheckPlan, rounds: dict[str, list[float]]) -> np.ndarray:
+    """steps x buckets of seconds where every bucket repeats, in each round, the value its
+    candidate has in that round: the second bucket carries no evidence of its own."""
+    n = len(plan.labels[0])
+    out = np.empty((plan.steps, len(plan.labels)))
+    for step in range(plan.steps):
+        for bucket, names in enumerate(plan.labels):
+            out[step, bucket] = rounds[names[plan.candidate(step, bucket)]][step // n] * 1e-6
+    return out
+
+
+def test_buckets_of_one_size_in_one_round_count_as_one_replicate():
+    rng = np.random.default_rng(5)
+    labels = (RING, "native", NULL_CONTROL)
+    rounds = {label: list(200.0 * rng.lognormal(0, 0.2, 10)) for label in labels}
+    one, two = CheckPlan(0, (labels,)), CheckPlan(0, (labels,) * 2)
+    alone = judge_size(KEY, one, _one_value_per_round(one, rounds), [0], 131072, {})
+    twice = judge_size(KEY, two, _one_value_per_round(two, rounds), [0, 1], 131072, {})
+    for a, b in zip(alone.candidates, twice.candidates, strict=True):
+        assert (b.ratio_low, b.ratio_high) == pytest.approx((a.ratio_low, a.ratio_high))
+        assert (b.low_us, b.high_us) == pytest.approx((a.low_us, a.high_us))
+        assert b.calls == 2 * a.calls == 20
+
+
+def test_the_slow_candidate_hook_names_labels_as_the_candidates_spell_them():
+    assert parse_slow_candidate("ring:seg=65536:0.05") == (RING, 0.05)
+    with pytest.raises(UsageError, match=f"{SLOW_CANDIDATE_ENV}=.*unknown algorithm 'bogus'"):
+        parse_slow_candidate("bogus:0.05")
+
+
+def test_a_slow_candidate_hook_that_names_no_candidate_is_refused():
+    candidates = ((RING, "native", NULL_CONTROL), ("native", NULL_CONTROL))
+    check_slow_names_a_candidate((RING, 0.1), candidates)
+    check_slow_names_a_candidate(None, candidates)
+    with pytest.raises(UsageError, match="tree is none of the check's candidates"):
+        check_slow_names_a_candidate(("tree", 0.1), candidates)
+
+
+def test_equal_candidates_keep_the_tables_choice_but_a_slower_one_is_replaced():
+    """Noise alone (every candidate the same) switches the table's choice, or lets the null
+    control displace native, in at most 10 of 100 seeded checks; 10% slower at 5% noise,
+    the choice is replaced in most of them."""
+    labels = (RING, "native", NULL_CONTROL, "tree", "rabenseifner")
+    plan = CheckPlan(0, (labels,))
+
+    def switches(slower: float) -> tuple[int, int]:
+        count = nulls = 0
+        for seed in range(100):
+            times = 200e-6 * np.random.default_rng(seed).lognormal(0, 0.05, (plan.steps, 1))
+            for step in range(plan.steps):
+                if labels[plan.candidate(step, 0)] == RING:
+                    times[step, 0] *= slower
+            verdict = judge_size(KEY, plan, times, [0], 131072, {})
+            count, nulls = count + (verdict.kept != RING), nulls + verdict.null_chosen
+        return count, nulls
+
+    same, null_wins = switches(1.0)
+    assert same <= 10 and null_wins <= 10
+    assert switches(1.1)[0] >= 60
+
+
+def test_the_checks_cost_has_an_interval_from_its_steps_paired_with_plain_ones():
+    rng = np.random.default_rng(2)
+    plain = 0.1 + 0.01 * rng.standard_normal(30)
+    extra = 0.001 + 0.002 * rng.standard_normal(30)  # the check's steps: 1 ms more each
+    cost = CheckCost.of(30, float((plain + extra).sum()), float(plain.sum()), None, extra)
+    assert cost.share_low < cost.share_of_1000_steps < cost.share_high
+    # 1 ms of 100 ms per step over 30 steps, against 1,000 steps: 0.03%, its interval near it.
+    assert cost.share_low < 0.0003 < cost.share_high and cost.share_high - cost.share_low < 0.001
+    assert CheckCost.of(30, 3.3, 3.0).share_low is None  # no steps to pair: no interval
+    plan = CheckPlan(2, ((RING, "native", NULL_CONTROL),))
+    verdict = judge_size(
+        KEY, plan, _durations(plan, {RING: 1.0, "native": 1.0, NULL_CONTROL: 1.0}), [0], 64, {}
+    )
+    from osu_dl_bench.train.check import CheckRecord, step_verdict
+
+    record = CheckRecord(
+        2, 30, 0, "clock", "none", [verdict], step_verdict([verdict], 0, 1.0, 2.0), cost
+    )
+    low, high = f"{cost.share_low:+.2%}", f"{cost.share_high:+.2%}"
+    assert f"[95% CI {low} to {high}] of 1,000 plain steps" in "\n".join(check_lines(record))

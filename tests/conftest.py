@@ -8,6 +8,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from support import exports, tuning  # noqa: E402  (found through the path set above)
 
+# tests/spmd runs inside the MPI jobs tests/mpi/test_spmd.py launches (one per process
+# count), never in this process: see tests/spmd/conftest.py.
+collect_ignore = [] if os.environ.get("OSU_DL_BENCH_SPMD") else ["spmd"]
+
 
 @pytest.fixture(autouse=True)
 def own_cache(monkeypatch, tmp_path_factory):

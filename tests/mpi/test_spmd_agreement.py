@@ -76,7 +76,8 @@ def test_a_failure_on_one_rank_fails_the_test_once_naming_the_rank(job):
 
 
 def test_skips_are_agreed(job):
-    assert job.verdict("test_cases.py::test_skipped_everywhere[2]") == ("skipped", "Skipped: not here")
+    skipped = job.verdict("test_cases.py::test_skipped_everywhere[2]")
+    assert skipped == ("skipped", "Skipped: not here")
     outcome, message = job.verdict("test_cases.py::test_skipped_on_rank_0_only[2]")
     assert outcome == "failed" and "the ranks disagree on the outcome" in message, message
 

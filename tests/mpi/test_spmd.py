@@ -31,7 +31,10 @@ def _params() -> list:
             test,
             id=f"p{test['nprocs']}-{test['id'].removeprefix('tests/spmd/')}",
             # The first item of each p waits for the whole job.
-            marks=pytest.mark.timeout(_job_timeout(test["nprocs"]) + 60),
+            marks=[
+                pytest.mark.timeout(_job_timeout(test["nprocs"]) + 60),
+                *(getattr(pytest.mark, name) for name in test["marks"]),
+            ],
         )
         for test in sorted(MANIFEST, key=lambda test: test["nprocs"])
     ]

@@ -40,6 +40,8 @@ GRACE_ENV = "OSU_DL_BENCH_SPMD_GRACE_S"
 DEFAULT_GRACE_S = 60.0
 POLL_S = 0.01
 PLUGIN = ["-p", "support.spmd"]
+# Markers an SPMD test's outer item (tests/mpi/test_spmd.py) carries too, for -m.
+SHOWN_MARKS = ("slow",)
 
 _agree = None  # the ranks' own duplicate of COMM_WORLD, in a job
 
@@ -76,10 +78,18 @@ def _nprocs(item) -> int:
     return int(callspec.params["nprocs"])
 
 
+def _shown_marks(item) -> list[str]:
+    """The markers of ``item`` that its outer item carries too (``-m "not slow"``)."""
+    return sorted({mark.name for mark in item.iter_markers()} & set(SHOWN_MARKS))
+
+
 def pytest_collection_modifyitems(config, items):
     """Collect mode: write the manifest. A job: keep the tests of its process count."""
     if _mode() == "collect":
-        manifest = [{"id": item.nodeid, "nprocs": _nprocs(item)} for item in items]
+        manifest = [
+            {"id": item.nodeid, "nprocs": _nprocs(item), "marks": _shown_marks(item)}
+            for item in items
+        ]
         Path(os.environ[MANIFEST_ENV]).write_text(json.dumps(manifest))
         return
     if _agree is None:

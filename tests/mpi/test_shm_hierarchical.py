@@ -3,6 +3,7 @@ small chunks, every root, and an unknown inner one refused (real mpiexec, hard t
 Their results on p = 1..6, on one node and on emulated nodes, are checked in the SPMD tier
 (tests/spmd/test_shm_hierarchical.py)."""
 
+import pytest
 from mpirun import run_cli
 
 from collectives import algorithms, hierarchical
@@ -26,6 +27,7 @@ def _validated_run(
     return res.stdout
 
 
+@pytest.mark.timeout(600)
 def test_every_inner_allreduce_and_small_chunks():
     inners = _registered("allreduce", list(hierarchical.INNER_ALLREDUCE_GRID))
     variants = [f"hierarchical:inner={name}" for name in inners]
@@ -37,6 +39,7 @@ def test_every_inner_allreduce_and_small_chunks():
     assert "Fail" not in out and out.count("Pass") > 0
 
 
+@pytest.mark.timeout(600)
 def test_every_inner_bcast_every_root():
     inners = _registered("bcast", list(hierarchical.INNER_BCAST_GRID))
     variants = [f"hierarchical:inner={name}" for name in inners]

@@ -31,6 +31,7 @@ def mpich():
         pytest.skip(f"the MPI library here is {library or 'another'}, not MPICH")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_every_library_algorithm_runs_forced_in_its_own_launches_and_validates(mpich, tmp_path):
     run = tmp_path / "all"

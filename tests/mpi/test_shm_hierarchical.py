@@ -27,6 +27,7 @@ def _validated_run(
     return res.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_every_inner_allreduce_and_small_chunks():
     inners = _registered("allreduce", list(hierarchical.INNER_ALLREDUCE_GRID))
@@ -39,6 +40,7 @@ def test_every_inner_allreduce_and_small_chunks():
     assert "Fail" not in out and out.count("Pass") > 0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_every_inner_bcast_every_root():
     inners = _registered("bcast", list(hierarchical.INNER_BCAST_GRID))

@@ -42,6 +42,7 @@ def _grid_variants_eligible(nprocs: int) -> dict[str, bool]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nprocs", [1, 2, 3, 4, 5, 6])
 def test_every_algorithm_matches_expected(nprocs):
     from drivers import check_algorithms
@@ -66,6 +67,7 @@ def test_every_algorithm_matches_expected(nprocs):
     assert not shallow, "\n".join(shallow)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nprocs", [2, 3])
 def test_large_messages_match_expected(nprocs):
     from drivers import check_algorithms
@@ -76,6 +78,7 @@ def test_large_messages_match_expected(nprocs):
     assert summary["passed"] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nprocs", [2, 3, 5])
 def test_hypothesis_drawn_inputs_match_numpy(nprocs):
     from drivers import property_algorithms

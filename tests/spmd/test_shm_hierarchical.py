@@ -26,6 +26,7 @@ def _check(ranks_per_node: int | None, *args: str) -> dict:
     return summary
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nprocs", [1, 2, 3, 4, 5, 6])
 def test_one_node(nprocs):
     summary = _check(None, *DTYPES, *SIZES)

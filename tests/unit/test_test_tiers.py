@@ -105,3 +105,15 @@ def test_no_test_gives_its_launches_longer_than_its_timeout():
             if budget > _timeout_of(function, default):
                 over.append(f"{path.name}::{name}: launches {budget:.0f} s")
     assert not over, "\n".join(over)
+
+
+def test_a_test_given_longer_than_the_default_timeout_is_marked_slow():
+    default = _pytest_options()["timeout"]
+    unmarked = []
+    for path in sorted(MPI_TESTS.glob("test_*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if not isinstance(node, ast.FunctionDef) or _timeout_of(node, default) <= default:
+                continue
+            if "pytest.mark.slow" not in map(ast.unparse, node.decorator_list):
+                unmarked.append(f"{path.name}::{node.name}")
+    assert not unmarked, "\n".join(unmarked)

@@ -24,6 +24,8 @@ def test_pytest_timeout_is_a_test_dependency_with_a_default_per_test():
     assert options["timeout"] == 300
     # signal: an overrun fails its test alone (the thread method ends the whole session).
     assert options["timeout_method"] == "signal"
+    # Without the plugin the suite stops at once instead of running without timeouts.
+    assert any(name.startswith("pytest-timeout") for name in options["required_plugins"])
 
 
 def test_the_tier_markers_are_registered():

@@ -78,6 +78,12 @@ def _nprocs(item) -> int:
     return int(callspec.params["nprocs"])
 
 
+def _timeout_s(item, config) -> float:
+    """The test's pytest-timeout (its marker, else the ini's default), for its job's budget."""
+    marker = item.get_closest_marker("timeout")
+    return float(marker.args[0] if marker else config.getini("timeout"))
+
+
 def _shown_marks(item) -> list[str]:
     """The markers of ``item`` that its outer item carries too (``-m "not slow"``)."""
     return sorted({mark.name for mark in item.iter_markers()} & set(SHOWN_MARKS))
@@ -87,7 +93,12 @@ def pytest_collection_modifyitems(config, items):
     """Collect mode: write the manifest. A job: keep the tests of its process count."""
     if _mode() == "collect":
         manifest = [
-            {"id": item.nodeid, "nprocs": _nprocs(item), "marks": _shown_marks(item)}
+            {
+                "id": item.nodeid,
+                "nprocs": _nprocs(item),
+                "marks": _shown_marks(item),
+                "timeout": _timeout_s(item, config),
+            }
             for item in items
         ]
         Path(os.environ[MANIFEST_ENV]).write_text(json.dumps(manifest))

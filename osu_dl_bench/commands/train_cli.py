@@ -77,6 +77,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "this rank's GPU (one per node-local rank) and reduces the buckets through the "
         "selector on cupy views (NCCL, or MPI: CUDA-aware or staged through host memory)",
     )
+    check = parser.add_argument_group("the table checked in training")
+    check.add_argument(
+        "--check-table",
+        action="store_true",
+        help="after warm-up, rotate each bucket's allreduce among the table's choice, "
+        "native, the null control and up to two contenders for 10 rounds (about 50 "
+        "steps), timing each call in training; report per bucket size whether the "
+        "choice holds by the decision rule, with intervals (needs --table)",
+    )
+    check.add_argument(
+        "--adapt",
+        action="store_true",
+        help="run the check, then keep per bucket size the best in training by the rule "
+        "(the table's choice where it holds)",
+    )
+    check.add_argument(
+        "--write-table",
+        default=None,
+        metavar="OUT",
+        help="run the check and write the table with the choices kept in training (its "
+        "other entries as --table has them), for select, train --table and compare",
+    )
     run = parser.add_argument_group("validation, checkpoints and output")
     run.add_argument(
         "--validate",
@@ -154,6 +176,9 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         progress=args.progress,
         warmup_steps=args.warmup_steps,
         batches_per_iter=args.batches_per_iter,
+        check_table=args.check_table,
+        adapt=args.adapt,
+        write_table=args.write_table,
     )
     check_train_config(cfg)
     return cfg

@@ -96,6 +96,14 @@ def bucket_cost(points: Sequence[PointDecision], size: int, choice: str) -> Buck
     )
 
 
+def predicted_us(points: Sequence[PointDecision], size: int, label: str) -> float | None:
+    """``label``'s time at ``size`` as ``tune --for`` predicts it from one entry's measured
+    points (sorted by size): None outside the sweep or where ``label`` was not measured."""
+    if not points or not points[0].size <= size <= points[-1].size:
+        return None
+    return interpolated_us(*_bracket(points, size), label, size)
+
+
 @dataclass(frozen=True)
 class StepCost:
     """One entry's step: every bucket's cost, and the sums over the buckets inside."""

@@ -8,6 +8,7 @@ any reduction. ``perturb_first_element`` is a deliberately wrong one, for tests 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -23,6 +24,14 @@ GradReduce = Callable[[np.ndarray], None]
 # allreduce that is wrong in one element on one rank; --validate must then fail.
 WRONG_ALLREDUCE_ENV = "OSU_DL_BENCH_TRAIN_WRONG_ALLREDUCE"
 DEFAULT_WRONG_DELTA = 1e-6
+# Test hook, never for real runs: 'LABEL:SECONDS' makes every rank sleep SECONDS inside
+# each reduction that runs algorithm LABEL (e.g. 'ring:seg=64K:0.02'), on the
+# communication thread between the call's start and end marks: a candidate made slower
+# in training, as the bench kernel's delay hook slows a rank. Refused unless the run both
+# checks its table (--check-table, --adapt) and validates (--validate): a float64 run
+# compared with 1-process training is never a production run.
+SLOW_CANDIDATE_ENV = "OSU_DL_BENCH_TRAIN_SLOW_CANDIDATE"
+SLOW_CANDIDATE_MAX = 10.0  # seconds: a typo (20 for 0.02) fails instead of stalling a job
 
 
 def mean_allreduce(call: CollectiveCall, divisor: float) -> GradReduce:
@@ -105,5 +114,46 @@ def perturb_first_element(inner: GradReduce, delta: float) -> GradReduce:
     def reduce(buffer: np.ndarray) -> None:
         inner(buffer)
         buffer[0] += delta
+
+    return reduce
+
+
+def parse_slow_candidate(text: str) -> tuple[str, float] | None:
+    """SLOW_CANDIDATE_ENV's 'LABEL:SECONDS' -> (label, seconds); '' -> None."""
+    if not text.strip():
+        return None
+    label, _, seconds = text.strip().rpartition(":")
+    try:
+        delay = float(seconds)
+        if not label or not 0 < delay <= SLOW_CANDIDATE_MAX:
+            raise ValueError
+    except ValueError:
+        raise UsageError(
+            f"{SLOW_CANDIDATE_ENV}={text!r}: expected LABEL:SECONDS with SECONDS in "
+            f"(0, {SLOW_CANDIDATE_MAX:g}], e.g. ring:seg=64K:0.02 (a test hook)"
+        ) from None
+    return label.strip(), delay
+
+
+def slow_candidate_hook(
+    environ: Mapping[str, str], validate: bool, check: bool
+) -> tuple[str, float] | None:
+    """The hook's setting in ``environ``; a UsageError unless under --validate and a check
+    of the table (--check-table or --adapt)."""
+    slow = parse_slow_candidate(environ.get(SLOW_CANDIDATE_ENV, ""))
+    if slow is not None and not (validate and check):
+        # Left set by accident, it would slow a real run's algorithm without a word.
+        raise UsageError(
+            f"{SLOW_CANDIDATE_ENV} is a test hook for --check-table with --validate: unset it"
+        )
+    return slow
+
+
+def delayed(inner: GradReduce, seconds: float) -> GradReduce:
+    """``inner``, then a sleep of ``seconds`` inside the reduction (test hook)."""
+
+    def reduce(buffer: np.ndarray) -> None:
+        inner(buffer)
+        time.sleep(seconds)
 
     return reduce

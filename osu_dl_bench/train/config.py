@@ -125,12 +125,20 @@ class TrainConfig:
     progress: str = "auto"
     warmup_steps: int = 2
     batches_per_iter: int = 5
+    check_table: bool = False  # re-time the table's choices in training after warm-up
+    adapt: bool = False  # check, then keep per bucket size the best in training by the rule
+    write_table: str | None = None  # check, then rank 0 writes the kept choices as a table
 
     def local_batch(self, nprocs: int, rank: int = 0) -> int:
         """Rank ``rank``'s share of the global batch (batch_share; rank 0 has the largest);
         UsageError where some rank would get no sample."""
         lo, hi = batch_share(self.batch_size, nprocs, rank)
         return hi - lo
+
+    @property
+    def checks_table(self) -> bool:
+        """Whether the run checks its table in training (--adapt and --write-table do)."""
+        return self.check_table or self.adapt or bool(self.write_table)
 
     @property
     def compute_dtype(self) -> str:
@@ -223,6 +231,22 @@ def check_train_config(cfg: TrainConfig) -> None:
         raise UsageError("--resume and --checkpoint-every need --checkpoint-dir")
     if cfg.table and not os.path.isfile(cfg.table):
         raise UsageError(f"--table {cfg.table}: no such file")
+    _check_table_check(cfg)
+
+
+def _check_table_check(cfg: TrainConfig) -> None:
+    """--check-table (and --adapt, --write-table, which run it) checks a table's allreduce
+    choices: it needs --table, and --allreduce would override what it checks."""
+    if not cfg.checks_table:
+        return
+    given = "--check-table" if cfg.check_table else "--adapt" if cfg.adapt else "--write-table"
+    if not cfg.table:
+        raise UsageError(f"{given} checks a tuning table's choices in training: give --table")
+    if cfg.allreduce:
+        raise UsageError(
+            f"{given} checks the table's allreduce choices: --allreduce {cfg.allreduce} "
+            "would replace them (drop one of the two)"
+        )
 
 
 def check_output_paths(cfg: TrainConfig, rank: int) -> None:
@@ -232,6 +256,7 @@ def check_output_paths(cfg: TrainConfig, rank: int) -> None:
     if rank == 0:
         check_writable_file("--json", cfg.json)
         check_writable_file("--save-params", cfg.save_params)
+        check_writable_file("--write-table", cfg.write_table)
     if cfg.checkpoint_dir and cfg.checkpoint_every:  # --resume alone only reads
         root = Path(cfg.checkpoint_dir)
         try:
@@ -294,7 +319,14 @@ def require_libraries(cfg: TrainConfig) -> None:
 
 # Options a rank may hold alone: where rank 0 writes, how a rank shows progress, its
 # own thread count and checkpoint path (node-local disks differ).
-_RANK_OWN_OPTIONS = ("json", "save_params", "progress", "threads", "checkpoint_dir")
+_RANK_OWN_OPTIONS = (
+    "json",
+    "save_params",
+    "write_table",
+    "progress",
+    "threads",
+    "checkpoint_dir",
+)
 
 
 def settings_every_rank_shares(cfg: TrainConfig) -> dict[str, object]:

@@ -37,7 +37,7 @@ from collectives.registry import UNAVAILABLE_BACKENDS, CollectiveCall, parse_var
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.runtime.agreement import joint_error
 from osu_dl_bench.runtime.topology import Topology
-from osu_dl_bench.selection.selector import Query, Selector
+from osu_dl_bench.selection.selector import Decision, Query, Selector
 from osu_dl_bench.train.config import TrainConfig
 
 # The collectives a tuning table must cover unless fixed on the command line: the
@@ -128,6 +128,22 @@ class SelectorPolicy:
         if how == "fixed" and selector is self.selector and collective in self.defaults:
             how = GPU_DEFAULT_HOW
         return BoundCollective(decision.label, how, call)
+
+    def decision(self, collective: str, nbytes: int, dtype: str = "float32") -> Decision:
+        """The selector's decision for a call of the run's buffers (nothing bound)."""
+        context = call_context(self.topology, collective, dtype, self.device)
+        return self.selector.decide(self._query(collective, nbytes), context)
+
+    def bind(
+        self, collective: str, variant: Variant, dtype: str = "float32"
+    ) -> BoundCollective | None:
+        """``variant`` bound for a call of the run's buffers, as a decision is bound (None
+        where it cannot run here); collective over the communicator, as ``choose``."""
+        context = call_context(self.topology, collective, dtype, self.device)
+        if variant.ineligible_reason(context):
+            return None
+        call = self.selector.bind_variant(self.comm, variant, context)
+        return BoundCollective(variant.label, "check", call)
 
 
 class FixedPolicy(SelectorPolicy):

@@ -109,6 +109,7 @@ class TrainSummary:
     validation: ValidationRecord | None = None
     metadata: dict[str, str] = field(default_factory=dict)
     policy_note: str = ""  # why the defaults on GPUs are what they are (a fallback's reason)
+    check: Any = None  # --check-table's report (train.check.CheckRecord), rank 0's
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON (the validation verdict included)."""

@@ -6,6 +6,7 @@ from collections import Counter
 from typing import Any
 
 from collectives.units import format_size
+from osu_dl_bench.train.check import check_lines
 from osu_dl_bench.train.records import EpochRecord, TrainSummary
 
 EPOCH_HEADER = (
@@ -100,6 +101,8 @@ def footer_lines(s: TrainSummary) -> list[str]:
             f"(step {c.step_ms:.2f} ms; start-up bcast {c.bcast_ms:.2f} ms; "
             f"timed with {_clock(c.clock)})"
         )
+    if s.check is not None:
+        lines += check_lines(s.check)
     v = s.validation
     if v is not None:
         lines.append(

@@ -25,8 +25,24 @@ from torch import nn
 from osu_dl_bench.errors import UsageError, ValidationFailure
 from osu_dl_bench.paths import write_atomic
 from osu_dl_bench.runtime.metadata import collect_metadata
+from osu_dl_bench.selection.table import EntryKey, load_table
 from osu_dl_bench.train import checkpoint as ckpt
-from osu_dl_bench.train.comm_hooks import wrong_allreduce_hook
+from osu_dl_bench.train.check import (
+    SETTLED_STEP,
+    CheckCost,
+    CheckPlan,
+    CheckRecord,
+    SizeVerdict,
+    call_durations,
+    candidate_labels,
+    judge_size,
+    predictions,
+    size_groups,
+    step_verdict,
+    trained_table,
+    variant_of,
+)
+from osu_dl_bench.train.comm_hooks import GradReduce, slow_candidate_hook, wrong_allreduce_hook
 from osu_dl_bench.train.comm_thread import CommThread
 from osu_dl_bench.train.config import TrainConfig, check_output_paths
 from osu_dl_bench.train.data import DataSplits, ShardedSampler, eval_shard, load_data
@@ -75,6 +91,21 @@ class _Tally:
 
 
 @dataclass
+class _Check:
+    """The table check's plan, its candidates' bound reductions per bucket, and (once it
+    ran) its verdicts per bucket size."""
+
+    plan: CheckPlan
+    reduces: list[list[GradReduce]]
+    verdicts: list[SizeVerdict] = field(default_factory=list)
+    switched: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def last_step(self) -> int:
+        return self.plan.first_step + self.plan.steps
+
+
+@dataclass
 class _Run:
     """Everything the training loop touches."""
 
@@ -91,6 +122,7 @@ class _Run:
     bar: ProgressBar | None = None
     tally: _Tally = field(default_factory=_Tally)
     epochs: list[EpochRecord] = field(default_factory=list)
+    check: _Check | None = None
 
     @property
     def rank(self) -> int:
@@ -134,10 +166,99 @@ def _build(cfg: TrainConfig, session: Session) -> _Run:
             f"differ from 1-process ones): {cfg.model} has it; use --model cnn"
         )
     wrong = wrong_allreduce_hook(os.environ, cfg.validate)
-    trainer = DataParallelTrainer(model, cfg, session, wrong)
+    slow = slow_candidate_hook(os.environ, cfg.validate, cfg.checks_table)
+    trainer = DataParallelTrainer(model, cfg, session, wrong, slow)
     total = cfg.steps or cfg.epochs * sampler.steps_per_epoch
     fault = ckpt.parse_fault(os.environ.get(ckpt.FAULT_ENV, ""))
     return _Run(cfg, session, data, sampler, trainer, total, fault=fault)
+
+
+def _plan_check(run: _Run) -> None:
+    """--check-table: each bucket's candidates, bound (collective: the same labels in the
+    same order on every rank, all from the agreed table); the steps it needs must fit."""
+    cfg, trainer, policy = run.cfg, run.trainer, run.session.policy
+    first = run.start_step + cfg.warmup_steps
+    labels, dtypes = [], []
+    for plan, nbytes, scratch in zip(
+        trainer.bucket_plans, trainer.selection_bytes, trainer.scratches, strict=True
+    ):
+        entry = policy.decision("allreduce", nbytes, scratch.dtype.name).entry
+        labels.append(candidate_labels(plan.algorithm, entry, nbytes))
+        dtypes.append(scratch.dtype.name)
+    need = CheckPlan(first, tuple(labels), cfg.seed).steps
+    if first + need > run.total_steps:
+        raise UsageError(
+            f"--check-table needs {cfg.warmup_steps} warm-up steps and {need} check steps "
+            f"after step {run.start_step}: the run has {run.total_steps - run.start_step} "
+            f"(--steps {first + need} or more)"
+        )
+
+    def bind() -> list[list[tuple[str, Any]]]:
+        bound = [
+            [(label, policy.bind("allreduce", variant_of(label), dtype)) for label in names]
+            for names, dtype in zip(labels, dtypes, strict=True)
+        ]
+        # An ineligible candidate (the same on every rank: judged on the job's shape) drops.
+        return [[(label, b) for label, b in pairs if b is not None] for pairs in bound]
+
+    bound = run.session.thread.run(bind)
+    plan = CheckPlan(first, tuple(tuple(name for name, _ in pairs) for pairs in bound), cfg.seed)
+    reduces = [[trainer.reduce_of(index, b) for _, b in pairs] for index, pairs in enumerate(bound)]
+    run.check = _Check(plan, reduces)
+
+
+def _check_step(run: _Run, step: int) -> None:
+    """Before global step ``step``: during the check, each bucket's candidate of the step."""
+    check = run.check
+    if check is None or not check.plan.covers(step):
+        return
+    at = step - check.plan.first_step
+    run.trainer.install(
+        [options[check.plan.candidate(at, b)] for b, options in enumerate(check.reduces)]
+    )
+
+
+def _end_check(run: _Run, step: int) -> None:
+    """After the check's last step: the verdicts (every rank: the fastest rank's times,
+    rank 0's verdicts), then the kept choices (--adapt) or the table's from here on."""
+    check = run.check
+    if check is None or step + 1 != check.last_step:
+        return
+    plan, session = check.plan, run.session
+    lo = plan.first_step - run.start_step
+    local = call_durations(run.tally.buckets[lo : lo + plan.steps])
+    # The fastest rank's time: the others' include waiting for the last one's backward
+    # (compute's skew, not the algorithm's; a sweep's barrier removes it before each call).
+    durations = session.allgather(local).min(axis=0)
+    verdicts = None
+    if run.rank == 0:
+        key = _entry_key(run)
+        groups = size_groups(plan, run.trainer.selection_bytes)
+        verdicts = [
+            judge_size(key, plan, durations, buckets, size, {}) for size, buckets in groups.items()
+        ]
+    check.verdicts = session.thread.run(session.comm.bcast, verdicts, 0)
+    if not run.cfg.adapt:
+        run.trainer.install(run.trainer.table_reduces)
+        return
+    kept = {b: v.kept for v in check.verdicts for b in v.buckets}
+    reduces = [options[plan.labels[b].index(kept[b])] for b, options in enumerate(check.reduces)]
+    run.trainer.install(reduces)
+    check.switched = [
+        {"nbytes": v.nbytes, "buckets": v.buckets, "from": v.table_choice, "to": v.kept}
+        for v in check.verdicts
+        if v.kept != v.table_choice
+    ]
+    for b, label in kept.items():
+        plan_b = run.trainer.bucket_plans[b]
+        if label != plan_b.algorithm:
+            run.trainer.bucket_plans[b] = replace(plan_b, algorithm=label, how="adapted")
+
+
+def _entry_key(run: _Run) -> EntryKey:
+    """The table entry key of this job's gradient allreduce."""
+    t = run.session.topology
+    return EntryKey("allreduce", run.session.policy.device, t.nodes, t.ppn, t.nprocs)
 
 
 def _meta(run: _Run, step: int) -> ckpt.CheckpointMeta:
@@ -215,8 +336,10 @@ def _train(run: _Run) -> None:
     """The loop over global steps ``start_step .. total_steps``."""
     cfg, spe = run.cfg, run.sampler.steps_per_epoch
     for step in range(run.start_step, run.total_steps):
+        _check_step(run, step)
         stats = run.trainer.step(*run.data.train.take(run.sampler.local_indices(step)))
         run.tally.add(stats)
+        _end_check(run, step)
         done = step + 1
         if run.bar is not None:
             run.bar.update(done, stats.loss_sum / stats.samples)
@@ -303,12 +426,116 @@ def _complete(run: _Run, described: TrainSummary, bcast_seconds: float) -> Train
     session.allreduce_sum(buckets.reshape(-1))  # 1-D, as the registry's algorithms take
     return replace(
         described,
+        buckets=[asdict(p) for p in run.trainer.bucket_plans],  # --adapt may have switched
+        check=_check_record(run),
         epochs=run.epochs,
         throughput=throughput(session.allgather(rates), cfg.batches_per_iter, local),
         communication=comm_record(sums, session.nprocs, bcast_seconds, tally.clock, buckets),
         validation=_validation(run),
         metadata=collect_metadata(session.topology).as_dict(),
     )
+
+
+def _mean_over_ranks(run: _Run, values: Sequence[float]) -> np.ndarray:
+    """Each value's mean over the ranks (collective)."""
+    sums = np.array(values, dtype=float)
+    run.session.allreduce_sum(sums)
+    return sums / run.session.nprocs
+
+
+def _check_cost_and_after(run: _Run) -> tuple[CheckCost, float | None, float | None]:
+    """The check's steps against as many plain steps right after and before it, and busy
+    and exposed ms per step after it (None: no step after it); collective."""
+    check, tally = run.check, run.tally
+    lo = check.plan.first_step - run.start_step
+    n = check.plan.steps
+    during = tally.step_seconds[lo : lo + n]
+    after = tally.step_seconds[lo + n : lo + 2 * n]
+    before = tally.step_seconds[lo - n : lo] if lo - n >= SETTLED_STEP else []
+    rest = slice(lo + n, None)
+    steps_after = len(tally.busy[rest])
+    means = _mean_over_ranks(
+        run,
+        [sum(during), sum(after), sum(before), sum(tally.busy[rest]), sum(tally.exposed[rest])],
+    )
+    cost = CheckCost.of(
+        n,
+        float(means[0]),
+        float(means[1]) if len(after) == n else None,
+        float(means[2]) if len(before) == n else None,
+    )
+    if not steps_after:
+        return cost, None, None
+    return cost, 1e3 * means[3] / steps_after, 1e3 * means[4] / steps_after
+
+
+def _check_record(run: _Run) -> CheckRecord | None:
+    """The check's report with its cost and the table's predictions (collective; rank 0
+    holds the predictions, the table it writes and the lines it prints)."""
+    check = run.check
+    if check is None or not check.verdicts:
+        return None
+    cost, busy, exposed = _check_cost_and_after(run)
+    if run.rank != 0:
+        return None
+    cfg, trainer = run.cfg, run.trainer
+    table = load_table(cfg.table)
+    policy = run.session.policy
+    entry = policy.decision("allreduce", trainer.selection_bytes[0]).entry
+    wanted = {v.nbytes: [c.label for c in v.candidates] for v in check.verdicts}
+    found, source = predictions(table, None if entry is None else entry.key, wanted)
+    verdicts = [
+        replace(
+            v,
+            candidates=[
+                replace(c, predicted_us=found[v.nbytes].get(c.label)) for c in v.candidates
+            ],
+        )
+        for v in check.verdicts
+    ]
+    # Buckets launch in index order: the last one is reduced once backward has ended.
+    last_bucket = len(trainer.buckets) - 1
+    record = CheckRecord(
+        check.plan.first_step,
+        check.plan.steps,
+        check.plan.seed,
+        _clock_name(run.tally.clock),
+        source,
+        verdicts,
+        step_verdict(verdicts, last_bucket, exposed, busy),
+        cost,
+        cfg.adapt,
+        check.switched,
+        cfg.write_table,
+    )
+    if cfg.write_table:
+        provenance = _training_provenance(run)
+        trained = trained_table(table, _entry_key(run), verdicts, provenance)
+        trained.write(cfg.write_table)
+    return record
+
+
+def _clock_name(clock: str) -> str:
+    return "the host's clock" if clock == "host" else "CUDA events on the communication stream"
+
+
+def _training_provenance(run: _Run) -> dict[str, Any]:
+    """Where a table of choices kept in training comes from: model, buckets, steps, job."""
+    cfg, t, plan = run.cfg, run.session.topology, run.check.plan
+    return {
+        "model": cfg.model,
+        "parameters": parameter_count(run.trainer.model),
+        "batch_size": cfg.batch_size,
+        "buckets": [{"index": i, "nbytes": n} for i, n in enumerate(run.trainer.selection_bytes)],
+        "check_steps": [plan.first_step, plan.first_step + plan.steps],
+        "seed": cfg.seed,
+        "nprocs": t.nprocs,
+        "nodes": t.nodes,
+        "ppn": t.ppn,
+        "device": run.session.policy.device,
+        "source_table": cfg.table,
+        "command": " ".join(sys.argv),
+    }
 
 
 def _write_outputs(run: _Run, summary: TrainSummary) -> None:
@@ -350,6 +577,8 @@ def _execute(world: Any, cfg: TrainConfig, thread: CommThread, notes: Sequence[s
     threads = _threads(cfg, session.topology.ppn)
     torch.set_num_threads(threads)
     run = _build(cfg, session)
+    if cfg.checks_table:
+        _plan_check(run)
     bcast_seconds = _start(run)
     run.bar = ProgressBar(run.total_steps, progress_enabled(cfg.progress, run.rank))
     described = _describe(run, threads)

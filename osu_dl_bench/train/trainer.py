@@ -10,6 +10,7 @@ so a step equals a 1-process step with the global batch (up to summation order).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,11 +19,13 @@ from torch import nn
 
 from collectives.buffers import array_module
 from collectives.device import device_ready
+from collectives.registry import CollectiveCall
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.train.buckets import GradBucket, flatten_state, make_buckets
 from osu_dl_bench.train.comm_hooks import (
     WRONG_ALLREDUCE_ENV,
     GradReduce,
+    delayed,
     fp16_compress,
     mean_allreduce,
     perturb_first_element,
@@ -30,6 +33,7 @@ from osu_dl_bench.train.comm_hooks import (
 )
 from osu_dl_bench.train.config import TrainConfig
 from osu_dl_bench.train.device import array_view, device_idle, ready_marker
+from osu_dl_bench.train.policy import BoundCollective
 from osu_dl_bench.train.reducer import GradientReducer, StepComm
 from osu_dl_bench.train.session import Session
 
@@ -79,24 +83,27 @@ def selection_nbytes(array: np.ndarray, validate: bool) -> int:
     return array.nbytes
 
 
-def _bucket_reduce(
-    session: Session, bucket: GradBucket, cfg: TrainConfig
-) -> tuple[GradReduce, CallPlan]:
-    """The bucket's reduction through the policy; fp16 wraps it (runs on the thread), its
-    scratch allocated as the buckets are (``cfg.buffers``)."""
-    divisor = share_divisor(cfg.batch_size, cfg.local_batch(session.nprocs, session.rank))
+def _scratch(bucket: GradBucket, cfg: TrainConfig) -> np.ndarray:
+    """What the bucket's allreduce reduces: the bucket itself, or with fp16 compression a
+    float16 scratch of its length allocated once (as the buckets are: ``cfg.buffers``)."""
     if cfg.fp16_compress:
-        scratch = array_module(cfg.buffers).empty(bucket.array.size, np.float16)
-        bound = session.choose("allreduce", scratch)
-        reduce = fp16_compress(mean_allreduce(bound.call, divisor), scratch)
-    else:
-        scratch = bucket.array
-        bound = session.choose("allreduce", scratch, selection_nbytes(scratch, cfg.validate))
-        reduce = mean_allreduce(bound.call, divisor)
-    plan = CallPlan(
-        bucket.index, scratch.nbytes, scratch.dtype.name, bound.label, bound.how, len(bucket.params)
-    )
-    return reduce, plan
+        return array_module(cfg.buffers).empty(bucket.array.size, np.float16)
+    return bucket.array
+
+
+def _reduce_with(call: CollectiveCall, divisor: float, scratch: np.ndarray, bucket: GradBucket):
+    """The bucket's mean allreduce through ``call``; fp16 wraps it where ``scratch`` is not
+    the bucket."""
+    if scratch is bucket.array:
+        return mean_allreduce(call, divisor)
+    return fp16_compress(mean_allreduce(call, divisor), scratch)
+
+
+def _slowed(reduce: GradReduce, label: str, slow: tuple[str, float] | None) -> GradReduce:
+    """``reduce``, delayed by the SLOW_CANDIDATE_ENV test hook where it names ``label``."""
+    if slow is None or slow[0] != label:
+        return reduce
+    return delayed(reduce, slow[1])
 
 
 def _check_wrong(wrong: tuple[int, int, float] | None, nprocs: int, buckets: int) -> None:
@@ -118,8 +125,10 @@ class DataParallelTrainer:
         cfg: TrainConfig,
         session: Session,
         wrong: tuple[int, int, float] | None = None,
+        slow: tuple[str, float] | None = None,
     ) -> None:
-        """``wrong``: (rank, bucket, delta) of the WRONG_ALLREDUCE_ENV test hook."""
+        """``wrong``: (rank, bucket, delta) of the WRONG_ALLREDUCE_ENV test hook; ``slow``:
+        (label, seconds) of the SLOW_CANDIDATE_ENV one."""
         self.model, self.session, self.validate = model, session, cfg.validate
         # Flat before the optimizer sees the parameters (it keeps the same objects).
         self.state_flats = flatten_state([*model.parameters(), *model.buffers()])
@@ -138,13 +147,43 @@ class DataParallelTrainer:
             device=self.device,
         )
         _check_wrong(wrong, session.nprocs, len(self.buckets))
-        pairs = session.thread.run(lambda: [_bucket_reduce(session, b, cfg) for b in self.buckets])
-        self.bucket_plans = [plan for _, plan in pairs]
-        reduces = [r for r, _ in pairs]
-        if wrong is not None and wrong[0] == session.rank:
-            reduces[wrong[1]] = perturb_first_element(reduces[wrong[1]], wrong[2])
-        self.reducer = GradientReducer(self.buckets, reduces, session.thread, cfg.overlap)
+        self.wrong, self.slow = wrong, slow
+        self.divisor = share_divisor(cfg.batch_size, cfg.local_batch(session.nprocs, session.rank))
+        self.scratches = [_scratch(b, cfg) for b in self.buckets]
+        self.selection_bytes = [
+            scratch.nbytes if cfg.fp16_compress else selection_nbytes(scratch, cfg.validate)
+            for scratch in self.scratches
+        ]
+        bounds = session.thread.run(
+            lambda: [
+                session.choose("allreduce", s, n)
+                for s, n in zip(self.scratches, self.selection_bytes, strict=True)
+            ]
+        )
+        self.bucket_plans = [
+            CallPlan(b.index, s.nbytes, s.dtype.name, bound.label, bound.how, len(b.params))
+            for b, s, bound in zip(self.buckets, self.scratches, bounds, strict=True)
+        ]
+        self.reducer = GradientReducer(self.buckets, [], session.thread, cfg.overlap)
+        self.table_reduces = [self.reduce_of(i, bound) for i, bound in enumerate(bounds)]
+        self.install(self.table_reduces)
         self.bcast_plans: list[CallPlan] = []
+
+    def reduce_of(self, index: int, bound: BoundCollective) -> GradReduce:
+        """Bucket ``index``'s mean allreduce through ``bound`` (the slow-candidate test hook
+        applied where it names it)."""
+        bucket, scratch = self.buckets[index], self.scratches[index]
+        reduce = _reduce_with(bound.call, self.divisor, scratch, bucket)
+        return _slowed(reduce, bound.label, self.slow)
+
+    def install(self, reduces: Sequence[GradReduce]) -> None:
+        """Reduce the buckets with ``reduces`` from the next step on (between steps only:
+        no reduction is in flight then); the wrong-allreduce test hook stays on its bucket."""
+        reduces = list(reduces)
+        wrong = self.wrong
+        if wrong is not None and wrong[0] == self.session.rank:
+            reduces[wrong[1]] = perturb_first_element(reduces[wrong[1]], wrong[2])
+        self.reducer.reduces = reduces
 
     def broadcast_state(self, root: int = 0) -> float:
         """Make every replica's parameters and buffers equal ``root``'s; seconds taken."""

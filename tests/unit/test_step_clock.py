@@ -148,3 +148,15 @@ def test_the_record_keeps_the_old_fields_and_adds_the_clock_and_each_bucket():
     assert "timed with CUDA events on the compute and communication streams" in line
     old = comm_record(np.array([1.0, 1.0, 1.0, 1]), 1, 0.0)
     assert old.clock == "host" and old.buckets == []
+
+
+def test_the_table_checks_call_times_are_the_communication_streams_spans(gpu, cupy):
+    """--check-table times each call from the step's marks: on a GPU the events on the
+    communication thread's stream (3 ms each), not the host's return from queueing."""
+    from osu_dl_bench.train.check import call_durations
+    from osu_dl_bench.train.comm_thread import CommThread
+
+    with CommThread() as thread:
+        steps = [_step_on_the_scripted_device(gpu, cupy, thread) for _ in range(2)]
+    spans = [[(b.ready, b.start, b.end) for b in comm.buckets] for comm in steps]
+    assert np.allclose(call_durations(spans), REDUCE_MS / 1e3)

@@ -39,6 +39,8 @@ GRACE_ENV = "OSU_DL_BENCH_SPMD_GRACE_S"
 # aborts the job: they may be slower, or stuck in a collective this rank left.
 DEFAULT_GRACE_S = 60.0
 POLL_S = 0.01
+# A test's budget where no pytest configuration gives a timeout (pyproject's default).
+UNCONFIGURED_TIMEOUT_S = 300.0
 PLUGIN = ["-p", "support.spmd"]
 # Markers an SPMD test's outer item (tests/mpi/test_spmd.py) carries too, for -m.
 SHOWN_MARKS = ("slow",)
@@ -81,7 +83,10 @@ def _nprocs(item) -> int:
 def _timeout_s(item, config) -> float:
     """The test's pytest-timeout (its marker, else the ini's default), for its job's budget."""
     marker = item.get_closest_marker("timeout")
-    return float(marker.args[0] if marker else config.getini("timeout"))
+    if marker:
+        return float(marker.args[0])
+    # Tests run with no configuration of ours (tests/mpi/test_spmd_agreement.py's cases).
+    return float(config.getini("timeout") or UNCONFIGURED_TIMEOUT_S)
 
 
 def _shown_marks(item) -> list[str]:

@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 
+from collectives import mpich_layers
 from collectives.errors import UsageError
 
 # The collectives whose library algorithms are candidates (``native:alg=NAME``).
@@ -102,6 +103,9 @@ def forcing_environment(library: str, forced: Mapping[str, str]) -> dict[str, st
     env: dict[str, str] = {}
     for collective, alg in forced.items():
         if library == "mpich":
+            # The CVAR of an MPIR or POSIX algorithm (an older run's candidates, and
+            # verify-export's forced runs); a sweep's MPICH candidates load selection files
+            # instead (runtime.mpich_trees.candidate_files_env).
             name, value = mpich_variable(collective, alg)
             env[name] = value
         elif library == "openmpi":
@@ -314,16 +318,25 @@ class LibraryAlgorithm:
     alg: str
     variable: str
     value: str
+    legacy: bool = False
 
 
 def _mpich_algorithms(collective: str) -> list[LibraryAlgorithm]:
-    found = []
+    """MPICH's layered candidates (mpich_layers), each set through the selection files a
+    launch loads and named in CANDIDATES_VARIABLE; then, for verify-export's forced runs
+    of the algorithms an MPIR file names, MPICH's CVAR-forced algorithms (``legacy``: no
+    sweep's ``native:alg=all`` expands to them, since on one node MPICH ignores them)."""
+    found = [
+        LibraryAlgorithm(collective, c.alg, mpich_layers.CANDIDATES_VARIABLE, c.alg)
+        for c in mpich_layers.candidates(collective)
+    ]
     for alg_prefix in ("", POSIX_PREFIX):
         name, _ = mpich_variable(collective, alg_prefix + "x")
         var = variable(name)
         for _, choice in var.choices if var else ():
-            if choice != AUTO:
-                found.append(LibraryAlgorithm(collective, alg_prefix + choice, name, choice))
+            alg = alg_prefix + choice
+            if choice != AUTO and alg not in {a.alg for a in found}:
+                found.append(LibraryAlgorithm(collective, alg, name, choice, legacy=True))
     return found
 
 
@@ -363,6 +376,29 @@ def library_algorithm(collective: str, alg: str) -> LibraryAlgorithm:
     return found[alg]
 
 
+# The variables that load MPICH's three selection files (runtime/mpich_trees.py).
+MPICH_FILE_VARIABLES = (
+    "MPIR_CVAR_CH4_COLL_SELECTION_TUNING_JSON_FILE",
+    "MPIR_CVAR_CH4_POSIX_COLL_SELECTION_TUNING_JSON_FILE",
+    "MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE",
+)
+
+
+def _mpich_files_problem(collective: str, alg: str) -> str | None:
+    """None if this launch loads the selection files of MPICH candidate ``alg``, else why
+    not: the launch must be started with them (a sweep's launches are)."""
+    named = os.environ.get(mpich_layers.CANDIDATES_VARIABLE, "")
+    missing = [v for v in MPICH_FILE_VARIABLES if not os.environ.get(v)]
+    if f"{collective}={alg}" in named.split(",") and not missing:
+        return None
+    return (
+        f"native:alg={alg} runs only in a launch that loads its MPICH selection files "
+        f"({', '.join(MPICH_FILE_VARIABLES)} and {mpich_layers.CANDIDATES_VARIABLE}="
+        f"{collective}={alg}): a sweep's launches are started so; here "
+        f"{mpich_layers.CANDIDATES_VARIABLE}={named or '(unset)'}"
+    )
+
+
 def variable_value_text(name: str) -> str:
     """'NAME=VALUE' as the library reads it now (VALUE '?' if it cannot be read)."""
     try:
@@ -373,6 +409,11 @@ def variable_value_text(name: str) -> str:
 
 def launch_setting(library: str, collective: str, alg: str) -> str:
     """How to set ``alg`` at launch, in words: 'VAR=VALUE' for the environment."""
+    if library == "mpich" and mpich_layers.is_candidate(collective, alg):
+        return (
+            f"the three MPICH selection files of candidate {alg} "
+            "(osu_dl_bench.runtime.mpich_trees.candidate_files_env writes them)"
+        )
     return " ".join(f"{k}={v}" for k, v in forcing_environment(library, {collective: alg}).items())
 
 
@@ -381,6 +422,8 @@ def forcing_problem(collective: str, alg: str) -> str | None:
     back as that algorithm), else a message naming what to set at launch."""
     wanted = library_algorithm(collective, alg)
     library = running_library() or "mpich"
+    if library == "mpich" and not wanted.legacy:
+        return _mpich_files_problem(collective, alg)
     checks = [(wanted.variable, wanted.value)]
     if library == "openmpi":
         checks.append(("coll_tuned_use_dynamic_rules", "1"))
@@ -439,6 +482,44 @@ def mpich_file_algorithms(path: str) -> list[tuple[str, str]]:
     return found
 
 
+# The MPIR file of MPICH's three-file export (selection/exports/mpich.py), and its
+# siblings of the other layers, by the variable that loads each.
+MPICH_EXPORT_SIBLINGS = {
+    ".mpich.ch4.json": "MPIR_CVAR_CH4_COLL_SELECTION_TUNING_JSON_FILE",
+    ".mpich.posix.json": "MPIR_CVAR_CH4_POSIX_COLL_SELECTION_TUNING_JSON_FILE",
+}
+MPICH_EXPORT_MPIR = ".mpich.mpir.json"
+
+
+def mpich_export_environment(path: str) -> dict[str, str]:
+    """The variables that load an MPICH export given by its MPIR file ``path``: the three
+    files of a three-file export (its ch4 and POSIX siblings beside it), with
+    MPIR_CVAR_COLLECTIVE_FALLBACK=error; an older single-file export as the MPIR layer
+    alone."""
+    env = {"MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE": path}
+    if not path.endswith(MPICH_EXPORT_MPIR):
+        return env
+    base = path.removesuffix(MPICH_EXPORT_MPIR)
+    for suffix, name in MPICH_EXPORT_SIBLINGS.items():
+        if os.path.isfile(base + suffix):
+            env[name] = base + suffix
+    if len(env) == 3:
+        env["MPIR_CVAR_COLLECTIVE_FALLBACK"] = "error"
+    return env
+
+
+def mpich_export_mpir_file(text: str) -> str:
+    """The MPIR file of the MPICH export ``text`` names: the export's base name (BASE of
+    BASE.mpich.mpir.json) or any one of its three files; any other path as given (an
+    older single-file export)."""
+    for suffix in MPICH_EXPORT_SIBLINGS:
+        if text.endswith(suffix):
+            return text.removesuffix(suffix) + MPICH_EXPORT_MPIR
+    if not os.path.exists(text) and os.path.isfile(text + MPICH_EXPORT_MPIR):
+        return text + MPICH_EXPORT_MPIR
+    return text
+
+
 def _offered(collectives: tuple[str, ...]) -> list[tuple[str, str]]:
     return [(c, a.alg) for c in collectives for a in library_algorithms(c)]
 
@@ -463,7 +544,7 @@ def selection_file_environment(library: str, path: str) -> dict[str, str]:
                 "abort every rank with an internal error when it reads the file"
             )
     if library == "mpich":
-        env = {"MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE": path}
+        env = mpich_export_environment(path)
         # A forced algorithm would win over the file (MPICH checks the CVAR first).
         env.update({mpich_variable(c, AUTO)[0]: AUTO for c in COLLECTIVES})
         return env

@@ -19,7 +19,7 @@ out="${OUT:-results}"
 mkdir -p "$run" "$out"
 . scripts/results_lib.sh  # (the repository root is the working directory)
 case "$lib" in
-    mpich) export_file="$run/table.mpich.json" ;;
+    mpich) export_file="$run/table" ;;  # the three files table.mpich.{ch4,posix,mpir}.json
     openmpi) export_file="$run/table.openmpi.rules" ;;
     *) echo "expected mpich or openmpi, got $lib" >&2; exit 2 ;;
 esac

@@ -2,11 +2,10 @@
 library beside MPI (the stand-in for NCCL in CPU-only runs of the NCCL-vs-MPI selection).
 
 Set-up (once per communicator, at bind time): rank and size come from the MPI
-communicator; rank 0 starts a ``TCPStore`` on a port the OS picks (port 0, so no race on a
-"free" port) and broadcasts ``host:port`` over MPI; every rank then builds one
-``ProcessGroupGloo`` on that store. The store's host is 127.0.0.1 when every rank shares
-one host (Gloo then runs over loopback), else rank 0's ``MASTER_ADDR`` or host name, with
-Gloo's device chosen by torch (``GLOO_SOCKET_IFNAME`` picks the interface). The group is
+communicator; rank 0 starts a ``TCPStore`` and every rank then builds one
+``ProcessGroupGloo`` on that store, each step bounded and its failure one message on every
+rank (backends/rendezvous.py: the store's address, each rank's device, the timeout).
+The group is
 cached on the communicator (``backends.cached_on_comm``), so every collective bound on the
 same communicator shares it; it is released, after a barrier, when the communicator is
 freed or at exit.
@@ -32,11 +31,8 @@ bindings used here: ``TCPStore``, ``ProcessGroupGloo(store, rank, size, options)
 
 from __future__ import annotations
 
-import datetime
 import functools
 import importlib.util
-import os
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -44,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from collectives import mpi
-from collectives.backends import bcast_bytes, cached_on_comm
+from collectives.backends import cached_on_comm, rendezvous
 from collectives.common import Scratch
 from collectives.registry import (
     CPU_BUFFERS,
@@ -61,10 +57,6 @@ BACKEND = "gloo"
 TORCH_MISSING = (
     "torch is not installed (pip install 'osu-dl-bench[gloo]' or torch==2.13.0 for the CPU build)"
 )
-# How long a rank waits for its peers at rendezvous and in a collective before Gloo raises
-# (the job is then aborted by the entry point instead of hanging).
-TIMEOUT = datetime.timedelta(minutes=5)
-LOOPBACK = "127.0.0.1"
 
 # Our op name -> torch.distributed.ReduceOp member.
 GLOO_OPS = {
@@ -117,45 +109,34 @@ def _all_on_one_host(comm: MPI.Comm) -> bool:
         local.Free()
 
 
-def _rendezvous_host(one_host: bool) -> str:
-    """Rank 0's address as the other ranks should reach it."""
-    if one_host:
-        return LOOPBACK
-    return os.environ.get("MASTER_ADDR") or socket.gethostname()
-
-
-def _store(comm: MPI.Comm, one_host: bool) -> Any:
-    """A TCPStore hosted by rank 0 on a port the OS chose, joined by every rank."""
-    from torch.distributed import TCPStore
-
-    rank, size = comm.Get_rank(), comm.Get_size()
-    store, address = None, ""
-    if rank == 0:
-        host = _rendezvous_host(one_host)
-        store = TCPStore(host, 0, size, True, TIMEOUT, wait_for_workers=False)
-        address = f"{host}:{store.port}"
-    address = bcast_bytes(comm, address.encode()).decode()
-    if rank != 0:
-        host, _, port = address.rpartition(":")
-        store = TCPStore(host, int(port), size, False, TIMEOUT)
-    return store
+def _exchange(comm: MPI.Comm) -> rendezvous.Exchange:
+    """Every rank's value over ``comm``, in rank order."""
+    return comm.allgather
 
 
 def _new_process_group(comm: MPI.Comm) -> Any:
     """A ProcessGroupGloo over the ranks of ``comm`` (collective over ``comm``)."""
     from torch.distributed import ProcessGroupGloo
 
-    one_host = _all_on_one_host(comm)
-    store = _store(comm, one_host)
+    exchange = _exchange(comm)
+    meeting = rendezvous.meeting_place(exchange, _all_on_one_host(comm))
     rank, size = comm.Get_rank(), comm.Get_size()
-    if not one_host:
-        # torch's own device choice: GLOO_SOCKET_IFNAME, else the host name's address.
-        return ProcessGroupGloo(store, rank, size, TIMEOUT)
-    options = ProcessGroupGloo._Options()
-    # Loopback explicitly: the host name may resolve to an address peers cannot use.
-    options._devices = [ProcessGroupGloo.create_device(hostname=LOOPBACK)]
-    options._timeout = TIMEOUT
-    return ProcessGroupGloo(store, rank, size, options)
+    store = rendezvous.store(exchange, rank, size, meeting)
+
+    def group() -> Any:
+        if meeting.device is None:
+            # torch's own device choice: GLOO_SOCKET_IFNAME, else the host name's address.
+            return ProcessGroupGloo(store, rank, size, meeting.timeout)
+        options = ProcessGroupGloo._Options()
+        # The device's address explicitly: the host name's may be one peers cannot
+        # reach, or loopback.
+        address = meeting.device.address
+        options._devices = [ProcessGroupGloo.create_device(hostname=address)]
+        options._timeout = meeting.timeout
+        return ProcessGroupGloo(store, rank, size, options)
+
+    what = f"the Gloo group did not start within {meeting.timeout.total_seconds():g} s"
+    return rendezvous.agreed(exchange, what, group)
 
 
 def process_group(comm: MPI.Comm) -> Any:

@@ -173,3 +173,24 @@ def add_rule_arguments(parser: argparse.ArgumentParser) -> None:
         help="a candidate replaces native only where its expected gain exceeds this zone, "
         f"and candidates within it of the best count as tied (default {INDIFFERENCE})",
     )
+
+
+def add_stall_timeout_argument(parser: argparse.ArgumentParser) -> None:
+    """--stall-timeout SECONDS, as sweep and train-bench take it: a job that writes
+    nothing for this long is stopped, with its ranks' heartbeats reported."""
+    from osu_dl_bench.jobs.sweep_config import (
+        DEFAULT_STALL_TIMEOUT,
+        MAX_STALL_TIMEOUT,
+        MIN_STALL_TIMEOUT,
+    )
+
+    parser.add_argument(
+        "--stall-timeout",
+        type=seconds_from(
+            MIN_STALL_TIMEOUT, MAX_STALL_TIMEOUT, "three heartbeat periods of a healthy job"
+        ),
+        default=DEFAULT_STALL_TIMEOUT,
+        metavar="SECONDS",
+        help=f"stop a job that reports no progress for this long "
+        f"(default {DEFAULT_STALL_TIMEOUT:g})",
+    )

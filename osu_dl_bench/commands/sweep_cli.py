@@ -10,9 +10,9 @@ from collectives.topology import emulated_ranks_per_node
 from osu_dl_bench.commands.arguments import (
     DEVICE_HELP,
     add_rule_arguments,
+    add_stall_timeout_argument,
     positive_int,
     positive_minutes,
-    seconds_from,
     seconds_up_to,
     whole_number_up_to,
 )
@@ -22,14 +22,11 @@ from osu_dl_bench.jobs.sweep_config import (
     DEFAULT_COLLECTIVES,
     DEFAULT_LAUNCHES,
     DEFAULT_SIZES,
-    DEFAULT_STALL_TIMEOUT,
     DEFAULT_TIME_LIMIT,
     GROUP_NAME,
     LAUNCHERS,
     MAX_BUDGET,
     MAX_LAUNCHES,
-    MAX_STALL_TIMEOUT,
-    MIN_STALL_TIMEOUT,
     MPI_LIBRARIES,
     SweepConfig,
     check_script_values,
@@ -184,16 +181,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=THREAD_LEVELS,
         help="MPI thread level (default single)",
     )
-    parser.add_argument(
-        "--stall-timeout",
-        type=seconds_from(
-            MIN_STALL_TIMEOUT, MAX_STALL_TIMEOUT, "three heartbeat periods of a healthy job"
-        ),
-        default=DEFAULT_STALL_TIMEOUT,
-        metavar="SECONDS",
-        help=f"stop a job that reports no progress for this long "
-        f"(default {DEFAULT_STALL_TIMEOUT:g})",
-    )
+    add_stall_timeout_argument(parser)
     _add_batch_arguments(parser)
     parser.add_argument("--orchestrated", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--plan-only", action="store_true", help=argparse.SUPPRESS)
@@ -360,21 +348,10 @@ def start(cfg: SweepConfig) -> int:
     from osu_dl_bench.runtime.start import init_mpi
 
     if cfg.inside:
-        _start_heartbeat()
+        from osu_dl_bench.measurement import heartbeat
+
+        heartbeat.start_for_this_rank()
     mpi = init_mpi(cfg.thread_level)
     from osu_dl_bench.jobs.worker import run_inside, run_plan_only
 
     return run_plan_only(cfg) if cfg.plan_only else run_inside(mpi.COMM_WORLD, cfg)
-
-
-def _start_heartbeat() -> None:
-    """This rank's heartbeat, before MPI starts, where the orchestrator asked for one (a
-    rank stuck in MPI's start-up shows as such in a stall report)."""
-    import sys
-
-    from osu_dl_bench.measurement import heartbeat
-    from osu_dl_bench.runtime.launcher import launcher_rank
-
-    warning = heartbeat.start_from_environment(launcher_rank())
-    if warning:
-        print(f"osu-dl-bench: warning: {warning}", file=sys.stderr, flush=True)

@@ -29,13 +29,16 @@ summary) and OUT.txt (the table).
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from osu_dl_bench.commands.train_bench_cli import resume_command, worker_argv
 from osu_dl_bench.paths import check_writable_file
 from osu_dl_bench.train.bench_config import TrainBenchConfig, recorded_options, workload
+
+if TYPE_CHECKING:
+    from osu_dl_bench.jobs.orchestrate import JobKey, JobOutcome
 
 
 def run_train_bench(cfg: TrainBenchConfig) -> int:
@@ -46,7 +49,7 @@ def run_train_bench(cfg: TrainBenchConfig) -> int:
         return _run_worker(cfg)
     check_writable_file("--out", f"{cfg.out}.txt", make_parents=True)
     from osu_dl_bench.jobs.experiment import RecordedExperiment, Turn, run_recorded
-    from osu_dl_bench.jobs.orchestrate import JobFailed, JobOutcome
+    from osu_dl_bench.jobs.orchestrate import Heartbeats, JobFailed
     from osu_dl_bench.train.bench_report import merge_parts, training_points
     from osu_dl_bench.train.comparison import groups_for
     from osu_dl_bench.train.config import check_train_config, require_libraries
@@ -63,7 +66,8 @@ def run_train_bench(cfg: TrainBenchConfig) -> int:
         "train-bench", recorded_options(cfg), cfg.out, "--out", (cfg.np,), cfg.launches, groups,
         resume=cfg.resume, seed=cfg.seed,
     )  # fmt: skip
-    started: list[str] = []
+    started: list[tuple[str, JobOutcome]] = []
+    heartbeats = Heartbeats(cfg.out)
 
     def launch(turn: Turn) -> JobOutcome:
         _, number, group = turn.job
@@ -71,15 +75,16 @@ def run_train_bench(cfg: TrainBenchConfig) -> int:
             f"# launch {number}/{cfg.launches}, group {group} ({turn.index} of {turn.total})",
             flush=True,
         )
-        what = f"launch {number} of group {group}"
-        started.append(what)
-        code = launch_job(job_command(cfg, number, group, str(turn.part)), cfg.timeout, what)
-        return JobOutcome(code, finished=False, failures=0)
+        command = job_command(cfg, number, group, str(turn.part))
+        outcome = follow_launch(cfg, command, turn.job, heartbeats)
+        started.append((f"launch {number} of group {group}", outcome))
+        return outcome
 
     try:
         found = run_recorded(spec, launch, training_points)
     except JobFailed as exc:
-        print(_stopped_message(cfg, started[-1], exc.code), file=sys.stderr, flush=True)
+        what, outcome = started[-1]
+        print(_stopped_message(cfg, what, outcome), file=sys.stderr, flush=True)
         return exc.code or 1
     if found.code != 0:
         return found.code
@@ -88,12 +93,23 @@ def run_train_bench(cfg: TrainBenchConfig) -> int:
     return 0
 
 
-def _stopped_message(cfg: TrainBenchConfig, what: str, code: int) -> str:
-    """What stopped the run, where its launches are kept and the command that continues
-    it (the run directory is kept: a new run into it is refused without --resume)."""
+def _stopped_message(cfg: TrainBenchConfig, what: str, outcome: JobOutcome) -> str:
+    """What stopped the run (a stall, the time limit, an exit code), where its launches
+    are kept and the command that continues it (the run directory is kept: a new run into
+    it is refused without --resume)."""
+    if outcome.over_limit:
+        why = f"did not finish within {cfg.timeout:g} s (--timeout) and was stopped"
+    elif outcome.stalled_at is not None:
+        why = (
+            f"reported nothing for {cfg.stall_timeout:g} s (--stall-timeout) while "
+            f"measuring {outcome.stalled_at} and was stopped"
+        )
+        why += f": {outcome.stall.summary()}" if outcome.stall is not None else ""
+    else:
+        why = f"ended with exit code {outcome.code}"
     return (
-        f"osu-dl-bench: error: {what} ended with exit code {code}; the launches measured "
-        f"so far are kept in {cfg.out}: continue with {resume_command(cfg)}"
+        f"osu-dl-bench: error: {what} {why}; the launches measured so far are kept in "
+        f"{cfg.out}: continue with {resume_command(cfg)}"
     )
 
 
@@ -116,31 +132,35 @@ def job_command(
     return mpi_command(cfg.np, ["-m", "osu_dl_bench", *worker_argv(cfg, launch, group, part)])
 
 
-def launch_job(cmd: list[str], timeout: float, what: str = "the train-bench job") -> int:
-    """Run the job to its end and return its exit code; stop it past ``timeout`` seconds
-    (exit 1) or on Ctrl-C (exit 130), so a hung job never hangs the command."""
+def follow_launch(cfg: TrainBenchConfig, cmd: list[str], job: JobKey, heartbeats) -> JobOutcome:
+    """Run one launch to its end through the job launcher, as sweep runs its jobs: stopped,
+    with its ranks' heartbeats reported, when it writes nothing for the stall timeout
+    (exit 1), past ``--timeout`` (exit 1) or on Ctrl-C (exit 130), so a hung job never
+    hangs the command. Its ranks wait at a Gloo rendezvous for part of the stall timeout
+    only (jobs.launch.rendezvous_environment)."""
     from osu_dl_bench.jobs import launch
+    from osu_dl_bench.jobs.orchestrate import JobOutcome, run_followed
+    from osu_dl_bench.jobs.progress import Progress
 
+    env = launch.mpi_environment(extra=launch.rendezvous_environment(cfg.stall_timeout))
+    quiet = Progress({}, interactive=False)  # a launch's lines say how it goes
     try:
-        return launch.run(cmd, timeout, stdout=None, stderr=None).returncode
-    except subprocess.TimeoutExpired:
-        print(
-            f"osu-dl-bench: error: {what} did not finish within {timeout:g} s "
-            "(--timeout) and was stopped",
-            file=sys.stderr,
-            flush=True,
-        )
-        return 1
+        outcome = run_followed(cmd, env, job, quiet, cfg.stall_timeout, heartbeats, cfg.timeout)
     except KeyboardInterrupt:
-        print(f"\ninterrupted: {what} was stopped", file=sys.stderr, flush=True)
-        return 130
+        print("\ninterrupted: the launch was stopped", file=sys.stderr, flush=True)
+        return JobOutcome(130, finished=False, failures=0)
+    if outcome.over_limit:
+        return JobOutcome(1, finished=False, failures=0, over_limit=True)
+    return outcome
 
 
 def _run_worker(cfg: TrainBenchConfig) -> int:
     """Inside mpiexec: measure this launch; rank 0 leaves its record where the command
     asked (--part), else (a worker run by hand) reports this one launch."""
+    from osu_dl_bench.measurement import heartbeat
     from osu_dl_bench.train.bench_launch import measure_launch, write_launch_record
 
+    heartbeat.start_for_this_rank()  # where the command following the launch asked
     record = measure_launch(cfg)
     if record is None:
         return 0  # not rank 0

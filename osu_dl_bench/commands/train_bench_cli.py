@@ -9,6 +9,7 @@ import shlex
 
 from collectives.units import split_variant_texts
 from osu_dl_bench.commands.arguments import (
+    add_stall_timeout_argument,
     non_negative_int,
     output_stem,
     positive_int,
@@ -73,6 +74,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--table", default=None, help="tuning table for the 'tuned' row")
     parser.add_argument(
+        "--adapted-table",
+        default=None,
+        metavar="T",
+        help="a table `osu-dl-bench train --adapt --write-table T` wrote (the choices kept "
+        "in training), measured as 'tuned/adapted' beside 'tuned'",
+    )
+    parser.add_argument(
         "--device",
         choices=("cpu", "cuda"),
         default="cpu",
@@ -100,6 +108,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_TIMEOUT_S,
         help=f"stop a launch if it runs longer (default {DEFAULT_TIMEOUT_S:g} s)",
     )
+    add_stall_timeout_argument(parser)
     parser.add_argument(
         "--seed",
         type=non_negative_int,
@@ -143,9 +152,11 @@ def config_from_args(args: argparse.Namespace) -> TrainBenchConfig:
         threads=args.threads,
         out=args.out,
         timeout=args.timeout,
+        stall_timeout=args.stall_timeout,
         seed=args.seed,
         device=args.device,
         only=args.only,
+        adapted_table=args.adapted_table,
         resume=args.resume,
         worker=args.worker,
         launch=args.launch,

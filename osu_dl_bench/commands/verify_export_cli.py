@@ -8,6 +8,7 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
+from collectives import mpit
 from osu_dl_bench.commands.arguments import seconds_up_to, whole_number, whole_number_up_to
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.c_client import DEFAULT_TIMEOUT
@@ -35,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "file",
         metavar="FILE",
-        help="an exported selection file: NAME.mpich.json (MPICH) or NAME.openmpi.rules "
+        help="an exported selection file: MPICH's NAME (its NAME.mpich.{ch4,posix,mpir}.json, "
+        "or any one of them; an older NAME.mpich.json) or NAME.openmpi.rules "
         "(Open MPI's classic dynamic rules)",
     )
     parser.add_argument(
@@ -153,10 +155,12 @@ class VerifyExportConfig:
 
 def config_from_args(args: argparse.Namespace) -> VerifyExportConfig:
     """The VerifyExportConfig of parsed arguments; a FILE that is not there is refused here."""
-    if not Path(args.file).is_file():
+    # MPICH's export is three files: its base name or any one of them names all three.
+    file = mpit.mpich_export_mpir_file(args.file)
+    if not Path(file).is_file():
         raise UsageError(f"{args.file}: no such file (expected an exported selection file)")
     return VerifyExportConfig(
-        file=args.file,
+        file=file,
         nprocs=args.np,
         message_size=args.message_size,
         collectives=args.collectives,

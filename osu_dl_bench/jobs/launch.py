@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from collectives.backends.rendezvous import RENDEZVOUS_TIMEOUT_VARIABLE
 from collectives.shape import JobShape
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.sweep_config import SRUN_MPI_PLUGIN, SweepConfig
@@ -219,11 +220,13 @@ def mpi_environment(
 
 @dataclass(frozen=True)
 class Ended:
-    """How a followed job ended: its exit code (negative: the signal that ended it) and
-    whether it was stopped for writing nothing for the stall timeout."""
+    """How a followed job ended: its exit code (negative: the signal that ended it),
+    whether it was stopped for writing nothing for the stall timeout, and whether for
+    running past its time limit."""
 
     code: int
     stalled: bool = False
+    over_limit: bool = False
 
 
 def start(
@@ -283,18 +286,35 @@ def follow(
     stall_timeout: float,
     on_line: Callable[[str], object],
     on_stall: Callable[[], object] | None = None,
+    limit: float | None = None,
 ) -> Ended:
     """Hand each line the job writes to its stdout pipe to ``on_line`` until it ends; stop
     it if it writes nothing (or does not exit after closing its output) for
     ``stall_timeout`` seconds, after calling ``on_stall()`` while its processes are still
-    there to be looked at. Any exception, KeyboardInterrupt included, stops it too."""
+    there to be looked at, or once it has run ``limit`` seconds (None: no limit). Any
+    exception, KeyboardInterrupt included, stops it too."""
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
+    deadline = None if limit is None else time.monotonic() + limit
+
+    def wait() -> float:
+        """The stall timeout, or less where the limit comes first."""
+        if deadline is None:
+            return stall_timeout
+        return max(0.0, min(stall_timeout, deadline - time.monotonic()))
+
+    def over() -> bool:
+        return deadline is not None and time.monotonic() >= deadline
+
     try:
-        while (line := lines.get(timeout=stall_timeout)) is not None:
+        while (line := lines.get(timeout=wait())) is not None:
             on_line(line)
-        return Ended(proc.wait(stall_timeout))
+            if over():
+                return Ended(stop(proc), over_limit=True)
+        return Ended(proc.wait(wait()))
     except (queue.Empty, subprocess.TimeoutExpired):
+        if over():
+            return Ended(stop(proc), over_limit=True)
         try:
             if on_stall is not None:
                 on_stall()
@@ -403,7 +423,16 @@ def job_environment(
     ``forced``, the variables forcing a library algorithm (they win over the no-busy-poll
     settings: a forced POSIX algorithm is what the launch is for)."""
     local = nprocs if cfg.launcher == "mpiexec" else expected_shape(cfg, nprocs).ranks_per_node
-    return mpi_environment(local, {**library_environment(cfg.mpi), **(forced or {})})
+    given = {**library_environment(cfg.mpi), **rendezvous_environment(cfg.stall_timeout)}
+    return mpi_environment(local, {**given, **(forced or {})})
+
+
+def rendezvous_environment(stall_timeout: float) -> dict[str, str]:
+    """How long a job's ranks wait for each other at a Gloo rendezvous: a quarter of the
+    stall timeout, so a rendezvous that cannot connect ends the job with its own message
+    before the job is stopped as stalled (TCPStore tries a timed-out connect once more:
+    a 5 s timeout gave up after 12 s here)."""
+    return {RENDEZVOUS_TIMEOUT_VARIABLE: f"{stall_timeout / 4:g}"}
 
 
 # --- as a command -------------------------------------------------------------------------

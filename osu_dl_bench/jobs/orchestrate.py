@@ -130,14 +130,15 @@ def launch_order(
 @dataclass
 class JobOutcome:
     """How a job ended: its exit code, whether it finished its points, the point it was
-    measuring when it stalled (None if it did not) and what its ranks' heartbeats said
-    then (None without heartbeats)."""
+    measuring when it stalled (None if it did not), what its ranks' heartbeats said
+    then (None without heartbeats) and whether it was stopped at its time limit."""
 
     code: int
     finished: bool
     failures: int
     stalled_at: str | None = None
     stall: StallReport | None = None
+    over_limit: bool = False
 
 
 class _JobLines:
@@ -159,7 +160,9 @@ class _JobLines:
         elif event["event"] == "plan":
             self.progress.replan(self.job, event["todo"])
         elif event["event"] == "measuring":
-            self.measuring = f"{event['collective']} {event['size_bytes']} B"
+            # A sweep names its point; other experiments say what they measure.
+            what = event.get("what")
+            self.measuring = what or f"{event['collective']} {event['size_bytes']} B"
         elif event["event"] == "point":
             self.progress.advance()
         elif event["event"] == "done":
@@ -172,10 +175,12 @@ def follow_job(
     progress: Progress,
     stall_timeout: float,
     heartbeats: Path | None = None,
+    limit: float | None = None,
 ) -> JobOutcome:
     """Pass a job's ordinary lines through, turn its events into progress, and stop it if
     it reports nothing for ``stall_timeout`` seconds (a hung algorithm must not hang the
-    sweep), after reporting what its ranks' heartbeats in ``heartbeats`` say."""
+    sweep), after reporting what its ranks' heartbeats in ``heartbeats`` say, or once it
+    has run ``limit`` seconds (None: no limit)."""
     lines = _JobLines(job, progress)
     reports: list[StallReport] = []
 
@@ -194,7 +199,9 @@ def follow_job(
             flush=True,
         )
 
-    ended = launch.follow(proc, stall_timeout, lines.take, report_stall)
+    ended = launch.follow(proc, stall_timeout, lines.take, report_stall, limit)
+    if ended.over_limit:
+        return JobOutcome(ended.code, False, 0, over_limit=True)
     if ended.stalled:
         stall = reports[0] if reports else None
         return JobOutcome(ended.code, False, 0, stalled_at=lines.measuring, stall=stall)
@@ -259,14 +266,28 @@ def run_job(
     """Launch one job (a process count's launch of one group) and follow it until it ends;
     ``forced``: the variables that force a library algorithm's group (the planner's);
     ``heartbeats``: where its ranks keep theirs (None: they keep none)."""
-    nprocs = job[0]
-    env = job_environment(cfg, nprocs, forced)
+    env = job_environment(cfg, job[0], forced)
+    return run_followed(job_command(cfg, *job), env, job, progress, cfg.stall_timeout, heartbeats)
+
+
+def run_followed(
+    cmd: list[str],
+    env: dict[str, str],
+    job: JobKey,
+    progress: Progress,
+    stall_timeout: float,
+    heartbeats: Heartbeats | None = None,
+    limit: float | None = None,
+) -> JobOutcome:
+    """Start ``cmd`` as ``job`` with its ranks' heartbeats in a folder of ``heartbeats``
+    (None: none) and follow it until it ends, stopping it, with a stall report, if it
+    writes nothing for ``stall_timeout`` seconds, or once it has run ``limit`` seconds."""
     folder = heartbeats.make(job) if heartbeats is not None else None
     if folder is not None:
-        env[heartbeat.DIRECTORY_ENV] = str(folder)
+        env = {**env, heartbeat.DIRECTORY_ENV: str(folder)}
     try:
-        proc = launch.start(job_command(cfg, *job), env=env)
-        return follow_job(proc, job, progress, cfg.stall_timeout, folder)
+        proc = launch.start(cmd, env=env)
+        return follow_job(proc, job, progress, stall_timeout, folder, limit)
     finally:
         if heartbeats is not None:
             heartbeats.remove(folder)

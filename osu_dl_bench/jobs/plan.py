@@ -8,8 +8,10 @@ and every job run it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from collectives import (
@@ -19,6 +21,7 @@ from collectives import (
     Variant,
     algorithms,
     distinct_variants,
+    mpich_layers,
     mpit,
 )
 from collectives.buffers import array_module
@@ -38,6 +41,8 @@ from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.sweep_config import SweepConfig
 from osu_dl_bench.measurement.kernel import plan_variants
 from osu_dl_bench.measurement.store import FOCUS_KEY, POINT_KEY, RunStore
+from osu_dl_bench.runtime.launcher import posix_pinned
+from osu_dl_bench.runtime.mpich_trees import candidate_files_env, generic_trees
 
 
 def _distinct(variants: list[Variant]) -> list[Variant]:
@@ -78,8 +83,10 @@ def _library_variants(collective: str, text: str) -> list[Variant] | None:
     key, _, alg = params.partition("=")
     if name != "native" or key.strip() != "alg":
         return None
-    offered = [a.alg for a in mpit.library_algorithms(collective)]
-    wanted = offered if alg.strip() == "all" else [alg.strip()] if alg.strip() in offered else []
+    found = mpit.library_algorithms(collective)
+    offered = [a.alg for a in found]
+    every = [a.alg for a in found if not a.legacy]
+    wanted = every if alg.strip() == "all" else [alg.strip()] if alg.strip() in offered else []
     return [parse_variant(collective, f"native:alg={each}") for each in wanted]
 
 
@@ -246,9 +253,33 @@ def forced_in(plans: list[CollectivePlan]) -> dict[str, str]:
     }
 
 
-def group_environment(plans: list[CollectivePlan], group: str) -> dict[str, str]:
+# Where a sweep writes the MPICH selection files its launches load, one folder per
+# isolation group, inside the run directory.
+MPICH_FILES_DIR = "mpich_files"
+
+
+def library_sweep(setting: SweepSetting) -> bool:
+    """Whether a sweep measures MPICH's layered candidates (native:alg=NAME of
+    collectives.mpich_layers): then every launch loads selection files."""
+    return any(
+        mpich_layers.is_candidate(collective, str(forced_alg(v)))
+        for collective, variants in setting.variants.items()
+        for v in variants
+        if forced_alg(v) is not None
+    )
+
+
+def group_environment(
+    plans: list[CollectivePlan], group: str, run_dir: str | None = None, library: bool = False
+) -> dict[str, str]:
     """What a group's launches need in their environment: the variables that force its
-    library algorithm (none for other groups)."""
+    library algorithm (none for other groups). In a library sweep (``library``) under
+    MPICH every group, the default's included, loads MPICH's three selection files, written
+    into ``run_dir``: the generic trees, or a candidate's (runtime.mpich_trees), with
+    MPIR_CVAR_COLLECTIVE_FALLBACK=error."""
+    if library and run_dir is not None and _library(group) == "mpich":
+        forced = forced_in(plans) if is_forced_group(group) else {}
+        return candidate_files_env(Path(run_dir) / MPICH_FILES_DIR / group, forced)
     if not is_forced_group(group):
         return {}
     return mpit.forcing_environment(_library(group), forced_in(plans))
@@ -281,11 +312,37 @@ def plan_collectives(
     for name in cfg.collectives:
         spec = SPECS[name]
         ctx = CallContext(nprocs, setting.etype, setting.op_for(spec), cfg.device, nodes, ppn)
-        variants = [v for v in setting.variants[name] if in_group(v, group)]
-        plan = plan_variants(variants, ctx)
         counts = cfg.element_counts(name, setting.etype.itemsize)
-        plans.append(CollectivePlan(spec, counts, plan.eligible, plan.skipped, shape))
+        sizes = [n * setting.etype.itemsize for n in counts]
+        # MPICH's candidates that run the default's code everywhere have no launches of
+        # their own: the MPI library's group lists them, with the reason.
+        kept, same = mpich_default_paths(name, setting.variants[name], shape, sizes)
+        plan = plan_variants([v for v in kept if in_group(v, group)], ctx)
+        listed = same if group in (None, MPI_GROUP) else []
+        plans.append(CollectivePlan(spec, counts, plan.eligible, [*plan.skipped, *listed], shape))
     return plans
+
+
+def mpich_default_paths(
+    collective: str, variants: list[Variant], shape: JobShape, sizes: list[int]
+) -> tuple[list[Variant], list[tuple[Variant, str]]]:
+    """The path proof before timing (collectives.mpich_layers): MPICH's candidates that
+    run the default's code at every swept size in this job's shape are not measured
+    (skipped with the reason); the others are. Other variants pass through."""
+    forced = [v for v in variants if mpich_layers.is_candidate(collective, str(forced_alg(v)))]
+    if not forced or not sizes or mpit.running_library() != "mpich":
+        return variants, []
+    base = generic_trees().trees
+    pinned = posix_pinned(shape.ranks_per_node)
+    call = mpich_layers.Call(collective, shape.nprocs, shape.nodes, sizes[0], oversubscribed=pinned)
+    skipped = []
+    for variant in forced:
+        cand = mpich_layers.candidate(collective, str(forced_alg(variant)))
+        same = mpich_layers.candidate_sizes(cand, call, sizes, base)
+        if len(same) == len(sizes):
+            skipped.append((variant, f"runs MPICH's default code at every size: {same[sizes[0]]}"))
+    gone = {id(v) for v, _ in skipped}
+    return [v for v in variants if id(v) not in gone], skipped
 
 
 @dataclass(frozen=True)
@@ -431,7 +488,7 @@ def job_plan(
         for plan in plans
         for v, reason in plan.skipped
     ]
-    env = group_environment(plans, slot.group)
+    env = group_environment(plans, slot.group, cfg.output, library_sweep(setting))
     if slot.group == FILE_GROUP and cfg.library_file:
         env = mpit.selection_file_environment(_library(slot.group), cfg.library_file)
     return JobPlan(nprocs, points, todo, skipped, slot.launch, slot.group, env)
@@ -448,5 +505,14 @@ def forcing_proof(plans: list[CollectivePlan], group: str) -> dict[str, dict[str
         if problem is not None:
             raise UsageError(f"group {group}: {problem}", agreed=True)
         wanted = mpit.library_algorithm(collective, alg)
+        if (
+            mpit.running_library() == "mpich" and not wanted.legacy
+        ):  # files, not an MPI_T variable, set it
+            proof[f"{collective} {wanted.variable}"] = {
+                "set": wanted.value,
+                "read": os.environ.get(wanted.variable, ""),
+                "files": {v: os.environ.get(v, "") for v in mpit.MPICH_FILE_VARIABLES},
+            }
+            continue
         proof[wanted.variable] = {"set": wanted.value, "read": mpit.current_choice(wanted.variable)}
     return proof

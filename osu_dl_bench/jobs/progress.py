@@ -150,7 +150,9 @@ def skipped_lines(nprocs: int, skipped: list[dict[str, str]]) -> list[str]:
     """One line per skipped algorithm (its grid variants share the reason)."""
     grouped: dict[tuple[str, str, str], int] = {}
     for item in skipped:
-        name = item["algorithm"].partition(":")[0]
+        label = item["algorithm"]
+        # a library candidate keeps its name; grid variants of one algorithm share a line
+        name = label if label.startswith("native:alg=") else label.partition(":")[0]
         key = (item["collective"], name, item["reason"])
         grouped[key] = grouped.get(key, 0) + 1
     return [

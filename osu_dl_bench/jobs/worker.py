@@ -428,7 +428,10 @@ def _fingerprint_fields(comm: MPI.Comm, cfg: SweepConfig, slot: LaunchSlot) -> d
     fingerprints of this launch at the sweep's sizes (mpit.fingerprints), in every group:
     the library's default, with the file, and each algorithm the file names, forced."""
     sizes = sorted({size for size in cfg.sizes() if size >= 8})
-    if not cfg.library_file or "allreduce" not in cfg.collectives or not sizes:
+    # A library sweep's launches load MPICH's selection files: their fingerprints are the
+    # run-time half of each candidate's path proof (tune compares them with the default's).
+    loads_files = bool(os.environ.get(mpit.MPICH_FILE_VARIABLES[0]))
+    if not (cfg.library_file or loads_files) or "allreduce" not in cfg.collectives or not sizes:
         return {}
     return {"fingerprints": mpit.fingerprints(comm, sizes)}
 

@@ -293,6 +293,18 @@ def start_from_environment(rank: int) -> str | None:
     return None
 
 
+def start_for_this_rank() -> None:
+    """This rank's heartbeat, before MPI starts, where the job's launcher asked for one (a
+    rank stuck in MPI's start-up shows as such in a stall report); a warning if it cannot."""
+    import sys
+
+    from osu_dl_bench.runtime.launcher import launcher_rank
+
+    warning = start_from_environment(launcher_rank())
+    if warning:
+        print(f"osu-dl-bench: warning: {warning}", file=sys.stderr, flush=True)
+
+
 # --- the launcher's side ------------------------------------------------------------------
 
 

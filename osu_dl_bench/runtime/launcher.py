@@ -52,6 +52,14 @@ def avoid_busy_polling_when_oversubscribed() -> bool:
     return True
 
 
+def posix_pinned(ranks_on_host: int) -> bool:
+    """Whether MPICH's POSIX layer is pinned to MPIR for a job with ``ranks_on_host`` ranks
+    on a host: by avoid_busy_polling_when_oversubscribed, or by the user's own setting."""
+    if ranks_on_host > (os.cpu_count() or 1):
+        return True
+    return any(os.environ.get(name) == value for name, value in OVERSUBSCRIBED_CVARS.items())
+
+
 def launcher_size() -> int:
     """Ranks in the job as the launcher (mpiexec, srun) announced them, before MPI is
     initialised; 1 outside a launch (a batch script's own SLURM_NTASKS does not count)."""

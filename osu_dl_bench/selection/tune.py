@@ -47,13 +47,14 @@ from typing import Any
 
 import pandas as pd
 
-from collectives import mpit
+from collectives import mpich_layers, mpit
 from collectives.registry import NULL_CONTROL, NULL_CONTROLS, parse_variant, twin_representatives
 from collectives.units import format_size
 from osu_dl_bench import __version__
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import POINT_KEY, RunStore, collective_rows, round_values
 from osu_dl_bench.runtime.metadata import utc_now
+from osu_dl_bench.runtime.mpich_trees import generic_trees
 from osu_dl_bench.selection.estimate import Measured, entry_ratios, run_pool
 from osu_dl_bench.selection.evidence import LaunchPool
 from osu_dl_bench.selection.null_control import NULL_FIELD, entry_nulls, null_record
@@ -817,6 +818,34 @@ def evidence_record(
     }
 
 
+def _skipped_library_candidates(metadata: dict[str, Any]) -> list[str]:
+    """'p=2 allreduce native:alg=NAME: REASON' for each library candidate a sweep left
+    unmeasured (MPICH's that run the default's code: jobs.plan.mpich_default_paths)."""
+    found: dict[str, None] = {}
+    for nprocs, job in sorted((metadata.get("jobs") or {}).items()):
+        launches = job.get("launches") if isinstance(job, dict) else None
+        for entry in (launches or {}).values():
+            for item in entry.get("skipped") or [] if isinstance(entry, dict) else []:
+                if str(item.get("algorithm", "")).startswith(LIBRARY_PREFIX):
+                    text = f"p={nprocs} {item['collective']} {item['algorithm']}: {item['reason']}"
+                    found[text] = None
+    return list(found)
+
+
+def _group_fingerprints(metadata: dict[str, Any]) -> dict[str, dict[str, dict[str, list]]]:
+    """p -> group -> size -> every rank's allreduce fingerprint (collectives.mpit), from
+    the first launch of each isolation group that recorded them."""
+    found: dict[str, dict[str, dict[str, list]]] = {}
+    for nprocs, job in (metadata.get("jobs") or {}).items():
+        launches = job.get("launches") if isinstance(job, dict) else None
+        for key, entry in sorted((launches or {}).items()):
+            prints = entry.get("fingerprints") if isinstance(entry, dict) else None
+            group = key.partition("/")[2]
+            if prints and group not in found.setdefault(str(nprocs), {}):
+                found[str(nprocs)][group] = {str(k): v for k, v in prints.items()}
+    return found
+
+
 def _first_found(metadata: dict[str, Any], *names: str) -> Any:
     """The first of ``names`` found at the top level or in any job entry."""
     for name in names:
@@ -905,7 +934,17 @@ def table_and_pool(
     nulls = decision_nulls(rows, decisions, rule)
     if nulls:
         header[NULL_FIELD] = null_record(nulls, rule)
-    library = library_tuning(rows, _first_found(metadata, "mpi_library"), warn, rule, period)
+    version = _first_found(metadata, "mpi_library")
+    pinned = bool(_first_found(metadata, "mpich_posix_cvars"))
+    if mpit.library_of(str(version or "")) == "mpich":
+        rows = without_default_code(rows, pinned, warn)
+    library = library_tuning(rows, version, warn, rule, period)
+    if library is not None and library["library"] == "mpich":
+        # The POSIX layer's setting the candidates were measured under (oversubscribed
+        # launches pin it to MPIR: runtime.launcher.OVERSUBSCRIBED_CVARS).
+        library["mpich_posix_cvars"] = _first_found(metadata, "mpich_posix_cvars") or ""
+        library["not_measured"] = _skipped_library_candidates(metadata)
+        library["fingerprints"] = _group_fingerprints(metadata)
     if library is not None:
         header[LIBRARY_TUNING] = library
     # A stored pool borrowed for one launch is not this run's to store again.
@@ -927,6 +966,36 @@ LIBRARY_PREFIX = "native:alg="
 def is_library_candidate(label: str) -> bool:
     """Whether a result's algorithm label is a library algorithm forced at launch."""
     return label.startswith(LIBRARY_PREFIX)
+
+
+def without_default_code(rows: pd.DataFrame, pinned: bool, warn: list[str]) -> pd.DataFrame:
+    """``rows`` less MPICH's candidates at the sizes where they run the default's code
+    (collectives.mpich_layers: their path through MPICH's trees is the default's there,
+    ``pinned`` when the POSIX layer was pinned to MPIR): not decided on there; ``warn``
+    says which."""
+    base = generic_trees().trees
+    labels = rows["algorithm"].astype(str)
+    drop = pd.Series(False, index=rows.index)
+    for (label, collective, nprocs, nodes, size), part in rows[
+        labels.str.startswith(LIBRARY_PREFIX)
+    ].groupby(["algorithm", "collective", "nprocs", "nodes", "size_bytes"]):
+        alg = library_alg(str(label))
+        if (
+            not mpich_layers.is_candidate(str(collective), alg)
+            or str(part["device"].iloc[0]) != "cpu"
+        ):
+            continue
+        call = mpich_layers.Call(
+            str(collective), int(nprocs), int(nodes), int(size), oversubscribed=pinned
+        )
+        reason = mpich_layers.identical_reason(
+            mpich_layers.candidate(str(collective), alg), call, base
+        )
+        if reason is not None:
+            drop[part.index] = True
+            where = f"{collective} p={nprocs} {format_size(int(size))}"
+            warn.append(f"{where}: {label} not decided on: {reason}")
+    return rows[~drop]
 
 
 def without_library_candidates(frame: pd.DataFrame) -> pd.DataFrame:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from osu_dl_bench.jobs.sweep_config import DEFAULT_STALL_TIMEOUT
 from osu_dl_bench.train.config import TrainConfig
 
 
@@ -14,7 +15,8 @@ from osu_dl_bench.train.config import TrainConfig
 class TrainBenchConfig:
     """train-bench's options: the job's ranks, launches per isolation group, rounds per
     launch, timed and warm-up steps, the tuning table, the workload, where the results go,
-    the launch's time limit, the order's seed and whether to continue OUT; inside a launch
+    the launch's time limits (in all, and without output), the order's seed and whether
+    to continue OUT; inside a launch
     (``worker``), which launch of which group it is and where rank 0 leaves its record."""
 
     np: int
@@ -34,9 +36,13 @@ class TrainBenchConfig:
     timeout: float
     seed: int | None
     device: str = "cpu"  # where the models and gradient buckets live: cpu or cuda
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT
     # The configurations measured (their labels, comma-separated; native always, as every
     # group's reference); None: every one.
     only: str | None = None
+    # A table of the choices `train --adapt` kept in training (`--write-table`), measured
+    # as 'tuned/adapted' beside tuned; None: not measured.
+    adapted_table: str | None = None
     resume: bool = False
     worker: bool = False
     launch: int = 1
@@ -65,6 +71,7 @@ RECORDED_OPTIONS = (
     "out",
     "device",
     "only",
+    "adapted_table",
 )
 
 
@@ -74,8 +81,9 @@ def recorded_options(cfg: TrainBenchConfig) -> dict[str, Any]:
     options = {name: getattr(cfg, name) for name in RECORDED_OPTIONS}
     if options["device"] == "cpu":
         del options["device"]
-    if options["only"] is None:  # as before the option existed
-        del options["only"]
+    for name in ("only", "adapted_table"):
+        if options[name] is None:  # as before the option existed
+            del options[name]
     return options
 
 

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from osu_dl_bench.jobs.progress import encode_event
 from osu_dl_bench.paths import write_text_atomic
 from osu_dl_bench.train.bench_config import TrainBenchConfig, workload
 
@@ -58,6 +59,10 @@ def _rounds(cfg: TrainBenchConfig, session, trainers, data, sampler, group: str)
     where = f"launch {cfg.launch}/{cfg.launches} {group} "
     for index in range(cfg.rounds):
         for label in rotated_order(list(trainers), index):
+            if session.rank == 0 and cfg.part:
+                # For the command following the launch: what a stall stopped.
+                what = f"{label} ({where}round {index + 1}/{cfg.rounds})"
+                print(encode_event("measuring", what=what), flush=True)
             offset = index * (cfg.warmup + cfg.steps)
             found = _measure(session, trainers[label], data, sampler, cfg.warmup, cfg.steps, offset)
             row = {"launch": cfg.launch, "group": group, "round": index, "config": label}
@@ -124,7 +129,7 @@ def measure_launch(cfg: TrainBenchConfig) -> dict[str, Any] | None:
         sampler = ShardedSampler(
             len(data.train), train_cfg.batch_size, session.nprocs, session.rank, 0
         )
-        configs, skipped = configurations(session, train_cfg, cfg.table)
+        configs, skipped = configurations(session, train_cfg, cfg.table, cfg.adapted_table)
         configs, left_out = session.agree(lambda: only_these(configs, cfg.only))
         skipped += left_out
         here = [c for c in configs if in_launch(c.label, c.group, cfg.group)]

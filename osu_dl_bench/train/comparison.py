@@ -24,6 +24,8 @@ from osu_dl_bench.jobs.plan import MPI_GROUP, group_of
 DDP = "ddp-gloo"
 DDP_NCCL = "ddp-nccl"
 TUNED = "tuned"
+# The choices `train --adapt --write-table` kept in training, bound as tuned's are.
+ADAPTED = "tuned/adapted"
 NATIVE = "native"
 # The groups of the gloo and nccl backends, the names the sweep gives them
 # (jobs.plan.group_of): DDP's process groups bind the same libraries, with the same threads.
@@ -123,19 +125,25 @@ def selector_variants(selector, topology, device: str) -> list[Any]:
     return variants
 
 
-def configurations(session, cfg, table: str | None) -> tuple[list[Configuration], list[str]]:
+def configurations(
+    session, cfg, table: str | None, adapted: str | None = None
+) -> tuple[list[Configuration], list[str]]:
     """Every configuration with its group (the same list in every launch), and why some
-    are skipped."""
+    are skipped; ``adapted``: the table `train --adapt --write-table` wrote, measured as
+    ADAPTED beside tuned (None: not measured)."""
     from collectives import registered
 
     policies, skipped = _fixed_policies(session)
-    tuned, why = _tuned_policy(session, cfg, table)
-    if tuned is not None:
-        # A table that names Gloo anywhere at this shape binds it: the gloo group's then.
-        variants = selector_variants(tuned.selector, session.topology, tuned.device)
-        policies.append((TUNED, tuned, home_group(variants)))
-    else:
-        skipped.append(f"{TUNED}: {why}")
+    for label, given in ((TUNED, table), (ADAPTED, adapted)):
+        if label == ADAPTED and adapted is None:
+            continue
+        tuned, why = _tuned_policy(session, cfg, given)
+        if tuned is not None:
+            # A table that names Gloo anywhere at this shape binds it: the gloo group's then.
+            variants = selector_variants(tuned.selector, session.topology, tuned.device)
+            policies.append((label, tuned, home_group(variants)))
+        else:
+            skipped.append(f"{label}: {why}")
     configs = [Configuration(label, group, cfg, policy) for label, policy, group in policies]
     # Overlap costs a core while the communication thread polls; with as many ranks as
     # cores it may not pay, so native and tuned are measured without it too.
@@ -183,7 +191,7 @@ def possible_labels() -> set[str]:
 
     bases = {NATIVE, TUNED, *UNAVAILABLE_BACKENDS}
     bases |= {a.variant().label for a in algorithms("allreduce")}
-    return {base + suffix for base in bases for suffix in SUFFIXES} | {DDP, DDP_NCCL}
+    return {base + suffix for base in bases for suffix in SUFFIXES} | {DDP, DDP_NCCL, ADAPTED}
 
 
 def only_these(

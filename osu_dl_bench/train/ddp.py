@@ -2,34 +2,30 @@
 (CPU and GPU) and, on GPUs, over NCCL (DDP's default there), with the same buckets
 (25 MiB, first 1 MiB), model, batch and optimizer.
 
-torch.distributed's default group is created once per process on a TCPStore that rank 0
-hosts on a port the OS picks; its address travels over MPI. A second backend in the same
-process gets a group of its own over every rank (``dist.new_group(backend=...)``). DDP
-broadcasts rank 0's state itself at construction; buffers are not re-broadcast every
-forward, matching our trainer.
+torch.distributed's default group is created once per process on the TCPStore of
+collectives/backends/rendezvous.py (rank 0 hosts it; its address travels over MPI). A
+second backend in the same process gets a group of its own over every rank
+(``dist.new_group(backend=...)``). DDP broadcasts rank 0's state itself at construction;
+buffers are not re-broadcast every forward, matching our trainer.
 """
 
 from __future__ import annotations
 
-import datetime
 import inspect
 import os
-import socket
 import time
 from typing import Any
 
 import torch
 from torch import nn
 
-from collectives.backends import bcast_bytes
+from collectives.backends import rendezvous
 from osu_dl_bench.train.config import TrainConfig
 from osu_dl_bench.train.device import device_idle
 from osu_dl_bench.train.reducer import StepComm
 from osu_dl_bench.train.session import Session
 from osu_dl_bench.train.trainer import StepStats, make_optimizer
 
-TIMEOUT = datetime.timedelta(minutes=5)
-LOOPBACK = "127.0.0.1"
 BACKENDS = ("gloo", "nccl")
 _groups: dict[str, Any] = {}  # backend -> its process group over every rank
 
@@ -53,24 +49,32 @@ def process_group(session: Session, backend: str) -> Any:
 
 
 def _init_default_group(session: Session, backend: str) -> None:
-    """torch.distributed's default group on ``backend``, its store's address sent over
-    MPI."""
+    """torch.distributed's default group on ``backend``, met where backends/rendezvous.py
+    says (the same store address and timeout as the gloo backend's)."""
     import torch.distributed as dist
 
+    def exchange(value: Any) -> list:
+        return session.thread.run(session.comm.allgather, value)
+
     one_host = session.topology.nodes == 1 and not session.topology.emulated
-    if one_host:
-        # Gloo binds to the host name's address otherwise, which may not be loopback.
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    host = LOOPBACK if one_host else os.environ.get("MASTER_ADDR") or socket.gethostname()
-    store, address = None, b""
-    if session.rank == 0:
-        store = dist.TCPStore(host, 0, session.nprocs, True, TIMEOUT, wait_for_workers=False)
-        address = f"{host}:{store.port}".encode()
-    address = session.thread.run(bcast_bytes, session.comm, address)
-    if store is None:
-        host, _, port = address.decode().rpartition(":")
-        store = dist.TCPStore(host, int(port), session.nprocs, False, TIMEOUT)
-    dist.init_process_group(backend, store=store, rank=session.rank, world_size=session.nprocs)
+    meeting = rendezvous.meeting_place(exchange, one_host)
+    if meeting.device is not None:
+        # torch's Gloo binds to the host name's address otherwise, which may be loopback
+        # or one the other nodes cannot reach.
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", meeting.device.name)
+    store = rendezvous.store(exchange, session.rank, session.nprocs, meeting)
+
+    def init() -> None:
+        dist.init_process_group(
+            backend,
+            store=store,
+            rank=session.rank,
+            world_size=session.nprocs,
+            timeout=meeting.timeout,
+        )
+
+    what = f"DDP's {backend} group did not start within {meeting.timeout.total_seconds():g} s"
+    rendezvous.agreed(exchange, what, init)
 
 
 def _no_buffer_sync() -> dict[str, bool]:

@@ -253,7 +253,7 @@ def test_mpich_takes_the_several_node_entries_of_an_export_across_two_nodes(clus
     def fingerprint(**env: str):
         return fingerprint_of(_on_nodes(cluster, 2, 4, [], python_args=python, env=env))
 
-    tuned = fingerprint(MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE=str(files["exp.mpich.json"]))
+    tuned = fingerprint(MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE=str(files["exp.mpich.mpir.json"]))
     doubling = fingerprint(MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM="recursive_doubling")
     ring = fingerprint(MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM="ring")
     assert ring[1] != doubling[1], "ring and recursive doubling cannot be told apart here"
@@ -337,3 +337,73 @@ def test_a_link_cut_mid_sweep_is_named_as_the_nodes_network_not_the_algorithm(tm
     assert "node2 (10.213.11.2) does not answer" in err, err
     assert "a network fault between the job's nodes, not its algorithm" in err, err
     assert "hung algorithm" not in err, err
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None,
+    reason="torch is not installed (pip install 'osu-dl-bench[train]')",
+)
+def test_the_gloo_group_and_ddp_gloo_start_across_two_nodes_of_two_ranks(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces, veth, tc)")
+    # A cluster of its own, whose node names resolve nowhere but on the node itself:
+    # torch's own store and device addresses (the host name) cannot meet there.
+    env = _private_cluster(tmp_path, "c40t", "10.213.42")
+    out = tmp_path / "bench.json"
+    trained = tmp_path / "train"
+    try:
+        up = _script("up", "--nodes", "2", "--rate", "1gbit", env=env)
+        if up.returncode != 0 and "cannot create" in up.stderr:
+            pytest.skip(up.stderr.strip())
+        assert up.returncode == 0, up.stderr
+        private = {**_exports(_script("env", env=env).stdout), **env}
+        _on_nodes(private, 2, 4, [*_bench("allreduce", out, "-a", "gloo", "-m", "8:64K")])
+        argv = [sys.executable, "-m", "osu_dl_bench", "train-bench", "--np", "4"]
+        argv += ["--launches", "1", "--rounds", "1", "--steps", "1", "--warmup", "0"]
+        argv += ["--only", "ddp-gloo,native", "--out", str(trained)]
+        argv += ["--width", "4", "--image-size", "8", "--num-classes", "4", "-b", "8"]
+        res = run_with_timeout(argv, JOB_TIMEOUT, mpi_env(private))
+    finally:
+        down = _script("down", env=env)
+    assert down.returncode == 0, down.stderr
+    records = _validated_across(out, 2, 2)
+    assert {r["algorithm"] for r in records} == {"gloo"}
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    rows = json.loads(trained.with_suffix(".json").read_text())["rows"]
+    assert {(r["config"], r["group"]) for r in rows} >= {("ddp-gloo", "gloo")}
+
+
+def test_mpich_loads_the_three_file_export_across_two_nodes(tmp_path):
+    # MPICH 5.0.2 across 2 nodes x 1 rank (COMM_WORLD a parent communicator of 1-rank
+    # node_comms) takes the three files with MPIR_CVAR_COLLECTIVE_FALLBACK=error: no abort,
+    # right results. A cluster of its own beside the one the other tests use.
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces, veth, tc)")
+    from support.mpich_layers import MPICH_PROBE, layered_run
+
+    from osu_dl_bench.selection.exports import mpich
+    from osu_dl_bench.selection.tune import build_table
+
+    table, _ = build_table(layered_run(tmp_path / "run"), "lib")
+    mpich.export(table, tmp_path / "lib")
+    files = {layer: str(tmp_path / f"lib.mpich.{layer}.json") for layer in ("ch4", "posix", "mpir")}
+    loaded = {
+        "MPIR_CVAR_CH4_COLL_SELECTION_TUNING_JSON_FILE": files["ch4"],
+        "MPIR_CVAR_CH4_POSIX_COLL_SELECTION_TUNING_JSON_FILE": files["posix"],
+        "MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE": files["mpir"],
+        "MPIR_CVAR_COLLECTIVE_FALLBACK": "error",
+    }
+    probe = tmp_path / "probe.py"
+    probe.write_text(MPICH_PROBE)
+    env = _private_cluster(tmp_path, "c36a", "10.213.36")
+    try:
+        up = _script("up", "--nodes", "2", env=env)
+        if up.returncode != 0 and "cannot create" in up.stderr:
+            pytest.skip(up.stderr.strip())
+        assert up.returncode == 0, up.stderr
+        private = {**_exports(_script("env", env=env).stdout), **env}
+        res = _on_nodes(private, 2, 2, [], python_args=[str(probe)], env=loaded)
+    finally:
+        down = _script("down", env=env)
+    assert down.returncode == 0, down.stderr
+    assert "PROBE p=2 nodes=2 wrong=0" in res.stdout

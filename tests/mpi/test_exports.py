@@ -33,14 +33,14 @@ def test_mpich_applies_the_export_and_rejects_broken_files(winning_table, tmp_pa
         return run_mpi(4, args, timeout=120, env=env)
 
     tuned = fingerprint_of(
-        run(MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE=str(files["exp.mpich.json"]))
+        run(MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE=str(files["exp.mpich.mpir.json"]))
     )
     default = fingerprint_of(run())
     ring = fingerprint_of(run(MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM="ring"))
     assert ring[1] != default[1], "ring and MPICH's default cannot be told apart here"
     assert tuned == [default[0], ring[1], default[2]]  # native, ring, unmapped -> default
 
-    text = files["exp.mpich.json"].read_text()
+    text = files["exp.mpich.mpir.json"].read_text()
     unknown = tmp_path / "unknown.json"
     unknown.write_text(text.replace("MPIR_Allreduce_intra_ring", "MPIR_Allreduce_intra_rung"))
     res = run(MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE=str(unknown))
@@ -193,7 +193,7 @@ def test_mpich_takes_the_one_node_entries_of_a_table_measured_on_several_nodes(t
     driver = tmp_path / "fingerprint.py"
     driver.write_text(FINGERPRINT_PY)
     args = [str(driver), *map(str, SIZES)]
-    exported = {"MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE": str(files["exp.mpich.json"])}
+    exported = {"MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE": str(files["exp.mpich.mpir.json"])}
     tuned = fingerprint_of(run_mpi(4, args, timeout=120, env=exported))
     ring = fingerprint_of(
         run_mpi(4, args, timeout=120, env={"MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": "ring"})

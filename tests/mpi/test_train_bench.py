@@ -3,10 +3,15 @@ binding Gloo run in launches of their own, the MPI launches never bind Gloo (the
 counts say so), every configuration of a launch is measured in each of its rounds, and the
 table and JSON, with their intervals, land where --out says."""
 
+import contextlib
 import importlib.util
 import json
+import os
 import re
+import signal
+import subprocess
 import sys
+import time
 
 import pytest
 from mpirun import REPO, mpi_env, run_with_timeout
@@ -98,3 +103,42 @@ def test_every_launch_is_kept_in_the_run_directory_and_a_resume_runs_none_again(
     assert again.returncode == 0, again.stderr[-3000:]
     assert "# launch" not in again.stdout  # every launch was kept
     assert json.loads(out.with_suffix(".json").read_text())["rows"] == data["rows"]
+
+
+def test_a_stalled_launch_is_reported_within_the_stall_timeout(tmp_path):
+    from osu_dl_bench.measurement import heartbeat
+
+    # A real stall: rank 1 stopped (SIGSTOP) mid-launch, so rank 0 waits in an allreduce
+    # that never completes and writes nothing more.
+    out = tmp_path / "stall"
+    stall = 60  # start-up (torch, MPI, the model) was silent for 30 s on this busy host
+    cmd = [sys.executable, "-m", "osu_dl_bench", "train-bench", "--np", "2", "--launches", "1"]
+    cmd += ["--rounds", "100", "--steps", "4", "--warmup", "0", "--only", "native"]
+    cmd += ["--stall-timeout", str(stall), "--out", str(out), *TINY]
+    proc = subprocess.Popen(
+        cmd, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    stopped = None
+    try:
+        for line in proc.stdout:
+            if " round 2/100 " in line:
+                break
+        (folder,) = (out / "heartbeats").iterdir()
+        stopped = heartbeat.read(folder / heartbeat.file_name(1), 1).pid
+        os.kill(stopped, signal.SIGSTOP)
+        since = time.monotonic()
+        rest, err = proc.communicate(timeout=stall + 60)
+        took = time.monotonic() - since
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        if stopped is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(stopped, signal.SIGCONT)
+    assert proc.returncode == 1, err[-3000:]
+    assert took < stall + 30, f"reported {took:.0f} s after rank 1 stopped"
+    assert f"launch 1 of group mpi reported nothing for {stall} s (--stall-timeout) while " in err
+    assert "measuring native (launch 1/1 mpi round" in err, err[-3000:]
+    assert "rank 1" in err and "stopped" in err, err[-3000:]  # the heartbeats' report
+    assert "continue with" in err

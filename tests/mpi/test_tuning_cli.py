@@ -42,7 +42,7 @@ def test_tune_writes_table_summary_and_exports_and_prints_the_summary(tmp_path):
     row = re.compile(r"^\s+\d+[KM]?\s+\S+\s+[\d.]+\s+[\d.]+\s+[\d.]+x", re.M)
     assert len(row.findall(res.stdout)) == 4 * 12  # 2 collectives x 2 p x 12 sizes
     names = ["ref.json", "ref.summary.txt", "ref.openmpi.rules", "ref.openmpi.json"]
-    for name in [*names, "ref.mpich.json"]:
+    for name in [*names, "ref.mpich.ch4.json", "ref.mpich.posix.json", "ref.mpich.mpir.json"]:
         assert (out.parent / name).stat().st_size > 0, name
         assert f"# wrote {out.parent / name}" in res.stdout
     assert (out.parent / "ref.summary.txt").read_text() in res.stdout

@@ -230,7 +230,7 @@ def test_a_new_algorithm_reaches_both_exports_through_its_declaration(monkeypatc
     files, warnings = export_files(table, tmp_path)
     rules = files["exp.openmpi.rules"].read_text()
     assert "4096         5 0 131072   # [4K, inf): segmented_ring:seg=128K" in rules
-    mpich = json.loads(files["exp.mpich.json"].read_text())
+    mpich = json.loads(files["exp.mpich.mpir.json"].read_text())
     sizes = mpich["collective=allreduce"]["comm_type=intra"]["comm_size=any"]
     # MPICH's choice sits under the commutative-op guard it needs (exports.mpich.guarded).
     assert sizes["avg_msg_size=any"]["is_commutative=yes"] == {

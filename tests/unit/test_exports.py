@@ -92,7 +92,7 @@ def _ends_in_any(tree):
 
 def test_mpich_json_content(winning_table, tmp_path):
     files, warnings = export_files(winning_table, tmp_path, "mpich")
-    doc = json.loads(files["exp.mpich.json"].read_text())
+    doc = json.loads(files["exp.mpich.mpir.json"].read_text())
     default = default_tree()
     assert list(doc) == list(default)  # every collective MPICH may need, in its order
     assert {k: v for k, v in doc.items() if k not in _OURS} == {

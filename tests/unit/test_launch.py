@@ -107,6 +107,14 @@ def test_the_sweep_job_environment_counts_the_ranks_on_this_host(monkeypatch):
     assert not set(OVERSUBSCRIBED_CVARS) & set(launch.job_environment(spread, many))
 
 
+def test_a_sweep_jobs_gloo_rendezvous_gives_up_within_its_stall_timeout():
+    from collectives.backends.rendezvous import RENDEZVOUS_TIMEOUT_VARIABLE
+
+    env = launch.job_environment(_sweep_config("--np", "2", "--stall-timeout", "60"), 2)
+    # TCPStore tries a timed-out connect once more: a quarter leaves room for both.
+    assert float(env[RENDEZVOUS_TIMEOUT_VARIABLE]) == 15
+
+
 # --- start, follow, stop, run on plain processes ------------------------------------------
 
 # Prints its pid and a child's, then sleeps: the child stands for a rank.

@@ -64,18 +64,20 @@ def test_native_keeps_its_plain_label_and_names_library_algorithms_with_alg():
         parse_variant("reduce", "native:alg=binomial")
 
 
-# Run in a fresh singleton process (no launcher): MPI_T of the library mpi4py loaded.
+# Run in a fresh singleton process (no launcher): the library mpi4py loaded.
 _READ_LIBRARY = """
 import json
 from collectives import mpit
 from collectives.registry import parse_variant
 from mpi4py import MPI
 out = {"library": mpit.running_library(),
-       "allreduce": [a.alg for a in mpit.library_algorithms("allreduce")],
-       "bcast": [a.alg for a in mpit.library_algorithms("bcast")],
-       "now": mpit.current_choice("MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM")}
+       "allreduce": [a.alg for a in mpit.library_algorithms("allreduce") if not a.legacy],
+       "bcast": [a.alg for a in mpit.library_algorithms("bcast") if not a.legacy],
+       "legacy": [a.alg for a in mpit.library_algorithms("allreduce") if a.legacy]}
+from osu_dl_bench.commands.listing import library_lines
+out["listing"] = library_lines("allreduce")
 try:
-    parse_variant("allreduce", "native:alg=ring").bind(MPI.COMM_WORLD)
+    parse_variant("allreduce", "native:alg=ch4_beta").bind(MPI.COMM_WORLD)
     out["refused"] = None
 except Exception as exc:
     out["refused"] = str(exc)
@@ -96,24 +98,32 @@ def _singleton(code: str, **env: str) -> dict:
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def test_mpich_algorithms_are_enumerated_from_the_running_library():
+def test_mpich_candidates_are_its_layers_choices():
     seen = _singleton(_READ_LIBRARY)
     if seen["library"] != "mpich":
         pytest.skip(f"the MPI library here is {seen['library']}, not MPICH")
-    assert {"ring", "recursive_doubling", "reduce_scatter_allgather", "tree"} <= set(
+    assert {"ch4_alpha", "ch4_beta", "ch4_gamma", "posix_mpir", "mpir_ring"} <= set(
         seen["allreduce"]
     )
-    assert {"posix_mpir", "posix_release_gather"} <= set(seen["allreduce"])
-    assert {"binomial", "scatter_ring_allgather", "pipelined_tree"} <= set(seen["bcast"])
-    assert "auto" not in seen["allreduce"] and seen["now"] == "auto"
-    assert "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM=ring" in seen["refused"]
+    assert "ch4_delta" not in seen["allreduce"]  # not a name MPICH's ch4 tree accepts
+    assert {"ch4_delta", "mpir_binomial", "mpir_scatter_ring_allgather"} <= set(seen["bcast"])
+    # MPICH's CVAR-forced algorithms stay for verify-export's forced runs, apart
+    assert "ring" not in seen["allreduce"] and "ring" in seen["legacy"]
+    assert "loads its MPICH selection files" in seen["refused"]
+    assert seen["listing"] == [
+        "native:alg=NAME of allreduce: MPICH's candidates layer by layer: "
+        "osu-dl-bench list allreduce --library mpich --np P [--nodes N]"
+    ]
 
 
-def test_a_forced_algorithm_binds_where_its_variable_was_set_at_launch():
-    seen = _singleton(_READ_LIBRARY, MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM="ring")
+def test_a_candidate_binds_where_its_selection_files_are_loaded(tmp_path):
+    from osu_dl_bench.runtime.mpich_trees import candidate_files_env
+
+    env = candidate_files_env(tmp_path, {"allreduce": "ch4_beta"})
+    seen = _singleton(_READ_LIBRARY, **env)
     if seen["library"] != "mpich":
         pytest.skip(f"the MPI library here is {seen['library']}, not MPICH")
-    assert seen["now"] == "ring" and seen["refused"] is None
+    assert seen["refused"] is None
 
 
 def _plan(collective, labels):
@@ -206,7 +216,7 @@ def test_the_library_file_takes_what_beat_the_default_with_confidence(tmp_path):
         },
     }
     files, _ = mpich.export(table, tmp_path / "lib")
-    notes = files[1].read_text()
+    notes = files[-1].read_text()
     assert "ring: 2 sizes measured (64K-1M), 3 launches" in notes
     # An MPICH sweep's library algorithms are MPICH's: Open MPI's file still translates
     # the table's own choices; a sweep of Open MPI's algorithms writes those.

@@ -165,8 +165,9 @@ def test_bench_never_replaces_an_existing_file(tmp_path):
     "option, export, taken",
     [
         ("--export", "nccl", "t.nccl_tuner.conf"),
-        ("--export", "mpich", "t.mpich.json"),
-        ("--export", "mpich", "t.mpich.notes.txt"),  # written only where MPICH's own ran
+        ("--export", "mpich", "t.mpich.mpir.json"),
+        ("--export", "mpich", "t.mpich.ch4.json"),
+        ("--export", "mpich", "t.mpich.notes.txt"),
         ("--export", "openmpi", "t.openmpi.json"),
         ("-o", "openmpi", "t.summary.txt"),
     ],

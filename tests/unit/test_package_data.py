@@ -12,7 +12,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 DATA_FILES = (
-    "osu_dl_bench/selection/exports/mpich_generic.json",
+    "osu_dl_bench/runtime/mpich_generic.json",
     "osu_dl_bench/jobs/sbatch/sweep.sbatch",
     "osu_dl_bench/jobs/sbatch/train.sbatch",
 )

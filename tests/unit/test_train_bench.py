@@ -17,6 +17,8 @@ from osu_dl_bench.cli import build_parser, main
 from osu_dl_bench.commands import train_bench
 from osu_dl_bench.commands.train_bench_cli import config_from_args, worker_argv
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.jobs.orchestrate import JobOutcome
+from osu_dl_bench.jobs.progress import encode_event
 from osu_dl_bench.train.bench_config import recorded_options
 from osu_dl_bench.train.bench_launch import rotated_order
 
@@ -160,16 +162,16 @@ def test_launch_1_of_every_group_comes_before_launch_2_in_a_seeded_order():
 
 
 def _fake_launches(monkeypatch, fail_at=None):
-    """launch_job writing each launch's record as a worker would; returns the launches."""
+    """follow_launch writing each launch's record as a worker would; returns the launches."""
     ran = []
 
-    def launch_job(cmd, timeout, what):
+    def follow_launch(cfg, cmd, job, heartbeats):
         number, group, part = (
             cmd[cmd.index(flag) + 1] for flag in ("--launch", "--group", "--part")
         )
-        ran.append((int(number), group, timeout))
+        ran.append((int(number), group, cfg.timeout))
         if len(ran) == fail_at:
-            return 3
+            return JobOutcome(3, finished=False, failures=0)
         mine = [r for r in rows() if r["group"] == group and r["launch"] == int(number)]
         record = {"launch": int(number), "group": group, "nprocs": 2, "rows": mine}
         record |= {"configs": HOME, "measured": [], "skipped": [f"s {group}", "same"]}
@@ -178,9 +180,9 @@ def _fake_launches(monkeypatch, fail_at=None):
         record |= {"nodes": 1, "ppn": 2, "hosts": ["h"], "global_batch": 8, "steps": 2}
         with open(part, "w") as f:
             json.dump(record, f)
-        return 0
+        return JobOutcome(0, finished=False, failures=0)
 
-    monkeypatch.setattr(train_bench, "launch_job", launch_job)
+    monkeypatch.setattr(train_bench, "follow_launch", follow_launch)
     monkeypatch.setattr("osu_dl_bench.jobs.launch.find_mpiexec", lambda: "/x/mpiexec")
     monkeypatch.setattr("osu_dl_bench.train.config.require_libraries", lambda cfg: None)
     return ran
@@ -215,15 +217,43 @@ def test_a_failed_launch_stops_the_command_with_its_exit_code(monkeypatch, tmp_p
     assert len(ran) == 2 and not out.with_suffix(".json").exists()
 
 
-def test_a_job_past_its_timeout_is_stopped(capsys):
+def _followed(tmp_path, code: str, *options: str):
+    """How train-bench's follower saw a job running ``python -c CODE``."""
+    cfg = _parse("--out", str(tmp_path / "t"), *options)
+    cmd = [sys.executable, "-c", code]
+    return cfg, train_bench.follow_launch(cfg, cmd, (2, 1, "mpi"), None)
+
+
+def test_a_job_past_its_timeout_is_stopped(tmp_path):
     start = time.monotonic()
-    code = train_bench.launch_job([sys.executable, "-c", "import time; time.sleep(60)"], 1)
-    assert code == 1 and time.monotonic() - start < 30
-    assert "did not finish within 1 s" in capsys.readouterr().err
+    # It writes a line a second: never stalled, only too long.
+    code = "import time\nwhile True: print('step', flush=True); time.sleep(1)"
+    cfg, outcome = _followed(tmp_path, code, "--timeout", "3")
+    assert outcome.code == 1 and outcome.over_limit and time.monotonic() - start < 30
+    message = train_bench._stopped_message(cfg, "launch 1 of group mpi", outcome)
+    assert "launch 1 of group mpi did not finish within 3 s (--timeout)" in message
 
 
-def test_a_job_that_ends_gives_its_exit_code():
-    assert train_bench.launch_job([sys.executable, "-c", "raise SystemExit(3)"], 30) == 3
+def test_a_job_that_writes_nothing_for_the_stall_timeout_is_stopped_and_says_where(tmp_path):
+    start = time.monotonic()
+    event = encode_event("measuring", what="ddp-gloo (launch 1/1 gloo round 1/2)")
+    code = f"import time\nprint({event!r}, flush=True)\ntime.sleep(60)"
+    cfg, outcome = _followed(tmp_path, code, "--stall-timeout", "3")
+    assert outcome.stalled_at == "ddp-gloo (launch 1/1 gloo round 1/2)"
+    assert time.monotonic() - start < 30
+    message = train_bench._stopped_message(cfg, "launch 1 of group gloo", outcome)
+    assert "reported nothing for 3 s (--stall-timeout) while measuring ddp-gloo" in message
+    assert "continue with" in message
+
+
+def test_a_job_that_ends_gives_its_exit_code(tmp_path):
+    assert _followed(tmp_path, "raise SystemExit(3)")[1].code == 3
+
+
+def test_the_launched_job_waits_at_a_rendezvous_for_a_quarter_of_the_stall_timeout(tmp_path):
+    variable = "OSU_DL_BENCH_RENDEZVOUS_TIMEOUT"
+    code = f"import os; raise SystemExit(int(float(os.environ['{variable}'])))"
+    assert _followed(tmp_path, code, "--stall-timeout", "40")[1].code == 10
 
 
 # --- the run directory ------------------------------------------------------------------

@@ -134,3 +134,30 @@ def test_on_gpus_the_fixed_algorithms_are_judged_and_bound_for_gpu_buffers(nccl,
     assert "nccl" in fixed and fixed["nccl"].group == "nccl", skipped
     assert fixed["nccl"].policy.device == "cuda"
     assert fixed["nccl"].policy.choose("allreduce", 1 << 20).label == "nccl"
+
+
+def test_the_table_train_adapt_wrote_is_measured_beside_tuned_with_its_own_choices(tmp_path):
+    from mpi4py import MPI
+    from support.tuning import make_entry, make_table
+
+    from osu_dl_bench.runtime.topology import Topology
+    from osu_dl_bench.train.comm_thread import CommThread
+    from osu_dl_bench.train.comparison import ADAPTED, configurations
+    from osu_dl_bench.train.config import TrainConfig
+    from osu_dl_bench.train.policy import build_policy
+    from osu_dl_bench.train.session import Session
+
+    cfg, topology = TrainConfig(), Topology(1, 1, 1, ("host",))
+    session = Session(
+        MPI.COMM_SELF, topology, build_policy(cfg, MPI.COMM_SELF, topology), CommThread(True)
+    )
+    entries = make_entry(1, [(0, "ring")]), make_entry(1, [(0, "native")], "bcast")
+    adapted = make_table(*entries).write(tmp_path / "adapted.json")
+    configs, skipped = configurations(session, cfg, str(REFERENCE_TABLE), str(adapted))
+    by_label = {c.label: c for c in configs}
+    assert by_label[ADAPTED].policy.choose("allreduce", 1 << 20).label.startswith("ring")
+    assert by_label["tuned"].policy is not by_label[ADAPTED].policy
+    assert ADAPTED in possible_labels()
+    assert not any(s.startswith(ADAPTED) for s in skipped)
+    without, _ = configurations(session, cfg, str(REFERENCE_TABLE))
+    assert ADAPTED not in {c.label for c in without}

@@ -160,3 +160,33 @@ def test_a_stopped_verification_is_continued_with_the_resume_its_messages_advise
     run = str(tmp_path / "run")
     assert not sweep_config(_config(str(file)), run, []).resume
     assert sweep_config(_config(str(file), "--resume"), run, []).resume
+
+
+def test_an_mpich_export_is_named_by_its_base_or_any_one_of_its_three_files(tmp_path):
+    from collectives import mpit
+
+    for layer in ("ch4", "posix", "mpir"):
+        (tmp_path / f"t.mpich.{layer}.json").write_text('{"collective=allreduce": {}}')
+    mpir = str(tmp_path / "t.mpich.mpir.json")
+    for given in ("t", "t.mpich.ch4.json", "t.mpich.posix.json", "t.mpich.mpir.json"):
+        assert _config(str(tmp_path / given)).file == mpir
+    env = mpit.selection_file_environment("mpich", mpir)
+    assert env["MPIR_CVAR_CH4_COLL_SELECTION_TUNING_JSON_FILE"] == str(
+        tmp_path / "t.mpich.ch4.json"
+    )
+    assert env["MPIR_CVAR_CH4_POSIX_COLL_SELECTION_TUNING_JSON_FILE"].endswith("t.mpich.posix.json")
+    assert env["MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE"] == mpir
+    assert env["MPIR_CVAR_COLLECTIVE_FALLBACK"] == "error"
+
+
+def test_an_older_single_file_mpich_export_verifies_as_the_mpir_layer_alone(tmp_path):
+    from collectives import mpit
+
+    old = tmp_path / "t.mpich.json"
+    old.write_text('{"collective=allreduce": {}}')
+    assert _config(str(old)).file == str(old)
+    env = mpit.selection_file_environment("mpich", str(old))
+    assert env["MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE"] == str(old)
+    assert not any("CH4" in name for name in env) and "MPIR_CVAR_COLLECTIVE_FALLBACK" not in env
+    with pytest.raises(UsageError, match="no such file"):
+        _config(str(tmp_path / "missing"))

@@ -1,7 +1,14 @@
-"""Export for MPICH's collective selection (MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE;
-grammar in MPICH's src/mpi/coll/src/csel.c).
+"""Export for MPICH's collective selection: three files, one per layer where MPICH decides
+(collectives/mpich_layers.py): BASE.mpich.ch4.json (ch4's compositions,
+MPIR_CVAR_CH4_COLL_SELECTION_TUNING_JSON_FILE), BASE.mpich.posix.json (the shared-memory
+layer, MPIR_CVAR_CH4_POSIX_COLL_SELECTION_TUNING_JSON_FILE) and BASE.mpich.mpir.json (MPIR,
+MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE); grammar in MPICH's src/mpi/coll/src/csel.c.
+Each is MPICH's generic tree of its layer (runtime/mpich_trees.py) with the sweep's
+decisions of that layer in it; the ch4 and POSIX trees keep MPICH's generic subtree
+wherever the sweep kept the default, and MPICH falls back to the layer below where they
+do not match; the MPIR tree is complete (MPICH asserts a match).
 
-The file replaces MPICH's whole MPIR-level tree, so it is MPICH's default tree
+The MPIR file replaces MPICH's whole MPIR-level tree, so it is MPICH's default tree
 (mpich_default.py) with the subtrees of the exported collectives replaced by the table's
 choices, each written as the MPIR algorithm it declares as its counterpart where it
 registers (``Algorithm.equivalents["mpich"]``):
@@ -18,8 +25,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+from collectives import mpich_layers
 from collectives.registry import counterpart
+from collectives.units import format_size
 from osu_dl_bench.paths import write_text_atomic
+from osu_dl_bench.runtime.mpich_trees import FALLBACK_VARIABLE, FILE_VARIABLES, carried_trees
+from osu_dl_bench.selection.exports.common import (
+    LIBRARY_TUNING as LIBRARY_TUNING_FIELD,
+)
 from osu_dl_bench.selection.exports.common import (
     Rule,
     SweptEntry,
@@ -35,9 +48,11 @@ from osu_dl_bench.selection.exports.mpich_default import default_tree
 from osu_dl_bench.selection.table import Choice, TuningTable
 
 LIBRARY = "mpich"
-# The files export writes beside the table, the notes only where the sweep measured MPICH's
-# own algorithms (both checked before any file is written).
-SUFFIXES = (".mpich.json", ".mpich.notes.txt")
+# The files export writes beside the table, one per layer, the notes only where the sweep
+# measured MPICH's own candidates (all checked before any file is written).
+LAYER_SUFFIXES = {layer: f".mpich.{layer}.json" for layer in mpich_layers.LAYERS}
+NOTES_SUFFIX = ".mpich.notes.txt"
+SUFFIXES = (*LAYER_SUFFIXES.values(), NOTES_SUFFIX)
 # The collectives this export writes; the others keep MPICH's default subtrees.
 COLLECTIVES = ("allreduce", "bcast")
 MPICH_DECIDES = "MPICH default"
@@ -67,82 +82,85 @@ NEEDS_PARAMETERS = frozenset(
 )
 
 
+def layer_of(alg: str) -> tuple[str, str] | None:
+    """(layer, choice) of a library candidate's ``alg`` ('ch4_beta' -> ('ch4', 'beta'),
+    'posix_mpir' -> ('posix', 'mpir'), 'mpir_ring' -> ('mpir', 'ring')); an older run's
+    MPIR CVAR value ('ring') is MPIR's; None for the default ('auto')."""
+    if alg == MPICH_AUTO:
+        return None
+    for layer in ("ch4", "posix", "mpir"):
+        if alg.startswith(f"{layer}_"):
+            return layer, alg.removeprefix(f"{layer}_")
+    return "mpir", alg
+
+
+MPICH_AUTO = "auto"
+
+
 def mpir_algorithm(collective: str, alg: str) -> str | None:
     """The MPIR function MPICH's selection file names for a forced algorithm
     (MPIR_CVAR_<COLL>_INTRA_ALGORITHM value ``alg``), or None where the file cannot say it:
     the POSIX layer's choices (another file), algorithms needing parameters."""
-    if alg.startswith("posix_"):
+    layer, alg = layer_of(alg) or ("mpir", alg)
+    if layer != "mpir":
         return None
     coll = collective.capitalize()
     name = f"MPIR_{coll}_allcomm_nb" if alg == "nb" else f"MPIR_{coll}_intra_{alg}"
     return None if name in NEEDS_PARAMETERS else name
 
 
+def _layer_target(layer: str, collective: str, alg: str) -> str | None:
+    """What ``layer``'s file writes for a swept ``alg``: MPICH_DECIDES for another layer's
+    candidate (that layer's file carries it), None where this layer cannot say it."""
+    found = layer_of(alg)
+    if found is None or found[0] != layer:
+        return MPICH_DECIDES
+    if layer == "mpir":
+        return mpir_algorithm(collective, alg)
+    if layer == "ch4":
+        return found[1] if found[1] in mpich_layers.COMPOSITIONS[collective] else None
+    return found[1] if found[1] == "mpir" else None
+
+
 def _swept_tree(
-    collective: str, entries: list[SweptEntry], default_intra: dict[str, Any], warn: list[str]
+    collective: str,
+    entries: list[SweptEntry],
+    default_intra: dict[str, Any],
+    warn: list[str],
+    layer: str = "mpir",
 ) -> tuple[dict[str, Any], list[str]]:
-    """comm_size keys over the library's own decisions; and a note line per rule."""
+    """comm_size keys over the library's own decisions of ``layer``; and a note line per
+    rule (the MPIR file's every rule, the other files' departures)."""
     tree, notes = {}, []
     bounds = comm_bounds([e.nprocs for e in entries])
     for bound, entry in zip(bounds, entries, strict=True):
         rules = swept_rules(
             entry,
-            lambda alg: mpir_algorithm(collective, alg),
+            lambda alg: _layer_target(layer, collective, alg),
             MPICH_DECIDES,
             warn,
             "MPICH",
             collective,
         )
         key = "comm_size=any" if bound.hi is None else f"comm_size<={bound.hi}"
-        tree[key] = _size_tree(collective, rules, default_intra)
+        tree[key] = _size_tree(collective, rules, default_intra, layer)
         notes += [
-            f"{collective} {key} {range_text(r.min_bytes, r.max_bytes)} -> {r.target}: {r.note}"
+            f"{layer}: {collective} {key} {range_text(r.min_bytes, r.max_bytes)} -> "
+            f"{r.target}: {r.note}"
             for r in rules
+            if layer == "mpir" or r.target != MPICH_DECIDES
         ]
     return tree, notes
 
 
-# MPICH's allreduce algorithms run only under conditions its own tree checks before it
-# names them (mpich_generic.json; src/mpi/coll/allreduce/*.c): reduce_scatter_allgather
-# asserts a built-in op (HANDLE_IS_BUILTIN: a user-defined op aborts the job, seen with
-# MPICH 5.0.2) and needs count >= the comm size's power of two; every algorithm but
-# recursive doubling needs a commutative op. A file naming one unguarded would abort or
-# miscompute applications whose calls break them, so each choice keeps MPICH's default
-# wherever its conditions fail.
-_NEEDS_BUILT_IN_OP = frozenset({"MPIR_Allreduce_intra_reduce_scatter_allgather"})
-_ANY_OP = frozenset({"MPIR_Allreduce_intra_recursive_doubling", "MPIR_Allreduce_allcomm_nb"})
+# The guards MPICH needs around an MPIR algorithm (op, count, parent communicator) are
+# mpich_layers.guarded's, which the sweep's candidate trees use too.
+guarded = mpich_layers.guarded
 
 
-# The node-aware (smp) algorithms run the collective again on the communicators they
-# split off; MPICH's own tree names them under comm_hierarchy=parent only, and a file
-# naming one for every communicator aborts MPICH 5.0.2 in the nested call (seen:
-# "Assertion failed in bcast_intra_smp.c: MPIR_Comm_is_parent_comm(comm_ptr)").
-_PARENT_ONLY_SUFFIX = "_intra_smp"
-
-
-def guarded(collective: str, target: str, default_intra: dict[str, Any]) -> dict[str, Any]:
-    """``algorithm=target`` under the conditions MPICH needs for it, MPICH's default tree
-    (``default_intra``) where they fail."""
-    chosen = _op_guarded(collective, target, default_intra)
-    if not target.endswith(_PARENT_ONLY_SUFFIX):
-        return chosen
-    return {"comm_hierarchy=parent": chosen, "comm_hierarchy=any": copy.deepcopy(default_intra)}
-
-
-def _op_guarded(collective: str, target: str, default_intra: dict[str, Any]) -> dict[str, Any]:
-    """``algorithm=target`` under the reduction-op conditions it needs (allreduce)."""
-    chosen: dict[str, Any] = {f"algorithm={target}": {}}
-    if collective != "allreduce" or target in _ANY_OP:
-        return chosen
-    if target in _NEEDS_BUILT_IN_OP:
-        chosen = {
-            "is_op_built_in=yes": {"count<pow2": copy.deepcopy(default_intra), "count=any": chosen},
-            "is_op_built_in=no": copy.deepcopy(default_intra),
-        }
-    return {"is_commutative=yes": chosen, "is_commutative=no": copy.deepcopy(default_intra)}
-
-
-def _size_tree(collective: str, rules: list[Rule], default_intra: dict[str, Any]) -> dict[str, Any]:
+def _size_tree(
+    collective: str, rules: list[Rule], default_intra: dict[str, Any], layer: str = "mpir"
+) -> dict[str, Any]:
     """avg_msg_size<=M keys (M = range end - 1, MPICH compares inclusively), last =any."""
     tree = {}
     for rule in rules:
@@ -150,6 +168,10 @@ def _size_tree(collective: str, rules: list[Rule], default_intra: dict[str, Any]
         key = "avg_msg_size=any" if last else f"avg_msg_size<={rule.max_bytes - 1}"
         if rule.target == MPICH_DECIDES:
             tree[key] = copy.deepcopy(default_intra)
+        elif layer == "ch4":
+            tree[key] = mpich_layers.composition_subtree(collective, rule.target, default_intra)
+        elif layer == "posix":
+            tree[key] = mpich_layers.posix_to_mpir(mpich_layers.first_leaf(default_intra))
         else:
             tree[key] = guarded(collective, rule.target, default_intra)
     return tree
@@ -195,13 +217,17 @@ def _scoped_tree(
     warn: list[str],
     notes: list[str],
     scope: str | None,
+    layer: str = "mpir",
 ) -> dict[str, Any] | None:
-    """The comm_size tree of the entries in ``scope``: MPICH's own algorithms as the sweep
-    decided among them where it measured them, else the table's choices' counterparts."""
-    swept = swept_entries(table, LIBRARY, collective, warn, scope)
+    """The comm_size tree of the entries in ``scope``: MPICH's own candidates of ``layer``
+    as the sweep decided among them where it measured them, else (MPIR only) the table's
+    choices' counterparts."""
+    swept = swept_entries(table, LIBRARY, collective, warn if layer == "mpir" else [], scope)
     if swept is None:
+        if layer != "mpir":
+            return None
         return _intra_tree(collective, table, default_intra, warn, scope)
-    intra, lines = _swept_tree(collective, swept, default_intra, warn)
+    intra, lines = _swept_tree(collective, swept, default_intra, warn, layer)
     notes.extend(lines)
     return intra
 
@@ -211,21 +237,33 @@ def _measured_on_several_nodes(table: TuningTable, collective: str) -> bool:
     return any(key.nodes > 1 for key in entries)
 
 
-def document(table: TuningTable, warn: list[str], notes: list[str] | None = None) -> dict[str, Any]:
-    """MPICH's default tree with the table's collectives in it: MPICH's own algorithms as
-    the sweep decided among them where it measured them (``notes`` gets what was measured
-    for each rule), else the counterparts of the table's choices. A table measured on
-    several nodes keys its one-node entries on ONE_NODE_KEY (MPICH's default tree where it
-    has none) and its several-node entries after it."""
-    tree, notes = default_tree(), notes if notes is not None else []
+def document(
+    table: TuningTable,
+    warn: list[str],
+    notes: list[str] | None = None,
+    layer: str = "mpir",
+) -> dict[str, Any]:
+    """MPICH's generic tree of ``layer`` with the table's collectives in it: MPICH's own
+    candidates of that layer as the sweep decided among them where it measured them
+    (``notes`` gets what was measured for each rule), else (MPIR) the counterparts of the
+    table's choices. A table measured on several nodes keys its one-node entries on
+    ONE_NODE_KEY (MPICH's generic subtree where it has none) and its several-node entries
+    after it; the POSIX layer, which runs on one node's ranks, takes one-node entries only."""
+    notes = notes if notes is not None else []
+    tree = layer_default(layer)
     for collective in COLLECTIVES:
-        branch = tree[f"collective={collective}"]
+        branch = tree.get(f"collective={collective}")
+        if not branch or "comm_type=intra" not in branch:
+            continue
         default_intra = branch["comm_type=intra"]
+        args = (collective, table, default_intra, warn, notes)
         if not _measured_on_several_nodes(table, collective):
-            intra = _scoped_tree(collective, table, default_intra, warn, notes, None)
+            intra = _scoped_tree(*args, None, layer)
         else:
-            one = _scoped_tree(collective, table, default_intra, warn, notes, "one")
-            several = _scoped_tree(collective, table, default_intra, warn, notes, "many")
+            one = _scoped_tree(*args, "one", layer)
+            several = _scoped_tree(*args, "many", layer) if layer != "posix" else None
+            if one is None and several is None:
+                continue
             one = one if one is not None else copy.deepcopy(default_intra)
             intra = {ONE_NODE_KEY: one, **(several or {"comm_size=any": default_intra})}
         if intra is not None:
@@ -233,23 +271,95 @@ def document(table: TuningTable, warn: list[str], notes: list[str] | None = None
     return tree
 
 
+def layer_default(layer: str) -> dict[str, Any]:
+    """A fresh copy of MPICH's generic tree of ``layer`` (the carried one)."""
+    return default_tree() if layer == "mpir" else carried_trees().tree(layer)
+
+
+def documents(
+    table: TuningTable, warn: list[str], notes: list[str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """The three files' trees, by layer (document of each)."""
+    return {layer: document(table, warn, notes, layer) for layer in mpich_layers.LAYERS}
+
+
+def environment_lines(paths: dict[str, Path]) -> list[str]:
+    """The environment that loads the three files (FALLBACK=error: a choice MPICH cannot
+    apply fails the call instead of running another algorithm)."""
+    lines = [f"{FILE_VARIABLES[layer]}={paths[layer]}" for layer in mpich_layers.LAYERS]
+    return [*lines, f"{FALLBACK_VARIABLE}=error"]
+
+
+def path_proofs(table: TuningTable, trees: dict[str, dict[str, Any]]) -> list[str]:
+    """Per collective, comm size and measured size of the sweep's MPICH entries: the code
+    MPICH runs there with the exported files against its default's (mpich_layers.call_path
+    over the files' trees and the generic ones), under the run's oversubscription setting."""
+    tuning = table.header.get(LIBRARY_TUNING_FIELD) or {}
+    if tuning.get("library") != LIBRARY:
+        return []
+    oversubscribed = bool(tuning.get("mpich_posix_cvars"))
+    base = {layer: layer_default(layer) for layer in mpich_layers.LAYERS}
+    lines = []
+    for item in tuning.get("entries") or []:
+        if item["collective"] not in COLLECTIVES or item["device"] != "cpu":
+            continue
+        for size_range in item["ranges"]:
+            for point in size_range.get("points") or []:
+                call = mpich_layers.Call(
+                    item["collective"],
+                    int(item["nprocs"]),
+                    int(item["nodes"]),
+                    int(point["size_bytes"]),
+                    oversubscribed=oversubscribed,
+                )
+                exported = mpich_layers.path_text(call, trees)
+                default = mpich_layers.path_text(call, base)
+                same = "the default's path" if exported == default else f"default: {default}"
+                seen = _fingerprint_text(tuning, call, size_range["alg"])
+                lines.append(
+                    f"proof: {call.collective} p={call.nprocs} nodes={call.nodes} "
+                    f"{format_size(call.nbytes)} {size_range['alg']}: {exported} ({same}){seen}"
+                )
+    return lines
+
+
+def _fingerprint_text(tuning: dict[str, Any], call: mpich_layers.Call, alg: str) -> str:
+    """'; fingerprint differs from the default's' (or 'the same as') where the sweep
+    recorded both at this size: the run-time half of the proof (collectives.mpit's
+    non-associative reduction; at p = 2 it tells apart only the compositions that reduce
+    on node_comm, since a user-defined op never takes release_gather)."""
+    if call.collective != "allreduce" or alg == MPICH_AUTO:
+        return ""
+    groups = (tuning.get("fingerprints") or {}).get(str(call.nprocs)) or {}
+    mine = (groups.get(f"alg_{alg}") or {}).get(str(call.nbytes))
+    default = (groups.get("mpi") or {}).get(str(call.nbytes))
+    if mine is None or default is None:
+        return ""
+    return f"; fingerprint {'the same as' if mine == default else 'differs from'} the default's"
+
+
 def export(table: TuningTable, base: Path) -> tuple[list[Path], list[str]]:
-    """Write BASE.mpich.json (and, where the sweep measured MPICH's own algorithms,
-    BASE.mpich.notes.txt: what was measured for each rule, since JSON has no comments);
-    returns the paths and warnings."""
+    """Write BASE.mpich.{ch4,posix,mpir}.json and BASE.mpich.notes.txt (the environment
+    lines that load the files, what was measured for each rule and each measured size's
+    path proof, since JSON has no comments); returns the paths and warnings."""
     warn: list[str] = []
     notes: list[str] = []
-    path = beside(base, SUFFIXES[0])
-    write_text_atomic(path, json.dumps(document(table, warn, notes), indent=1) + "\n")
-    if not notes:
-        return [path], warn
-    notes_path = beside(base, SUFFIXES[1])
+    trees = documents(table, warn, notes)
+    paths = {layer: beside(base, suffix) for layer, suffix in LAYER_SUFFIXES.items()}
+    for layer, path in paths.items():
+        write_text_atomic(path, json.dumps(trees[layer], indent=1) + "\n")
+    tuning = table.header.get(LIBRARY_TUNING_FIELD) or {}
+    setting = tuning.get("mpich_posix_cvars")
+    names = {layer: Path(path.name) for layer, path in paths.items()}
     head = [
-        f"# {path.name}: MPICH's own algorithms as the sweep decided among them",
-        f"# use: MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE={path.name} mpiexec ...",
+        "# MPICH's selection, one file per layer (ch4 composition, POSIX shared memory, MPIR)",
+        f"# use: {' '.join(environment_lines(names))} mpiexec ...",
+        f"# measured under: {setting or 'no oversubscription setting (the POSIX layer free)'}",
     ]
-    write_text_atomic(notes_path, "\n".join([*head, *notes]) + "\n")
-    return [path, notes_path], warn
+    head += [f"# not measured: {text}" for text in tuning.get("not_measured") or []]
+    notes_path = beside(base, NOTES_SUFFIX)
+    write_text_atomic(notes_path, "\n".join([*head, *notes, *path_proofs(table, trees)]) + "\n")
+    return [*paths.values(), notes_path], warn
 
 
 def _bound_holds(key: str, name: str, value: int) -> bool | None:

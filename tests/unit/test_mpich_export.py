@@ -1,0 +1,125 @@
+"""The MPICH export as three files, one per layer: each carries the sweep's winners of its
+layer and MPICH's generic tree elsewhere; the notes say how to load them, under which
+oversubscription setting they were measured, and each measured size's path proof."""
+
+import json
+
+from support.mpich_layers import layered_run
+
+from collectives.mpich_layers import Call, call_path
+from osu_dl_bench.runtime.mpich_trees import carried_trees
+from osu_dl_bench.selection.exports import mpich
+from osu_dl_bench.selection.tune import build_table
+
+BASE = carried_trees().trees
+
+
+def _exported(tmp_path, metadata=None):
+    table, tune_warnings = build_table(layered_run(tmp_path / "run", metadata=metadata), "lib")
+    paths, warnings = mpich.export(table, tmp_path / "lib")
+    warnings = [*tune_warnings, *warnings]
+    trees = {
+        layer: json.loads((tmp_path / f"lib.mpich.{layer}.json").read_text())
+        for layer in ("ch4", "posix", "mpir")
+    }
+    return table, trees, (tmp_path / "lib.mpich.notes.txt").read_text(), warnings
+
+
+def test_each_layers_winner_is_in_its_own_file_and_mpich_decides_elsewhere(tmp_path):
+    table, trees, _, warnings = _exported(tmp_path)
+    ranges = table.header["library_tuning"]["entries"][0]["ranges"]
+    # MPIR's ring runs the default's code on one node with the POSIX layer free: its
+    # (fast, by construction) rows are not decided on, and tune says so.
+    assert [(r["min_bytes"], r["alg"]) for r in ranges] == [
+        (0, "ch4_beta"),
+        (8192, "auto"),
+        (65536, "posix_mpir"),
+    ]
+    assert [w for w in warnings if "not decided on" in w] == [
+        f"allreduce p=2 {size}: native:alg=mpir_ring not decided on: same path as the "
+        f"default: ch4:gamma > posix[world]:allreduce_release_gather"
+        for size in ("1K", "2K", "8K", "16K", "64K", "1M")
+    ]
+    # The path each size takes through the three exported files is the one its winner took.
+    expected = {
+        1024: ("ch4:beta", "mpir[world]:reduce_scatter_allgather"),
+        16384: ("ch4:gamma", "posix[world]:allreduce_release_gather"),  # ring: not reached
+        65536: ("ch4:gamma", "mpir[world]:reduce_scatter_allgather"),
+    }
+    for size, path in expected.items():
+        assert call_path(Call("allreduce", 2, 1, size), trees) == path
+    # The other collectives and layers are MPICH's generic ones.
+    assert trees["ch4"]["collective=bcast"] == BASE["ch4"]["collective=bcast"]
+    assert trees["posix"]["collective=bcast"] == BASE["posix"]["collective=bcast"]
+
+
+def test_the_notes_load_the_files_and_prove_each_sizes_path(tmp_path):
+    _, _, notes, _ = _exported(tmp_path)
+    assert (
+        "# use: MPIR_CVAR_CH4_COLL_SELECTION_TUNING_JSON_FILE=lib.mpich.ch4.json "
+        "MPIR_CVAR_CH4_POSIX_COLL_SELECTION_TUNING_JSON_FILE=lib.mpich.posix.json "
+        "MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE=lib.mpich.mpir.json "
+        "MPIR_CVAR_COLLECTIVE_FALLBACK=error mpiexec ..."
+    ) in notes
+    assert "# measured under: no oversubscription setting" in notes
+    assert (
+        "proof: allreduce p=2 nodes=1 64K posix_mpir: ch4:gamma > "
+        "mpir[world]:reduce_scatter_allgather (default: ch4:gamma > "
+        "posix[world]:allreduce_release_gather)"
+    ) in notes
+    assert "posix: allreduce comm_size=any [64K, inf) -> mpir: posix_mpir: 2 sizes" in notes
+
+
+def test_an_oversubscribed_sweep_says_so_in_the_export(tmp_path):
+    from support.tuning import METADATA
+
+    pinned = {**METADATA, "mpich_posix_cvars": "MPIR_CVAR_ALLREDUCE_POSIX_INTRA_ALGORITHM=mpir"}
+    table, trees, notes, warnings = _exported(tmp_path, pinned)
+    assert table.header["library_tuning"]["mpich_posix_cvars"].endswith("=mpir")
+    assert "# measured under: MPIR_CVAR_ALLREDUCE_POSIX_INTRA_ALGORITHM=mpir" in notes
+    # pinned, the POSIX candidate is the default's code and MPIR's ring is reached
+    ranges = table.header["library_tuning"]["entries"][0]["ranges"]
+    assert [(r["min_bytes"], r["alg"]) for r in ranges] == [
+        (0, "ch4_beta"),
+        (8192, "mpir_ring"),
+        (65536, "auto"),
+    ]
+    assert any("posix_mpir not decided on: the POSIX layer is pinned" in w for w in warnings)
+    call = Call("allreduce", 2, 1, 16384, oversubscribed=True)
+    assert call_path(call, trees)[-1] == "mpir[world]:ring"
+    assert "16K mpir_ring: ch4:gamma > mpir[world]:ring (default: ch4:gamma > " in notes
+
+
+def test_the_candidates_the_sweep_left_unmeasured_are_listed_with_the_reason(tmp_path):
+    from support.tuning import METADATA
+
+    reason = "runs MPICH's default code at every size: same path as the default: ch4:gamma"
+    skipped = [{"collective": "allreduce", "backend": "mpi", "algorithm": "native:alg=mpir_smp"}]
+    jobs = {
+        "2": {
+            **METADATA["jobs"]["2"],
+            "launches": {"1/mpi": {"skipped": [{**skipped[0], "reason": reason}]}},
+        }
+    }
+    table, _, notes, _ = _exported(tmp_path, {**METADATA, "jobs": jobs})
+    listed = f"p=2 allreduce native:alg=mpir_smp: {reason}"
+    assert table.header["library_tuning"]["not_measured"] == [listed]
+    assert f"# not measured: {listed}" in notes
+
+
+def test_each_proof_says_whether_the_fingerprint_differs_from_the_defaults(tmp_path):
+    from support.tuning import METADATA
+
+    launches = {
+        "1/mpi": {"fingerprints": {"65536": [1, 2], "1048576": [5, 6], "1024": [3, 4]}},
+        "1/alg_posix_mpir": {"fingerprints": {"65536": [1, 2], "1048576": [7, 7]}},
+    }
+    jobs = {"2": {**METADATA["jobs"]["2"], "launches": launches}}
+    _, _, notes, _ = _exported(tmp_path, {**METADATA, "jobs": jobs})
+    assert "64K posix_mpir: ch4:gamma" in notes
+    line = next(n for n in notes.splitlines() if "64K posix_mpir" in n)
+    assert line.endswith("; fingerprint the same as the default's")
+    line = next(n for n in notes.splitlines() if "1M posix_mpir" in n)
+    assert line.endswith("; fingerprint differs from the default's")
+    line = next(n for n in notes.splitlines() if "1K ch4_beta" in n)
+    assert "fingerprint" not in line  # not recorded for its group

@@ -1,0 +1,53 @@
+"""`list --library mpich`: MPICH's candidates in a job's shape, the layer each acts on and
+where each runs other code than the default, the oversubscription setting's included."""
+
+import os
+
+from osu_dl_bench.commands.listing import mpich_listing
+
+
+def _row(text: str, candidate: str) -> str:
+    return next(line for line in text.splitlines() if f"native:alg={candidate} " in line)
+
+
+def test_on_one_node_p2_posix_and_compositions_run_other_code_mpir_does_not(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    text = mpich_listing("allreduce", 2, 1)
+    assert _row(text, "posix_mpir").split()[2] == "posix"
+    assert _row(text, "posix_mpir").endswith("8-16M")
+    assert _row(text, "ch4_beta").endswith("8-16M")
+    assert "nowhere: same path as the default" in _row(text, "mpir_ring")
+    assert "nowhere: smp needs several nodes" in _row(text, "mpir_smp")
+    assert "pinned" not in text.splitlines()[0]
+
+
+def test_oversubscribed_the_posix_candidates_are_fixed_and_mpir_is_reached(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    text = mpich_listing("allreduce", 3, 1)
+    assert "the POSIX layer is pinned to MPIR" in text.splitlines()[0]
+    assert "oversubscription setting" in _row(text, "posix_mpir")
+    assert _row(text, "mpir_ring").endswith("8-16M")
+
+
+def test_on_two_nodes_mpir_decides_between_the_node_roots(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    text = mpich_listing("bcast", 4, 2)
+    assert "mpir[node_roots]:binomial" in text
+    assert _row(text, "mpir_scatter_ring_allgather").endswith("8-16M")
+
+
+def test_the_sweep_names_each_unmeasured_library_candidate_on_its_own_line():
+    from osu_dl_bench.jobs.progress import skipped_lines
+
+    reason = "runs MPICH's default code at every size: ..."
+    skipped = [
+        {"collective": "allreduce", "algorithm": f"native:alg={alg}", "reason": reason}
+        for alg in ("mpir_ring", "ch4_gamma")
+    ]
+    skipped.append({"collective": "allreduce", "algorithm": "ring:seg=64K", "reason": "x"})
+    skipped.append({"collective": "allreduce", "algorithm": "ring:seg=1M", "reason": "x"})
+    assert skipped_lines(2, skipped) == [
+        f"# p=2 allreduce native:alg=mpir_ring: skipped: {reason}",
+        f"# p=2 allreduce native:alg=ch4_gamma: skipped: {reason}",
+        "# p=2 allreduce ring (2 variants): skipped: x",
+    ]

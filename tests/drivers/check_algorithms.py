@@ -243,21 +243,31 @@ def check(args) -> dict:
     p = comm.Get_size()
     tally = Tally()
     checks = [item for algo in _selected(args) for item in _checks(algo, args, p)]
-    _run_checks(comm, checks, args, tally, args.ranks_per_node)
-    if args.grid_ranks_per_node and args.grid_cases.sizes:
-        # The node-aware variants (hierarchical:inner=...) need several nodes: emulated
-        # ones, for the grid variants that never ran on the nodes there are (bound anew:
-        # a variant finds its nodes when bound).
-        never_ran = [item for item in checks if item.stands_for and not tally.covers(item)]
-        _run_checks(comm, never_ran, args, tally, args.grid_ranks_per_node)
+    try:
+        _run_checks(comm, checks, args, tally, args.ranks_per_node)
+        if args.grid_ranks_per_node and args.grid_cases.sizes:
+            # The node-aware variants (hierarchical:inner=...) need several nodes: emulated
+            # ones, for the grid variants that never ran on the nodes there are (bound anew:
+            # a variant finds its nodes when bound).
+            never_ran = [item for item in checks if item.stands_for and not tally.covers(item)]
+            _run_checks(comm, never_ran, args, tally, args.grid_ranks_per_node)
+    finally:
+        # The SPMD tests call check() again in this process: cma copies as before.
+        _forbid_kernel_copies(False)
     return tally.summary(p)
+
+
+def check_with(argv: list[str]) -> dict:
+    """``check`` with the options given as on the command line (the SPMD tests' call)."""
+    return check(parse(argv))
 
 
 def _list(text: str) -> tuple[str, ...]:
     return tuple(item for item in text.split(",") if item)
 
 
-def main() -> int:
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The driver's options (``argv``; None: the command line)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--collectives", default=",".join(SPECS))
     parser.add_argument("--algorithms", default="")
@@ -281,7 +291,7 @@ def main() -> int:
     parser.add_argument("--device", default="cpu", help="buffer kind (cpu, cpu-registered)")
     parser.add_argument("--private-ranks", default="", help="ranks allocating private memory")
     parser.add_argument("--forbid-kernel-copies", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     args.collectives = _list(args.collectives)
     args.algorithms = _list(args.algorithms)
     args.backends = _list(args.backends)
@@ -289,7 +299,11 @@ def main() -> int:
     sizes = tuple(map(int, _list(args.grid_sizes)))
     args.grid_cases = Cases(_list(args.grid_dtypes), _list(args.grid_ops), sizes)
     args.private_ranks = {int(r) for r in _list(args.private_ranks)}
-    summary = check(args)
+    return args
+
+
+def main() -> int:
+    summary = check(parse())
     if MPI.COMM_WORLD.Get_rank() == 0:
         print("SUMMARY " + json.dumps(summary), flush=True)
     return 0

@@ -396,18 +396,27 @@ def verdicts(per_rank: list[list[dict]]) -> dict:
     return {"passed": passed, "failed": len(failures), "skipped": 0, "failures": failures[:80]}
 
 
-def main() -> int:
+def summarize(argv: list[str] | None = None) -> dict:
+    """Every case on every rank (options ``argv``; None: the command line); returns rank
+    0's summary, on every rank."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--algorithms", default="cma,shm")
     parser.add_argument("--devices", default="cpu,cpu-registered,mixed")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     args.algorithms = args.algorithms.split(",")
     args.devices = args.devices.split(",")
     comm = MPI.COMM_WORLD
     per_rank = comm.gather(run(args), root=0)
+    summary = None
     if comm.Get_rank() == 0:
         summary = verdicts(per_rank)
         summary["nprocs"] = comm.Get_size()
+    return comm.bcast(summary, root=0)
+
+
+def main() -> int:
+    summary = summarize()
+    if MPI.COMM_WORLD.Get_rank() == 0:
         print("SUMMARY " + json.dumps(summary), flush=True)
     return 0
 

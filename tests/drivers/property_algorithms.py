@@ -120,12 +120,14 @@ def check_algorithm(comm, topo, collective, algo, examples) -> str | None:
     return None
 
 
-def main() -> int:
+def search(argv: list[str] | None = None) -> dict:
+    """Run the search for every selected algorithm (options ``argv``; None: the command
+    line); returns the summary (the same on every rank: verdicts are agreed)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--examples", type=int, default=25)
     parser.add_argument("--collectives", default="allreduce,reduce_scatter,allgather,bcast")
     parser.add_argument("--ranks-per-node", type=int, default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     comm = MPI.COMM_WORLD
     topo = discover_topology(comm, args.ranks_per_node)
     failures, checked = [], 0
@@ -135,12 +137,13 @@ def main() -> int:
             checked += 1
             if failure:
                 failures.append(failure)
-    if comm.Get_rank() == 0:
-        print(
-            "SUMMARY "
-            + json.dumps({"nprocs": comm.Get_size(), "algorithms": checked, "failures": failures}),
-            flush=True,
-        )
+    return {"nprocs": comm.Get_size(), "algorithms": checked, "failures": failures}
+
+
+def main() -> int:
+    summary = search()
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        print("SUMMARY " + json.dumps(summary), flush=True)
     return 0
 
 

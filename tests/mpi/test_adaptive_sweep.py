@@ -6,6 +6,7 @@ import json
 import sys
 
 import pandas as pd
+import pytest
 from mpirun import mpi_env, run_with_timeout
 
 from collectives.registry import NULL_CONTROL
@@ -43,6 +44,8 @@ def test_a_focused_launch_measures_exactly_its_focus_and_skips_native_alone(tmp_
     }
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_adaptive_screens_once_stores_its_pool_and_a_second_sweep_screens_with_it(tmp_path):
     cache, args = tmp_path / "cache", [*BASE, *ALGS, "--budget", "0.18", "--adaptive", "4"]
     run = tmp_path / "run"
@@ -86,6 +89,8 @@ def _focused_as_recorded(run, rows, max_launch: int) -> None:
     assert pd.Series(rows["launch"]).max() <= max_launch
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_adaptive_after_two_launches_everywhere_adds_only_focused_ones(tmp_path):
     run = tmp_path / "run"
     args = [*BASE, *ALGS, "--budget", "0.06", "--launches", "2", "--adaptive", "4"]

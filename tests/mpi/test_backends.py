@@ -1,4 +1,5 @@
 """The gloo and nccl backends: correctness under real mpiexec, the bench CLI, availability.
+gloo's results on every dtype and op are checked in the SPMD tier (tests/spmd/test_backends.py).
 
 gloo runs wherever torch is installed (CI installs torch==2.13.0). nccl needs cupy and a
 GPU: its correctness tests run wherever both exist and are skipped with the reason
@@ -23,54 +24,9 @@ from pathlib import Path
 import pytest
 from mpirun import REPO, driver_summary, mpi_env, run_cli, run_mpi
 
-DRIVER = "tests/drivers/check_algorithms.py"
 THIS = str(Path(__file__).resolve())
 TORCH_MISSING = "torch is not installed: gloo tests need pip install torch==2.13.0 (CPU build)"
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason=TORCH_MISSING)
-LARGE = str(4 * 1024 * 1024 + 3)  # > 16 MiB of float32, not divisible by any p here
-
-
-def _assert_all_passed(summary: dict) -> None:
-    assert summary["failed"] == 0, "\n".join(summary["failures"])
-    assert summary["passed"] > 0
-
-
-# --- gloo ---
-
-
-@needs_torch
-@pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
-def test_gloo_matches_expected_on_every_dtype_and_op(nprocs):
-    # Beyond the whole-registry run of test_algorithms_multirank: the dtypes and ops whose
-    # support differs in Gloo (int8/uint8 reduce, bitwise ops; int16/uint64 reduce only as
-    # skips, yet move as bytes).
-    summary = driver_summary(
-        run_mpi(
-            nprocs,
-            [
-                DRIVER,
-                "--algorithms",
-                "gloo",
-                "--dtypes",
-                "float16,float32,int8,uint8,int16,int32,uint64",
-                "--ops",
-                "sum,prod,max,min,band,bor,bxor",
-                "--sizes",
-                "0,1,7,1000",
-            ],
-            timeout=300,
-        )
-    )
-    _assert_all_passed(summary)
-    # int16 and uint64 reductions are declared unsupported, so they are skipped, not run.
-    assert summary["skipped"] > 0
-
-
-@needs_torch
-def test_gloo_large_messages_match_expected():
-    args = ["--algorithms", "gloo", "--collectives", "allreduce,bcast,reduce"]
-    args += ["--dtypes", "float32", "--ops", "sum", "--sizes", LARGE]
-    _assert_all_passed(driver_summary(run_mpi(3, [DRIVER, *args], timeout=300)))
 
 
 # Binds gloo on a sub-communicator and on COMM_WORLD, frees the first right after a call
@@ -207,6 +163,11 @@ def test_list_names_gloo_for_every_collective_gloo_has_when_torch_is_installed()
 
 
 # --- nccl: on GPUs where present, and on the MPI stand-in for cupy everywhere ---
+
+
+def _assert_all_passed(summary: dict) -> None:
+    assert summary["failed"] == 0, "\n".join(summary["failures"])
+    assert summary["passed"] > 0
 
 
 def _nccl_unavailable() -> str | None:

@@ -29,6 +29,7 @@ from osu_dl_bench.jobs import launch
 SCRIPT = REPO / "scripts" / "cluster_local.sh"
 # A job across namespaces starts in ~1 s; its sizes cross a 1 Gbit/s link in milliseconds.
 JOB_TIMEOUT = 180.0
+pytestmark = pytest.mark.cluster  # `pytest -m cluster` (docs/testing.md)
 
 
 def _private_cluster(tmp_path: Path, name: str, subnet: str) -> dict[str, str]:

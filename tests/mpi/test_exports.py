@@ -21,6 +21,8 @@ pytestmark = pytest.mark.usefixtures("registered")
 SIZES = (64, 65536, 8 << 20)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_mpich_applies_the_export_and_rejects_broken_files(winning_table, tmp_path):
     files, _ = export_files(winning_table, tmp_path, "mpich")
     driver = tmp_path / "fingerprint.py"
@@ -149,6 +151,8 @@ def _ompifingerprint_of(openmpi, *mca):
     return [ln.split()[2:] for ln in res.stdout.splitlines() if ln.startswith("SIZE ")]
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_openmpi_applies_the_classic_export_and_ignores_a_broken_one(
     openmpi, winning_table, tmp_path
 ):
@@ -176,6 +180,8 @@ def test_openmpi_applies_the_classic_export_and_ignores_a_broken_one(
     assert with_file(broken) == default
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_mpich_takes_the_one_node_entries_of_a_table_measured_on_several_nodes(tmp_path):
     # On one node MPICH must follow comm_size=node_comm_size to the one-node entry (ring
     # from 64 KiB), not the 2-node entry after it (recursive doubling).

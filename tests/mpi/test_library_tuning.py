@@ -31,6 +31,8 @@ def mpich():
         pytest.skip(f"the MPI library here is {library or 'another'}, not MPICH")
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_mpichs_cvar_forced_algorithms_named_one_by_one_still_run_forced_and_validate(
     mpich, tmp_path
 ):

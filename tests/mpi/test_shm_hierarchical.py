@@ -1,59 +1,12 @@
-"""The shared-memory (shm, and cma where the kernel allows it) and hierarchical algorithms
-equal the expected result on p = 1..6, on one node and on emulated nodes of 1, 2 and 3
-ranks (real mpiexec, hard timeouts)."""
+"""The shared-memory and hierarchical algorithms through bench: every inner algorithm,
+small chunks, every root, and an unknown inner one refused (real mpiexec, hard timeouts).
+Their results on p = 1..6, on one node and on emulated nodes, are checked in the SPMD tier
+(tests/spmd/test_shm_hierarchical.py)."""
 
 import pytest
-from mpirun import driver_summary, run_cli, run_mpi
+from mpirun import run_cli
 
-from collectives import algorithms, cma, hierarchical
-
-DRIVER = "tests/drivers/check_algorithms.py"
-# The one-node designs: cma registers only where the kernel allows single-copy reads.
-ONE_NODE = ["shm"] + [cma.NAME] * (cma.unavailable_reason() is None)
-OURS = ["--collectives", "allreduce,bcast", "--algorithms", ",".join([*ONE_NODE, "hierarchical"])]
-# Every kind of dtype (float16 included) and of op (bitwise on the integers only).
-DTYPES = ["--dtypes", "float32,float16,int8,uint64", "--ops", "sum,prod,max,bxor"]
-# Empty, fewer elements than ranks, primes, not divisible by p.
-SIZES = ["--sizes", "0,1,2,7,13,4099"]
-LARGE = str(4 * 1024 * 1024 + 3)  # > 16 MiB of float32: 5 chunks of 4M, the last 3 elements
-
-
-def _check(nprocs: int, ranks_per_node: int | None, *args: str) -> dict:
-    emulation = ["--ranks-per-node", str(ranks_per_node)] if ranks_per_node else []
-    summary = driver_summary(run_mpi(nprocs, [DRIVER, *OURS, *emulation, *args], timeout=240))
-    assert summary["failed"] == 0, "\n".join(summary["failures"])
-    return summary
-
-
-@pytest.mark.parametrize("nprocs", [1, 2, 3, 4, 5, 6])
-def test_one_node(nprocs):
-    summary = _check(nprocs, None, *DTYPES, *SIZES)
-    # One node: the one-node designs run every case; hierarchical, which would only repeat
-    # shm there, is skipped in every case.
-    assert summary["passed"] > 0
-    assert summary["skipped"] * len(ONE_NODE) == summary["passed"]
-
-
-@pytest.mark.parametrize(
-    ("nprocs", "ranks_per_node"),
-    # Nodes of 1+1+1, 2+1, 2+2, 2+2+1, 3+2 and 3+3 ranks.
-    [(3, 1), (3, 2), (4, 2), (5, 2), (5, 3), (6, 3)],
-)
-def test_emulated_nodes(nprocs, ranks_per_node):
-    summary = _check(nprocs, ranks_per_node, *DTYPES, *SIZES)
-    # Several nodes: the one-node designs are skipped with their reason, hierarchical
-    # runs every case.
-    assert summary["passed"] > 0
-    assert summary["skipped"] == summary["passed"] * len(ONE_NODE)
-
-
-@pytest.mark.parametrize(("nprocs", "ranks_per_node"), [(2, None), (3, 2)])
-def test_large_message_in_chunks(nprocs, ranks_per_node):
-    # (3, 2): nodes of 2 and 1 ranks, whose leaders must cut the message alike.
-    summary = _check(
-        nprocs, ranks_per_node, "--dtypes", "float32", "--ops", "sum", "--sizes", LARGE
-    )
-    assert summary["passed"] > 0
+from collectives import algorithms, hierarchical
 
 
 def _registered(collective: str, names: list[str]) -> list[str]:
@@ -74,6 +27,8 @@ def _validated_run(
     return res.stdout
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_every_inner_allreduce_and_small_chunks():
     inners = _registered("allreduce", list(hierarchical.INNER_ALLREDUCE_GRID))
     variants = [f"hierarchical:inner={name}" for name in inners]
@@ -85,6 +40,8 @@ def test_every_inner_allreduce_and_small_chunks():
     assert "Fail" not in out and out.count("Pass") > 0
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_every_inner_bcast_every_root():
     inners = _registered("bcast", list(hierarchical.INNER_BCAST_GRID))
     variants = [f"hierarchical:inner={name}" for name in inners]

@@ -14,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from mpirun import REPO, mpi_env, run_with_timeout
 from support.sweep import difference, expected_rows, stored_rows
 
@@ -86,6 +87,8 @@ def _rank_pid(run_dir: Path, rank: int, proc: subprocess.Popen) -> int:
     raise AssertionError(f"no rows appeared: {proc.communicate()}")
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_a_rank_stopped_mid_sweep_is_named_and_resume_completes(tmp_path):
     run_dir = tmp_path / "run"
     args = [*ARGS, "-o", str(run_dir)]

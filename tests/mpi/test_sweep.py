@@ -82,6 +82,8 @@ def full_run(tmp_path_factory):
     return res, run_dir
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_orchestrated_sweep_stores_every_eligible_variant(full_run):
     res, run_dir = full_run
     assert res.returncode == 0, res.stdout + res.stderr
@@ -117,6 +119,8 @@ def test_orchestrated_sweep_stores_every_eligible_variant(full_run):
         assert all(count == beside[key[0]] for key, count in per_point.items()), per_point
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_each_launch_of_the_mpi_group_calibrates_the_model_in_place(full_run):
     _, run_dir = full_run
     calibration = pd.read_csv(run_dir / "calibration.csv")
@@ -125,6 +129,8 @@ def test_each_launch_of_the_mpi_group_calibrates_the_model_in_place(full_run):
     assert (calibration["median_s"] > 0).all()
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_orchestrated_sweep_writes_metadata(full_run):
     res, run_dir = full_run
     meta = json.loads((run_dir / "metadata.json").read_text())
@@ -221,6 +227,8 @@ def _finish(proc: subprocess.Popen, timeout: float = 120) -> subprocess.Complete
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_a_killed_rank_loses_at_most_its_point_and_resume_completes(tmp_path):
     run_dir = tmp_path / "run"
     args = ["--np", "2", "-m", "8:4K", "--budget", "0.05", "--launches", "1", "-o", str(run_dir)]

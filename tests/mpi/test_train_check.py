@@ -36,6 +36,8 @@ def adapted(tmp_path_factory):
     return res, json.loads(summary.read_text()), written
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_adapt_replaces_a_choice_made_slower_in_training_and_validation_passes(adapted):
     res, summary, _ = adapted
     assert summary["validation"]["passed"]
@@ -52,6 +54,8 @@ def test_adapt_replaces_a_choice_made_slower_in_training_and_validation_passes(a
     assert f"{RING} -> {ring['kept']}" in res.stdout and "does not hold" in res.stdout
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_the_report_gives_every_candidate_its_times_ratio_and_calls(adapted):
     res, summary, _ = adapted
     check = summary["check"]
@@ -75,6 +79,8 @@ def test_the_report_gives_every_candidate_its_times_ratio_and_calls(adapted):
     assert "predictions: none: the table's sweep (not recorded) is not here" in res.stdout
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_the_written_table_holds_the_kept_choices_for_select(adapted):
     _, summary, written = adapted
     table = json.loads(written.read_text())
@@ -92,6 +98,8 @@ def test_the_written_table_holds_the_kept_choices_for_select(adapted):
     assert picks == [kept[size] for size in sorted(kept)]
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_a_run_too_short_for_the_check_is_refused_on_every_rank(tmp_path):
     argv = ["train", "--steps", "10", *SMALL_BUCKETS, "--table", str(p2_train_table(tmp_path))]
     res = run_cli(2, [*argv, "--check-table", "--progress", "off"], timeout=TIMEOUT)

@@ -143,6 +143,8 @@ def _params(path):
     return torch.load(path, weights_only=True)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_killed_rank_resumes_to_the_same_parameters_bit_for_bit(tmp_path):
     common = ["--steps", "12", "--checkpoint-every", "4", *SMALL_BUCKETS]
     common += ["--allreduce", "recursive_doubling"]

@@ -108,6 +108,8 @@ def test_a_run_too_short_for_the_check_is_refused_on_every_rank(tmp_path):
     assert "(--steps 32 or more)" in res.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_a_slow_candidate_hook_naming_no_candidate_is_refused_on_every_rank(tmp_path):
     argv = ["train", "--steps", "36", *SMALL_BUCKETS, "--table", str(p2_train_table(tmp_path))]
     argv += ["--validate", "--check-table", "--progress", "off"]
@@ -129,6 +131,8 @@ def _full_directory(tmp_path):
     return full
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_a_table_that_cannot_be_written_keeps_the_summary_and_fails_every_rank(tmp_path):
     full = _full_directory(tmp_path)
     if full is None:

@@ -34,22 +34,19 @@ algorithms to ``mpir``) and reach the tree.
 from __future__ import annotations
 
 import math
-import re
 from functools import lru_cache
 from typing import Any
 
 from collectives.common import (
     LinkCost,
-    is_power_of_two,
-    largest_power_of_two_at_most,
 )
+from collectives.mpich_layers import search
 from collectives.registry import algorithm_like, format_params
 
 # Our collective -> MPICH's tree; reduce_scatter is MPI_Reduce_scatter_block here.
 _TREE_NAMES = {"reduce_scatter": "reduce_scatter_block"}
 # Collectives whose per-rank message is one block of a p-block buffer.
 _TOTAL_IS_P_BLOCKS = {"allgather", "reduce_scatter"}
-_CONDITION = re.compile(r"^(\w+?)(<=|<|=)(.+)$")
 
 
 @lru_cache(maxsize=1)
@@ -57,34 +54,6 @@ def _tree() -> dict[str, Any]:
     from osu_dl_bench.selection.exports.mpich_default import default_tree
 
     return default_tree()
-
-
-def _holds(key: str, facts: dict[str, Any]) -> bool:
-    match = _CONDITION.match(key)
-    if not match:
-        return False
-    name, relation, value = match.groups()
-    if value == "any":
-        return True
-    fact = facts.get(name)
-    if fact is None:
-        return False
-    if value == "pow2":
-        limit = largest_power_of_two_at_most(max(facts["comm_size"], 1))
-        return is_power_of_two(fact) if relation == "=" else fact < limit
-    if relation == "=":
-        return str(fact) == value
-    return fact <= int(value) if relation == "<=" else fact < int(value)
-
-
-def _walk(node: dict[str, Any], facts: dict[str, Any]) -> str | None:
-    """The first branch (in MPICH's order) whose condition holds, down to an algorithm."""
-    for key, child in node.items():
-        if key.startswith("algorithm="):
-            return key.split("=", 1)[1]
-        if _holds(key, facts):
-            return _walk(child, facts)
-    return None
 
 
 def mpich_algorithm(
@@ -106,7 +75,7 @@ def mpich_algorithm(
         "is_block_regular": "yes",
         "comm_hierarchy": "parent" if nodes > 1 else "flat",
     }
-    return _walk(tree, facts)
+    return search(tree, facts)
 
 
 # ch4's POSIX algorithm that answers allreduce and bcast first on one node (not

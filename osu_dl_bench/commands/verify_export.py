@@ -33,6 +33,7 @@ from osu_dl_bench.jobs.c_client import (
 from osu_dl_bench.jobs.launch import library_environment
 from osu_dl_bench.jobs.orchestrate import run_sweep
 from osu_dl_bench.jobs.sweep_config import SweepConfig
+from osu_dl_bench.measurement.schedule import williams_cycle
 from osu_dl_bench.measurement.store import RunStore
 from osu_dl_bench.paths import write_text_atomic
 from osu_dl_bench.selection.exports.readers import (
@@ -41,6 +42,7 @@ from osu_dl_bench.selection.exports.readers import (
     named_algorithms,
 )
 from osu_dl_bench.selection.exports.verification import (
+    ARMS,
     CLIENT_FILE,
     DEFAULT_ARM,
     FILE_ARM,
@@ -180,7 +182,8 @@ def measure_client(
         NULL_ARM: null_control_environment(library, Path(sweep.output) / "null_control"),
     }
     # One seed per file and launch count: a rerun takes the same order.
-    start = random.Random(seed_of(str(cfg.path), cfg.client_launches)).randrange(6)
+    cycle = williams_cycle(len(ARMS))
+    start = random.Random(seed_of(str(cfg.path), cfg.client_launches)).randrange(cycle)
     latencies: dict[tuple, dict[int, float]] = {}
     launches = cfg.client_launches
     for launch in range(1, launches + 1):

@@ -13,6 +13,7 @@ from osu_dl_bench.commands.arguments import seconds_up_to, whole_number, whole_n
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.c_client import DEFAULT_TIMEOUT
 from osu_dl_bench.jobs.sweep_config import MAX_BUDGET, MAX_LAUNCHES, SweepConfig
+from osu_dl_bench.measurement.schedule import williams_cycle
 
 # The subcommand's line in 'osu-dl-bench --help'.
 HELP = (
@@ -26,12 +27,27 @@ DEFAULT_SIZES = "8:16M"
 # is as wide as the machine's launch-to-launch swings, so it needs launches, not rounds.
 DEFAULT_LAUNCHES = 6
 DEFAULT_BUDGET = 1.0
-# The C client's launches of each arm (file, default, null control): 12 is two whole
-# cycles of the 3-arm Williams design (measurement.schedule.rotation), so each arm runs in
-# each position and after each other arm equally often.
+# The C client's launches of each arm (file, default, null control: the three arms of
+# selection.exports.verification.ARMS) come in whole cycles of their Williams design
+# (measurement.schedule.rotation, 6 launches): only over whole cycles does each arm run in
+# each position and after each other arm equally often. 12 is two cycles.
+CLIENT_CYCLE = williams_cycle(3)
 DEFAULT_CLIENT_LAUNCHES = 12
+MAX_CLIENT_LAUNCHES = 996
 # A day: a longer wait is a hang, whatever the machine.
 MAX_CLIENT_TIMEOUT = 86400.0
+
+
+def whole_cycles(text: str) -> int:
+    """An argparse type: the C client's launches, whole cycles of its arms' Williams design
+    (a multiple of CLIENT_CYCLE), so that no arm is favoured by its place in the order."""
+    value = whole_number(CLIENT_CYCLE, MAX_CLIENT_LAUNCHES)(text)
+    if value % CLIENT_CYCLE:
+        raise argparse.ArgumentTypeError(
+            f"expected a multiple of {CLIENT_CYCLE} (whole cycles of the three arms' balanced "
+            f"order), got {text!r}"
+        )
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -96,13 +112,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--client-launches",
-        # One launch shows no launch-to-launch spread: at least two.
-        type=whole_number(2, 1000),
+        type=whole_cycles,
         default=DEFAULT_CLIENT_LAUNCHES,
         metavar="K",
         help=f"C client launches of each arm (with the file, without it, and the null "
         f"control: the default loaded through a selection file), in a balanced alternating "
-        f"order (default {DEFAULT_CLIENT_LAUNCHES})",
+        f"order: a multiple of {CLIENT_CYCLE} (default {DEFAULT_CLIENT_LAUNCHES})",
     )
     parser.add_argument(
         "--client-timeout",

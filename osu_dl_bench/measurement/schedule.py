@@ -77,6 +77,13 @@ def _williams_row(candidates: int) -> list[int]:
     return row
 
 
+def williams_cycle(candidates: int) -> int:
+    """Rounds in one whole cycle of rotation's Williams design: n, or 2n for an odd n (only
+    over whole cycles is each candidate in each position, and after each other, equally
+    often)."""
+    return candidates if candidates % 2 == 0 else 2 * candidates
+
+
 def rotation(round_index: int, candidates: int) -> list[int]:
     """Candidate order in a round: the rows of a Williams design, in turn (E. J. Williams,
     "Experimental designs balanced for the estimation of residual effects of treatments",
@@ -87,7 +94,7 @@ def rotation(round_index: int, candidates: int) -> list[int]:
     (the null control), always right after native, ran 1.3-3x faster than native."""
     if candidates <= 1:
         return list(range(candidates))
-    cycle = candidates if candidates % 2 == 0 else 2 * candidates
+    cycle = williams_cycle(candidates)
     row = round_index % cycle
     order = [(j + row) % candidates for j in _williams_row(candidates)]
     return order if row < candidates else order[::-1]

@@ -4,16 +4,22 @@ verdict in words. The fingerprint proof and the C client's pairing are in
 test_library_tuning and test_c_client; the real launches in tests/mpi/test_library_tuning."""
 
 import dataclasses
+import itertools
 import json
+from collections import Counter
 
 import pytest
 
 from osu_dl_bench.cli import build_parser
 from osu_dl_bench.commands.verify_export import proof_lines
-from osu_dl_bench.commands.verify_export_cli import config_from_args, sweep_config
+from osu_dl_bench.commands.verify_export_cli import (
+    DEFAULT_CLIENT_LAUNCHES,
+    config_from_args,
+    sweep_config,
+)
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.selection.exports.readers import file_library, file_reader, named_algorithms
-from osu_dl_bench.selection.exports.verification import Fingerprinted, Proof
+from osu_dl_bench.selection.exports.verification import Fingerprinted, Proof, arm_order
 
 
 def _config(*argv):
@@ -213,3 +219,30 @@ def test_a_three_file_mpich_export_is_read_as_the_layered_candidate_it_runs(tmp_
     # The generic trees as files are the default everywhere.
     plain = file_reader(tmp_path / "plain.mpich.mpir.json", "mpich")
     assert all(plain(c, 2, 8 << k) is None for c in ("allreduce", "bcast") for k in range(0, 22, 3))
+
+
+def _balance(launches, start):
+    orders = [arm_order(k, start) for k in range(1, launches + 1)]
+    positions = Counter((arm, i) for order in orders for i, arm in enumerate(order))
+    follows = Counter(pair for order in orders for pair in itertools.pairwise(order))
+    return set(positions.values()), set(follows.values())
+
+
+def test_the_c_client_s_launches_are_whole_balanced_cycles_of_its_three_arms(tmp_path):
+    file = tmp_path / "t.mpich.json"
+    file.write_text("{}")
+    accepted = []
+    for launches in range(0, 40):
+        try:
+            accepted.append(_config(str(file), "--client-launches", str(launches)).client_launches)
+        except UsageError as refused:
+            assert "--client-launches" in str(refused)
+    assert accepted and DEFAULT_CLIENT_LAUNCHES in accepted
+    for launches in accepted:
+        for start in range(6):
+            positions, follows = _balance(launches, start)
+            # Each arm in each position, and right after each other arm, equally often.
+            assert len(positions) == 1 and len(follows) == 1, (launches, start)
+    for bad in ("-6", "abc", "1e9", "999999"):
+        with pytest.raises(UsageError, match="--client-launches"):
+            _config(str(file), "--client-launches", bad)

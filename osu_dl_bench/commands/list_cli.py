@@ -5,7 +5,11 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from osu_dl_bench.commands.arguments import whole_number
 from osu_dl_bench.errors import UsageError
+
+# MPI counts ranks in a C int (MPI_Comm_size): no job has more.
+MAX_RANKS = 2**31 - 1
 
 # The subcommand's line in 'osu-dl-bench --help'.
 HELP = "registered algorithms, their constraints and backends"
@@ -31,14 +35,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="the library's own candidates, layer by layer, in the job of --np/--nodes",
     )
-    parser.add_argument("--np", type=int, default=2, metavar="P", help="ranks (default 2)")
-    parser.add_argument("--nodes", type=int, default=1, metavar="N", help="nodes (default 1)")
+    ranks = whole_number(1, MAX_RANKS)
+    parser.add_argument("--np", type=ranks, default=2, metavar="P", help="ranks (default 2)")
+    parser.add_argument(
+        "--nodes",
+        type=ranks,
+        default=1,
+        metavar="N",
+        help="nodes, each with the same number of ranks (default 1)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> ListConfig:
     """The ListConfig of parsed arguments."""
-    if args.np < 1 or args.nodes < 1 or args.np < args.nodes:
-        raise UsageError(f"--np {args.np} --nodes {args.nodes}: expected 1 <= nodes <= np")
+    # The layers' model (collectives.mpich_layers.Call.ranks_per_node) puts np / nodes
+    # ranks on every node: an uneven job would be listed as another one.
+    if args.np % args.nodes:
+        raise UsageError(
+            f"--np {args.np} --nodes {args.nodes}: expected np a multiple of nodes "
+            "(the same ranks on every node)"
+        )
     return ListConfig(args.collective, args.library, args.np, args.nodes)
 
 

@@ -3,7 +3,10 @@ where each runs other code than the default, the oversubscription setting's incl
 
 import os
 
+import pytest
+
 from osu_dl_bench.commands.listing import mpich_listing
+from osu_dl_bench.errors import UsageError
 
 
 def _row(text: str, candidate: str) -> str:
@@ -51,3 +54,18 @@ def test_the_sweep_names_each_unmeasured_library_candidate_on_its_own_line():
         f"# p=2 allreduce native:alg=ch4_gamma: skipped: {reason}",
         "# p=2 allreduce ring (2 variants): skipped: x",
     ]
+
+
+def test_a_job_no_mpi_can_run_or_an_uneven_one_is_refused_in_one_line():
+    from osu_dl_bench.cli import build_parser
+    from osu_dl_bench.commands.list_cli import config_from_args
+
+    def listed(*argv):
+        return config_from_args(build_parser().parse_args(["list", "--library", "mpich", *argv]))
+
+    assert (listed("--np", "4", "--nodes", "2").nprocs, listed("--np", "3").nodes) == (4, 1)
+    for np, nodes in (("0", "1"), ("-3", "1"), ("3", "0"), ("2", "5"), ("3", "2"), ("abc", "1")):
+        with pytest.raises(UsageError, match="--np|--nodes"):
+            listed("--np", np, "--nodes", nodes)
+    with pytest.raises(UsageError, match="--np"):
+        listed("--np", str(2**31))  # MPI_Comm_size's int holds no more ranks

@@ -496,16 +496,27 @@ def mpich_export_environment(path: str) -> dict[str, str]:
     files of a three-file export (its ch4 and POSIX siblings beside it), with
     MPIR_CVAR_COLLECTIVE_FALLBACK=error; an older single-file export as the MPIR layer
     alone."""
-    env = {"MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE": path}
-    if not path.endswith(MPICH_EXPORT_MPIR):
-        return env
-    base = path.removesuffix(MPICH_EXPORT_MPIR)
-    for suffix, name in MPICH_EXPORT_SIBLINGS.items():
-        if os.path.isfile(base + suffix):
-            env[name] = base + suffix
+    env = {"MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE": path, **mpich_export_siblings(path)}
     if len(env) == 3:
         env["MPIR_CVAR_COLLECTIVE_FALLBACK"] = "error"
     return env
+
+
+def mpich_export_siblings(path: str) -> dict[str, str]:
+    """Variable -> file of the ch4 and POSIX siblings of a three-file export's MPIR file
+    ``path`` ({} for an older single file); UsageError where one is not there: half an
+    export would load other trees than the ones read back and measured."""
+    if not path.endswith(MPICH_EXPORT_MPIR):
+        return {}
+    base = path.removesuffix(MPICH_EXPORT_MPIR)
+    files = {name: base + suffix for suffix, name in MPICH_EXPORT_SIBLINGS.items()}
+    missing = [file for file in files.values() if not os.path.isfile(file)]
+    if missing:
+        raise UsageError(
+            f"{path}: its export is three files (ch4, POSIX, MPIR trees), but "
+            f"{' and '.join(missing)} is not there: export the table again"
+        )
+    return files
 
 
 def mpich_export_mpir_file(text: str) -> str:

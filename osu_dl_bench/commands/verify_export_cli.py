@@ -178,6 +178,7 @@ def config_from_args(args: argparse.Namespace) -> VerifyExportConfig:
     file = mpit.mpich_export_mpir_file(args.file)
     if not Path(file).is_file():
         raise UsageError(f"{args.file}: no such file (expected an exported selection file)")
+    mpit.mpich_export_siblings(file)  # all three files of an MPICH export, or none
     return VerifyExportConfig(
         file=file,
         nprocs=args.np,

@@ -246,3 +246,35 @@ def test_the_c_client_s_launches_are_whole_balanced_cycles_of_its_three_arms(tmp
     for bad in ("-6", "abc", "1e9", "999999"):
         with pytest.raises(UsageError, match="--client-launches"):
             _config(str(file), "--client-launches", bad)
+
+
+def _three_files(tmp_path, name, **texts):
+    from collectives import mpich_layers
+    from osu_dl_bench.runtime.mpich_trees import generic_trees
+
+    base = generic_trees().trees
+    for layer in mpich_layers.LAYERS:
+        text = texts.get(layer, json.dumps(base[layer]))
+        if text is not None:
+            (tmp_path / f"{name}.mpich.{layer}.json").write_text(text)
+    return str(tmp_path / name)
+
+
+def test_half_an_mpich_export_or_a_damaged_file_of_it_is_one_message(tmp_path):
+    from collectives import mpit
+
+    # A sibling lost (or an MPIR file linked alone): never verified as something else.
+    for layer in ("ch4", "posix"):
+        base = _three_files(tmp_path, f"no{layer}", **{layer: None})
+        with pytest.raises(UsageError, match=f"no{layer}.mpich.{layer}.json is not there"):
+            _config(base)
+        with pytest.raises(UsageError, match="three files"):
+            mpit.selection_file_environment("mpich", base + ".mpich.mpir.json")
+    broken = {
+        "posix": "not json",  # no JSON
+        "ch4": json.dumps({"collective=allreduce": {"composition=nonsense": {}}}),  # no such
+    }
+    for layer, text in broken.items():
+        path = _config(_three_files(tmp_path, f"bad{layer}", **{layer: text})).path
+        with pytest.raises(UsageError, match=f"bad{layer}"):
+            file_reader(path, file_library(path))("allreduce", 2, 1 << 20)

@@ -39,8 +39,17 @@ def file_library(path: Path) -> str:
 
 # What a hand-edited file can make the readers meet: a string where an object belongs
 # (AttributeError), 'comm_size<=abc' (ValueError), a count past the numbers the rules hold
-# (RuntimeError: StopIteration inside a generator).
-_DAMAGE = (AttributeError, TypeError, ValueError, KeyError, RuntimeError, StopIteration)
+# (RuntimeError: StopIteration inside a generator), a composition MPICH does not have
+# (IndexError).
+_DAMAGE = (
+    AttributeError,
+    TypeError,
+    ValueError,
+    KeyError,
+    IndexError,
+    RuntimeError,
+    StopIteration,
+)
 
 
 def file_reader(path: Path, library: str) -> Reader:
@@ -94,6 +103,14 @@ def layered_files(path: Path) -> dict[str, Path]:
     return files if all(f.is_file() for f in files.values()) else {}
 
 
+def _layer_tree(path: Path) -> object:
+    """One file of a three-file export, parsed; UsageError naming it where it is no JSON."""
+    try:
+        return load_json(path)
+    except UnreadableJson as exc:
+        raise UsageError(f"{path}: one of the export's three files is unreadable ({exc})") from None
+
+
 def layered_reader(files: dict[str, Path]) -> Reader:
     """What a three-file MPICH export names where: the path its trees make MPICH run
     (collectives.mpich_layers.call_path, host float32 sums as the clients run them, under
@@ -101,7 +118,7 @@ def layered_reader(files: dict[str, Path]) -> Reader:
     is the default's, else the layered candidate that runs that path (its native:alg
     name, so that the verifying sweep forces it and the fingerprints compare), else the
     path itself."""
-    trees = {layer: load_json(path) for layer, path in files.items()}
+    trees = {layer: _layer_tree(path) for layer, path in files.items()}
     base = generic_trees().trees
 
     def read(collective: str, nprocs: int, size: int) -> str | None:

@@ -123,3 +123,34 @@ def test_each_proof_says_whether_the_fingerprint_differs_from_the_defaults(tmp_p
     assert line.endswith("; fingerprint differs from the default's")
     line = next(n for n in notes.splitlines() if "1K ch4_beta" in n)
     assert "fingerprint" not in line  # not recorded for its group
+
+
+def test_a_hostile_export_name_stays_a_name_in_the_use_line_and_never_a_command(tmp_path):
+    import os
+    import subprocess
+
+    import pytest
+
+    from osu_dl_bench.errors import UsageError
+    from osu_dl_bench.selection import exports
+    from osu_dl_bench.selection.exports import openmpi
+
+    table, _ = build_table(layered_run(tmp_path / "run"), "lib")
+    hostile = "a b $(touch INJECTED) `touch TICK` 'q\"; touch SEMI"
+    mpich.export(table, tmp_path / hostile)
+    notes = (tmp_path / f"{hostile}.mpich.notes.txt").read_text()
+    use = next(line for line in notes.splitlines() if line.startswith("# use: "))
+    # Pasted into a shell (the '...' being the user's command), it sets the three names.
+    command = use.removeprefix("# use: ").replace(" mpiexec ...", " env")
+    shell = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True)
+    assert shell.returncode == 0, shell.stderr
+    assert f"MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE={hostile}.mpich.mpir.json" in shell.stdout
+    rules = openmpi.classic_text(table, [], f"{hostile}.openmpi.rules")
+    use = next(line for line in rules.splitlines() if line.startswith("# use: "))
+    command = use.removeprefix("# use: ").replace("mpirun", "echo").removesuffix(" ...")
+    shell = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True)
+    assert shell.stdout.split("filename ")[-1].strip() == f"{hostile}.openmpi.rules"
+    assert not {"INJECTED", "TICK", "SEMI"} & set(os.listdir(tmp_path))
+    # A newline would start a line of its own in the files' comments: refused up front.
+    with pytest.raises(UsageError, match="control characters"):
+        exports.export_paths(tmp_path / "a\n1 # rule", ["openmpi", "mpich"])

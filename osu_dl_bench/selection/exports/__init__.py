@@ -9,7 +9,7 @@ from pathlib import Path
 
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.selection.exports import mpich, nccl, openmpi
-from osu_dl_bench.selection.exports.common import beside
+from osu_dl_bench.selection.exports.common import beside, check_export_name
 from osu_dl_bench.selection.table import TuningTable
 
 Exporter = Callable[[TuningTable, Path], tuple[list[Path], list[str]]]
@@ -40,6 +40,7 @@ def parse_exports(text: str | None) -> list[str]:
 
 def export_paths(base: Path, names: list[str]) -> list[Path]:
     """Every file the named exports may write beside BASE, to check before any is written."""
+    check_export_name(base)
     return [beside(base, suffix) for name in names for suffix in SUFFIXES[name]]
 
 

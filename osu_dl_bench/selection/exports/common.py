@@ -4,13 +4,15 @@ table's ranges translated into a library's own rules with equal neighbours merge
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from collectives.units import format_size
-from osu_dl_bench.runtime.text import printable
+from osu_dl_bench.errors import UsageError
+from osu_dl_bench.runtime.text import is_control, printable
 from osu_dl_bench.selection.table import Choice, Entry, TuningTable, hosts_text
 
 # MPI libraries tune host-memory collectives; GPU entries stay with the runtime selector.
@@ -103,6 +105,19 @@ def library_rules(
         else:
             rules.append(Rule(size_range.min_bytes, size_range.max_bytes, target, note))
     return rules
+
+
+def shell_word(path: Path | str) -> str:
+    """A file name as one shell word for an export's '# use:' line (shlex.quote): a name
+    with spaces, quotes or $(...) pasted into a shell stays a name, never a command."""
+    return shlex.quote(str(path))
+
+
+def check_export_name(base: Path) -> None:
+    """UsageError for an export name with a control character: a newline in it would start
+    a line of its own in the file's comments (a rule of Open MPI's rules file)."""
+    if any(is_control(ch) for ch in base.name):
+        raise UsageError(f"{printable(base.name)!r}: an export name holds no control characters")
 
 
 def beside(base: Path, suffix: str) -> Path:

@@ -41,6 +41,7 @@ from osu_dl_bench.selection.exports.common import (
     entries_per_comm_size,
     library_rules,
     range_text,
+    shell_word,
     swept_entries,
     swept_rules,
 )
@@ -286,7 +287,7 @@ def documents(
 def environment_lines(paths: dict[str, Path]) -> list[str]:
     """The environment that loads the three files (FALLBACK=error: a choice MPICH cannot
     apply fails the call instead of running another algorithm)."""
-    lines = [f"{FILE_VARIABLES[layer]}={paths[layer]}" for layer in mpich_layers.LAYERS]
+    lines = [f"{FILE_VARIABLES[layer]}={shell_word(paths[layer])}" for layer in mpich_layers.LAYERS]
     return [*lines, f"{FALLBACK_VARIABLE}=error"]
 
 

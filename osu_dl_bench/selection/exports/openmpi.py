@@ -30,6 +30,7 @@ from osu_dl_bench.selection.exports.common import (
     library_rules,
     provenance_lines,
     range_text,
+    shell_word,
     swept_entries,
     swept_rules,
 )
@@ -152,7 +153,7 @@ def classic_text(table: TuningTable, warn: list[str], filename: str = "FILE") ->
         f"{__version__}",
         *(f"# {line}" for line in provenance_lines(table)),
         "# use: mpirun --mca coll_tuned_use_dynamic_rules 1 "
-        f"--mca coll_tuned_dynamic_rules_filename {filename} ...",
+        f"--mca coll_tuned_dynamic_rules_filename {shell_word(filename)} ...",
         "# comm size N: applies from N up to the next listed size; a rule applies from its",
         "# message size up to the next; algorithm 0 lets Open MPI decide. Open MPI 6.0: use the",
         "# .openmpi.json file.",

@@ -18,13 +18,24 @@ cd "$(dirname "$0")/.."
 lib="${1:?usage: scripts/library_targets.sh mpich|openmpi [RUN_DIR]}"
 run="${2:-runs/library-$lib-$(date -u +%Y%m%dT%H%M%SZ)}"
 out="${OUT:-results}"
-mkdir -p "$run" "$out"
-. scripts/results_lib.sh  # (the repository root is the working directory)
 case "$lib" in
     mpich) export_file="$run/table" ;;  # the three files table.mpich.{ch4,posix,mpir}.json
     openmpi) export_file="$run/table.openmpi.rules" ;;
     *) echo "expected mpich or openmpi, got $lib" >&2; exit 2 ;;
 esac
+# verify-export takes whole cycles of the C client's balanced order (a multiple of 6):
+# another count is refused here, before a sweep of minutes is run for nothing.
+client_launches="${CLIENT_LAUNCHES:-12}"
+case "$client_launches" in
+    '' | *[!0-9]* | 0*) bad=1 ;;
+    *) bad=$(( ${#client_launches} > 3 || client_launches % 6 != 0 )) ;;
+esac
+if [ "$bad" = 1 ]; then
+    echo "CLIENT_LAUNCHES: expected a multiple of 6 from 6 to 996, got '$client_launches'" >&2
+    exit 2
+fi
+mkdir -p "$run" "$out"
+. scripts/results_lib.sh  # (the repository root is the working directory)
 budget="${BUDGET:-0.6}"
 np="${NP:-2,3}"
 launches="${LAUNCHES:-3}"
@@ -46,13 +57,13 @@ report() {
     [ "$lib" = openmpi ] && grep "^#" "$export_file" || true
     osu-dl-bench verify-export "$export_file" --mpi "$lib" --np "$np" -m 8:16M \
         --launches "${VERIFY_LAUNCHES:-6}" --budget "$budget" -o "$run/verify" \
-        --client-launches "${CLIENT_LAUNCHES:-12}"
+        --client-launches "$client_launches"
 }
 status=0
 {
     echo "# command: scripts/library_targets.sh $lib $run (sweep -a ${ALGORITHMS:-native,native:alg=all},"
     echo "#   tune --export $lib, verify-export; NP=$np BUDGET=$budget LAUNCHES=$launches"
-    echo "#   VERIFY_LAUNCHES=${VERIFY_LAUNCHES:-6} CLIENT_LAUNCHES=${CLIENT_LAUNCHES:-12})"
+    echo "#   VERIFY_LAUNCHES=${VERIFY_LAUNCHES:-6} CLIENT_LAUNCHES=$client_launches)"
     echo "# load before: $(load) on $(nproc) cores"
     report || status=$?
     echo "# load after: $(load)"

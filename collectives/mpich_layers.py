@@ -227,6 +227,25 @@ class Call:
 _CONDITION = re.compile(r"^(\w+?)(<=|<|=)(.+)$")
 
 
+def condition_names(tree: Any) -> set[str]:
+    """The names of the conditions a selection tree tests ('comm_size' of 'comm_size<=4',
+    'any'), the parameters under its algorithm and composition leaves left out; ValueError
+    where a key's value is no object (MPICH's csel parse asserts that each is one,
+    src/mpi/coll/src/csel.c)."""
+    if not isinstance(tree, dict):
+        raise ValueError("a selection tree's values are objects")
+    names: set[str] = set()
+    for key, child in tree.items():
+        if not isinstance(child, dict):
+            raise ValueError(f"the value of {key!r} is no object")
+        if key.startswith(("algorithm=", "composition=")):
+            continue
+        match = _CONDITION.match(key)
+        names.add(match.group(1) if match else key)
+        names |= condition_names(child)
+    return names
+
+
 def _pow2_at_most(n: int) -> int:
     # collectives.common's twin imports the device layer, which imports this module.
     return 1 << (max(n, 1).bit_length() - 1)

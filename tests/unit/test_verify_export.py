@@ -278,3 +278,19 @@ def test_half_an_mpich_export_or_a_damaged_file_of_it_is_one_message(tmp_path):
         path = _config(_three_files(tmp_path, f"bad{layer}", **{layer: text})).path
         with pytest.raises(UsageError, match=f"bad{layer}"):
             file_reader(path, file_library(path))("allreduce", 2, 1 << 20)
+
+
+def test_a_tree_mpich_s_csel_would_abort_on_is_one_message_before_any_launch(tmp_path):
+    mpir = json.dumps({"collective=allreduce": {"bogus_key=7": {"algorithm=X": {}}}})
+    not_object = json.dumps({"collective=allreduce": {"comm_type=intra": 3}})
+    for name, text in (("unknown", mpir), ("scalar", not_object)):
+        path = _config(_three_files(tmp_path, name, mpir=text)).path
+        with pytest.raises(UsageError, match=f"{name}.mpich.mpir.json: .*(bogus_key|no object)"):
+            file_reader(path, file_library(path))
+        single = tmp_path / f"{name}.mpich.json"  # an older single file, the same
+        single.write_text(text)
+        with pytest.raises(UsageError, match="bogus_key|no object"):
+            file_reader(single, "mpich")
+    # MPICH's own trees, and an export of them, pass.
+    plain = _config(_three_files(tmp_path, "plain")).path
+    assert file_reader(plain, "mpich")("allreduce", 2, 8) is None

@@ -63,7 +63,7 @@ def file_reader(path: Path, library: str) -> Reader:
         read = layered_reader(layered_files(path))
         kind = "MPICH's three-file export (ch4, POSIX, MPIR trees)"
     elif library == "mpich":
-        tree = load_json(path)
+        tree = checked_tree(path, load_json(path))
         read = lambda collective, p, size: file_algorithm(tree, collective, p, size)  # noqa: E731
         kind = "an MPICH selection tree as export writes it"
     else:
@@ -104,11 +104,32 @@ def layered_files(path: Path) -> dict[str, Path]:
 
 
 def _layer_tree(path: Path) -> object:
-    """One file of a three-file export, parsed; UsageError naming it where it is no JSON."""
+    """One file of a three-file export, parsed; UsageError naming it where it is no JSON
+    or no tree MPICH can parse (checked_tree)."""
     try:
-        return load_json(path)
+        return checked_tree(path, load_json(path))
     except UnreadableJson as exc:
         raise UsageError(f"{path}: one of the export's three files is unreadable ({exc})") from None
+
+
+def checked_tree(path: Path, tree: object) -> object:
+    """``tree`` where MPICH's csel can parse it: every condition one its own generic trees
+    test; else UsageError, before any launch (MPICH prints 'unknown key' and aborts every
+    rank with a failed assertion, src/mpi/coll/src/csel.c)."""
+    known = {"any"}.union(
+        *(mpich_layers.condition_names(t) for t in generic_trees().trees.values())
+    )
+    try:
+        unknown = sorted(mpich_layers.condition_names(tree) - known)
+    except ValueError as exc:
+        raise UsageError(f"{path}: not a selection tree MPICH can parse ({exc})") from None
+    if unknown:
+        raise UsageError(
+            f"{path}: not a selection tree MPICH can parse: no condition "
+            f"{', '.join(map(repr, unknown))} (its csel aborts at an unknown key; it knows "
+            f"{', '.join(sorted(known))})"
+        )
+    return tree
 
 
 def layered_reader(files: dict[str, Path]) -> Reader:

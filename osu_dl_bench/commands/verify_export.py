@@ -200,7 +200,15 @@ def measure_client(
                     )
                     for size, us in run_client(run, env, cfg.mpi).items():
                         latencies.setdefault((collective, nprocs, size, arm), {})[launch] = us
+                    keep_client_latencies(latencies, Path(sweep.output))
     return latencies
+
+
+def keep_client_latencies(latencies: dict[tuple, dict[int, float]], run_dir: Path) -> None:
+    """The C client's latencies so far, written into the run directory (CLIENT_FILE) after
+    each launch: a launch stopped later (its timeout, a failure) loses none of them."""
+    records = json.dumps(client_records(latencies), indent=0)
+    write_text_atomic(run_dir / CLIENT_FILE, records + "\n")
 
 
 def run_verify_export(cfg: VerifyExportConfig) -> int:
@@ -230,8 +238,6 @@ def run_verify_export(cfg: VerifyExportConfig) -> int:
     print("\n".join([*lines, *proof_lines(proof, library)]), flush=True)
     if binaries:
         latencies = measure_client(cfg, library, probe, binaries)
-        records = json.dumps(client_records(latencies), indent=0)
-        write_text_atomic(Path(run_dir) / CLIENT_FILE, records + "\n")
         found = client_verdicts(latencies, reader)
         print("\n".join([HEADER, *comparison_lines("c", found, proof)]), flush=True)
         print("\n".join(refusal_lines(found)), flush=True)

@@ -250,3 +250,32 @@ def test_the_client_latencies_kept_as_records_give_the_same_verdicts_read_back()
     records = json.loads(json.dumps(client_records(latencies)))
     assert len(records) == 4 * 3 * 3 and set(records[0]) >= {"arm", "launch", "us"}
     assert client_latencies(records) == latencies
+
+
+def test_a_c_client_launch_that_fails_loses_none_of_the_launches_before_it(tmp_path, monkeypatch):
+    from osu_dl_bench.cli import build_parser
+    from osu_dl_bench.commands import verify_export
+    from osu_dl_bench.commands.verify_export_cli import config_from_args, sweep_config
+    from osu_dl_bench.selection.exports.verification import CLIENT_FILE
+
+    file = tmp_path / "t.mpich.json"
+    file.write_text(json.dumps(generic_trees().trees["mpir"]))
+    argv = ["verify-export", str(file), "--np", "2", "-m", "8:16", "-o", str(tmp_path / "run")]
+    cfg = config_from_args(build_parser().parse_args(argv))
+    calls = []
+
+    def client(run, env, mpi):
+        calls.append(run.what)
+        if len(calls) == 4:
+            raise UsageError("the C client failed (exit 1)")
+        return {8: 10.0 + len(calls), 16: 20.0}
+
+    monkeypatch.setattr(verify_export, "run_client", client)
+    sweep = sweep_config(cfg, cfg.run_dir, [])
+    with pytest.raises(UsageError, match="failed"):
+        verify_export.measure_client(
+            cfg, "mpich", sweep, {"allreduce": Path("c"), "bcast": Path("c")}
+        )
+    kept = json.loads((tmp_path / "run" / CLIENT_FILE).read_text())
+    assert len(kept) == 3 * 2  # the three launches before the failure, two sizes each
+    assert sorted({r["launch"] for r in kept}) == [1]

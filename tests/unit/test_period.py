@@ -122,10 +122,10 @@ def test_a_damaged_period_file_is_one_clear_error(tmp_path):
 
 
 def test_the_librarys_own_decisions_report_the_same_widened_intervals(tmp_path):
-    from tests.unit.test_library_tuning import _library_run
+    from support.mpich_layers import layered_run
 
     plan = {size: {"native:alg=ring": 0.5} for size in (1024, 4096, 65536, 1 << 20)}
-    run = _library_run(tmp_path / "run", plan)
+    run = layered_run(tmp_path / "run", plan)
 
     def library_points():
         ranges = build_table(run, "lib")[0].header["library_tuning"]["entries"][0]["ranges"]

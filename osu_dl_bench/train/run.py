@@ -25,7 +25,7 @@ from torch import nn
 from osu_dl_bench.errors import UsageError, ValidationFailure
 from osu_dl_bench.paths import os_reason, write_atomic
 from osu_dl_bench.runtime.metadata import collect_metadata
-from osu_dl_bench.selection.table import EntryKey, TuningTable, load_table
+from osu_dl_bench.selection.table import EntryKey, TuningTable
 from osu_dl_bench.train import checkpoint as ckpt
 from osu_dl_bench.train.check import (
     SETTLED_STEP,
@@ -492,8 +492,8 @@ def _check_record(run: _Run) -> CheckRecord | None:
     if run.rank != 0:
         return None
     cfg, trainer = run.cfg, run.trainer
-    table = load_table(cfg.table)
     policy = run.session.policy
+    table = policy.selector.table  # the table the run selects with, read once at start-up
     entry = policy.decision("allreduce", trainer.selection_bytes[0]).entry
     wanted = {v.nbytes: [c.label for c in v.candidates] for v in check.verdicts}
     found, source = predictions(table, None if entry is None else entry.key, wanted)

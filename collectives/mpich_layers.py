@@ -65,6 +65,17 @@ PARENT_ONLY_MPIR = "smp"
 POSIX_MPIR = "posix_mpir"
 # Names, in a launch's environment, the candidates its selection files load.
 CANDIDATES_VARIABLE = "OSU_DL_BENCH_MPICH_CANDIDATES"
+# The variable that replaces each layer's tree with a file (MPICH's CVARs, as
+# `mpivars` and the library's own strings name them).
+FILE_VARIABLES = {
+    "ch4": "MPIR_CVAR_CH4_COLL_SELECTION_TUNING_JSON_FILE",
+    "posix": "MPIR_CVAR_CH4_POSIX_COLL_SELECTION_TUNING_JSON_FILE",
+    "mpir": "MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE",
+}
+# What MPICH does when an algorithm it was told to run cannot run (src/mpi/coll/src/
+# coll_impl.c): 'silent' (its default) runs another one without a word, 'print' says so on
+# stderr, 'error' fails the call. Every library launch of the suite sets 'error'.
+FALLBACK_VARIABLE = "MPIR_CVAR_COLLECTIVE_FALLBACK"
 
 
 def candidates_text(forced: Mapping[str, str]) -> str:

@@ -485,8 +485,8 @@ def mpich_file_algorithms(path: str) -> list[tuple[str, str]]:
 # The MPIR file of MPICH's three-file export (selection/exports/mpich.py), and its
 # siblings of the other layers, by the variable that loads each.
 MPICH_EXPORT_SIBLINGS = {
-    ".mpich.ch4.json": "MPIR_CVAR_CH4_COLL_SELECTION_TUNING_JSON_FILE",
-    ".mpich.posix.json": "MPIR_CVAR_CH4_POSIX_COLL_SELECTION_TUNING_JSON_FILE",
+    ".mpich.ch4.json": mpich_layers.FILE_VARIABLES["ch4"],
+    ".mpich.posix.json": mpich_layers.FILE_VARIABLES["posix"],
 }
 MPICH_EXPORT_MPIR = ".mpich.mpir.json"
 
@@ -496,9 +496,9 @@ def mpich_export_environment(path: str) -> dict[str, str]:
     files of a three-file export (its ch4 and POSIX siblings beside it), with
     MPIR_CVAR_COLLECTIVE_FALLBACK=error; an older single-file export as the MPIR layer
     alone."""
-    env = {"MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE": path, **mpich_export_siblings(path)}
+    env = {mpich_layers.FILE_VARIABLES["mpir"]: path, **mpich_export_siblings(path)}
     if len(env) == 3:
-        env["MPIR_CVAR_COLLECTIVE_FALLBACK"] = "error"
+        env[mpich_layers.FALLBACK_VARIABLE] = "error"
     return env
 
 

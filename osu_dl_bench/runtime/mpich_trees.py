@@ -39,17 +39,8 @@ from osu_dl_bench.paths import write_text_atomic
 
 # The three layers, in the order a call reaches them.
 LAYERS = mpich_layers.LAYERS
-# The variable that replaces each layer's tree with a file (MPICH's CVARs, as
-# `mpivars` and the library's own strings name them).
-FILE_VARIABLES = {
-    "ch4": "MPIR_CVAR_CH4_COLL_SELECTION_TUNING_JSON_FILE",
-    "posix": "MPIR_CVAR_CH4_POSIX_COLL_SELECTION_TUNING_JSON_FILE",
-    "mpir": "MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE",
-}
-# What MPICH does when an algorithm it was told to run cannot run (src/mpi/coll/src/
-# coll_impl.c): 'silent' (its default) runs another one without a word, 'print' says so on
-# stderr, 'error' fails the call. Every library launch of the suite sets 'error'.
-FALLBACK_VARIABLE = "MPIR_CVAR_COLLECTIVE_FALLBACK"
+FILE_VARIABLES = mpich_layers.FILE_VARIABLES
+FALLBACK_VARIABLE = mpich_layers.FALLBACK_VARIABLE
 FALLBACK_ERROR = "error"
 # The package data file: {"mpich_version": ..., "trees": {layer: tree}}.
 CARRIED = "mpich_generic.json"

@@ -128,6 +128,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"(default {DEFAULT_TIMEOUT:g})",
     )
     parser.add_argument(
+        "--best-of-candidates",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the C client also runs each MPICH candidate the sweep measured (MPICH's generic "
+        "trees with its one change, as the sweep loaded them), at the sizes it measured it, "
+        "and reports the best choice per size and the share of its speedup the file "
+        "captures (default: on for MPICH where the sweep is found: --sweep, else the run "
+        "directory in the provenance of the table BASE.json beside the export)",
+    )
+    parser.add_argument(
+        "--sweep",
+        default=None,
+        metavar="DIR",
+        help="the sweep the export was tuned from, whose candidates --best-of-candidates runs "
+        "(default: the table's provenance)",
+    )
+    parser.add_argument(
         "--resume",
         action="store_true",
         help="continue RUN_DIR where a run was stopped (its measured points are kept)",
@@ -145,7 +162,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 class VerifyExportConfig:
     """The exported file and how to measure it: the sweep's --np, -m and --collectives as
     given (the sweep checks them), launches and budget, the MPI library, the C client
-    (c or none; OMB's binaries' directory, its launches) and the run directory."""
+    (c or none; OMB's binaries' directory, its launches), the run directory, and whether
+    the C client also runs the candidates of the sweep the export came from."""
 
     file: str
     nprocs: str
@@ -160,6 +178,9 @@ class VerifyExportConfig:
     output: str | None
     client_timeout: float = DEFAULT_TIMEOUT
     resume: bool = False
+    # None: run the sweep's candidates where the sweep is found (MPICH); True: required.
+    best_of_candidates: bool | None = None
+    sweep: str | None = None
 
     @property
     def path(self) -> Path:
@@ -193,6 +214,8 @@ def config_from_args(args: argparse.Namespace) -> VerifyExportConfig:
         output=args.output,
         client_timeout=args.client_timeout,
         resume=args.resume,
+        best_of_candidates=args.best_of_candidates,
+        sweep=args.sweep,
     )
 
 

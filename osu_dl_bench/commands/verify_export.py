@@ -8,9 +8,14 @@ a departure from the default counts as a gain only where it is confirmed beyond 
 control's spread), with the proof that the library used the file (the file read back
 through selection.exports.readers).
 
+With --best-of-candidates (MPICH, on by default where the sweep the export was tuned from
+is found) the C client also runs each candidate that sweep measured, as an arm of its
+own: the best choice per size, and the share of its speedup the file captures.
+
 Exit 1: the library did not apply the file. Exit 3 (REFUSED): it applied, but the file
 departs from the default at sizes where the C client confirms no gain: the export is
-refused there, each size listed with the reason.
+refused there, each size listed with the reason. With --write-corrected BASE the export is
+written again with only the departures the C client confirms (exit 0 then).
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from osu_dl_bench.measurement.schedule import williams_cycle
 from osu_dl_bench.measurement.store import RunStore
 from osu_dl_bench.paths import write_text_atomic
 from osu_dl_bench.runtime.mpich_trees import candidate_files_env
+from osu_dl_bench.selection.exports import mpich
+from osu_dl_bench.selection.exports.common import LIBRARY_DEFAULT
 from osu_dl_bench.selection.exports.readers import (
     file_library,
     file_reader,
@@ -47,6 +54,7 @@ from osu_dl_bench.selection.exports.verification import (
     DEFAULT_ARM,
     FILE_ARM,
     NULL_ARM,
+    TAKEN_BEST,
     BestChoice,
     CapturedShare,
     Fingerprinted,
@@ -59,7 +67,11 @@ from osu_dl_bench.selection.exports.verification import (
     client_arms,
     client_records,
     client_verdicts,
+    corrected_table,
+    correction_lines,
+    corrections,
     export_sweep,
+    export_table,
     measured_candidates,
     null_control_environment,
     prove,
@@ -69,6 +81,7 @@ from osu_dl_bench.selection.exports.verification import (
     verdicts,
 )
 from osu_dl_bench.selection.paired import Ratio, seed_of
+from osu_dl_bench.selection.table import load_table
 
 
 def _where(check: Fingerprinted) -> str:
@@ -357,6 +370,12 @@ def run_verify_export(cfg: VerifyExportConfig) -> int:
     # compiler is one message up front, not the loss of a finished sweep's report.
     binaries = client_binaries(cfg, probe) if cfg.client == "c" else {}
     measured = candidates_to_run(cfg, library, probe) if binaries else {}
+    if cfg.write_corrected and (library != "mpich" or not binaries or not export_table(path)):
+        # Refused before any job: the correction rests on the C client and the export's table.
+        raise UsageError(
+            "--write-corrected: needs an MPICH export with its table (BASE.json) beside it "
+            "and the C client (--client c)"
+        )
     # The file is read at the sweep's sizes, lo, 2 lo, ... up to hi, from size 1 on.
     sizes = doubling_sizes(max(probe.min_size, 1), probe.max_size)
     code = run_sweep(sweep_config(cfg, run_dir, named_algorithms(reader, probe.nprocs, sizes)))
@@ -380,10 +399,48 @@ def run_verify_export(cfg: VerifyExportConfig) -> int:
         best = best_choices(latencies, measured) if measured else []
         if best:
             print("\n".join(best_lines(best, found)), flush=True)
-        print("\n".join(refusal_lines(found)), flush=True)
+        if cfg.write_corrected:
+            print("\n".join(write_corrected(cfg, found, best)), flush=True)
+        else:
+            print("\n".join(refusal_lines(found)), flush=True)
     if proof.mismatches:
         return 1
-    return REFUSED if binaries and any(v.refused for v in found) else 0
+    # With --write-corrected the export written keeps only the departures the C client
+    # confirmed: the refused sizes are corrected, not refused.
+    refused = binaries and not cfg.write_corrected and any(v.refused for v in found)
+    return REFUSED if refused else 0
+
+
+def write_corrected(
+    cfg: VerifyExportConfig, found: list[SizeVerdict], best: list[BestChoice]
+) -> list[str]:
+    """Write the export again at --write-corrected BASE (verification.corrections: the
+    file's confirmed departures, the C client's confirmed best choices, the default
+    elsewhere), its table BASE.json beside it, the notes ending with the C client's
+    evidence per size; the lines that say so."""
+    table_path = export_table(cfg.path)
+    if table_path is None:
+        raise UsageError(
+            f"--write-corrected: the table {cfg.path} was exported from is not beside it "
+            "(BASE.json): the export is written again from its table"
+        )
+    base = Path(cfg.write_corrected)
+    fixed = corrections(found, best)
+    table = corrected_table(load_table(table_path), fixed)
+    table.write(base.with_name(base.name + ".json"))
+    paths, warnings = mpich.export(table, base)
+    notes = next(p for p in paths if p.name.endswith(mpich.NOTES_SUFFIX))
+    evidence = ["# the C client's evidence per size (verify-export --write-corrected):"]
+    evidence += correction_lines(fixed)
+    write_text_atomic(notes, notes.read_text() + "\n".join(evidence) + "\n")
+    departures = [c for c in fixed if c.alg != LIBRARY_DEFAULT]
+    return [
+        f"# wrote the corrected export {base}: {len(departures)} departures, each confirmed "
+        f"by the C client ({sum(c.why == TAKEN_BEST for c in departures)} of them its best "
+        f"choice where the file had none confirmed); the default at the other "
+        f"{len(fixed) - len(departures)} sizes; the evidence per size in {notes}",
+        *(f"# export warning: {w}" for w in warnings),
+    ]
 
 
 # The exit status when the file applied but departs from the default somewhere without a

@@ -9,14 +9,13 @@ import math
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
+from support.mpich_layers import corrected_export, synthetic_latencies
 
+from osu_dl_bench.errors import UsageError
 from osu_dl_bench.runtime.mpich_trees import FILE_VARIABLES, generic_trees
 from osu_dl_bench.selection.exports.verification import (
-    ARMS,
-    DEFAULT_ARM,
     FILE_ARM,
     NULL_ARM,
     arm_order,
@@ -29,22 +28,6 @@ from osu_dl_bench.selection.exports.verification import (
 )
 
 BIG = (4 << 20, 8 << 20, 16 << 20)
-
-
-def _latencies(factors, launches=12, seed=5, collective="allreduce"):
-    """Synthetic client latencies: ``factors`` maps arm -> size -> its time over the
-    default's (1 where not given); the machine's state moves every arm of a launch alike."""
-    rng = np.random.default_rng(seed)
-    sizes = sorted({s for by_size in factors.values() for s in by_size} | {8, 64, 1024})
-    found = {}
-    for size in sizes:
-        for launch in range(1, launches + 1):
-            base = 10.0 * rng.lognormal(0, 0.3)
-            for arm in (*ARMS, *[a for a in factors if a not in ARMS]):
-                factor = factors.get(arm, {}).get(size, 1.0)
-                noise = 1.0 if arm == DEFAULT_ARM else rng.lognormal(0, 0.02)
-                found.setdefault((collective, 2, size, arm), {})[launch] = base * factor * noise
-    return found
 
 
 @pytest.mark.parametrize("candidates", [0, 1, 2, 3, 4])
@@ -72,7 +55,7 @@ def test_the_best_choice_per_size_and_the_share_of_its_speedup_the_file_captures
         "ch4_beta": dict.fromkeys(BIG, 0.5),
         FILE_ARM: {4 << 20: 1.0, 8 << 20: 0.5, 16 << 20: 0.5},
     }
-    latencies = _latencies(factors)
+    latencies = synthetic_latencies(factors)
     measured = {("allreduce", 2): {"ch4_beta": BIG}}
     best = best_choices(latencies, measured)
     assert [b.where[2] for b in best] == list(BIG)  # only where the sweep measured it
@@ -84,7 +67,7 @@ def test_the_best_choice_per_size_and_the_share_of_its_speedup_the_file_captures
 
 
 def test_without_a_confirmed_best_choice_the_share_is_undefined_not_full():
-    latencies = _latencies({"posix_mpir": dict.fromkeys(BIG, 1.0)})
+    latencies = synthetic_latencies({"posix_mpir": dict.fromkeys(BIG, 1.0)})
     best = best_choices(latencies, {("allreduce", 2): {"posix_mpir": BIG}})
     assert best and not any(b.confirmed for b in best)
     share = captured_share(client_verdicts(latencies, lambda *_: None), best)
@@ -92,7 +75,7 @@ def test_without_a_confirmed_best_choice_the_share_is_undefined_not_full():
 
 
 def test_a_slower_candidate_is_not_the_rules_pick():
-    latencies = _latencies(
+    latencies = synthetic_latencies(
         {"ch4_alpha": dict.fromkeys(BIG, 3.0), "ch4_beta": dict.fromkeys(BIG, 0.4)}
     )
     measured = {("allreduce", 2): {"ch4_alpha": BIG, "ch4_beta": BIG}}
@@ -179,3 +162,64 @@ def test_the_client_runs_each_candidate_through_its_files_at_its_sizes_in_whole_
     assert {(r.lo, r.hi) for r in plain} == {(8, 1 << 20)}
     assert set(latencies[("allreduce", 2, 1 << 20, "posix_mpir")]) == set(range(1, 21))
     assert NULL_ARM in {k[3] for k in latencies}
+
+
+def test_the_corrected_export_keeps_only_departures_the_c_client_confirms(tmp_path):
+    from collectives.mpich_layers import Call, call_path
+    from osu_dl_bench.selection.exports.verification import KEPT_CONFIRMED, TAKEN_BEST
+
+    found, fixed = corrected_export(tmp_path)
+    refused = {v.where[2] for v in found if v.refused}
+    # (8 and 64 bytes: the beta departure without the gain it has from 1K)
+    assert refused == {8, 64, 64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20}
+    chosen = {c.where[2]: (c.alg, c.why) for c in fixed}
+    assert chosen[2048] == ("ch4_beta", KEPT_CONFIRMED)
+    assert chosen[1 << 20] == ("posix_mpir", TAKEN_BEST)
+    assert chosen[8][0] == chosen[128 << 10][0] == chosen[16 << 10][0] == "auto"
+    trees = {
+        layer: json.loads((tmp_path / f"fixed.mpich.{layer}.json").read_text())
+        for layer in ("ch4", "posix", "mpir")
+    }
+    generic = {layer: generic_trees().tree(layer) for layer in ("ch4", "posix", "mpir")}
+    for size, departs in (
+        (8, False),
+        (2048, True),
+        (16 << 10, False),
+        (128 << 10, False),
+        (1 << 20, True),
+    ):
+        call = Call("allreduce", 2, 1, size, itemsize=4)
+        assert (call_path(call, trees) != call_path(call, generic)) == departs, size
+    notes = (tmp_path / "fixed.mpich.notes.txt").read_text()
+    assert "posix: allreduce comm_size=any [1M, inf) -> mpir: posix_mpir: 1 sizes" in notes
+
+
+def test_write_corrected_writes_the_export_its_table_and_the_c_clients_evidence(tmp_path):
+    from support.mpich_layers import layered_run
+
+    from osu_dl_bench.cli import build_parser
+    from osu_dl_bench.commands import verify_export
+    from osu_dl_bench.commands.verify_export_cli import config_from_args
+    from osu_dl_bench.selection.exports import mpich
+    from osu_dl_bench.selection.tune import build_table
+
+    table, _ = build_table(layered_run(tmp_path / "run"), "lib")
+    table.write(tmp_path / "lib.json")
+    mpich.export(table, tmp_path / "lib")
+    sizes = [1024 << k for k in range(11)]
+    latencies = synthetic_latencies({FILE_ARM: {s: 0.5 if s < 8192 else 1.0 for s in sizes}})
+    from osu_dl_bench.selection.exports.readers import file_reader
+
+    found = client_verdicts(latencies, file_reader(tmp_path / "lib.mpich.mpir.json", "mpich"))
+    argv = ["verify-export", str(tmp_path / "lib"), "--write-corrected", str(tmp_path / "ok")]
+    cfg = config_from_args(build_parser().parse_args(argv))
+    lines = verify_export.write_corrected(cfg, found, [])
+    assert lines[0].startswith(f"# wrote the corrected export {tmp_path / 'ok'}: 3 departures")
+    assert json.loads((tmp_path / "ok.json").read_text())["library_tuning"]["library"] == "mpich"
+    notes = (tmp_path / "ok.mpich.notes.txt").read_text()
+    assert "c client: allreduce p=2 2K: ch4_beta (the file's departure, confirmed" in notes
+    assert "c client: allreduce p=2 64K: MPICH default (the default (no departure" in notes
+    # No table beside the export: nothing to write it again from, said before any job.
+    (tmp_path / "lib.json").unlink()
+    with pytest.raises(UsageError, match="BASE.json"):
+        verify_export.write_corrected(cfg, found, [])

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,8 @@ import pandas as pd
 
 from collectives import mpich_layers, mpit
 from collectives.registry import NULL_CONTROL_APART
+from collectives.units import format_size
+from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.plan import FILE_GROUP, FORCED_PREFIX, MPI_GROUP
 from osu_dl_bench.measurement.schedule import rotation
 from osu_dl_bench.paths import write_text_atomic
@@ -44,9 +46,11 @@ from osu_dl_bench.runtime.mpich_trees import selection_files_env
 from osu_dl_bench.selection.estimate import pooled_ratios
 from osu_dl_bench.selection.evidence import LaunchValues, Observation, launch_values
 from osu_dl_bench.selection.exports import openmpi
+from osu_dl_bench.selection.exports.common import LIBRARY_DEFAULT, LIBRARY_TUNING
 from osu_dl_bench.selection.exports.readers import Reader
 from osu_dl_bench.selection.paired import Ratio, bound_text
 from osu_dl_bench.selection.rule import DEFAULT_RULE, DecisionRule
+from osu_dl_bench.selection.table import TuningTable
 from osu_dl_bench.selection.tune import series_of, usable_rows
 
 # --- proof --------------------------------------------------------------------------------
@@ -201,7 +205,7 @@ def client_pairs(latencies: dict[tuple, dict[int, float]], arm: str = FILE_ARM) 
 def file_ratios(client: str, found: list[Paired]) -> list[Ratio]:
     """Per (collective, p, size) of ``found``, in its order: the time with the file over
     without it, with its 95% interval, the launch-to-launch variance pooled over every
-    size (selection.estimate)."""
+    size, or the size's own where it is larger (selection.estimate.pooled_ratios)."""
     # One pool per client, collective and p: launches at p = 4 swing more than at p = 2.
     observations = [Observation((client, *w[:2]), client, int(w[2]), v) for w, v in found]
     return pooled_ratios(observations)
@@ -530,3 +534,107 @@ def export_sweep(path: Path) -> Path | None:
     except (OSError, ValueError, AttributeError):
         return None
     return Path(run_dir) if run_dir and Path(run_dir).is_dir() else None
+
+
+# --- the corrected export ------------------------------------------------------------------
+
+# What the corrected export keeps at a size, and why (the notes say it per size).
+KEPT_CONFIRMED = "the file's departure, confirmed by the C client"
+TAKEN_BEST = "the C client's confirmed best choice"
+KEPT_DEFAULT = "the default (no departure confirmed by the C client)"
+
+
+@dataclass(frozen=True)
+class Correction:
+    """One (collective, p, size) of the corrected export: the choice written there
+    (LIBRARY_DEFAULT: MPICH decides), why, and the C client's ratio behind it."""
+
+    where: tuple  # (collective, p, size)
+    alg: str
+    why: str
+    ratio: Ratio
+    null: Ratio | None
+
+
+def corrections(file_verdicts: list[SizeVerdict], best: list[BestChoice]) -> list[Correction]:
+    """Per size of the C client: the file's departure where the C client confirms it beyond
+    the null control; else the best measured choice where the C client confirms it (the
+    decision rule's pick, beyond the null control); else the default. Every departure the
+    result keeps is one the C client confirmed."""
+    bests = {tuple(b.where): b for b in best if b.confirmed}
+    found = []
+    for v in file_verdicts:
+        where = tuple(v.where)
+        # A departure the file makes through a path no single candidate runs cannot be
+        # written as one candidate's choice: the default (or the best choice) stands there.
+        if v.departs and v.confirmed and mpich_layers.is_candidate(where[0], str(v.says)):
+            found.append(Correction(where, str(v.says), KEPT_CONFIRMED, v.file, v.null))
+        elif where in bests:
+            b = bests[where]
+            found.append(Correction(where, str(b.choice), TAKEN_BEST, b.ratio, b.null))
+        else:
+            found.append(Correction(where, LIBRARY_DEFAULT, KEPT_DEFAULT, v.file, v.null))
+    return found
+
+
+def corrected_table(table: TuningTable, found: list[Correction]) -> TuningTable:
+    """``table`` with its MPICH library decisions (header LIBRARY_TUNING) replaced by the
+    corrections, one-node entries only (the C client runs on this host): per collective
+    and p, a range per run of sizes with one choice, from 0 up, the last open, each point
+    carrying the C client's ratio as its evidence."""
+    tuning = dict(table.header.get(LIBRARY_TUNING) or {})
+    if tuning.get("library") != "mpich":
+        raise UsageError("the corrected export is written for MPICH tables only")
+    by_entry: dict[tuple[str, int], list[Correction]] = {}
+    for c in sorted(found, key=lambda c: c.where):
+        by_entry.setdefault((str(c.where[0]), int(c.where[1])), []).append(c)
+    entries = []
+    for item in tuning.get("entries") or []:
+        key = (item["collective"], int(item["nprocs"]))
+        if int(item["nodes"]) == 1 and item["device"] == "cpu" and key in by_entry:
+            item = {**item, "ranges": _ranges(by_entry.pop(key))}
+        entries.append(item)
+    header = {**table.header, LIBRARY_TUNING: {**tuning, "entries": entries}}
+    return replace(table, header=header)
+
+
+def _ranges(found: list[Correction]) -> list[dict[str, Any]]:
+    """Runs of sizes with one choice as LIBRARY_TUNING ranges (tune's shape)."""
+    ranges: list[dict[str, Any]] = []
+    for c in found:
+        point = {
+            "size_bytes": int(c.where[2]),
+            "alg": c.alg,
+            "ratio": c.ratio.ratio,
+            "ratio_low": c.ratio.low,
+            "ratio_high": c.ratio.high,
+            "launches": c.ratio.launches,
+            "evidence": "c client",
+        }
+        if ranges and ranges[-1]["alg"] == c.alg:
+            ranges[-1]["points"].append(point)
+            continue
+        if ranges:
+            ranges[-1]["max_bytes"] = int(c.where[2])
+        ranges.append({"min_bytes": 0 if not ranges else int(c.where[2]), "alg": c.alg})
+        ranges[-1]["points"] = [point]
+    if ranges:
+        ranges[-1]["max_bytes"] = None
+    return ranges
+
+
+def correction_lines(found: list[Correction]) -> list[str]:
+    """The C client's evidence per size of the corrected export, one line each."""
+    return [
+        f"c client: {c.where[0]} p={c.where[1]} {format_size(int(c.where[2]))}: "
+        f"{c.alg if c.alg != LIBRARY_DEFAULT else 'MPICH default'} ({c.why}); "
+        f"time/default {c.ratio.ratio:.2f} (95% CI {bound_text(c.ratio.low)}-"
+        f"{bound_text(c.ratio.high)}, {c.ratio.launches} launches)"
+        + (
+            f", null control {c.null.ratio:.2f} ({bound_text(c.null.low)}-"
+            f"{bound_text(c.null.high)})"
+            if c.null is not None
+            else ""
+        )
+        for c in found
+    ]

@@ -3,7 +3,7 @@ same code on the same machine agree, in their measurements and in the decisions 
 table takes from them. The numbers (decisions judged, regret with its interval, agreement
 and coverage beside their values under honest intervals, captured speedup on a referee or
 held-out launches, shifts, spread, accuracy) are selection.comparison's and
-selection.agreement's; this module reads the runs through them and puts the report in
+selection.replication's; this module reads the runs through them and puts the report in
 words.
 """
 
@@ -21,7 +21,6 @@ from collectives.units import format_size
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import is_training_run
 from osu_dl_bench.paths import os_reason, write_text_atomic
-from osu_dl_bench.selection.agreement import CAPTURE_MIN, CLEAR_WIN, Agreement, same_candidates
 from osu_dl_bench.selection.comparison import (
     HELD_OUT_MIN,
     REGRET_BOUND,
@@ -46,6 +45,7 @@ from osu_dl_bench.selection.comparison import (
 from osu_dl_bench.selection.null_control import rate_lines
 from osu_dl_bench.selection.paired import Ratio
 from osu_dl_bench.selection.period import between_runs, stored_text, write_period
+from osu_dl_bench.selection.replication import CAPTURE_MIN, CLEAR_WIN, Agreement, same_candidates
 from osu_dl_bench.selection.rule import DEFAULT_RULE, DecisionRule, rule_text
 from osu_dl_bench.selection.tune import run_nulls
 

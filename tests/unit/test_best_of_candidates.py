@@ -132,7 +132,8 @@ def test_the_client_runs_each_candidate_through_its_files_at_its_sizes_in_whole_
 ):
     from osu_dl_bench.cli import build_parser
     from osu_dl_bench.commands import verify_export
-    from osu_dl_bench.commands.verify_export_cli import config_from_args, sweep_config
+    from osu_dl_bench.commands.verify_export import sweep_config
+    from osu_dl_bench.commands.verify_export_cli import config_from_args
 
     file = tmp_path / "t.mpich.json"
     file.write_text(json.dumps(generic_trees().trees["mpir"]))

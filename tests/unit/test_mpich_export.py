@@ -4,6 +4,7 @@ oversubscription setting they were measured, and each measured size's path proof
 
 import json
 
+import pandas as pd
 from support.mpich_layers import layered_run
 
 from collectives.mpich_layers import Call, call_path
@@ -154,3 +155,23 @@ def test_a_hostile_export_name_stays_a_name_in_the_use_line_and_never_a_command(
     # A newline would start a line of its own in the files' comments: refused up front.
     with pytest.raises(UsageError, match="control characters"):
         exports.export_paths(tmp_path / "a\n1 # rule", ["openmpi", "mpich"])
+
+
+def test_a_bcast_composition_that_runs_the_defaults_code_is_never_exported(tmp_path):
+    # At p = 2 on one node, bcast's compositions alpha, beta and delta all run the
+    # default's path (ch4_coll_impl.h: delta stages GPU buffers only): a sweep that once
+    # measured delta there (an older sweep did, and its export wrote it at 16K-32K) must
+    # not see it decided on, however fast its rows.
+    plan = {size: {"native:alg=ch4_delta": 0.5} for size in (8192, 16384, 32768)}
+    run = layered_run(tmp_path / "run", plan=plan)
+    frame = pd.read_csv(run / "results.csv")
+    frame["collective"] = "bcast"
+    frame["op"] = float("nan")
+    frame.to_csv(run / "results.csv", index=False)
+    table, warnings = build_table(run, "lib")
+    paths, _ = mpich.export(table, tmp_path / "lib")
+    ch4 = json.loads((tmp_path / "lib.mpich.ch4.json").read_text())
+    assert ch4["collective=bcast"] == BASE["ch4"]["collective=bcast"]
+    assert sum("ch4_delta not decided on: same path as the default" in w for w in warnings) == 3
+    notes = (tmp_path / "lib.mpich.notes.txt").read_text()
+    assert "ch4: bcast" not in notes and "delta" not in notes.split("proof:")[0].split("# use:")[1]

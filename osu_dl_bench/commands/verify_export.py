@@ -352,11 +352,18 @@ def candidates_to_run(
         print(f"# no sweep found for {cfg.path}: the C client runs no candidates", flush=True)
         return {}
     frame, _ = RunStore(found).read()
-    measured = {
-        key: algs
-        for key, algs in measured_candidates(frame).items()
-        if key[0] in sweep.collectives and key[1] in sweep.nprocs
-    }
+    measured: MeasuredCandidates = {}
+    for key, algs in measured_candidates(frame).items():
+        if key[0] not in sweep.collectives or key[1] not in sweep.nprocs:
+            continue
+        # Only the sizes this run measures: -m narrows the candidates' launches too.
+        within = {
+            alg: kept
+            for alg, sizes in algs.items()
+            if (kept := tuple(s for s in sizes if sweep.min_size <= s <= sweep.max_size))
+        }
+        if within:
+            measured[key] = within
     print(f"# the C client also runs the candidates {found} measured: {_listed(measured)}")
     return measured
 

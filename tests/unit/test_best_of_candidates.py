@@ -219,8 +219,35 @@ def test_write_corrected_writes_the_export_its_table_and_the_c_clients_evidence(
     assert json.loads((tmp_path / "ok.json").read_text())["library_tuning"]["library"] == "mpich"
     notes = (tmp_path / "ok.mpich.notes.txt").read_text()
     assert "c client: allreduce p=2 2K: ch4_beta (the file's departure, confirmed" in notes
-    assert "c client: allreduce p=2 64K: MPICH default (the default (no departure" in notes
+    assert "c client: allreduce p=2 64K: MPICH default (no departure confirmed" in notes
     # No table beside the export: nothing to write it again from, said before any job.
     (tmp_path / "lib.json").unlink()
     with pytest.raises(UsageError, match="BASE.json"):
         verify_export.write_corrected(cfg, found, [])
+
+
+def test_the_candidates_run_are_the_sweeps_within_the_runs_sizes(tmp_path):
+    from support.mpich_layers import layered_run
+
+    from osu_dl_bench.cli import build_parser
+    from osu_dl_bench.commands import verify_export
+    from osu_dl_bench.commands.verify_export import sweep_config
+    from osu_dl_bench.commands.verify_export_cli import config_from_args
+
+    run = layered_run(tmp_path / "run")  # ch4_beta, mpir_ring, posix_mpir at 1K-1M
+    file = tmp_path / "t.mpich.json"
+    file.write_text(json.dumps(generic_trees().trees["mpir"]))
+    argv = ["verify-export", str(file), "--np", "2", "-m", "4K:64K", "--sweep", str(run)]
+    cfg = config_from_args(build_parser().parse_args([*argv, "--collectives", "allreduce"]))
+    measured = verify_export.candidates_to_run(cfg, "mpich", sweep_config(cfg, cfg.run_dir, []))
+    # -m 4K:64K: only the sweep's sizes 8K, 16K and 64K; mpir_ring (the default's code on
+    # one node) is a layered candidate the sweep measured, so it runs too.
+    assert set(measured) == {("allreduce", 2)}
+    assert {s for sizes in measured[("allreduce", 2)].values() for s in sizes} == {
+        8192,
+        16384,
+        65536,
+    }
+    cfg = config_from_args(build_parser().parse_args([*argv[:-2], "--best-of-candidates"]))
+    with pytest.raises(UsageError, match="no sweep found"):
+        verify_export.candidates_to_run(cfg, "mpich", sweep_config(cfg, cfg.run_dir, []))

@@ -541,7 +541,7 @@ def export_sweep(path: Path) -> Path | None:
 # What the corrected export keeps at a size, and why (the notes say it per size).
 KEPT_CONFIRMED = "the file's departure, confirmed by the C client"
 TAKEN_BEST = "the C client's confirmed best choice"
-KEPT_DEFAULT = "the default (no departure confirmed by the C client)"
+KEPT_DEFAULT = "no departure confirmed by the C client"
 
 
 @dataclass(frozen=True)

@@ -175,3 +175,29 @@ def test_a_bcast_composition_that_runs_the_defaults_code_is_never_exported(tmp_p
     assert sum("ch4_delta not decided on: same path as the default" in w for w in warnings) == 3
     notes = (tmp_path / "lib.mpich.notes.txt").read_text()
     assert "ch4: bcast" not in notes and "delta" not in notes.split("proof:")[0].split("# use:")[1]
+
+
+def test_a_ch4_departure_splits_sizes_at_the_generic_trees_leaves(tmp_path):
+    # bcast's composition gamma wins at 8M: the size split goes below MPICH's generic
+    # comm conditions, which MPICH prunes once per communicator, not in front of them.
+    plan = {4 << 20: {"native:alg=ch4_gamma": 1.5}, 8 << 20: {"native:alg=ch4_gamma": 0.2}}
+    run = layered_run(tmp_path / "run", plan=plan)
+    frame = pd.read_csv(run / "results.csv")
+    frame["collective"] = "bcast"
+    frame["op"] = float("nan")
+    frame.to_csv(run / "results.csv", index=False)
+    table, _ = build_table(run, "lib")
+    mpich.export(table, tmp_path / "lib")
+    trees = {
+        layer: json.loads((tmp_path / f"lib.mpich.{layer}.json").read_text())
+        for layer in ("ch4", "posix", "mpir")
+    }
+    # (comm_size=any: the export's comm size bound, pruned as the comm conditions are)
+    intra = trees["ch4"]["collective=bcast"]["comm_type=intra"]["comm_size=any"]
+    generic = BASE["ch4"]["collective=bcast"]["comm_type=intra"]
+    assert list(intra) == list(generic) == ["comm_hierarchy=parent", "comm_hierarchy=any"]
+    leaf = intra["comm_hierarchy=parent"]["comm_size<8"]["avg_msg_size=any"]
+    assert list(leaf) == ["avg_msg_size<=8388607", "avg_msg_size=any"]
+    for size, path in ((8, call_path(Call("bcast", 2, 1, 8), BASE)), (8 << 20, None)):
+        mine = call_path(Call("bcast", 2, 1, size), trees)
+        assert mine == path if path else mine[0] == "ch4:gamma"

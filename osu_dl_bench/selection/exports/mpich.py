@@ -162,7 +162,12 @@ guarded = mpich_layers.guarded
 def _size_tree(
     collective: str, rules: list[Rule], default_intra: dict[str, Any], layer: str = "mpir"
 ) -> dict[str, Any]:
-    """avg_msg_size<=M keys (M = range end - 1, MPICH compares inclusively), last =any."""
+    """avg_msg_size<=M keys (M = range end - 1, MPICH compares inclusively), last =any.
+    The ch4 tree takes them at the generic subtree's leaves instead (_split_at_leaves)."""
+    if layer == "ch4":
+        if all(rule.target == MPICH_DECIDES for rule in rules):
+            return copy.deepcopy(default_intra)
+        return _split_at_leaves(default_intra, lambda leaf: _ch4_sizes(collective, rules, leaf))
     tree = {}
     for rule in rules:
         last = rule.max_bytes is None
@@ -176,6 +181,45 @@ def _size_tree(
         else:
             tree[key] = guarded(collective, rule.target, default_intra)
     return tree
+
+
+def _ch4_sizes(collective: str, rules: list[Rule], leaf: dict[str, Any]) -> dict[str, Any]:
+    """One generic leaf's size split: the leaf where MPICH decides, the rule's composition
+    (under the conditions MPICH names it under, the leaf elsewhere) where it departs."""
+    tree = {}
+    for rule in rules:
+        key = (
+            "avg_msg_size=any" if rule.max_bytes is None else f"avg_msg_size<={rule.max_bytes - 1}"
+        )
+        tree[key] = (
+            copy.deepcopy(leaf)
+            if rule.target == MPICH_DECIDES
+            else mpich_layers.composition_subtree(collective, rule.target, leaf)
+        )
+    return tree
+
+
+def _split_at_leaves(node: dict[str, Any], split: Any) -> dict[str, Any]:
+    """``node`` (MPICH's generic subtree) with each leaf (a one-key composition or algorithm
+    node) replaced by ``split(leaf)``: the comm conditions stay in front, where MPICH prunes
+    them once per communicator (MPIR_Csel_prune, src/mpi/coll/src/csel.c, stops at the first
+    message-size node), so a call at a size the export leaves to MPICH walks the generic
+    tree's pruned path and one size split. At p = 2, bcast 8-64 B, a split in front of the
+    subtree measured 1.04-1.06x the generic tree's time, at the leaves 1.02-1.04x: any size
+    node left after pruning costs a few percent there
+    (results/bcast_small_sizes_tree_shape_p2.txt)."""
+    if _is_leaf(node):
+        return split(node)
+    return {key: _split_at_leaves(child, split) for key, child in node.items()}
+
+
+def _is_leaf(node: Any) -> bool:
+    """A one-key composition or algorithm node."""
+    return (
+        isinstance(node, dict)
+        and len(node) == 1
+        and next(iter(node)).startswith(("composition=", "algorithm="))
+    )
 
 
 def _intra_tree(

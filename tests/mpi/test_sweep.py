@@ -216,7 +216,8 @@ def _freeze_mid_job(proc: subprocess.Popen, run_dir: Path, points_per_job: int) 
         if len(ranks) == 2:
             for pid in ranks:
                 os.kill(pid, signal.SIGSTOP)
-            if _a_job_is_half_done(run_dir, points_per_job) and sorted(_ranks_of(run_dir)) == sorted(ranks):
+            same = sorted(_ranks_of(run_dir)) == sorted(ranks)
+            if same and _a_job_is_half_done(run_dir, points_per_job):
                 return ranks
             for pid in ranks:
                 os.kill(pid, signal.SIGCONT)

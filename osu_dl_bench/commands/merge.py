@@ -10,9 +10,9 @@ measurement/merge.py.
 from __future__ import annotations
 
 from osu_dl_bench.commands.merge_cli import MergeConfig
-from osu_dl_bench.jobs.sweep_config import command_line
 from osu_dl_bench.measurement.merge import merge_runs
 from osu_dl_bench.paths import check_writable_directory
+from osu_dl_bench.runtime.metadata import command_line
 
 
 def run_merge(cfg: MergeConfig) -> int:

@@ -29,7 +29,6 @@ import json
 import math
 import os
 import re
-import shlex
 import socket
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -44,6 +43,7 @@ from collectives.shape import JobShape
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jsonfile import describe, is_kind, load_json
 from osu_dl_bench.paths import FOCUS, LOCK, METADATA, RESULTS, RESULTS_PARQUET, write_text_atomic
+from osu_dl_bench.runtime.metadata import command_line
 
 SCHEMA_VERSION = 1
 # RESULTS, METADATA, LOCK and FOCUS (an adaptive sweep's extra launches: which candidates
@@ -490,7 +490,7 @@ class RunLock:
                 f"or choose another {option}"
             ) from None
         self.fd = fd
-        command = shlex.join(sys.argv) if command is None else command
+        command = command_line() if command is None else command
         # Who holds it, for the message of the next command; a full disk only loses that.
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)

@@ -1,0 +1,76 @@
+"""The recorded command line: one function writes it (runtime.metadata.command_line), in
+one spelling that a shell takes back, under one key in every record."""
+
+from __future__ import annotations
+
+import ast
+import shlex
+from pathlib import Path
+
+import pytest
+from mpirun import REPO
+
+from osu_dl_bench.runtime.metadata import COMMAND_KEY, command_line
+
+HOME = Path("osu_dl_bench/runtime/metadata.py")
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        # the console script, and `python -m osu_dl_bench`, both name the console script
+        (["/venv/bin/osu-dl-bench", "sweep", "-o", "my run"], "osu-dl-bench sweep -o 'my run'"),
+        (["/src/osu_dl_bench/__main__.py", "tune", "r"], "osu-dl-bench tune r"),
+        # a module of the package run as a job (`python -m MODULE`: argv[0] is its path)
+        (
+            [str(REPO / "osu_dl_bench/commands/calibration_job.py"), "run", "-m", "8:64"],
+            "python -m osu_dl_bench.commands.calibration_job run -m 8:64",
+        ),
+        # a script run by its path keeps its path
+        (["scripts/bench_collectives.py", "--np", "2"], "scripts/bench_collectives.py --np 2"),
+        ([], "osu-dl-bench"),
+    ],
+)
+def test_the_command_line_names_the_program_and_quotes_each_word(argv, expected):
+    assert command_line(argv) == expected
+
+
+def test_this_process_gets_a_command_line_a_shell_splits_back():
+    assert shlex.split(command_line())
+
+
+def _package_sources() -> list[tuple[Path, ast.Module]]:
+    paths = sorted((REPO / "osu_dl_bench").rglob("*.py"))
+    return [(path.relative_to(REPO), ast.parse(path.read_text())) for path in paths]
+
+
+def _uses_sys_argv(node: ast.AST) -> bool:
+    return any(
+        isinstance(n, ast.Attribute) and n.attr == "argv" and getattr(n.value, "id", "") == "sys"
+        for n in ast.walk(node)
+    )
+
+
+def test_only_the_one_home_builds_a_command_line_from_sys_argv():
+    builders = [
+        f"{path}:{node.lineno}"
+        for path, tree in _package_sources()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "attr", "") == "join"
+        and _uses_sys_argv(node)
+        and path != HOME
+    ]
+    assert builders == [], f"call runtime.metadata.command_line instead: {builders}"
+
+
+def test_every_record_keeps_the_command_line_under_the_one_key():
+    spelled_out = [
+        f"{path}:{key.lineno}"
+        for path, tree in _package_sources()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Dict)
+        for key in node.keys
+        if isinstance(key, ast.Constant) and key.value == COMMAND_KEY
+    ]
+    assert spelled_out == [], f"write the key as runtime.metadata.COMMAND_KEY: {spelled_out}"

@@ -390,9 +390,8 @@ from collectives import lookup
 from collectives.registry import POWER_OF_TWO, register
 native = lookup("allreduce", "native").factory
 register(
-    "allreduce", "zz_sweep_grid", defaults={"seg": 1024, "mode": "a"},
-    grid={"seg": (1024, 4096), "mode": ("a", "b")},
-)(lambda comm, seg, mode: native(comm))
+    "allreduce", "zz_sweep_grid", grid={"seg": (1024, 4096), "mode": ("a", "b")},
+)(lambda comm, seg=1024, mode="a": native(comm))
 register("allreduce", "zz_sweep_pow2", requires=(POWER_OF_TWO,))(lambda comm: native(comm))
 from osu_dl_bench.cli import main
 raise SystemExit(main(sys.argv[1:]))

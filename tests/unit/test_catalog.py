@@ -2,6 +2,7 @@
 counterparts are read without starting MPI, and the commands derive their lists from it."""
 
 import argparse
+import inspect
 import itertools
 import json
 import re
@@ -187,6 +188,30 @@ def test_each_library_algorithm_stands_for_one_of_ours():
             for name in names:
                 algo, found = registry.algorithm_like(collective, library, name)
                 assert algo.equivalents[library] is found
+
+
+def _signature_defaults(factory) -> dict:
+    params = list(inspect.signature(factory).parameters.values())[1:]
+    return {p.name: p.default for p in params}
+
+
+def test_each_algorithms_defaults_are_those_of_its_factorys_signature():
+    # Stated once, in the signature: a default changed there is the one -a, the sweep's
+    # grid, the exports and the model all use.
+    algos = registry.all_algorithms()
+    differ = [a.name for a in algos if dict(a.defaults) != _signature_defaults(a.factory)]
+    assert differ == [] and {a.name for a in algos if a.defaults} >= {"ring", "shm", "tree"}
+
+
+def test_a_default_stated_again_in_register_is_refused():
+    with pytest.raises(ValueError, match="state parameter defaults once, in the factory's"):
+        registry.register("allreduce", "twice", defaults={"seg": 0})
+
+
+def test_a_parameter_without_a_default_is_refused_at_registration():
+    with pytest.raises(ValueError, match="parameter seg needs a default"):
+        registry.register("allreduce", "bare")(lambda comm, seg: None)
+    assert ("allreduce", "bare") not in registry._REGISTRY
 
 
 @pytest.mark.parametrize(

@@ -39,9 +39,15 @@ def test_this_process_gets_a_command_line_a_shell_splits_back():
     assert shlex.split(command_line())
 
 
-def _package_sources() -> list[tuple[Path, ast.Module]]:
-    paths = sorted((REPO / "osu_dl_bench").rglob("*.py"))
-    return [(path.relative_to(REPO), ast.parse(path.read_text())) for path in paths]
+def _places(found) -> list[str]:
+    """'path:line' of every node of the package's sources (runtime.metadata, the one home,
+    left out) for which ``found(node)`` holds."""
+    places = []
+    for path in sorted((REPO / "osu_dl_bench").rglob("*.py")):
+        if path.relative_to(REPO) != HOME:
+            tree = ast.parse(path.read_text())
+            places += [f"{path.relative_to(REPO)}:{n.lineno}" for n in ast.walk(tree) if found(n)]
+    return places
 
 
 def _uses_sys_argv(node: ast.AST) -> bool:
@@ -51,26 +57,24 @@ def _uses_sys_argv(node: ast.AST) -> bool:
     )
 
 
-def test_only_the_one_home_builds_a_command_line_from_sys_argv():
-    builders = [
-        f"{path}:{node.lineno}"
-        for path, tree in _package_sources()
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call)
+def _joins_sys_argv(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Call)
         and getattr(node.func, "attr", "") == "join"
-        and _uses_sys_argv(node)
-        and path != HOME
-    ]
+        and (_uses_sys_argv(node))
+    )
+
+
+def _command_key_spelled_out(node: ast.AST) -> bool:
+    keys = node.keys if isinstance(node, ast.Dict) else []
+    return any(isinstance(key, ast.Constant) and key.value == COMMAND_KEY for key in keys)
+
+
+def test_only_the_one_home_builds_a_command_line_from_sys_argv():
+    builders = _places(_joins_sys_argv)
     assert builders == [], f"call runtime.metadata.command_line instead: {builders}"
 
 
 def test_every_record_keeps_the_command_line_under_the_one_key():
-    spelled_out = [
-        f"{path}:{key.lineno}"
-        for path, tree in _package_sources()
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Dict)
-        for key in node.keys
-        if isinstance(key, ast.Constant) and key.value == COMMAND_KEY
-    ]
+    spelled_out = _places(_command_key_spelled_out)
     assert spelled_out == [], f"write the key as runtime.metadata.COMMAND_KEY: {spelled_out}"

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from mpirun import REPO, mpi_env, run_cli, run_mpi, run_with_timeout
+from support.interpreter import run_python
 from support.sweep import (
     difference,
     expected_rows,
@@ -70,8 +71,7 @@ def test_orchestrator_never_loads_mpi(tmp_path):
         "orchestrate.check_run_dir(cfg)\n"
         "assert 'mpi4py.MPI' not in sys.modules, 'the orchestrator loaded MPI'\n"
     )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0, res.stderr
+    run_python(code, timeout=60)
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from support.exports import export_files
+from support.interpreter import python_json
 from support.tuning import make_entry, make_table
 
 from collectives import registry
@@ -51,11 +52,7 @@ print(json.dumps({
 
 def _python(code: str) -> dict:
     """Run ``code`` in a fresh interpreter; its last stdout line, parsed as JSON."""
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.splitlines()[-1])
+    return python_json(code)
 
 
 def test_reading_the_whole_catalog_starts_no_mpi():

@@ -10,7 +10,6 @@ words.
 from __future__ import annotations
 
 import math
-import shlex
 from collections.abc import Iterable
 
 import pandas as pd
@@ -20,6 +19,7 @@ from osu_dl_bench.commands.compare_cli import CompareConfig, same_run
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import is_training_run
 from osu_dl_bench.paths import os_reason, write_text_atomic
+from osu_dl_bench.runtime.metadata import command_line
 from osu_dl_bench.selection.agreement import CAPTURE_MIN, CLEAR_WIN, Agreement, same_candidates
 from osu_dl_bench.selection.comparison import (
     HELD_OUT_MIN,
@@ -91,7 +91,7 @@ def run_compare(cfg: CompareConfig) -> int:
     text = "\n\n".join(reports)
     print(text, flush=True)
     if cfg.out:
-        write_text_atomic(cfg.out, f"# command: {shlex.join(command_line(cfg))}\n{text}\n")
+        write_text_atomic(cfg.out, f"# command: {command_line()}\n{text}\n")
     return 0
 
 
@@ -122,15 +122,6 @@ def configuration_report(both, run_a: str, run_b: str) -> str:
             f"{(row.relative - 1) * 100:>9.1f}%"
         )
     return "\n".join(lines)
-
-
-def command_line(cfg: CompareConfig) -> list[str]:
-    """The command that gives this report, as the --out file records it."""
-    argv = ["osu-dl-bench", "compare", cfg.run_a, cfg.run_b]
-    options = (("--table", cfg.table), ("--referee", cfg.referee), ("--nprocs", cfg.nprocs_text))
-    for flag, value in options:
-        argv += [flag, value] if value else []
-    return [*argv, "--risk", str(cfg.risk), "--indifference", str(cfg.indifference)]
 
 
 # --- decisions ----------------------------------------------------------------------------

@@ -62,7 +62,7 @@ class CompareConfig:
     run_b: str
     table: str | None
     nprocs: tuple[int, ...]
-    nprocs_text: str | None  # as given: the --out file records the command line
+    nprocs_text: str | None  # as given, as the report names it
     out: str | None
     referee: str | None
     risk: float

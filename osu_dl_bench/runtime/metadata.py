@@ -30,10 +30,23 @@ def utc_now() -> str:
 COMMAND_KEY = "command"
 
 
+# The arguments of the running cli.main(ARGS) when a Python caller (a test) passed them:
+# sys.argv is then the caller's command line, not this command's.
+_cli_arguments: list[str] | None = None
+
+
+def set_cli_arguments(arguments: Sequence[str] | None) -> None:
+    """The arguments cli.main runs with (None: those of sys.argv, and after it returns)."""
+    global _cli_arguments
+    _cli_arguments = None if arguments is None else list(arguments)
+
+
 def command_line(argv: Sequence[str] | None = None) -> str:
-    """This process's command line (``argv``, default sys.argv), quoted so it can be
-    pasted back into a shell."""
-    argv = list(sys.argv if argv is None else argv)
+    """This command's line (``argv``; default: sys.argv, or the arguments the running
+    cli.main was given), quoted so it can be pasted back into a shell."""
+    if argv is None:
+        argv = sys.argv if _cli_arguments is None else ["osu-dl-bench", *_cli_arguments]
+    argv = list(argv)
     return shlex.join([*_program(argv[0] if argv else ""), *argv[1:]])
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import ast
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
 from mpirun import REPO
 
+from osu_dl_bench import cli
 from osu_dl_bench.runtime.metadata import COMMAND_KEY, command_line
 
 HOME = Path("osu_dl_bench/runtime/metadata.py")
@@ -33,6 +35,17 @@ HOME = Path("osu_dl_bench/runtime/metadata.py")
 )
 def test_the_command_line_names_the_program_and_quotes_each_word(argv, expected):
     assert command_line(argv) == expected
+
+
+def test_cli_main_records_the_arguments_it_was_given_and_forgets_them(monkeypatch):
+    # An in-process caller (a test, a notebook): sys.argv is its own command line.
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/pytest", "-q"])
+    seen = []
+    compare = cli.command_module("compare")
+    monkeypatch.setattr(compare, "start", lambda cfg: seen.append(command_line()) or 0)
+    assert cli.main(["compare", "run a", "b"]) == 0
+    assert seen == ["osu-dl-bench compare 'run a' b"]
+    assert command_line() == "osu-dl-bench -q"
 
 
 def test_this_process_gets_a_command_line_a_shell_splits_back():

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from mpirun import REPO, mpi_env, run_cli, run_mpi, run_with_timeout
+from mpirun import mpi_env, run_cli, run_mpi, run_with_timeout, start_cli
 from support.interpreter import run_python
 from support.sweep import (
     difference,
@@ -183,16 +183,7 @@ def _backend(row: tuple) -> str:
 
 
 def _start_sweep(args: list[str]) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "osu_dl_bench", "sweep", *args]
-    return subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=mpi_env(),
-        cwd=REPO,
-        start_new_session=True,
-    )
+    return start_cli(["sweep", *args])
 
 
 def _wait_for_rows(proc: subprocess.Popen, results: Path, rows: int) -> None:

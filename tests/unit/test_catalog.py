@@ -1,7 +1,6 @@
 """The algorithm catalog is data: names, parameters, requirements, costs and library
 counterparts are read without starting MPI, and the commands derive their lists from it."""
 
-import argparse
 import inspect
 import itertools
 import json
@@ -14,13 +13,13 @@ from pathlib import Path
 import pytest
 from support.exports import export_files
 from support.interpreter import python_json
+from support.options import command_config
 from support.tuning import make_entry, make_table
 
 from collectives import registry
 from collectives.common import LinkCost, Machine
 from collectives.registry import LIBRARIES, Algorithm, Counterpart, Split, largest_block
 from collectives.specs import SPECS
-from osu_dl_bench.commands.bench_cli import add_arguments, config_from_args
 from osu_dl_bench.jobs.sweep_config import parse_collectives
 from osu_dl_bench.measurement import bench_config, report
 from osu_dl_bench.model.mpich_native import mpich_algorithm, native_label
@@ -137,9 +136,7 @@ def test_list_command_shows_every_registered_algorithm_in_catalog_order():
 
 
 def _bench_config(benchmark: str):
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    return config_from_args(parser.parse_args([benchmark]))
+    return command_config("bench", benchmark)
 
 
 def test_bench_and_sweep_offer_the_collectives_the_specs_describe():

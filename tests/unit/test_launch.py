@@ -3,7 +3,6 @@ and its start/follow/stop/run on plain Python processes (no MPI job: tests/mpi h
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import subprocess
@@ -13,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+from support.options import command_config
 
 from collectives.shape import JobShape
-from osu_dl_bench.commands.sweep_cli import add_arguments, config_from_args
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs import launch, orchestrate
 from osu_dl_bench.runtime.launcher import OVERSUBSCRIBED_CVARS
@@ -32,9 +31,7 @@ def launchers(monkeypatch):
 
 
 def _sweep_config(*argv: str):
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    return config_from_args(parser.parse_args([*argv, "-o", "run"]))
+    return command_config("sweep", *argv, "-o", "run")
 
 
 def test_mpiexec_command_runs_this_python_with_its_arguments(launchers):

@@ -4,6 +4,7 @@ one spelling that a shell takes back, under one key in every record."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import shlex
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 from mpirun import REPO
 
 from osu_dl_bench import cli
-from osu_dl_bench.runtime.metadata import COMMAND_KEY, command_line
+from osu_dl_bench.runtime.metadata import COMMAND_KEY, RunMetadata, command_line
 
 HOME = Path("osu_dl_bench/runtime/metadata.py")
 
@@ -46,6 +47,10 @@ def test_cli_main_records_the_arguments_it_was_given_and_forgets_them(monkeypatc
     assert cli.main(["compare", "run a", "b"]) == 0
     assert seen == ["osu-dl-bench compare 'run a' b"]
     assert command_line() == "osu-dl-bench -q"
+
+
+def test_the_run_metadata_keeps_it_under_the_one_key():
+    assert COMMAND_KEY in {field.name for field in dataclasses.fields(RunMetadata)}
 
 
 def test_this_process_gets_a_command_line_a_shell_splits_back():

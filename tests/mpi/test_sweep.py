@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from mpirun import REPO, mpi_env, run_cli, run_mpi, run_with_timeout
+from mpirun import mpi_env, run_cli, run_mpi, run_with_timeout, start_cli
+from support.interpreter import run_python
 from support.sweep import (
     difference,
     expected_rows,
@@ -70,8 +71,7 @@ def test_orchestrator_never_loads_mpi(tmp_path):
         "orchestrate.check_run_dir(cfg)\n"
         "assert 'mpi4py.MPI' not in sys.modules, 'the orchestrator loaded MPI'\n"
     )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0, res.stderr
+    run_python(code, timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -183,16 +183,7 @@ def _backend(row: tuple) -> str:
 
 
 def _start_sweep(args: list[str]) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "osu_dl_bench", "sweep", *args]
-    return subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=mpi_env(),
-        cwd=REPO,
-        start_new_session=True,
-    )
+    return start_cli(["sweep", *args])
 
 
 def _wait_for_rows(proc: subprocess.Popen, results: Path, rows: int) -> None:
@@ -424,9 +415,8 @@ from collectives import lookup
 from collectives.registry import POWER_OF_TWO, register
 native = lookup("allreduce", "native").factory
 register(
-    "allreduce", "zz_sweep_grid", defaults={"seg": 1024, "mode": "a"},
-    grid={"seg": (1024, 4096), "mode": ("a", "b")},
-)(lambda comm, seg, mode: native(comm))
+    "allreduce", "zz_sweep_grid", grid={"seg": (1024, 4096), "mode": ("a", "b")},
+)(lambda comm, seg=1024, mode="a": native(comm))
 register("allreduce", "zz_sweep_pow2", requires=(POWER_OF_TWO,))(lambda comm: native(comm))
 from osu_dl_bench.cli import main
 raise SystemExit(main(sys.argv[1:]))

@@ -56,16 +56,6 @@ class Finding:
     samples: int
 
 
-def _medians_of_resamples(values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """The medians of bootstrap resamples of ``values`` (at most DRAW_LIMIT draws: a
-    unit with more samples than 200 resamples allow is resampled from a random subset of
-    them, whose median's spread is, if anything, wider)."""
-    if values.size * MIN_RESAMPLES > DRAW_LIMIT:
-        values = rng.choice(values, DRAW_LIMIT // MIN_RESAMPLES, replace=False)
-    resamples = max(MIN_RESAMPLES, min(RESAMPLES, DRAW_LIMIT // max(values.size, 1)))
-    return median_resamples(values, rng, resamples)
-
-
 def _interval(draws: np.ndarray) -> tuple[float, float]:
     return percentile_interval(draws, LEVEL)
 
@@ -83,8 +73,8 @@ def _spread(peer_medians: np.ndarray) -> tuple[float, float]:
 def _finding(name: str, own: np.ndarray, peers: np.ndarray, rng: np.random.Generator) -> Finding:
     """The unit against its peers, with bootstrap intervals (worse or not)."""
     median, reference = float(np.median(own)), float(np.median(peers))
-    own_draws = _medians_of_resamples(own, rng)
-    peer_draws = _medians_of_resamples(peers, rng)
+    own_draws = median_resamples(own, rng, RESAMPLES, MIN_RESAMPLES, DRAW_LIMIT)
+    peer_draws = median_resamples(peers, rng, RESAMPLES, MIN_RESAMPLES, DRAW_LIMIT)
     count = min(own_draws.size, peer_draws.size)
     own_draws, peer_draws = own_draws[:count], peer_draws[:count]
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -25,12 +25,25 @@ from osu_dl_bench.stats.intervals import LEVEL
 RESAMPLES = 2000
 
 
-def median_resamples(values: np.ndarray, rng: np.random.Generator, resamples: int) -> np.ndarray:
+def median_resamples(
+    values: np.ndarray,
+    rng: np.random.Generator,
+    resamples: int,
+    least: int | None = None,
+    draw_limit: int | None = None,
+) -> np.ndarray:
     """The medians of ``resamples`` bootstrap resamples of ``values`` (one value: that value
-    each time, as its resamples are; no value: ValueError)."""
+    each time, as its resamples are; none: ValueError). With ``draw_limit``, at most that
+    many values are drawn in all: fewer resamples, down to ``least``, and past that a random
+    subset of the values is resampled (its median's spread is, if anything, wider)."""
     values = np.asarray(values, dtype=float)
     if values.size == 0:
         raise ValueError("expected at least one value to resample, got none")
+    if draw_limit is not None:
+        least = least or 1
+        if values.size * least > draw_limit:
+            values = rng.choice(values, draw_limit // least, replace=False)
+        resamples = max(least, min(resamples, draw_limit // values.size))
     if values.size == 1:
         # scipy's bootstrap asks for two observations; one has a single resample, and
         # numpy's Generator draws nothing for integers(0, 1), so the stream stays the same.

@@ -70,6 +70,24 @@ def test_the_median_resamples_are_the_draws_a_hand_loop_made():
         median_resamples(np.array([]), np.random.default_rng(0), 10)
 
 
+def _budgeted_by_hand(values, rng, resamples, least, limit):
+    """diagnosis.outliers' resampler before stats held it: the reference."""
+    if values.size * least > limit:
+        values = rng.choice(values, limit // least, replace=False)
+    count = max(least, min(resamples, limit // max(values.size, 1)))
+    return np.median(values[rng.integers(0, values.size, size=(count, values.size))], axis=1)
+
+
+@pytest.mark.parametrize("size", [1, 40, 300, 2000])
+def test_a_draw_limit_gives_fewer_resamples_then_a_subset_as_before(size):
+    values = np.random.default_rng(size).lognormal(size=size)
+    mine, theirs = np.random.default_rng(5), np.random.default_rng(5)
+    draws = median_resamples(values, mine, 100, 20, 12_000)
+    assert np.array_equal(draws, _budgeted_by_hand(values, theirs, 100, 20, 12_000))
+    assert draws.size == {1: 100, 40: 100, 300: 40, 2000: 20}[size]
+    assert mine.random() == theirs.random()
+
+
 def test_the_percentile_interval_bounds_the_central_level():
     draws = np.arange(1001, dtype=float)
     assert percentile_interval(draws) == pytest.approx((25.0, 975.0))

@@ -41,7 +41,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 # The ratio, its interval and the bootstrap live in osu_dl_bench.stats; re-exported here
 # for the callers that import them from this module.
@@ -203,7 +202,7 @@ def launch_interval(
     if len(clusters) < 2:
         return None
     medians = np.array([np.median(c) for c in clusters])
-    half = stats.t.ppf(0.5 + level / 2, medians.size - 1) * medians.std(ddof=1)
+    half = t_quantile(medians.size - 1, level) * medians.std(ddof=1)
     half /= math.sqrt(medians.size)
     centre = float(medians.mean())
     return centre - float(half), centre + float(half)

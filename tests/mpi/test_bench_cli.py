@@ -5,7 +5,7 @@ import re
 
 import pandas as pd
 import pytest
-from mpirun import run_cli
+from mpirun import run_cli, run_cli_cases
 
 from osu_dl_bench.measurement.records import RECORD_FIELDS
 
@@ -53,16 +53,34 @@ def test_tail_percentiles_columns():
         assert 0 < p50 <= p99
 
 
-@pytest.mark.parametrize(
-    "benchmark",
-    ["reduce", "allgather", "reduce_scatter", "alltoall", "gather", "scatter", "barrier"],
-)
-def test_other_collectives_validate_on_odd_ranks(benchmark):
-    for extra in (["-k", "rotate"], ["-l", "-k", "fixed:2"]):
-        res = run_cli(
-            3,
-            ["bench", benchmark, "-m", "4:4K", "-c", "-i", "10", "-x", "1", "-T", "int32", *extra],
-        )
+OTHER_COLLECTIVES = [
+    "reduce",
+    "allgather",
+    "reduce_scatter",
+    "alltoall",
+    "gather",
+    "scatter",
+    "barrier",
+]
+BUFFER_OPTIONS = (["-k", "rotate"], ["-l", "-k", "fixed:2"])
+
+
+def _odd_ranks_case(benchmark: str, extra: list[str]) -> list[str]:
+    return ["bench", benchmark, "-m", "4:4K", "-c", "-i", "10", "-x", "1", "-T", "int32", *extra]
+
+
+@pytest.fixture(scope="module")
+def odd_ranks_runs(tmp_path_factory) -> dict[tuple[str, ...], object]:
+    """Each other collective with each buffer option at 3 ranks, all in one job."""
+    cases = [_odd_ranks_case(name, extra) for name in OTHER_COLLECTIVES for extra in BUFFER_OPTIONS]
+    runs = run_cli_cases(3, cases, timeout=240, tmp=tmp_path_factory.mktemp("odd_ranks"))
+    return {tuple(run.args): run for run in runs}
+
+
+@pytest.mark.parametrize("benchmark", OTHER_COLLECTIVES)
+def test_other_collectives_validate_on_odd_ranks(benchmark, odd_ranks_runs):
+    for extra in BUFFER_OPTIONS:
+        res = odd_ranks_runs[tuple(_odd_ranks_case(benchmark, extra))]
         assert res.returncode == 0, res.stderr
         rows = _rows(res.stdout)
         assert rows and all(r[-1] == "Pass" for r in rows)

@@ -90,14 +90,19 @@ CLI_CASES = TESTS / "drivers" / "cli_cases.py"
 
 
 def run_cli_cases(
-    nprocs: int, cases: list[list[str]], timeout: float, tmp: Path
+    nprocs: int,
+    cases: list[list[str]],
+    timeout: float,
+    tmp: Path,
+    env: dict[str, str] | None = None,
 ) -> list[subprocess.CompletedProcess]:
     """Run each ``osu-dl-bench`` command line of ``cases`` in one job of ``nprocs`` ranks
     (tests/drivers/cli_cases.py), one start-up for all; per case what ``run_cli`` would
     give: its exit code and every rank's output."""
     listing = tmp / "cli_cases.json"
     listing.write_text(json.dumps(cases))
-    summary = driver_summary(run_mpi(nprocs, [str(CLI_CASES), str(listing)], timeout=timeout))
+    job = run_mpi(nprocs, [str(CLI_CASES), str(listing)], timeout=timeout, env=env)
+    summary = driver_summary(job)
     return [
         subprocess.CompletedProcess(case["argv"], case["code"], case["stdout"], case["stderr"])
         for case in summary["cases"]

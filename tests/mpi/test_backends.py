@@ -17,11 +17,12 @@ import importlib.util
 import itertools
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from mpirun import driver_summary, mpi_env, run_cli, run_mpi
+from mpirun import driver_summary, mpi_env, run_cli_cases, run_mpi
 from support.interpreter import run_python
 
 THIS = str(Path(__file__).resolve())
@@ -73,10 +74,24 @@ def _tables(stdout: str) -> dict[str, list[list[str]]]:
     return tables
 
 
+_NATIVE_AND_GLOO = ["bench", "allreduce", "-a", "native,gloo"]
+GLOO_BENCH = {
+    "validates": [*_NATIVE_AND_GLOO, "-c", "-m", "4:64K", "-i", "10", "-x", "2"],
+    "int16": [*_NATIVE_AND_GLOO, "-T", "int16", "-m", "8", "-c"],
+}
+
+
+@pytest.fixture(scope="module")
+def gloo_benches(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
+    """name -> its bench of native and gloo at 2 ranks (GLOO_BENCH), both in one job."""
+    tmp = tmp_path_factory.mktemp("gloo_bench")
+    done = run_cli_cases(2, list(GLOO_BENCH.values()), timeout=240, tmp=tmp)
+    return dict(zip(GLOO_BENCH, done, strict=True))
+
+
 @needs_torch
-def test_bench_validates_native_and_gloo():
-    args = ["bench", "allreduce", "-a", "native,gloo", "-c", "-m", "4:64K", "-i", "10", "-x", "2"]
-    res = run_cli(2, args)
+def test_bench_validates_native_and_gloo(gloo_benches):
+    res = gloo_benches["validates"]
     assert res.returncode == 0, res.stderr
     tables = _tables(res.stdout)
     assert set(tables) == {"native", "gloo"}, res.stdout
@@ -87,8 +102,8 @@ def test_bench_validates_native_and_gloo():
 
 
 @needs_torch
-def test_bench_skips_gloo_for_a_dtype_it_cannot_reduce():
-    res = run_cli(2, ["bench", "allreduce", "-a", "native,gloo", "-T", "int16", "-m", "8", "-c"])
+def test_bench_skips_gloo_for_a_dtype_it_cannot_reduce(gloo_benches):
+    res = gloo_benches["int16"]
     assert res.returncode == 0, res.stderr
     assert "# gloo: skipped: needs a dtype Gloo reduces" in res.stdout
     assert set(_tables(res.stdout)) == {"native"}

@@ -315,7 +315,10 @@ def path_proofs(table: TuningTable, trees: dict[str, dict[str, Any]]) -> list[st
                 )
                 exported = mpich_layers.path_text(call, trees)
                 default = mpich_layers.path_text(call, base)
-                same = "the default's path" if exported == default else f"default: {default}"
+                if mpich_layers.same_code(call, trees, base):
+                    same = "the default's path" if exported == default else "the default's code"
+                else:
+                    same = f"default: {default}"
                 seen = _fingerprint_text(tuning, call, size_range["alg"])
                 lines.append(
                     f"proof: {call.collective} p={call.nprocs} nodes={call.nodes} "

@@ -145,12 +145,11 @@ def layered_reader(files: dict[str, Path]) -> Reader:
     def read(collective: str, nprocs: int, size: int) -> str | None:
         pinned = posix_pinned(nprocs)
         call = mpich_layers.Call(collective, nprocs, 1, size, itemsize=4, oversubscribed=pinned)
-        exported = mpich_layers.call_path(call, trees)
-        if exported == mpich_layers.call_path(call, base):
+        if mpich_layers.same_code(call, trees, base):
             return None
         for cand in mpich_layers.candidates(collective):
-            if mpich_layers.call_path(call, mpich_layers.candidate_trees(cand, base)) == exported:
+            if mpich_layers.same_code(call, mpich_layers.candidate_trees(cand, base), trees):
                 return cand.alg
-        return " > ".join(exported)
+        return mpich_layers.path_text(call, trees)
 
     return read

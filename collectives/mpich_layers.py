@@ -382,11 +382,13 @@ def running_code(call: Call, trees: Trees) -> tuple[str, ...]:
     """call_path's steps that move data, each with the ranks it runs on: the composition's
     name left out (where two compositions hand the call to the same algorithm on the same
     communicator, as beta and gamma do to MPIR once POSIX falls back, they run the same
-    code) and, on one node, node_comm named as the world it equals."""
+    code) and a communicator with the world's ranks named as the world: node_comm on one
+    node, node_roots_comm at one rank per node."""
     steps = call_path(call, trees)[1:]
-    if call.nodes > 1:
+    alike = "[node]" if call.nodes == 1 else "[node_roots]" if call.ranks_per_node == 1 else ""
+    if not alike:
         return steps
-    return tuple(step.replace("[node]", "[world]", 1) for step in steps)
+    return tuple(step.replace(alike, "[world]", 1) for step in steps)
 
 
 def same_code(call: Call, trees: Trees, other: Trees) -> bool:

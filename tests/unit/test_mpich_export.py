@@ -93,6 +93,21 @@ def test_an_oversubscribed_sweep_says_so_in_the_export(tmp_path):
     assert "16K mpir_ring: ch4:gamma > mpir[world]:ring (default: ch4:gamma > " in notes
 
 
+def test_the_setting_a_sweeps_launches_recorded_is_the_one_the_export_is_measured_under(
+    tmp_path,
+):
+    # The sweep records the POSIX setting per launch (jobs.P.launches.L), not per run.
+    from support.tuning import METADATA
+
+    setting = "MPIR_CVAR_ALLREDUCE_POSIX_INTRA_ALGORITHM=mpir"
+    jobs = {"2": {**METADATA["jobs"]["2"], "launches": {"1/mpi": {"mpich_posix_cvars": setting}}}}
+    table, _, notes, _ = _exported(tmp_path, {**METADATA, "jobs": jobs})
+    assert table.header["library_tuning"]["mpich_posix_cvars"] == setting
+    assert f"# measured under: {setting}" in notes
+    proofs = [line for line in notes.splitlines() if line.startswith("proof:")]
+    assert proofs and not any("release_gather" in line for line in proofs)
+
+
 def test_the_candidates_the_sweep_left_unmeasured_are_listed_with_the_reason(tmp_path):
     from support.tuning import METADATA
 

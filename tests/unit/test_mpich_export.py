@@ -108,6 +108,30 @@ def test_the_setting_a_sweeps_launches_recorded_is_the_one_the_export_is_measure
     assert proofs and not any("release_gather" in line for line in proofs)
 
 
+def test_a_fingerprint_that_cannot_tell_the_exported_path_apart_says_so(tmp_path):
+    # POSIX pinned, recursive doubling replaces reduce_scatter_allgather for a built-in
+    # op; the fingerprint's user-defined op takes recursive doubling in both, so its
+    # equal hashes prove nothing, and the proof line says why.
+    from support.mpich_layers import layered_run
+    from support.tuning import METADATA
+
+    setting = "MPIR_CVAR_ALLREDUCE_POSIX_INTRA_ALGORITHM=mpir"
+    same = {"16384": ["h"], "65536": ["h"]}
+    launches = {
+        "1/mpi": {"mpich_posix_cvars": setting, "fingerprints": same},
+        "1/alg_mpir_recursive_doubling": {"fingerprints": same},
+    }
+    jobs = {"2": {**METADATA["jobs"]["2"], "launches": launches}}
+    plan = {size: {"native:alg=mpir_recursive_doubling": 0.4} for size in (16384, 65536)}
+    run = layered_run(tmp_path / "run", plan=plan, metadata={**METADATA, "jobs": jobs})
+    table, _ = build_table(run, "lib")
+    mpich.export(table, tmp_path / "lib")
+    notes = (tmp_path / "lib.mpich.notes.txt").read_text()
+    line = next(x for x in notes.splitlines() if x.startswith("proof: allreduce p=2 nodes=1 16K"))
+    assert "mpir_recursive_doubling: ch4:gamma > mpir[world]:recursive_doubling" in line
+    assert "fingerprint the same as the default's (its user-defined op runs the same code" in line
+
+
 def test_the_candidates_the_sweep_left_unmeasured_are_listed_with_the_reason(tmp_path):
     from support.tuning import METADATA
 

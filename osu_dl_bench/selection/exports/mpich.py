@@ -321,7 +321,9 @@ def path_proofs(table: TuningTable, trees: dict[str, dict[str, Any]]) -> list[st
                 else:
                     same = f"default: {default}"
                 seen = _fingerprint_text(tuning, call, size_range["alg"])
-                if seen and _fingerprint_blind(call, trees, base):
+                if seen.endswith("the same as the default's") and _fingerprint_blind(
+                    call, trees, base
+                ):
                     seen += _BLIND
                 lines.append(
                     f"proof: {call.collective} p={call.nprocs} nodes={call.nodes} "

@@ -205,6 +205,41 @@ def _wait_for_rows(proc: subprocess.Popen, results: Path, rows: int) -> None:
     raise AssertionError(f"no {rows} results appeared: {proc.communicate()}")
 
 
+def _freeze_mid_job(proc: subprocess.Popen, run_dir: Path, points_per_job: int) -> list[int]:
+    """Stop the sweep's ranks (SIGSTOP) at a moment their job has stored some of its points
+    and not all, so that a kill lands while a point is left to measure whatever the load
+    (a kill after a job's last point is another case: nothing is left to resume); a freeze
+    that lands between two jobs is undone and tried again. Returns the frozen ranks."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        ranks = _ranks_of(run_dir)
+        if len(ranks) == 2:
+            for pid in ranks:
+                os.kill(pid, signal.SIGSTOP)
+            same = sorted(_ranks_of(run_dir)) == sorted(ranks)
+            if same and _a_job_is_half_done(run_dir, points_per_job):
+                return ranks
+            for pid in ranks:
+                os.kill(pid, signal.SIGCONT)
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise AssertionError(f"no job was caught with points left: {proc.communicate()}")
+
+
+def _a_job_is_half_done(run_dir: Path, points_per_job: int) -> bool:
+    """Whether one isolation group (one job) has stored some but not all of its points."""
+    try:
+        rows = RunStore(run_dir).load()
+    except Exception:  # a file being written as the ranks were stopped: look again later
+        return False
+    if rows.empty:
+        return False
+    stored = rows.groupby("group")[["collective", "size_bytes"]].apply(
+        lambda found: len(found.drop_duplicates())
+    )
+    return bool(((stored > 0) & (stored < points_per_job)).any())
+
+
 def _ranks_of(run_dir: Path) -> list[int]:
     """Pids of the job processes sweeping into run_dir (from /proc, Linux)."""
     pids = []
@@ -233,17 +268,8 @@ def test_a_killed_rank_loses_at_most_its_point_and_resume_completes(tmp_path):
     run_dir = tmp_path / "run"
     args = ["--np", "2", "-m", "8:4K", "--budget", "0.05", "--launches", "1", "-o", str(run_dir)]
     proc = _start_sweep(args)
-    _wait_for_rows(proc, run_dir / "results.csv", 20)
-    ranks = _ranks_of(run_dir)
-    assert len(ranks) == 2, ranks
     expected = expected_rows([2], ["allreduce", "bcast"], [8 << k for k in range(10)])
-    # The job is frozen before the kill so that the kill lands while a point is left to
-    # measure, whatever the machine's load (a kill after the job's last point is another
-    # case: the engine says the job ended badly and there is nothing to resume).
-    for pid in ranks:
-        os.kill(pid, signal.SIGSTOP)
-    stored = len((run_dir / "results.csv").read_text().splitlines()) - 1
-    assert stored < len(expected), "the job finished before it was frozen"
+    ranks = _freeze_mid_job(proc, run_dir, points_per_job=20)
     os.kill(ranks[-1], signal.SIGKILL)
     os.kill(ranks[0], signal.SIGCONT)
     killed = _finish(proc)

@@ -846,14 +846,19 @@ def _group_fingerprints(metadata: dict[str, Any]) -> dict[str, dict[str, dict[st
 
 
 def _first_found(metadata: dict[str, Any], *names: str) -> Any:
-    """The first of ``names`` found at the top level or in any job entry."""
-    for name in names:
-        if metadata.get(name) not in (None, "", []):
-            return metadata[name]
-    for job in (metadata.get("jobs") or {}).values():
+    """The first of ``names`` found at the top level, in any job entry or in any of its
+    launches' records (where the sweep's jobs record what each launch ran under)."""
+    jobs = [j for j in (metadata.get("jobs") or {}).values() if isinstance(j, dict)]
+    launches = [
+        record
+        for job in jobs
+        for record in (job.get("launches") or {}).values()
+        if isinstance(record, dict)
+    ]
+    for entry in (metadata, *jobs, *launches):
         for name in names:
-            if isinstance(job, dict) and job.get(name) not in (None, "", []):
-                return job[name]
+            if entry.get(name) not in (None, "", []):
+                return entry[name]
     return None
 
 

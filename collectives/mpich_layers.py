@@ -378,6 +378,24 @@ def call_path(call: Call, trees: Trees) -> tuple[str, ...]:
     return steps + _posix(call, trees, "bcast", "node", ppn)
 
 
+def running_code(call: Call, trees: Trees) -> tuple[str, ...]:
+    """call_path's steps that move data, each with the ranks it runs on: the composition's
+    name left out (where two compositions hand the call to the same algorithm on the same
+    communicator, as beta and gamma do to MPIR once POSIX falls back, they run the same
+    code) and a communicator with the world's ranks named as the world: node_comm on one
+    node, node_roots_comm at one rank per node."""
+    steps = call_path(call, trees)[1:]
+    alike = "[node]" if call.nodes == 1 else "[node_roots]" if call.ranks_per_node == 1 else ""
+    if not alike:
+        return steps
+    return tuple(step.replace(alike, "[world]", 1) for step in steps)
+
+
+def same_code(call: Call, trees: Trees, other: Trees) -> bool:
+    """Whether ``call`` runs the same code under ``trees`` and ``other``."""
+    return running_code(call, trees) == running_code(call, other)
+
+
 def candidate_trees(cand: Candidate, base: Trees) -> dict[str, Tree]:
     """``base`` with ``cand``'s layer changed."""
     return {**base, cand.layer: changed_tree(cand, base)}
@@ -385,14 +403,17 @@ def candidate_trees(cand: Candidate, base: Trees) -> dict[str, Tree]:
 
 def identical_reason(cand: Candidate, call: Call, base: Trees) -> str | None:
     """Why ``cand`` runs the default's code for ``call`` (None: it runs other code)."""
-    default = call_path(call, base)
-    mine = call_path(call, candidate_trees(cand, base))
-    if mine != default:
+    if not same_code(call, candidate_trees(cand, base), base):
         return None
+    default = call_path(call, base)
     if cand.layer == "posix" and call.oversubscribed:
         return "the POSIX layer is pinned to MPIR by the oversubscription setting"
     if cand.layer == "mpir" and cand.choice == PARENT_ONLY_MPIR and call.nodes == 1:
         return "smp needs several nodes (on one node it is the default's path)"
+    mine = call_path(call, candidate_trees(cand, base))
+    if mine != default:
+        code = " > ".join(running_code(call, base))
+        return f"the default's code ({code}) under another composition: {' > '.join(mine)}"
     return f"same path as the default: {' > '.join(default)}"
 
 

@@ -15,6 +15,9 @@
 # ALGORITHMS (default native,native:alg=all) narrows the candidates: on an oversubscribed
 # machine MPICH's posix_release_gather and posix_ipc_read busy-poll (minutes per point at
 # p = 4 on 2 cores), and ccl without CCL silently runs the default under its name.
+# NODES=N PPN=K (root, a cluster of N nodes or more up: scripts/cluster_local.sh up) run the
+# sweep, verify-export and its C client over the cluster's first N nodes, K ranks on each
+# (p = N x K; NP is not read).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lib="${1:?usage: scripts/library_targets.sh mpich|openmpi [RUN_DIR]}"
@@ -36,10 +39,25 @@ if [ "$bad" = 1 ]; then
     echo "CLIENT_LAUNCHES: expected a multiple of 6 from 6 to 996, got '$client_launches'" >&2
     exit 2
 fi
+# NODES and PPN: counts, checked before anything is created.
+ppn="${PPN:-1}"
+for value in "${NODES-1}" "$ppn"; do
+    case "$value" in
+        '' | *[!0-9]* | 0* | ?????*)
+            echo "NODES and PPN: expected counts from 1 to 9999, got '${NODES-}' and '$ppn'" >&2
+            exit 2 ;;
+    esac
+done
 mkdir -p "$run" "$out"
 . scripts/results_lib.sh  # (the repository root is the working directory)
 budget="${BUDGET:-0.6}"
 np="${NP:-2,3}"
+layout="one node"
+if [ -n "${NODES:-}" ]; then
+    use_cluster "$NODES"
+    np=$(( NODES * ppn ))
+    layout="cluster $NODES x $ppn at ${OSU_DL_BENCH_CLUSTER_RATE:-?} ($OSU_DL_BENCH_HOSTS)"
+fi
 launches="${LAUNCHES:-3}"
 start=$(date +%s)
 if [ "${REUSE_SWEEP:-0}" = 1 ] && [ -f "$run/sweep/results.csv" ]; then
@@ -66,6 +84,7 @@ status=0
     echo "# command: scripts/library_targets.sh $lib $run (sweep -a ${ALGORITHMS:-native,native:alg=all},"
     echo "#   tune --export $lib, verify-export; NP=$np BUDGET=$budget LAUNCHES=$launches"
     echo "#   VERIFY_LAUNCHES=${VERIFY_LAUNCHES:-6} CLIENT_LAUNCHES=$client_launches${CORRECTED:+ CORRECTED=$CORRECTED})"
+    echo "# where: $layout"
     echo "# load before: $(load) on $(nproc) cores"
     report || status=$?
     echo "# load after: $(load)"

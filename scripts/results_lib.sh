@@ -23,3 +23,10 @@ need_cluster() {  # need_cluster N: sets nodes to the up cluster's node count, o
         exit 1
     fi
 }
+
+use_cluster() {  # use_cluster N: the jobs that follow run over the up cluster's first N nodes
+    need_cluster "$1"
+    eval "$(cluster env)"
+    OSU_DL_BENCH_HOSTS=$(seq -s, -f 'node%g' 1 "$1")
+    export OSU_DL_BENCH_HOSTS  # mpiexec's ranks over these nodes, in blocks
+}

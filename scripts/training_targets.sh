@@ -77,10 +77,7 @@ kept() { [ -f "$1/results.csv" ] && [ -f "$1/metadata.json" ] && grep -q '"compl
 cluster_layout() {
     # cluster_layout NODES PPN: 4 ranks as NODES nodes x PPN ranks (2 x 2, 4 x 1).
     local nodes_wanted=$1 ppn=$2
-    need_cluster "$nodes_wanted"
-    eval "$(cluster env)"
-    OSU_DL_BENCH_HOSTS=$(seq -s, -f 'node%g' 1 "$nodes_wanted")
-    export OSU_DL_BENCH_HOSTS  # --np 4 over the first NODES nodes, in blocks of PPN
+    use_cluster "$nodes_wanted"  # --np 4 over the first NODES nodes, in blocks of PPN
     local c="$run/cluster-${nodes_wanted}x$ppn"
     mkdir -p "$c"
     echo "# cluster $nodes_wanted x $ppn at $(cluster env | sed -n 's/^export OSU_DL_BENCH_CLUSTER_RATE=//p'), load $(load)" \

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 from osu_dl_bench.errors import UsageError
@@ -65,6 +66,15 @@ def run_cli(nprocs: int, cli_args: list[str], **kwargs) -> subprocess.CompletedP
     return run_mpi(nprocs, ["-m", "osu_dl_bench", *cli_args], **kwargs)
 
 
+def start_cli(
+    cli_args: list[str], stdout: int = subprocess.PIPE, stderr: int = subprocess.PIPE
+) -> subprocess.Popen:
+    """Start ``osu-dl-bench ARGS`` (a command that launches its own jobs, as sweep does)
+    in a session of its own, for a test that follows it and stops its process group."""
+    cmd = [sys.executable, "-m", "osu_dl_bench", *cli_args]
+    return launch.start(cmd, mpi_env(), REPO, stdout, stderr)
+
+
 def driver_summary(result: subprocess.CompletedProcess) -> dict:
     """The ``SUMMARY {json}`` line a test driver ends with; fails with its output if the
     job failed or printed none."""
@@ -74,3 +84,26 @@ def driver_summary(result: subprocess.CompletedProcess) -> dict:
         f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     )
     return json.loads(lines[-1].removeprefix("SUMMARY "))
+
+
+CLI_CASES = TESTS / "drivers" / "cli_cases.py"
+
+
+def run_cli_cases(
+    nprocs: int,
+    cases: list[list[str]],
+    timeout: float,
+    tmp: Path,
+    env: dict[str, str] | None = None,
+) -> list[subprocess.CompletedProcess]:
+    """Run each ``osu-dl-bench`` command line of ``cases`` in one job of ``nprocs`` ranks
+    (tests/drivers/cli_cases.py), one start-up for all; per case what ``run_cli`` would
+    give: its exit code and every rank's output."""
+    listing = tmp / "cli_cases.json"
+    listing.write_text(json.dumps(cases))
+    job = run_mpi(nprocs, [str(CLI_CASES), str(listing)], timeout=timeout, env=env)
+    summary = driver_summary(job)
+    return [
+        subprocess.CompletedProcess(case["argv"], case["code"], case["stdout"], case["stderr"])
+        for case in summary["cases"]
+    ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 from collectives import SPECS, all_algorithms, mpich_layers, mpit, registered
@@ -85,7 +86,7 @@ def mpich_listing(collective: str | None, nprocs: int, nodes: int) -> str:
     lines = [
         f"MPICH {trees.version} ({trees.source}): candidates for p={nprocs} on {nodes} "
         f"node(s), {ppn} rank(s) per node"
-        + (f"; ranks > cores: {OVERSUBSCRIBED_TEXT}" if pinned else ""),
+        + (f"; {_pinned_by(ppn)}: {OVERSUBSCRIBED_TEXT}" if pinned else ""),
         f"{'collective':<11}{'candidate':<54}{'layer':<7}{'what':<56}where it runs other code",
     ]
     for name in mpich_layers.COLLECTIVES:
@@ -105,6 +106,12 @@ def mpich_listing(collective: str | None, nprocs: int, nodes: int) -> str:
         "from files (MPIR_CVAR_*_SELECTION_TUNING_JSON_FILE, MPIR_CVAR_COLLECTIVE_FALLBACK=error)"
     )
     return "\n".join(lines)
+
+
+def _pinned_by(ppn: int) -> str:
+    """What pins the POSIX layer: the suite's launcher (ranks > cores) or the environment
+    (a user's setting, or scripts/cluster_local.sh env's on a shared host)."""
+    return "ranks > cores" if ppn > (os.cpu_count() or 1) else "set in the environment"
 
 
 OVERSUBSCRIBED_TEXT = (

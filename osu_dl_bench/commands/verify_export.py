@@ -37,7 +37,7 @@ from osu_dl_bench.jobs.c_client import (
     omb_binary,
     run_client,
 )
-from osu_dl_bench.jobs.launch import library_environment
+from osu_dl_bench.jobs.launch import expected_shape, library_environment
 from osu_dl_bench.jobs.orchestrate import run_sweep
 from osu_dl_bench.jobs.sweep_config import SweepConfig
 from osu_dl_bench.measurement.schedule import williams_cycle
@@ -439,8 +439,9 @@ def run_verify_export(cfg: VerifyExportConfig) -> int:
     """Measure, report the speedups and the proof; exit 1 if the file did not take effect."""
     path, run_dir = cfg.path, cfg.run_dir
     library = file_library(path)
-    reader = file_reader(path, library)
     probe = sweep_config(cfg, run_dir, [])
+    # The nodes each job spans (OSU_DL_BENCH_HOSTS, Slurm): MPICH's layers decide by them.
+    reader = file_reader(path, library, lambda nprocs: expected_shape(probe, nprocs))
     # The C client is built (or OMB's found) before anything is measured: a missing
     # compiler is one message up front, not the loss of a finished sweep's report.
     binaries = client_binaries(cfg, probe) if cfg.client == "c" else {}

@@ -8,7 +8,7 @@ their threads slow it down: those rows are never the reference).
 - Evidence is shared across the run: per launch, each candidate's log time ratio to
   native; the launch-to-launch variance pooled over every point of the entry
   (selection.evidence); each candidate's ratio smoothed over log size with its band
-  (selection.smooth, selection.estimate).
+  (stats.smoothing, selection.estimate).
 - The rule (selection.rule.DecisionRule, one object with one default): a candidate is
   eligible where its chance of being more than 5% slower than native is at most the risk;
   the eligible one with the lowest expected time replaces native where its expected gain
@@ -38,7 +38,6 @@ import math
 import os
 import platform
 import statistics
-import sys
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
@@ -53,7 +52,7 @@ from collectives.units import format_size
 from osu_dl_bench import __version__
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import POINT_KEY, RunStore, collective_rows, round_values
-from osu_dl_bench.runtime.metadata import utc_now
+from osu_dl_bench.runtime.metadata import COMMAND_KEY, command_line, utc_now
 from osu_dl_bench.runtime.mpich_trees import generic_trees
 from osu_dl_bench.selection.estimate import Measured, entry_ratios, run_pool
 from osu_dl_bench.selection.evidence import LaunchPool
@@ -847,14 +846,19 @@ def _group_fingerprints(metadata: dict[str, Any]) -> dict[str, dict[str, dict[st
 
 
 def _first_found(metadata: dict[str, Any], *names: str) -> Any:
-    """The first of ``names`` found at the top level or in any job entry."""
-    for name in names:
-        if metadata.get(name) not in (None, "", []):
-            return metadata[name]
-    for job in (metadata.get("jobs") or {}).values():
+    """The first of ``names`` found at the top level, in any job entry or in any of its
+    launches' records (where the sweep's jobs record what each launch ran under)."""
+    jobs = [j for j in (metadata.get("jobs") or {}).values() if isinstance(j, dict)]
+    launches = [
+        record
+        for job in jobs
+        for record in (job.get("launches") or {}).values()
+        if isinstance(record, dict)
+    ]
+    for entry in (metadata, *jobs, *launches):
         for name in names:
-            if isinstance(job, dict) and job.get(name) not in (None, "", []):
-                return job[name]
+            if entry.get(name) not in (None, "", []):
+                return entry[name]
     return None
 
 
@@ -868,12 +872,12 @@ def provenance(run_dir: Path, metadata: dict[str, Any]) -> dict[str, Any]:
             "hosts": _first_found(metadata, "hosts", "hostnames"),
             "date": _first_found(metadata, "date", "timestamp", "started"),
             "package_version": _first_found(metadata, "package_version"),
-            "command": _first_found(metadata, "command"),
+            COMMAND_KEY: _first_found(metadata, COMMAND_KEY),
         },
         "run_metadata": metadata,
         "tuned_by": {
             "package_version": __version__,
-            "command": " ".join(sys.argv),
+            COMMAND_KEY: command_line(),
             "host": platform.node(),
             "platform": platform.platform(),
             "date": utc_now(),

@@ -22,6 +22,8 @@ import json
 import sys
 from dataclasses import dataclass
 
+import numpy as np
+
 from osu_dl_bench.runtime.guard import run_guarded
 from osu_dl_bench.runtime.start import init_mpi
 
@@ -182,6 +184,8 @@ class Tally:
 
 def _run_check(comm, call, check: Check, ctx_of, xp, tally: Tally) -> None:
     variant, spec = check.variant, SPECS[check.variant.algorithm.collective]
+    ran: list[str] = []
+    wrong: list[int] = []
     for dtype, op, n, root, in_place in _cases(check.cases, spec, comm.Get_size()):
         etype = element_type(dtype)
         if op is not None and op.integer_only and not etype.is_integer:
@@ -189,15 +193,17 @@ def _run_check(comm, call, check: Check, ctx_of, xp, tally: Tally) -> None:
         if variant.ineligible_reason(ctx_of(etype, op)):
             tally.skipped += 1
             continue
-        wrong = _run_case(comm, call, spec, etype, op, n, root, in_place, xp)
-        wrong = comm.allreduce(wrong)
+        wrong.append(_run_case(comm, call, spec, etype, op, n, root, in_place, xp))
         tally.ran(check, n, etype.itemsize, comm.Get_size())
-        if wrong:
+        ran.append(f"dtype={dtype} op={op and op.name} n={n} root={root} in_place={in_place}")
+    # One sum over the ranks for the whole check, not one per case: on oversubscribed
+    # cores every extra collective is a round of the scheduler for each rank.
+    totals = np.asarray(wrong, dtype=np.int64)
+    comm.Allreduce(MPI.IN_PLACE, totals, op=MPI.SUM)
+    for case, count in zip(ran, totals.tolist(), strict=True):
+        if count:
             tally.failed += 1
-            tally.failures.append(
-                f"{spec.name}/{variant.label} dtype={dtype} op={op and op.name} "
-                f"n={n} root={root} in_place={in_place}: {wrong} wrong"
-            )
+            tally.failures.append(f"{spec.name}/{variant.label} {case}: {count} wrong")
         else:
             tally.passed += 1
 

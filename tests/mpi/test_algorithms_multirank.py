@@ -4,16 +4,27 @@
 
 import pytest
 
+ALL_ALGORITHMS_COLLECTIVES = ["allreduce", "bcast"]
 
-@pytest.mark.parametrize("collective", ["allreduce", "bcast"])
-def test_bench_all_algorithms_validates_each(collective):
-    from mpirun import run_cli
 
-    res = run_cli(
-        3,
-        ["bench", collective, "-a", "all", "-c", "-m", "4:64K", "-i", "5", "-x", "1"],
-        timeout=300,
-    )
+def _all_algorithms_case(collective: str) -> list[str]:
+    return ["bench", collective, "-a", "all", "-c", "-m", "4:64K", "-i", "5", "-x", "1"]
+
+
+@pytest.fixture(scope="module")
+def all_algorithms_runs(tmp_path_factory) -> dict:
+    """collective -> its bench of every algorithm at 3 ranks, both in one job."""
+    from mpirun import run_cli_cases
+
+    cases = [_all_algorithms_case(name) for name in ALL_ALGORITHMS_COLLECTIVES]
+    tmp = tmp_path_factory.mktemp("all_algorithms")
+    done = run_cli_cases(3, cases, timeout=280, tmp=tmp)
+    return dict(zip(ALL_ALGORITHMS_COLLECTIVES, done, strict=True))
+
+
+@pytest.mark.parametrize("collective", ALL_ALGORITHMS_COLLECTIVES)
+def test_bench_all_algorithms_validates_each(collective, all_algorithms_runs):
+    res = all_algorithms_runs[collective]
     assert res.returncode == 0, res.stderr
     tables = res.stdout.count("# Size")
     rows = [ln.split() for ln in res.stdout.splitlines() if ln and not ln.startswith("#")]

@@ -22,7 +22,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from mpirun import REPO, driver_summary, mpi_env, run_cli, run_mpi
+from mpirun import driver_summary, mpi_env, run_cli_cases, run_mpi
+from support.interpreter import run_python
 
 THIS = str(Path(__file__).resolve())
 TORCH_MISSING = "torch is not installed: gloo tests need pip install torch==2.13.0 (CPU build)"
@@ -73,10 +74,24 @@ def _tables(stdout: str) -> dict[str, list[list[str]]]:
     return tables
 
 
+_NATIVE_AND_GLOO = ["bench", "allreduce", "-a", "native,gloo"]
+GLOO_BENCH = {
+    "validates": [*_NATIVE_AND_GLOO, "-c", "-m", "4:64K", "-i", "10", "-x", "2"],
+    "int16": [*_NATIVE_AND_GLOO, "-T", "int16", "-m", "8", "-c"],
+}
+
+
+@pytest.fixture(scope="module")
+def gloo_benches(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
+    """name -> its bench of native and gloo at 2 ranks (GLOO_BENCH), both in one job."""
+    tmp = tmp_path_factory.mktemp("gloo_bench")
+    done = run_cli_cases(2, list(GLOO_BENCH.values()), timeout=240, tmp=tmp)
+    return dict(zip(GLOO_BENCH, done, strict=True))
+
+
 @needs_torch
-def test_bench_validates_native_and_gloo():
-    args = ["bench", "allreduce", "-a", "native,gloo", "-c", "-m", "4:64K", "-i", "10", "-x", "2"]
-    res = run_cli(2, args)
+def test_bench_validates_native_and_gloo(gloo_benches):
+    res = gloo_benches["validates"]
     assert res.returncode == 0, res.stderr
     tables = _tables(res.stdout)
     assert set(tables) == {"native", "gloo"}, res.stdout
@@ -87,8 +102,8 @@ def test_bench_validates_native_and_gloo():
 
 
 @needs_torch
-def test_bench_skips_gloo_for_a_dtype_it_cannot_reduce():
-    res = run_cli(2, ["bench", "allreduce", "-a", "native,gloo", "-T", "int16", "-m", "8", "-c"])
+def test_bench_skips_gloo_for_a_dtype_it_cannot_reduce(gloo_benches):
+    res = gloo_benches["int16"]
     assert res.returncode == 0, res.stderr
     assert "# gloo: skipped: needs a dtype Gloo reduces" in res.stdout
     assert set(_tables(res.stdout)) == {"native"}
@@ -104,16 +119,7 @@ def _list_output(hide: str | None = None) -> str:
         # A None entry in sys.modules makes find_spec (and import) fail for that module.
         script += f"sys.modules[{hide!r}] = None\n"
     script += "from osu_dl_bench.cli import main\nsys.exit(main(['list']))\n"
-    res = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-        env=mpi_env(),
-    )
-    assert res.returncode == 0, res.stderr
-    return res.stdout
+    return run_python(script, env=mpi_env()).stdout
 
 
 def _rows_of_backend(listing: str, backend: str) -> list[str]:

@@ -2,10 +2,12 @@
 
 import json
 import re
+import subprocess
+from pathlib import Path
 
 import pandas as pd
 import pytest
-from mpirun import run_cli
+from mpirun import run_cli, run_cli_cases
 
 from osu_dl_bench.measurement.records import RECORD_FIELDS
 
@@ -16,8 +18,81 @@ def _rows(stdout: str) -> list[list[str]]:
     return [ln.split() for ln in stdout.splitlines() if ln and not ln.startswith("#")]
 
 
-def test_allreduce_full_validated_table_has_osu_columns():
-    res = run_cli(3, ["bench", "allreduce", "-m", "8:64K", "-f", "-c", "-i", "20", "-x", "2"])
+OTHER_COLLECTIVES = [
+    "reduce",
+    "allgather",
+    "reduce_scatter",
+    "alltoall",
+    "gather",
+    "scatter",
+    "barrier",
+]
+BUFFER_OPTIONS = (["-k", "rotate"], ["-l", "-k", "fixed:2"])
+# Seconds the job of the shared runs of one process count is given.
+SHARED_JOB_TIMEOUT = 240
+POINT_TO_POINT = {"latency": "Latency (us)", "bw": "Bandwidth (MB/s)", "bibw": "Bandwidth (MB/s)"}
+
+
+def _odd_ranks_case(benchmark: str, extra: list[str]) -> list[str]:
+    return ["bench", benchmark, "-m", "4:4K", "-c", "-i", "10", "-x", "1", "-T", "int32", *extra]
+
+
+def _shared_cases(files: Path) -> dict[str, tuple[int, list[str]]]:
+    """Name -> (ranks, command line) of the bench runs that need no job of their own: the
+    default thread level and environment, and no error met before MPI starts."""
+    cases = {
+        "full table": (3, ["bench", "allreduce", "-m", "8:64K", "-f", "-c", "-i", "20", "-x", "2"]),
+        "tail": (2, ["bench", "allreduce", "-m", "1K", "-z", "-i", "50", "-x", "5"]),
+        "two algorithms": (2, ["bench", "allreduce", "-m", "8:32", "-a", "native,ring", "-i", "5"]),
+        "named twice": (2, ["bench", "allreduce", "-m", "8:32", "-a", "native,native", "-i", "5"]),
+    }
+    for name in POINT_TO_POINT:
+        cases[name] = (2, ["bench", name, "-m", "0:64K", "-c", "-i", "20", "-x", "2"])
+    for suffix in (".json", ".csv"):
+        argv = ["bench", "allreduce", "-m", "4:64", "-c", "-i", "10", "-x", "1", "-a", "native"]
+        cases[f"records{suffix}"] = (2, [*argv, "-o", str(files / f"records{suffix}")])
+    argv = ["bench", "allreduce", "-m", "1K:64K", "-a", "native", "--bounds", "-c", "-f"]
+    cases["bounds"] = (3, [*argv, "-i", "10", "-x", "1", "-o", str(files / "bounds.json")])
+    argv = ["bench", "allgather", "-m", "64K:64K", "--bounds", "-i", "5", "-x", "1"]
+    cases["allgather bounds"] = (3, [*argv, "-o", str(files / "allgather.json")])
+    for name in OTHER_COLLECTIVES:
+        for number, extra in enumerate(BUFFER_OPTIONS):
+            cases[f"{name} {number}"] = (3, _odd_ranks_case(name, extra))
+    return cases
+
+
+class SharedJobs:
+    """The shared bench runs (_shared_cases), those of one process count in one job
+    (run_cli_cases), started by the first test that asks for one of them; ``files``: the
+    folder their -o files are written to."""
+
+    def __init__(self, tmp_path_factory, timeout: float) -> None:
+        self._factory, self._timeout = tmp_path_factory, timeout
+        self.files = tmp_path_factory.mktemp("shared_files")
+        self._cases = _shared_cases(self.files)
+        self._runs: dict[str, subprocess.CompletedProcess] = {}
+
+    def run(self, name: str) -> subprocess.CompletedProcess:
+        """The run of case ``name``, as run_cli would have given it."""
+        if name not in self._runs:
+            nprocs = self._cases[name][0]
+            names = [other for other, (ranks, _) in self._cases.items() if ranks == nprocs]
+            cases = [self._cases[other][1] for other in names]
+            tmp = self._factory.mktemp(f"shared_p{nprocs}")
+            self._runs.update(
+                zip(names, run_cli_cases(nprocs, cases, self._timeout, tmp), strict=True)
+            )
+        return self._runs[name]
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory) -> SharedJobs:
+    """The module's shared bench runs; a test starts at most one of their jobs."""
+    return SharedJobs(tmp_path_factory, timeout=SHARED_JOB_TIMEOUT)
+
+
+def test_allreduce_full_validated_table_has_osu_columns(shared):
+    res = shared.run("full table")
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert lines[0].startswith("# OSU MPI Allreduce Latency Test")
@@ -43,8 +118,8 @@ def test_only_rank_zero_prints():
     assert res.stdout.count("# OSU MPI Broadcast Latency Test") == 1
 
 
-def test_tail_percentiles_columns():
-    res = run_cli(2, ["bench", "allreduce", "-m", "1K", "-z", "-i", "50", "-x", "5"])
+def test_tail_percentiles_columns(shared):
+    res = shared.run("tail")
     assert res.returncode == 0, res.stderr
     header = next(ln for ln in res.stdout.splitlines() if ln.startswith("# Size"))
     assert "P50 Tail Lat(us)" in header and "P99 Tail Lat(us)" in header
@@ -53,27 +128,18 @@ def test_tail_percentiles_columns():
         assert 0 < p50 <= p99
 
 
-@pytest.mark.parametrize(
-    "benchmark",
-    ["reduce", "allgather", "reduce_scatter", "alltoall", "gather", "scatter", "barrier"],
-)
-def test_other_collectives_validate_on_odd_ranks(benchmark):
-    for extra in (["-k", "rotate"], ["-l", "-k", "fixed:2"]):
-        res = run_cli(
-            3,
-            ["bench", benchmark, "-m", "4:4K", "-c", "-i", "10", "-x", "1", "-T", "int32", *extra],
-        )
+@pytest.mark.parametrize("benchmark", OTHER_COLLECTIVES)
+def test_other_collectives_validate_on_odd_ranks(benchmark, shared):
+    for number in range(len(BUFFER_OPTIONS)):
+        res = shared.run(f"{benchmark} {number}")
         assert res.returncode == 0, res.stderr
         rows = _rows(res.stdout)
         assert rows and all(r[-1] == "Pass" for r in rows)
 
 
-@pytest.mark.parametrize(
-    "benchmark,heading",
-    [("latency", "Latency (us)"), ("bw", "Bandwidth (MB/s)"), ("bibw", "Bandwidth (MB/s)")],
-)
-def test_point_to_point(benchmark, heading):
-    res = run_cli(2, ["bench", benchmark, "-m", "0:64K", "-c", "-i", "20", "-x", "2"])
+@pytest.mark.parametrize("benchmark,heading", list(POINT_TO_POINT.items()))
+def test_point_to_point(benchmark, heading, shared):
+    res = shared.run(benchmark)
     assert res.returncode == 0, res.stderr
     header = next(ln for ln in res.stdout.splitlines() if ln.startswith("# Size"))
     assert heading in header
@@ -129,26 +195,8 @@ def test_bad_input_gives_one_message_and_exit_2_everywhere(nprocs, argv, message
 
 
 @pytest.mark.parametrize("suffix", [".json", ".csv"])
-def test_record_files_carry_the_schema(tmp_path, suffix):
-    out = tmp_path / f"records{suffix}"
-    res = run_cli(
-        2,
-        [
-            "bench",
-            "allreduce",
-            "-m",
-            "4:64",
-            "-c",
-            "-i",
-            "10",
-            "-x",
-            "1",
-            "-a",
-            "native",
-            "-o",
-            str(out),
-        ],
-    )
+def test_record_files_carry_the_schema(shared, suffix):
+    res, out = shared.run(f"records{suffix}"), shared.files / f"records{suffix}"
     assert res.returncode == 0, res.stderr
     frame = pd.read_json(out) if suffix == ".json" else pd.read_csv(out)
     required = [
@@ -197,16 +245,14 @@ def test_thread_level_option_is_honoured(tmp_path):
     assert json.loads(out.read_text())[0]["thread_level"] == "multiple"
 
 
-def test_several_algorithms_print_consecutive_tables():
-    res = run_cli(2, ["bench", "allreduce", "-m", "8:32", "-a", "native,ring", "-i", "5"])
+def test_several_algorithms_print_consecutive_tables(shared):
+    res = shared.run("two algorithms")
     assert res.returncode == 0, res.stderr
     assert res.stdout.count("# Size") == 2
 
 
-def test_bounds_print_an_unchecked_copy_table_and_keep_its_records(tmp_path):
-    out = tmp_path / "bounds.json"
-    argv = ["bench", "allreduce", "-m", "1K:64K", "-a", "native", "--bounds", "-c", "-f"]
-    res = run_cli(3, [*argv, "-i", "10", "-x", "1", "-o", str(out)])
+def test_bounds_print_an_unchecked_copy_table_and_keep_its_records(shared):
+    res, out = shared.run("bounds"), shared.files / "bounds.json"
     assert res.returncode == 0, res.stderr
     tables = res.stdout.split("# OSU MPI Allreduce Latency Test")[1:]
     assert [t.splitlines()[2].split()[2] for t in tables] == ["native", "copy"]
@@ -221,11 +267,10 @@ def test_bounds_print_an_unchecked_copy_table_and_keep_its_records(tmp_path):
     assert (records[records.backend == "mpi"].validation == "pass").all()
 
 
-def test_a_bound_counts_the_bytes_it_copies_not_the_collectives(tmp_path):
+def test_a_bound_counts_the_bytes_it_copies_not_the_collectives(shared):
     # allgather's algbw counts p blocks; the copy moves one.
-    out = tmp_path / "allgather.json"
-    argv = ["bench", "allgather", "-m", "64K:64K", "--bounds", "-i", "5", "-x", "1", "-o", str(out)]
-    assert run_cli(3, argv).returncode == 0
+    out = shared.files / "allgather.json"
+    assert shared.run("allgather bounds").returncode == 0
     records = pd.DataFrame(json.loads(out.read_text()))
     copy = records[records.algorithm == "copy"].iloc[0]
     native = records[records.algorithm == "native"].iloc[0]
@@ -233,8 +278,8 @@ def test_a_bound_counts_the_bytes_it_copies_not_the_collectives(tmp_path):
     assert native.algbw_gbs == pytest.approx(3 * 65536 / native.avg_us / 1e3)
 
 
-def test_an_algorithm_named_twice_is_measured_once():
-    res = run_cli(2, ["bench", "allreduce", "-m", "8:32", "-a", "native,native", "-i", "5"])
+def test_an_algorithm_named_twice_is_measured_once(shared):
+    res = shared.run("named twice")
     assert res.returncode == 0, res.stderr
     assert res.stdout.count("# Size") == 1
 

@@ -14,10 +14,19 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 
 import pytest
-from mpirun import REPO, driver_summary, mpi_env, run_cli, run_mpi, run_with_timeout
+from mpirun import (
+    REPO,
+    driver_summary,
+    mpi_env,
+    run_cli,
+    run_cli_cases,
+    run_mpi,
+    run_with_timeout,
+)
 
 from osu_dl_bench.measurement.store import RunStore
 
@@ -59,11 +68,34 @@ def test_nccl_takes_the_unique_id_as_cupy_13_on_arm_and_cupy_14_give_it(cupy_id)
     assert summary["failed"] == 0 and summary["passed"] > 0, summary
 
 
+def _device_bench_case(collective: str) -> list[str]:
+    argv = ["bench", collective, "-d", "cuda", "-a", "all", "-c", "-m", "8:16K"]
+    return [*argv, "-i", "3", "-x", "1"]
+
+
+@pytest.fixture(scope="module")
+def device_bench_runs(tmp_path_factory):
+    """(nprocs, cuda_aware, collective) -> its device bench: both collectives in one job
+    per (nprocs, cuda_aware), started by the first test that asks for one of them."""
+    runs: dict[tuple, subprocess.CompletedProcess] = {}
+
+    def run(nprocs: int, cuda_aware: bool, collective: str) -> subprocess.CompletedProcess:
+        if (nprocs, cuda_aware, collective) not in runs:
+            cases = [_device_bench_case(name) for name in ("allreduce", "bcast")]
+            tmp = tmp_path_factory.mktemp("device_bench")
+            done = run_cli_cases(nprocs, cases, timeout=240, tmp=tmp, env=_env(cuda_aware))
+            runs.update({(nprocs, cuda_aware, res.args[1]): res for res in done})
+        return runs[nprocs, cuda_aware, collective]
+
+    return run
+
+
 @pytest.mark.parametrize("nprocs,cuda_aware", [(2, False), (3, True)])
 @pytest.mark.parametrize("collective", ["allreduce", "bcast"])
-def test_bench_on_device_buffers_validates_every_algorithm(nprocs, cuda_aware, collective):
-    argv = ["bench", collective, "-d", "cuda", "-a", "all", "-c", "-m", "8:16K"]
-    res = run_cli(nprocs, [*argv, "-i", "3", "-x", "1"], timeout=300, env=_env(cuda_aware))
+def test_bench_on_device_buffers_validates_every_algorithm(
+    nprocs, cuda_aware, collective, device_bench_runs
+):
+    res = device_bench_runs(nprocs, cuda_aware, collective)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     rows = _rows(res.stdout)
     assert rows and all(row[-1] == "Pass" for row in rows)
@@ -245,10 +277,26 @@ def test_a_staged_rooted_collective_copies_only_where_it_reads_and_writes(nprocs
             assert counted == expected, (result, rank)
 
 
-@pytest.mark.parametrize("root", ["fixed:2", "rotate"])
-def test_staged_bcast_with_its_bounds_in_the_same_rounds_still_validates(root):
+STAGED_BCAST_ROOTS = ["fixed:2", "rotate"]
+
+
+def _staged_bcast_case(root: str) -> list[str]:
     argv = ["bench", "bcast", "-d", "cuda", "-a", "all", "--bounds", "-c", "-k", root]
-    res = run_cli(3, [*argv, "-m", "8:4K", "-i", "3", "-x", "1"], timeout=300, env=_env(False))
+    return [*argv, "-m", "8:4K", "-i", "3", "-x", "1"]
+
+
+@pytest.fixture(scope="module")
+def staged_bcast_runs(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
+    """root option -> the staged bcast bench with its bounds, both in one job at 3 ranks."""
+    cases = [_staged_bcast_case(root) for root in STAGED_BCAST_ROOTS]
+    tmp = tmp_path_factory.mktemp("staged_bcast")
+    done = run_cli_cases(3, cases, timeout=240, tmp=tmp, env=_env(False))
+    return dict(zip(STAGED_BCAST_ROOTS, done, strict=True))
+
+
+@pytest.mark.parametrize("root", STAGED_BCAST_ROOTS)
+def test_staged_bcast_with_its_bounds_in_the_same_rounds_still_validates(root, staged_bcast_runs):
+    res = staged_bcast_runs[root]
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     tables = ["# OSU MPI" + t for t in res.stdout.split("# OSU MPI")[1:]]
     candidates = [t for t in tables if "Backend: bound" not in t]

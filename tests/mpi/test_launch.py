@@ -11,20 +11,32 @@ from pathlib import Path
 from mpirun import mpi_env, run_mpi
 
 from osu_dl_bench.jobs import launch
+from osu_dl_bench.jobs.sweep_config import MIN_STALL_TIMEOUT
 
-STALL = 15.0  # long enough for two ranks to start MPI on two busy cores
-# Each rank prints its pid and that of a child it starts (a helper process that the MPI
-# launcher does not know of), starts MPI, says so and hangs: rank 0 in a receive that never
+# The product's shortest stall timeout: the job is never silent before it hangs, so the
+# test waits for the stall itself, not for a start-up that may take long on busy cores.
+STALL = MIN_STALL_TIMEOUT
+# Each rank starts a child (a helper process that the MPI launcher does not know of) that
+# says "starting" twice a second until the rank has started MPI, then sleeps; the rank prints
+# its pid and the child's, starts MPI, says so and hangs: rank 0 in a receive that never
 # matches, rank 1 asleep. Each line is one f-string (one write): the ranks' output arrives
 # interleaved. SIGTERM is ignored, so only the SIGKILL after the grace ends the ranks.
+TICKER = (
+    "import select, sys, time\n"
+    "while not select.select([sys.stdin], [], [], 0.5)[0]:\n"
+    "    print('starting', flush=True)\n"
+    "time.sleep(600)\n"
+)
 HANGING_JOB = (
     "import os, signal, subprocess, sys, time\n"
     "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-    "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+    f"child = subprocess.Popen([sys.executable, '-c', {TICKER!r}], stdin=subprocess.PIPE)\n"
     "print(f'pid {os.getpid()}', flush=True)\n"
     "print(f'pid {child.pid}', flush=True)\n"
     "from mpi4py import MPI\n"
     "comm = MPI.COMM_WORLD\n"
+    "child.stdin.write(b'ready')\n"
+    "child.stdin.flush()\n"
     "print(f'ready {comm.rank}', flush=True)\n"
     "comm.recv(source=1) if comm.rank == 0 else time.sleep(600)\n"
 )

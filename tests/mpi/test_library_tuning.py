@@ -120,13 +120,14 @@ def test_verify_export_proves_a_file_that_departs_from_the_default(mpich, tmp_pa
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_verify_export_runs_the_sweeps_candidates_and_reports_the_captured_share(mpich, tmp_path):
-    # A layered candidate measured where its path differs (ch4 beta: the netmod's
-    # allreduce on the whole communicator): verify-export finds the sweep through the
-    # table's provenance and runs it as a C client arm of its own.
+    # A layered candidate measured where its path differs (ch4 alpha: MPIR's reduce and
+    # bcast on node_comm; beta is the default's code under the tests' pinned POSIX layer,
+    # mpirun.mpi_env): verify-export finds the sweep through the table's provenance and
+    # runs it as a C client arm of its own.
     run, table = tmp_path / "run", tmp_path / "lib.json"
     sweep = _osu(
         ["sweep", "-o", str(run), "--np", "2", "--collectives", "allreduce", "-m", "4M:4M"]
-        + ["-a", "native,native:alg=ch4_beta", "--budget", "0.1", "--launches", "2"]
+        + ["-a", "native,native:alg=ch4_alpha", "--budget", "0.1", "--launches", "2"]
         + ["--no-calibration"]
     )
     assert sweep.returncode == 0, sweep.stderr
@@ -138,9 +139,9 @@ def test_verify_export_runs_the_sweeps_candidates_and_reports_the_captured_share
     )
     assert verified.returncode in (0, 3), f"{verified.stdout[-3000:]}\n{verified.stderr[-2000:]}"
     out = verified.stdout
-    assert f"the C client also runs the candidates {run} measured: allreduce p=2: ch4_beta" in out
+    assert f"the C client also runs the candidates {run} measured: allreduce p=2: ch4_alpha" in out
     # 4 arms: a whole cycle is 4 launches, so 6 asked run as 8, each arm once per launch.
-    assert out.count("allreduce, candidate ch4_beta") == 8
+    assert out.count("allreduce, candidate ch4_alpha") == 8
     assert out.count("allreduce, with the file (up to") == 8
     rows = [ln for ln in out.splitlines() if ln.startswith("c       allreduce") and "4M" in ln]
     assert len(rows) == 2  # the file's row and the best choice's row at 4M

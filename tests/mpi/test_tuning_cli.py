@@ -3,7 +3,7 @@
 import re
 
 import pytest
-from mpirun import run_cli
+from mpirun import run_cli, run_cli_cases
 from support.tuning import NEEDED, label, model_points, point, write_run
 
 from collectives import algorithms
@@ -63,25 +63,23 @@ def test_tune_rejects_bad_options(tmp_path, extra, message):
 
 def test_select_explains_per_size_nearest_and_forced(tmp_path):
     table = _table(tmp_path)
-    res = run_cli(
-        1, ["select", "--np", "2", "--size", "8,2K,1M", "--table", str(table)], timeout=60
-    )
+    given = ["--table", str(table)]
+    forcing = ["--force", "allreduce=rabenseifner", "--collective", "allreduce"]
+    cases = [
+        ["select", "--np", "2", "--size", "8,2K,1M", *given],
+        ["select", "--np", "3", "--size", "1M", *given],
+        ["select", "--np", "2", "--size", "8", *given, *forcing],
+        ["select", "--np", "4", "--size", "1M"],
+    ]
+    res, near, forced, bare = run_cli_cases(1, cases, timeout=120, tmp=tmp_path)
     assert res.returncode == 0, res.stderr
     picks = re.findall(r"=> (\S+) \((\w+)\)", res.stdout)
     ring = label("allreduce", "ring")
     assert picks == [("native", "mpi"), ("recursive_doubling", "mpi"), (ring, "mpi")]
     assert f"source: table {table}" in res.stdout
-    near = run_cli(1, ["select", "--np", "3", "--size", "1M", "--table", str(table)], timeout=60)
     assert "how: nearest" in near.stdout and f"=> {ring}" in near.stdout
-    forced = run_cli(
-        1,
-        ["select", "--np", "2", "--size", "8", "--table", str(table)]
-        + ["--force", "allreduce=rabenseifner", "--collective", "allreduce"],
-        timeout=60,
-    )
     assert "how: forced: forced by --force" in forced.stdout
     assert "=> rabenseifner (mpi)" in forced.stdout
-    bare = run_cli(1, ["select", "--np", "4", "--size", "1M"], timeout=60)
     assert "how: native: no table" in bare.stdout and "=> native (mpi)" in bare.stdout
 
 

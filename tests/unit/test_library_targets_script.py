@@ -30,3 +30,13 @@ def test_a_client_launch_count_verify_export_refuses_is_refused_before_the_sweep
 
 def test_an_unknown_library_is_refused_before_anything_is_created(tmp_path):
     assert "expected mpich or openmpi" in _run(tmp_path, "$(touch INJECTED)")
+
+
+@pytest.mark.parametrize(
+    "nodes, ppn", [("0", "1"), ("2", "x"), ("$(touch INJECTED)", "1"), ("", "1")]
+)
+def test_a_cluster_layout_that_is_no_count_is_refused_before_anything_is_created(
+    nodes, ppn, tmp_path
+):
+    stderr = _run(tmp_path, "mpich", NODES=nodes, PPN=ppn)
+    assert f"NODES and PPN: expected counts from 1 to 9999, got '{nodes}' and '{ppn}'" in stderr

@@ -78,17 +78,59 @@ def test_an_oversubscribed_sweep_says_so_in_the_export(tmp_path):
     table, trees, notes, warnings = _exported(tmp_path, pinned)
     assert table.header["library_tuning"]["mpich_posix_cvars"].endswith("=mpir")
     assert "# measured under: MPIR_CVAR_ALLREDUCE_POSIX_INTRA_ALGORITHM=mpir" in notes
-    # pinned, the POSIX candidate is the default's code and MPIR's ring is reached
+    # pinned, the POSIX candidate is the default's code, and so is beta (the netmod hands
+    # the call to MPIR on the whole communicator, as the pinned POSIX layer does); MPIR's
+    # ring is reached
     ranges = table.header["library_tuning"]["entries"][0]["ranges"]
     assert [(r["min_bytes"], r["alg"]) for r in ranges] == [
-        (0, "ch4_beta"),
+        (0, "auto"),
         (8192, "mpir_ring"),
         (65536, "auto"),
     ]
     assert any("posix_mpir not decided on: the POSIX layer is pinned" in w for w in warnings)
+    assert any("ch4_beta not decided on: the default's code" in w for w in warnings)
     call = Call("allreduce", 2, 1, 16384, oversubscribed=True)
     assert call_path(call, trees)[-1] == "mpir[world]:ring"
     assert "16K mpir_ring: ch4:gamma > mpir[world]:ring (default: ch4:gamma > " in notes
+
+
+def test_the_setting_a_sweeps_launches_recorded_is_the_one_the_export_is_measured_under(
+    tmp_path,
+):
+    # The sweep records the POSIX setting per launch (jobs.P.launches.L), not per run.
+    from support.tuning import METADATA
+
+    setting = "MPIR_CVAR_ALLREDUCE_POSIX_INTRA_ALGORITHM=mpir"
+    jobs = {"2": {**METADATA["jobs"]["2"], "launches": {"1/mpi": {"mpich_posix_cvars": setting}}}}
+    table, _, notes, _ = _exported(tmp_path, {**METADATA, "jobs": jobs})
+    assert table.header["library_tuning"]["mpich_posix_cvars"] == setting
+    assert f"# measured under: {setting}" in notes
+    proofs = [line for line in notes.splitlines() if line.startswith("proof:")]
+    assert proofs and not any("release_gather" in line for line in proofs)
+
+
+def test_a_fingerprint_that_cannot_tell_the_exported_path_apart_says_so(tmp_path):
+    # POSIX pinned, recursive doubling replaces reduce_scatter_allgather for a built-in
+    # op; the fingerprint's user-defined op takes recursive doubling in both, so its
+    # equal hashes prove nothing, and the proof line says why.
+    from support.mpich_layers import layered_run
+    from support.tuning import METADATA
+
+    setting = "MPIR_CVAR_ALLREDUCE_POSIX_INTRA_ALGORITHM=mpir"
+    same = {"16384": ["h"], "65536": ["h"]}
+    launches = {
+        "1/mpi": {"mpich_posix_cvars": setting, "fingerprints": same},
+        "1/alg_mpir_recursive_doubling": {"fingerprints": same},
+    }
+    jobs = {"2": {**METADATA["jobs"]["2"], "launches": launches}}
+    plan = {size: {"native:alg=mpir_recursive_doubling": 0.4} for size in (16384, 65536)}
+    run = layered_run(tmp_path / "run", plan=plan, metadata={**METADATA, "jobs": jobs})
+    table, _ = build_table(run, "lib")
+    mpich.export(table, tmp_path / "lib")
+    notes = (tmp_path / "lib.mpich.notes.txt").read_text()
+    line = next(x for x in notes.splitlines() if x.startswith("proof: allreduce p=2 nodes=1 16K"))
+    assert "mpir_recursive_doubling: ch4:gamma > mpir[world]:recursive_doubling" in line
+    assert "fingerprint the same as the default's (its user-defined op runs the same code" in line
 
 
 def test_the_candidates_the_sweep_left_unmeasured_are_listed_with_the_reason(tmp_path):
@@ -119,7 +161,9 @@ def test_each_proof_says_whether_the_fingerprint_differs_from_the_defaults(tmp_p
     _, _, notes, _ = _exported(tmp_path, {**METADATA, "jobs": jobs})
     assert "64K posix_mpir: ch4:gamma" in notes
     line = next(n for n in notes.splitlines() if "64K posix_mpir" in n)
-    assert line.endswith("; fingerprint the same as the default's")
+    # a user-defined op never takes release_gather: the fingerprint's call runs MPIR's
+    # recursive doubling with and without the file, and the line says it cannot tell
+    assert "; fingerprint the same as the default's (its user-defined op" in line
     line = next(n for n in notes.splitlines() if "1M posix_mpir" in n)
     assert line.endswith("; fingerprint differs from the default's")
     line = next(n for n in notes.splitlines() if "1K ch4_beta" in n)

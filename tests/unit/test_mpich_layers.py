@@ -72,3 +72,53 @@ def test_a_candidate_changes_one_layer_and_keeps_mpichs_conditions():
 def test_an_unknown_candidate_names_the_choices():
     with pytest.raises(UsageError, match="expected one of ch4_alpha, ch4_beta, ch4_gamma"):
         candidate("allreduce", "ch4_delta")
+
+
+def test_on_one_node_p3_compositions_that_hand_the_call_to_the_same_mpir_code_are_the_default():
+    # POSIX pinned to MPIR: allreduce's beta (netmod) and gamma (POSIX) both run MPIR on
+    # the whole communicator; bcast's gamma runs binomial on world, the default on
+    # node_comm, the same three ranks on one node.
+    everywhere, same = _identical_everywhere("allreduce", "ch4_beta", 3, 1, True)
+    assert everywhere and "under another composition: ch4:beta" in same[1 << 20]
+    assert _identical_everywhere("bcast", "ch4_gamma", 3, 1, True)[0]
+    differing = {
+        c.alg
+        for c in candidates("allreduce")
+        if not _identical_everywhere("allreduce", c.alg, 3, 1, True)[0]
+    }
+    assert differing == {"ch4_alpha", "mpir_recursive_doubling", "mpir_ring"}
+    differing = {
+        c.alg
+        for c in candidates("bcast")
+        if not _identical_everywhere("bcast", c.alg, 3, 1, True)[0]
+    }
+    assert differing == {
+        "mpir_scatter_recursive_doubling_allgather",
+        "mpir_scatter_ring_allgather",
+    }
+
+
+def test_at_one_rank_per_node_the_node_roots_are_the_world():
+    # 2 nodes x 1 rank: the default runs MPIR on node_roots_comm (both ranks); beta and
+    # gamma hand the call to the same MPIR algorithms on the world, the same two ranks.
+    assert call_path(Call("allreduce", 2, 2, 1 << 20), BASE) == (
+        "ch4:alpha",
+        "mpir[node_roots]:reduce_scatter_allgather",
+    )
+    assert _identical_everywhere("allreduce", "ch4_beta", 2, 2)[0]
+    assert _identical_everywhere("bcast", "ch4_gamma", 2, 2)[0]
+    differing = {
+        c.alg
+        for c in candidates("allreduce")
+        if not _identical_everywhere("allreduce", c.alg, 2, 2)[0]
+    }
+    assert differing == {"mpir_recursive_doubling", "mpir_ring"}
+    differing = {
+        c.alg for c in candidates("bcast") if not _identical_everywhere("bcast", c.alg, 2, 2)[0]
+    }
+    assert differing == {
+        "mpir_scatter_recursive_doubling_allgather",
+        "mpir_scatter_ring_allgather",
+    }
+    # at 2 ranks per node node_roots_comm is not the world: beta runs other code there
+    assert not _identical_everywhere("allreduce", "ch4_beta", 4, 2)[0]

@@ -32,6 +32,13 @@ def test_oversubscribed_the_posix_candidates_are_fixed_and_mpir_is_reached(monke
     assert _row(text, "mpir_ring").endswith("8-16M")
 
 
+def test_a_posix_setting_from_the_environment_is_named_as_such(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setenv("MPIR_CVAR_ALLREDUCE_POSIX_INTRA_ALGORITHM", "mpir")
+    text = mpich_listing("allreduce", 2, 2)
+    assert "set in the environment: the POSIX layer is pinned" in text.splitlines()[0]
+
+
 def test_on_two_nodes_mpir_decides_between_the_node_roots(monkeypatch):
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
     text = mpich_listing("bcast", 4, 2)

@@ -217,6 +217,25 @@ def test_a_three_file_mpich_export_is_read_as_the_layered_candidate_it_runs(tmp_
     assert all(plain(c, 2, 8 << k) is None for c in ("allreduce", "bcast") for k in range(0, 22, 3))
 
 
+def test_a_three_file_mpich_export_is_read_in_the_shape_of_the_jobs_nodes(tmp_path):
+    import json
+
+    from collectives import mpich_layers
+    from collectives.shape import JobShape
+    from osu_dl_bench.runtime.mpich_trees import generic_trees
+
+    base = generic_trees().trees
+    ring = mpich_layers.candidate_trees(mpich_layers.candidate("allreduce", "mpir_ring"), base)
+    for layer in mpich_layers.LAYERS:
+        (tmp_path / f"ring.mpich.{layer}.json").write_text(json.dumps(ring[layer]))
+    path = tmp_path / "ring.mpich.mpir.json"
+    # On one node MPIR is not reached: the default's code; across 2 nodes x 1 rank MPIR
+    # runs the allreduce on node_roots_comm, and the ring is a departure.
+    assert file_reader(path, "mpich")("allreduce", 2, 1 << 20) is None
+    across = file_reader(path, "mpich", lambda p: JobShape(p, 2, 1))
+    assert across("allreduce", 2, 1 << 20) == "mpir_ring"
+
+
 def _balance(launches, start):
     orders = [arm_order(k, start) for k in range(1, launches + 1)]
     positions = Counter((arm, i) for order in orders for i, arm in enumerate(order))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -359,13 +360,37 @@ def path_proofs(table: TuningTable, trees: dict[str, dict[str, Any]]) -> list[st
                 )
                 exported = mpich_layers.path_text(call, trees)
                 default = mpich_layers.path_text(call, base)
-                same = "the default's path" if exported == default else f"default: {default}"
+                if mpich_layers.same_code(call, trees, base):
+                    same = "the default's path" if exported == default else "the default's code"
+                else:
+                    same = f"default: {default}"
                 seen = _fingerprint_text(tuning, call, size_range["alg"])
+                if seen.endswith("the same as the default's") and _fingerprint_blind(
+                    call, trees, base
+                ):
+                    seen += _BLIND
                 lines.append(
                     f"proof: {call.collective} p={call.nprocs} nodes={call.nodes} "
                     f"{format_size(call.nbytes)} {size_range['alg']}: {exported} ({same}){seen}"
                 )
     return lines
+
+
+# MPICH's trees route a user-defined op (the fingerprint's) apart from a built-in one:
+# MPIR's reduce_scatter_allgather needs a built-in op, so the default's tree runs
+# recursive doubling for it (maint/tuning/coll/mpir/generic.json).
+_BLIND = " (its user-defined op runs the same code with and without the file: it cannot tell)"
+
+
+def _fingerprint_blind(
+    call: mpich_layers.Call, trees: mpich_layers.Trees, base: mpich_layers.Trees
+) -> bool:
+    """Whether the fingerprint's own call (a user-defined op) runs the same code under
+    ``trees`` and ``base`` where the measured call (a built-in op) does not."""
+    fingerprint = replace(call, built_in_op=False)  # Op.Create(commute=True), collectives.mpit
+    return mpich_layers.same_code(fingerprint, trees, base) and not mpich_layers.same_code(
+        call, trees, base
+    )
 
 
 def _fingerprint_text(tuning: dict[str, Any], call: mpich_layers.Call, alg: str) -> str:

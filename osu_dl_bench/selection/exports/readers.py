@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from collectives import mpich_layers, mpit
+from collectives.shape import JobShape
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jsonfile import UnreadableJson, load_json, read_regular_file
 from osu_dl_bench.runtime.launcher import posix_pinned
@@ -18,6 +19,8 @@ from osu_dl_bench.selection.exports.openmpi import parse_classic, rules_algorith
 # (collective, nprocs, size in bytes) -> the library algorithm a file names there, None
 # where it leaves the library's default.
 Reader = Callable[[str, int, int], "str | None"]
+# p -> the shape of a job of p ranks (its nodes and ranks per node).
+ShapeOf = Callable[[int], JobShape]
 
 
 def file_library(path: Path) -> str:
@@ -52,15 +55,21 @@ _DAMAGE = (
 )
 
 
-def file_reader(path: Path, library: str) -> Reader:
+def one_node(nprocs: int) -> JobShape:
+    """A job of ``nprocs`` ranks on this host alone."""
+    return JobShape(nprocs, 1, nprocs)
+
+
+def file_reader(path: Path, library: str, shape_of: ShapeOf = one_node) -> Reader:
     """What the file names where: MPICH's selection tree or Open MPI's classic rules; a
-    file neither reader can follow is one UsageError, whenever it is read."""
+    file neither reader can follow is one UsageError, whenever it is read. ``shape_of``:
+    the nodes a job of p ranks spans (MPICH's three-file export decides by them)."""
     try:
         text = read_regular_file(path).decode("utf-8")
     except (UnreadableJson, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: cannot read it ({exc})") from None
     if library == "mpich" and layered_files(path):
-        read = layered_reader(layered_files(path))
+        read = layered_reader(layered_files(path), shape_of)
         kind = "MPICH's three-file export (ch4, POSIX, MPIR trees)"
     elif library == "mpich":
         tree = checked_tree(path, load_json(path))
@@ -132,7 +141,7 @@ def checked_tree(path: Path, tree: object) -> object:
     return tree
 
 
-def layered_reader(files: dict[str, Path]) -> Reader:
+def layered_reader(files: dict[str, Path], shape_of: ShapeOf = one_node) -> Reader:
     """What a three-file MPICH export names where: the path its trees make MPICH run
     (collectives.mpich_layers.call_path, host float32 sums as the clients run them, under
     this host's oversubscription setting) against the generic trees' path: None where it
@@ -143,14 +152,16 @@ def layered_reader(files: dict[str, Path]) -> Reader:
     base = generic_trees().trees
 
     def read(collective: str, nprocs: int, size: int) -> str | None:
-        pinned = posix_pinned(nprocs)
-        call = mpich_layers.Call(collective, nprocs, 1, size, itemsize=4, oversubscribed=pinned)
-        exported = mpich_layers.call_path(call, trees)
-        if exported == mpich_layers.call_path(call, base):
+        shape = shape_of(nprocs)
+        pinned = posix_pinned(shape.ranks_per_node)
+        call = mpich_layers.Call(
+            collective, nprocs, shape.nodes, size, itemsize=4, oversubscribed=pinned
+        )
+        if mpich_layers.same_code(call, trees, base):
             return None
         for cand in mpich_layers.candidates(collective):
-            if mpich_layers.call_path(call, mpich_layers.candidate_trees(cand, base)) == exported:
+            if mpich_layers.same_code(call, mpich_layers.candidate_trees(cand, base), trees):
                 return cand.alg
-        return " > ".join(exported)
+        return mpich_layers.path_text(call, trees)
 
     return read

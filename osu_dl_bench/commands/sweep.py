@@ -33,10 +33,9 @@ def launch_config(cfg: SweepConfig, launch: int) -> SweepConfig:
     """The sweep that measures launch ``launch``: the run with that many launches, each
     with the seconds per point one launch of a default sweep at --budget gets (a focused
     launch spends each measured candidate's share of them)."""
-    per_launch = cfg.budget / DEFAULT_LAUNCHES
-    return replace(
-        cfg, launches=launch, resume=cfg.resume or launch > cfg.launches, budget=per_launch * launch
-    )
+    per_launch = cfg.measure.budget / DEFAULT_LAUNCHES
+    measure = replace(cfg.measure, launches=launch, budget=per_launch * launch)
+    return replace(cfg, measure=measure, resume=cfg.resume or launch > cfg.measure.launches)
 
 
 @dataclass
@@ -70,19 +69,19 @@ def run_adaptive_sweep(cfg: SweepConfig) -> int:
     """The screening launch(es) over every candidate, then focused launches while points
     are open, up to cfg.adaptive launches at any point; the exit code of the worst."""
     if cfg.dry_run:  # the focused launches come from measurements none of it makes
-        code = run_sweep(launch_config(cfg, cfg.launches))
+        code = run_sweep(launch_config(cfg, cfg.measure.launches))
         say(
-            f"{cfg.launches} launch(es) over every candidate, then up to "
-            f"{cfg.adaptive - cfg.launches} more, each planned from what the first measure"
+            f"{cfg.measure.launches} launch(es) over every candidate, then up to "
+            f"{cfg.adaptive - cfg.measure.launches} more, each planned from what the first measure"
         )
         return code
     steps = Steps(cfg)
-    if not steps.run(cfg.launches, "every candidate at every point (screening)"):
+    if not steps.run(cfg.measure.launches, "every candidate at every point (screening)"):
         return steps.code
     store = RunStore(cfg.output)
     identity = PoolIdentity.of_run(store.read_metadata())
     pool, why = read_pool(identity) if identity else (None, "the run names no host set")
-    first = cfg.launches
+    first = cfg.measure.launches
     if first < 2 and _second_launch_everywhere(cfg, store):
         # --resume: the run's first decision rested on its own two launches; so again.
         pool, why = None, "this run's launch 2 measured every candidate (--resume)"
@@ -119,7 +118,7 @@ def run_adaptive_sweep(cfg: SweepConfig) -> int:
         )
         if not steps.run(launch, what):
             return steps.code
-        rows, warn = decision_rows(cfg.output, cfg.dtype, cfg.op)
+        rows, warn = decision_rows(cfg.output, cfg.measure.dtype, cfg.measure.op)
         began = time.monotonic()
         count = decided.redecide(rows, {entry[:3] for entry in focus}, warn)
         say(f"{count} point(s) decided again, {time.monotonic() - began:.0f} s")
@@ -145,7 +144,7 @@ def _first_decisions(
     identity: PoolIdentity | None,
 ) -> AdaptiveDecisions:
     """Every point decided (with ``pool``, or the run's own, which is then stored)."""
-    rows, warn = decision_rows(cfg.output, cfg.dtype, cfg.op)
+    rows, warn = decision_rows(cfg.output, cfg.measure.dtype, cfg.measure.op)
     began = time.monotonic()
     decided = AdaptiveDecisions.first(rows, warn, rule, pool)
     say(f"{len(decided.decisions)} point(s) decided, {time.monotonic() - began:.0f} s")

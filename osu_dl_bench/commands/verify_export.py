@@ -164,9 +164,9 @@ def client_binaries(cfg: VerifyExportConfig, sweep: SweepConfig) -> dict[str, Pa
     """collective -> the C client to run: OMB's where --omb names them, else ours, built
     with the library's mpicc into the run directory."""
     if cfg.omb:
-        return {c: omb_binary(cfg.omb, c) for c in sweep.collectives}
+        return {c: omb_binary(cfg.omb, c) for c in sweep.measure.collectives}
     built = build_client(cfg.mpi, Path(sweep.output) / "c_client")
-    return dict.fromkeys(sweep.collectives, built)
+    return dict.fromkeys(sweep.measure.collectives, built)
 
 
 def measure_client(
@@ -186,18 +186,15 @@ def measure_client(
     start = random.Random(seed_of(str(cfg.path), cfg.client_launches)).randrange(cycle)
     latencies: dict[tuple, dict[int, float]] = {}
     launches = cfg.client_launches
+    lo, hi = sweep.measure.min_size, sweep.measure.max_size
     for launch in range(1, launches + 1):
         for nprocs in sweep.nprocs:
-            for collective in sweep.collectives:
-                argv = client_argv(
-                    binaries[collective], collective, sweep.min_size, sweep.max_size, bool(cfg.omb)
-                )
+            for collective in sweep.measure.collectives:
+                argv = client_argv(binaries[collective], collective, lo, hi, bool(cfg.omb))
                 for arm in arm_order(launch, start):
                     env = {**library_environment(cfg.mpi), **environments[arm]}
                     what = f"launch {launch}/{launches}, p={nprocs}, {collective}, {ARM_TEXT[arm]}"
-                    run = ClientRun(
-                        argv, nprocs, what, cfg.client_timeout, sweep.min_size, sweep.max_size
-                    )
+                    run = ClientRun(argv, nprocs, what, cfg.client_timeout, lo, hi)
                     for size, us in run_client(run, env, cfg.mpi).items():
                         latencies.setdefault((collective, nprocs, size, arm), {})[launch] = us
                     keep_client_latencies(latencies, Path(sweep.output))
@@ -221,7 +218,7 @@ def run_verify_export(cfg: VerifyExportConfig) -> int:
     # compiler is one message up front, not the loss of a finished sweep's report.
     binaries = client_binaries(cfg, probe) if cfg.client == "c" else {}
     # The file is read at the sweep's sizes, lo, 2 lo, ... up to hi, from size 1 on.
-    sizes = doubling_sizes(max(probe.min_size, 1), probe.max_size)
+    sizes = doubling_sizes(max(probe.measure.min_size, 1), probe.measure.max_size)
     code = run_sweep(sweep_config(cfg, run_dir, named_algorithms(reader, probe.nprocs, sizes)))
     if code != 0:
         return code
@@ -231,7 +228,7 @@ def run_verify_export(cfg: VerifyExportConfig) -> int:
     if ran != library:
         raise UsageError(f"{path} is a {library} file, but the jobs ran {ran or 'another MPI'}")
     frame, _ = store.read()
-    proof = prove(metadata, reader, probe.launches)
+    proof = prove(metadata, reader, probe.measure.launches)
     found = verdicts("python", sweep_pairs(frame), sweep_pairs(frame, NULL_ARM), reader)
     lines = [f"# {path}: {library} with the file against without it, {run_dir}", HEADER]
     lines += comparison_lines("python", found, proof)

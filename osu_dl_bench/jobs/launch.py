@@ -31,6 +31,7 @@ from typing import IO
 from collectives.backends.rendezvous import RENDEZVOUS_TIMEOUT_VARIABLE
 from collectives.shape import JobShape
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.jobs.job_spec import child_argv
 from osu_dl_bench.jobs.sweep_config import SRUN_MPI_PLUGIN, SweepConfig
 from osu_dl_bench.runtime.launcher import OVERSUBSCRIBED_CVARS
 from osu_dl_bench.runtime.slurm_env import slurm_job
@@ -401,24 +402,24 @@ def _communicate(
 # --- the sweep's jobs ---------------------------------------------------------------------
 
 
-def job_command(cfg: SweepConfig, nprocs: int, launch: int = 1, group: str = "mpi") -> list[str]:
-    """The whole command of the job that sweeps one process count in one launch of one
-    isolation group."""
-    argv = [*cfg.worker_argv((nprocs,), "--inside"), "--launch", str(launch), "--group", group]
-    return mpi_command(nprocs, argv, cfg.launcher, cfg.launcher_args, cfg.mpi)
+def job_command(cfg: SweepConfig, nprocs: int, spec: str | Path) -> list[str]:
+    """The whole command of the job of ``nprocs`` ranks that does what the spec file
+    ``spec`` says (one launch of one isolation group at one process count)."""
+    return mpi_command(nprocs, child_argv(spec), cfg.launcher, cfg.launcher_args, cfg.mpi)
 
 
-def planner_command(cfg: SweepConfig) -> list[str]:
-    """A one-process run that checks the options against the registry and counts points."""
-    return [sys.executable, *cfg.worker_argv(cfg.nprocs, "--plan-only")]
+def planner_command(spec: str | Path) -> list[str]:
+    """A one-process run that checks the planner's spec against the registry and counts
+    points."""
+    return [sys.executable, *child_argv(spec)]
 
 
 def expected_shape(cfg: SweepConfig, nprocs: int) -> JobShape:
     """The shape a job of nprocs ranks should get: emulated nodes, the hosts
     OSU_DL_BENCH_HOSTS names, the Slurm allocation's nodes, or one host; its ppn always
     given. The job measures its real shape; this is for planning and for the environment."""
-    if cfg.emulated_ppn:
-        return JobShape.packed(nprocs, cfg.emulated_ppn)
+    if cfg.measure.emulated_ppn:
+        return JobShape.packed(nprocs, cfg.measure.emulated_ppn)
     remote = remote_hosts() if cfg.launcher == "mpiexec" else None
     if remote is not None:
         return JobShape.packed(nprocs, remote.ranks_per_node(nprocs))

@@ -3,12 +3,12 @@ and follow its progress. This process never loads MPI: a process that has initia
 MPI cannot reliably start other MPI jobs, and under Slurm it would be a task of its own.
 
 Sequence: MPI-free checks here; a one-process planner checks the rest against the
-registry and counts the points; then each job (``sweep --inside --orchestrated``) runs
-in turn, its rank 0 appending results and printing event lines that drive the progress
-bar. A job's validation failures do not stop the sweep (exit 1 at the end); a job that
-dies stops it, keeping every point stored so far for --resume. The run directory's lock
-is held from before its results are read until the sweep ends, so a second sweep into
-it is refused.
+registry and counts the points; then each job runs in turn, doing what its typed spec
+says (jobs.job_spec, written into the run directory's jobs/ folder), its rank 0
+appending results and printing event lines that drive the progress bar. A job's
+validation failures do not stop the sweep (exit 1 at the end); a job that dies stops it,
+keeping every point stored so far for --resume. The run directory's lock is held from
+before its results are read until the sweep ends, so a second sweep into it is refused.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,8 +30,10 @@ from typing import Any
 
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs import launch, runinfo, slurm, stalls
+from osu_dl_bench.jobs.job_spec import MEASURE, PLAN, JobSpec, spec_path, write_spec
 from osu_dl_bench.jobs.launch import (
     check_not_in_mpi_job,
+    expected_shape,
     job_command,
     job_environment,
     planner_command,
@@ -69,13 +72,34 @@ PLANNER_CRASHED = 3
 JobKey = tuple[int, int, str]
 
 
+def planner_spec(cfg: SweepConfig) -> JobSpec:
+    """The planner's orders: the sweep's measurement in the shape each count's job is
+    expected to get."""
+    shapes = tuple(expected_shape(cfg, nprocs) for nprocs in cfg.nprocs)
+    return JobSpec(PLAN, _run_dir(cfg), cfg.nprocs, cfg.measure, shapes=shapes)
+
+
+def measuring_spec(cfg: SweepConfig, job: JobKey) -> JobSpec:
+    """The orders of the job that measures one launch of one group at one process count."""
+    nprocs, launch_number, group = job
+    return JobSpec(MEASURE, _run_dir(cfg), (nprocs,), cfg.measure, launch_number, group)
+
+
+def _run_dir(cfg: SweepConfig) -> str:
+    """The run directory as the jobs get it: absolute (a job may start elsewhere)."""
+    return str(Path(cfg.output).resolve())
+
+
 def run_planner(cfg: SweepConfig) -> dict[JobKey, dict[str, Any]]:
     """Each job's plan event; its errors reach stderr once, from the planner. Ctrl-C (or
-    SIGTERM, SIGHUP) while it plans: one line, JobFailed(130), the planner stopped."""
+    SIGTERM, SIGHUP) while it plans: one line, JobFailed(130), the planner stopped. Its
+    spec goes to a temporary folder: the run directory may not exist yet (--dry-run
+    makes none)."""
     try:
-        with _terminate_as_interrupt():
+        with _terminate_as_interrupt(), tempfile.TemporaryDirectory() as folder:
+            spec = write_spec(planner_spec(cfg), Path(folder) / "plan.json")
             proc = launch.run(
-                planner_command(cfg), PLANNER_TIMEOUT, env=job_environment(cfg, 1), stderr=None
+                planner_command(spec), PLANNER_TIMEOUT, env=job_environment(cfg, 1), stderr=None
             )
     except KeyboardInterrupt:
         # launch.run has stopped the planner's process group on the way out.
@@ -267,7 +291,18 @@ def run_job(
     ``forced``: the variables that force a library algorithm's group (the planner's);
     ``heartbeats``: where its ranks keep theirs (None: they keep none)."""
     env = job_environment(cfg, job[0], forced)
-    return run_followed(job_command(cfg, *job), env, job, progress, cfg.stall_timeout, heartbeats)
+    spec = _write_job_spec(measuring_spec(cfg, job), spec_path(cfg.output, *job))
+    command = job_command(cfg, job[0], spec)
+    return run_followed(command, env, job, progress, cfg.stall_timeout, heartbeats)
+
+
+def _write_job_spec(spec: JobSpec, path: Path) -> Path:
+    """Write a job's spec into the run directory (kept there: it says what the job was
+    asked); a StoreError if it cannot be written (a full disk)."""
+    try:
+        return write_spec(spec, path)
+    except OSError as exc:
+        raise StoreError(f"cannot write {path} ({exc.strerror or exc})") from None
 
 
 def run_followed(
@@ -386,11 +421,11 @@ def launch_starts(order: Sequence[JobKey], todo: Mapping[JobKey, int], spread_s:
 def spread_lines(cfg: SweepConfig) -> list[str]:
     """--dry-run's account of --spread: the wait planned between launch starts (none
     without --spread)."""
-    if not cfg.spread_minutes or cfg.launches < 2:
+    if not cfg.spread_minutes or cfg.measure.launches < 2:
         return []
-    step = cfg.spread_minutes * 60 / (cfg.launches - 1)
+    step = cfg.spread_minutes * 60 / (cfg.measure.launches - 1)
     return [
-        f"# spread: {cfg.launches} launches started evenly over {cfg.spread_minutes:g} min "
+        f"# spread: {cfg.measure.launches} launches started evenly over {cfg.spread_minutes:g} min "
         f"(--spread): one every {format_duration(step)}, waiting where a launch ends sooner"
     ]
 
@@ -442,7 +477,8 @@ def run_sweep(cfg: SweepConfig) -> int:
         return submit_sweep(cfg)
     check_local_process_counts(cfg)
     for nprocs in cfg.nprocs:
-        job_command(cfg, nprocs)  # a missing launcher is a usage error, found now
+        # A missing launcher is a usage error, found now.
+        job_command(cfg, nprocs, spec_path(cfg.output, nprocs, 1, "mpi"))
     with contextlib.ExitStack() as held:
         # An existing directory is held before it is read: a sweep still writing into it
         # is refused, not raced. A new one is made (and held) only once the plan is good.
@@ -650,7 +686,7 @@ def _launch_all(cfg: SweepConfig, plans: dict[JobKey, dict[str, Any]]) -> int:
     store = RunStore(cfg.output)
     store.create()
     seed = random.SystemRandom().randrange(2**32)
-    order = launch_order(cfg.launches, cfg.nprocs, list(plans), seed)
+    order = launch_order(cfg.measure.launches, cfg.nprocs, list(plans), seed)
     runinfo.record_session(store, runinfo.session_fields(cfg, launcher=_launcher_label(cfg)))
     runinfo.record_launch_order(store, seed, [f"p{p} {k}/{g}" for p, k, g in order])
     heartbeats = Heartbeats(cfg.output)

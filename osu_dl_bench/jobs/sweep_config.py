@@ -18,8 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from collectives.units import doubling_sizes, split_variant_texts
+from collectives.units import split_variant_texts
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.jobs.job_spec import Measurement
 from osu_dl_bench.measurement.bench_config import COLLECTIVES
 from osu_dl_bench.measurement.heartbeat import TICK_SECONDS
 from osu_dl_bench.measurement.store import RunStore
@@ -74,31 +75,18 @@ _FLAGS = {
 
 @dataclass(frozen=True)
 class SweepConfig:
-    """Every option of one sweep."""
+    """Every option of one sweep: what its jobs measure (``measure``, the part a launched
+    job's spec carries) and how the orchestrator schedules, launches and records them."""
 
     nprocs: tuple[int, ...]  # empty: the job's size (--inside only)
-    collectives: tuple[str, ...]
-    min_size: int
-    max_size: int
-    algorithms: str
-    dtype: str
-    op: str
-    device: str
-    emulated_ppn: int | None  # --ranks-per-node: emulated nodes of this many ranks
+    measure: Measurement
     output: str
     resume: bool
-    budget: float
     launcher: str
     launcher_args: tuple[str, ...]
     inside: bool
     dry_run: bool
-    thread_level: str
     stall_timeout: float = DEFAULT_STALL_TIMEOUT
-    launches: int = DEFAULT_LAUNCHES
-    calibrate: bool = True  # the model's calibration kernels in each MPI-group launch
-    # Hidden: the launch (1..launches) and isolation group one launched job measures.
-    launch: int | None = None
-    group: str | None = None
     # --submit: write the sweep's sbatch script into the run directory and submit it.
     submit: bool = False
     nodes: int | None = None
@@ -106,14 +94,6 @@ class SweepConfig:
     time_limit: str = DEFAULT_TIME_LIMIT
     partition: str | None = None
     sbatch_args: tuple[str, ...] = ()
-    # Hidden: set on the jobs the orchestrator launches (progress events instead of text;
-    # session metadata and Parquet are left to the orchestrator) and on its planner.
-    orchestrated: bool = False
-    plan_only: bool = False
-    # Hidden, set by verify-export: the MPI library's selection file measured in launches
-    # of its own (isolation group 'library_file') against the library without it; every
-    # launch records its allreduce fingerprints.
-    library_file: str | None = None
     # --mpi: which embedded MPI library the jobs run (None: the one mpi4py finds).
     mpi: str | None = None
     # --adaptive MAX: after --launches screening launches over every candidate (1 by
@@ -122,82 +102,44 @@ class SweepConfig:
     # --spread MINUTES: the launches stretched over at least this many minutes (waiting
     # between them), so they sample the machine's drift over that span; 0: back to back.
     spread_minutes: float = 0.0
-    # The null control (collectives.registry.NULL_CONTROLS) measured wherever native is;
-    # off with --no-null, and for experiments that decide nothing (verify-export).
-    null_control: bool = False
     # --risk, --indifference: the decision rule that says which points are still open
     # (a selection.rule.DecisionRule, set by the sweep command with --adaptive; None: the
     # rule's default). Held as the object: this floor may not import selection.
     rule: object | None = None
 
-    def sizes(self) -> list[int]:
-        """Message sizes in bytes: MIN, 2 MIN, ... up to MAX (OSU's doubling loop)."""
-        return doubling_sizes(self.min_size, self.max_size)
-
-    def element_counts(self, collective: str, itemsize: int) -> list[int]:
-        """Element count per size; sizes below one element are dropped, as in OSU."""
-        if collective == "barrier":
-            return [0]
-        counts = [size // itemsize for size in self.sizes()]
-        return sorted({n for n in counts if n > 0})
-
-    def worker_argv(self, nprocs: tuple[int, ...], mode: str) -> list[str]:
-        """Arguments of ``python -m osu_dl_bench`` for a launched job ('--inside') or the
-        planner ('--plan-only'); the run directory already exists, hence --resume."""
-        argv = [
-            "-m",
-            "osu_dl_bench",
-            "sweep",
-            mode,
-            "--orchestrated",
-            "--resume",
-            "--np",
-            ",".join(map(str, nprocs)),
-            *self._measurement_argv(),
-            "-o",
-            str(Path(self.output).resolve()),
-        ]
-        if self.emulated_ppn:
-            argv += ["--ranks-per-node", str(self.emulated_ppn)]
-        return argv
-
-    def _measurement_argv(self) -> list[str]:
-        """The options that say what to measure and how, as every job must get them."""
-        return [
-            "--collectives",
-            ",".join(self.collectives),
-            "-m",
-            f"{self.min_size}:{self.max_size}",
-            "-a",
-            self.algorithms,
-            "-T",
-            self.dtype,
-            "--op",
-            self.op,
-            "-d",
-            self.device,
-            "--budget",
-            repr(self.budget),
-            "--launches",
-            str(self.launches),
-            *([] if self.calibrate else ["--no-calibration"]),
-            *([] if self.null_control else ["--no-null"]),
-            "--thread-level",
-            self.thread_level,
-            *(["--library-file", self.library_file] if self.library_file else []),
-            *(["--mpi", self.mpi] if self.mpi else []),
-        ]
-
     def batch_argv(self) -> list[str]:
         """The options a submitted batch job passes on to ``sweep --launcher srun``, apart
-        from --np and -o, which its script sets."""
+        from --np and -o, which its script sets (a person reads and may edit the script,
+        so it carries options, not a spec)."""
+        m = self.measure
         argv = [
-            *self._measurement_argv(),
+            "--collectives",
+            ",".join(m.collectives),
+            "-m",
+            f"{m.min_size}:{m.max_size}",
+            "-a",
+            m.algorithms,
+            "-T",
+            m.dtype,
+            "--op",
+            m.op,
+            "-d",
+            m.device,
+            "--budget",
+            repr(m.budget),
+            "--launches",
+            str(m.launches),
+            *([] if m.calibrate else ["--no-calibration"]),
+            *([] if m.null_control else ["--no-null"]),
+            "--thread-level",
+            m.thread_level,
+            *(["--library-file", m.library_file] if m.library_file else []),
+            *(["--mpi", self.mpi] if self.mpi else []),
             "--stall-timeout",
             f"{self.stall_timeout:g}",
         ]
-        if self.emulated_ppn:
-            argv += ["--ranks-per-node", str(self.emulated_ppn)]
+        if m.emulated_ppn:
+            argv += ["--ranks-per-node", str(m.emulated_ppn)]
         if self.launcher_args:
             argv.append(f"--launcher-args={shlex.join(self.launcher_args)}")
         if self.resume:
@@ -278,10 +220,6 @@ def check_script_values(values: Mapping[str, object]) -> None:
 MPI_LIBRARIES = ("mpich", "openmpi")
 
 
-# An isolation group is a backend's name ('mpi', 'gloo', 'nccl'): a plain lowercase word.
-GROUP_NAME = re.compile(r"[a-z][a-z0-9_]*")
-
-
 def resolve_library_file(text: str | None) -> str | None:
     """The selection file's absolute path (the jobs may run elsewhere), or None."""
     if text is None:
@@ -296,21 +234,21 @@ def check_sweep_config(cfg: SweepConfig) -> None:
     """The checks that need the whole SweepConfig: --adaptive's launches and -a's names."""
     if cfg.adaptive and (cfg.inside or cfg.submit):
         raise UsageError("--adaptive launches its own jobs: drop --inside and --submit")
-    if cfg.adaptive and cfg.adaptive <= cfg.launches:
+    if cfg.adaptive and cfg.adaptive <= cfg.measure.launches:
         raise UsageError(
             f"--adaptive {cfg.adaptive}: expected more launches in all than --launches "
-            f"({cfg.launches})"
+            f"({cfg.measure.launches})"
         )
     if cfg.spread_minutes and cfg.inside:
         raise UsageError("--spread paces the launches the sweep starts: drop --inside")
-    if cfg.spread_minutes and cfg.launches < 2:
+    if cfg.spread_minutes and cfg.measure.launches < 2:
         raise UsageError(
             f"--spread {cfg.spread_minutes:g}: needs --launches 2 or more (it spreads launches "
             "over time; one launch has nothing to spread)"
         )
-    if not split_variant_texts(cfg.algorithms):
+    if not split_variant_texts(cfg.measure.algorithms):
         raise UsageError("-a: no algorithm named")
-    names = {text.partition(":")[0].strip() for text in split_variant_texts(cfg.algorithms)}
+    names = {text.partition(":")[0].strip() for text in split_variant_texts(cfg.measure.algorithms)}
     if cfg.adaptive and not names & {"all", "native"}:
         # Every ratio adaptive judges is against native measured in the same launch
         # (selection.adaptive): without it no point can be judged open.

@@ -80,7 +80,7 @@ def test_submitted_script_reruns_the_same_sweep_with_srun(tmp_path):
     again = sweep_config(
         "--launcher", "srun", "--np", found["NP"], "-o", found["OUT"], *found["args"]
     )
-    assert again.worker_argv(again.nprocs, "--inside") == cfg.worker_argv(cfg.nprocs, "--inside")
+    assert (again.nprocs, again.measure) == (cfg.nprocs, cfg.measure)
     assert again.launcher == "srun" and again.launcher_args == ("--mpi=pmix", "--cpu-bind=none")
     assert again.stall_timeout == cfg.stall_timeout and not again.submit
 

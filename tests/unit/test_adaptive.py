@@ -173,7 +173,7 @@ def _adaptive(monkeypatch, tmp_path, *extra):
     from osu_dl_bench.commands import sweep as command
 
     swept = []
-    monkeypatch.setattr(command, "run_sweep", lambda cfg: swept.append(cfg.launches) or 0)
+    monkeypatch.setattr(command, "run_sweep", lambda cfg: swept.append(cfg.measure.launches) or 0)
     monkeypatch.setattr(command, "_first_decisions", lambda *a: pytest.fail("decided again"))
     run = str(tmp_path / "run")
     cfg = sweep_config(
@@ -359,8 +359,8 @@ def _screened(monkeypatch, tmp_path, pool, *extra):
 def test_one_screening_launch_is_judged_with_the_stored_pool(tmp_path, monkeypatch, capsys):
     pool = LaunchPool({(None, None, True): Component(0.01, 0.0, 8, 2, 0)}, 0.001)
     code, swept, given = _screened(monkeypatch, tmp_path, pool, "--budget", "0.9")
-    assert code == 0 and [cfg.launches for cfg in swept] == [1] and given == [pool]
-    assert swept[0].budget == pytest.approx(0.3)  # one default launch's share of --budget
+    assert code == 0 and [cfg.measure.launches for cfg in swept] == [1] and given == [pool]
+    assert swept[0].measure.budget == pytest.approx(0.3)  # one default launch's share of --budget
     out = capsys.readouterr().out
     assert "launch 1 judged with the stored launch-variance pool" in out
     assert "every point settled after 1 launches" in out
@@ -370,8 +370,8 @@ def test_without_a_stored_pool_a_second_launch_measures_everything_and_says_why(
     tmp_path, monkeypatch, capsys
 ):
     code, swept, given = _screened(monkeypatch, tmp_path, None, "--budget", "0.9")
-    assert code == 0 and [cfg.launches for cfg in swept] == [1, 2] and given == [None]
-    assert [cfg.budget for cfg in swept] == pytest.approx([0.3, 0.6])  # 0.3 s per launch
+    assert code == 0 and [cfg.measure.launches for cfg in swept] == [1, 2] and given == [None]
+    assert [cfg.measure.budget for cfg in swept] == pytest.approx([0.3, 0.6])  # 0.3 s per launch
     assert not any(cfg.resume for cfg in swept[:1]) and swept[1].resume
     out = capsys.readouterr().out
     assert "no stored launch-variance pool for hosts hostA, hostB" in out

@@ -87,13 +87,10 @@ def test_extra_variables_come_last_and_the_rest_is_this_process_environment(monk
 
 def test_the_sweep_job_is_the_inside_sweep_of_one_count_under_the_chosen_launcher(launchers):
     cfg = _sweep_config("--np", "2,3", "--launcher", "srun", "--launcher-args=-N 1")
-    cmd = launch.job_command(cfg, 3)
+    cmd = launch.job_command(cfg, 3, "p3.json")
     assert cmd[:6] == [launchers["srun"], "-n", "3", "--mpi=pmi2", "-N", "1"]
-    assert cmd[6:10] == [sys.executable, "-m", "osu_dl_bench", "sweep"]
-    assert "--inside" in cmd and cmd[cmd.index("--np") + 1] == "3"
-    planner = launch.planner_command(cfg)
-    assert planner[0] == sys.executable and "--plan-only" in planner
-    assert planner[planner.index("--np") + 1] == "2,3"
+    assert cmd[6:] == [sys.executable, "-m", "osu_dl_bench.jobs.child", "p3.json"]
+    assert orchestrate.planner_spec(cfg).nprocs == (2, 3)
 
 
 def test_the_sweep_job_environment_counts_the_ranks_on_this_host(monkeypatch):
@@ -182,7 +179,7 @@ def test_an_interrupt_while_planning_ends_with_130_one_line_and_the_planner_stop
     planner = PARENT_AND_CHILD.replace(
         "print(child.pid, flush=True)", f"open({str(started)!r}, 'w').write(str(child.pid))"
     )
-    monkeypatch.setattr(orchestrate, "planner_command", lambda cfg: [sys.executable, "-c", planner])
+    monkeypatch.setattr(orchestrate, "planner_command", lambda _: [sys.executable, "-c", planner])
     monkeypatch.setattr(orchestrate, "job_environment", lambda cfg, nprocs: dict(os.environ))
 
     def press_ctrl_c() -> None:

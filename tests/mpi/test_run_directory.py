@@ -150,3 +150,23 @@ def test_a_full_disk_inside_a_job_stops_the_ranks_waiting_for_a_smaller_count(tm
     assert full.returncode == 2, full.stdout + full.stderr
     assert full.stderr.count("osu-dl-bench: error:") == 1, full.stderr
     assert "No space left on device" in full.stderr and "Traceback" not in full.stderr
+
+
+# A run directory written before jobs read a spec (a sweep of main at e6693a9, --launches
+# 1): its metadata records each job's command line, 'sweep --inside --orchestrated ...'.
+ARGV_ERA_RUN = Path(__file__).parents[1] / "data" / "argv_era_run"
+
+
+def test_a_run_written_when_jobs_parsed_a_command_line_resumes_with_specs(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(ARGV_ERA_RUN, run)
+    old = json.loads((run / "metadata.json").read_text())["jobs"]["2"]["launches"]["1/mpi"]
+    assert "--orchestrated" in old["command"]
+    argv = ["sweep", "--np", "2", "--collectives", "allreduce", "-a", "native,ring", "-m", "8:16"]
+    argv += ["--budget", "0.1", "--launches", "2", "--no-calibration", "--resume", "-o", str(run)]
+    res = run_with_timeout([sys.executable, "-m", "osu_dl_bench", *argv], 300, mpi_env())
+    assert res.returncode == 0, res.stdout + res.stderr
+    frame = RunStore(run).load()
+    assert sorted(frame.groupby("launch").size().items()) == [(1, 6), (2, 6)]
+    # Launch 1 was stored by the old run: only launch 2 ran, from a spec of its own.
+    assert sorted(p.name for p in (run / "jobs").iterdir()) == ["p2-2-mpi.json"]

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from osu_dl_bench.jobs.orchestrate import run_sweep
-from osu_dl_bench.jobs.sweep_config import DEFAULT_LAUNCHES, SweepConfig
+from osu_dl_bench.jobs.sweep_config import SweepConfig
 from osu_dl_bench.measurement.store import POINT_KEY, RunStore
 from osu_dl_bench.selection.adaptive import AdaptiveDecisions, OpenPoint
 from osu_dl_bench.selection.evidence import LaunchPool
@@ -30,12 +30,11 @@ def focus_of(opened: list[OpenPoint]) -> list[tuple]:
 
 
 def launch_config(cfg: SweepConfig, launch: int) -> SweepConfig:
-    """The sweep that measures launch ``launch``: the run with that many launches, each
-    with the seconds per point one launch of a default sweep at --budget gets (a focused
-    launch spends each measured candidate's share of them)."""
-    per_launch = cfg.measure.budget / DEFAULT_LAUNCHES
-    measure = replace(cfg.measure, launches=launch, budget=per_launch * launch)
-    return replace(cfg, measure=measure, resume=cfg.resume or launch > cfg.measure.launches)
+    """The sweep whose last launch is ``launch`` (the earlier ones are stored: resumed past
+    the screening launches); every launch gets the seconds per point one launch of a
+    default sweep at --budget gets (sweep_cli), a focused one spending each measured
+    candidate's share of them."""
+    return replace(cfg, last_launch=launch, resume=cfg.resume or launch > cfg.launches)
 
 
 @dataclass
@@ -69,19 +68,19 @@ def run_adaptive_sweep(cfg: SweepConfig) -> int:
     """The screening launch(es) over every candidate, then focused launches while points
     are open, up to cfg.adaptive launches at any point; the exit code of the worst."""
     if cfg.dry_run:  # the focused launches come from measurements none of it makes
-        code = run_sweep(launch_config(cfg, cfg.measure.launches))
+        code = run_sweep(launch_config(cfg, cfg.launches))
         say(
-            f"{cfg.measure.launches} launch(es) over every candidate, then up to "
-            f"{cfg.adaptive - cfg.measure.launches} more, each planned from what the first measure"
+            f"{cfg.launches} launch(es) over every candidate, then up to "
+            f"{cfg.adaptive - cfg.launches} more, each planned from what the first measure"
         )
         return code
     steps = Steps(cfg)
-    if not steps.run(cfg.measure.launches, "every candidate at every point (screening)"):
+    if not steps.run(cfg.launches, "every candidate at every point (screening)"):
         return steps.code
     store = RunStore(cfg.output)
     identity = PoolIdentity.of_run(store.read_metadata())
     pool, why = read_pool(identity) if identity else (None, "the run names no host set")
-    first = cfg.measure.launches
+    first = cfg.launches
     if first < 2 and _second_launch_everywhere(cfg, store):
         # --resume: the run's first decision rested on its own two launches; so again.
         pool, why = None, "this run's launch 2 measured every candidate (--resume)"

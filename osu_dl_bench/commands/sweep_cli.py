@@ -254,6 +254,13 @@ def _adaptive_rule(args: argparse.Namespace):
     return DecisionRule(args.risk, args.indifference)
 
 
+def _launch_budget(args: argparse.Namespace) -> float:
+    """Seconds per point in one launch: --budget shared by the --launches; an adaptive
+    sweep's launches each get what one launch of a default sweep gets (it does not know
+    how many launches a point will take)."""
+    return args.budget / (DEFAULT_LAUNCHES if args.adaptive else args.launches)
+
+
 def config_from_args(args: argparse.Namespace) -> SweepConfig:
     """Build and check a SweepConfig from parsed arguments (no MPI needed)."""
     if args.submit:
@@ -276,8 +283,7 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
         op=args.op,
         device=args.device,
         emulated_ppn=args.ranks_per_node,
-        budget=args.budget,
-        launches=args.launches,
+        launch_budget=_launch_budget(args),
         thread_level=args.thread_level,
         calibrate=args.calibrate,
         null_control=args.null_control,
@@ -288,6 +294,8 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
         measure=measure,
         output=args.output,
         resume=args.resume,
+        budget=args.budget,
+        launches=args.launches,
         launcher=args.launcher or ("srun" if args.submit else "mpiexec"),
         launcher_args=tuple(shlex.split(args.launcher_args)),
         inside=args.inside,

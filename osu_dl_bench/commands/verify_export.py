@@ -228,7 +228,7 @@ def run_verify_export(cfg: VerifyExportConfig) -> int:
     if ran != library:
         raise UsageError(f"{path} is a {library} file, but the jobs ran {ran or 'another MPI'}")
     frame, _ = store.read()
-    proof = prove(metadata, reader, probe.measure.launches)
+    proof = prove(metadata, reader, probe.launches)
     found = verdicts("python", sweep_pairs(frame), sweep_pairs(frame, NULL_ARM), reader)
     lines = [f"# {path}: {library} with the file against without it, {run_dir}", HEADER]
     lines += comparison_lines("python", found, proof)

@@ -56,8 +56,9 @@ class Measurement:
     op: str
     device: str
     emulated_ppn: int | None  # --ranks-per-node: emulated nodes of this many ranks
-    budget: float  # timed seconds per point, shared by the launches
-    launches: int  # launches per point (a count: the launch a job measures is its own)
+    # Timed seconds per point in one launch, all its candidates together (the sweep's
+    # --budget shared by its launches).
+    launch_budget: float
     thread_level: str
     calibrate: bool = True  # the model's calibration kernels in each MPI-group launch
     # The null control (collectives.registry.NULL_CONTROLS) measured wherever native is.
@@ -69,8 +70,7 @@ class Measurement:
     def __post_init__(self) -> None:
         _require(bool(self.collectives), "collectives", "at least one collective")
         _require(0 <= self.min_size <= self.max_size, "max_size", "min_size <= max_size")
-        _require(self.budget > 0, "budget", "a positive number of seconds")
-        _require(self.launches >= 1, "launches", "at least 1")
+        _require(self.launch_budget > 0, "launch_budget", "a positive number of seconds")
         _require(self.emulated_ppn is None or self.emulated_ppn >= 1, "emulated_ppn", ">= 1")
 
     def sizes(self) -> list[int]:
@@ -94,7 +94,8 @@ class JobSpec:
     run_dir: str
     nprocs: tuple[int, ...]
     measure: Measurement
-    launch: int | None = None  # MEASURE only: 1..measure.launches
+    launches: int  # the launches of this session's sweep: 1..launches (a count)
+    launch: int | None = None  # MEASURE only: which of them this job is
     group: str | None = None  # MEASURE only: the isolation group
     # PLAN only: the shape each process count's job is expected to get (jobs.launch's
     # expected_shape: the orchestrator knows its launcher and hosts, the planner does not).
@@ -102,6 +103,7 @@ class JobSpec:
 
     def __post_init__(self) -> None:
         _require(self.role in ROLES, "role", " or ".join(ROLES))
+        _require(self.launches >= 1, "launches", "at least 1")
         _require(bool(self.nprocs) and min(self.nprocs) >= 1, "nprocs", "process counts >= 1")
         measures = self.role == MEASURE
         _require(
@@ -111,9 +113,9 @@ class JobSpec:
         )
         if self.launch is not None:
             _require(
-                1 <= self.launch <= self.measure.launches,
+                1 <= self.launch <= self.launches,
                 "launch",
-                f"a launch from 1 to launches ({self.measure.launches})",
+                f"a launch from 1 to launches ({self.launches})",
             )
         if self.group is not None:
             named = bool(GROUP_NAME.fullmatch(self.group))

@@ -76,13 +76,15 @@ def planner_spec(cfg: SweepConfig) -> JobSpec:
     """The planner's orders: the sweep's measurement in the shape each count's job is
     expected to get."""
     shapes = tuple(expected_shape(cfg, nprocs) for nprocs in cfg.nprocs)
-    return JobSpec(PLAN, _run_dir(cfg), cfg.nprocs, cfg.measure, shapes=shapes)
+    launches = cfg.planned_launches()
+    return JobSpec(PLAN, _run_dir(cfg), cfg.nprocs, cfg.measure, launches, shapes=shapes)
 
 
 def measuring_spec(cfg: SweepConfig, job: JobKey) -> JobSpec:
     """The orders of the job that measures one launch of one group at one process count."""
     nprocs, launch_number, group = job
-    return JobSpec(MEASURE, _run_dir(cfg), (nprocs,), cfg.measure, launch_number, group)
+    launches = cfg.planned_launches()
+    return JobSpec(MEASURE, _run_dir(cfg), (nprocs,), cfg.measure, launches, launch_number, group)
 
 
 def _run_dir(cfg: SweepConfig) -> str:
@@ -421,11 +423,11 @@ def launch_starts(order: Sequence[JobKey], todo: Mapping[JobKey, int], spread_s:
 def spread_lines(cfg: SweepConfig) -> list[str]:
     """--dry-run's account of --spread: the wait planned between launch starts (none
     without --spread)."""
-    if not cfg.spread_minutes or cfg.measure.launches < 2:
+    if not cfg.spread_minutes or cfg.launches < 2:
         return []
-    step = cfg.spread_minutes * 60 / (cfg.measure.launches - 1)
+    step = cfg.spread_minutes * 60 / (cfg.launches - 1)
     return [
-        f"# spread: {cfg.measure.launches} launches started evenly over {cfg.spread_minutes:g} min "
+        f"# spread: {cfg.launches} launches started evenly over {cfg.spread_minutes:g} min "
         f"(--spread): one every {format_duration(step)}, waiting where a launch ends sooner"
     ]
 
@@ -686,7 +688,7 @@ def _launch_all(cfg: SweepConfig, plans: dict[JobKey, dict[str, Any]]) -> int:
     store = RunStore(cfg.output)
     store.create()
     seed = random.SystemRandom().randrange(2**32)
-    order = launch_order(cfg.measure.launches, cfg.nprocs, list(plans), seed)
+    order = launch_order(cfg.planned_launches(), cfg.nprocs, list(plans), seed)
     runinfo.record_session(store, runinfo.session_fields(cfg, launcher=_launcher_label(cfg)))
     runinfo.record_launch_order(store, seed, [f"p{p} {k}/{g}" for p, k, g in order])
     heartbeats = Heartbeats(cfg.output)

@@ -62,7 +62,7 @@ def session_fields(cfg: SweepConfig, launcher: str) -> dict[str, Any]:
         "min_size": m.min_size,
         "max_size": m.max_size,
         "algorithms": m.algorithms,
-        "budget_s": m.budget,
+        "budget_s": cfg.budget,
         "ranks_per_node": m.emulated_ppn,
         "thread_level": m.thread_level,
         # sweep --spread: the launches started evenly over at least this many minutes.

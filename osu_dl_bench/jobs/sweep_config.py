@@ -82,6 +82,8 @@ class SweepConfig:
     measure: Measurement
     output: str
     resume: bool
+    budget: float  # --budget: timed seconds per point, shared by its launches
+    launches: int  # --launches: launches per point (with --adaptive: the screening ones)
     launcher: str
     launcher_args: tuple[str, ...]
     inside: bool
@@ -102,10 +104,17 @@ class SweepConfig:
     # --spread MINUTES: the launches stretched over at least this many minutes (waiting
     # between them), so they sample the machine's drift over that span; 0: back to back.
     spread_minutes: float = 0.0
+    # An adaptive sweep's step: the launch it measures last (launches 1..last_launch are
+    # planned, the earlier ones found stored); None: --launches.
+    last_launch: int | None = None
     # --risk, --indifference: the decision rule that says which points are still open
     # (a selection.rule.DecisionRule, set by the sweep command with --adaptive; None: the
     # rule's default). Held as the object: this floor may not import selection.
     rule: object | None = None
+
+    def planned_launches(self) -> int:
+        """How many launches this session plans (the launch numbers 1..that)."""
+        return self.last_launch or self.launches
 
     def batch_argv(self) -> list[str]:
         """The options a submitted batch job passes on to ``sweep --launcher srun``, apart
@@ -126,9 +135,9 @@ class SweepConfig:
             "-d",
             m.device,
             "--budget",
-            repr(m.budget),
+            repr(self.budget),
             "--launches",
-            str(m.launches),
+            str(self.launches),
             *([] if m.calibrate else ["--no-calibration"]),
             *([] if m.null_control else ["--no-null"]),
             "--thread-level",
@@ -234,14 +243,14 @@ def check_sweep_config(cfg: SweepConfig) -> None:
     """The checks that need the whole SweepConfig: --adaptive's launches and -a's names."""
     if cfg.adaptive and (cfg.inside or cfg.submit):
         raise UsageError("--adaptive launches its own jobs: drop --inside and --submit")
-    if cfg.adaptive and cfg.adaptive <= cfg.measure.launches:
+    if cfg.adaptive and cfg.adaptive <= cfg.launches:
         raise UsageError(
             f"--adaptive {cfg.adaptive}: expected more launches in all than --launches "
-            f"({cfg.measure.launches})"
+            f"({cfg.launches})"
         )
     if cfg.spread_minutes and cfg.inside:
         raise UsageError("--spread paces the launches the sweep starts: drop --inside")
-    if cfg.spread_minutes and cfg.measure.launches < 2:
+    if cfg.spread_minutes and cfg.launches < 2:
         raise UsageError(
             f"--spread {cfg.spread_minutes:g}: needs --launches 2 or more (it spreads launches "
             "over time; one launch has nothing to spread)"

@@ -220,7 +220,7 @@ class Job:
         fifth of that."""
         # The selection file's group times native alone, as the MPI group does then.
         share = 1.0 if self.slot.group in (MPI_GROUP, FILE_GROUP) else ISOLATED_SHARE
-        return self.measurement.budget * share / self.measurement.launches
+        return self.measurement.launch_budget * share
 
     def point_budget(self, plan: CollectivePlan, n: int, variants: list[Variant]) -> float:
         """This launch's seconds for ``variants`` at one point: their share of the point's
@@ -544,7 +544,7 @@ def run_inside(world: MPI.Comm, cfg: SweepConfig) -> int:
     """``sweep --inside`` by hand: sweep every --np count inside this job, launch 1 of
     every isolation group in turn; returns the exit code."""
     nprocs = cfg.nprocs or (world.Get_size(),)
-    spec = JobSpec(INSIDE, cfg.output, nprocs, cfg.measure)
+    spec = JobSpec(INSIDE, cfg.output, nprocs, cfg.measure, cfg.launches)
     return _run_job(world, spec, cfg)
 
 
@@ -620,7 +620,7 @@ def run_plan(spec: JobSpec) -> int:
     done = finished_points(RunStore(spec.run_dir))
     for shape in spec.shapes:
         groups = sweep_groups(measure, plan_collectives(measure, setting, shape))
-        for launch in range(1, measure.launches + 1):
+        for launch in range(1, spec.launches + 1):
             for group in groups:
                 plans = plan_collectives(measure, setting, shape, group)
                 slot = LaunchSlot(launch, group)

@@ -27,6 +27,8 @@ from osu_dl_bench.jobs.sweep_config import (
     MAX_BUDGET,
     MAX_LAUNCHES,
     MPI_LIBRARIES,
+    BatchOptions,
+    Launching,
     Measurement,
     SweepConfig,
     check_script_values,
@@ -254,6 +256,19 @@ def _adaptive_rule(args: argparse.Namespace):
     return DecisionRule(args.risk, args.indifference)
 
 
+def _batch_options(args: argparse.Namespace) -> BatchOptions | None:
+    """--submit's batch job (None without --submit)."""
+    if not args.submit:
+        return None
+    return BatchOptions(
+        nodes=args.nodes,
+        ntasks_per_node=args.ntasks_per_node,
+        time_limit=args.time or DEFAULT_TIME_LIMIT,
+        partition=args.partition,
+        sbatch_args=tuple(shlex.split(args.sbatch_args)),
+    )
+
+
 def _launch_budget(args: argparse.Namespace) -> float:
     """Seconds per point in one launch: --budget shared by the --launches; an adaptive
     sweep's launches each get what one launch of a default sweep gets (it does not know
@@ -293,21 +308,18 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
         nprocs=parse_process_counts(args.np) if args.np is not None else (),
         measure=measure,
         output=args.output,
+        launching=Launching(
+            launcher=args.launcher or ("srun" if args.submit else "mpiexec"),
+            launcher_args=tuple(shlex.split(args.launcher_args)),
+            mpi=args.mpi,
+            stall_timeout=args.stall_timeout,
+        ),
         resume=args.resume,
         budget=args.budget,
         launches=args.launches,
-        launcher=args.launcher or ("srun" if args.submit else "mpiexec"),
-        launcher_args=tuple(shlex.split(args.launcher_args)),
         inside=args.inside,
         dry_run=args.dry_run,
-        stall_timeout=args.stall_timeout,
-        submit=args.submit,
-        nodes=args.nodes,
-        ntasks_per_node=args.ntasks_per_node,
-        time_limit=args.time or DEFAULT_TIME_LIMIT,
-        partition=args.partition,
-        sbatch_args=tuple(shlex.split(args.sbatch_args)),
-        mpi=args.mpi,
+        batch=_batch_options(args),
         adaptive=args.adaptive,
         spread_minutes=args.spread,
         rule=_adaptive_rule(args),

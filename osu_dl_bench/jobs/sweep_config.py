@@ -74,30 +74,51 @@ _FLAGS = {
 
 
 @dataclass(frozen=True)
-class SweepConfig:
-    """Every option of one sweep: what its jobs measure (``measure``, the part a launched
-    job's spec carries) and how the orchestrator schedules, launches and records them."""
+class Launching:
+    """How the orchestrator starts each job and how long it waits for it to say something
+    (jobs.launch, jobs.orchestrate)."""
 
-    nprocs: tuple[int, ...]  # empty: the job's size (--inside only)
-    measure: Measurement
-    output: str
-    resume: bool
-    budget: float  # --budget: timed seconds per point, shared by its launches
-    launches: int  # --launches: launches per point (with --adaptive: the screening ones)
-    launcher: str
-    launcher_args: tuple[str, ...]
-    inside: bool
-    dry_run: bool
+    launcher: str = "mpiexec"
+    launcher_args: tuple[str, ...] = ()
+    # --mpi: which embedded MPI library the jobs run (None: the one mpi4py finds).
+    mpi: str | None = None
     stall_timeout: float = DEFAULT_STALL_TIMEOUT
-    # --submit: write the sweep's sbatch script into the run directory and submit it.
-    submit: bool = False
+
+    def label(self) -> str:
+        """The launcher as the metadata records it: 'srun --mpi=pmix -N 2'."""
+        return " ".join([self.launcher, *self.launcher_args])
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    """--submit: the shape of the sweep's Slurm batch job and how it is submitted
+    (jobs.slurm)."""
+
     nodes: int | None = None
     ntasks_per_node: int | None = None
     time_limit: str = DEFAULT_TIME_LIMIT
     partition: str | None = None
     sbatch_args: tuple[str, ...] = ()
-    # --mpi: which embedded MPI library the jobs run (None: the one mpi4py finds).
-    mpi: str | None = None
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """Every option of one sweep, by the floor that uses it: what its jobs measure
+    (``measure``, the part a launched job's spec carries), how they are started
+    (``launching``), the batch job of --submit (``batch``), and what the orchestrator
+    schedules and records itself (the rest)."""
+
+    nprocs: tuple[int, ...]  # empty: the job's size (--inside only)
+    measure: Measurement
+    launching: Launching
+    output: str
+    resume: bool
+    budget: float  # --budget: timed seconds per point, shared by its launches
+    launches: int  # --launches: launches per point (with --adaptive: the screening ones)
+    inside: bool
+    dry_run: bool
+    # --submit: write the sweep's sbatch script into the run directory and submit it.
+    batch: BatchOptions | None = None
     # --adaptive MAX: after --launches screening launches over every candidate (1 by
     # default), focused launches only where a decision is open, up to MAX at any point.
     adaptive: int = 0
@@ -143,14 +164,14 @@ class SweepConfig:
             "--thread-level",
             m.thread_level,
             *(["--library-file", m.library_file] if m.library_file else []),
-            *(["--mpi", self.mpi] if self.mpi else []),
+            *(["--mpi", self.launching.mpi] if self.launching.mpi else []),
             "--stall-timeout",
-            f"{self.stall_timeout:g}",
+            f"{self.launching.stall_timeout:g}",
         ]
         if m.emulated_ppn:
             argv += ["--ranks-per-node", str(m.emulated_ppn)]
-        if self.launcher_args:
-            argv.append(f"--launcher-args={shlex.join(self.launcher_args)}")
+        if self.launching.launcher_args:
+            argv.append(f"--launcher-args={shlex.join(self.launching.launcher_args)}")
         if self.resume:
             argv.append("--resume")
         if self.spread_minutes:
@@ -241,7 +262,7 @@ def resolve_library_file(text: str | None) -> str | None:
 
 def check_sweep_config(cfg: SweepConfig) -> None:
     """The checks that need the whole SweepConfig: --adaptive's launches and -a's names."""
-    if cfg.adaptive and (cfg.inside or cfg.submit):
+    if cfg.adaptive and (cfg.inside or cfg.batch):
         raise UsageError("--adaptive launches its own jobs: drop --inside and --submit")
     if cfg.adaptive and cfg.adaptive <= cfg.launches:
         raise UsageError(
@@ -267,10 +288,10 @@ def check_sweep_config(cfg: SweepConfig) -> None:
         )
 
 
-def check_local_process_counts(cfg: SweepConfig) -> None:
+def check_local_process_counts(nprocs: tuple[int, ...], launching: Launching) -> None:
     """Refuse --np beyond what this host (mpiexec) or allocation (srun) can run."""
-    largest = max(cfg.nprocs)
-    if cfg.launcher == "srun":
+    largest = max(nprocs)
+    if launching.launcher == "srun":
         job = slurm_job()
         # Asking a Slurm allocation for more tasks than it has leaves the step pending
         # forever, not failed.
@@ -280,7 +301,7 @@ def check_local_process_counts(cfg: SweepConfig) -> None:
                 f"{job.ntasks} tasks"
             )
         return
-    if cfg.launcher_args:
+    if launching.launcher_args:
         return  # hosts given to mpiexec: the cluster decides
     cores = os.cpu_count() or 1
     limit = MAX_RANKS_PER_CORE * cores

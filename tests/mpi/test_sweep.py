@@ -66,7 +66,9 @@ def test_orchestrator_never_loads_mpi(tmp_path):
         "from osu_dl_bench.commands.sweep_cli import add_arguments, config_from_args\n"
         "p = argparse.ArgumentParser(); add_arguments(p)\n"
         f"cfg = config_from_args(p.parse_args(['--np', '2,4', '-o', {str(tmp_path)!r}]))\n"
-        "launch.job_command(cfg, 2); launch.job_environment(cfg, 4)\n"
+        "launch.job_command(cfg.launching, 2, 'p2.json')\n"
+        "launch.job_environment(cfg.launching, 4)\n"
+        "orchestrate.planner_spec(cfg)\n"
         "orchestrate.check_run_dir(cfg)\n"
         "assert 'mpi4py.MPI' not in sys.modules, 'the orchestrator loaded MPI'\n"
     )

@@ -22,6 +22,7 @@ from osu_dl_bench.jobs.job_spec import (
     spec_path,
     write_spec,
 )
+from osu_dl_bench.jobs.sweep_config import BatchOptions, Launching
 
 
 def _cfg(tmp_path, *argv):
@@ -56,7 +57,7 @@ def test_the_child_reads_the_spec_the_orchestrator_wrote(tmp_path):
 def test_the_jobs_command_line_carries_the_spec_path_alone(tmp_path):
     cfg = _cfg(tmp_path)
     path = spec_path(cfg.output, 3, 1, "mpi")
-    cmd = launch.job_command(cfg, 3, path)
+    cmd = launch.job_command(cfg.launching, 3, path)
     assert cmd[cmd.index(sys.executable) :] == [sys.executable, "-m", CHILD_MODULE, str(path)]
     assert launch.planner_command(path) == [sys.executable, "-m", CHILD_MODULE, str(path)]
     assert not hasattr(cfg, "worker_argv")
@@ -110,3 +111,14 @@ def test_the_hidden_job_options_are_gone_from_the_command_line(tmp_path):
     for flag in ("--launch", "--group", "--orchestrated", "--plan-only"):
         with pytest.raises(UsageError, match="unrecognized arguments|ambiguous option"):
             sweep_config("--inside", flag, "1", "-o", str(tmp_path / "run"))
+
+
+def test_a_jobs_spec_carries_what_it_measures_not_how_it_is_launched_or_submitted(tmp_path):
+    cfg = _cfg(tmp_path, "--launcher", "srun", "--launcher-args=-N 1", "--stall-timeout", "60")
+    assert cfg.launching == Launching("srun", ("-N", "1"), None, 60.0) and cfg.batch is None
+    submitted = _cfg(tmp_path, "--submit", "--nodes", "2", "--time", "30")
+    assert submitted.batch == BatchOptions(nodes=2, time_limit="30")
+    _, document = _written(tmp_path, orchestrate.measuring_spec(cfg, (2, 1, "mpi")))
+    text = json.dumps(document)
+    for word in ("launcher", "stall", "resume", "adaptive", "spread", "sbatch", "dry_run"):
+        assert word not in text

@@ -131,7 +131,7 @@ def measure_size(comm, nbytes: int) -> dict[str, dict[str, float]]:
     timing loop's barrier for one that failed."""
     from collectives.specs import Buffers
     from osu_dl_bench.measurement.kernel import timed_round
-    from osu_dl_bench.runtime.agreement import agree_on_errors
+    from osu_dl_bench.runtime.rank_agreement import agree_on_errors
 
     calls, device = agree_on_errors(comm, lambda: allocated(nbytes))
     timed, warmup = iterations_for(nbytes)
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     from collectives.device import select_local_gpu
     from osu_dl_bench.measurement.memory import check_node_memory
     from osu_dl_bench.paths import check_new_file
-    from osu_dl_bench.runtime.agreement import on_rank0
+    from osu_dl_bench.runtime.rank_agreement import on_rank0
     from osu_dl_bench.runtime.start import init_mpi
 
     comm = init_mpi("single").COMM_WORLD

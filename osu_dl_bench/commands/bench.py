@@ -44,13 +44,13 @@ from osu_dl_bench.measurement.memory import (
 from osu_dl_bench.measurement.p2p import check_pair, measure_point_to_point
 from osu_dl_bench.measurement.records import BenchRecord, write_records
 from osu_dl_bench.measurement.replay import measure_replay, prepare_buckets, steps_for
-from osu_dl_bench.runtime.agreement import (
+from osu_dl_bench.runtime.metadata import collect_metadata
+from osu_dl_bench.runtime.rank_agreement import (
     agree_on_errors,
     agree_on_settings,
     file_fingerprint,
     on_rank0,
 )
-from osu_dl_bench.runtime.metadata import collect_metadata
 from osu_dl_bench.runtime.topology import discover_topology
 from osu_dl_bench.selection.selector import Selector, parse_bench_algorithms
 from osu_dl_bench.train.ddp_defaults import DEFAULT_BUCKET_CAP, DEFAULT_FIRST_BUCKET

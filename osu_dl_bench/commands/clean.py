@@ -18,12 +18,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from osu_dl_bench.errors import UsageError
-
-if TYPE_CHECKING:  # clean_cli reads this module's defaults
-    from osu_dl_bench.commands.clean_cli import CleanConfig
 
 SHM_DIR = Path("/dev/shm")
 # The names MPICH gives its segment files (seen after killed jobs of the mpich wheel).
@@ -32,6 +28,15 @@ PREFIXES = ("mpich_shm_", "mpich_shar_tmp")
 # a loaded machine; a segment that young is never taken for stale.
 MIN_AGE_S = 60.0
 _PROC = Path("/proc")
+
+
+@dataclass(frozen=True)
+class CleanConfig:
+    """Whether to remove or only list, how old a segment must be, and where to look."""
+
+    dry_run: bool
+    min_age: float
+    dir: str
 
 
 @dataclass(frozen=True)

@@ -3,21 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 
-from osu_dl_bench.commands.clean import MIN_AGE_S, SHM_DIR
+from osu_dl_bench.commands.clean import MIN_AGE_S, SHM_DIR, CleanConfig
 
 # The subcommand's line in 'osu-dl-bench --help'.
 HELP = "remove MPICH shared-memory segments that killed or aborted jobs left"
-
-
-@dataclass(frozen=True)
-class CleanConfig:
-    """Whether to remove or only list, how old a segment must be, and where to look."""
-
-    dry_run: bool
-    min_age: float
-    dir: str
 
 
 def _age(text: str) -> float:

@@ -3,24 +3,24 @@ same code on the same machine agree, in their measurements and in the decisions 
 table takes from them. The numbers (decisions judged, regret with its interval, agreement
 and coverage beside their values under honest intervals, captured speedup on a referee or
 held-out launches, shifts, spread, accuracy) are selection.comparison's and
-selection.agreement's; this module reads the runs through them and puts the report in
+selection.replication's; this module reads the runs through them and puts the report in
 words.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import shlex
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import pandas as pd
 
 from collectives.units import format_size
-from osu_dl_bench.commands.compare_cli import CompareConfig, same_run
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import is_training_run
 from osu_dl_bench.paths import os_reason, write_text_atomic
-from osu_dl_bench.selection.agreement import CAPTURE_MIN, CLEAR_WIN, Agreement, same_candidates
 from osu_dl_bench.selection.comparison import (
     HELD_OUT_MIN,
     REGRET_BOUND,
@@ -45,8 +45,40 @@ from osu_dl_bench.selection.comparison import (
 from osu_dl_bench.selection.null_control import rate_lines
 from osu_dl_bench.selection.paired import Ratio
 from osu_dl_bench.selection.period import between_runs, stored_text, write_period
+from osu_dl_bench.selection.replication import CAPTURE_MIN, CLEAR_WIN, Agreement, same_candidates
 from osu_dl_bench.selection.rule import DEFAULT_RULE, DecisionRule, rule_text
 from osu_dl_bench.selection.tune import run_nulls
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """The two runs, the table to judge instead of RUN_A's decisions (None: RUN_A's), the
+    process counts to report (empty: every one) as parsed and as given, --out, and the
+    referee run RUN_B's choices are scored on (None: RUN_B's held-out launches), the
+    decision rule's risk and indifference zone (every run is decided by it)."""
+
+    run_a: str
+    run_b: str
+    table: str | None
+    nprocs: tuple[int, ...]
+    nprocs_text: str | None  # as given: the --out file records the command line
+    out: str | None
+    referee: str | None
+    risk: float
+    indifference: float
+
+    def rule(self):
+        """The decision rule of these options (selection.rule.DecisionRule)."""
+        from osu_dl_bench.selection.rule import DecisionRule
+
+        return DecisionRule(self.risk, self.indifference)
+
+
+def same_run(first: str, second: str) -> bool:
+    """Whether two paths name one run directory (through symlinks, '..' or a trailing
+    '/'): the one home of compare's 'same run' checks."""
+    return os.path.realpath(first) == os.path.realpath(second)
+
 
 _PERCENT = f"{(SLOWER - 1) * 100:.0f}"
 # What stands for the decisions when a run holds train-bench's training steps.

@@ -4,12 +4,14 @@ here."""
 from __future__ import annotations
 
 import argparse
-import os
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from osu_dl_bench.commands.arguments import add_rule_arguments
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.paths import check_writable_file
+
+if TYPE_CHECKING:  # the work module loads pandas, which parsing must not wait for
+    from osu_dl_bench.commands.compare import CompareConfig
 
 # The subcommand's line in 'osu-dl-bench --help'.
 HELP = "two sweeps' agreement, and a tuning table's choices on another run"
@@ -51,33 +53,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_rule_arguments(parser)  # both runs decided by the same rule
 
 
-@dataclass(frozen=True)
-class CompareConfig:
-    """The two runs, the table to judge instead of RUN_A's decisions (None: RUN_A's), the
-    process counts to report (empty: every one) as parsed and as given, --out, and the
-    referee run RUN_B's choices are scored on (None: RUN_B's held-out launches), the
-    decision rule's risk and indifference zone (every run is decided by it)."""
-
-    run_a: str
-    run_b: str
-    table: str | None
-    nprocs: tuple[int, ...]
-    nprocs_text: str | None  # as given: the --out file records the command line
-    out: str | None
-    referee: str | None
-    risk: float
-    indifference: float
-
-    def rule(self):
-        """The decision rule of these options (selection.rule.DecisionRule)."""
-        from osu_dl_bench.selection.rule import DecisionRule
-
-        return DecisionRule(self.risk, self.indifference)
-
-
 def config_from_args(args: argparse.Namespace) -> CompareConfig:
     """The CompareConfig of parsed arguments; a bad --nprocs or an --out this process
     cannot write is refused here, before MPI starts and before any run is read."""
+    from osu_dl_bench.commands.compare import CompareConfig
+
     nprocs = _process_counts(args.nprocs)
     check_writable_file("--out", args.out, make_parents=True)
     _check_runs(args.run_a, args.run_b)
@@ -95,15 +75,11 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
     )
 
 
-def same_run(first: str, second: str) -> bool:
-    """Whether two paths name one run directory (through symlinks, '..' or a trailing
-    '/'): the one home of compare's 'same run' checks."""
-    return os.path.realpath(first) == os.path.realpath(second)
-
-
 def _check_runs(run_a: str, run_b: str) -> None:
     """RUN_A and RUN_B the same run is refused: a run agrees with itself by construction,
     and its between-period sd of 0 would be stored with it over any real estimate."""
+    from osu_dl_bench.commands.compare import same_run
+
     if same_run(run_a, run_b):
         raise UsageError(
             f"RUN_A {run_a} and RUN_B {run_b}: the same run directory; give two sweeps of "
@@ -114,6 +90,8 @@ def _check_runs(run_a: str, run_b: str) -> None:
 def _check_referee(referee: str | None, run_b: str) -> None:
     """A referee that is RUN_B itself is refused: its choices would be scored on the
     measurements they were made from."""
+    from osu_dl_bench.commands.compare import same_run
+
     if referee is not None and same_run(referee, run_b):
         raise UsageError(
             f"--referee {referee}: the same run as RUN_B, whose choices would be scored on "

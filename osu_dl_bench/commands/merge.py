@@ -9,10 +9,20 @@ measurement/merge.py.
 
 from __future__ import annotations
 
-from osu_dl_bench.commands.merge_cli import MergeConfig
+from dataclasses import dataclass
+
 from osu_dl_bench.jobs.sweep_config import command_line
 from osu_dl_bench.measurement.merge import merge_runs
 from osu_dl_bench.paths import check_writable_directory
+
+
+@dataclass(frozen=True)
+class MergeConfig:
+    """The runs to merge, in order, the merged run directory and --allow-mixed's text."""
+
+    runs: tuple[str, ...]
+    output: str
+    allow_mixed: str
 
 
 def run_merge(cfg: MergeConfig) -> int:

@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from osu_dl_bench.measurement.merge import MIXABLE
 
+if TYPE_CHECKING:  # the work module, loaded when the command runs
+    from osu_dl_bench.commands.merge import MergeConfig
+
 # The subcommand's line in 'osu-dl-bench --help'.
 HELP = "several sweeps' run directories as one"
-
-
-@dataclass(frozen=True)
-class MergeConfig:
-    """The runs to merge, in order, the merged run directory and --allow-mixed's text."""
-
-    runs: tuple[str, ...]
-    output: str
-    allow_mixed: str
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> MergeConfig:
     """The MergeConfig of parsed arguments."""
+    from osu_dl_bench.commands.merge import MergeConfig
+
     return MergeConfig(tuple(args.runs), args.output, args.allow_mixed)
 
 

@@ -4,18 +4,12 @@ of its sweep's launches), so they print directly."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from collectives.shape import JobShape
 from collectives.units import format_size
-from osu_dl_bench.commands.model_cli import (
-    AccuracyConfig,
-    FitConfig,
-    ModelConfig,
-    PlatformChoice,
-    PredictConfig,
-    TrainModelConfig,
-)
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.calibration import CALIBRATION_CSV
 from osu_dl_bench.measurement.store import RESULTS, RunStore, collective_rows
@@ -29,7 +23,75 @@ from osu_dl_bench.paths import (
 )
 from osu_dl_bench.plotting import require_matplotlib
 
+if TYPE_CHECKING:
+    from osu_dl_bench.train.oracle_report import TrainReportRequest
+
 MODULE = "osu_dl_bench.commands.calibration_job"
+
+
+@dataclass(frozen=True)
+class PlatformChoice:
+    """--platform (a file, run directory or shipped name; None: the action's default) and
+    --inter, the platform whose inter-node link replaces it (None: its own)."""
+
+    platform: str | None
+    inter: str | None
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    """model fit: the run directory, when to calibrate (auto, always, never) and the
+    calibration jobs' process counts, sizes, rounds and limit, whether they add to earlier
+    ones, the platform's name (None: the run's) and how the sweep corrects the formulas."""
+
+    run_dir: str
+    calibrate: str
+    counts: tuple[int, ...]
+    message_size: str
+    rounds: int
+    timeout: float
+    append: bool
+    name: str | None
+    corrections: bool
+    state_scaling: str
+
+
+@dataclass(frozen=True)
+class AccuracyConfig:
+    """model accuracy: the sweep (run directory or results CSV), the platform (None: the
+    run's platform.json) and where the report, the scatter plot and the points go."""
+
+    run_dir: str
+    platform: PlatformChoice
+    output: str | None
+    plot: str | None
+    csv: str | None
+
+
+@dataclass(frozen=True)
+class PredictConfig:
+    """model predict: the job's shape, the platform, the collectives and sizes, and where
+    the predicted table goes (None: nowhere)."""
+
+    layout: JobShape
+    platform: PlatformChoice
+    collectives: tuple[str, ...]
+    sizes: tuple[int, ...]
+    output: str | None
+
+
+@dataclass(frozen=True)
+class TrainModelConfig:
+    """model train: the workload and scaling to report on, the platform it is measured on,
+    the platform it scales to and where the report goes (None: only printed)."""
+
+    request: TrainReportRequest
+    platform: PlatformChoice
+    scale_platform: str
+    output: str | None
+
+
+ModelConfig = FitConfig | AccuracyConfig | PredictConfig | TrainModelConfig
 
 
 def _emit(text: str, output: str | None) -> None:

@@ -17,8 +17,15 @@ from osu_dl_bench.errors import UsageError
 # The subcommand's line in 'osu-dl-bench --help'.
 HELP = "performance model: fit, accuracy vs a sweep, predict at scale, train"
 
-if TYPE_CHECKING:
-    from osu_dl_bench.train.oracle_report import TrainReportRequest
+if TYPE_CHECKING:  # the work module loads pandas and the model, which parsing must not wait for
+    from osu_dl_bench.commands.model import (
+        AccuracyConfig,
+        FitConfig,
+        ModelConfig,
+        PlatformChoice,
+        PredictConfig,
+        TrainModelConfig,
+    )
 
 # model.state's scalings, repeated here: the options load without numpy and pandas.
 SCALINGS = ("none", "copy", "allreduce", "blend")
@@ -26,71 +33,6 @@ DEFAULT_SCALING = "blend"
 
 DEFAULT_SCALE_PLATFORM = "ib-hdr200"
 DEFAULT_SCALE_NP = "64,128,256,512,1024"
-
-
-@dataclass(frozen=True)
-class PlatformChoice:
-    """--platform (a file, run directory or shipped name; None: the action's default) and
-    --inter, the platform whose inter-node link replaces it (None: its own)."""
-
-    platform: str | None
-    inter: str | None
-
-
-@dataclass(frozen=True)
-class FitConfig:
-    """model fit: the run directory, when to calibrate (auto, always, never) and the
-    calibration jobs' process counts, sizes, rounds and limit, whether they add to earlier
-    ones, the platform's name (None: the run's) and how the sweep corrects the formulas."""
-
-    run_dir: str
-    calibrate: str
-    counts: tuple[int, ...]
-    message_size: str
-    rounds: int
-    timeout: float
-    append: bool
-    name: str | None
-    corrections: bool
-    state_scaling: str
-
-
-@dataclass(frozen=True)
-class AccuracyConfig:
-    """model accuracy: the sweep (run directory or results CSV), the platform (None: the
-    run's platform.json) and where the report, the scatter plot and the points go."""
-
-    run_dir: str
-    platform: PlatformChoice
-    output: str | None
-    plot: str | None
-    csv: str | None
-
-
-@dataclass(frozen=True)
-class PredictConfig:
-    """model predict: the job's shape, the platform, the collectives and sizes, and where
-    the predicted table goes (None: nowhere)."""
-
-    layout: JobShape
-    platform: PlatformChoice
-    collectives: tuple[str, ...]
-    sizes: tuple[int, ...]
-    output: str | None
-
-
-@dataclass(frozen=True)
-class TrainModelConfig:
-    """model train: the workload and scaling to report on, the platform it is measured on,
-    the platform it scales to and where the report goes (None: only printed)."""
-
-    request: TrainReportRequest
-    platform: PlatformChoice
-    scale_platform: str
-    output: str | None
-
-
-ModelConfig = FitConfig | AccuracyConfig | PredictConfig | TrainModelConfig
 
 
 @dataclass(frozen=True)
@@ -246,6 +188,7 @@ def calibration_counts(text: str) -> tuple[int, ...]:
 
 def _fit_config(args: argparse.Namespace) -> FitConfig:
     # Imported here: it loads numpy, which parsing the options must not wait for.
+    from osu_dl_bench.commands.model import FitConfig
     from osu_dl_bench.measurement.bench_config import parse_size_range
 
     parse_size_range(args.message_size, 8)  # checked here, not inside the launched job
@@ -264,10 +207,14 @@ def _fit_config(args: argparse.Namespace) -> FitConfig:
 
 
 def _platform_choice(args: argparse.Namespace) -> PlatformChoice:
+    from osu_dl_bench.commands.model import PlatformChoice
+
     return PlatformChoice(args.platform, args.inter)
 
 
 def _accuracy_config(args: argparse.Namespace) -> AccuracyConfig:
+    from osu_dl_bench.commands.model import AccuracyConfig
+
     return AccuracyConfig(args.run_dir, _platform_choice(args), args.output, args.plot, args.csv)
 
 
@@ -283,6 +230,7 @@ def _layout(nprocs: int, ppn: int | None) -> JobShape:
 def _predict_config(args: argparse.Namespace) -> PredictConfig:
     # Imported here: both load numpy, and jobs.sweep_config pandas, which parsing the options
     # must not wait for.
+    from osu_dl_bench.commands.model import PredictConfig
     from osu_dl_bench.jobs.sweep_config import parse_collectives
     from osu_dl_bench.measurement.bench_config import parse_size_range
 
@@ -297,6 +245,7 @@ def _predict_config(args: argparse.Namespace) -> PredictConfig:
 def _train_config(args: argparse.Namespace) -> TrainModelConfig:
     # Imported here: train.oracle_report loads pandas, which parsing the options must not
     # wait for.
+    from osu_dl_bench.commands.model import TrainModelConfig
     from osu_dl_bench.jobs.sweep_config import parse_process_counts
     from osu_dl_bench.train.oracle_report import TrainReportRequest
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,7 +20,6 @@ import numpy as np
 import pandas as pd
 
 from collectives.units import format_size
-from osu_dl_bench.commands.plot_cli import PlotConfig
 from osu_dl_bench.measurement.store import RunStore
 from osu_dl_bench.paths import check_writable_directory, write_atomic
 from osu_dl_bench.plotting import pyplot
@@ -28,6 +28,15 @@ if TYPE_CHECKING:  # imported in the functions: tuning loads mpi4py.MPI, parsing
     from osu_dl_bench.selection.table import Entry, TuningTable
 
 CHOICE_BAND = "#f2b705"
+
+
+@dataclass(frozen=True)
+class PlotConfig:
+    """The run to plot, its tuning table (None: tune it now) and where the PNGs go."""
+
+    run_dir: str
+    table: str | None
+    output: str | None
 
 
 def _size_axis(ax, sizes, log_y: bool = True) -> None:

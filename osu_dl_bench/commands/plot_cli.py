@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the work module loads numpy and pandas, which parsing must not wait for
+    from osu_dl_bench.commands.plot import PlotConfig
 
 # The subcommand's line in 'osu-dl-bench --help'.
 HELP = "PNG plots of a run directory (and its tuning table)"
-
-
-@dataclass(frozen=True)
-class PlotConfig:
-    """The run to plot, its tuning table (None: tune it now) and where the PNGs go."""
-
-    run_dir: str
-    table: str | None
-    output: str | None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,6 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> PlotConfig:
     """The PlotConfig of parsed arguments."""
+    from osu_dl_bench.commands.plot import PlotConfig
+
     return PlotConfig(args.run_dir, args.table, args.output)
 
 

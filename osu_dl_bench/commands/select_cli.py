@@ -4,34 +4,17 @@ and its start (what the runtime selector would pick for a call, and why: command
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.selection.names import FORCE_ENV
 
+if TYPE_CHECKING:  # the work module loads the catalog and numpy; parsing must not wait
+    from osu_dl_bench.commands.tune import SelectConfig
+
 # The subcommand's line in 'osu-dl-bench --help'.
 HELP = "what the runtime selector would pick, and why"
-
-
-@dataclass(frozen=True)
-class SelectConfig:
-    """The calls to explain (communicator size, sizes, job shape, buffer kind, element type,
-    op, one collective or None for every one in the table) and what decides them: the
-    table, forced algorithms (None: the environment's) and the model's platform."""
-
-    nprocs: int
-    sizes: tuple[int, ...]
-    nodes: int
-    ppn: int | None
-    device: str
-    dtype: str
-    op: str
-    collective: str | None
-    table: str | None
-    force: Mapping[str, str] | None
-    platform: str | None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -99,6 +82,8 @@ def config_from_args(args: argparse.Namespace) -> SelectConfig:
     sizes = _sizes(args.size)
     if args.collective and args.collective not in SPECS:
         raise UsageError(f"--collective {args.collective}: expected one of {', '.join(SPECS)}")
+    from osu_dl_bench.commands.tune import SelectConfig
+
     return SelectConfig(
         nprocs=args.np,
         sizes=sizes,

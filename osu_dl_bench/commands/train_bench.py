@@ -33,9 +33,14 @@ import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from osu_dl_bench.commands.train_bench_cli import resume_command, worker_argv
 from osu_dl_bench.paths import check_writable_file
-from osu_dl_bench.train.bench_config import TrainBenchConfig, recorded_options, workload
+from osu_dl_bench.train.bench_config import (
+    TrainBenchConfig,
+    recorded_options,
+    resume_command,
+    worker_argv,
+    workload,
+)
 
 if TYPE_CHECKING:
     from osu_dl_bench.jobs.orchestrate import JobKey, JobOutcome

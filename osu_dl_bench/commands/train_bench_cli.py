@@ -1,11 +1,10 @@
-"""Options of ``osu-dl-bench train-bench``, parsed into a TrainBenchConfig, and the
-argument lists that pass them on to the job it launches and that resume its run. No MPI,
-no torch here."""
+"""Options of ``osu-dl-bench train-bench``, parsed into a TrainBenchConfig (the argument
+lists that pass them on to its jobs and resume its run: train.bench_config). No MPI, no
+torch here."""
 
 from __future__ import annotations
 
 import argparse
-import shlex
 
 from collectives.units import split_variant_texts
 from osu_dl_bench.commands.arguments import (
@@ -18,7 +17,7 @@ from osu_dl_bench.commands.arguments import (
 )
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.sweep_config import MAX_LAUNCHES, MAX_PROCESSES
-from osu_dl_bench.train.bench_config import RECORDED_OPTIONS, TrainBenchConfig, recorded_options
+from osu_dl_bench.train.bench_config import DEFAULT_TIMEOUT_S, TrainBenchConfig
 from osu_dl_bench.train.config import MODELS
 
 # The subcommand's line in 'osu-dl-bench --help'.
@@ -27,10 +26,6 @@ HELP = (
     "(and NCCL on GPUs)"
 )
 
-# A whole comparison at p = 2 on the reference machine took about two minutes in one
-# launch; an hour per launch leaves room for larger models and busier hosts and still ends
-# a hung job.
-DEFAULT_TIMEOUT_S = 3600.0
 # Launches per isolation group, as the sweep's --launches: the launch-to-launch variance
 # is the largest part on this machine (every sweep's launch pool shows it), and three
 # launches give its interval.
@@ -192,43 +187,6 @@ def check_only(only: str | None) -> None:
             f"--only: no configuration is named {', '.join(unknown)}; the labels are "
             f"{', '.join(sorted(known))}"
         )
-
-
-def _option_flag(name: str) -> str:
-    """The flag of a recorded option ('image_size' -> '--image-size')."""
-    return "--" + name.replace("_", "-")
-
-
-def _recorded_argv(cfg: TrainBenchConfig) -> list[str]:
-    """The recorded options (train.bench_config.RECORDED_OPTIONS) as flags and values, in
-    their order; an option without a value is left out."""
-    argv = []
-    recorded = recorded_options(cfg)
-    for name in RECORDED_OPTIONS:
-        value = recorded.get(name)
-        if value is not None:
-            argv += [_option_flag(name), str(value)]
-    return argv
-
-
-def worker_argv(
-    cfg: TrainBenchConfig, launch: int = 1, group: str | None = None, part: str | None = None
-) -> list[str]:
-    """The arguments of ``python -m osu_dl_bench`` for one launch: the same options,
-    --worker, the launch's number and group, and where rank 0 writes its record."""
-    argv = ["train-bench", "--worker", "--launch", str(launch)]
-    argv += ["--group", group] if group else []
-    argv += ["--part", part] if part else []
-    return argv + _recorded_argv(cfg)
-
-
-def resume_command(cfg: TrainBenchConfig) -> str:
-    """The shell command that continues ``cfg``'s run directory: the options it records
-    (a resume must repeat them), the time limit where it is not the default, --resume."""
-    argv = ["osu-dl-bench", "train-bench", *_recorded_argv(cfg)]
-    if cfg.timeout != DEFAULT_TIMEOUT_S:
-        argv += ["--timeout", str(cfg.timeout)]
-    return shlex.join([*argv, "--resume"])
 
 
 def start(cfg: TrainBenchConfig) -> int:

@@ -186,7 +186,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 def start(cfg: TrainConfig) -> int:
     """Run the subcommand on its parsed options (MPI starts here where it needs it)."""
-    from osu_dl_bench.runtime.agreement import agree_on_errors, agree_on_settings
+    from osu_dl_bench.runtime.rank_agreement import agree_on_errors, agree_on_settings
     from osu_dl_bench.train.config import (
         init_training_mpi,
         require_libraries,

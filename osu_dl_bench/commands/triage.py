@@ -6,11 +6,11 @@ file; which links and nodes are slow, from a ``bench linkmap -o`` record
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from osu_dl_bench.commands.triage_cli import TriageConfig
 from osu_dl_bench.diagnosis import linkmap
 from osu_dl_bench.diagnosis.ranks import (
     NotPerRankTiming,
@@ -25,6 +25,14 @@ from osu_dl_bench.measurement.records import OUTPUT_SUFFIXES
 from osu_dl_bench.measurement.store import RunStore, collective_rows
 
 BENCH_FILE = "bench --per-rank -o or bench linkmap -o"
+
+
+@dataclass(frozen=True)
+class TriageConfig:
+    """What triage reads and how much of the call's own time a lag must be to be named."""
+
+    source: Path
+    min_share: float
 
 
 def _run_evidence(source: Path) -> pd.DataFrame:

@@ -4,22 +4,17 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from osu_dl_bench.diagnosis.ranks import MIN_SHARE
 from osu_dl_bench.errors import UsageError
 
+if TYPE_CHECKING:  # the work module loads pandas, which parsing must not wait for
+    from osu_dl_bench.commands.triage import TriageConfig
+
 # The subcommand's line in 'osu-dl-bench --help'.
 HELP = "which ranks and nodes are late or slow, from per-rank timing"
-
-
-@dataclass(frozen=True)
-class TriageConfig:
-    """What triage reads and how much of the call's own time a lag must be to be named."""
-
-    source: Path
-    min_share: float
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,6 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> TriageConfig:
     """The checked options."""
+    from osu_dl_bench.commands.triage import TriageConfig
+
     if not (math.isfinite(args.min_share) and 0 <= args.min_share < 100):
         raise UsageError(f"--min-share {args.min_share}: expected 0 or more, below 100")
     return TriageConfig(Path(args.source), args.min_share)

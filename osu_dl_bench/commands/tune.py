@@ -3,9 +3,11 @@ one process, not an MPI job, so they print directly."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
 from collectives import SPECS
-from osu_dl_bench.commands.select_cli import SelectConfig
-from osu_dl_bench.commands.tune_cli import TuneConfig
 from osu_dl_bench.measurement.store import RunStore
 from osu_dl_bench.paths import check_writable_file, write_text_atomic
 from osu_dl_bench.selection.exports import export_paths, write_exports
@@ -17,6 +19,48 @@ from osu_dl_bench.selection.summary import table_summary
 from osu_dl_bench.selection.table import TuningTable
 from osu_dl_bench.selection.tune import EVIDENCE, run_decisions, table_and_pool
 from osu_dl_bench.train.traffic import bucket_plan
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    """The sweep to tune, the table file to write (its summary and exports beside it), the
+    libraries to export for, the decision rule's risk and indifference zone, the dtype and
+    op to tune on (None: the most common) and the model whose gradient traffic judges the
+    table (None: none)."""
+
+    run_dir: str
+    table_path: Path
+    exports: tuple[str, ...]
+    risk: float
+    indifference: float
+    dtype: str | None
+    op: str | None
+    for_model: str | None
+
+    def rule(self):
+        """The decision rule of these options (selection.rule.DecisionRule)."""
+        from osu_dl_bench.selection.rule import DecisionRule
+
+        return DecisionRule(self.risk, self.indifference)
+
+
+@dataclass(frozen=True)
+class SelectConfig:
+    """The calls to explain (communicator size, sizes, job shape, buffer kind, element type,
+    op, one collective or None for every one in the table) and what decides them: the
+    table, forced algorithms (None: the environment's) and the model's platform."""
+
+    nprocs: int
+    sizes: tuple[int, ...]
+    nodes: int
+    ppn: int | None
+    device: str
+    dtype: str
+    op: str
+    collective: str | None
+    table: str | None
+    force: Mapping[str, str] | None
+    platform: str | None
 
 
 def _traffic_text(cfg: TuneConfig, table: TuningTable) -> str:

@@ -6,38 +6,18 @@ osu_dl_bench.runtime.start)."""
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from osu_dl_bench.commands.arguments import add_rule_arguments
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.selection.names import LIBRARIES, TABLE_DIR
 
+if TYPE_CHECKING:  # the work module loads the catalog and numpy; parsing must not wait
+    from osu_dl_bench.commands.tune import TuneConfig
+
 # The subcommand's line in 'osu-dl-bench --help'.
 HELP = "tuning table (+ summary, exports) from a run directory"
-
-
-@dataclass(frozen=True)
-class TuneConfig:
-    """The sweep to tune, the table file to write (its summary and exports beside it), the
-    libraries to export for, the decision rule's risk and indifference zone, the dtype and
-    op to tune on (None: the most common) and the model whose gradient traffic judges the
-    table (None: none)."""
-
-    run_dir: str
-    table_path: Path
-    exports: tuple[str, ...]
-    risk: float
-    indifference: float
-    dtype: str | None
-    op: str | None
-    for_model: str | None
-
-    def rule(self):
-        """The decision rule of these options (selection.rule.DecisionRule)."""
-        from osu_dl_bench.selection.rule import DecisionRule
-
-        return DecisionRule(self.risk, self.indifference)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -90,6 +70,8 @@ def config_from_args(args: argparse.Namespace) -> TuneConfig:
     exports = tuple(parse_exports(args.export))
     if args.for_model:
         check_model_name(args.for_model)  # before the work, not after it
+    from osu_dl_bench.commands.tune import TuneConfig
+
     return TuneConfig(
         args.run_dir,
         path,

@@ -15,15 +15,17 @@ refused there, each size listed with the reason.
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
+from dataclasses import dataclass
 from pathlib import Path
 
 from collectives import mpit
 from collectives.units import doubling_sizes, format_size
-from osu_dl_bench.commands.verify_export_cli import VerifyExportConfig, sweep_config
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.c_client import (
+    DEFAULT_TIMEOUT,
     ClientRun,
     build_client,
     client_argv,
@@ -61,6 +63,67 @@ from osu_dl_bench.selection.exports.verification import (
     verdicts,
 )
 from osu_dl_bench.selection.paired import Ratio, seed_of
+
+
+@dataclass(frozen=True)
+class VerifyExportConfig:
+    """The exported file and how to measure it: the sweep's --np, -m and --collectives as
+    given (the sweep checks them), launches and budget, the MPI library, the C client
+    (c or none; OMB's binaries' directory, its launches) and the run directory."""
+
+    file: str
+    nprocs: str
+    message_size: str
+    collectives: str
+    launches: int
+    budget: float
+    mpi: str | None
+    client: str
+    omb: str | None
+    client_launches: int
+    output: str | None
+    client_timeout: float = DEFAULT_TIMEOUT
+    resume: bool = False
+
+    @property
+    def path(self) -> Path:
+        """The exported file."""
+        return Path(self.file)
+
+    @property
+    def run_dir(self) -> str:
+        """-o, or FILE's name + '.verify' beside it."""
+        return self.output or str(self.path.with_name(self.path.name + ".verify"))
+
+
+def sweep_config(cfg: VerifyExportConfig, run_dir: str, algs: list[str]) -> SweepConfig:
+    """The sweep that measures plain native with and without the file."""
+    from osu_dl_bench.commands import sweep_cli
+
+    parser = argparse.ArgumentParser(prog="osu-dl-bench verify-export")
+    sweep_cli.add_arguments(parser)
+    # Each algorithm the file names runs forced in launches of its own (native:alg=NAME):
+    # their fingerprints are what the file's launches must show where it names them.
+    candidates = ",".join(["native", *(f"native:alg={alg}" for alg in algs)])
+    # OPTION=VALUE throughout: a value that starts with '-' (a file named '-x.json') stays
+    # its option's value.
+    argv = [
+        f"--output={run_dir}",
+        f"--np={cfg.nprocs}",
+        f"--collectives={cfg.collectives}",
+        f"--message-size={cfg.message_size}",
+        f"--algorithms={candidates}",
+        f"--launches={cfg.launches}",
+        f"--budget={cfg.budget!r}",
+        "--no-calibration",
+        # The sweep's null control stays on: native measured again in launches of its own
+        # (native:null_apart) is the sweep client's A/A pair, judged as the file is.
+        f"--library-file={cfg.path}",
+        *([f"--mpi={cfg.mpi}"] if cfg.mpi else []),
+        # What the sweep's messages advise after a stop ("rerun with --resume").
+        *(["--resume"] if cfg.resume else []),
+    ]
+    return sweep_cli.config_from_args(parser.parse_args(argv))
 
 
 def _where(check: Fingerprinted) -> str:

@@ -5,15 +5,18 @@ no MPI)."""
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from collectives import mpit
 from osu_dl_bench.commands.arguments import seconds_up_to, whole_number, whole_number_up_to
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.c_client import DEFAULT_TIMEOUT
-from osu_dl_bench.jobs.sweep_config import MAX_BUDGET, MAX_LAUNCHES, SweepConfig
+from osu_dl_bench.jobs.sweep_config import MAX_BUDGET, MAX_LAUNCHES
 from osu_dl_bench.measurement.schedule import williams_cycle
+
+if TYPE_CHECKING:  # the work module loads the sweep's machinery and mpi4py; parsing must not
+    from osu_dl_bench.commands.verify_export import VerifyExportConfig
 
 # The subcommand's line in 'osu-dl-bench --help'.
 HELP = (
@@ -141,39 +144,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-@dataclass(frozen=True)
-class VerifyExportConfig:
-    """The exported file and how to measure it: the sweep's --np, -m and --collectives as
-    given (the sweep checks them), launches and budget, the MPI library, the C client
-    (c or none; OMB's binaries' directory, its launches) and the run directory."""
-
-    file: str
-    nprocs: str
-    message_size: str
-    collectives: str
-    launches: int
-    budget: float
-    mpi: str | None
-    client: str
-    omb: str | None
-    client_launches: int
-    output: str | None
-    client_timeout: float = DEFAULT_TIMEOUT
-    resume: bool = False
-
-    @property
-    def path(self) -> Path:
-        """The exported file."""
-        return Path(self.file)
-
-    @property
-    def run_dir(self) -> str:
-        """-o, or FILE's name + '.verify' beside it."""
-        return self.output or str(self.path.with_name(self.path.name + ".verify"))
-
-
 def config_from_args(args: argparse.Namespace) -> VerifyExportConfig:
     """The VerifyExportConfig of parsed arguments; a FILE that is not there is refused here."""
+    from osu_dl_bench.commands.verify_export import VerifyExportConfig
+
     # MPICH's export is three files: its base name or any one of them names all three.
     file = mpit.mpich_export_mpir_file(args.file)
     if not Path(file).is_file():
@@ -194,36 +168,6 @@ def config_from_args(args: argparse.Namespace) -> VerifyExportConfig:
         client_timeout=args.client_timeout,
         resume=args.resume,
     )
-
-
-def sweep_config(cfg: VerifyExportConfig, run_dir: str, algs: list[str]) -> SweepConfig:
-    """The sweep that measures plain native with and without the file."""
-    from osu_dl_bench.commands import sweep_cli
-
-    parser = argparse.ArgumentParser(prog="osu-dl-bench verify-export")
-    sweep_cli.add_arguments(parser)
-    # Each algorithm the file names runs forced in launches of its own (native:alg=NAME):
-    # their fingerprints are what the file's launches must show where it names them.
-    candidates = ",".join(["native", *(f"native:alg={alg}" for alg in algs)])
-    # OPTION=VALUE throughout: a value that starts with '-' (a file named '-x.json') stays
-    # its option's value.
-    argv = [
-        f"--output={run_dir}",
-        f"--np={cfg.nprocs}",
-        f"--collectives={cfg.collectives}",
-        f"--message-size={cfg.message_size}",
-        f"--algorithms={candidates}",
-        f"--launches={cfg.launches}",
-        f"--budget={cfg.budget!r}",
-        "--no-calibration",
-        # The sweep's null control stays on: native measured again in launches of its own
-        # (native:null_apart) is the sweep client's A/A pair, judged as the file is.
-        f"--library-file={cfg.path}",
-        *([f"--mpi={cfg.mpi}"] if cfg.mpi else []),
-        # What the sweep's messages advise after a stop ("rerun with --resume").
-        *(["--resume"] if cfg.resume else []),
-    ]
-    return sweep_cli.config_from_args(parser.parse_args(argv))
 
 
 def start(cfg: VerifyExportConfig) -> int:

@@ -466,12 +466,28 @@ def _run_jobs(experiment: Experiment, progress: Progress) -> int:
         if outcome.code == 0:
             continue
         if outcome.finished:
-            code = 1  # wrong results, already reported and stored: keep going
+            if not outcome.failures:
+                progress.clear()
+                _say_unclean_end(experiment, job, outcome)
+            code = 1  # wrong results or an unclean end, reported, points stored: keep going
             continue
         progress.clear()
         experiment.explain(job, outcome)
         raise JobFailed(outcome.code if outcome.stalled_at is None else 1)
     return code
+
+
+def _say_unclean_end(experiment: Experiment, job: JobKey, outcome: JobOutcome) -> None:
+    """One message for a job that measured all its points and said so, then did not end
+    cleanly (a rank killed or failing in MPI_Finalize): its points are stored, and the
+    experiment's exit says that something went wrong."""
+    print(
+        f"osu-dl-bench: error: the job for {_job_text(job)} measured all its points but "
+        f"ended with exit code {outcome.code} (a rank killed or failing at its end); its "
+        f"points are stored in {experiment.output}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def run_sweep(cfg: SweepConfig) -> int:

@@ -71,8 +71,8 @@ from osu_dl_bench.measurement.store import (
     SweepPoint,
     format_rounds,
 )
-from osu_dl_bench.runtime.agreement import agree_on_errors, on_rank0, wait_politely
 from osu_dl_bench.runtime.metadata import RunMetadata, collect_metadata, utc_now
+from osu_dl_bench.runtime.rank_agreement import agree_on_errors, on_rank0, wait_politely
 from osu_dl_bench.runtime.topology import Topology, discover_topology
 
 

@@ -69,8 +69,8 @@ from collectives.specs import Buffers
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import RunStore
 from osu_dl_bench.paths import CALIBRATION_CSV, CALIBRATION_JSON
-from osu_dl_bench.runtime.agreement import on_rank0
 from osu_dl_bench.runtime.metadata import library_version_line, utc_now
+from osu_dl_bench.runtime.rank_agreement import on_rank0
 
 FIELDS = ("kind", "size_bytes", "nprocs", "median_s", "q1_s", "q3_s", "samples", "job")
 REFERENCE_KINDS = ("ref_copy", "ref_allreduce")

@@ -246,7 +246,8 @@ def validate_at_roots(
 def delay_for(comm: MPI.Comm) -> float:
     """Seconds this rank sleeps before each timed call under the test hook DELAY_ENV
     ("RANK:SECONDS"), else 0; a UsageError for a value that names no rank of ``comm`` or
-    no delay (check it once with runtime.agreement.agree_on_errors: every rank reads the same)."""
+    no delay (check it once with runtime.rank_agreement.agree_on_errors: every rank reads
+    the same)."""
     value = os.environ.get(DELAY_ENV)
     if not value:
         return 0.0

@@ -38,7 +38,7 @@ from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.bench_config import BW_WINDOW
 from osu_dl_bench.measurement.kernel import FAULT_ENV
 from osu_dl_bench.measurement.p2p import bandwidth_mbs, pair_round, time_pair
-from osu_dl_bench.runtime.agreement import wait_politely
+from osu_dl_bench.runtime.rank_agreement import wait_politely
 
 # The latency message: one double, as nccl-tests' smallest point; osu_latency reports 0 B
 # up, and 0-8 B take the same path (eager, one packet).

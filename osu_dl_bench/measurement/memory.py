@@ -13,7 +13,7 @@ from collectives.specs import CallShape, CollectiveSpec
 from collectives.units import format_size
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.bench_config import host_memory_bytes
-from osu_dl_bench.runtime.agreement import agree_on_errors
+from osu_dl_bench.runtime.rank_agreement import agree_on_errors
 
 MEMINFO = "/proc/meminfo"
 

@@ -11,8 +11,8 @@ import traceback
 from collections.abc import Callable
 
 from osu_dl_bench.errors import UsageError, ValidationFailure
-from osu_dl_bench.runtime.agreement import joint_error
 from osu_dl_bench.runtime.launcher import launcher_size, world_rank
+from osu_dl_bench.runtime.rank_agreement import joint_error
 from osu_dl_bench.runtime.start import StartFailure, errors_comm, init_mpi
 from osu_dl_bench.runtime.text import printable
 

@@ -12,8 +12,8 @@ import os
 import sys
 
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.runtime.agreement import joint_error
 from osu_dl_bench.runtime.launcher import avoid_busy_polling_when_oversubscribed
+from osu_dl_bench.runtime.rank_agreement import joint_error
 from osu_dl_bench.runtime.text import printable
 
 THREAD_LEVELS = ("single", "funneled", "serialized", "multiple")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from collectives.shape import JobShape
-from osu_dl_bench.runtime.agreement import agree_on_errors
+from osu_dl_bench.runtime.rank_agreement import agree_on_errors
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ the same way, or a tuning table's as the runtime selector takes it. Per point:
 - slower than native: the choice's time over native's in RUN_B has a 95% interval that
   starts above SLOWER.
 
-Captured speedup (selection.agreement.captured_speedup) scores choices on measurements
+Captured speedup (selection.replication.captured_speedup) scores choices on measurements
 they were not made from: RUN_B's choices scored on a referee run R decided the same way,
 or, without one, RUN_B's choices from its first launches scored on its later launches
 (where RUN_B has at least HELD_OUT_MIN). Its denominator, the scoring side's best, is the
@@ -53,7 +53,8 @@ import pandas as pd
 
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import RunStore
-from osu_dl_bench.selection.agreement import (
+from osu_dl_bench.selection.paired import Ratio, identity, point_latency
+from osu_dl_bench.selection.replication import (
     Agreement,
     Captured,
     agreement,
@@ -61,7 +62,6 @@ from osu_dl_bench.selection.agreement import (
     captured_speedup,
     missed_wins,
 )
-from osu_dl_bench.selection.paired import Ratio, identity, point_latency
 from osu_dl_bench.selection.rule import DEFAULT_RULE, DecisionRule
 from osu_dl_bench.selection.selector import Query, Selector, default_context
 from osu_dl_bench.selection.tune import ONE_LAUNCH, PointDecision, clean_rows, run_decisions
@@ -302,7 +302,7 @@ class Figures:
 
 @dataclass(frozen=True)
 class Evidence:
-    """How RUN_A's intervals and the judged choices hold on RUN_B (selection.agreement)."""
+    """How RUN_A's intervals and the judged choices hold on RUN_B (selection.replication)."""
 
     found: Agreement  # coverage and agreement of RUN_A's intervals by RUN_B's estimates
     clear: int  # points where RUN_B's best is a clear win over native

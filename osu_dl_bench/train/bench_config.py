@@ -1,14 +1,21 @@
-"""``train-bench``'s config (TrainBenchConfig), the options its run directory records and
-the training workload it measures; commands.train_bench_cli parses the command line
-into it. No torch, no MPI, no registry: the parser loads this module."""
+"""``train-bench``'s config (TrainBenchConfig), the options its run directory records (and
+the argument lists that pass them on to a launch and resume the run) and the training
+workload it measures; commands.train_bench_cli parses the command line into it. No
+torch, no MPI, no registry: the parser loads this module."""
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
 from osu_dl_bench.jobs.sweep_config import DEFAULT_STALL_TIMEOUT
 from osu_dl_bench.train.config import TrainConfig
+
+# A whole comparison at p = 2 on the reference machine took about two minutes in one
+# launch; an hour per launch leaves room for larger models and busier hosts and still ends
+# a hung job.
+DEFAULT_TIMEOUT_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -105,3 +112,40 @@ def workload(cfg: TrainBenchConfig) -> TrainConfig:
         lr=0.01,
         **on_gpu,
     )
+
+
+def _option_flag(name: str) -> str:
+    """The flag of a recorded option ('image_size' -> '--image-size')."""
+    return "--" + name.replace("_", "-")
+
+
+def _recorded_argv(cfg: TrainBenchConfig) -> list[str]:
+    """The recorded options (train.bench_config.RECORDED_OPTIONS) as flags and values, in
+    their order; an option without a value is left out."""
+    argv = []
+    recorded = recorded_options(cfg)
+    for name in RECORDED_OPTIONS:
+        value = recorded.get(name)
+        if value is not None:
+            argv += [_option_flag(name), str(value)]
+    return argv
+
+
+def worker_argv(
+    cfg: TrainBenchConfig, launch: int = 1, group: str | None = None, part: str | None = None
+) -> list[str]:
+    """The arguments of ``python -m osu_dl_bench`` for one launch: the same options,
+    --worker, the launch's number and group, and where rank 0 writes its record."""
+    argv = ["train-bench", "--worker", "--launch", str(launch)]
+    argv += ["--group", group] if group else []
+    argv += ["--part", part] if part else []
+    return argv + _recorded_argv(cfg)
+
+
+def resume_command(cfg: TrainBenchConfig) -> str:
+    """The shell command that continues ``cfg``'s run directory: the options it records
+    (a resume must repeat them), the time limit where it is not the default, --resume."""
+    argv = ["osu-dl-bench", "train-bench", *_recorded_argv(cfg)]
+    if cfg.timeout != DEFAULT_TIMEOUT_S:
+        argv += ["--timeout", str(cfg.timeout)]
+    return shlex.join([*argv, "--resume"])

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.paths import check_writable_file, probe_directory
-from osu_dl_bench.runtime.agreement import file_fingerprint
+from osu_dl_bench.runtime.rank_agreement import file_fingerprint
 from osu_dl_bench.runtime.start import init_mpi, raise_environment_thread_level
 from osu_dl_bench.train.ddp_defaults import DEFAULT_BUCKET_CAP, DEFAULT_FIRST_BUCKET
 

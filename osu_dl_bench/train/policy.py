@@ -35,7 +35,7 @@ from collectives.dtypes import element_type
 from collectives.ops import reduce_op
 from collectives.registry import UNAVAILABLE_BACKENDS, CollectiveCall, parse_variant
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.runtime.agreement import joint_error
+from osu_dl_bench.runtime.rank_agreement import joint_error
 from osu_dl_bench.runtime.topology import Topology
 from osu_dl_bench.selection.selector import Decision, Query, Selector
 from osu_dl_bench.train.config import TrainConfig

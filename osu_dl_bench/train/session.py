@@ -16,7 +16,7 @@ import numpy as np
 
 from collectives.device import is_device_array
 from collectives.ops import reduce_op
-from osu_dl_bench.runtime.agreement import agree_on_errors
+from osu_dl_bench.runtime.rank_agreement import agree_on_errors
 from osu_dl_bench.runtime.start import thread_level_name
 from osu_dl_bench.runtime.topology import Topology, discover_topology
 from osu_dl_bench.train.comm_thread import CommThread

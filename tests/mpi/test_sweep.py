@@ -238,7 +238,16 @@ def test_a_killed_rank_loses_at_most_its_point_and_resume_completes(tmp_path):
     _wait_for_rows(proc, run_dir / "results.csv", 20)
     ranks = _ranks_of(run_dir)
     assert len(ranks) == 2, ranks
+    expected = expected_rows([2], ["allreduce", "bcast"], [8 << k for k in range(10)])
+    # The job is frozen before the kill so that the kill lands while a point is left to
+    # measure, whatever the machine's load (a kill after the job's last point is another
+    # case: the engine says the job ended badly and there is nothing to resume).
+    for pid in ranks:
+        os.kill(pid, signal.SIGSTOP)
+    stored = len((run_dir / "results.csv").read_text().splitlines()) - 1
+    assert stored < len(expected), "the job finished before it was frozen"
     os.kill(ranks[-1], signal.SIGKILL)
+    os.kill(ranks[0], signal.SIGCONT)
     killed = _finish(proc)
     assert killed.returncode not in (0, 2), (killed.returncode, killed.stderr)
     assert "rerun with --resume" in killed.stderr, killed.stderr
@@ -249,7 +258,6 @@ def test_a_killed_rank_loses_at_most_its_point_and_resume_completes(tmp_path):
     before = RunStore(run_dir).load()
     own = before[before["group"] == before["backend"]]
     per_point = own.groupby(["group", "collective", "size_bytes"]).size()
-    expected = expected_rows([2], ["allreduce", "bcast"], [8 << k for k in range(10)])
     for (group, coll, size), rows in per_point.items():  # only whole points were stored
         want = [r for r in expected if r[1] == coll and r[3] == size and _backend(r) == group]
         assert rows == len(want), (group, coll, size)

@@ -170,7 +170,7 @@ def _await_peers_or_abort(report) -> None:
 
 def _joint(outcomes: list[tuple[str, str]]) -> tuple[str, str]:
     """One outcome and message for every rank's (outcome, message)."""
-    from osu_dl_bench.runtime.agreement import joint_error
+    from osu_dl_bench.runtime.rank_agreement import joint_error
 
     kinds = {outcome for outcome, _ in outcomes}
     if "failed" in kinds:
@@ -190,7 +190,7 @@ def pytest_runtest_makereport(item, call):
     if report.failed:
         _await_peers_or_abort(report)
     else:
-        from osu_dl_bench.runtime.agreement import wait_politely
+        from osu_dl_bench.runtime.rank_agreement import wait_politely
 
         wait_politely(_agree)  # ranks done sleep while the others finish (6 ranks, 2 cores)
     outcome, message = _joint(_agree.allgather((report.outcome, _message(report))))

@@ -9,7 +9,8 @@ import pytest
 from support.tuning import make_entry, make_table
 
 from collectives.registry import parse_variant
-from osu_dl_bench.commands.tune_cli import TuneConfig, add_arguments, config_from_args
+from osu_dl_bench.commands.tune import TuneConfig
+from osu_dl_bench.commands.tune_cli import add_arguments, config_from_args
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.selection.paired import Ratio, Series, launch_of
 from osu_dl_bench.selection.step_cost import loglog, step_cost_text, step_costs

@@ -255,7 +255,8 @@ def test_the_client_latencies_kept_as_records_give_the_same_verdicts_read_back()
 def test_a_c_client_launch_that_fails_loses_none_of_the_launches_before_it(tmp_path, monkeypatch):
     from osu_dl_bench.cli import build_parser
     from osu_dl_bench.commands import verify_export
-    from osu_dl_bench.commands.verify_export_cli import config_from_args, sweep_config
+    from osu_dl_bench.commands.verify_export import sweep_config
+    from osu_dl_bench.commands.verify_export_cli import config_from_args
     from osu_dl_bench.selection.exports.verification import CLIENT_FILE
 
     file = tmp_path / "t.mpich.json"

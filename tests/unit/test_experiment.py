@@ -174,3 +174,20 @@ def test_a_run_directory_in_use_names_its_holders_command_and_the_option(tmp_pat
     assert f"pid {os.getpid()} on " in message
     assert ": osu-dl-bench train-bench --out run)" in message
     assert message.endswith("or choose another --run-dir") and "sweep" not in message
+
+
+def test_a_job_that_ends_badly_after_its_last_point_says_so_and_the_run_keeps_its_points(
+    tmp_path, capsys
+):
+    def launch(turn):
+        record = {"rows": [list(turn.job)], "points": [_point(*turn.job)], "complete": True}
+        turn.part.write_text(json.dumps(record))
+        # Its 'done' event came, then a rank was killed: finished, no wrong results, exit -9.
+        return JobOutcome(-9 if turn.index == 1 else 0, finished=True, failures=0)
+
+    found = run_recorded(_spec(tmp_path / "run", nprocs=(2,), groups=("mpi",)), launch)
+    err = capsys.readouterr().err
+    assert found.code == 1, found.code
+    assert err.count("osu-dl-bench: error:") == 1, err
+    assert "measured all its points but ended with exit code -9" in err, err
+    assert str(tmp_path / "run") in err and len(RunStore(tmp_path / "run").load()) == 2

@@ -10,13 +10,15 @@ import pytest
 
 from collectives.shape import JobShape
 from osu_dl_bench.cli import build_parser
-from osu_dl_bench.commands.model_cli import (
+from osu_dl_bench.commands.model import (
     AccuracyConfig,
-    CalibrationJobConfig,
     FitConfig,
     PlatformChoice,
     PredictConfig,
     TrainModelConfig,
+)
+from osu_dl_bench.commands.model_cli import (
+    CalibrationJobConfig,
     calibration_job_config_from_args,
     calibration_job_parser,
     config_from_args,

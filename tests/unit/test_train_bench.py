@@ -15,11 +15,11 @@ from support.train_bench import HOME, rows
 
 from osu_dl_bench.cli import build_parser, main
 from osu_dl_bench.commands import train_bench
-from osu_dl_bench.commands.train_bench_cli import config_from_args, worker_argv
+from osu_dl_bench.commands.train_bench_cli import config_from_args
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.orchestrate import JobOutcome
 from osu_dl_bench.jobs.progress import encode_event
-from osu_dl_bench.train.bench_config import recorded_options
+from osu_dl_bench.train.bench_config import recorded_options, worker_argv
 from osu_dl_bench.train.bench_launch import rotated_order
 
 

@@ -10,8 +10,7 @@ import pytest
 
 from osu_dl_bench.cli import build_parser
 from osu_dl_bench.commands import select_cli, tune_cli
-from osu_dl_bench.commands.select_cli import SelectConfig
-from osu_dl_bench.commands.tune_cli import TuneConfig
+from osu_dl_bench.commands.tune import SelectConfig, TuneConfig
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.selection.names import TABLE_DIR
 

@@ -11,12 +11,8 @@ from collections import Counter
 import pytest
 
 from osu_dl_bench.cli import build_parser
-from osu_dl_bench.commands.verify_export import proof_lines
-from osu_dl_bench.commands.verify_export_cli import (
-    DEFAULT_CLIENT_LAUNCHES,
-    config_from_args,
-    sweep_config,
-)
+from osu_dl_bench.commands.verify_export import proof_lines, sweep_config
+from osu_dl_bench.commands.verify_export_cli import DEFAULT_CLIENT_LAUNCHES, config_from_args
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.selection.exports.readers import file_library, file_reader, named_algorithms
 from osu_dl_bench.selection.exports.verification import Fingerprinted, Proof, arm_order

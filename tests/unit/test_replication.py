@@ -1,6 +1,6 @@
 """Whether one run's decisions hold on another: agreement with its binomial interval,
 coverage beside its value under honest intervals, captured speedup and missed wins
-(selection.agreement), on hand-made decisions."""
+(selection.replication), on hand-made decisions."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-from osu_dl_bench.selection.agreement import (
+from osu_dl_bench.selection.paired import Ratio
+from osu_dl_bench.selection.replication import (
     Agreement,
     agreement,
     candidate_pairs,
@@ -16,7 +17,6 @@ from osu_dl_bench.selection.agreement import (
     honest_coverage,
     missed_wins,
 )
-from osu_dl_bench.selection.paired import Ratio
 from tests.support.tuning import decision
 
 

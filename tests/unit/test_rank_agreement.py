@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from osu_dl_bench.runtime.agreement import joint_error
+from osu_dl_bench.runtime.rank_agreement import joint_error
 
 
 def test_joint_error_names_the_rank_unless_every_rank_agrees():

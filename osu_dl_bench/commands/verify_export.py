@@ -33,7 +33,15 @@ from osu_dl_bench.jobs.c_client import (
     run_client,
 )
 from osu_dl_bench.jobs.launch import library_environment
-from osu_dl_bench.jobs.orchestrate import run_sweep
+from osu_dl_bench.jobs.orchestrate import (
+    Experiment,
+    JobFailed,
+    JobKey,
+    JobOutcome,
+    run_experiment,
+    run_sweep,
+)
+from osu_dl_bench.jobs.progress import Progress
 from osu_dl_bench.jobs.sweep_config import SweepConfig
 from osu_dl_bench.measurement.schedule import williams_cycle
 from osu_dl_bench.measurement.store import RunStore
@@ -237,7 +245,8 @@ def measure_client(
 ) -> dict:
     """The C client's three arms (the file, the default, the null control: the default
     loaded through a selection file of its own), one short launch each per launch round,
-    in the seeded Williams order of verification.arm_order: (collective, p, size, arm) ->
+    in the seeded Williams order of verification.arm_order, run by the experiment engine
+    (jobs.orchestrate; JobFailed(130) when interrupted): (collective, p, size, arm) ->
     {launch: mean latency (us)}."""
     environments = {
         FILE_ARM: mpit.selection_file_environment(library, str(cfg.path.resolve())),
@@ -250,18 +259,45 @@ def measure_client(
     latencies: dict[tuple, dict[int, float]] = {}
     launches = cfg.client_launches
     lo, hi = sweep.measure.min_size, sweep.measure.max_size
+    turns: dict[JobKey, tuple[str, str]] = {}  # the engine's job -> (collective, arm)
     for launch in range(1, launches + 1):
         for nprocs in sweep.nprocs:
             for collective in sweep.measure.collectives:
-                argv = client_argv(binaries[collective], collective, lo, hi, bool(cfg.omb))
                 for arm in arm_order(launch, start):
-                    env = {**library_environment(cfg.mpi), **environments[arm]}
-                    what = f"launch {launch}/{launches}, p={nprocs}, {collective}, {ARM_TEXT[arm]}"
-                    run = ClientRun(argv, nprocs, what, cfg.client_timeout, lo, hi)
-                    for size, us in run_client(run, env, cfg.mpi).items():
-                        latencies.setdefault((collective, nprocs, size, arm), {})[launch] = us
-                    keep_client_latencies(latencies, Path(sweep.output))
+                    turns[(nprocs, launch, f"{collective}_{arm}")] = (collective, arm)
+
+    def measure(job: JobKey, progress: Progress) -> JobOutcome:
+        (nprocs, launch, _), (collective, arm) = job, turns[job]
+        argv = client_argv(binaries[collective], collective, lo, hi, bool(cfg.omb))
+        env = {**library_environment(cfg.mpi), **environments[arm]}
+        what = f"launch {launch}/{launches}, p={nprocs}, {collective}, {ARM_TEXT[arm]}"
+        run = ClientRun(argv, nprocs, what, cfg.client_timeout, lo, hi)
+        for size, us in run_client(run, env, cfg.mpi).items():
+            latencies.setdefault((collective, nprocs, size, arm), {})[launch] = us
+        keep_client_latencies(latencies, Path(sweep.output))
+        return JobOutcome(0, finished=True, failures=0)
+
+    kept = f"the C client's latencies so far are kept in {Path(sweep.output) / CLIENT_FILE}"
+    order = list(turns)
+    # The sweep's run directory: its completion mark stays as the sweep left it.
+    client = Experiment(
+        sweep.output,
+        order,
+        dict.fromkeys(order, 1),
+        measure,
+        _explained,
+        progress=False,
+        owns_run=False,
+        interrupted=kept,
+    )
+    ended = run_experiment(client)
+    if ended.code != 0:
+        raise JobFailed(ended.code)
     return latencies
+
+
+def _explained(job: JobKey, outcome: JobOutcome) -> None:
+    """Nothing to add: a C client launch that fails raises its own UsageError."""
 
 
 def keep_client_latencies(latencies: dict[tuple, dict[int, float]], run_dir: Path) -> None:
@@ -297,7 +333,10 @@ def run_verify_export(cfg: VerifyExportConfig) -> int:
     lines += comparison_lines("python", found, proof)
     print("\n".join([*lines, *proof_lines(proof, library)]), flush=True)
     if binaries:
-        latencies = measure_client(cfg, library, probe, binaries)
+        try:
+            latencies = measure_client(cfg, library, probe, binaries)
+        except JobFailed as stopped:  # interrupted: the engine said what is kept
+            return stopped.code
         found = client_verdicts(latencies, reader)
         print("\n".join([HEADER, *comparison_lines("c", found, proof)]), flush=True)
         print("\n".join(refusal_lines(found)), flush=True)

@@ -656,6 +656,13 @@ class Experiment:
     spread_s: float = 0.0
     clock: Callable[[], float] = time.monotonic
     pause: Callable[[float], None] = time.sleep
+    # Whether the engine marks the run directory complete or incomplete: an experiment that
+    # adds to a directory another one finished (model fit's calibration, verify-export's C
+    # client launches) leaves that mark, and the Parquet copy, as it found them.
+    owns_run: bool = True
+    # What the line after Ctrl-C says of what is kept (None: the stored points, for
+    # --resume).
+    interrupted: str | None = None
 
 
 @dataclass(frozen=True)
@@ -685,20 +692,21 @@ def run_experiment(experiment: Experiment) -> ExperimentEnd:
             code = _run_jobs(experiment, progress)
     except KeyboardInterrupt:
         progress.clear()
-        print(
-            f"\ninterrupted: the points measured so far are kept in {experiment.output}; "
-            "rerun with --resume",
-            file=sys.stderr,
+        kept = experiment.interrupted or (
+            f"the points measured so far are kept in {experiment.output}; rerun with --resume"
         )
-        _mark_incomplete(store)
+        print(f"\ninterrupted: {kept}", file=sys.stderr)
+        if experiment.owns_run:
+            _mark_incomplete(store)
         return ExperimentEnd(130, progress.done, time.monotonic() - start, [])
     except Exception:
         progress.clear()
-        _mark_incomplete(store)
+        if experiment.owns_run:
+            _mark_incomplete(store)
         raise
     finally:
         progress.close()
-    lines = runinfo.finish_run(store, complete=True)
+    lines = runinfo.finish_run(store, complete=True) if experiment.owns_run else []
     return ExperimentEnd(code, progress.done, time.monotonic() - start, lines)
 
 

@@ -37,6 +37,8 @@ ROLES = (PLAN, MEASURE, INSIDE)
 # An isolation group is a backend's name ('mpi', 'gloo', 'nccl') or a forced library
 # algorithm's ('alg_NAME'): a plain lowercase word (it is stored in every row).
 GROUP_NAME = re.compile(r"[a-z][a-z0-9_]*")
+# The most launches a sweep may have (--launches, --adaptive).
+MAX_LAUNCHES = 100
 # Where the orchestrator keeps its jobs' specs, in the run directory.
 SPECS_FOLDER = "jobs"
 # The module a launched job runs (``python -m CHILD_MODULE SPEC``).
@@ -103,7 +105,7 @@ class JobSpec:
 
     def __post_init__(self) -> None:
         _require(self.role in ROLES, "role", " or ".join(ROLES))
-        _require(self.launches >= 1, "launches", "at least 1")
+        _require(1 <= self.launches <= MAX_LAUNCHES, "launches", f"1 to {MAX_LAUNCHES}")
         _require(bool(self.nprocs) and min(self.nprocs) >= 1, "nprocs", "process counts >= 1")
         measures = self.role == MEASURE
         _require(

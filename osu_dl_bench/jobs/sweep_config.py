@@ -20,7 +20,7 @@ from pathlib import Path
 
 from collectives.units import split_variant_texts
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.jobs.job_spec import Measurement
+from osu_dl_bench.jobs.job_spec import MAX_LAUNCHES, Measurement  # noqa: F401 (re-exported)
 from osu_dl_bench.measurement.bench_config import COLLECTIVES
 from osu_dl_bench.measurement.heartbeat import TICK_SECONDS
 from osu_dl_bench.measurement.store import RunStore
@@ -45,7 +45,6 @@ DEFAULT_BUDGET = 1.5
 # call differs up to 3x from one launch to the next). Three is the fewest that gives a
 # launch-level interval; the budget is shared among them, so a sweep takes as long.
 DEFAULT_LAUNCHES = 3
-MAX_LAUNCHES = 100
 MAX_BUDGET = 3600.0
 # A job that reports nothing for this long is stopped: the slowest point seen (16 MiB,
 # 16 candidates, p = 4 on 2 busy cores) takes well under a minute.

@@ -84,6 +84,7 @@ def test_the_planner_gets_the_shapes_the_orchestrators_launcher_gives(tmp_path):
         (lambda d: d["spec"].update(measure=[]), "spec.measure: expected an object"),
         (lambda d: d["spec"]["measure"].update(launch_budget=0), "launch_budget: expected a pos"),
         (lambda d: d["spec"].update(launch=4), "spec.launch: expected a launch from 1 to"),
+        (lambda d: d["spec"].update(launches=10**12), "spec.launches: expected 1 to 100"),
         (lambda d: d["spec"].update(group="a;b"), "spec.group: expected a backend's name"),
         (lambda d: d["spec"].update(role="inside"), "spec.launch: expected a launch and a"),
         (lambda d: d["spec"].update(shapes=[[2, 1, 2]]), "spec.shapes[0]: expected an object"),

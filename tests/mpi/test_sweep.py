@@ -26,6 +26,7 @@ from support.sweep import (
 )
 
 from collectives.registry import NULL_CONTROL, is_null_control, parse_variant
+from osu_dl_bench.jobs.job_spec import CHILD_MODULE, SPECS_FOLDER
 from osu_dl_bench.jobs.orchestrate import follow_job
 from osu_dl_bench.jobs.plan import NULL_GROUP, variants_for
 from osu_dl_bench.jobs.progress import Progress, encode_event
@@ -208,14 +209,16 @@ def _wait_for_rows(proc: subprocess.Popen, results: Path, rows: int) -> None:
 
 
 def _ranks_of(run_dir: Path) -> list[int]:
-    """Pids of the job processes sweeping into run_dir (from /proc, Linux)."""
-    pids = []
+    """Pids of the job processes sweeping into run_dir (from /proc, Linux): each runs
+    ``python -m osu_dl_bench.jobs.child SPEC`` with its spec in run_dir."""
+    pids, specs = [], str(run_dir.resolve() / SPECS_FOLDER).encode()
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
             argv = cmdline.read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"--inside" in argv and str(run_dir).encode() in argv and b"mpiexec" not in argv[0]:
+        child = CHILD_MODULE.encode() in argv and any(a.startswith(specs) for a in argv)
+        if child and b"mpiexec" not in argv[0]:
             pids.append(int(cmdline.parent.name))
     return pids
 

@@ -87,7 +87,6 @@ def _reduce_bcast_cost(m: Machine, p: int, n: float) -> float:
     "ring",
     summary="reduce-scatter + allgather around a ring, segmented",
     requires=(COMMUTATIVE_OP,),
-    defaults={"seg": 256 * 1024},
     grid={"seg": (0, 256 * 1024, 1024 * 1024)},
     split=Split("seg", largest_block, zero_means_whole=True),
     cost=_ring_cost,

@@ -220,7 +220,6 @@ def _run(comm: MPI.Comm, op: Any, buf: Any, child_bufs: list[Any], plan: list, s
     "tree",
     summary="pipelined binary-tree reduce + bcast in seg-byte segments, on 1 or 2 trees",
     requires=(COMMUTATIVE_OP,),
-    defaults={"seg": DEFAULT_SEG, "trees": 1},
     grid={"seg": (0, 64 * 1024, DEFAULT_SEG, 1024 * 1024), "trees": TREE_COUNTS},
     # seg cuts the whole message (each segment then halved between two trees), so a
     # segment at least as large as the message runs what seg=0 runs.

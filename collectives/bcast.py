@@ -85,7 +85,6 @@ def _check_seg(seg: object) -> None:
     "bcast",
     "chain",
     summary="pipelined chain, segments of seg bytes (Awan et al.)",
-    defaults={"seg": DEFAULT_SEG},
     grid={"seg": (64 * 1024, 256 * 1024, 1024 * 1024)},
     split=Split("seg", whole_message),
     cost=_chain_cost,

@@ -531,7 +531,6 @@ def register_algorithms() -> None:
         summary="single-copy reduce-scatter + allgather between private buffers "
         "(Linux CMA, one node)",
         requires=(SINGLE_NODE, CPU_BUFFERS, COMMUTATIVE_OP),
-        defaults={"chunk": DEFAULT_CHUNK},
         grid={"chunk": CHUNK_GRID},
         split=Split("chunk", largest_block),
         cost=allreduce_cost,

@@ -67,7 +67,6 @@ def check_forced(collective: str, alg: str) -> None:
 # The collectives whose library algorithms can be forced: native takes ``alg`` there.
 _FORCIBLE = {
     "algorithm_class": NativeAlgorithm,
-    "defaults": {"alg": mpit.AUTO},
     "check_params": _check_alg,
 }
 

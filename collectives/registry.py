@@ -11,6 +11,7 @@ with the reason and can never be selected.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import pkgutil
 from collections.abc import Callable, Mapping, Sequence
@@ -417,19 +418,41 @@ _loaded = False
 UNAVAILABLE_BACKENDS: dict[str, str] = {}
 
 
+# *args and **kwargs name no parameter a variant could bind.
+_VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+
+
+def signature_defaults(factory: Factory) -> dict[str, int | str]:
+    """The parameters of ``factory(comm, ...)`` after the communicator with their defaults:
+    an algorithm's parameters and defaults, stated once, in its signature."""
+    params = list(inspect.signature(factory).parameters.values())[1:]
+    bare = [p.name for p in params if p.default is p.empty or p.kind in _VARIADIC]
+    if bare:
+        raise ValueError(f"{factory.__qualname__}: parameter {', '.join(bare)} needs a default")
+    return {p.name: p.default for p in params}
+
+
 def register(
     collective: str, name: str, algorithm_class: type[Algorithm] | None = None, **fields: Any
 ) -> Callable[[Factory], Factory]:
     """Decorator registering ``factory`` as algorithm ``name`` of ``collective``
-    (``algorithm_class``: an Algorithm subclass whose variants differ, e.g. native's)."""
+    (``algorithm_class``: an Algorithm subclass whose variants differ, e.g. native's); its
+    parameters' defaults are those of the factory's signature (signature_defaults)."""
     if collective not in SPECS:
         raise ValueError(f"unknown collective {collective!r}")
+    if "defaults" in fields:
+        raise ValueError(
+            f"algorithm {name!r} of {collective}: state parameter defaults once, in the "
+            "factory's signature, not also in register()"
+        )
 
     def decorate(factory: Factory) -> Factory:
         key = (collective, name)
         if key in _REGISTRY:
             raise ValueError(f"algorithm {name!r} of {collective} is registered twice")
-        _REGISTRY[key] = (algorithm_class or Algorithm)(collective, name, factory, **fields)
+        cls = algorithm_class or Algorithm
+        defaults = signature_defaults(factory)
+        _REGISTRY[key] = cls(collective, name, factory, defaults=defaults, **fields)
         return factory
 
     return decorate

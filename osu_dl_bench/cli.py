@@ -15,6 +15,7 @@ from osu_dl_bench import __version__
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.runtime.guard import run_guarded
 from osu_dl_bench.runtime.launcher import launcher_rank
+from osu_dl_bench.runtime.metadata import set_cli_arguments
 from osu_dl_bench.runtime.start import set_command
 
 
@@ -92,7 +93,11 @@ def main(argv: list[str] | None = None) -> int:
         command = command_module(args.command)
         return command.start(command.config_from_args(args))
 
-    code = run_guarded(body)
+    set_cli_arguments(argv)  # what the run records as its command line
+    try:
+        code = run_guarded(body)
+    finally:
+        set_cli_arguments(None)
     sys.stdout.flush()
     return code
 

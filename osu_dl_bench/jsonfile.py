@@ -17,7 +17,17 @@ MAX_FILE_BYTES = 64 << 20
 
 # JSON's null, as a kind for is_kind.
 NULL = type(None)
-_KIND_NAMES = {dict: "an object", list: "a list", NULL: "null", bool: "true or false"}
+# JSON's types in words, the one vocabulary of every message about a JSON value (the
+# schemas' descriptions use it too). bool before int: JSON's true is no number.
+TYPE_NAMES = {
+    dict: "an object",
+    list: "a list",
+    str: "a string",
+    bool: "true or false",
+    int: "a whole number",
+    float: "a number",
+    NULL: "null",
+}
 
 
 class UnreadableJson(ValueError):
@@ -101,20 +111,29 @@ def parse_json(data: bytes) -> Any:
 def describe(value: Any) -> str:
     """A short, safe rendering of a JSON value for messages: a scalar as JSON (cut to 60
     characters), a list or object by kind (their contents may be huge or deep)."""
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 1 << 100:
+    if isinstance(value, (list, dict)):
+        return type_name(value)
+    if is_count(value) and abs(value) >= 1 << 100:
         return f"an integer of {value.bit_length()} bits"
     text = json.dumps(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def type_name(value: Any) -> str:
+    """A parsed JSON value's type in words: [1] -> 'a list', 5 -> 'a whole number'."""
+    names = (name for kind, name in TYPE_NAMES.items() if is_kind(value, kind))
+    return next(names, type(value).__name__)
+
+
 def kind_text(kind: type | tuple) -> str:
-    """JSON kinds in words: (str, NULL) -> 'str or null'."""
+    """JSON kinds in words: (str, NULL) -> 'a string or null'."""
     kinds = kind if isinstance(kind, tuple) else (kind,)
-    return " or ".join(_KIND_NAMES.get(k, k.__name__) for k in kinds)
+    return " or ".join(TYPE_NAMES[k] for k in kinds)
+
+
+def is_count(value: Any) -> bool:
+    """Whether a parsed JSON value is a whole number (true and false are not)."""
+    return is_kind(value, int)
 
 
 def is_kind(value: Any, kind: type | tuple) -> bool:

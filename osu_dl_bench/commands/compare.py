@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import os
-import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -21,6 +20,7 @@ from collectives.units import format_size
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import is_training_run
 from osu_dl_bench.paths import os_reason, write_text_atomic
+from osu_dl_bench.runtime.metadata import command_line
 from osu_dl_bench.selection.comparison import (
     HELD_OUT_MIN,
     REGRET_BOUND,
@@ -61,7 +61,7 @@ class CompareConfig:
     run_b: str
     table: str | None
     nprocs: tuple[int, ...]
-    nprocs_text: str | None  # as given: the --out file records the command line
+    nprocs_text: str | None  # as given, as the report names it
     out: str | None
     referee: str | None
     risk: float
@@ -123,7 +123,7 @@ def run_compare(cfg: CompareConfig) -> int:
     text = "\n\n".join(reports)
     print(text, flush=True)
     if cfg.out:
-        write_text_atomic(cfg.out, f"# command: {shlex.join(command_line(cfg))}\n{text}\n")
+        write_text_atomic(cfg.out, f"# command: {command_line()}\n{text}\n")
     return 0
 
 
@@ -154,15 +154,6 @@ def configuration_report(both, run_a: str, run_b: str) -> str:
             f"{(row.relative - 1) * 100:>9.1f}%"
         )
     return "\n".join(lines)
-
-
-def command_line(cfg: CompareConfig) -> list[str]:
-    """The command that gives this report, as the --out file records it."""
-    argv = ["osu-dl-bench", "compare", cfg.run_a, cfg.run_b]
-    options = (("--table", cfg.table), ("--referee", cfg.referee), ("--nprocs", cfg.nprocs_text))
-    for flag, value in options:
-        argv += [flag, value] if value else []
-    return [*argv, "--risk", str(cfg.risk), "--indifference", str(cfg.indifference)]
 
 
 # --- decisions ----------------------------------------------------------------------------

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from osu_dl_bench.jobs.sweep_config import command_line
 from osu_dl_bench.measurement.merge import merge_runs
 from osu_dl_bench.paths import check_writable_directory
+from osu_dl_bench.runtime.metadata import command_line
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,14 @@ a departure from the default counts as a gain only where it is confirmed beyond 
 control's spread), with the proof that the library used the file (the file read back
 through selection.exports.readers).
 
+With --best-of-candidates (MPICH, on by default where the sweep the export was tuned from
+is found) the C client also runs each candidate that sweep measured, as an arm of its
+own: the best choice per size, and the share of its speedup the file captures.
+
 Exit 1: the library did not apply the file. Exit 3 (REFUSED): it applied, but the file
 departs from the default at sizes where the C client confirms no gain: the export is
-refused there, each size listed with the reason.
+refused there, each size listed with the reason. With --write-corrected BASE the export is
+written again with only the departures the C client confirms (exit 0 then).
 """
 
 from __future__ import annotations
@@ -46,23 +51,38 @@ from osu_dl_bench.jobs.sweep_config import SweepConfig
 from osu_dl_bench.measurement.schedule import williams_cycle
 from osu_dl_bench.measurement.store import RunStore
 from osu_dl_bench.paths import write_text_atomic
+from osu_dl_bench.runtime.mpich_trees import candidate_files_env
+from osu_dl_bench.selection.exports import mpich
+from osu_dl_bench.selection.exports.common import LIBRARY_DEFAULT
 from osu_dl_bench.selection.exports.readers import (
     file_library,
     file_reader,
     named_algorithms,
 )
 from osu_dl_bench.selection.exports.verification import (
-    ARMS,
     CLIENT_FILE,
     DEFAULT_ARM,
     FILE_ARM,
     NULL_ARM,
+    TAKEN_BEST,
+    BestChoice,
+    CapturedShare,
     Fingerprinted,
+    MeasuredCandidates,
     Proof,
     SizeVerdict,
     arm_order,
+    best_choices,
+    captured_share,
+    client_arms,
     client_records,
     client_verdicts,
+    corrected_table,
+    correction_lines,
+    corrections,
+    export_sweep,
+    export_table,
+    measured_candidates,
     null_control_environment,
     prove,
     speedup_interval,
@@ -71,13 +91,15 @@ from osu_dl_bench.selection.exports.verification import (
     verdicts,
 )
 from osu_dl_bench.selection.paired import Ratio, seed_of
+from osu_dl_bench.selection.table import load_table
 
 
 @dataclass(frozen=True)
 class VerifyExportConfig:
     """The exported file and how to measure it: the sweep's --np, -m and --collectives as
     given (the sweep checks them), launches and budget, the MPI library, the C client
-    (c or none; OMB's binaries' directory, its launches) and the run directory."""
+    (c or none; OMB's binaries' directory, its launches), the run directory, and whether
+    the C client also runs the candidates of the sweep the export came from."""
 
     file: str
     nprocs: str
@@ -92,6 +114,10 @@ class VerifyExportConfig:
     output: str | None
     client_timeout: float = DEFAULT_TIMEOUT
     resume: bool = False
+    # None: run the sweep's candidates where the sweep is found (MPICH); True: required.
+    best_of_candidates: bool | None = None
+    sweep: str | None = None
+    write_corrected: str | None = None
 
     @property
     def path(self) -> Path:
@@ -241,36 +267,57 @@ def client_binaries(cfg: VerifyExportConfig, sweep: SweepConfig) -> dict[str, Pa
 
 
 def measure_client(
-    cfg: VerifyExportConfig, library: str, sweep: SweepConfig, binaries: dict[str, Path]
+    cfg: VerifyExportConfig,
+    library: str,
+    sweep: SweepConfig,
+    binaries: dict[str, Path],
+    measured: MeasuredCandidates | None = None,
 ) -> dict:
-    """The C client's three arms (the file, the default, the null control: the default
-    loaded through a selection file of its own), one short launch each per launch round,
-    in the seeded Williams order of verification.arm_order, run by the experiment engine
-    (jobs.orchestrate; JobFailed(130) when interrupted): (collective, p, size, arm) ->
-    {launch: mean latency (us)}."""
+    """The C client's arms (the file, the default, the null control: the default loaded
+    through a selection file of its own; and one per candidate of ``measured``, loading its
+    files as the sweep did), one short launch each per launch round, in the seeded Williams
+    order of verification.arm_order, run by the experiment engine (jobs.orchestrate;
+    JobFailed(130) when interrupted): (collective, p, size, arm) -> {launch: mean latency
+    (us)}. A collective with k arms gets cfg.client_launches rounded up to whole cycles of
+    k arms' design; a candidate's launches run only the sizes the sweep measured it at."""
+    measured = measured or {}
     environments = {
         FILE_ARM: mpit.selection_file_environment(library, str(cfg.path.resolve())),
         DEFAULT_ARM: {},
         NULL_ARM: null_control_environment(library, Path(sweep.output) / "null_control"),
     }
+    plans = {
+        (nprocs, collective): client_arms(list(measured.get((collective, nprocs), {})))
+        for nprocs in sweep.nprocs
+        for collective in sweep.measure.collectives
+    }
     # One seed per file and launch count: a rerun takes the same order.
-    cycle = williams_cycle(len(ARMS))
-    start = random.Random(seed_of(str(cfg.path), cfg.client_launches)).randrange(cycle)
+    seed = seed_of(str(cfg.path), cfg.client_launches)
     latencies: dict[tuple, dict[int, float]] = {}
-    launches = cfg.client_launches
-    lo, hi = sweep.measure.min_size, sweep.measure.max_size
-    turns: dict[JobKey, tuple[str, str]] = {}  # the engine's job -> (collective, arm)
-    for launch in range(1, launches + 1):
-        for nprocs in sweep.nprocs:
-            for collective in sweep.measure.collectives:
-                for arm in arm_order(launch, start):
-                    turns[(nprocs, launch, f"{collective}_{arm}")] = (collective, arm)
+    turns: dict[JobKey, tuple[str, str, int]] = {}  # job -> (collective, arm, its launches)
+    rounds = max(client_launches_of(cfg.client_launches, len(arms)) for arms in plans.values())
+    for launch in range(1, rounds + 1):
+        for (nprocs, collective), arms in plans.items():
+            launches = client_launches_of(cfg.client_launches, len(arms))
+            if launch > launches:
+                continue
+            start = random.Random(seed).randrange(williams_cycle(len(arms)))
+            for arm in arm_order(launch, start, arms):
+                turns[(nprocs, launch, f"{collective}_{arm}")] = (collective, arm, launches)
 
     def measure(job: JobKey, progress: Progress) -> JobOutcome:
-        (nprocs, launch, _), (collective, arm) = job, turns[job]
+        (nprocs, launch, _), (collective, arm, launches) = job, turns[job]
+        sizes = measured.get((collective, nprocs), {}).get(arm)
+        whole = (sweep.measure.min_size, sweep.measure.max_size)
+        lo, hi = (min(sizes), max(sizes)) if sizes else whole
         argv = client_argv(binaries[collective], collective, lo, hi, bool(cfg.omb))
-        env = {**library_environment(cfg.mpi), **environments[arm]}
-        what = f"launch {launch}/{launches}, p={nprocs}, {collective}, {ARM_TEXT[arm]}"
+        own = (
+            environments[arm]
+            if arm in environments
+            else candidate_environment(sweep, collective, arm)
+        )
+        env = {**library_environment(cfg.mpi), **own}
+        what = f"launch {launch}/{launches}, p={nprocs}, {collective}, {arm_text(arm)}"
         run = ClientRun(argv, nprocs, what, cfg.client_timeout, lo, hi)
         for size, us in run_client(run, env, cfg.mpi).items():
             latencies.setdefault((collective, nprocs, size, arm), {})[launch] = us
@@ -300,6 +347,117 @@ def _explained(job: JobKey, outcome: JobOutcome) -> None:
     """Nothing to add: a C client launch that fails raises its own UsageError."""
 
 
+def client_launches_of(asked: int, arms: int) -> int:
+    """The C client's launches of ``arms`` arms: ``asked`` rounded up to whole cycles of
+    their Williams design (measurement.schedule.williams_cycle)."""
+    cycle = williams_cycle(arms)
+    return -(-asked // cycle) * cycle
+
+
+def candidate_environment(sweep: SweepConfig, collective: str, alg: str) -> dict[str, str]:
+    """A measured candidate's arm: MPICH's generic trees with its one change, as files,
+    written by the function the sweep's launches use (runtime.mpich_trees.
+    candidate_files_env)."""
+    directory = Path(sweep.output) / "candidates" / f"{collective}_{alg}"
+    return candidate_files_env(directory, {collective: alg})
+
+
+def arm_text(arm: str) -> str:
+    """An arm in words, for the progress line."""
+    return ARM_TEXT.get(arm, f"candidate {arm} (the generic trees with its one change)")
+
+
+def candidates_to_run(
+    cfg: VerifyExportConfig, library: str, sweep: SweepConfig
+) -> MeasuredCandidates:
+    """The sweep's measured candidates the C client also runs (--best-of-candidates): MPICH's
+    layered candidates in the sweep of --sweep, or of the export's table's provenance, at the
+    run's process counts and collectives; none for Open MPI (its rules-file candidates are
+    not run), with --no-best-of-candidates, or where no sweep is found unless asked for."""
+    if cfg.best_of_candidates is False or library != "mpich":
+        if cfg.best_of_candidates and library != "mpich":
+            raise UsageError("--best-of-candidates: only MPICH's layered candidates are run")
+        return {}
+    found = Path(cfg.sweep) if cfg.sweep else export_sweep(cfg.path)
+    if found is None or not (found / "results.csv").is_file():
+        if cfg.best_of_candidates or cfg.sweep:
+            raise UsageError(
+                f"--best-of-candidates: no sweep found for {cfg.path} (its table's provenance "
+                f"names none that is there{f', nor is {cfg.sweep}' if cfg.sweep else ''}): "
+                "name it with --sweep DIR"
+            )
+        print(f"# no sweep found for {cfg.path}: the C client runs no candidates", flush=True)
+        return {}
+    frame, _ = RunStore(found).read()
+    measured = {
+        key: algs
+        for key, algs in measured_candidates(frame).items()
+        if key[0] in sweep.measure.collectives and key[1] in sweep.nprocs
+    }
+    print(f"# the C client also runs the candidates {found} measured: {_listed(measured)}")
+    return measured
+
+
+def _listed(measured: MeasuredCandidates) -> str:
+    """'allreduce p=2: ch4_beta (4M-16M), posix_mpir (8-16M); ...' or 'none'."""
+    parts = [
+        f"{c} p={p}: "
+        + ", ".join(
+            f"{alg} ({format_size(min(s))}-{format_size(max(s))})"
+            for alg, s in sorted(algs.items())
+        )
+        for (c, p), algs in sorted(measured.items())
+    ]
+    return "; ".join(parts) or "none"
+
+
+def _span(sizes: tuple[int, ...]) -> str:
+    return f"{format_size(min(sizes))}-{format_size(max(sizes))}"
+
+
+def best_lines(best: list[BestChoice], found: list[SizeVerdict]) -> list[str]:
+    """Per size where candidates ran: the rule's pick and its speedup over the default with
+    the intervals; then the share of the confirmed best choices' speedup the file captures,
+    per collective and p and over all, with the sizes it rests on."""
+    lines = [
+        "# c: the best measured choice per size (the decision rule's pick among the sweep's "
+        "candidates and the default, each loaded through its files; C client):",
+        f"{'client':<8}{'collective':<11}{'p':>3}{'size':>8}  {'best choice':<28}"
+        "speedup  95% CI       launches  null    95% CI       verdict",
+    ]
+    for b in best:
+        collective, nprocs, size = b.where
+        null = _speedup(b.null) if b.null is not None else f"{'-':>6}  {'':<12}"
+        verdict = (
+            "confirmed" if b.confirmed else ("default" if b.choice is None else "not confirmed")
+        )
+        lines.append(
+            f"{'c':<8}{collective:<11}{nprocs:>3}{format_size(int(size)):>8}  "
+            f"{b.choice or 'default':<28}{_speedup(b.ratio)}{b.ratio.launches:>8}  {null}{verdict}"
+        )
+    groups = sorted({tuple(b.where[:2]) for b in best})
+    for key in [*groups, None]:
+        chosen = [b for b in best if key is None or tuple(b.where[:2]) == key]
+        label = "all" if key is None else f"{key[0]} p={key[1]}"
+        lines.append(share_line(label, captured_share(found, chosen)))
+    return lines
+
+
+def share_line(label: str, share: CapturedShare) -> str:
+    """'# c: captured share (allreduce p=2): 87.1% of ...' or the line saying it is undefined."""
+    if not share.sizes:
+        return (
+            f"# c: captured share ({label}): undefined: no size has a best choice confirmed "
+            "faster than the default beyond the null control"
+        )
+    sizes = ", ".join(f"{c} p={p} {format_size(int(s))}" for c, p, s in share.sizes)
+    return (
+        f"# c: captured share ({label}): {100 * share.share:.1f}% of the speedup of the "
+        f"confirmed best choices (sum log(default/file) {share.captured:.3f} over sum "
+        f"log(default/best) {share.available:.3f}), over {len(share.sizes)} sizes: {sizes}"
+    )
+
+
 def keep_client_latencies(latencies: dict[tuple, dict[int, float]], run_dir: Path) -> None:
     """The C client's latencies so far, written into the run directory (CLIENT_FILE) after
     each launch: a launch stopped later (its timeout, a failure) loses none of them."""
@@ -316,6 +474,13 @@ def run_verify_export(cfg: VerifyExportConfig) -> int:
     # The C client is built (or OMB's found) before anything is measured: a missing
     # compiler is one message up front, not the loss of a finished sweep's report.
     binaries = client_binaries(cfg, probe) if cfg.client == "c" else {}
+    measured = candidates_to_run(cfg, library, probe) if binaries else {}
+    if cfg.write_corrected and (library != "mpich" or not binaries or not export_table(path)):
+        # Refused before any job: the correction rests on the C client and the export's table.
+        raise UsageError(
+            "--write-corrected: needs an MPICH export with its table (BASE.json) beside it "
+            "and the C client (--client c)"
+        )
     # The file is read at the sweep's sizes, lo, 2 lo, ... up to hi, from size 1 on.
     sizes = doubling_sizes(max(probe.measure.min_size, 1), probe.measure.max_size)
     code = run_sweep(sweep_config(cfg, run_dir, named_algorithms(reader, probe.nprocs, sizes)))
@@ -334,15 +499,56 @@ def run_verify_export(cfg: VerifyExportConfig) -> int:
     print("\n".join([*lines, *proof_lines(proof, library)]), flush=True)
     if binaries:
         try:
-            latencies = measure_client(cfg, library, probe, binaries)
+            latencies = measure_client(cfg, library, probe, binaries, measured)
         except JobFailed as stopped:  # interrupted: the engine said what is kept
             return stopped.code
         found = client_verdicts(latencies, reader)
         print("\n".join([HEADER, *comparison_lines("c", found, proof)]), flush=True)
-        print("\n".join(refusal_lines(found)), flush=True)
+        best = best_choices(latencies, measured) if measured else []
+        if best:
+            print("\n".join(best_lines(best, found)), flush=True)
+        if cfg.write_corrected:
+            print("\n".join(write_corrected(cfg, found, best)), flush=True)
+        else:
+            print("\n".join(refusal_lines(found)), flush=True)
     if proof.mismatches:
         return 1
-    return REFUSED if binaries and any(v.refused for v in found) else 0
+    # With --write-corrected the export written keeps only the departures the C client
+    # confirmed: the refused sizes are corrected, not refused.
+    refused = binaries and not cfg.write_corrected and any(v.refused for v in found)
+    return REFUSED if refused else 0
+
+
+def write_corrected(
+    cfg: VerifyExportConfig, found: list[SizeVerdict], best: list[BestChoice]
+) -> list[str]:
+    """Write the export again at --write-corrected BASE (verification.corrections: the
+    file's confirmed departures, the C client's confirmed best choices, the default
+    elsewhere), its table BASE.json beside it, the notes ending with the C client's
+    evidence per size; the lines that say so."""
+    table_path = export_table(cfg.path)
+    if table_path is None:
+        raise UsageError(
+            f"--write-corrected: the table {cfg.path} was exported from is not beside it "
+            "(BASE.json): the export is written again from its table"
+        )
+    base = Path(cfg.write_corrected)
+    fixed = corrections(found, best)
+    table = corrected_table(load_table(table_path), fixed)
+    table.write(base.with_name(base.name + ".json"))
+    paths, warnings = mpich.export(table, base)
+    notes = next(p for p in paths if p.name.endswith(mpich.NOTES_SUFFIX))
+    evidence = ["# the C client's evidence per size (verify-export --write-corrected):"]
+    evidence += correction_lines(fixed)
+    write_text_atomic(notes, notes.read_text() + "\n".join(evidence) + "\n")
+    departures = [c for c in fixed if c.alg != LIBRARY_DEFAULT]
+    return [
+        f"# wrote the corrected export {base}: {len(departures)} departures, each confirmed "
+        f"by the C client ({sum(c.why == TAKEN_BEST for c in departures)} of them its best "
+        f"choice where the file had none confirmed); the default at the other "
+        f"{len(fixed) - len(departures)} sizes; the evidence per size in {notes}",
+        *(f"# export warning: {w}" for w in warnings),
+    ]
 
 
 # The exit status when the file applied but departs from the default somewhere without a

@@ -131,6 +131,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"(default {DEFAULT_TIMEOUT:g})",
     )
     parser.add_argument(
+        "--best-of-candidates",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the C client also runs each MPICH candidate the sweep measured (MPICH's generic "
+        "trees with its one change, as the sweep loaded them), at the sizes it measured it, "
+        "and reports the best choice per size and the share of its speedup the file "
+        "captures (default: on for MPICH where the sweep is found: --sweep, else the run "
+        "directory in the provenance of the table BASE.json beside the export)",
+    )
+    parser.add_argument(
+        "--sweep",
+        default=None,
+        metavar="DIR",
+        help="the sweep the export was tuned from, whose candidates --best-of-candidates runs "
+        "(default: the table's provenance)",
+    )
+    parser.add_argument(
+        "--write-corrected",
+        default=None,
+        metavar="BASE",
+        help="write the MPICH export again as BASE.mpich.{ch4,posix,mpir}.json (and its table "
+        "BASE.json): the file's departures the C client confirms beyond the null control, the "
+        "C client's confirmed best choice (--best-of-candidates) where the file has none, "
+        "MPICH's default at every other size; the notes give the C client's evidence per "
+        "size; exit 0 then, since the export written departs only where confirmed",
+    )
+    parser.add_argument(
         "--resume",
         action="store_true",
         help="continue RUN_DIR where a run was stopped (its measured points are kept)",
@@ -167,6 +194,9 @@ def config_from_args(args: argparse.Namespace) -> VerifyExportConfig:
         output=args.output,
         client_timeout=args.client_timeout,
         resume=args.resume,
+        best_of_candidates=args.best_of_candidates,
+        sweep=args.sweep,
+        write_corrected=args.write_corrected,
     )
 
 

@@ -38,9 +38,8 @@ from osu_dl_bench.jobs.orchestrate import (
     run_experiment,
 )
 from osu_dl_bench.jobs.progress import Progress
-from osu_dl_bench.jobs.sweep_config import command_line
 from osu_dl_bench.measurement.store import RunStore, SweepPoint
-from osu_dl_bench.runtime.metadata import utc_now
+from osu_dl_bench.runtime.metadata import COMMAND_KEY, command_line, utc_now
 
 # A record's collective points, as SweepPoint fields: appended to results.csv, not kept in
 # the metadata.
@@ -184,7 +183,7 @@ def _session(spec: RecordedExperiment, config: dict[str, Any]) -> dict[str, Any]
         "experiment": spec.name,
         "config": config,
         "package_version": __version__,
-        "command": command_line(),
+        COMMAND_KEY: command_line(),
         "date": utc_now(),
         "launcher": "mpiexec",
         "nprocs": list(spec.nprocs),

@@ -46,13 +46,12 @@ from osu_dl_bench.jobs.sweep_config import (
     check_local_process_counts,
     check_output_dir,
     check_run_dir,
-    command_line,
 )
 from osu_dl_bench.measurement import heartbeat
 from osu_dl_bench.measurement.store import LOCK, RunLock, RunStore, StoreError
 from osu_dl_bench.paths import os_reason, write_text_atomic
 from osu_dl_bench.runtime.launcher import OVERSUBSCRIBED_CVARS
-from osu_dl_bench.runtime.metadata import utc_now
+from osu_dl_bench.runtime.metadata import command_line, utc_now
 
 # The planner imports the registry (and torch, for Gloo): slow, but never minutes.
 PLANNER_TIMEOUT = 600.0

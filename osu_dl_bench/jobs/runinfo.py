@@ -9,9 +9,9 @@ import os
 from typing import Any
 
 from osu_dl_bench import __version__
-from osu_dl_bench.jobs.sweep_config import SweepConfig, command_line
+from osu_dl_bench.jobs.sweep_config import SweepConfig
 from osu_dl_bench.measurement.store import RunStore, launch_entries
-from osu_dl_bench.runtime.metadata import utc_now
+from osu_dl_bench.runtime.metadata import COMMAND_KEY, command_line, utc_now
 from osu_dl_bench.runtime.slurm_env import slurm_job
 
 # The array library behind each buffer kind (-d).
@@ -50,7 +50,7 @@ def session_fields(cfg: SweepConfig, launcher: str) -> dict[str, Any]:
     m = cfg.measure
     return {
         "package_version": __version__,
-        "command": command_line(),
+        COMMAND_KEY: command_line(),
         "date": utc_now(),
         "launcher": launcher,
         "buffer_kind": m.device,
@@ -76,7 +76,7 @@ def record_session(store: RunStore, session: dict[str, Any]) -> None:
     (``session_fields`` of a sweep; an experiment's own, with command, date, launcher)."""
     metadata = store.read_metadata()
     history = metadata.get("sessions", [])
-    history.append({k: session[k] for k in ("command", "date", "launcher")})
+    history.append({k: session[k] for k in (COMMAND_KEY, "date", "launcher")})
     metadata.update(session, sessions=history, complete=False)
     metadata.setdefault("jobs", {})
     store.write_metadata(metadata)
@@ -95,7 +95,7 @@ def record_submission(store: RunStore, job_id: str, script: str) -> None:
     metadata = store.read_metadata()
     submissions = metadata.setdefault("submissions", [])
     submissions.append(
-        {"slurm_job_id": job_id, "script": script, "command": command_line(), "date": utc_now()}
+        {"slurm_job_id": job_id, "script": script, COMMAND_KEY: command_line(), "date": utc_now()}
     )
     store.write_metadata(metadata)
 

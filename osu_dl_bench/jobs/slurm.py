@@ -23,12 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.jobs.sweep_config import (
-    CONTROL_CHARACTERS,
-    BatchOptions,
-    SweepConfig,
-    command_line,
-)
+from osu_dl_bench.jobs.sweep_config import CONTROL_CHARACTERS, BatchOptions, SweepConfig
+from osu_dl_bench.runtime.metadata import command_line
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable  # Python 3.11+; annotations only

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import sys
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -333,13 +332,3 @@ def check_run_dir(cfg: SweepConfig) -> None:
             f"-o {cfg.output} already holds {len(frame)} results: add --resume to continue "
             "that sweep, or choose a new directory"
         )
-
-
-def command_line() -> str:
-    """This command line, quoted so it can be pasted back into a shell."""
-    # argv[0] is __main__.py under `python -m`: name the console script either way. A
-    # script run by its path (scripts/bench_collectives.py) keeps its path.
-    script = sys.argv[0] if sys.argv else ""
-    if not script.endswith(".py") or Path(script).name == "__main__.py":
-        script = "osu-dl-bench"
-    return shlex.join([script, *sys.argv[1:]])

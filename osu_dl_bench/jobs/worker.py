@@ -71,7 +71,7 @@ from osu_dl_bench.measurement.store import (
     SweepPoint,
     format_rounds,
 )
-from osu_dl_bench.runtime.metadata import RunMetadata, collect_metadata, utc_now
+from osu_dl_bench.runtime.metadata import COMMAND_KEY, RunMetadata, collect_metadata, utc_now
 from osu_dl_bench.runtime.rank_agreement import agree_on_errors, on_rank0, wait_politely
 from osu_dl_bench.runtime.topology import Topology, discover_topology
 
@@ -328,7 +328,7 @@ def _job_entry(
         "mpi4py_version": meta.mpi4py_version,
         "thread_level": meta.thread_level,
         "mpich_posix_cvars": meta.mpich_posix_cvars,
-        "command": meta.command,
+        COMMAND_KEY: meta.command,
         "points_planned": plan.points,
         "points_to_measure": plan.todo,
         "skipped": plan.skipped,

@@ -58,7 +58,6 @@ import contextlib
 import json
 import os
 import platform as _platform
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,7 +68,7 @@ from collectives.specs import Buffers
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import RunStore
 from osu_dl_bench.paths import CALIBRATION_CSV, CALIBRATION_JSON
-from osu_dl_bench.runtime.metadata import library_version_line, utc_now
+from osu_dl_bench.runtime.metadata import COMMAND_KEY, command_line, library_version_line, utc_now
 from osu_dl_bench.runtime.rank_agreement import on_rank0
 
 FIELDS = ("kind", "size_bytes", "nprocs", "median_s", "q1_s", "q3_s", "samples", "job")
@@ -290,7 +289,7 @@ def metadata(comm) -> dict:
         "pool_depth": POOL_DEPTH,
         "date": utc_now(),
         "platform": _platform.platform(),
-        "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
+        COMMAND_KEY: command_line(),
     }
 
 

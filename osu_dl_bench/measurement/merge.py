@@ -29,7 +29,7 @@ from osu_dl_bench.measurement.store import (
     SweepPoint,
     launch_entries,
 )
-from osu_dl_bench.runtime.metadata import utc_now
+from osu_dl_bench.runtime.metadata import COMMAND_KEY, utc_now
 
 # What makes two runs' times comparable: the same MPI library, version and machines.
 IDENTITY = ("mpi_library", "mpi_version", "hosts")
@@ -181,7 +181,12 @@ def merged_metadata(
         sessions=[s for meta in metadata for s in meta.get("sessions") or []],
         complete=all(meta.get("complete", False) for meta in metadata),
         merged_from=[
-            {"run_dir": str(path), "rows": count, "command": meta.get("command"), **_identity(meta)}
+            {
+                "run_dir": str(path),
+                "rows": count,
+                COMMAND_KEY: meta.get(COMMAND_KEY),
+                **_identity(meta),
+            }
             for path, meta, count in zip(sources, metadata, rows, strict=True)
         ],
         command=command,

@@ -29,7 +29,6 @@ import json
 import math
 import os
 import re
-import shlex
 import socket
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -42,8 +41,9 @@ import pandas as pd
 
 from collectives.shape import JobShape
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.jsonfile import describe, is_kind, load_json
+from osu_dl_bench.jsonfile import describe, is_count, is_kind, kind_text, load_json, type_name
 from osu_dl_bench.paths import FOCUS, LOCK, METADATA, RESULTS, RESULTS_PARQUET, write_text_atomic
+from osu_dl_bench.runtime.metadata import command_line
 
 SCHEMA_VERSION = 1
 # RESULTS, METADATA, LOCK and FOCUS (an adaptive sweep's extra launches: which candidates
@@ -440,32 +440,20 @@ COUNT_FIELDS = ("nprocs", "nodes", "ppn")
 def _metadata_problem(metadata: Any) -> str | None:
     """What makes ``metadata`` unreadable as a run's metadata (None if nothing does)."""
     if not isinstance(metadata, dict):
-        return f"expected a JSON object, got {_json_type(metadata)}"
+        return f"expected a JSON object, got {type_name(metadata)}"
     for name, kind in METADATA_FIELD_TYPES.items():
         if name in metadata and not isinstance(metadata[name], kind):
-            return f"{name}: expected {_json_type(kind())}, got {_json_type(metadata[name])}"
+            return f"{name}: expected {kind_text(kind)}, got {type_name(metadata[name])}"
     for count, job in metadata.get("jobs", {}).items():
         if not isinstance(job, dict):
-            return f"jobs.{count}: expected an object, got {_json_type(job)}"
-        for name in (n for n in COUNT_FIELDS if n in job and not _is_count(job[n])):
-            return f"jobs.{count}.{name}: expected a whole number, got {_json_type(job[name])}"
-    for name in (n for n in ("nodes", "ppn") if n in metadata and not _is_count(metadata[n])):
-        return f"{name}: expected a whole number, got {_json_type(metadata[name])}"
-    if not all(map(_is_count, metadata.get("nprocs", []))):
-        return "nprocs: expected an array of whole numbers"
+            return f"jobs.{count}: expected an object, got {type_name(job)}"
+        for name in (n for n in COUNT_FIELDS if n in job and not is_count(job[n])):
+            return f"jobs.{count}.{name}: expected a whole number, got {type_name(job[name])}"
+    for name in (n for n in ("nodes", "ppn") if n in metadata and not is_count(metadata[n])):
+        return f"{name}: expected a whole number, got {type_name(metadata[name])}"
+    if not all(map(is_count, metadata.get("nprocs", []))):
+        return "nprocs: expected a list of whole numbers"
     return None
-
-
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _json_type(value: Any) -> str:
-    """A value's JSON type in words."""
-    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
-    if value is None:
-        return "null"
-    return names.get(type(value), "a number")
 
 
 class RunLock:
@@ -490,7 +478,7 @@ class RunLock:
                 f"or choose another {option}"
             ) from None
         self.fd = fd
-        command = shlex.join(sys.argv) if command is None else command
+        command = command_line() if command is None else command
         # Who holds it, for the message of the next command; a full disk only loses that.
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)

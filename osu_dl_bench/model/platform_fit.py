@@ -22,7 +22,6 @@ one is then the copy, not measured.
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,7 +33,7 @@ from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.calibration import CALIBRATION_CSV, CALIBRATION_JSON, KINDS
 from osu_dl_bench.model.fit import PieceFit, fit_pieces
 from osu_dl_bench.model.platform import ContentionState, Link, Piece, Platform, Reference
-from osu_dl_bench.runtime.metadata import utc_now
+from osu_dl_bench.runtime.metadata import COMMAND_KEY, command_line, utc_now
 
 PLATFORM_FILE = "platform.json"
 
@@ -197,7 +196,7 @@ def fit_platform(run_dir: str | Path, name: str | None = None) -> tuple[Platform
             "fit_quality": quality,
             "fitted_by": {
                 "package_version": __version__,
-                "command": " ".join(sys.argv),
+                COMMAND_KEY: command_line(),
                 "date": utc_now(),
             },
         },

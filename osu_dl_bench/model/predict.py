@@ -8,7 +8,6 @@ predicted time of the fastest eligible variant and of native (``median_us`` and
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 
 from collectives import SPECS, CallContext, Variant, algorithms
@@ -19,7 +18,7 @@ from collectives.units import format_size
 from osu_dl_bench import __version__
 from osu_dl_bench.model.costs import predict_seconds
 from osu_dl_bench.model.platform import Platform
-from osu_dl_bench.runtime.metadata import utc_now
+from osu_dl_bench.runtime.metadata import COMMAND_KEY, command_line, utc_now
 from osu_dl_bench.selection.table import (
     Choice,
     Entry,
@@ -127,7 +126,7 @@ def predicted_table(
         "run": {"mpi_library": "predicted", "hosts": [], "date": None},
         "tuned_by": {
             "package_version": __version__,
-            "command": " ".join(sys.argv),
+            COMMAND_KEY: command_line(),
             "date": utc_now(),
         },
     }

@@ -1,13 +1,15 @@
 """What a result records of its run to be reproduced and compared: the MPI library and
-versions, hosts, thread level, Slurm job, time."""
+versions, hosts, thread level, Slurm job, time, and the command line that ran it."""
 
 from __future__ import annotations
 
 import datetime as _dt
 import os
+import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from osu_dl_bench import __version__
 from osu_dl_bench.runtime.launcher import OVERSUBSCRIBED_CVARS
@@ -20,6 +22,50 @@ from osu_dl_bench.runtime.topology import Topology
 def utc_now() -> str:
     """The current UTC time to the second (ISO 8601), as every record and file dates."""
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+# The key under which every record, metadata file and provenance block keeps the command
+# line (a run directory written before command_line existed holds " ".join(sys.argv) there:
+# the same key, read as text).
+COMMAND_KEY = "command"
+
+
+# The arguments of the running cli.main(ARGS) when a Python caller (a test) passed them:
+# sys.argv is then the caller's command line, not this command's.
+_cli_arguments: list[str] | None = None
+
+
+def set_cli_arguments(arguments: Sequence[str] | None) -> None:
+    """The arguments cli.main runs with (None: those of sys.argv, and after it returns)."""
+    global _cli_arguments
+    _cli_arguments = None if arguments is None else list(arguments)
+
+
+def command_line(argv: Sequence[str] | None = None) -> str:
+    """This command's line (``argv``; default: sys.argv, or the arguments the running
+    cli.main was given), quoted so it can be pasted back into a shell."""
+    if argv is None:
+        argv = sys.argv if _cli_arguments is None else ["osu-dl-bench", *_cli_arguments]
+    argv = list(argv)
+    return shlex.join([*_program(argv[0] if argv else ""), *argv[1:]])
+
+
+# The package's folder: a module of it run as a job is named `python -m MODULE`.
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
+def _program(script: str) -> list[str]:
+    """The words that name the program: the console script for osu-dl-bench itself (argv[0]
+    is __main__.py under `python -m osu_dl_bench`), `python -m MODULE` for a module of the
+    package run as a job (argv[0] is its path then), a script's path as given."""
+    path = Path(script)
+    if path.suffix != ".py" or path.name == "__main__.py":
+        return ["osu-dl-bench"]
+    try:
+        inside = path.resolve().relative_to(_PACKAGE_DIR)
+    except ValueError:
+        return [script]
+    return ["python", "-m", ".".join((_PACKAGE_DIR.name, *inside.with_suffix("").parts))]
 
 
 @dataclass(frozen=True)
@@ -68,7 +114,7 @@ def collect_metadata(topology: Topology, device: str = "cpu") -> RunMetadata:
         hostnames=",".join(topology.hostnames),
         package_version=__version__,
         timestamp=utc_now(),
-        command=" ".join(sys.argv),
+        command=command_line(),
         mpich_posix_cvars=",".join(
             f"{k}={os.environ[k]}" for k in OVERSUBSCRIBED_CVARS if k in os.environ
         ),

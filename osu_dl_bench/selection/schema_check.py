@@ -17,13 +17,13 @@ from typing import Any
 from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError
 
-from osu_dl_bench.jsonfile import describe
+from osu_dl_bench.jsonfile import describe, is_count
 
 
 def _whole_number(checker: Any, instance: Any) -> bool:
     # Drafts 6+ take 8.0 as an integer; a count in these files is written as 8, and
     # true is no count either.
-    return isinstance(instance, int) and not isinstance(instance, bool)
+    return is_count(instance)
 
 
 SchemaValidator = validators.extend(

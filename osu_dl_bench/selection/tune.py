@@ -38,7 +38,6 @@ import math
 import os
 import platform
 import statistics
-import sys
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
@@ -53,7 +52,7 @@ from collectives.units import format_size
 from osu_dl_bench import __version__
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.measurement.store import POINT_KEY, RunStore, collective_rows, round_values
-from osu_dl_bench.runtime.metadata import utc_now
+from osu_dl_bench.runtime.metadata import COMMAND_KEY, command_line, utc_now
 from osu_dl_bench.runtime.mpich_trees import generic_trees
 from osu_dl_bench.selection.estimate import Measured, entry_ratios, run_pool
 from osu_dl_bench.selection.evidence import LaunchPool
@@ -868,12 +867,12 @@ def provenance(run_dir: Path, metadata: dict[str, Any]) -> dict[str, Any]:
             "hosts": _first_found(metadata, "hosts", "hostnames"),
             "date": _first_found(metadata, "date", "timestamp", "started"),
             "package_version": _first_found(metadata, "package_version"),
-            "command": _first_found(metadata, "command"),
+            COMMAND_KEY: _first_found(metadata, COMMAND_KEY),
         },
         "run_metadata": metadata,
         "tuned_by": {
             "package_version": __version__,
-            "command": " ".join(sys.argv),
+            COMMAND_KEY: command_line(),
             "host": platform.node(),
             "platform": platform.platform(),
             "date": utc_now(),

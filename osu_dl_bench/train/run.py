@@ -24,7 +24,7 @@ from torch import nn
 
 from osu_dl_bench.errors import UsageError, ValidationFailure
 from osu_dl_bench.paths import os_reason, write_atomic
-from osu_dl_bench.runtime.metadata import collect_metadata
+from osu_dl_bench.runtime.metadata import COMMAND_KEY, collect_metadata, command_line
 from osu_dl_bench.selection.table import EntryKey, TuningTable
 from osu_dl_bench.train import checkpoint as ckpt
 from osu_dl_bench.train.check import (
@@ -546,7 +546,7 @@ def _training_provenance(run: _Run) -> dict[str, Any]:
         "ppn": t.ppn,
         "device": run.session.policy.device,
         "source_table": cfg.table,
-        "command": " ".join(sys.argv),
+        COMMAND_KEY: command_line(),
     }
 
 

@@ -17,12 +17,12 @@ import importlib.util
 import itertools
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from mpirun import REPO, driver_summary, mpi_env, run_cli, run_mpi
+from mpirun import driver_summary, mpi_env, run_cli, run_mpi
+from support.interpreter import run_python
 
 THIS = str(Path(__file__).resolve())
 TORCH_MISSING = "torch is not installed: gloo tests need pip install torch==2.13.0 (CPU build)"
@@ -104,16 +104,7 @@ def _list_output(hide: str | None = None) -> str:
         # A None entry in sys.modules makes find_spec (and import) fail for that module.
         script += f"sys.modules[{hide!r}] = None\n"
     script += "from osu_dl_bench.cli import main\nsys.exit(main(['list']))\n"
-    res = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-        env=mpi_env(),
-    )
-    assert res.returncode == 0, res.stderr
-    return res.stdout
+    return run_python(script, env=mpi_env()).stdout
 
 
 def _rows_of_backend(listing: str, backend: str) -> list[str]:

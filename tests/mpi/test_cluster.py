@@ -68,7 +68,7 @@ def _up_private(env: dict[str, str], *args: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def cluster() -> dict[str, str]:
+def cluster_env() -> dict[str, str]:
     """The environment `cluster_local.sh env` prints for the cluster that is up."""
     if os.geteuid() != 0:
         pytest.skip("needs root (network namespaces): run as root with a cluster up")
@@ -79,12 +79,12 @@ def cluster() -> dict[str, str]:
     return _exports(res.stdout)
 
 
-def _nodes(cluster: dict[str, str]) -> list[str]:
-    return cluster[launch.HOSTS_VARIABLE].split(",")
+def _nodes(cluster_env: dict[str, str]) -> list[str]:
+    return cluster_env[launch.HOSTS_VARIABLE].split(",")
 
 
 def _on_nodes(
-    cluster,
+    cluster_env,
     count: int,
     nprocs: int,
     argv: list[str],
@@ -95,10 +95,10 @@ def _on_nodes(
 ):
     """Run ``python -m osu_dl_bench ARGV`` (or ``python PYTHON_ARGS``) as nprocs ranks
     over the cluster's first ``count`` nodes, through the job launcher."""
-    nodes = _nodes(cluster)
+    nodes = _nodes(cluster_env)
     if len(nodes) < count:
         pytest.skip(f"the cluster has {len(nodes)} nodes, this test needs {count}")
-    env = {**cluster, **(env or {}), launch.HOSTS_VARIABLE: ",".join(nodes[:count])}
+    env = {**cluster_env, **(env or {}), launch.HOSTS_VARIABLE: ",".join(nodes[:count])}
     per_node = f"--ntasks-per-node={nprocs // count}"
     args = ["-N", str(count), per_node] if launcher == "srun" else []
     python = python_args or ["-m", "osu_dl_bench", *argv]
@@ -168,51 +168,51 @@ def test_up_twice_changes_nothing_and_down_removes_what_up_recorded(tmp_path):
 
 
 @pytest.mark.parametrize("nodes", [2, 4])
-def test_mpich_ranks_on_separate_nodes_see_them_as_nodes(cluster, tmp_path, nodes):
+def test_mpich_ranks_on_separate_nodes_see_them_as_nodes(cluster_env, tmp_path, nodes):
     out = tmp_path / "bench.json"
-    _on_nodes(cluster, nodes, nodes, _bench("allreduce", out))
+    _on_nodes(cluster_env, nodes, nodes, _bench("allreduce", out))
     _validated_across(out, nodes, 1)
 
 
-def test_open_mpi_ranks_on_two_nodes_through_its_ssh_agent(cluster, tmp_path):
+def test_open_mpi_ranks_on_two_nodes_through_its_ssh_agent(cluster_env, tmp_path):
     if not os.environ.get(launch.PREFIX_VARIABLES["openmpi"]):
         pytest.skip(f"{launch.PREFIX_VARIABLES['openmpi']} is not set (see .ci/run)")
     out = tmp_path / "bench.json"
-    _on_nodes(cluster, 2, 4, _bench("allreduce", out), mpi="openmpi")
+    _on_nodes(cluster_env, 2, 4, _bench("allreduce", out), mpi="openmpi")
     records = _validated_across(out, 2, 2)
     assert {r["mpi_library"].split()[0] for r in records} == {"Open"}
 
 
-def test_open_mpi_ranks_on_two_nodes_through_srun_and_pmix(cluster, tmp_path):
+def test_open_mpi_ranks_on_two_nodes_through_srun_and_pmix(cluster_env, tmp_path):
     if not os.environ.get(launch.PREFIX_VARIABLES["openmpi"]):
         pytest.skip(f"{launch.PREFIX_VARIABLES['openmpi']} is not set (see .ci/run)")
-    if "SLURM_CONF" not in cluster:
+    if "SLURM_CONF" not in cluster_env:
         pytest.skip("the cluster runs no Slurm (slurm-wlm not installed when it came up)")
     out = tmp_path / "bench.json"
-    _on_nodes(cluster, 2, 4, _bench("allreduce", out), mpi="openmpi", launcher="srun")
+    _on_nodes(cluster_env, 2, 4, _bench("allreduce", out), mpi="openmpi", launcher="srun")
     records = _validated_across(out, 2, 2)
     assert {r["mpi_library"].split()[0] for r in records} == {"Open"}
     assert {r["slurm_nodes"] for r in records} == {"2"}
 
 
-def test_srun_spans_every_node(cluster, tmp_path):
-    if "SLURM_CONF" not in cluster:
+def test_srun_spans_every_node(cluster_env, tmp_path):
+    if "SLURM_CONF" not in cluster_env:
         pytest.skip("the cluster runs no Slurm (slurm-wlm not installed when it came up)")
-    nodes = len(_nodes(cluster))
+    nodes = len(_nodes(cluster_env))
     out = tmp_path / "bench.json"
-    _on_nodes(cluster, nodes, nodes, _bench("bcast", out), launcher="srun")
+    _on_nodes(cluster_env, nodes, nodes, _bench("bcast", out), launcher="srun")
     records = _validated_across(out, nodes, 1)
     assert {r["slurm_nodes"] for r in records} == {str(nodes)}
 
 
 @pytest.mark.parametrize("collective", ["allreduce", "bcast"])
 def test_hierarchical_algorithms_validate_across_two_nodes_of_two_ranks(
-    cluster, tmp_path, collective
+    cluster_env, tmp_path, collective
 ):
     out = tmp_path / "bench.json"
     argv = [*_bench(collective, out), "-a", "hierarchical,native", "-m", "8:4M"]
     argv += ["-k", "rotate"] if collective == "bcast" else []
-    _on_nodes(cluster, 2, 4, argv)
+    _on_nodes(cluster_env, 2, 4, argv)
     records = _validated_across(out, 2, 2)
     assert {r["algorithm"].split(":")[0] for r in records} == {"hierarchical", "native"}
 
@@ -221,7 +221,7 @@ def test_hierarchical_algorithms_validate_across_two_nodes_of_two_ranks(
     importlib.util.find_spec("torch") is None,
     reason="torch is not installed (pip install 'osu-dl-bench[train]')",
 )
-def test_the_selector_takes_the_tables_row_for_this_node_shape_in_training(cluster, tmp_path):
+def test_the_selector_takes_the_tables_row_for_this_node_shape_in_training(cluster_env, tmp_path):
     # One shape per row: the one-node row names a flat algorithm, the two-node row
     # hierarchical.
     entries = []
@@ -229,26 +229,28 @@ def test_the_selector_takes_the_tables_row_for_this_node_shape_in_training(clust
         entries.append(make_entry(4, [(0, flat)], collective, nodes=1))
         entries.append(make_entry(4, [(0, "hierarchical")], collective, nodes=2, ppn=2))
     table = make_table(*entries).write(tmp_path / "cluster.json")
-    res = _on_nodes(cluster, 2, 4, ["train", "--validate", "--epochs", "1", "--table", str(table)])
+    res = _on_nodes(
+        cluster_env, 2, 4, ["train", "--validate", "--epochs", "1", "--table", str(table)]
+    )
     assert "p=4 (2 node(s) x 2 ppn)" in res.stdout
     assert "# start-up bcast: hierarchical" in res.stdout
     assert "# allreduce: hierarchical" in res.stdout
     assert "validation:" in res.stdout and ": PASS" in res.stdout
 
 
-def test_model_fit_over_two_nodes_fits_the_inter_node_link(cluster, tmp_path):
-    nodes = _nodes(cluster)[:2]
-    env = mpi_env({**cluster, launch.HOSTS_VARIABLE: ",".join(nodes)})
+def test_model_fit_over_two_nodes_fits_the_inter_node_link(cluster_env, tmp_path):
+    nodes = _nodes(cluster_env)[:2]
+    env = mpi_env({**cluster_env, launch.HOSTS_VARIABLE: ",".join(nodes)})
     cmd = [sys.executable, "-m", "osu_dl_bench", "model", "fit", "--np", "2"]
     cmd += ["-m", "8:256K", "--rounds", "3", str(tmp_path / "fit")]
     res = run_with_timeout(cmd, JOB_TIMEOUT, env)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert "inter: measured; fitted across nodes node1,node2" in res.stdout
     assert "intra: NOT measured" in res.stdout
-    assert f"shaped to {cluster['OSU_DL_BENCH_CLUSTER_RATE']}" in res.stdout
+    assert f"shaped to {cluster_env['OSU_DL_BENCH_CLUSTER_RATE']}" in res.stdout
 
 
-def test_mpich_takes_the_several_node_entries_of_an_export_across_two_nodes(cluster, tmp_path):
+def test_mpich_takes_the_several_node_entries_of_an_export_across_two_nodes(cluster_env, tmp_path):
     # The mirror of test_exports' one-node case: at 2 nodes x 2 ranks MPICH must pass the
     # comm_size=node_comm_size entry (ring from 64 KiB) and take the 2-node one
     # (recursive doubling), as forcing recursive doubling does.
@@ -262,7 +264,7 @@ def test_mpich_takes_the_several_node_entries_of_an_export_across_two_nodes(clus
     python = [str(driver), *map(str, (64, 65536, 8 << 20))]
 
     def fingerprint(**env: str):
-        return fingerprint_of(_on_nodes(cluster, 2, 4, [], python_args=python, env=env))
+        return fingerprint_of(_on_nodes(cluster_env, 2, 4, [], python_args=python, env=env))
 
     tuned = fingerprint(MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE=str(files["exp.mpich.mpir.json"]))
     doubling = fingerprint(MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM="recursive_doubling")

@@ -3,11 +3,8 @@ Their results on p = 1..6 are checked with every other algorithm, and on registe
 where they read peers' mappings, in the SPMD tier (tests/spmd: test_algorithms_multirank,
 test_shm_hierarchical, test_cma)."""
 
-import subprocess
-import sys
-
 import pytest
-from mpirun import REPO
+from support.interpreter import run_python
 
 from collectives import cma
 
@@ -45,13 +42,6 @@ print("PRCTL after cma", len(calls), calls[0][0] if calls else None, file=sys.st
 
 @needs_cma
 def test_only_binding_cma_calls_prctl(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-c", _PRCTL_SPY, str(tmp_path / "ptrace_scope")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = run_python(_PRCTL_SPY, str(tmp_path / "ptrace_scope"))
     assert "PRCTL before cma 0\n" in result.stderr
     assert f"PRCTL after cma 1 {cma._PR_SET_PTRACER}\n" in result.stderr  # once per process

@@ -117,6 +117,36 @@ def test_verify_export_proves_a_file_that_departs_from_the_default(mpich, tmp_pa
     assert len(kept) == 3 * 3 * 6
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_verify_export_runs_the_sweeps_candidates_and_reports_the_captured_share(mpich, tmp_path):
+    # A layered candidate measured where its path differs (ch4 beta: the netmod's
+    # allreduce on the whole communicator): verify-export finds the sweep through the
+    # table's provenance and runs it as a C client arm of its own.
+    run, table = tmp_path / "run", tmp_path / "lib.json"
+    sweep = _osu(
+        ["sweep", "-o", str(run), "--np", "2", "--collectives", "allreduce", "-m", "4M:4M"]
+        + ["-a", "native,native:alg=ch4_beta", "--budget", "0.1", "--launches", "2"]
+        + ["--no-calibration"]
+    )
+    assert sweep.returncode == 0, sweep.stderr
+    tuned = _osu(["tune", str(run), "-o", str(table), "--export", "mpich"], timeout=120)
+    assert tuned.returncode == 0, tuned.stderr
+    verified = _osu(
+        ["verify-export", str(tmp_path / "lib"), "--np", "2", "--collectives", "allreduce"]
+        + ["-m", "4M:4M", "--launches", "2", "--budget", "0.1", "--client-launches", "6"]
+    )
+    assert verified.returncode in (0, 3), f"{verified.stdout[-3000:]}\n{verified.stderr[-2000:]}"
+    out = verified.stdout
+    assert f"the C client also runs the candidates {run} measured: allreduce p=2: ch4_beta" in out
+    # 4 arms: a whole cycle is 4 launches, so 6 asked run as 8, each arm once per launch.
+    assert out.count("allreduce, candidate ch4_beta") == 8
+    assert out.count("allreduce, with the file (up to") == 8
+    rows = [ln for ln in out.splitlines() if ln.startswith("c       allreduce") and "4M" in ln]
+    assert len(rows) == 2  # the file's row and the best choice's row at 4M
+    assert "# c: captured share (allreduce p=2): " in out and "# c: captured share (all): " in out
+
+
 def _check_three_arms(out: str, launches: int) -> None:
     """The C client ran the file, the default and the null control in every launch, judged
     every departure against the null control, and the exit status says whether any was

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from mpirun import mpi_env, run_mpi, run_with_timeout
-from support.mpich_layers import MPICH_PROBE, layered_run
+from support.mpich_layers import MPICH_PROBE, corrected_export, layered_run
 
 from collectives import mpit
 from osu_dl_bench.runtime.launcher import OVERSUBSCRIBED_CVARS
@@ -44,6 +44,24 @@ def test_mpich_loads_the_three_exported_files_at_p2_p3_p4(mpich_here, tmp_path):
     # p = 3 and 4 here do), so MPICH takes the POSIX file's fallback to MPIR.
     free = {name: "auto" for name in OVERSUBSCRIBED_CVARS}
     for nprocs in (2, 3, 4):
+        extra = free if nprocs == 2 else {}
+        res = run_mpi(nprocs, [str(probe)], timeout=120, env={**env, **extra})
+        assert res.returncode == 0, f"p={nprocs}\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
+        assert f"PROBE p={nprocs} nodes=1 wrong=0" in res.stdout
+
+
+def test_mpich_loads_the_export_verify_export_corrects(mpich_here, tmp_path):
+    # The export written again with the C client's corrections (the default where a
+    # departure is not confirmed, a confirmed best choice taken): MPICH loads it and every
+    # result is right, at p = 2 with the POSIX layer free, and at p = 3.
+    found, fixed = corrected_export(tmp_path)
+    assert {c.alg for c in fixed} == {"auto", "ch4_beta", "posix_mpir"}
+    env = _env_lines((tmp_path / "fixed.mpich.notes.txt").read_text())
+    env = {k: str(tmp_path / v) if v.endswith(".json") else v for k, v in env.items()}
+    probe = tmp_path / "probe.py"
+    probe.write_text(MPICH_PROBE)
+    free = {name: "auto" for name in OVERSUBSCRIBED_CVARS}
+    for nprocs in (2, 3):
         extra = free if nprocs == 2 else {}
         res = run_mpi(nprocs, [str(probe)], timeout=120, env={**env, **extra})
         assert res.returncode == 0, f"p={nprocs}\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}"

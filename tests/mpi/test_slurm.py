@@ -263,7 +263,7 @@ def _slurm_unavailable() -> str | None:
 
 
 @pytest.fixture(scope="module")
-def cluster() -> list[slurm.SlurmNode]:
+def slurm_nodes() -> list[slurm.SlurmNode]:
     """The local Slurm's nodes; skips the test where there is none."""
     reason = _slurm_unavailable()
     if reason:
@@ -311,7 +311,7 @@ def _assert_completed(fields: dict[str, str], log: Path) -> None:
     )
 
 
-def test_submitted_sweep_measures_each_count_in_its_own_step(cluster, submitted, tmp_path):
+def test_submitted_sweep_measures_each_count_in_its_own_step(slurm_nodes, submitted, tmp_path):
     run_dir = tmp_path / "run"
     collectives, algorithms = ["allreduce", "bcast"], ["native", "ring"]
     argv = ["sweep", "--submit", "--np", "2,4", "-m", "8:64K", "--budget", "0.05"]
@@ -344,8 +344,8 @@ def test_submitted_sweep_measures_each_count_in_its_own_step(cluster, submitted,
     assert f"results in {run_dir}" in log.read_text()
 
 
-def test_more_tasks_than_cpus_are_refused_before_submission(cluster, tmp_path):
-    most = max(n.cpus for n in cluster if n.default_partition)
+def test_more_tasks_than_cpus_are_refused_before_submission(slurm_nodes, tmp_path):
+    most = max(n.cpus for n in slurm_nodes if n.default_partition)
     run_dir = tmp_path / "run"
     res = _cli(["sweep", "--submit", "--np", str(most + 1), "-m", "8", "-o", str(run_dir)])
     assert res.returncode == 2, res.stdout + res.stderr
@@ -353,8 +353,8 @@ def test_more_tasks_than_cpus_are_refused_before_submission(cluster, tmp_path):
     assert not (run_dir / "sweep.sbatch").exists()
 
 
-def test_srun_starts_the_mpich_ranks_and_records_carry_the_job_id(cluster, tmp_path):
-    slurm.check_fits(slurm.BatchRequest(1, 2, "10", None), cluster)
+def test_srun_starts_the_mpich_ranks_and_records_carry_the_job_id(slurm_nodes, tmp_path):
+    slurm.check_fits(slurm.BatchRequest(1, 2, "10", None), slurm_nodes)
     out = tmp_path / "bench.csv"
     cmd = ["srun", "-n", "2", "--mpi=pmi2", "--time=5", sys.executable, "-m", "osu_dl_bench"]
     res = run_with_timeout([*cmd, "bench", "allreduce", "-m", "8:64", "-c", "-o", str(out)], 120)
@@ -369,15 +369,15 @@ _NO_TRAIN = [m for m in ("torch", "sklearn") if importlib.util.find_spec(m) is N
 
 
 @pytest.mark.skipif(bool(_NO_TRAIN), reason=f"{', '.join(_NO_TRAIN)} not installed")
-def test_training_validation_runs_under_sbatch(cluster, submitted, tmp_path):
+def test_training_validation_runs_under_sbatch(slurm_nodes, submitted, tmp_path):
     template = SBATCH_DIR / "train.sbatch"
     tasks = int(re.search(r"^#SBATCH --ntasks-per-node=(\d+)$", template.read_text(), re.M)[1])
     # The guard the tests share with --submit: a job that cannot fit would pend forever.
-    slurm.check_fits(slurm.BatchRequest(1, tasks, "10", None), cluster)
+    slurm.check_fits(slurm.BatchRequest(1, tasks, "10", None), slurm_nodes)
     out, log = tmp_path / "train", tmp_path / "slurm.out"
     train_args = "--steps 12 -b 60 --validate --first-bucket 4K --bucket-cap 16K"
     env = mpi_env({"VENV": slurm.current_venv(), "OUT": str(out), "TRAIN_ARGS": train_args})
-    sbatch = ["sbatch", "--parsable", f"--output={log}", "--partition", _default(cluster)]
+    sbatch = ["sbatch", "--parsable", f"--output={log}", "--partition", _default(slurm_nodes)]
     res = run_with_timeout([*sbatch, str(template)], 60, env)
     assert res.returncode == 0, res.stderr
     job_id = res.stdout.strip().split(";")[0]

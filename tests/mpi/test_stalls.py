@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from mpirun import REPO, mpi_env, run_with_timeout
+from mpirun import mpi_env, run_with_timeout, start_cli
 from support.sweep import difference, expected_rows, stored_rows
 
 from osu_dl_bench.measurement import heartbeat
@@ -38,16 +38,7 @@ class Watched:
     """An orchestrator whose stderr lines are kept with the time each arrived."""
 
     def __init__(self, args: list[str]) -> None:
-        cmd = [sys.executable, "-m", "osu_dl_bench", "sweep", *args]
-        self.proc = subprocess.Popen(
-            cmd,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=mpi_env(),
-            cwd=REPO,
-            start_new_session=True,
-        )
+        self.proc = start_cli(["sweep", *args], stdout=subprocess.DEVNULL)
         self.lines: list[tuple[float, str]] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()

@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from mpirun import REPO, mpi_env, run_cli, run_mpi, run_with_timeout
+from mpirun import mpi_env, run_cli, run_mpi, run_with_timeout, start_cli
+from support.interpreter import run_python
 from support.sweep import (
     difference,
     expected_rows,
@@ -73,8 +74,7 @@ def test_orchestrator_never_loads_mpi(tmp_path):
         "orchestrate.check_run_dir(cfg)\n"
         "assert 'mpi4py.MPI' not in sys.modules, 'the orchestrator loaded MPI'\n"
     )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0, res.stderr
+    run_python(code, timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -186,16 +186,7 @@ def _backend(row: tuple) -> str:
 
 
 def _start_sweep(args: list[str]) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "osu_dl_bench", "sweep", *args]
-    return subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=mpi_env(),
-        cwd=REPO,
-        start_new_session=True,
-    )
+    return start_cli(["sweep", *args])
 
 
 def _wait_for_rows(proc: subprocess.Popen, results: Path, rows: int) -> None:
@@ -206,6 +197,41 @@ def _wait_for_rows(proc: subprocess.Popen, results: Path, rows: int) -> None:
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     raise AssertionError(f"no {rows} results appeared: {proc.communicate()}")
+
+
+def _freeze_mid_job(proc: subprocess.Popen, run_dir: Path, points_per_job: int) -> list[int]:
+    """Stop the sweep's ranks (SIGSTOP) at a moment their job has stored some of its points
+    and not all, so that a kill lands while a point is left to measure whatever the load
+    (a kill after a job's last point is another case: nothing is left to resume); a freeze
+    that lands between two jobs is undone and tried again. Returns the frozen ranks."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        ranks = _ranks_of(run_dir)
+        if len(ranks) == 2:
+            for pid in ranks:
+                os.kill(pid, signal.SIGSTOP)
+            same = sorted(_ranks_of(run_dir)) == sorted(ranks)
+            if same and _a_job_is_half_done(run_dir, points_per_job):
+                return ranks
+            for pid in ranks:
+                os.kill(pid, signal.SIGCONT)
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise AssertionError(f"no job was caught with points left: {proc.communicate()}")
+
+
+def _a_job_is_half_done(run_dir: Path, points_per_job: int) -> bool:
+    """Whether one isolation group (one job) has stored some but not all of its points."""
+    try:
+        rows = RunStore(run_dir).load()
+    except Exception:  # a file being written as the ranks were stopped: look again later
+        return False
+    if rows.empty:
+        return False
+    stored = rows.groupby("group")[["collective", "size_bytes"]].apply(
+        lambda found: len(found.drop_duplicates())
+    )
+    return bool(((stored > 0) & (stored < points_per_job)).any())
 
 
 def _ranks_of(run_dir: Path) -> list[int]:
@@ -238,17 +264,8 @@ def test_a_killed_rank_loses_at_most_its_point_and_resume_completes(tmp_path):
     run_dir = tmp_path / "run"
     args = ["--np", "2", "-m", "8:4K", "--budget", "0.05", "--launches", "1", "-o", str(run_dir)]
     proc = _start_sweep(args)
-    _wait_for_rows(proc, run_dir / "results.csv", 20)
-    ranks = _ranks_of(run_dir)
-    assert len(ranks) == 2, ranks
     expected = expected_rows([2], ["allreduce", "bcast"], [8 << k for k in range(10)])
-    # The job is frozen before the kill so that the kill lands while a point is left to
-    # measure, whatever the machine's load (a kill after the job's last point is another
-    # case: the engine says the job ended badly and there is nothing to resume).
-    for pid in ranks:
-        os.kill(pid, signal.SIGSTOP)
-    stored = len((run_dir / "results.csv").read_text().splitlines()) - 1
-    assert stored < len(expected), "the job finished before it was frozen"
+    ranks = _freeze_mid_job(proc, run_dir, points_per_job=20)
     os.kill(ranks[-1], signal.SIGKILL)
     os.kill(ranks[0], signal.SIGCONT)
     killed = _finish(proc)
@@ -403,9 +420,8 @@ from collectives import lookup
 from collectives.registry import POWER_OF_TWO, register
 native = lookup("allreduce", "native").factory
 register(
-    "allreduce", "zz_sweep_grid", defaults={"seg": 1024, "mode": "a"},
-    grid={"seg": (1024, 4096), "mode": ("a", "b")},
-)(lambda comm, seg, mode: native(comm))
+    "allreduce", "zz_sweep_grid", grid={"seg": (1024, 4096), "mode": ("a", "b")},
+)(lambda comm, seg=1024, mode="a": native(comm))
 register("allreduce", "zz_sweep_pow2", requires=(POWER_OF_TWO,))(lambda comm: native(comm))
 from osu_dl_bench.cli import main
 raise SystemExit(main(sys.argv[1:]))

@@ -59,3 +59,57 @@ bad = comm.allreduce(bad)
 if comm.rank == 0:
     print(f"PROBE p={comm.size} nodes={nodes} wrong={bad}", flush=True)
 """
+
+
+def synthetic_latencies(factors, launches=12, seed=5, collective="allreduce"):
+    """Synthetic C client latencies at p = 2: ``factors`` maps arm -> size -> its time over
+    the default's (1 where not given, and for the file, default and null arms at 8, 64 and
+    1024 bytes always); the machine's state moves every arm of a launch alike."""
+    import numpy as np
+
+    from osu_dl_bench.selection.exports.verification import ARMS, DEFAULT_ARM
+
+    rng = np.random.default_rng(seed)
+    sizes = sorted({s for by_size in factors.values() for s in by_size} | {8, 64, 1024})
+    found = {}
+    for size in sizes:
+        for launch in range(1, launches + 1):
+            base = 10.0 * rng.lognormal(0, 0.3)
+            for arm in (*ARMS, *[a for a in factors if a not in ARMS]):
+                factor = factors.get(arm, {}).get(size, 1.0)
+                noise = 1.0 if arm == DEFAULT_ARM else rng.lognormal(0, 0.02)
+                found.setdefault((collective, 2, size, arm), {})[launch] = base * factor * noise
+    return found
+
+
+def corrected_export(tmp_path):
+    """A three-file export (support.mpich_layers: ch4 beta below 8K, POSIX -> MPIR from
+    64K), judged by a synthetic C client: beta's gain holds, the POSIX departure gains
+    nothing at 64K-512K, and the candidate posix_mpir, run as an arm of its own, halves
+    1M's time; then written again with the corrections."""
+    from osu_dl_bench.selection.exports import mpich
+    from osu_dl_bench.selection.exports.readers import file_reader
+    from osu_dl_bench.selection.exports.verification import (
+        FILE_ARM,
+        best_choices,
+        client_verdicts,
+        corrected_table,
+        corrections,
+    )
+    from osu_dl_bench.selection.tune import build_table
+
+    table, _ = build_table(layered_run(tmp_path / "run"), "lib")
+    mpich.export(table, tmp_path / "lib")
+    sizes = [1024 << k for k in range(11)]  # 1K .. 1M
+    factors = {
+        FILE_ARM: {s: 0.5 if s < 8192 else 1.0 for s in sizes},
+        "ch4_beta": {s: 0.5 for s in sizes},
+        "posix_mpir": {s: 0.4 if s == 1 << 20 else 1.0 for s in sizes},
+    }
+    latencies = synthetic_latencies(factors)
+    reader = file_reader(tmp_path / "lib.mpich.mpir.json", "mpich")
+    found = client_verdicts(latencies, reader)
+    measured = {("allreduce", 2): {"ch4_beta": (1024, 2048), "posix_mpir": tuple(sizes[6:])}}
+    fixed = corrections(found, best_choices(latencies, measured))
+    mpich.export(corrected_table(table, fixed), tmp_path / "fixed")
+    return found, fixed

@@ -10,14 +10,13 @@ from collectives import SPECS, CallContext, distinct_variants
 from collectives.dtypes import element_type
 from collectives.ops import reduce_op
 from collectives.registry import NULL_CONTROL_APART
-from osu_dl_bench.cli import build_parser
-from osu_dl_bench.commands.sweep_cli import config_from_args
 from osu_dl_bench.jobs.plan import NULL_GROUP, variants_for, with_null_controls
 from osu_dl_bench.measurement.store import (
     REQUIRED_FIELDS,
     RunStore,
     SweepPoint,
 )
+from support.options import command_config
 
 
 def one_host_context(p: int, collective: str) -> CallContext:
@@ -92,4 +91,5 @@ def cut_last_row(path: Path, keep: int) -> None:
 
 
 def sweep_config(*argv: str):
-    return config_from_args(build_parser().parse_args(["sweep", *argv]))
+    """The config of `osu-dl-bench sweep ARGV`."""
+    return command_config("sweep", *argv)

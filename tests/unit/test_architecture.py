@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from mpirun import REPO
+from support.interpreter import run_python
 
 LINT_IMPORTS = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
 needs_linter = pytest.mark.skipif(
@@ -70,8 +71,4 @@ def test_the_catalog_and_option_parsing_start_no_mpi():
         "osu_dl_bench.cli.build_parser().parse_args(['bench', 'allreduce'])\n"
         "print('mpi4py.MPI' in sys.modules)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "False"
+    assert run_python(code, timeout=60).stdout.strip() == "False"

@@ -3,13 +3,12 @@ and the options of ``bench allreduce --buckets``."""
 
 from __future__ import annotations
 
-import argparse
 import builtins
 import importlib.util
 
 import pytest
+from support.options import command_config
 
-from osu_dl_bench.commands.bench_cli import add_arguments, config_from_args
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.train.ddp_defaults import DEFAULT_BUCKET_CAP, DEFAULT_FIRST_BUCKET
 from osu_dl_bench.train.traffic import MODEL_NAMES, bucket_plan, build_on_meta, check_model_name
@@ -100,9 +99,7 @@ def test_a_missing_torch_names_the_extra_to_install(monkeypatch):
 
 
 def _bench(*argv: str):
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    return config_from_args(parser.parse_args(list(argv)))
+    return command_config("bench", *argv)
 
 
 def test_buckets_option_reaches_the_config():

@@ -3,14 +3,12 @@ sweep points whose medians follow known curves."""
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
+from support.options import command_config
 from support.tuning import make_entry, make_table
 
 from collectives.registry import parse_variant
 from osu_dl_bench.commands.tune import TuneConfig
-from osu_dl_bench.commands.tune_cli import add_arguments, config_from_args
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.selection.paired import Ratio, Series, launch_of
 from osu_dl_bench.selection.step_cost import loglog, step_cost_text, step_costs
@@ -89,9 +87,7 @@ def test_buckets_beyond_the_sweep_are_reported_apart_and_left_out_of_the_step():
 
 
 def _tune_config(*argv: str) -> TuneConfig:
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    return config_from_args(parser.parse_args(list(argv)))
+    return command_config("tune", *argv)
 
 
 def test_tune_for_takes_a_model_name():

@@ -1,7 +1,7 @@
 """The algorithm catalog is data: names, parameters, requirements, costs and library
 counterparts are read without starting MPI, and the commands derive their lists from it."""
 
-import argparse
+import inspect
 import itertools
 import json
 import re
@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 from support.exports import export_files
+from support.interpreter import python_json
+from support.options import command_config
 from support.tuning import make_entry, make_table
 
 from collectives import registry
 from collectives.common import LinkCost, Machine
 from collectives.registry import LIBRARIES, Algorithm, Counterpart, Split, largest_block
 from collectives.specs import SPECS
-from osu_dl_bench.commands.bench_cli import add_arguments, config_from_args
 from osu_dl_bench.jobs.sweep_config import parse_collectives
 from osu_dl_bench.measurement import bench_config, report
 from osu_dl_bench.model.mpich_native import mpich_algorithm, native_label
@@ -50,11 +51,7 @@ print(json.dumps({
 
 def _python(code: str) -> dict:
     """Run ``code`` in a fresh interpreter; its last stdout line, parsed as JSON."""
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.splitlines()[-1])
+    return python_json(code)
 
 
 def test_reading_the_whole_catalog_starts_no_mpi():
@@ -139,9 +136,7 @@ def test_list_command_shows_every_registered_algorithm_in_catalog_order():
 
 
 def _bench_config(benchmark: str):
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    return config_from_args(parser.parse_args([benchmark]))
+    return command_config("bench", benchmark)
 
 
 def test_bench_and_sweep_offer_the_collectives_the_specs_describe():
@@ -187,6 +182,30 @@ def test_each_library_algorithm_stands_for_one_of_ours():
             for name in names:
                 algo, found = registry.algorithm_like(collective, library, name)
                 assert algo.equivalents[library] is found
+
+
+def _signature_defaults(factory) -> dict:
+    params = list(inspect.signature(factory).parameters.values())[1:]
+    return {p.name: p.default for p in params}
+
+
+def test_each_algorithms_defaults_are_those_of_its_factorys_signature():
+    # Stated once, in the signature: a default changed there is the one -a, the sweep's
+    # grid, the exports and the model all use.
+    algos = registry.all_algorithms()
+    differ = [a.name for a in algos if dict(a.defaults) != _signature_defaults(a.factory)]
+    assert differ == [] and {a.name for a in algos if a.defaults} >= {"ring", "shm", "tree"}
+
+
+def test_a_default_stated_again_in_register_is_refused():
+    with pytest.raises(ValueError, match="state parameter defaults once, in the factory's"):
+        registry.register("allreduce", "twice", defaults={"seg": 0})
+
+
+def test_a_parameter_without_a_default_is_refused_at_registration():
+    with pytest.raises(ValueError, match="parameter seg needs a default"):
+        registry.register("allreduce", "bare")(lambda comm, seg: None)
+    assert ("allreduce", "bare") not in registry._REGISTRY
 
 
 @pytest.mark.parametrize(

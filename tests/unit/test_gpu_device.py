@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 from mpi4py import MPI
+from support.interpreter import run_python
 from support.strict import STRICT_CUPY
 
 from collectives import SPECS, Buffers, CallShape, device
@@ -131,16 +132,13 @@ def test_one_visible_gpu_per_rank_is_not_sharing(cupy, monkeypatch):
 
 
 def test_importing_the_packages_initialises_no_cuda(tmp_path):
-    import subprocess
-
     code = (
         "import cupy, osu_dl_bench.cli, collectives, collectives.device, collectives.specs,"
         " osu_dl_bench.measurement.kernel, osu_dl_bench.measurement.harness;"
         "assert not cupy.cuda.runtime.initialised"
     )
     env = {"PYTHONPATH": str(STRICT_CUPY), "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
+    run_python(code, env=env)
 
 
 def _cuda_table(*spans):

@@ -3,7 +3,6 @@ and its start/follow/stop/run on plain Python processes (no MPI job: tests/mpi h
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import subprocess
@@ -13,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+from support.options import command_config
 
 from collectives.shape import JobShape
-from osu_dl_bench.commands.sweep_cli import add_arguments, config_from_args
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs import launch, orchestrate
 from osu_dl_bench.runtime.launcher import OVERSUBSCRIBED_CVARS
@@ -32,9 +31,7 @@ def launchers(monkeypatch):
 
 
 def _sweep_config(*argv: str):
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    return config_from_args(parser.parse_args([*argv, "-o", "run"]))
+    return command_config("sweep", *argv, "-o", "run")
 
 
 def test_mpiexec_command_runs_this_python_with_its_arguments(launchers):
@@ -244,9 +241,9 @@ def test_stop_reaches_a_process_that_leads_no_group():
 
 
 @pytest.fixture
-def cluster(monkeypatch, tmp_path):
-    """OSU_DL_BENCH_HOSTS naming two nodes and an executable agent, as cluster_local.sh's
-    env sets them."""
+def two_host_agent(monkeypatch, tmp_path):
+    """OSU_DL_BENCH_HOSTS naming two nodes and an executable launch agent, as
+    cluster_local.sh's env sets them; the agent's path."""
     agent = tmp_path / "agent"
     agent.write_text("#!/bin/sh\n")
     agent.chmod(0o755)
@@ -256,27 +253,27 @@ def cluster(monkeypatch, tmp_path):
     return str(agent)
 
 
-def test_mpiexec_spreads_ranks_over_the_named_hosts_in_blocks(launchers, cluster):
+def test_mpiexec_spreads_ranks_over_the_named_hosts_in_blocks(launchers, two_host_agent):
     cmd = launch.launcher_prefix(4)
     assert cmd == [
         launchers["mpiexec"],
-        *["-n", "4", "-hosts", "node1,node2", "-launcher", "ssh", "-launcher-exec", cluster],
+        *["-n", "4", "-hosts", "node1,node2", "-launcher", "ssh", "-launcher-exec", two_host_agent],
         *["-localhost", "10.0.0.254", "-ppn", "2"],
     ]
 
 
-def test_open_mpi_places_ppn_ranks_on_each_host_with_its_ssh_agent(cluster, monkeypatch):
+def test_open_mpi_places_ppn_ranks_on_each_host_with_its_ssh_agent(two_host_agent, monkeypatch):
     remote = launch.remote_hosts()
     assert remote is not None and remote.ranks_per_node(3) == 2
     args = launch.remote_arguments(remote, "openmpi", 2)
     assert args == [
         *["--host", "node1:2,node2:2", "--map-by", "ppr:2:node"],
-        *["--prtemca", "plm_ssh_agent", cluster],
+        *["--prtemca", "plm_ssh_agent", two_host_agent],
     ]
 
 
 def test_srun_ignores_the_hosts_and_hosts_without_an_agent_are_a_usage_error(
-    launchers, cluster, monkeypatch, tmp_path
+    launchers, two_host_agent, monkeypatch, tmp_path
 ):
     assert launch.launcher_prefix(2, "srun") == [launchers["srun"], "-n", "2", "--mpi=pmi2"]
     # Open MPI 5 speaks PMIx only.
@@ -289,7 +286,7 @@ def test_srun_ignores_the_hosts_and_hosts_without_an_agent_are_a_usage_error(
     assert launch.remote_hosts() is None
 
 
-def test_a_sweep_plans_the_shape_the_named_hosts_give(cluster):
+def test_a_sweep_plans_the_shape_the_named_hosts_give(two_host_agent):
     cfg = _sweep_config("--np", "4")
     assert launch.expected_shape(cfg.launching, 4, None) == JobShape(4, 2, 2)
     assert launch.expected_shape(cfg.launching, 3, None) == JobShape(3, 2, 2)

@@ -2,12 +2,10 @@
 read through MPI_T (a singleton process, no launcher), ``native:alg=NAME`` candidates, the
 environment that forces them, their isolation groups, and the exports built from them."""
 
-import json
 import os
-import subprocess
-import sys
 
 import pytest
+from support.interpreter import python_json
 from support.mpich_layers import layered_run
 
 from collectives import mpit
@@ -87,16 +85,7 @@ print(json.dumps(out))
 
 
 def _singleton(code: str, **env: str) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, **env},
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.splitlines()[-1])
+    return python_json(code, env={**os.environ, **env})
 
 
 def test_mpich_candidates_are_its_layers_choices():

@@ -3,7 +3,6 @@ are named (on synthetic samples of shaped links), the record and the options."""
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import math
@@ -11,8 +10,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from support.options import command_config
 
-from osu_dl_bench.commands.bench_cli import add_arguments, config_from_args
 from osu_dl_bench.diagnosis.linkmap import (
     LinkMap,
     bandwidth_matrix,
@@ -219,9 +218,7 @@ def test_a_ratio_that_is_not_a_number_is_written_as_null(tmp_path):
 
 
 def _config(*argv: str):
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    return config_from_args(parser.parse_args(list(argv)))
+    return command_config("bench", *argv)
 
 
 def test_linkmap_options_and_their_defaults():

@@ -125,8 +125,8 @@ def test_allow_mixed_names_what_may_differ(tmp_path, capsys):
 @pytest.mark.parametrize(
     "field,value,problem",
     [
-        ("collectives", 5, "collectives: expected an array, got a number"),
-        ("nprocs", ["x"], "nprocs: expected an array of whole numbers"),
+        ("collectives", 5, "collectives: expected a list, got a whole number"),
+        ("nprocs", ["x"], "nprocs: expected a list of whole numbers"),
     ],
 )
 def test_metadata_merge_cannot_read_is_refused_before_anything_is_written(

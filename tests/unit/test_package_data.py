@@ -1,7 +1,6 @@
 """Data files ship inside the package: MPICH's default selection tree and the sbatch
 templates load from a built wheel, away from the source tree."""
 
-import json
 import shutil
 import subprocess
 import sys
@@ -9,6 +8,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from support.interpreter import python_json
 
 REPO = Path(__file__).resolve().parents[2]
 DATA_FILES = (
@@ -63,17 +63,9 @@ def test_the_wheel_carries_the_data_files(wheel):
 def test_an_installed_package_loads_its_data_files(wheel, tmp_path):
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
-    done = subprocess.run(
-        [sys.executable, "-c", _LOAD],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=tmp_path,
-        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
+    loaded = python_json(
+        _LOAD, cwd=tmp_path, env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"}
     )
-    assert done.returncode == 0, done.stderr
-    loaded = json.loads(done.stdout.splitlines()[-1])
     assert all(Path(module).is_relative_to(site) for module in loaded["modules"])
     assert loaded["collectives"] > 30  # every collective of MPICH's tree
     assert loaded["template"] == "#!/bin/bash"

@@ -100,10 +100,10 @@ def test_a_broken_metadata_file_is_a_clean_error(tmp_path):
 @pytest.mark.parametrize(
     "text,problem",
     [
-        ("[1, 2]", "expected a JSON object, got an array"),
-        ('{"jobs": 5}', "jobs: expected an object, got a number"),
-        ('{"jobs": {"2": [1]}}', "jobs.2: expected an object, got an array"),
-        ('{"hosts": {}}', "hosts: expected an array, got an object"),
+        ("[1, 2]", "expected a JSON object, got a list"),
+        ('{"jobs": 5}', "jobs: expected an object, got a whole number"),
+        ('{"jobs": {"2": [1]}}', "jobs.2: expected an object, got a list"),
+        ('{"hosts": {}}', "hosts: expected a list, got an object"),
     ],
 )
 def test_metadata_that_is_json_but_not_a_runs_metadata_is_a_clean_error(tmp_path, text, problem):

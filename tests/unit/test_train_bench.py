@@ -6,11 +6,11 @@ directory and how a stopped run is continued."""
 import dataclasses
 import json
 import shlex
-import subprocess
 import sys
 import time
 
 import pytest
+from support.interpreter import run_python
 from support.train_bench import HOME, rows
 
 from osu_dl_bench.cli import build_parser, main
@@ -158,9 +158,7 @@ def test_the_worker_starts_mpi_itself_at_the_trainers_thread_level():
         "import osu_dl_bench.commands.train_bench, osu_dl_bench.train.bench_launch\n"
         "print('mpi4py.MPI' in sys.modules)\n"
     )
-    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert found.returncode == 0, found.stderr
-    assert found.stdout.strip() == "False"
+    assert run_python(code).stdout.strip() == "False"
 
 
 # --- the launches, one after the other --------------------------------------------------

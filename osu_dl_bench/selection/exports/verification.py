@@ -25,16 +25,20 @@ beside the file's (summarize), so the report says what noise alone produced.
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from collectives import mpit
+from collectives import mpich_layers, mpit
 from collectives.registry import NULL_CONTROL_APART
+from collectives.units import format_size
+from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.plan import FILE_GROUP, FORCED_PREFIX, MPI_GROUP
 from osu_dl_bench.measurement.schedule import rotation
 from osu_dl_bench.paths import write_text_atomic
@@ -42,9 +46,11 @@ from osu_dl_bench.runtime.mpich_trees import selection_files_env
 from osu_dl_bench.selection.estimate import pooled_ratios
 from osu_dl_bench.selection.evidence import LaunchValues, Observation, launch_values
 from osu_dl_bench.selection.exports import openmpi
+from osu_dl_bench.selection.exports.common import LIBRARY_DEFAULT, LIBRARY_TUNING
 from osu_dl_bench.selection.exports.readers import Reader
 from osu_dl_bench.selection.paired import Ratio, bound_text
 from osu_dl_bench.selection.rule import DEFAULT_RULE, DecisionRule
+from osu_dl_bench.selection.table import TuningTable
 from osu_dl_bench.selection.tune import series_of, usable_rows
 
 # --- proof --------------------------------------------------------------------------------
@@ -138,12 +144,13 @@ FILE_ARM, DEFAULT_ARM, NULL_ARM = "file", "default", "null"
 ARMS = (FILE_ARM, DEFAULT_ARM, NULL_ARM)
 
 
-def arm_order(launch: int, seed: int) -> tuple[str, ...]:
-    """The arms' order in launch ``launch`` (from 1): the rows of a Williams design in
-    turn (measurement.schedule.rotation), starting at a row the seed picks; over every 6
-    launches each arm runs in each position, and right after each other arm, equally
-    often, so that neither the order nor what ran just before favours one arm."""
-    return tuple(ARMS[i] for i in rotation(launch - 1 + seed, len(ARMS)))
+def arm_order(launch: int, seed: int, arms: Sequence[str] = ARMS) -> tuple[str, ...]:
+    """The order of ``arms`` in launch ``launch`` (from 1): the rows of a Williams design
+    for k arms in turn (measurement.schedule.rotation), starting at a row the seed picks;
+    over each whole cycle (williams_cycle(k) launches: 6 for the three arms) each arm runs
+    in each position, and right after each other arm, equally often, so that neither the
+    order nor what ran just before favours one arm."""
+    return tuple(arms[i] for i in rotation(launch - 1 + seed, len(arms)))
 
 
 def sweep_pairs(frame: pd.DataFrame, arm: str = FILE_ARM) -> list[Paired]:
@@ -198,7 +205,7 @@ def client_pairs(latencies: dict[tuple, dict[int, float]], arm: str = FILE_ARM) 
 def file_ratios(client: str, found: list[Paired]) -> list[Ratio]:
     """Per (collective, p, size) of ``found``, in its order: the time with the file over
     without it, with its 95% interval, the launch-to-launch variance pooled over every
-    size (selection.estimate)."""
+    size, or the size's own where it is larger (selection.estimate.pooled_ratios)."""
     # One pool per client, collective and p: launches at p = 4 swing more than at p = 2.
     observations = [Observation((client, *w[:2]), client, int(w[2]), v) for w, v in found]
     return pooled_ratios(observations)
@@ -395,3 +402,239 @@ def null_control_environment(library: str, directory: Path) -> dict[str, str]:
     path = directory / "null.openmpi.rules"
     write_text_atomic(path, openmpi.default_rules_text())
     return mpit.selection_file_environment(library, str(path.resolve()))
+
+
+# --- the best measured choice, and the share of its speedup the file captures ----------------
+
+# The layered candidates a sweep measured: (collective, p) -> alg -> the sizes measured.
+MeasuredCandidates = dict[tuple[str, int], dict[str, tuple[int, ...]]]
+# How a sweep labels a forced library algorithm (jobs.plan.forced_alg's variants).
+_FORCED_LABEL = "native:alg="
+
+
+def measured_candidates(frame: pd.DataFrame) -> MeasuredCandidates:
+    """MPICH's layered candidates (collectives.mpich_layers) a sweep measured, each with the
+    sizes it measured it at: the sweep skips a candidate where its path is the default's,
+    so these are the sizes where it runs code of its own."""
+    rows = usable_rows(frame)
+    found: MeasuredCandidates = {}
+    keys = ["collective", "nprocs", "algorithm"]
+    for (collective, nprocs, label), at in rows.groupby(keys, sort=True):
+        alg = str(label).removeprefix(_FORCED_LABEL)
+        if str(label).startswith(_FORCED_LABEL) and mpich_layers.is_candidate(collective, alg):
+            sizes = tuple(sorted({int(s) for s in at["size_bytes"]}))
+            found.setdefault((str(collective), int(nprocs)), {})[alg] = sizes
+    return found
+
+
+def client_arms(candidates: Sequence[str]) -> tuple[str, ...]:
+    """The C client's arms for one collective and p: ARMS, then one per measured candidate
+    (named by its alg, 'ch4_beta'), loading its own files as the sweep loaded them."""
+    clash = set(candidates) & set(ARMS)
+    if clash:
+        raise ValueError(f"candidate names {sorted(clash)} clash with the client's arms")
+    return (*ARMS, *sorted(candidates))
+
+
+@dataclass(frozen=True)
+class BestChoice:
+    """One (collective, p, size) where candidates were measured: the rule's pick among them
+    and the default (None: the default), its time over the default's, and the null
+    control's there."""
+
+    where: tuple  # (collective, p, size)
+    choice: str | None
+    ratio: Ratio
+    null: Ratio | None
+
+    @property
+    def confirmed(self) -> bool:
+        """The pick is a candidate whose gain is confirmed beyond the null control."""
+        return self.choice is not None and gain_beyond_null(self.ratio, self.null)
+
+
+def best_choices(
+    latencies: dict[tuple, dict[int, float]],
+    measured: MeasuredCandidates,
+    rule: DecisionRule = DEFAULT_RULE,
+) -> list[BestChoice]:
+    """Per (collective, p, size) where the sweep measured a candidate: the candidates' C client
+    ratios to the default (each arm's launch variance pooled over its sizes, as file_ratios
+    does for the file) and the decision rule's pick among them and the default (selection.
+    rule: tune's rule, with the default as its reference)."""
+    null_pairs = client_pairs(latencies, NULL_ARM)
+    nulls = dict(zip([w for w, _ in null_pairs], file_ratios("c:null", null_pairs), strict=True))
+    at_size: dict[tuple, dict[str, Ratio]] = {}
+    for (collective, nprocs), algs in sorted(measured.items()):
+        for alg, sizes in sorted(algs.items()):
+            pairs = [
+                (w, v)
+                for w, v in client_pairs(latencies, alg)
+                if w[0] == collective and w[1] == nprocs and w[2] in sizes
+            ]
+            for (where, _), ratio in zip(pairs, file_ratios(f"c:{alg}", pairs), strict=True):
+                at_size.setdefault(where, {})[alg] = ratio
+    found = []
+    for where, ratios in sorted(at_size.items()):
+        pick = rule.choose({DEFAULT_ARM: _DEFAULT_ITSELF, **ratios}, DEFAULT_ARM)
+        choice = None if pick == DEFAULT_ARM else pick
+        ratio = _DEFAULT_ITSELF if choice is None else ratios[choice]
+        found.append(BestChoice(where, choice, ratio, nulls.get(where)))
+    return found
+
+
+@dataclass(frozen=True)
+class CapturedShare:
+    """The share of the measured speedup the file captures: over the sizes where the best
+    choice is confirmed faster than the default, sum log(default / file) over sum
+    log(default / best), all from the C client; undefined (nan) without such a size."""
+
+    sizes: tuple[tuple, ...]
+    captured: float  # sum of log(default / file)
+    available: float  # sum of log(default / best)
+
+    @property
+    def share(self) -> float:
+        """captured / available, nan where no size has a confirmed best choice."""
+        return self.captured / self.available if self.sizes else math.nan
+
+
+def captured_share(file_verdicts: list[SizeVerdict], best: list[BestChoice]) -> CapturedShare:
+    """The CapturedShare of ``best``'s confirmed sizes that the file's verdicts cover."""
+    files = {tuple(v.where): v.file for v in file_verdicts}
+    resting = [b for b in best if b.confirmed and tuple(b.where) in files]
+    return CapturedShare(
+        tuple(tuple(b.where) for b in resting),
+        sum(-math.log(files[tuple(b.where)].ratio) for b in resting),
+        sum(-math.log(b.ratio.ratio) for b in resting),
+    )
+
+
+# The suffixes of an export's files: the table they were exported from is BASE.json.
+_EXPORT_SUFFIXES = (".mpich.mpir.json", ".mpich.json", ".openmpi.rules")
+
+
+def export_table(path: Path) -> Path | None:
+    """The table an export was written from: BASE.json beside BASE.mpich.mpir.json (as
+    ``tune -o BASE.json --export`` writes them), or None where it is not there."""
+    name = path.name
+    suffix = next((s for s in _EXPORT_SUFFIXES if name.endswith(s)), None)
+    table = path.with_name(name.removesuffix(suffix) + ".json") if suffix else None
+    return table if table is not None and table.is_file() else None
+
+
+def export_sweep(path: Path) -> Path | None:
+    """The sweep an export was tuned from: the run directory in the provenance of its table
+    (export_table), or None where the table or its run directory is not there."""
+    table = export_table(path)
+    if table is None:
+        return None
+    try:
+        run_dir = (json.loads(table.read_text()).get("provenance") or {}).get("run_dir")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return Path(run_dir) if run_dir and Path(run_dir).is_dir() else None
+
+
+# --- the corrected export ------------------------------------------------------------------
+
+# What the corrected export keeps at a size, and why (the notes say it per size).
+KEPT_CONFIRMED = "the file's departure, confirmed by the C client"
+TAKEN_BEST = "the C client's confirmed best choice"
+KEPT_DEFAULT = "the default (no departure confirmed by the C client)"
+
+
+@dataclass(frozen=True)
+class Correction:
+    """One (collective, p, size) of the corrected export: the choice written there
+    (LIBRARY_DEFAULT: MPICH decides), why, and the C client's ratio behind it."""
+
+    where: tuple  # (collective, p, size)
+    alg: str
+    why: str
+    ratio: Ratio
+    null: Ratio | None
+
+
+def corrections(file_verdicts: list[SizeVerdict], best: list[BestChoice]) -> list[Correction]:
+    """Per size of the C client: the file's departure where the C client confirms it beyond
+    the null control; else the best measured choice where the C client confirms it (the
+    decision rule's pick, beyond the null control); else the default. Every departure the
+    result keeps is one the C client confirmed."""
+    bests = {tuple(b.where): b for b in best if b.confirmed}
+    found = []
+    for v in file_verdicts:
+        where = tuple(v.where)
+        # A departure the file makes through a path no single candidate runs cannot be
+        # written as one candidate's choice: the default (or the best choice) stands there.
+        if v.departs and v.confirmed and mpich_layers.is_candidate(where[0], str(v.says)):
+            found.append(Correction(where, str(v.says), KEPT_CONFIRMED, v.file, v.null))
+        elif where in bests:
+            b = bests[where]
+            found.append(Correction(where, str(b.choice), TAKEN_BEST, b.ratio, b.null))
+        else:
+            found.append(Correction(where, LIBRARY_DEFAULT, KEPT_DEFAULT, v.file, v.null))
+    return found
+
+
+def corrected_table(table: TuningTable, found: list[Correction]) -> TuningTable:
+    """``table`` with its MPICH library decisions (header LIBRARY_TUNING) replaced by the
+    corrections, one-node entries only (the C client runs on this host): per collective
+    and p, a range per run of sizes with one choice, from 0 up, the last open, each point
+    carrying the C client's ratio as its evidence."""
+    tuning = dict(table.header.get(LIBRARY_TUNING) or {})
+    if tuning.get("library") != "mpich":
+        raise UsageError("the corrected export is written for MPICH tables only")
+    by_entry: dict[tuple[str, int], list[Correction]] = {}
+    for c in sorted(found, key=lambda c: c.where):
+        by_entry.setdefault((str(c.where[0]), int(c.where[1])), []).append(c)
+    entries = []
+    for item in tuning.get("entries") or []:
+        key = (item["collective"], int(item["nprocs"]))
+        if int(item["nodes"]) == 1 and item["device"] == "cpu" and key in by_entry:
+            item = {**item, "ranges": _ranges(by_entry.pop(key))}
+        entries.append(item)
+    header = {**table.header, LIBRARY_TUNING: {**tuning, "entries": entries}}
+    return replace(table, header=header)
+
+
+def _ranges(found: list[Correction]) -> list[dict[str, Any]]:
+    """Runs of sizes with one choice as LIBRARY_TUNING ranges (tune's shape)."""
+    ranges: list[dict[str, Any]] = []
+    for c in found:
+        point = {
+            "size_bytes": int(c.where[2]),
+            "alg": c.alg,
+            "ratio": c.ratio.ratio,
+            "ratio_low": c.ratio.low,
+            "ratio_high": c.ratio.high,
+            "launches": c.ratio.launches,
+            "evidence": "c client",
+        }
+        if ranges and ranges[-1]["alg"] == c.alg:
+            ranges[-1]["points"].append(point)
+            continue
+        if ranges:
+            ranges[-1]["max_bytes"] = int(c.where[2])
+        ranges.append({"min_bytes": 0 if not ranges else int(c.where[2]), "alg": c.alg})
+        ranges[-1]["points"] = [point]
+    if ranges:
+        ranges[-1]["max_bytes"] = None
+    return ranges
+
+
+def correction_lines(found: list[Correction]) -> list[str]:
+    """The C client's evidence per size of the corrected export, one line each."""
+    return [
+        f"c client: {c.where[0]} p={c.where[1]} {format_size(int(c.where[2]))}: "
+        f"{c.alg if c.alg != LIBRARY_DEFAULT else 'MPICH default'} ({c.why}); "
+        f"time/default {c.ratio.ratio:.2f} (95% CI {bound_text(c.ratio.low)}-"
+        f"{bound_text(c.ratio.high)}, {c.ratio.launches} launches)"
+        + (
+            f", null control {c.null.ratio:.2f} ({bound_text(c.null.low)}-"
+            f"{bound_text(c.null.high)})"
+            if c.null is not None
+            else ""
+        )
+        for c in found
+    ]

@@ -5,13 +5,13 @@ repetition). A unit is compared with its peers, the pooled samples of every othe
 (leave-one-out, so that one bad unit cannot hide in the reference it is judged by):
 
 - the estimate is the ratio and the difference of the two medians; their 95% intervals
-  come from a percentile bootstrap of the medians (Efron and Tibshirani, "An Introduction
-  to the Bootstrap", 1993, ch. 13), the unit's and the peers' samples resampled apart;
-- the run's own spread is how far the peers' medians lie from one another: three scaled
-  median absolute deviations of them (Leys et al., "Detecting outliers: Do not use
-  standard deviation around the mean, use absolute deviation around the median", J. Exp.
-  Soc. Psychol. 49, 2013, recommend 2.5-3). A unit no further out than the peers are
-  from each other is one of them, whatever its interval says;
+  come from a percentile bootstrap of the medians (stats.bootstrap), the unit's and the
+  peers' samples resampled apart;
+- the run's own spread is how far the peers' medians lie from one another: three robust
+  standard deviations of them (stats.robust: scaled median absolute deviations; Leys et
+  al., J. Exp. Soc. Psychol. 49, 2013, recommend 2.5-3 as the cut-off). A unit no
+  further out than the peers are from each other is one of them, whatever its interval
+  says;
 - a unit stands out when the whole interval lies beyond both that spread and the
   caller's minimum effect (``min_ratio``; ``min_excess`` in the samples' unit): a
   difference too small to matter is not worth a name, however sure.
@@ -28,14 +28,15 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from osu_dl_bench.stats.bootstrap import median_resamples, percentile_interval
+from osu_dl_bench.stats.robust import robust_sd
+
 LEVEL = 0.95
 RESAMPLES = 1000
 MIN_RESAMPLES = 200
 # Bootstrap draws hold resamples x samples values: at most this many at once.
 DRAW_LIMIT = 4_000_000
-# Leys et al. (2013): 1.4826 scales a MAD to a normal standard deviation; 3 of them is
-# their "very conservative" cut-off.
-MAD_SCALE = 1.4826
+# Leys et al. (2013): three robust standard deviations is their "very conservative" cut-off.
 SPREAD_CUTOFF = 3.0
 WORSE = ("higher", "lower")
 
@@ -55,42 +56,25 @@ class Finding:
     samples: int
 
 
-def _medians_of_resamples(values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """The medians of bootstrap resamples of ``values`` (at most DRAW_LIMIT draws: a
-    unit with more samples than 200 resamples allow is resampled from a random subset of
-    them, whose median's spread is, if anything, wider)."""
-    if values.size * MIN_RESAMPLES > DRAW_LIMIT:
-        values = rng.choice(values, DRAW_LIMIT // MIN_RESAMPLES, replace=False)
-    resamples = max(MIN_RESAMPLES, min(RESAMPLES, DRAW_LIMIT // max(values.size, 1)))
-    picked = rng.integers(0, values.size, size=(resamples, values.size))
-    return np.median(values[picked], axis=1)
-
-
 def _interval(draws: np.ndarray) -> tuple[float, float]:
-    tail = (1 - LEVEL) / 2 * 100
-    low, high = np.percentile(draws, [tail, 100 - tail])
-    return float(low), float(high)
+    return percentile_interval(draws, LEVEL)
 
 
 def _spread(peer_medians: np.ndarray) -> tuple[float, float]:
     """How far the peers' medians lie from one another: (ratio, difference) cut-offs."""
     if peer_medians.size < 3:
         return 1.0, 0.0
-    difference = SPREAD_CUTOFF * MAD_SCALE * _mad(peer_medians)
+    difference = SPREAD_CUTOFF * robust_sd(peer_medians)
     if np.all(peer_medians > 0):
-        return math.exp(SPREAD_CUTOFF * MAD_SCALE * _mad(np.log(peer_medians))), difference
+        return math.exp(SPREAD_CUTOFF * robust_sd(np.log(peer_medians))), difference
     return 1.0, difference
-
-
-def _mad(values: np.ndarray) -> float:
-    return float(np.median(np.abs(values - np.median(values))))
 
 
 def _finding(name: str, own: np.ndarray, peers: np.ndarray, rng: np.random.Generator) -> Finding:
     """The unit against its peers, with bootstrap intervals (worse or not)."""
     median, reference = float(np.median(own)), float(np.median(peers))
-    own_draws = _medians_of_resamples(own, rng)
-    peer_draws = _medians_of_resamples(peers, rng)
+    own_draws = median_resamples(own, rng, RESAMPLES, MIN_RESAMPLES, DRAW_LIMIT)
+    peer_draws = median_resamples(peers, rng, RESAMPLES, MIN_RESAMPLES, DRAW_LIMIT)
     count = min(own_draws.size, peer_draws.size)
     own_draws, peer_draws = own_draws[:count], peer_draws[:count]
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
+from osu_dl_bench.stats.robust import robust_sd
+
 HUBER_K = 1.345  # 95% efficiency at the normal distribution
 PIECE_PENALTY = 0.01  # mean relative error a piece must save to be kept
-_MAD_TO_SIGMA = 1.4826
 # The threshold counts as settled within 0.1%: the fitted parameters then move in their
 # fourth digit at most, and each refit costs a solver run.
 _THRESHOLD_SETTLED = 1e-3
@@ -40,8 +41,7 @@ class LineFit:
 def _huber_threshold(relative: np.ndarray) -> float:
     """HUBER_K robust standard deviations of the residuals: their median absolute
     deviation, scaled to a normal distribution's sigma."""
-    spread = np.median(np.abs(relative - np.median(relative)))
-    return float(HUBER_K * _MAD_TO_SIGMA * spread)
+    return HUBER_K * robust_sd(relative)
 
 
 def _nonnegative_fit(unit: np.ndarray, start: np.ndarray, loss: str, threshold: float):

@@ -1,6 +1,6 @@
 """Each candidate's ratio to native at each size of an entry, from all the evidence a run
 holds: the run's pooled launch variance (selection.evidence) and the smooth curve over
-sizes (selection.smooth). Points without per-round times, or without native, keep the
+sizes (stats.smoothing). Points without per-round times, or without native, keep the
 point-by-point paired ratio (selection.paired).
 """
 
@@ -29,7 +29,7 @@ from osu_dl_bench.selection.paired import (
     satterthwaite,
     t_quantile,
 )
-from osu_dl_bench.selection.smooth import smooth_curve
+from osu_dl_bench.stats.smoothing import smooth_curve
 
 
 @dataclass(frozen=True)

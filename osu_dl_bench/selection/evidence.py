@@ -34,10 +34,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from scipy import optimize, special, stats
+from scipy import special
 
 from collectives.units import format_size
 from osu_dl_bench.selection.paired import Launch, Series, finite, log_times, same_group_samples
+from osu_dl_bench.stats.components import solve_median
+from osu_dl_bench.stats.robust import median_variance
 
 # Size bands of one pool each (bytes, lower edges): eager messages, the cache-sized middle,
 # and rendezvous-sized messages behave differently from launch to launch.
@@ -46,8 +48,6 @@ BAND_EDGES = (0, 4096, 262144)
 # entry's pool over every band, then from the run's.
 MIN_POOL_POINTS = 6
 HETEROGENEITY_ALPHA = 0.01
-# Variance of the median of n values from a normal distribution, over sigma^2 / n.
-MEDIAN_EFFICIENCY = math.pi / 2
 
 
 @dataclass(frozen=True)
@@ -76,14 +76,6 @@ class LaunchValues:
         return float(np.var(self.values, ddof=1)) if self.count > 1 else math.nan
 
 
-def _median_variance(logs: np.ndarray) -> float:
-    """Sampling variance of the median of ``logs`` (robust scale; NaN with < 3 values)."""
-    if logs.size < 3:
-        return math.nan
-    sigma = float(stats.median_abs_deviation(logs, scale="normal"))
-    return MEDIAN_EFFICIENCY * sigma**2 / logs.size
-
-
 def _logs(values: np.ndarray) -> np.ndarray:
     """Finite natural logs (times of 0 or below dropped)."""
     return finite(log_times(values))
@@ -107,7 +99,7 @@ def launch_values(candidate: Series, reference: Series) -> LaunchValues | None:
             diffs = clusters[0]
             value = float(np.median(diffs))
             # One value: a launch measured in rounds of its own (resume); both medians vary.
-            var = _median_variance(diffs) if diffs.size > 1 else _apart(mine, theirs)
+            var = median_variance(diffs) if diffs.size > 1 else _apart(mine, theirs)
         else:
             value = float(log_times(mine.typical_us) - log_times(theirs.typical_us))
             var = _apart(mine, theirs)
@@ -126,7 +118,7 @@ def _one(series: Series, launch: Launch) -> Series:
 
 def _apart(mine: Launch, theirs: Launch) -> float:
     """Sampling variance of log median(mine) - log median(theirs), measured apart."""
-    return _median_variance(_logs(mine.rounds)) + _median_variance(_logs(theirs.rounds))
+    return median_variance(_logs(mine.rounds)) + median_variance(_logs(theirs.rounds))
 
 
 # --- pools --------------------------------------------------------------------------------
@@ -243,24 +235,6 @@ class LaunchPool:
 def _pool_order(item) -> tuple:
     (entry, band, paired), _ = item
     return (str(entry), -1 if band is None else band, str(paired))
-
-
-def solve_median(stat: np.ndarray, df: np.ndarray, base: np.ndarray, scale: np.ndarray) -> float:
-    """The x >= 0 at which the median of chi2.cdf(df * stat / (scale * x + base), df) is
-    one half: a robust method-of-moments variance component."""
-
-    def excess(x: float) -> float:
-        expected = np.maximum(scale * x + base, 1e-300)
-        # chi2.cdf(x, df) is the regularised lower incomplete gamma P(df / 2, x / 2):
-        # scipy.special's ufunc, without scipy.stats' per-call dispatch.
-        return float(np.median(special.gammainc(df / 2, df * stat / expected / 2))) - 0.5
-
-    if stat.size == 0 or excess(0.0) <= 0:
-        return 0.0
-    high = max(float(np.max(stat)), 1e-12)
-    while excess(high) > 0:
-        high *= 4
-    return float(optimize.brentq(excess, 0.0, high, xtol=1e-14, rtol=1e-10))
 
 
 def _filled(within: np.ndarray, fallback: float) -> np.ndarray:

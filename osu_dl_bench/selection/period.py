@@ -29,8 +29,9 @@ import numpy as np
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jsonfile import UnreadableJson, parse_json, read_regular_file
 from osu_dl_bench.paths import PERIOD, write_text_atomic
-from osu_dl_bench.selection.evidence import band_of, solve_median
+from osu_dl_bench.selection.evidence import band_of
 from osu_dl_bench.selection.paired import Ratio
+from osu_dl_bench.stats.components import solve_median
 
 
 @dataclass(frozen=True)

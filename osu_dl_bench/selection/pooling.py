@@ -23,7 +23,7 @@ differences of 0-5 standard errors) these intervals cover the truth at 91-98%.
 Only estimates resting on the run's launch pool are pooled (evidence 'curve', 'point',
 'misfit'): a point whose launches disagree beyond the pool, or one judged on its own
 launches alone, keeps its estimate. Neighbouring sizes are pooled already, by the curve
-over sizes (selection.smooth); across p the jobs are separate, so the errors are
+over sizes (stats.smoothing); across p the jobs are separate, so the errors are
 independent and the weights above are right.
 """
 

@@ -8,7 +8,7 @@ their threads slow it down: those rows are never the reference).
 - Evidence is shared across the run: per launch, each candidate's log time ratio to
   native; the launch-to-launch variance pooled over every point of the entry
   (selection.evidence); each candidate's ratio smoothed over log size with its band
-  (selection.smooth, selection.estimate).
+  (stats.smoothing, selection.estimate).
 - The rule (selection.rule.DecisionRule, one object with one default): a candidate is
   eligible where its chance of being more than 5% slower than native is at most the risk;
   the eligible one with the lowest expected time replaces native where its expected gain

@@ -1,16 +1,13 @@
-"""The shared evidence of a run: the pooled launch variance (selection.evidence), the smooth
-ratio curves over sizes (selection.smooth), and the decisions built on them."""
+"""The shared evidence of a run: the pooled launch variance (selection.evidence) and the
+decisions built on it (the smooth curves over sizes: test_smoothing)."""
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import pytest
 
 from osu_dl_bench.selection.evidence import LaunchValues, Observation, estimate_pool
 from osu_dl_bench.selection.names import INDIFFERENCE, RISK
-from osu_dl_bench.selection.smooth import smooth_curve
 from osu_dl_bench.selection.tune import build_table
 from tests.support.tuning import launch_rows, machine_states, scaled, write_run
 
@@ -62,32 +59,6 @@ def test_the_pool_is_zero_where_launches_agree_beyond_their_sampling_noise():
     pool = estimate_pool(_synthetic_observations(rng, 0.0, 0.0, 0.02))
     component = pool.component(None, 64, True)
     assert component.point_launch < 0.1 * 0.02**2
-
-
-def test_the_curve_recovers_a_known_smooth_ratio_curve_with_honest_bands():
-    rng = np.random.default_rng(7)
-    sd = 0.08
-    truth = _true_curve(LOG_SIZES)
-    raw_errors, smooth_errors, covered = [], [], []
-    for _ in range(40):
-        y = truth + rng.normal(0, sd, LOG_SIZES.size)
-        curve = smooth_curve(LOG_SIZES, y, np.full(LOG_SIZES.size, sd**2))
-        raw_errors.append(np.mean((y - truth) ** 2))
-        smooth_errors.append(np.mean((curve.mean - truth) ** 2))
-        half = 1.96 * np.sqrt(curve.variance)
-        covered.append(np.mean(np.abs(curve.mean - truth) <= half))
-    # Neighbours inform each other: the curve's error is well below each point's own.
-    assert math.sqrt(np.mean(smooth_errors)) < 0.6 * math.sqrt(np.mean(raw_errors))
-    # The bands cover the true curve about as often as they claim (Nychka's average).
-    assert 0.88 <= np.mean(covered) <= 1.0
-
-
-def test_a_curve_keeps_a_point_it_misses_by_far_on_its_own_estimate():
-    y = _true_curve(LOG_SIZES)
-    y[10] += 1.0  # a step the library takes at one size only
-    curve = smooth_curve(LOG_SIZES, y, np.full(LOG_SIZES.size, 0.02**2))
-    assert not curve.from_curve[10] and curve.mean[10] == pytest.approx(y[10])
-    assert curve.from_curve.sum() >= LOG_SIZES.size - 3
 
 
 def _consistent_win_run(path):

@@ -125,32 +125,56 @@ def _require_inter(platform: Platform, layout: JobShape) -> None:
 # --- fit --------------------------------------------------------------------------------
 
 
-def _calibrate(cfg: FitConfig, run_dir: Path) -> None:
-    """One calibration job per process count, appended one after the other."""
-    from osu_dl_bench.jobs.launch import check_not_in_mpi_job, mpi_command
-
-    check_not_in_mpi_job("model fit", "fit a RUN_DIR that holds its calibration")
-    for index, nprocs in enumerate(cfg.counts):
-        argv = ["-m", MODULE, str(run_dir), "-m", cfg.message_size]
-        argv += ["--rounds", str(cfg.rounds)]
-        argv += ["--append"] if cfg.append or index > 0 else []
-        _run_job(mpi_command(nprocs, argv), nprocs, cfg.timeout)
+# The isolation group the experiment engine files a calibration job under.
+CALIBRATION_GROUP = "calibration"
 
 
-def _run_job(cmd: list[str], nprocs: int, timeout: float) -> None:
-    """Run one calibration job, its output passed through, within ``timeout`` seconds."""
-    import subprocess
-
+def _calibrate(cfg: FitConfig, run_dir: Path) -> int:
+    """One calibration job per process count, appended one after the other, run by the
+    experiment engine (jobs.orchestrate): Ctrl-C or SIGTERM stops the running job; the
+    exit code (130 when interrupted)."""
     from osu_dl_bench.jobs import launch
+    from osu_dl_bench.jobs.orchestrate import Experiment, run_experiment, run_followed
 
-    print(f"# calibrating: {' '.join(cmd)}", flush=True)
-    env = launch.mpi_environment(nprocs)
-    try:
-        job = launch.run(cmd, timeout, env=env, stdout=None, stderr=None)
-    except subprocess.TimeoutExpired:
-        raise UsageError(f"the calibration job did not finish within {timeout:.0f} s") from None
-    if job.returncode != 0:
-        raise UsageError(f"the calibration job failed (exit {job.returncode}): {' '.join(cmd)}")
+    launch.check_not_in_mpi_job("model fit", "fit a RUN_DIR that holds its calibration")
+    jobs = [(nprocs, 1, CALIBRATION_GROUP) for nprocs in cfg.counts]
+    commands = {
+        job: _calibration_command(cfg, run_dir, job[0], index > 0) for index, job in enumerate(jobs)
+    }
+
+    def run(job, progress):
+        print(f"# calibrating: {' '.join(commands[job])}", flush=True)
+        env = launch.mpi_environment(job[0])
+        # The job writes no progress events: its whole time limit is also its stall limit.
+        return run_followed(commands[job], env, job, progress, cfg.timeout, limit=cfg.timeout)
+
+    def explain(job, outcome) -> None:
+        if outcome.over_limit or outcome.stalled_at is not None:
+            raise UsageError(f"the calibration job did not finish within {cfg.timeout:.0f} s")
+        raise UsageError(
+            f"the calibration job failed (exit {outcome.code}): {' '.join(commands[job])}"
+        )
+
+    experiment = Experiment(
+        str(run_dir),
+        jobs,
+        dict.fromkeys(jobs, 1),
+        run,
+        explain,
+        progress=False,
+        owns_run=False,  # RUN_DIR may be a sweep's: its completion mark stays as it is
+        interrupted=f"nothing was fitted; {run_dir} keeps the calibration rows written so far",
+    )
+    return run_experiment(experiment).code
+
+
+def _calibration_command(cfg: FitConfig, run_dir: Path, nprocs: int, append: bool) -> list[str]:
+    """The calibration job of ``nprocs`` ranks (``append``: to the rows of an earlier one)."""
+    from osu_dl_bench.jobs.launch import mpi_command
+
+    argv = ["-m", MODULE, str(run_dir), "-m", cfg.message_size, "--rounds", str(cfg.rounds)]
+    argv += ["--append"] if cfg.append or append else []
+    return mpi_command(nprocs, argv)
 
 
 def _corrected(platform: Platform, run_dir: Path, how: str) -> Platform:
@@ -183,7 +207,9 @@ def run_fit(cfg: FitConfig) -> int:
         raise UsageError(f"{run_dir}: no {CALIBRATION_CSV} and --calibrate never")
     if cfg.calibrate == "always" or not calibrated:
         run_dir.mkdir(parents=True, exist_ok=True)
-        _calibrate(cfg, run_dir)
+        code = _calibrate(cfg, run_dir)
+        if code != 0:
+            return code
     platform, _ = fit_platform(run_dir, cfg.name)
     if cfg.corrections and (run_dir / RESULTS).is_file():
         platform = _corrected(platform, run_dir, cfg.state_scaling)

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from osu_dl_bench.jobs.orchestrate import run_sweep
-from osu_dl_bench.jobs.sweep_config import DEFAULT_LAUNCHES, SweepConfig
+from osu_dl_bench.jobs.sweep_config import SweepConfig
 from osu_dl_bench.measurement.store import POINT_KEY, RunStore
 from osu_dl_bench.selection.adaptive import AdaptiveDecisions, OpenPoint
 from osu_dl_bench.selection.evidence import LaunchPool
@@ -30,13 +30,11 @@ def focus_of(opened: list[OpenPoint]) -> list[tuple]:
 
 
 def launch_config(cfg: SweepConfig, launch: int) -> SweepConfig:
-    """The sweep that measures launch ``launch``: the run with that many launches, each
-    with the seconds per point one launch of a default sweep at --budget gets (a focused
-    launch spends each measured candidate's share of them)."""
-    per_launch = cfg.budget / DEFAULT_LAUNCHES
-    return replace(
-        cfg, launches=launch, resume=cfg.resume or launch > cfg.launches, budget=per_launch * launch
-    )
+    """The sweep whose last launch is ``launch`` (the earlier ones are stored: resumed past
+    the screening launches); every launch gets the seconds per point one launch of a
+    default sweep at --budget gets (sweep_cli), a focused one spending each measured
+    candidate's share of them."""
+    return replace(cfg, last_launch=launch, resume=cfg.resume or launch > cfg.launches)
 
 
 @dataclass
@@ -119,7 +117,7 @@ def run_adaptive_sweep(cfg: SweepConfig) -> int:
         )
         if not steps.run(launch, what):
             return steps.code
-        rows, warn = decision_rows(cfg.output, cfg.dtype, cfg.op)
+        rows, warn = decision_rows(cfg.output, cfg.measure.dtype, cfg.measure.op)
         began = time.monotonic()
         count = decided.redecide(rows, {entry[:3] for entry in focus}, warn)
         say(f"{count} point(s) decided again, {time.monotonic() - began:.0f} s")
@@ -145,7 +143,7 @@ def _first_decisions(
     identity: PoolIdentity | None,
 ) -> AdaptiveDecisions:
     """Every point decided (with ``pool``, or the run's own, which is then stored)."""
-    rows, warn = decision_rows(cfg.output, cfg.dtype, cfg.op)
+    rows, warn = decision_rows(cfg.output, cfg.measure.dtype, cfg.measure.op)
     began = time.monotonic()
     decided = AdaptiveDecisions.first(rows, warn, rule, pool)
     say(f"{len(decided.decisions)} point(s) decided, {time.monotonic() - began:.0f} s")

@@ -23,15 +23,16 @@ from osu_dl_bench.jobs.sweep_config import (
     DEFAULT_LAUNCHES,
     DEFAULT_SIZES,
     DEFAULT_TIME_LIMIT,
-    GROUP_NAME,
     LAUNCHERS,
     MAX_BUDGET,
     MAX_LAUNCHES,
     MPI_LIBRARIES,
+    BatchOptions,
+    Launching,
+    Measurement,
     SweepConfig,
     check_script_values,
     check_sweep_config,
-    escaped,
     parse_collectives,
     parse_process_counts,
     resolve_library_file,
@@ -183,10 +184,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_stall_timeout_argument(parser)
     _add_batch_arguments(parser)
-    parser.add_argument("--orchestrated", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--plan-only", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--launch", type=positive_int, default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--group", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--library-file", default=None, help=argparse.SUPPRESS)
 
 
@@ -244,25 +241,6 @@ def _check_batch_options(args: argparse.Namespace) -> None:
         )
 
 
-def _check_launch_options(args: argparse.Namespace) -> None:
-    """--launch and --group say which launch a launched job is: only with --inside, the
-    launch within --launches, the group a backend's name (it is stored in every row)."""
-    given = [flag for flag in ("launch", "group") if getattr(args, flag) is not None]
-    if given and not args.inside:
-        raise UsageError(
-            f"--{given[0]} is set by the sweep on the jobs it launches: expected it with "
-            "--inside only"
-        )
-    if args.launch is not None and args.launch > args.launches:
-        raise UsageError(
-            f"--launch {args.launch}: expected a launch from 1 to --launches ({args.launches})"
-        )
-    if args.group is not None and not GROUP_NAME.fullmatch(args.group):
-        raise UsageError(
-            f"--group {escaped(args.group)}: expected a backend's name (mpi, gloo, nccl)"
-        )
-
-
 def _adaptive_rule(args: argparse.Namespace):
     """--adaptive's decision rule (selection.rule.DecisionRule); None without --adaptive
     (the rule's module loads scipy, which a plain sweep's ranks need not wait for)."""
@@ -278,6 +256,26 @@ def _adaptive_rule(args: argparse.Namespace):
     return DecisionRule(args.risk, args.indifference)
 
 
+def _batch_options(args: argparse.Namespace) -> BatchOptions | None:
+    """--submit's batch job (None without --submit)."""
+    if not args.submit:
+        return None
+    return BatchOptions(
+        nodes=args.nodes,
+        ntasks_per_node=args.ntasks_per_node,
+        time_limit=args.time or DEFAULT_TIME_LIMIT,
+        partition=args.partition,
+        sbatch_args=tuple(shlex.split(args.sbatch_args)),
+    )
+
+
+def _launch_budget(args: argparse.Namespace) -> float:
+    """Seconds per point in one launch: --budget shared by the --launches; an adaptive
+    sweep's launches each get what one launch of a default sweep gets (it does not know
+    how many launches a point will take)."""
+    return args.budget / (DEFAULT_LAUNCHES if args.adaptive else args.launches)
+
+
 def config_from_args(args: argparse.Namespace) -> SweepConfig:
     """Build and check a SweepConfig from parsed arguments (no MPI needed)."""
     if args.submit:
@@ -288,12 +286,10 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
     _check_batch_options(args)
     if args.launches is None:  # an adaptive sweep screens with one launch
         args.launches = 1 if args.adaptive else DEFAULT_LAUNCHES
-    _check_launch_options(args)
     if not args.inside:  # the ranks of a launch write into what the orchestrator checked
         check_writable_directory("-o", args.output)
         emulated_ranks_per_node()  # the launched jobs inherit the variable: refused here
-    cfg = SweepConfig(
-        nprocs=parse_process_counts(args.np) if args.np is not None else (),
+    measure = Measurement(
         collectives=parse_collectives(args.collectives),
         min_size=lo,
         max_size=hi,
@@ -302,32 +298,30 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
         op=args.op,
         device=args.device,
         emulated_ppn=args.ranks_per_node,
+        launch_budget=_launch_budget(args),
+        thread_level=args.thread_level,
+        calibrate=args.calibrate,
+        null_control=args.null_control,
+        library_file=resolve_library_file(args.library_file),
+    )
+    cfg = SweepConfig(
+        nprocs=parse_process_counts(args.np) if args.np is not None else (),
+        measure=measure,
         output=args.output,
+        launching=Launching(
+            launcher=args.launcher or ("srun" if args.submit else "mpiexec"),
+            launcher_args=tuple(shlex.split(args.launcher_args)),
+            mpi=args.mpi,
+            stall_timeout=args.stall_timeout,
+        ),
         resume=args.resume,
         budget=args.budget,
-        launcher=args.launcher or ("srun" if args.submit else "mpiexec"),
-        launcher_args=tuple(shlex.split(args.launcher_args)),
+        launches=args.launches,
         inside=args.inside,
         dry_run=args.dry_run,
-        thread_level=args.thread_level,
-        stall_timeout=args.stall_timeout,
-        launches=args.launches,
-        calibrate=args.calibrate,
-        launch=args.launch,
-        group=args.group,
-        orchestrated=args.orchestrated,
-        plan_only=args.plan_only,
-        submit=args.submit,
-        nodes=args.nodes,
-        ntasks_per_node=args.ntasks_per_node,
-        time_limit=args.time or DEFAULT_TIME_LIMIT,
-        partition=args.partition,
-        sbatch_args=tuple(shlex.split(args.sbatch_args)),
-        library_file=resolve_library_file(args.library_file),
-        mpi=args.mpi,
+        batch=_batch_options(args),
         adaptive=args.adaptive,
         spread_minutes=args.spread,
-        null_control=args.null_control,
         rule=_adaptive_rule(args),
     )
     check_sweep_config(cfg)
@@ -340,18 +334,16 @@ def start(cfg: SweepConfig) -> int:
         from osu_dl_bench.commands.sweep import run_adaptive_sweep
 
         return run_adaptive_sweep(cfg)
-    if not (cfg.inside or cfg.plan_only):
+    if not cfg.inside:
         # The orchestrator launches one MPI job per process count and never loads MPI.
         from osu_dl_bench.jobs.orchestrate import run_sweep
 
         return run_sweep(cfg)
+    from osu_dl_bench.measurement import heartbeat
     from osu_dl_bench.runtime.start import init_mpi
 
-    if cfg.inside:
-        from osu_dl_bench.measurement import heartbeat
+    heartbeat.start_for_this_rank()
+    mpi = init_mpi(cfg.measure.thread_level)
+    from osu_dl_bench.jobs.worker import run_inside
 
-        heartbeat.start_for_this_rank()
-    mpi = init_mpi(cfg.thread_level)
-    from osu_dl_bench.jobs.worker import run_inside, run_plan_only
-
-    return run_plan_only(cfg) if cfg.plan_only else run_inside(mpi.COMM_WORLD, cfg)
+    return run_inside(mpi.COMM_WORLD, cfg)

@@ -38,7 +38,15 @@ from osu_dl_bench.jobs.c_client import (
     run_client,
 )
 from osu_dl_bench.jobs.launch import expected_shape, library_environment
-from osu_dl_bench.jobs.orchestrate import run_sweep
+from osu_dl_bench.jobs.orchestrate import (
+    Experiment,
+    JobFailed,
+    JobKey,
+    JobOutcome,
+    run_experiment,
+    run_sweep,
+)
+from osu_dl_bench.jobs.progress import Progress
 from osu_dl_bench.jobs.sweep_config import SweepConfig
 from osu_dl_bench.measurement.schedule import williams_cycle
 from osu_dl_bench.measurement.store import RunStore
@@ -253,9 +261,9 @@ def client_binaries(cfg: VerifyExportConfig, sweep: SweepConfig) -> dict[str, Pa
     """collective -> the C client to run: OMB's where --omb names them, else ours, built
     with the library's mpicc into the run directory."""
     if cfg.omb:
-        return {c: omb_binary(cfg.omb, c) for c in sweep.collectives}
+        return {c: omb_binary(cfg.omb, c) for c in sweep.measure.collectives}
     built = build_client(cfg.mpi, Path(sweep.output) / "c_client")
-    return dict.fromkeys(sweep.collectives, built)
+    return dict.fromkeys(sweep.measure.collectives, built)
 
 
 def measure_client(
@@ -268,7 +276,8 @@ def measure_client(
     """The C client's arms (the file, the default, the null control: the default loaded
     through a selection file of its own; and one per candidate of ``measured``, loading its
     files as the sweep did), one short launch each per launch round, in the seeded Williams
-    order of verification.arm_order: (collective, p, size, arm) -> {launch: mean latency
+    order of verification.arm_order, run by the experiment engine (jobs.orchestrate;
+    JobFailed(130) when interrupted): (collective, p, size, arm) -> {launch: mean latency
     (us)}. A collective with k arms gets cfg.client_launches rounded up to whole cycles of
     k arms' design; a candidate's launches run only the sizes the sweep measured it at."""
     measured = measured or {}
@@ -280,11 +289,12 @@ def measure_client(
     plans = {
         (nprocs, collective): client_arms(list(measured.get((collective, nprocs), {})))
         for nprocs in sweep.nprocs
-        for collective in sweep.collectives
+        for collective in sweep.measure.collectives
     }
     # One seed per file and launch count: a rerun takes the same order.
     seed = seed_of(str(cfg.path), cfg.client_launches)
     latencies: dict[tuple, dict[int, float]] = {}
+    turns: dict[JobKey, tuple[str, str, int]] = {}  # job -> (collective, arm, its launches)
     rounds = max(client_launches_of(cfg.client_launches, len(arms)) for arms in plans.values())
     for launch in range(1, rounds + 1):
         for (nprocs, collective), arms in plans.items():
@@ -293,21 +303,48 @@ def measure_client(
                 continue
             start = random.Random(seed).randrange(williams_cycle(len(arms)))
             for arm in arm_order(launch, start, arms):
-                sizes = measured.get((collective, nprocs), {}).get(arm)
-                lo, hi = (min(sizes), max(sizes)) if sizes else (sweep.min_size, sweep.max_size)
-                argv = client_argv(binaries[collective], collective, lo, hi, bool(cfg.omb))
-                own = (
-                    environments[arm]
-                    if arm in environments
-                    else candidate_environment(sweep, collective, arm)
-                )
-                env = {**library_environment(cfg.mpi), **own}
-                what = f"launch {launch}/{launches}, p={nprocs}, {collective}, {arm_text(arm)}"
-                run = ClientRun(argv, nprocs, what, cfg.client_timeout, lo, hi)
-                for size, us in run_client(run, env, cfg.mpi).items():
-                    latencies.setdefault((collective, nprocs, size, arm), {})[launch] = us
-                keep_client_latencies(latencies, Path(sweep.output))
+                turns[(nprocs, launch, f"{collective}_{arm}")] = (collective, arm, launches)
+
+    def measure(job: JobKey, progress: Progress) -> JobOutcome:
+        (nprocs, launch, _), (collective, arm, launches) = job, turns[job]
+        sizes = measured.get((collective, nprocs), {}).get(arm)
+        whole = (sweep.measure.min_size, sweep.measure.max_size)
+        lo, hi = (min(sizes), max(sizes)) if sizes else whole
+        argv = client_argv(binaries[collective], collective, lo, hi, bool(cfg.omb))
+        own = (
+            environments[arm]
+            if arm in environments
+            else candidate_environment(sweep, collective, arm)
+        )
+        env = {**library_environment(cfg.mpi), **own}
+        what = f"launch {launch}/{launches}, p={nprocs}, {collective}, {arm_text(arm)}"
+        run = ClientRun(argv, nprocs, what, cfg.client_timeout, lo, hi)
+        for size, us in run_client(run, env, cfg.mpi).items():
+            latencies.setdefault((collective, nprocs, size, arm), {})[launch] = us
+        keep_client_latencies(latencies, Path(sweep.output))
+        return JobOutcome(0, finished=True, failures=0)
+
+    kept = f"the C client's latencies so far are kept in {Path(sweep.output) / CLIENT_FILE}"
+    order = list(turns)
+    # The sweep's run directory: its completion mark stays as the sweep left it.
+    client = Experiment(
+        sweep.output,
+        order,
+        dict.fromkeys(order, 1),
+        measure,
+        _explained,
+        progress=False,
+        owns_run=False,
+        interrupted=kept,
+    )
+    ended = run_experiment(client)
+    if ended.code != 0:
+        raise JobFailed(ended.code)
     return latencies
+
+
+def _explained(job: JobKey, outcome: JobOutcome) -> None:
+    """Nothing to add: a C client launch that fails raises its own UsageError."""
 
 
 def client_launches_of(asked: int, arms: int) -> int:
@@ -354,13 +391,14 @@ def candidates_to_run(
     frame, _ = RunStore(found).read()
     measured: MeasuredCandidates = {}
     for key, algs in measured_candidates(frame).items():
-        if key[0] not in sweep.collectives or key[1] not in sweep.nprocs:
+        if key[0] not in sweep.measure.collectives or key[1] not in sweep.nprocs:
             continue
         # Only the sizes this run measures: -m narrows the candidates' launches too.
+        low, high = sweep.measure.min_size, sweep.measure.max_size
         within = {
             alg: kept
             for alg, sizes in algs.items()
-            if (kept := tuple(s for s in sizes if sweep.min_size <= s <= sweep.max_size))
+            if (kept := tuple(s for s in sizes if low <= s <= high))
         }
         if within:
             measured[key] = within
@@ -453,7 +491,7 @@ def run_verify_export(cfg: VerifyExportConfig) -> int:
             "and the C client (--client c)"
         )
     # The file is read at the sweep's sizes, lo, 2 lo, ... up to hi, from size 1 on.
-    sizes = doubling_sizes(max(probe.min_size, 1), probe.max_size)
+    sizes = doubling_sizes(max(probe.measure.min_size, 1), probe.measure.max_size)
     code = run_sweep(sweep_config(cfg, run_dir, named_algorithms(reader, probe.nprocs, sizes)))
     if code != 0:
         return code
@@ -469,7 +507,10 @@ def run_verify_export(cfg: VerifyExportConfig) -> int:
     lines += comparison_lines("python", found, proof)
     print("\n".join([*lines, *proof_lines(proof, library)]), flush=True)
     if binaries:
-        latencies = measure_client(cfg, library, probe, binaries, measured)
+        try:
+            latencies = measure_client(cfg, library, probe, binaries, measured)
+        except JobFailed as stopped:  # interrupted: the engine said what is kept
+            return stopped.code
         found = client_verdicts(latencies, reader)
         print("\n".join([HEADER, *comparison_lines("c", found, proof)]), flush=True)
         best = best_choices(latencies, measured) if measured else []

@@ -31,7 +31,8 @@ from typing import IO
 from collectives.backends.rendezvous import RENDEZVOUS_TIMEOUT_VARIABLE
 from collectives.shape import JobShape
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.jobs.sweep_config import SRUN_MPI_PLUGIN, SweepConfig
+from osu_dl_bench.jobs.job_spec import child_argv
+from osu_dl_bench.jobs.sweep_config import SRUN_MPI_PLUGIN, Launching
 from osu_dl_bench.runtime.launcher import OVERSUBSCRIBED_CVARS
 from osu_dl_bench.runtime.slurm_env import slurm_job
 
@@ -401,43 +402,49 @@ def _communicate(
 # --- the sweep's jobs ---------------------------------------------------------------------
 
 
-def job_command(cfg: SweepConfig, nprocs: int, launch: int = 1, group: str = "mpi") -> list[str]:
-    """The whole command of the job that sweeps one process count in one launch of one
-    isolation group."""
-    argv = [*cfg.worker_argv((nprocs,), "--inside"), "--launch", str(launch), "--group", group]
-    return mpi_command(nprocs, argv, cfg.launcher, cfg.launcher_args, cfg.mpi)
+def job_command(launching: Launching, nprocs: int, spec: str | Path) -> list[str]:
+    """The whole command of the job of ``nprocs`` ranks that does what the spec file
+    ``spec`` says (one launch of one isolation group at one process count)."""
+    how = launching
+    return mpi_command(nprocs, child_argv(spec), how.launcher, how.launcher_args, how.mpi)
 
 
-def planner_command(cfg: SweepConfig) -> list[str]:
-    """A one-process run that checks the options against the registry and counts points."""
-    return [sys.executable, *cfg.worker_argv(cfg.nprocs, "--plan-only")]
+def planner_command(spec: str | Path) -> list[str]:
+    """A one-process run that checks the planner's spec against the registry and counts
+    points."""
+    return [sys.executable, *child_argv(spec)]
 
 
-def expected_shape(cfg: SweepConfig, nprocs: int) -> JobShape:
+def expected_shape(launching: Launching, nprocs: int, emulated_ppn: int | None) -> JobShape:
     """The shape a job of nprocs ranks should get: emulated nodes, the hosts
     OSU_DL_BENCH_HOSTS names, the Slurm allocation's nodes, or one host; its ppn always
     given. The job measures its real shape; this is for planning and for the environment."""
-    if cfg.emulated_ppn:
-        return JobShape.packed(nprocs, cfg.emulated_ppn)
-    remote = remote_hosts() if cfg.launcher == "mpiexec" else None
+    if emulated_ppn:
+        return JobShape.packed(nprocs, emulated_ppn)
+    remote = remote_hosts() if launching.launcher == "mpiexec" else None
     if remote is not None:
         return JobShape.packed(nprocs, remote.ranks_per_node(nprocs))
     job = slurm_job()
-    if cfg.launcher == "srun" and job is not None and job.nodes:
+    if launching.launcher == "srun" and job is not None and job.nodes:
         nodes = min(job.nodes, nprocs)
         return JobShape(nprocs, nodes, math.ceil(nprocs / nodes))
     return JobShape(nprocs, 1, nprocs)
 
 
 def job_environment(
-    cfg: SweepConfig, nprocs: int, forced: Mapping[str, str] | None = None
+    launching: Launching,
+    nprocs: int,
+    emulated_ppn: int | None = None,
+    forced: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The environment of the sweep's job of ``nprocs`` ranks: mpi_environment with the
-    ranks this host runs (all of them under mpiexec; under srun, one node's share), and
-    ``forced``, the variables forcing a library algorithm (they win over the no-busy-poll
-    settings: a forced POSIX algorithm is what the launch is for)."""
-    local = nprocs if cfg.launcher == "mpiexec" else expected_shape(cfg, nprocs).ranks_per_node
-    given = {**library_environment(cfg.mpi), **rendezvous_environment(cfg.stall_timeout)}
+    ranks this host runs (all of them under mpiexec; under srun, one node's share of the
+    expected shape), and ``forced``, the variables forcing a library algorithm (they win
+    over the no-busy-poll settings: a forced POSIX algorithm is what the launch is for)."""
+    how, local = launching, nprocs
+    if how.launcher != "mpiexec":
+        local = expected_shape(how, nprocs, emulated_ppn).ranks_per_node
+    given = {**library_environment(how.mpi), **rendezvous_environment(how.stall_timeout)}
     return mpi_environment(local, {**given, **(forced or {})})
 
 

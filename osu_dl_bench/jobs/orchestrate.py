@@ -3,12 +3,12 @@ and follow its progress. This process never loads MPI: a process that has initia
 MPI cannot reliably start other MPI jobs, and under Slurm it would be a task of its own.
 
 Sequence: MPI-free checks here; a one-process planner checks the rest against the
-registry and counts the points; then each job (``sweep --inside --orchestrated``) runs
-in turn, its rank 0 appending results and printing event lines that drive the progress
-bar. A job's validation failures do not stop the sweep (exit 1 at the end); a job that
-dies stops it, keeping every point stored so far for --resume. The run directory's lock
-is held from before its results are read until the sweep ends, so a second sweep into
-it is refused.
+registry and counts the points; then each job runs in turn, doing what its typed spec
+says (jobs.job_spec, written into the run directory's jobs/ folder), its rank 0
+appending results and printing event lines that drive the progress bar. A job's
+validation failures do not stop the sweep (exit 1 at the end); a job that dies stops it,
+keeping every point stored so far for --resume. The run directory's lock is held from
+before its results are read until the sweep ends, so a second sweep into it is refused.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,8 +30,10 @@ from typing import Any
 
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs import launch, runinfo, slurm, stalls
+from osu_dl_bench.jobs.job_spec import MEASURE, PLAN, JobSpec, spec_path, write_spec
 from osu_dl_bench.jobs.launch import (
     check_not_in_mpi_job,
+    expected_shape,
     job_command,
     job_environment,
     planner_command,
@@ -38,6 +41,7 @@ from osu_dl_bench.jobs.launch import (
 from osu_dl_bench.jobs.progress import Progress, decode_event, format_duration, plan_lines
 from osu_dl_bench.jobs.stalls import StallReport
 from osu_dl_bench.jobs.sweep_config import (
+    BatchOptions,
     SweepConfig,
     check_local_process_counts,
     check_output_dir,
@@ -68,13 +72,40 @@ PLANNER_CRASHED = 3
 JobKey = tuple[int, int, str]
 
 
+def planner_spec(cfg: SweepConfig) -> JobSpec:
+    """The planner's orders: the sweep's measurement in the shape each count's job is
+    expected to get."""
+    ppn = cfg.measure.emulated_ppn
+    shapes = tuple(expected_shape(cfg.launching, nprocs, ppn) for nprocs in cfg.nprocs)
+    launches = cfg.planned_launches()
+    return JobSpec(PLAN, _run_dir(cfg), cfg.nprocs, cfg.measure, launches, shapes=shapes)
+
+
+def measuring_spec(cfg: SweepConfig, job: JobKey) -> JobSpec:
+    """The orders of the job that measures one launch of one group at one process count."""
+    nprocs, launch_number, group = job
+    launches = cfg.planned_launches()
+    return JobSpec(MEASURE, _run_dir(cfg), (nprocs,), cfg.measure, launches, launch_number, group)
+
+
+def _run_dir(cfg: SweepConfig) -> str:
+    """The run directory as the jobs get it: absolute (a job may start elsewhere)."""
+    return str(Path(cfg.output).resolve())
+
+
 def run_planner(cfg: SweepConfig) -> dict[JobKey, dict[str, Any]]:
     """Each job's plan event; its errors reach stderr once, from the planner. Ctrl-C (or
-    SIGTERM, SIGHUP) while it plans: one line, JobFailed(130), the planner stopped."""
+    SIGTERM, SIGHUP) while it plans: one line, JobFailed(130), the planner stopped. Its
+    spec goes to a temporary folder: the run directory may not exist yet (--dry-run
+    makes none)."""
     try:
-        with _terminate_as_interrupt():
+        with _terminate_as_interrupt(), tempfile.TemporaryDirectory() as folder:
+            spec = write_spec(planner_spec(cfg), Path(folder) / "plan.json")
             proc = launch.run(
-                planner_command(cfg), PLANNER_TIMEOUT, env=job_environment(cfg, 1), stderr=None
+                planner_command(spec),
+                PLANNER_TIMEOUT,
+                env=job_environment(cfg.launching, 1, cfg.measure.emulated_ppn),
+                stderr=None,
             )
     except KeyboardInterrupt:
         # launch.run has stopped the planner's process group on the way out.
@@ -265,8 +296,20 @@ def run_job(
     """Launch one job (a process count's launch of one group) and follow it until it ends;
     ``forced``: the variables that force a library algorithm's group (the planner's);
     ``heartbeats``: where its ranks keep theirs (None: they keep none)."""
-    env = job_environment(cfg, job[0], forced)
-    return run_followed(job_command(cfg, *job), env, job, progress, cfg.stall_timeout, heartbeats)
+    how = cfg.launching
+    env = job_environment(how, job[0], cfg.measure.emulated_ppn, forced)
+    spec = _write_job_spec(measuring_spec(cfg, job), spec_path(cfg.output, *job))
+    command = job_command(how, job[0], spec)
+    return run_followed(command, env, job, progress, how.stall_timeout, heartbeats)
+
+
+def _write_job_spec(spec: JobSpec, path: Path) -> Path:
+    """Write a job's spec into the run directory (kept there: it says what the job was
+    asked); a StoreError if it cannot be written (a full disk)."""
+    try:
+        return write_spec(spec, path)
+    except OSError as exc:
+        raise StoreError(f"cannot write {path} ({exc.strerror or exc})") from None
 
 
 def run_followed(
@@ -302,7 +345,7 @@ def _record_stall(cfg: SweepConfig, job: JobKey, outcome: JobOutcome) -> None:
         "launch": job[1],
         "group": job[2],
         "date": utc_now(),
-        "stall_timeout_s": cfg.stall_timeout,
+        "stall_timeout_s": cfg.launching.stall_timeout,
         "measuring": outcome.stalled_at,
         "summary": outcome.stall.summary(),
         **outcome.stall.record(),
@@ -326,12 +369,12 @@ def _explain_failure(cfg: SweepConfig, job: JobKey, outcome: JobOutcome) -> None
     """One message for a job that stopped the sweep (a usage error explained itself)."""
     if outcome.stall is not None:
         what = (
-            f"reported nothing for {cfg.stall_timeout:g} s while measuring "
+            f"reported nothing for {cfg.launching.stall_timeout:g} s while measuring "
             f"{outcome.stalled_at} and was stopped: {outcome.stall.summary()}"
         )
     elif outcome.stalled_at is not None:
         what = (
-            f"reported nothing for {cfg.stall_timeout:g} s while measuring "
+            f"reported nothing for {cfg.launching.stall_timeout:g} s while measuring "
             f"{outcome.stalled_at} (a hung algorithm? leave it out with -a) and was stopped"
         )
     elif outcome.code != 2:
@@ -366,10 +409,6 @@ def _library_settings_note() -> str:
         f"; the environment sets {', '.join(given)}: a value the MPI library does not "
         "accept ends MPI_Init with the library's message above"
     )
-
-
-def _launcher_label(cfg: SweepConfig) -> str:
-    return " ".join([cfg.launcher, *cfg.launcher_args])
 
 
 def launch_starts(order: Sequence[JobKey], todo: Mapping[JobKey, int], spread_s: float) -> dict:
@@ -453,11 +492,12 @@ def _say_unclean_end(experiment: Experiment, job: JobKey, outcome: JobOutcome) -
 def run_sweep(cfg: SweepConfig) -> int:
     """The sweep command without --inside; returns the exit code."""
     check_not_in_mpi_job("sweep", "add --inside to sweep in this job")
-    if cfg.submit:
-        return submit_sweep(cfg)
-    check_local_process_counts(cfg)
+    if cfg.batch is not None:
+        return submit_sweep(cfg, cfg.batch)
+    check_local_process_counts(cfg.nprocs, cfg.launching)
     for nprocs in cfg.nprocs:
-        job_command(cfg, nprocs)  # a missing launcher is a usage error, found now
+        # A missing launcher is a usage error, found now.
+        job_command(cfg.launching, nprocs, spec_path(cfg.output, nprocs, 1, "mpi"))
     with contextlib.ExitStack() as held:
         # An existing directory is held before it is read: a sweep still writing into it
         # is refused, not raced. A new one is made (and held) only once the plan is good.
@@ -489,14 +529,14 @@ def _lock(store: RunStore) -> RunLock:
     return store.lock(command_line(), "-o")
 
 
-def submit_sweep(cfg: SweepConfig) -> int:
-    """--submit: check the options (the planner) and the cluster here, then write the batch
-    script into the run directory and submit it; with --dry-run only write and print it.
-    Nothing is created before every check has passed."""
+def submit_sweep(cfg: SweepConfig, batch: BatchOptions) -> int:
+    """--submit (``batch``): check the options (the planner) and the cluster here, then
+    write the batch script into the run directory and submit it; with --dry-run only write
+    and print it. Nothing is created before every check has passed."""
     with contextlib.ExitStack() as held:
         existing = _hold_existing(cfg, held)
         check_run_dir(cfg)
-        request = slurm.batch_request(cfg)
+        request = slurm.batch_request(cfg.nprocs, batch)
         text = slurm.sweep_script(cfg, request, slurm.read_template())
         if not cfg.dry_run:
             slurm.require_commands()
@@ -513,10 +553,10 @@ def submit_sweep(cfg: SweepConfig) -> int:
             print("\n".join(plan_lines(list(plans.values()))))
             print(f"# batch script (not submitted: --dry-run): {script}\n{text}", end="")
             return 0
-        job_id = _submit_held(cfg, store, script, created=existing is None)
+        job_id = _submit_held(batch, store, script, created=existing is None)
     # Released after the run directory is: the job's sweep takes its lock when it starts.
     slurm.release(job_id)
-    print(_submission_lines(cfg, request, job_id, script), flush=True)
+    print(_submission_lines(cfg.nprocs, request, job_id, script), flush=True)
     return 0
 
 
@@ -530,11 +570,11 @@ def _write_script(store: RunStore, text: str) -> Path:
     return script
 
 
-def _submit_held(cfg: SweepConfig, store: RunStore, script: Path, created: bool) -> str:
+def _submit_held(batch: BatchOptions, store: RunStore, script: Path, created: bool) -> str:
     """sbatch the script on hold and record the job; the job id. If sbatch refuses it (an
     option in --sbatch-args), a run directory made for it is removed again."""
     try:
-        job_id = slurm.submit_held(script, cfg.sbatch_args)
+        job_id = slurm.submit_held(script, batch.sbatch_args)
     except UsageError:
         if created:
             for leftover in (script, store.path / LOCK):
@@ -549,14 +589,14 @@ def _submit_held(cfg: SweepConfig, store: RunStore, script: Path, created: bool)
 
 
 def _submission_lines(
-    cfg: SweepConfig, request: slurm.BatchRequest, job_id: str, script: Path
+    nprocs: tuple[int, ...], request: slurm.BatchRequest, job_id: str, script: Path
 ) -> str:
     """What was submitted and where its results and log will be."""
     run_dir = script.parent
     log = run_dir / slurm.LOG_NAME.replace("%j", job_id)
     return (
         f"submitted Slurm batch job {job_id}: {request.nodes} node(s) x "
-        f"{request.ntasks_per_node} tasks, --np {','.join(map(str, cfg.nprocs))}\n"
+        f"{request.ntasks_per_node} tasks, --np {','.join(map(str, nprocs))}\n"
         f"script:  {script}\n"
         f"results: {run_dir / 'results.csv'} and {run_dir / 'metadata.json'}\n"
         f"log:     {log}\n"
@@ -615,6 +655,13 @@ class Experiment:
     spread_s: float = 0.0
     clock: Callable[[], float] = time.monotonic
     pause: Callable[[float], None] = time.sleep
+    # Whether the engine marks the run directory complete or incomplete: an experiment that
+    # adds to a directory another one finished (model fit's calibration, verify-export's C
+    # client launches) leaves that mark, and the Parquet copy, as it found them.
+    owns_run: bool = True
+    # What the line after Ctrl-C says of what is kept (None: the stored points, for
+    # --resume).
+    interrupted: str | None = None
 
 
 @dataclass(frozen=True)
@@ -644,20 +691,21 @@ def run_experiment(experiment: Experiment) -> ExperimentEnd:
             code = _run_jobs(experiment, progress)
     except KeyboardInterrupt:
         progress.clear()
-        print(
-            f"\ninterrupted: the points measured so far are kept in {experiment.output}; "
-            "rerun with --resume",
-            file=sys.stderr,
+        kept = experiment.interrupted or (
+            f"the points measured so far are kept in {experiment.output}; rerun with --resume"
         )
-        _mark_incomplete(store)
+        print(f"\ninterrupted: {kept}", file=sys.stderr)
+        if experiment.owns_run:
+            _mark_incomplete(store)
         return ExperimentEnd(130, progress.done, time.monotonic() - start, [])
     except Exception:
         progress.clear()
-        _mark_incomplete(store)
+        if experiment.owns_run:
+            _mark_incomplete(store)
         raise
     finally:
         progress.close()
-    lines = runinfo.finish_run(store, complete=True)
+    lines = runinfo.finish_run(store, complete=True) if experiment.owns_run else []
     return ExperimentEnd(code, progress.done, time.monotonic() - start, lines)
 
 
@@ -665,8 +713,8 @@ def _launch_all(cfg: SweepConfig, plans: dict[JobKey, dict[str, Any]]) -> int:
     store = RunStore(cfg.output)
     store.create()
     seed = random.SystemRandom().randrange(2**32)
-    order = launch_order(cfg.launches, cfg.nprocs, list(plans), seed)
-    runinfo.record_session(store, runinfo.session_fields(cfg, launcher=_launcher_label(cfg)))
+    order = launch_order(cfg.planned_launches(), cfg.nprocs, list(plans), seed)
+    runinfo.record_session(store, runinfo.session_fields(cfg, launcher=cfg.launching.label()))
     runinfo.record_launch_order(store, seed, [f"p{p} {k}/{g}" for p, k, g in order])
     heartbeats = Heartbeats(cfg.output)
 

@@ -38,7 +38,7 @@ from collectives.registry import (
 from collectives.shape import JobShape
 from collectives.units import split_variant_texts
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.jobs.sweep_config import SweepConfig
+from osu_dl_bench.jobs.job_spec import Measurement
 from osu_dl_bench.measurement.kernel import plan_variants
 from osu_dl_bench.measurement.store import FOCUS_KEY, POINT_KEY, RunStore
 from osu_dl_bench.runtime.launcher import posix_pinned
@@ -152,30 +152,30 @@ class SweepSetting:
         return op.name if op else None
 
 
-def resolve_setting(cfg: SweepConfig) -> SweepSetting:
-    """Resolve and check every name of the config; a UsageError says what is wrong."""
-    etype = element_type(cfg.dtype)
-    reducing = [c for c in cfg.collectives if SPECS[c].reduces]
-    op = reduce_op(cfg.op)
+def resolve_setting(measure: Measurement) -> SweepSetting:
+    """Resolve and check every name of what the sweep measures; a UsageError says what is wrong."""
+    etype = element_type(measure.dtype)
+    reducing = [c for c in measure.collectives if SPECS[c].reduces]
+    op = reduce_op(measure.op)
     if reducing:
         op.check_dtype(etype)
-    if not any(cfg.element_counts(c, etype.itemsize) for c in cfg.collectives):
+    if not any(measure.element_counts(c, etype.itemsize) for c in measure.collectives):
         raise UsageError(
-            f"-m {cfg.min_size}:{cfg.max_size}: no size holds one {etype.name} element "
+            f"-m {measure.min_size}:{measure.max_size}: no size holds one {etype.name} element "
             f"({etype.itemsize} B)"
         )
-    texts = split_variant_texts(cfg.algorithms)
-    _check_names(cfg.collectives, texts)
-    variants = {c: variants_for(c, texts) for c in cfg.collectives}
-    if cfg.null_control:
+    texts = split_variant_texts(measure.algorithms)
+    _check_names(measure.collectives, texts)
+    variants = {c: variants_for(c, texts) for c in measure.collectives}
+    if measure.null_control:
         variants = {c: with_null_controls(vs) for c, vs in variants.items()}
     empty = [c for c, vs in variants.items() if not vs]
     if empty:
         raise UsageError(
-            f"-a {cfg.algorithms}: names no algorithm of {', '.join(empty)} "
+            f"-a {measure.algorithms}: names no algorithm of {', '.join(empty)} "
             f"(see osu-dl-bench list {empty[0]})"
         )
-    return SweepSetting(etype, op, array_module(cfg.device), variants)
+    return SweepSetting(etype, op, array_module(measure.device), variants)
 
 
 @dataclass(frozen=True)
@@ -220,11 +220,11 @@ def group_of(variant: Variant) -> str:
 FILE_GROUP = "library_file"
 
 
-def sweep_groups(cfg: SweepConfig, plans: list[CollectivePlan]) -> list[str]:
+def sweep_groups(measure: Measurement, plans: list[CollectivePlan]) -> list[str]:
     """The isolation groups of a sweep: isolation_groups, and the selection file's where
     it measures one (verify-export)."""
     groups = isolation_groups(plans)
-    return [*groups, FILE_GROUP] if cfg.library_file and groups else groups
+    return [*groups, FILE_GROUP] if measure.library_file and groups else groups
 
 
 def is_forced_group(group: str | None) -> bool:
@@ -236,7 +236,7 @@ def in_group(variant: Variant, group: str | None) -> bool:
     """Whether a group's launches measure ``variant`` (every group measures native and its
     null control in rounds, except a forced one, where native is the forced algorithm, and
     the null group, which times its null control alone; None: every group, in one process,
-    as --inside without --group does)."""
+    no group is the planner's view of every group at once)."""
     if group is None or group_of(variant) == group:
         return True
     plain_native = variant.algorithm.name == "native" and group_of(variant) == MPI_GROUP
@@ -303,16 +303,16 @@ def isolation_groups(plans: list[CollectivePlan]) -> list[str]:
 
 
 def plan_collectives(
-    cfg: SweepConfig, setting: SweepSetting, shape: JobShape, group: str | None = None
+    measure: Measurement, setting: SweepSetting, shape: JobShape, group: str | None = None
 ) -> list[CollectivePlan]:
     """Each collective's plan in one job's shape, for one isolation group's launches
     (None: every group)."""
     plans = []
     nprocs, nodes, ppn = shape.nprocs, shape.nodes, shape.ranks_per_node
-    for name in cfg.collectives:
+    for name in measure.collectives:
         spec = SPECS[name]
-        ctx = CallContext(nprocs, setting.etype, setting.op_for(spec), cfg.device, nodes, ppn)
-        counts = cfg.element_counts(name, setting.etype.itemsize)
+        ctx = CallContext(nprocs, setting.etype, setting.op_for(spec), measure.device, nodes, ppn)
+        counts = measure.element_counts(name, setting.etype.itemsize)
         sizes = [n * setting.etype.itemsize for n in counts]
         # MPICH's candidates that run the default's code everywhere have no launches of
         # their own: the MPI library's group lists them, with the reason.
@@ -354,7 +354,7 @@ class LaunchSlot:
 
 
 def point_key(
-    cfg: SweepConfig,
+    measure: Measurement,
     setting: SweepSetting,
     plan: CollectivePlan,
     variant: Variant,
@@ -373,7 +373,7 @@ def point_key(
         "algorithm": variant.label,
         "dtype": setting.etype.name,
         "op": setting.op_name(plan.spec),
-        "device": cfg.device,
+        "device": measure.device,
         "size_bytes": n * setting.etype.itemsize,
     }
     return tuple(fields[k] for k in POINT_KEY)
@@ -424,7 +424,7 @@ def finished_points(store: RunStore) -> Done:
 
 
 def pending(
-    cfg: SweepConfig,
+    measure: Measurement,
     setting: SweepSetting,
     plan: CollectivePlan,
     n: int,
@@ -435,7 +435,7 @@ def pending(
     twins (variants whose chunk or segment size has no effect at this size run the same
     code: timing them twice costs time and lets noise pick between equals)."""
     distinct = distinct_variants(plan.eligible, plan.shape.nprocs, n, setting.etype.itemsize)
-    todo = [v for v in distinct if point_key(cfg, setting, plan, v, n, slot) not in done]
+    todo = [v for v in distinct if point_key(measure, setting, plan, v, n, slot) not in done]
     # Native alone (with its null controls) compares with nothing: a focused launch skips
     # the point; the null group's launches re-measure where the MPI group's native runs.
     alone = all(is_native_copy(v.label) for v in todo)
@@ -464,7 +464,8 @@ class JobPlan:
 
 
 def job_plan(
-    cfg: SweepConfig,
+    measure: Measurement,
+    run_dir: str,
     setting: SweepSetting,
     nprocs: int,
     plans: list[CollectivePlan],
@@ -477,7 +478,7 @@ def job_plan(
         if not plan.eligible:
             continue
         points += len(plan.counts)
-        todo += sum(1 for n in plan.counts if pending(cfg, setting, plan, n, done, slot))
+        todo += sum(1 for n in plan.counts if pending(measure, setting, plan, n, done, slot))
     skipped = [
         {
             "collective": plan.spec.name,
@@ -488,9 +489,9 @@ def job_plan(
         for plan in plans
         for v, reason in plan.skipped
     ]
-    env = group_environment(plans, slot.group, cfg.output, library_sweep(setting))
-    if slot.group == FILE_GROUP and cfg.library_file:
-        env = mpit.selection_file_environment(_library(slot.group), cfg.library_file)
+    env = group_environment(plans, slot.group, run_dir, library_sweep(setting))
+    if slot.group == FILE_GROUP and measure.library_file:
+        env = mpit.selection_file_environment(_library(slot.group), measure.library_file)
     return JobPlan(nprocs, points, todo, skipped, slot.launch, slot.group, env)
 
 

@@ -47,23 +47,24 @@ def slurm_fields() -> dict[str, Any]:
 
 def session_fields(cfg: SweepConfig, launcher: str) -> dict[str, Any]:
     """What this invocation asked for."""
+    m = cfg.measure
     return {
         "package_version": __version__,
         COMMAND_KEY: command_line(),
         "date": utc_now(),
         "launcher": launcher,
-        "buffer_kind": cfg.device,
-        "array_module": ARRAY_MODULES.get(cfg.device, cfg.device),
-        "dtype": cfg.dtype,
-        "op": cfg.op,
-        "collectives": list(cfg.collectives),
+        "buffer_kind": m.device,
+        "array_module": ARRAY_MODULES.get(m.device, m.device),
+        "dtype": m.dtype,
+        "op": m.op,
+        "collectives": list(m.collectives),
         "nprocs": list(cfg.nprocs),
-        "min_size": cfg.min_size,
-        "max_size": cfg.max_size,
-        "algorithms": cfg.algorithms,
+        "min_size": m.min_size,
+        "max_size": m.max_size,
+        "algorithms": m.algorithms,
         "budget_s": cfg.budget,
-        "ranks_per_node": cfg.emulated_ppn,
-        "thread_level": cfg.thread_level,
+        "ranks_per_node": m.emulated_ppn,
+        "thread_level": m.thread_level,
         # sweep --spread: the launches started evenly over at least this many minutes.
         "spread_minutes": cfg.spread_minutes,
         **slurm_fields(),

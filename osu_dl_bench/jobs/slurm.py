@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from osu_dl_bench.errors import UsageError
-from osu_dl_bench.jobs.sweep_config import CONTROL_CHARACTERS, SweepConfig
+from osu_dl_bench.jobs.sweep_config import CONTROL_CHARACTERS, BatchOptions, SweepConfig
 from osu_dl_bench.runtime.metadata import command_line
 
 if TYPE_CHECKING:
@@ -68,17 +68,17 @@ class SlurmNode:
     default_partition: bool
 
 
-def batch_request(cfg: SweepConfig) -> BatchRequest:
+def batch_request(nprocs: tuple[int, ...], batch: BatchOptions) -> BatchRequest:
     """The allocation a submitted sweep needs: enough tasks for its largest --np."""
-    nodes = cfg.nodes or 1
-    largest = max(cfg.nprocs)
-    per_node = cfg.ntasks_per_node or math.ceil(largest / nodes)
+    nodes = batch.nodes or 1
+    largest = max(nprocs)
+    per_node = batch.ntasks_per_node or math.ceil(largest / nodes)
     if nodes * per_node < largest:
         raise UsageError(
             f"--np {largest}: --nodes {nodes} x --ntasks-per-node {per_node} give only "
             f"{nodes * per_node} tasks; expected at least {largest}"
         )
-    return BatchRequest(nodes, per_node, cfg.time_limit, cfg.partition)
+    return BatchRequest(nodes, per_node, batch.time_limit, batch.partition)
 
 
 def render_script(

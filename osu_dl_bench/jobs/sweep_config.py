@@ -17,8 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from collectives.units import doubling_sizes, split_variant_texts
+from collectives.units import split_variant_texts
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.jobs.job_spec import MAX_LAUNCHES, Measurement  # noqa: F401 (re-exported)
 from osu_dl_bench.measurement.bench_config import COLLECTIVES
 from osu_dl_bench.measurement.heartbeat import TICK_SECONDS
 from osu_dl_bench.measurement.store import RunStore
@@ -43,7 +44,6 @@ DEFAULT_BUDGET = 1.5
 # call differs up to 3x from one launch to the next). Three is the fewest that gives a
 # launch-level interval; the budget is shared among them, so a sweep takes as long.
 DEFAULT_LAUNCHES = 3
-MAX_LAUNCHES = 100
 MAX_BUDGET = 3600.0
 # A job that reports nothing for this long is stopped: the slowest point seen (16 MiB,
 # 16 candidates, p = 4 on 2 busy cores) takes well under a minute.
@@ -72,133 +72,104 @@ _FLAGS = {
 
 
 @dataclass(frozen=True)
-class SweepConfig:
-    """Every option of one sweep."""
+class Launching:
+    """How the orchestrator starts each job and how long it waits for it to say something
+    (jobs.launch, jobs.orchestrate)."""
 
-    nprocs: tuple[int, ...]  # empty: the job's size (--inside only)
-    collectives: tuple[str, ...]
-    min_size: int
-    max_size: int
-    algorithms: str
-    dtype: str
-    op: str
-    device: str
-    emulated_ppn: int | None  # --ranks-per-node: emulated nodes of this many ranks
-    output: str
-    resume: bool
-    budget: float
-    launcher: str
-    launcher_args: tuple[str, ...]
-    inside: bool
-    dry_run: bool
-    thread_level: str
+    launcher: str = "mpiexec"
+    launcher_args: tuple[str, ...] = ()
+    # --mpi: which embedded MPI library the jobs run (None: the one mpi4py finds).
+    mpi: str | None = None
     stall_timeout: float = DEFAULT_STALL_TIMEOUT
-    launches: int = DEFAULT_LAUNCHES
-    calibrate: bool = True  # the model's calibration kernels in each MPI-group launch
-    # Hidden: the launch (1..launches) and isolation group one launched job measures.
-    launch: int | None = None
-    group: str | None = None
-    # --submit: write the sweep's sbatch script into the run directory and submit it.
-    submit: bool = False
+
+    def label(self) -> str:
+        """The launcher as the metadata records it: 'srun --mpi=pmix -N 2'."""
+        return " ".join([self.launcher, *self.launcher_args])
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    """--submit: the shape of the sweep's Slurm batch job and how it is submitted
+    (jobs.slurm)."""
+
     nodes: int | None = None
     ntasks_per_node: int | None = None
     time_limit: str = DEFAULT_TIME_LIMIT
     partition: str | None = None
     sbatch_args: tuple[str, ...] = ()
-    # Hidden: set on the jobs the orchestrator launches (progress events instead of text;
-    # session metadata and Parquet are left to the orchestrator) and on its planner.
-    orchestrated: bool = False
-    plan_only: bool = False
-    # Hidden, set by verify-export: the MPI library's selection file measured in launches
-    # of its own (isolation group 'library_file') against the library without it; every
-    # launch records its allreduce fingerprints.
-    library_file: str | None = None
-    # --mpi: which embedded MPI library the jobs run (None: the one mpi4py finds).
-    mpi: str | None = None
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """Every option of one sweep, by the floor that uses it: what its jobs measure
+    (``measure``, the part a launched job's spec carries), how they are started
+    (``launching``), the batch job of --submit (``batch``), and what the orchestrator
+    schedules and records itself (the rest)."""
+
+    nprocs: tuple[int, ...]  # empty: the job's size (--inside only)
+    measure: Measurement
+    launching: Launching
+    output: str
+    resume: bool
+    budget: float  # --budget: timed seconds per point, shared by its launches
+    launches: int  # --launches: launches per point (with --adaptive: the screening ones)
+    inside: bool
+    dry_run: bool
+    # --submit: write the sweep's sbatch script into the run directory and submit it.
+    batch: BatchOptions | None = None
     # --adaptive MAX: after --launches screening launches over every candidate (1 by
     # default), focused launches only where a decision is open, up to MAX at any point.
     adaptive: int = 0
     # --spread MINUTES: the launches stretched over at least this many minutes (waiting
     # between them), so they sample the machine's drift over that span; 0: back to back.
     spread_minutes: float = 0.0
-    # The null control (collectives.registry.NULL_CONTROLS) measured wherever native is;
-    # off with --no-null, and for experiments that decide nothing (verify-export).
-    null_control: bool = False
+    # An adaptive sweep's step: the launch it measures last (launches 1..last_launch are
+    # planned, the earlier ones found stored); None: --launches.
+    last_launch: int | None = None
     # --risk, --indifference: the decision rule that says which points are still open
     # (a selection.rule.DecisionRule, set by the sweep command with --adaptive; None: the
     # rule's default). Held as the object: this floor may not import selection.
     rule: object | None = None
 
-    def sizes(self) -> list[int]:
-        """Message sizes in bytes: MIN, 2 MIN, ... up to MAX (OSU's doubling loop)."""
-        return doubling_sizes(self.min_size, self.max_size)
+    def planned_launches(self) -> int:
+        """How many launches this session plans (the launch numbers 1..that)."""
+        return self.last_launch or self.launches
 
-    def element_counts(self, collective: str, itemsize: int) -> list[int]:
-        """Element count per size; sizes below one element are dropped, as in OSU."""
-        if collective == "barrier":
-            return [0]
-        counts = [size // itemsize for size in self.sizes()]
-        return sorted({n for n in counts if n > 0})
-
-    def worker_argv(self, nprocs: tuple[int, ...], mode: str) -> list[str]:
-        """Arguments of ``python -m osu_dl_bench`` for a launched job ('--inside') or the
-        planner ('--plan-only'); the run directory already exists, hence --resume."""
+    def batch_argv(self) -> list[str]:
+        """The options a submitted batch job passes on to ``sweep --launcher srun``, apart
+        from --np and -o, which its script sets (a person reads and may edit the script,
+        so it carries options, not a spec)."""
+        m = self.measure
         argv = [
-            "-m",
-            "osu_dl_bench",
-            "sweep",
-            mode,
-            "--orchestrated",
-            "--resume",
-            "--np",
-            ",".join(map(str, nprocs)),
-            *self._measurement_argv(),
-            "-o",
-            str(Path(self.output).resolve()),
-        ]
-        if self.emulated_ppn:
-            argv += ["--ranks-per-node", str(self.emulated_ppn)]
-        return argv
-
-    def _measurement_argv(self) -> list[str]:
-        """The options that say what to measure and how, as every job must get them."""
-        return [
             "--collectives",
-            ",".join(self.collectives),
+            ",".join(m.collectives),
             "-m",
-            f"{self.min_size}:{self.max_size}",
+            f"{m.min_size}:{m.max_size}",
             "-a",
-            self.algorithms,
+            m.algorithms,
             "-T",
-            self.dtype,
+            m.dtype,
             "--op",
-            self.op,
+            m.op,
             "-d",
-            self.device,
+            m.device,
             "--budget",
             repr(self.budget),
             "--launches",
             str(self.launches),
-            *([] if self.calibrate else ["--no-calibration"]),
-            *([] if self.null_control else ["--no-null"]),
+            *([] if m.calibrate else ["--no-calibration"]),
+            *([] if m.null_control else ["--no-null"]),
             "--thread-level",
-            self.thread_level,
-            *(["--library-file", self.library_file] if self.library_file else []),
-            *(["--mpi", self.mpi] if self.mpi else []),
-        ]
-
-    def batch_argv(self) -> list[str]:
-        """The options a submitted batch job passes on to ``sweep --launcher srun``, apart
-        from --np and -o, which its script sets."""
-        argv = [
-            *self._measurement_argv(),
+            m.thread_level,
+            *(["--library-file", m.library_file] if m.library_file else []),
+            *(["--mpi", self.launching.mpi] if self.launching.mpi else []),
             "--stall-timeout",
-            f"{self.stall_timeout:g}",
+            f"{self.launching.stall_timeout:g}",
         ]
-        if self.emulated_ppn:
-            argv += ["--ranks-per-node", str(self.emulated_ppn)]
-        if self.launcher_args:
-            argv.append(f"--launcher-args={shlex.join(self.launcher_args)}")
+        if m.emulated_ppn:
+            argv += ["--ranks-per-node", str(m.emulated_ppn)]
+        if self.launching.launcher_args:
+            argv.append(f"--launcher-args={shlex.join(self.launching.launcher_args)}")
         if self.resume:
             argv.append("--resume")
         if self.spread_minutes:
@@ -277,10 +248,6 @@ def check_script_values(values: Mapping[str, object]) -> None:
 MPI_LIBRARIES = ("mpich", "openmpi")
 
 
-# An isolation group is a backend's name ('mpi', 'gloo', 'nccl'): a plain lowercase word.
-GROUP_NAME = re.compile(r"[a-z][a-z0-9_]*")
-
-
 def resolve_library_file(text: str | None) -> str | None:
     """The selection file's absolute path (the jobs may run elsewhere), or None."""
     if text is None:
@@ -293,7 +260,7 @@ def resolve_library_file(text: str | None) -> str | None:
 
 def check_sweep_config(cfg: SweepConfig) -> None:
     """The checks that need the whole SweepConfig: --adaptive's launches and -a's names."""
-    if cfg.adaptive and (cfg.inside or cfg.submit):
+    if cfg.adaptive and (cfg.inside or cfg.batch):
         raise UsageError("--adaptive launches its own jobs: drop --inside and --submit")
     if cfg.adaptive and cfg.adaptive <= cfg.launches:
         raise UsageError(
@@ -307,9 +274,9 @@ def check_sweep_config(cfg: SweepConfig) -> None:
             f"--spread {cfg.spread_minutes:g}: needs --launches 2 or more (it spreads launches "
             "over time; one launch has nothing to spread)"
         )
-    if not split_variant_texts(cfg.algorithms):
+    if not split_variant_texts(cfg.measure.algorithms):
         raise UsageError("-a: no algorithm named")
-    names = {text.partition(":")[0].strip() for text in split_variant_texts(cfg.algorithms)}
+    names = {text.partition(":")[0].strip() for text in split_variant_texts(cfg.measure.algorithms)}
     if cfg.adaptive and not names & {"all", "native"}:
         # Every ratio adaptive judges is against native measured in the same launch
         # (selection.adaptive): without it no point can be judged open.
@@ -319,10 +286,10 @@ def check_sweep_config(cfg: SweepConfig) -> None:
         )
 
 
-def check_local_process_counts(cfg: SweepConfig) -> None:
+def check_local_process_counts(nprocs: tuple[int, ...], launching: Launching) -> None:
     """Refuse --np beyond what this host (mpiexec) or allocation (srun) can run."""
-    largest = max(cfg.nprocs)
-    if cfg.launcher == "srun":
+    largest = max(nprocs)
+    if launching.launcher == "srun":
         job = slurm_job()
         # Asking a Slurm allocation for more tasks than it has leaves the step pending
         # forever, not failed.
@@ -332,7 +299,7 @@ def check_local_process_counts(cfg: SweepConfig) -> None:
                 f"{job.ntasks} tasks"
             )
         return
-    if cfg.launcher_args:
+    if launching.launcher_args:
         return  # hosts given to mpiexec: the cluster decides
     cores = os.cpu_count() or 1
     limit = MAX_RANKS_PER_CORE * cores

@@ -1,4 +1,6 @@
-"""The sweep inside one MPI job (``osu-dl-bench sweep --inside``), and the planner.
+"""The sweep inside one MPI job: a job the orchestrator launched, doing what its typed
+spec says (jobs.child, jobs.job_spec), or ``osu-dl-bench sweep --inside`` by hand; and
+the planner.
 
 For each process count p of --np, the first p ranks of the job measure every pending
 (collective, size) point while the others wait without spinning; rank 0 appends each
@@ -14,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -26,7 +28,7 @@ from collectives.registry import BoundCalls, distinct_variants
 from collectives.specs import SPECS
 from osu_dl_bench.errors import UsageError, ValidationFailure
 from osu_dl_bench.jobs import runinfo
-from osu_dl_bench.jobs.launch import expected_shape
+from osu_dl_bench.jobs.job_spec import INSIDE, MEASURE, PLAN, JobSpec, Measurement
 from osu_dl_bench.jobs.plan import (
     FILE_GROUP,
     MPI_GROUP,
@@ -190,12 +192,13 @@ class Job:
     """One launch's state while it is swept: one process count, one isolation group."""
 
     comm: MPI.Comm
-    cfg: SweepConfig
+    measurement: Measurement
     setting: SweepSetting
     store: RunStore
     done: Done
     report: Reporter
     slot: LaunchSlot
+    dry_run: bool = False  # --dry-run by hand: plan and say, measure nothing
     binder: BoundCalls = field(init=False)
     reference: ReferenceTimer = field(init=False)
     clock: ClockSync = field(init=False)
@@ -217,7 +220,7 @@ class Job:
         fifth of that."""
         # The selection file's group times native alone, as the MPI group does then.
         share = 1.0 if self.slot.group in (MPI_GROUP, FILE_GROUP) else ISOLATED_SHARE
-        return self.cfg.budget * share / self.cfg.launches
+        return self.measurement.launch_budget * share
 
     def point_budget(self, plan: CollectivePlan, n: int, variants: list[Variant]) -> float:
         """This launch's seconds for ``variants`` at one point: their share of the point's
@@ -227,7 +230,7 @@ class Job:
 
     def measure(self, plan: CollectivePlan, n: int) -> list[tuple[SweepPoint, int]]:
         """Measure the pending candidates of one point and store them; (point, wrong) pairs."""
-        variants = pending(self.cfg, self.setting, plan, n, self.done, self.slot)
+        variants = pending(self.measurement, self.setting, plan, n, self.done, self.slot)
         if not variants:
             return []
         timing = self._time(plan, n, variants)
@@ -251,7 +254,8 @@ class Job:
 
     def _all_variants(self, plan: CollectivePlan, n: int) -> list[Variant]:
         """Every candidate of a point, stored or not (a re-measurement times them all)."""
-        return pending(self.cfg, self.setting, plan, n, self.done.without_stored(), self.slot)
+        every = self.done.without_stored()
+        return pending(self.measurement, self.setting, plan, n, every, self.slot)
 
     def _time(self, plan: CollectivePlan, n: int, variants: list[Variant]) -> BudgetTiming:
         setting = self.setting
@@ -263,7 +267,7 @@ class Job:
             candidates=len(variants),
         )
         # On cuda: this rank's GPU, and MPI algorithms staged where MPI is not CUDA-aware.
-        calls = device_calls(self.comm, self.binder, variants, self.cfg.device)
+        calls = device_calls(self.comm, self.binder, variants, self.measurement.device)
         inputs = prepare_inputs(
             self.comm, plan.spec, setting.etype, setting.op_for(plan.spec), setting.xp, n
         )
@@ -301,7 +305,7 @@ class Job:
         state: str,
     ) -> list[tuple[SweepPoint, int]]:
         points = sweep_points(
-            self.cfg.device, self.setting, plan, n, variants, timing, self.slot, state
+            self.measurement.device, self.setting, plan, n, variants, timing, self.slot, state
         )
         on_rank0(self.comm, lambda: self.store.append(points))
         self.report.point(points, time.perf_counter() - self._started)
@@ -334,58 +338,60 @@ def _job_entry(
     }
 
 
-def _slots(cfg: SweepConfig, plans: list[CollectivePlan]) -> list[LaunchSlot]:
-    """The launches this job measures: the one the orchestrator gave it, or (a sweep run
-    --inside by hand) every isolation group in turn, the MPI library's first, so the
+def _slots(spec: JobSpec, plans: list[CollectivePlan]) -> list[LaunchSlot]:
+    """The launches this job measures: the one its spec names, or (a sweep run --inside
+    by hand) launch 1 of every isolation group in turn, the MPI library's first, so the
     threads a later backend starts cannot slow the candidates measured before it."""
-    launch, groups = cfg.launch or 1, sweep_groups(cfg, plans)
-    if cfg.group is None:
-        return [LaunchSlot(launch, group) for group in groups]
-    if cfg.group not in groups:
+    groups = sweep_groups(spec.measure, plans)
+    if spec.launch is None or spec.group is None:
+        return [LaunchSlot(1, group) for group in groups]
+    if spec.group not in groups:
         # Every rank of the count finds it alike: agreed, so the ranks waiting hear it too.
         raise UsageError(
-            f"--group {cfg.group}: expected one of this sweep's groups ({', '.join(groups)})",
+            f"group {spec.group}: expected one of this sweep's groups ({', '.join(groups)})",
             agreed=True,
         )
-    return [LaunchSlot(launch, cfg.group)]
+    return [LaunchSlot(spec.launch, spec.group)]
 
 
 def _sweep_one_count(
-    world: MPI.Comm, comm: MPI.Comm, cfg: SweepConfig, setting: SweepSetting, **shared: Any
+    world: MPI.Comm, comm: MPI.Comm, spec: JobSpec, setting: SweepSetting, **shared: Any
 ) -> list[tuple[SweepPoint, int]]:
     """Every pending point at this communicator's size, in each of its launch slots;
     returns the failed candidates."""
-    topo = discover_topology(comm, cfg.emulated_ppn)
+    topo = discover_topology(comm, spec.measure.emulated_ppn)
     agree_on_errors(comm, lambda: delay_for(comm))  # the test hook, checked once
-    every = plan_collectives(cfg, setting, topo.shape)
+    every = plan_collectives(spec.measure, setting, topo.shape)
     failures: list[tuple[SweepPoint, int]] = []
-    for slot in _slots(cfg, every):
-        job = Job(comm, cfg, setting, slot=slot, **shared)
-        failures += _sweep_launch(world, topo, job)
+    for slot in _slots(spec, every):
+        job = Job(comm, spec.measure, setting, slot=slot, **shared)
+        failures += _sweep_launch(world, topo, job, spec.run_dir)
     return failures
 
 
-def _sweep_launch(world: MPI.Comm, topo: Topology, job: Job) -> list[tuple[SweepPoint, int]]:
+def _sweep_launch(
+    world: MPI.Comm, topo: Topology, job: Job, run_dir: str
+) -> list[tuple[SweepPoint, int]]:
     """Every pending point of one launch slot; returns the failed candidates."""
-    cfg, setting, comm, slot = job.cfg, job.setting, job.comm, job.slot
-    plans = plan_collectives(cfg, setting, topo.shape, slot.group)
-    plan = job_plan(cfg, setting, topo.nprocs, plans, job.done, slot)
+    measure, setting, comm, slot = job.measurement, job.setting, job.comm, job.slot
+    plans = plan_collectives(measure, setting, topo.shape, slot.group)
+    plan = job_plan(measure, run_dir, setting, topo.nprocs, plans, job.done, slot)
     job.report.job(plan)
-    if cfg.dry_run:
+    if job.dry_run:
         return []
     # A forced group proves, before measuring, that the library runs its algorithm.
     forced = forcing_proof(plans, slot.group) if is_forced_group(slot.group) else {}
-    meta, started = collect_metadata(topo, cfg.device), utc_now()
+    meta, started = collect_metadata(topo, measure.device), utc_now()
     forced_fields = {
         **_forced_fields(forced),
-        **_fingerprint_fields(comm, cfg, slot),
+        **_fingerprint_fields(comm, measure),
         "rank_nodes": list(topo.rank_nodes),
         "clock_residual_us": round(job.clock.residual * 1e6, 3),
     }
     entry = _job_entry(world, topo, meta, plan, started=started, **forced_fields)
     record = lambda entry: runinfo.record_job(job.store, topo.nprocs, entry, _slot_key(slot))  # noqa: E731
     on_rank0(comm, lambda: record(entry))
-    if cfg.calibrate and slot.group == MPI_GROUP and plan.todo:
+    if measure.calibrate and slot.group == MPI_GROUP and plan.todo:
         # The model's calibration kernels in the same launch as the points they predict
         # (its placement and machine state); a few seconds at most.
         heartbeat.current().phase("model calibration")
@@ -423,15 +429,17 @@ def _forced_fields(forced: dict[str, dict[str, str]]) -> dict[str, Any]:
     return {"forced_algorithm": forced} if forced else {}
 
 
-def _fingerprint_fields(comm: MPI.Comm, cfg: SweepConfig, slot: LaunchSlot) -> dict[str, Any]:
+def _fingerprint_fields(comm: MPI.Comm, measure: Measurement) -> dict[str, Any]:
     """verify-export's proof that the selection file took effect: the allreduce
     fingerprints of this launch at the sweep's sizes (mpit.fingerprints), in every group:
     the library's default, with the file, and each algorithm the file names, forced."""
-    sizes = sorted({size for size in cfg.sizes() if size >= 8})
+    sizes = sorted({size for size in measure.sizes() if size >= 8})
     # A library sweep's launches load MPICH's selection files: their fingerprints are the
     # run-time half of each candidate's path proof (tune compares them with the default's).
     loads_files = bool(os.environ.get(mpit.MPICH_FILE_VARIABLES[0]))
-    if not (cfg.library_file or loads_files) or "allreduce" not in cfg.collectives or not sizes:
+    if not (measure.library_file or loads_files) or "allreduce" not in measure.collectives:
+        return {}
+    if not sizes:
         return {}
     return {"fingerprints": mpit.fingerprints(comm, sizes)}
 
@@ -470,26 +478,26 @@ def _share_stop(world: MPI.Comm, stopped: UsageError | None) -> None:
         raise UsageError(message, agreed=True)
 
 
-def _checked_setting(cfg: SweepConfig, world_size: int) -> SweepSetting:
-    too_big = [p for p in cfg.nprocs if p > world_size]
+def _checked_setting(spec: JobSpec, world_size: int) -> SweepSetting:
+    too_big = [p for p in spec.nprocs if p > world_size]
     if too_big:
         raise UsageError(f"--np {too_big[0]}: only {world_size} processes in this job")
-    return resolve_setting(cfg)
+    return resolve_setting(spec.measure)
 
 
-def _check_memory(world: MPI.Comm, cfg: SweepConfig, setting: SweepSetting) -> None:
+def _check_memory(world: MPI.Comm, spec: JobSpec, setting: SweepSetting) -> None:
     """Refuse, on every rank, sizes whose buffers this node cannot hold at the largest
     --np (before the run directory is opened: nothing is half measured); on cuda, with the
     pinned mirrors of the candidates a launch stages at one point."""
-    itemsize, nprocs = setting.etype.itemsize, max(cfg.nprocs)
+    measure, itemsize, nprocs = spec.measure, setting.etype.itemsize, max(spec.nprocs)
     needs = []
-    for name in cfg.collectives:
-        counts = cfg.element_counts(name, itemsize)
-        staged = _staged_per_point(cfg.device, setting.variants[name])
+    for name in measure.collectives:
+        counts = measure.element_counts(name, itemsize)
+        staged = _staged_per_point(measure.device, setting.variants[name])
         if counts:
             needs.append(
                 collective_need(
-                    SPECS[name], max(counts), nprocs, itemsize, cfg.device, staged_calls=staged
+                    SPECS[name], max(counts), nprocs, itemsize, measure.device, staged_calls=staged
                 )
             )
     if needs:
@@ -506,62 +514,84 @@ def _staged_per_point(device: str, variants: list[Variant]) -> int:
 
 
 def _open_run_dir(
-    world: MPI.Comm, cfg: SweepConfig, store: RunStore, held: contextlib.ExitStack
+    world: MPI.Comm, by_hand: SweepConfig | None, store: RunStore, held: contextlib.ExitStack
 ) -> Done:
-    """Rank 0 checks and opens the run directory, and holds its lock in ``held`` unless
-    the orchestrator does; every rank gets the finished points."""
+    """Rank 0 opens the run directory (a sweep run by hand, ``by_hand``, checks it first
+    and holds its lock in ``held``; the orchestrator did both for its jobs); every rank
+    gets the finished points."""
+    dry_run = by_hand is not None and by_hand.dry_run
 
     def step() -> Done | None:
         if world.Get_rank() != 0:
             return None
-        if not (cfg.orchestrated or cfg.dry_run):
-            check_output_dir(cfg)
-            held.enter_context(store.lock())
-        if not cfg.orchestrated:
-            check_run_dir(cfg)  # the orchestrator did it before launching
+        if by_hand is not None:
+            if not dry_run:
+                check_output_dir(by_hand)
+                held.enter_context(store.lock())
+            check_run_dir(by_hand)
         done = finished_points(store)
-        if not cfg.dry_run:
+        if not dry_run:
             store.create()
-            if not cfg.orchestrated:
-                runinfo.record_session(store, runinfo.session_fields(cfg, launcher="inside"))
+            if by_hand is not None:
+                session = runinfo.session_fields(by_hand, launcher="inside")
+                runinfo.record_session(store, session)
         return done
 
     return world.bcast(agree_on_errors(world, step), root=0)
 
 
 def run_inside(world: MPI.Comm, cfg: SweepConfig) -> int:
-    """Sweep every --np count inside this job; returns the exit code."""
-    if not cfg.nprocs:
-        cfg = replace(cfg, nprocs=(world.Get_size(),))
-    setting = agree_on_errors(world, lambda: _checked_setting(cfg, world.Get_size()))
-    if cfg.device == "cuda" and not cfg.dry_run:
+    """``sweep --inside`` by hand: sweep every --np count inside this job, launch 1 of
+    every isolation group in turn; returns the exit code."""
+    nprocs = cfg.nprocs or (world.Get_size(),)
+    spec = JobSpec(INSIDE, cfg.output, nprocs, cfg.measure, cfg.launches)
+    return _run_job(world, spec, cfg)
+
+
+def run_spec(world: MPI.Comm, spec: JobSpec) -> int:
+    """What a launched job's spec says (jobs.child): plan, or measure its launch."""
+    if spec.role == PLAN:
+        return run_plan(spec)
+    if spec.role != MEASURE:
+        raise UsageError(f"job spec role {spec.role!r}: a launched job plans or measures")
+    return _run_job(world, spec, None)
+
+
+def _run_job(world: MPI.Comm, spec: JobSpec, by_hand: SweepConfig | None) -> int:
+    """Sweep the spec's counts in this job (by hand: with the checks and records the
+    orchestrator makes for its jobs); returns the exit code."""
+    dry_run = by_hand is not None and by_hand.dry_run
+    setting = agree_on_errors(world, lambda: _checked_setting(spec, world.Get_size()))
+    if spec.measure.device == "cuda" and not dry_run:
         # Chosen over the whole job once: the first point may run on a sub-communicator,
         # whose node-local ranks would not be the job's. Before the memory check, which
         # asks this GPU for its free memory.
         select_local_gpu(world)
-    if not cfg.dry_run:
-        _check_memory(world, cfg, setting)
-    store = RunStore(cfg.output)
+    if not dry_run:
+        _check_memory(world, spec, setting)
+    store = RunStore(spec.run_dir)
     with contextlib.ExitStack() as held:
-        done = _open_run_dir(world, cfg, store, held)
-        return _sweep_counts(world, cfg, setting, store, done)
+        done = _open_run_dir(world, by_hand, store, held)
+        report = Reporter(world, orchestrated=by_hand is None)
+        shared = {"store": store, "done": done, "report": report, "dry_run": dry_run}
+        finish = by_hand is not None and not dry_run
+        return _sweep_counts(world, spec, setting, shared, finish)
 
 
 def _sweep_counts(
-    world: MPI.Comm, cfg: SweepConfig, setting: SweepSetting, store: RunStore, done: set
+    world: MPI.Comm, spec: JobSpec, setting: SweepSetting, shared: dict[str, Any], finish: bool
 ) -> int:
-    """Every --np count in turn, then the verdict; returns the exit code."""
-    report = Reporter(world, cfg.orchestrated)
+    """Every --np count in turn, then the verdict (``finish``: and the run marked
+    complete); returns the exit code."""
+    report, store = shared["report"], shared["store"]
     failures: list[tuple[SweepPoint, int]] = []
-    for nprocs in cfg.nprocs:
+    for nprocs in spec.nprocs:
         comm = _first_ranks(world, nprocs)
         stopped: UsageError | None = None
         # Sub-communicators are not freed: bound algorithms may still hold them.
         if comm != MPI.COMM_NULL:
             try:
-                failures += _sweep_one_count(
-                    world, comm, cfg, setting, store=store, done=done, report=report
-                )
+                failures += _sweep_one_count(world, comm, spec, setting, **shared)
             except UsageError as exc:
                 if not exc.agreed:
                     raise
@@ -571,7 +601,7 @@ def _sweep_counts(
     # Rank 0 took part in every process count, so its list is the whole story.
     failed = world.bcast(len(failures), root=0)
     report.event("done", failures=failed)
-    if not (cfg.orchestrated or cfg.dry_run):
+    if finish:
         for text in on_rank0(world, lambda: runinfo.finish_run(store, complete=True)) or []:
             report.line(text)
     if failed:
@@ -582,17 +612,18 @@ def _sweep_counts(
     return 0
 
 
-def run_plan_only(cfg: SweepConfig) -> int:
-    """The planner: check the options against the registry and print each process count's
-    expected plan as events (one process, no communication)."""
-    setting = resolve_setting(cfg)
-    done = finished_points(RunStore(cfg.output))
-    for nprocs in cfg.nprocs:
-        shape = expected_shape(cfg, nprocs)
-        groups = sweep_groups(cfg, plan_collectives(cfg, setting, shape))
-        for launch in range(1, cfg.launches + 1):
+def run_plan(spec: JobSpec) -> int:
+    """The planner: check the measurement against the registry and print each process
+    count's expected plan as events (one process, no communication)."""
+    measure = spec.measure
+    setting = resolve_setting(measure)
+    done = finished_points(RunStore(spec.run_dir))
+    for shape in spec.shapes:
+        groups = sweep_groups(measure, plan_collectives(measure, setting, shape))
+        for launch in range(1, spec.launches + 1):
             for group in groups:
-                plans = plan_collectives(cfg, setting, shape, group)
-                plan = job_plan(cfg, setting, nprocs, plans, done, LaunchSlot(launch, group))
+                plans = plan_collectives(measure, setting, shape, group)
+                slot = LaunchSlot(launch, group)
+                plan = job_plan(measure, spec.run_dir, setting, shape.nprocs, plans, done, slot)
                 print(encode_event("plan", **asdict(plan)), flush=True)
     return 0

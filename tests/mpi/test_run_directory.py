@@ -89,18 +89,18 @@ def _private_mount() -> list[str] | None:
     return cmd if probe.returncode == 0 else None
 
 
-def _on_a_tiny_disk(cmd: list[str], run_dir: Path) -> subprocess.CompletedProcess:
-    """Run ``cmd -o DIR`` with DIR on a 24 KiB tmpfs (metadata.json and its replacement,
-    two pages each since launches are recorded, and two pages of results), then copy what
-    it left to run_dir: the tmpfs goes with the namespace. Skips the test where no mount
-    namespace can be had."""
+def _on_a_tiny_disk(cmd: list[str], run_dir: Path, pages: int = 6) -> subprocess.CompletedProcess:
+    """Run ``cmd -o DIR`` with DIR on a tmpfs of ``pages`` 4 KiB pages (6: metadata.json and
+    its replacement, two pages each since launches are recorded, and two pages of results),
+    then copy what it left to run_dir: the tmpfs goes with the namespace. Skips the test
+    where no mount namespace can be had."""
     unshare = _private_mount()
     if unshare is None:
         pytest.skip("no mount namespace here (unshare --mount) for a tiny tmpfs")
     mount = run_dir.with_name(run_dir.name + "-disk")
     mount.mkdir()
     script = (
-        f'mount -t tmpfs -o size=24k tmpfs "{mount}" && "$@" -o "{mount}"; code=$?; '
+        f'mount -t tmpfs -o size={4 * pages}k tmpfs "{mount}" && "$@" -o "{mount}"; code=$?; '
         f'cp -a "{mount}" "{run_dir}"; exit $code'
     )
     return run_with_timeout([*unshare, "sh", "-c", script, "sh", *cmd], 300, mpi_env())
@@ -114,7 +114,7 @@ def test_a_full_disk_stops_the_sweep_with_one_error_and_resume_completes_it(tmp_
     # the 24 KiB disk is sized for the results file to be the one a write cuts short.
     args += ["--no-null"]
     sweep = [sys.executable, "-m", "osu_dl_bench", "sweep", *args]
-    full = _on_a_tiny_disk(sweep, run_dir)
+    full = _on_a_tiny_disk(sweep, run_dir, pages=7)  # and a page for the job's spec (jobs/)
     assert full.returncode == 2, full.stdout + full.stderr
     assert full.stderr.count("osu-dl-bench: error:") == 1, full.stderr
     assert "Traceback" not in full.stderr and "MPI_Abort" not in full.stderr, full.stderr
@@ -150,3 +150,23 @@ def test_a_full_disk_inside_a_job_stops_the_ranks_waiting_for_a_smaller_count(tm
     assert full.returncode == 2, full.stdout + full.stderr
     assert full.stderr.count("osu-dl-bench: error:") == 1, full.stderr
     assert "No space left on device" in full.stderr and "Traceback" not in full.stderr
+
+
+# A run directory written before jobs read a spec (a sweep of main at e6693a9, --launches
+# 1): its metadata records each job's command line, 'sweep --inside --orchestrated ...'.
+ARGV_ERA_RUN = Path(__file__).parents[1] / "data" / "argv_era_run"
+
+
+def test_a_run_written_when_jobs_parsed_a_command_line_resumes_with_specs(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(ARGV_ERA_RUN, run)
+    old = json.loads((run / "metadata.json").read_text())["jobs"]["2"]["launches"]["1/mpi"]
+    assert "--orchestrated" in old["command"]
+    argv = ["sweep", "--np", "2", "--collectives", "allreduce", "-a", "native,ring", "-m", "8:16"]
+    argv += ["--budget", "0.1", "--launches", "2", "--no-calibration", "--resume", "-o", str(run)]
+    res = run_with_timeout([sys.executable, "-m", "osu_dl_bench", *argv], 300, mpi_env())
+    assert res.returncode == 0, res.stdout + res.stderr
+    frame = RunStore(run).load()
+    assert sorted(frame.groupby("launch").size().items()) == [(1, 6), (2, 6)]
+    # Launch 1 was stored by the old run: only launch 2 ran, from a spec of its own.
+    assert sorted(p.name for p in (run / "jobs").iterdir()) == ["p2-2-mpi.json"]

@@ -66,7 +66,7 @@ def test_submitted_script_reruns_the_same_sweep_with_srun(tmp_path):
     argv += ["-m", "8:64K", "-a", "native,ring:seg=4K", "--budget", "0.5", "-o", str(run_dir)]
     argv += ["--launcher-args=--mpi=pmix --cpu-bind=none"]
     cfg = sweep_config(*argv)
-    request = slurm.batch_request(cfg)
+    request = slurm.batch_request(cfg.nprocs, cfg.batch)
     assert (request.nodes, request.ntasks_per_node, request.ntasks) == (2, 3, 6)
     script = tmp_path / "sweep.sbatch"
     script.write_text(slurm.sweep_script(cfg, request, slurm.read_template()))
@@ -80,9 +80,9 @@ def test_submitted_script_reruns_the_same_sweep_with_srun(tmp_path):
     again = sweep_config(
         "--launcher", "srun", "--np", found["NP"], "-o", found["OUT"], *found["args"]
     )
-    assert again.worker_argv(again.nprocs, "--inside") == cfg.worker_argv(cfg.nprocs, "--inside")
-    assert again.launcher == "srun" and again.launcher_args == ("--mpi=pmix", "--cpu-bind=none")
-    assert again.stall_timeout == cfg.stall_timeout and not again.submit
+    assert (again.nprocs, again.measure) == (cfg.nprocs, cfg.measure)
+    assert again.launching == cfg.launching and again.batch is None
+    assert again.launching.launcher_args == ("--mpi=pmix", "--cpu-bind=none")
 
 
 def test_dry_run_writes_the_script_without_slurm(tmp_path):

@@ -27,6 +27,7 @@ from support.sweep import (
 )
 
 from collectives.registry import NULL_CONTROL, is_null_control, parse_variant
+from osu_dl_bench.jobs.job_spec import CHILD_MODULE, SPECS_FOLDER
 from osu_dl_bench.jobs.orchestrate import follow_job
 from osu_dl_bench.jobs.plan import NULL_GROUP, variants_for
 from osu_dl_bench.jobs.progress import Progress, encode_event
@@ -67,7 +68,9 @@ def test_orchestrator_never_loads_mpi(tmp_path):
         "from osu_dl_bench.commands.sweep_cli import add_arguments, config_from_args\n"
         "p = argparse.ArgumentParser(); add_arguments(p)\n"
         f"cfg = config_from_args(p.parse_args(['--np', '2,4', '-o', {str(tmp_path)!r}]))\n"
-        "launch.job_command(cfg, 2); launch.job_environment(cfg, 4)\n"
+        "launch.job_command(cfg.launching, 2, 'p2.json')\n"
+        "launch.job_environment(cfg.launching, 4)\n"
+        "orchestrate.planner_spec(cfg)\n"
         "orchestrate.check_run_dir(cfg)\n"
         "assert 'mpi4py.MPI' not in sys.modules, 'the orchestrator loaded MPI'\n"
     )
@@ -232,14 +235,16 @@ def _a_job_is_half_done(run_dir: Path, points_per_job: int) -> bool:
 
 
 def _ranks_of(run_dir: Path) -> list[int]:
-    """Pids of the job processes sweeping into run_dir (from /proc, Linux)."""
-    pids = []
+    """Pids of the job processes sweeping into run_dir (from /proc, Linux): each runs
+    ``python -m osu_dl_bench.jobs.child SPEC`` with its spec in run_dir."""
+    pids, specs = [], str(run_dir.resolve() / SPECS_FOLDER).encode()
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
             argv = cmdline.read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"--inside" in argv and str(run_dir).encode() in argv and b"mpiexec" not in argv[0]:
+        child = CHILD_MODULE.encode() in argv and any(a.startswith(specs) for a in argv)
+        if child and b"mpiexec" not in argv[0]:
             pids.append(int(cmdline.parent.name))
     return pids
 

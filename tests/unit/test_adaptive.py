@@ -14,6 +14,7 @@ from support.sweep import sweep_config
 
 from collectives.registry import NULL_CONTROL, NULL_CONTROLS
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.jobs.orchestrate import measuring_spec
 from osu_dl_bench.jobs.plan import Done
 from osu_dl_bench.measurement.store import POINT_KEY, RunStore
 from osu_dl_bench.selection.adaptive import (
@@ -173,7 +174,7 @@ def _adaptive(monkeypatch, tmp_path, *extra):
     from osu_dl_bench.commands import sweep as command
 
     swept = []
-    monkeypatch.setattr(command, "run_sweep", lambda cfg: swept.append(cfg.launches) or 0)
+    monkeypatch.setattr(command, "run_sweep", lambda cfg: swept.append(cfg.planned_launches()) or 0)
     monkeypatch.setattr(command, "_first_decisions", lambda *a: pytest.fail("decided again"))
     run = str(tmp_path / "run")
     cfg = sweep_config(
@@ -359,8 +360,9 @@ def _screened(monkeypatch, tmp_path, pool, *extra):
 def test_one_screening_launch_is_judged_with_the_stored_pool(tmp_path, monkeypatch, capsys):
     pool = LaunchPool({(None, None, True): Component(0.01, 0.0, 8, 2, 0)}, 0.001)
     code, swept, given = _screened(monkeypatch, tmp_path, pool, "--budget", "0.9")
-    assert code == 0 and [cfg.launches for cfg in swept] == [1] and given == [pool]
-    assert swept[0].budget == pytest.approx(0.3)  # one default launch's share of --budget
+    assert code == 0 and [cfg.last_launch for cfg in swept] == [1] and given == [pool]
+    # One default launch's share of --budget.
+    assert swept[0].measure.launch_budget == pytest.approx(0.3)
     out = capsys.readouterr().out
     assert "launch 1 judged with the stored launch-variance pool" in out
     assert "every point settled after 1 launches" in out
@@ -370,8 +372,11 @@ def test_without_a_stored_pool_a_second_launch_measures_everything_and_says_why(
     tmp_path, monkeypatch, capsys
 ):
     code, swept, given = _screened(monkeypatch, tmp_path, None, "--budget", "0.9")
-    assert code == 0 and [cfg.launches for cfg in swept] == [1, 2] and given == [None]
-    assert [cfg.budget for cfg in swept] == pytest.approx([0.3, 0.6])  # 0.3 s per launch
+    assert code == 0 and [cfg.last_launch for cfg in swept] == [1, 2] and given == [None]
+    assert [cfg.launches for cfg in swept] == [1, 1]  # --launches: a count, as given
+    assert [cfg.measure.launch_budget for cfg in swept] == pytest.approx([0.3, 0.3])
+    second = measuring_spec(swept[1], (2, 2, "mpi"))
+    assert (second.launches, second.launch, second.measure.launch_budget) == (2, 2, 0.3)
     assert not any(cfg.resume for cfg in swept[:1]) and swept[1].resume
     out = capsys.readouterr().out
     assert "no stored launch-variance pool for hosts hostA, hostB" in out

@@ -252,17 +252,26 @@ def test_the_client_latencies_kept_as_records_give_the_same_verdicts_read_back()
     assert client_latencies(records) == latencies
 
 
-def test_a_c_client_launch_that_fails_loses_none_of_the_launches_before_it(tmp_path, monkeypatch):
+def _client_measurement(tmp_path, monkeypatch, client):
+    """verify-export's C client launches with ``client`` standing in for run_client."""
     from osu_dl_bench.cli import build_parser
     from osu_dl_bench.commands import verify_export
     from osu_dl_bench.commands.verify_export import sweep_config
     from osu_dl_bench.commands.verify_export_cli import config_from_args
-    from osu_dl_bench.selection.exports.verification import CLIENT_FILE
 
     file = tmp_path / "t.mpich.json"
     file.write_text(json.dumps(generic_trees().trees["mpir"]))
     argv = ["verify-export", str(file), "--np", "2", "-m", "8:16", "-o", str(tmp_path / "run")]
     cfg = config_from_args(build_parser().parse_args(argv))
+    monkeypatch.setattr(verify_export, "run_client", client)
+    sweep = sweep_config(cfg, cfg.run_dir, [])
+    binaries = {"allreduce": Path("c"), "bcast": Path("c")}
+    return lambda: verify_export.measure_client(cfg, "mpich", sweep, binaries)
+
+
+def test_a_c_client_launch_that_fails_loses_none_of_the_launches_before_it(tmp_path, monkeypatch):
+    from osu_dl_bench.selection.exports.verification import CLIENT_FILE
+
     calls = []
 
     def client(run, env, mpi):
@@ -271,12 +280,40 @@ def test_a_c_client_launch_that_fails_loses_none_of_the_launches_before_it(tmp_p
             raise UsageError("the C client failed (exit 1)")
         return {8: 10.0 + len(calls), 16: 20.0}
 
-    monkeypatch.setattr(verify_export, "run_client", client)
-    sweep = sweep_config(cfg, cfg.run_dir, [])
+    measure = _client_measurement(tmp_path, monkeypatch, client)
     with pytest.raises(UsageError, match="failed"):
-        verify_export.measure_client(
-            cfg, "mpich", sweep, {"allreduce": Path("c"), "bcast": Path("c")}
-        )
+        measure()
     kept = json.loads((tmp_path / "run" / CLIENT_FILE).read_text())
     assert len(kept) == 3 * 2  # the three launches before the failure, two sizes each
     assert sorted({r["launch"] for r in kept}) == [1]
+
+
+def test_sigterm_during_the_c_client_ends_with_130_and_keeps_its_launches(
+    tmp_path, monkeypatch, capsys
+):
+    import os
+    import signal
+
+    from osu_dl_bench.jobs.orchestrate import JobFailed
+    from osu_dl_bench.jobs.runinfo import record_completion
+    from osu_dl_bench.measurement.store import RunStore
+    from osu_dl_bench.selection.exports.verification import CLIENT_FILE
+
+    store = RunStore(tmp_path / "run")
+    store.create()
+    record_completion(store, complete=True)  # the sweep before the client finished
+    calls = []
+
+    def client(run, env, mpi):
+        calls.append(run.what)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)  # a batch system's kill, mid-launch
+            time.sleep(5)
+        return {8: 10.0, 16: 20.0}
+
+    with pytest.raises(JobFailed) as stopped:
+        _client_measurement(tmp_path, monkeypatch, client)()
+    assert stopped.value.code == 130 and len(calls) == 3
+    assert "interrupted: the C client's latencies so far are kept in" in capsys.readouterr().err
+    assert len(json.loads((tmp_path / "run" / CLIENT_FILE).read_text())) == 2 * 2
+    assert store.read_metadata()["complete"] is True

@@ -84,30 +84,28 @@ def test_extra_variables_come_last_and_the_rest_is_this_process_environment(monk
 
 def test_the_sweep_job_is_the_inside_sweep_of_one_count_under_the_chosen_launcher(launchers):
     cfg = _sweep_config("--np", "2,3", "--launcher", "srun", "--launcher-args=-N 1")
-    cmd = launch.job_command(cfg, 3)
+    cmd = launch.job_command(cfg.launching, 3, "p3.json")
     assert cmd[:6] == [launchers["srun"], "-n", "3", "--mpi=pmi2", "-N", "1"]
-    assert cmd[6:10] == [sys.executable, "-m", "osu_dl_bench", "sweep"]
-    assert "--inside" in cmd and cmd[cmd.index("--np") + 1] == "3"
-    planner = launch.planner_command(cfg)
-    assert planner[0] == sys.executable and "--plan-only" in planner
-    assert planner[planner.index("--np") + 1] == "2,3"
+    assert cmd[6:] == [sys.executable, "-m", "osu_dl_bench.jobs.child", "p3.json"]
+    assert orchestrate.planner_spec(cfg).nprocs == (2, 3)
 
 
 def test_the_sweep_job_environment_counts_the_ranks_on_this_host(monkeypatch):
     for name in OVERSUBSCRIBED_CVARS:
         monkeypatch.delenv(name, raising=False)
     many = CORES * 4
-    local = launch.job_environment(_sweep_config("--np", str(many)), many)
+    local = launch.job_environment(_sweep_config("--np", str(many)).launching, many)
     assert set(OVERSUBSCRIBED_CVARS) <= set(local)
     # srun on emulated nodes of one rank each: one rank per host, never oversubscribed
     spread = _sweep_config("--np", str(many), "--launcher", "srun", "--ranks-per-node", "1")
-    assert not set(OVERSUBSCRIBED_CVARS) & set(launch.job_environment(spread, many))
+    env = launch.job_environment(spread.launching, many, spread.measure.emulated_ppn)
+    assert not set(OVERSUBSCRIBED_CVARS) & set(env)
 
 
 def test_a_sweep_jobs_gloo_rendezvous_gives_up_within_its_stall_timeout():
     from collectives.backends.rendezvous import RENDEZVOUS_TIMEOUT_VARIABLE
 
-    env = launch.job_environment(_sweep_config("--np", "2", "--stall-timeout", "60"), 2)
+    env = launch.job_environment(_sweep_config("--np", "2", "--stall-timeout", "60").launching, 2)
     # TCPStore tries a timed-out connect once more: a quarter leaves room for both.
     assert float(env[RENDEZVOUS_TIMEOUT_VARIABLE]) == 15
 
@@ -179,8 +177,8 @@ def test_an_interrupt_while_planning_ends_with_130_one_line_and_the_planner_stop
     planner = PARENT_AND_CHILD.replace(
         "print(child.pid, flush=True)", f"open({str(started)!r}, 'w').write(str(child.pid))"
     )
-    monkeypatch.setattr(orchestrate, "planner_command", lambda cfg: [sys.executable, "-c", planner])
-    monkeypatch.setattr(orchestrate, "job_environment", lambda cfg, nprocs: dict(os.environ))
+    monkeypatch.setattr(orchestrate, "planner_command", lambda _: [sys.executable, "-c", planner])
+    monkeypatch.setattr(orchestrate, "job_environment", lambda *args: dict(os.environ))
 
     def press_ctrl_c() -> None:
         deadline = time.monotonic() + 30
@@ -290,10 +288,9 @@ def test_srun_ignores_the_hosts_and_hosts_without_an_agent_are_a_usage_error(
 
 def test_a_sweep_plans_the_shape_the_named_hosts_give(two_host_agent):
     cfg = _sweep_config("--np", "4")
-    assert launch.expected_shape(cfg, 4) == JobShape(4, 2, 2)
-    assert launch.expected_shape(cfg, 3) == JobShape(3, 2, 2)
-    emulated = _sweep_config("--np", "4", "--ranks-per-node", "4")
-    assert launch.expected_shape(emulated, 4) == JobShape(4, 1, 4)
+    assert launch.expected_shape(cfg.launching, 4, None) == JobShape(4, 2, 2)
+    assert launch.expected_shape(cfg.launching, 3, None) == JobShape(3, 2, 2)
+    assert launch.expected_shape(cfg.launching, 4, 4) == JobShape(4, 1, 4)
 
 
 def test_ctrl_c_anywhere_in_a_command_ends_with_130_and_one_line_no_traceback(capsys):

@@ -12,7 +12,6 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from support.sweep import sweep_config
 from support.tuning import launch_rows, launch_run, machine_states, scaled, write_run
 
 from osu_dl_bench.cli import build_parser
@@ -130,28 +129,6 @@ def test_a_report_without_large_sizes_shows_a_dash_not_nan(tmp_path):
     both = paired_points(measured_points(run), measured_points(run))
     text = shift_report(both, run, run)
     assert "nan" not in text and " - " in text
-
-
-@pytest.mark.parametrize(
-    ("argv", "said"),
-    [
-        (["--np", "2", "--launch", "2"], "--launch is set by the sweep"),
-        (["--np", "2", "--group", "mpi"], "--group is set by the sweep"),
-        (["--inside", "--launch", "4"], "expected a launch from 1 to --launches (3)"),
-        (["--inside", "--group", "a;b"], "--group 'a;b': expected a backend's name"),
-        (["--inside", "--group", "g\x07"], "expected a backend's name"),
-        (["--inside", "--group", ""], "expected a backend's name"),
-    ],
-)
-def test_hidden_launch_options_are_checked(tmp_path, argv, said):
-    with pytest.raises(UsageError) as caught:
-        sweep_config(*argv, "-o", str(tmp_path / "run"))
-    assert said in str(caught.value)
-
-
-def test_a_launched_jobs_options_pass(tmp_path):
-    cfg = sweep_config("--inside", "--launch", "3", "--group", "gloo", "-o", str(tmp_path))
-    assert (cfg.launch, cfg.group) == (3, "gloo")
 
 
 def test_rows_measured_in_other_rounds_of_one_launch_are_not_paired_by_round():

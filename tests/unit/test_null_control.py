@@ -24,6 +24,7 @@ from collectives.registry import (
 from osu_dl_bench.cli import main
 from osu_dl_bench.commands import plot
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.jobs.orchestrate import measuring_spec
 from osu_dl_bench.jobs.plan import (
     NULL_GROUP,
     Done,
@@ -82,21 +83,21 @@ def test_the_null_control_is_never_a_twin_of_native():
 
 
 def test_a_sweep_plans_the_null_beside_native_and_apart_where_candidates_cross_launches():
-    setting = resolve_setting(sweep_config("--np", "2", "-a", "native,ring", "-o", "x"))
+    setting = resolve_setting(sweep_config("--np", "2", "-a", "native,ring", "-o", "x").measure)
     assert _labels(setting.variants["allreduce"])[:2] == ["native", NULL_CONTROL]
     assert NULL_CONTROL_APART not in _labels(setting.variants["allreduce"])
     forced = sweep_config("--np", "2", "-a", "native,native:alg=ring", "-o", "x")
-    labels = _labels(resolve_setting(forced).variants["allreduce"])
+    labels = _labels(resolve_setting(forced.measure).variants["allreduce"])
     assert labels[:3] == ["native", NULL_CONTROL, NULL_CONTROL_APART]
 
 
 def test_no_null_plans_none_and_tells_the_jobs():
     cfg = sweep_config("--np", "2", "-a", "native,native:alg=ring", "--no-null", "-o", "x")
-    assert not cfg.null_control and "--no-null" in cfg.worker_argv((2,), "--inside")
-    labels = [v.label for vs in resolve_setting(cfg).variants.values() for v in vs]
+    assert not measuring_spec(cfg, (2, 1, "mpi")).measure.null_control
+    labels = [v.label for vs in resolve_setting(cfg.measure).variants.values() for v in vs]
     assert not {NULL_CONTROL, NULL_CONTROL_APART} & set(labels)
     on = sweep_config("--np", "2", "-o", "x")
-    assert on.null_control and "--no-null" not in on.worker_argv((2,), "--inside")
+    assert measuring_spec(on, (2, 1, "mpi")).measure.null_control
 
 
 def test_without_native_there_is_no_null():
@@ -281,7 +282,7 @@ def test_naming_the_null_control_as_a_candidate_is_refused_with_the_reason():
     for text in (NULL_CONTROL, NULL_CONTROL_APART):
         cfg = sweep_config("--np", "2", "-a", f"ring,{text}", "-o", "x")
         with pytest.raises(UsageError, match="the null control is not a candidate"):
-            resolve_setting(cfg)
+            resolve_setting(cfg.measure)
 
 
 def test_an_entry_decided_without_native_says_so_once(tmp_path):

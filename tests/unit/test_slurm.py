@@ -99,7 +99,9 @@ def test_render_replaces_directives_and_variables_and_names_what_is_missing():
 
 def test_default_partition_is_left_to_the_cluster():
     cfg = sweep_config("--submit", "--np", "4", "-o", "run")
-    text = slurm.sweep_script(cfg, slurm.batch_request(cfg), slurm.read_template())
+    text = slurm.sweep_script(
+        cfg, slurm.batch_request(cfg.nprocs, cfg.batch), slurm.read_template()
+    )
     assert "\n##SBATCH --partition\n" in text and "--partition=" not in text
     assert "\n#SBATCH --nodes=1\n#SBATCH --ntasks-per-node=4\n#SBATCH --time=01:00:00\n" in text
 
@@ -142,11 +144,10 @@ def test_requests_beyond_the_partition_are_refused(nodes, per_node, partition, m
 
 def test_too_few_tasks_for_the_largest_count_are_refused():
     with pytest.raises(UsageError, match="give only 4 tasks; expected at least 6"):
-        slurm.batch_request(
-            sweep_config(
-                "--submit", "--np", "6", "--ntasks-per-node", "2", "--nodes", "2", "-o", "r"
-            )
+        cfg = sweep_config(
+            "--submit", "--np", "6", "--ntasks-per-node", "2", "--nodes", "2", "-o", "r"
         )
+        slurm.batch_request(cfg.nprocs, cfg.batch)
 
 
 def test_a_nul_byte_is_refused_too():
@@ -160,7 +161,7 @@ def test_the_provenance_comment_stays_one_line(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["osu-dl-bench", *hostile])
     cfg = sweep_config("--submit", "--np", "2", "-o", "run")
     template = slurm.read_template()
-    text = slurm.sweep_script(cfg, slurm.batch_request(cfg), template)
+    text = slurm.sweep_script(cfg, slurm.batch_request(cfg.nprocs, cfg.batch), template)
     assert len(text.splitlines()) == len(template.splitlines()) + 1
     note = text.splitlines()[1]
     assert note.startswith("# Written by `osu-dl-bench sweep --submit -a ")

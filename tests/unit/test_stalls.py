@@ -246,7 +246,7 @@ def test_a_stall_timeout_of_three_heartbeats_is_accepted():
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = parser.parse_args(["--np", "2", "-o", "run", "--stall-timeout", "3"])
-    assert config_from_args(args).stall_timeout == 3 * heartbeat.TICK_SECONDS
+    assert config_from_args(args).launching.stall_timeout == 3 * heartbeat.TICK_SECONDS
 
 
 def _on_nodes(report, hosts):

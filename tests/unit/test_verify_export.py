@@ -119,8 +119,8 @@ def test_the_sweep_it_runs_keeps_a_file_name_that_starts_with_a_dash(tmp_path, m
     (tmp_path / "-e.mpich.json").write_text('{"collective=allreduce": {}}')
     args = build_parser().parse_args(["verify-export", "--", "-e.mpich.json"])
     sweep = sweep_config(config_from_args(args), str(tmp_path / "run"), ["ring"])
-    assert sweep.library_file == str(tmp_path / "-e.mpich.json")
-    assert sweep.algorithms == "native,native:alg=ring"
+    assert sweep.measure.library_file == str(tmp_path / "-e.mpich.json")
+    assert sweep.measure.algorithms == "native,native:alg=ring"
 
 
 @pytest.mark.parametrize(

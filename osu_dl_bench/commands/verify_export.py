@@ -47,6 +47,7 @@ from osu_dl_bench.runtime.mpich_trees import candidate_files_env
 from osu_dl_bench.selection.exports import mpich
 from osu_dl_bench.selection.exports.common import LIBRARY_DEFAULT
 from osu_dl_bench.selection.exports.readers import (
+    ShapeOf,
     file_library,
     file_reader,
     named_algorithms,
@@ -76,6 +77,7 @@ from osu_dl_bench.selection.exports.verification import (
     export_table,
     measured_candidates,
     null_control_environment,
+    own_code_only,
     prove,
     speedup_interval,
     summarize,
@@ -331,12 +333,17 @@ def arm_text(arm: str) -> str:
 
 
 def candidates_to_run(
-    cfg: VerifyExportConfig, library: str, sweep: SweepConfig
+    cfg: VerifyExportConfig,
+    library: str,
+    sweep: SweepConfig,
+    shape_of: ShapeOf | None = None,
 ) -> MeasuredCandidates:
     """The sweep's measured candidates the C client also runs (--best-of-candidates): MPICH's
     layered candidates in the sweep of --sweep, or of the export's table's provenance, at the
-    run's process counts and collectives; none for Open MPI (its rules-file candidates are
-    not run), with --no-best-of-candidates, or where no sweep is found unless asked for."""
+    run's process counts and collectives, at the sizes where they run code of their own in
+    this run's job shape (``shape_of``: the nodes a job of p ranks spans; the sweep's
+    expected_shape where None); none for Open MPI (its rules-file candidates are not run),
+    with --no-best-of-candidates, or where no sweep is found unless asked for."""
     if cfg.best_of_candidates is False or library != "mpich":
         if cfg.best_of_candidates and library != "mpich":
             raise UsageError("--best-of-candidates: only MPICH's layered candidates are run")
@@ -364,7 +371,14 @@ def candidates_to_run(
         }
         if within:
             measured[key] = within
+    # Where a candidate runs the default's code it is no choice of its own: neither run
+    # nor judged there.
+    measured, skipped = own_code_only(
+        measured, shape_of or (lambda nprocs: expected_shape(sweep, nprocs))
+    )
     print(f"# the C client also runs the candidates {found} measured: {_listed(measured)}")
+    if skipped:
+        print("\n".join(skipped), flush=True)
     return measured
 
 
@@ -441,11 +455,12 @@ def run_verify_export(cfg: VerifyExportConfig) -> int:
     library = file_library(path)
     probe = sweep_config(cfg, run_dir, [])
     # The nodes each job spans (OSU_DL_BENCH_HOSTS, Slurm): MPICH's layers decide by them.
-    reader = file_reader(path, library, lambda nprocs: expected_shape(probe, nprocs))
+    shape_of = lambda nprocs: expected_shape(probe, nprocs)  # noqa: E731
+    reader = file_reader(path, library, shape_of)
     # The C client is built (or OMB's found) before anything is measured: a missing
     # compiler is one message up front, not the loss of a finished sweep's report.
     binaries = client_binaries(cfg, probe) if cfg.client == "c" else {}
-    measured = candidates_to_run(cfg, library, probe) if binaries else {}
+    measured = candidates_to_run(cfg, library, probe, shape_of) if binaries else {}
     if cfg.write_corrected and (library != "mpich" or not binaries or not export_table(path)):
         # Refused before any job: the correction rests on the C client and the export's table.
         raise UsageError(

@@ -240,9 +240,10 @@ def test_the_candidates_run_are_the_sweeps_within_the_runs_sizes(tmp_path):
     argv = ["verify-export", str(file), "--np", "2", "-m", "4K:64K", "--sweep", str(run)]
     cfg = config_from_args(build_parser().parse_args([*argv, "--collectives", "allreduce"]))
     measured = verify_export.candidates_to_run(cfg, "mpich", sweep_config(cfg, cfg.run_dir, []))
-    # -m 4K:64K: only the sweep's sizes 8K, 16K and 64K; mpir_ring (the default's code on
-    # one node) is a layered candidate the sweep measured, so it runs too.
+    # -m 4K:64K: only the sweep's sizes 8K, 16K and 64K; mpir_ring, which the sweep
+    # measured, runs the default's code on one node at p = 2: neither run nor judged.
     assert set(measured) == {("allreduce", 2)}
+    assert set(measured[("allreduce", 2)]) == {"ch4_beta", "posix_mpir"}
     assert {s for sizes in measured[("allreduce", 2)].values() for s in sizes} == {
         8192,
         16384,
@@ -251,3 +252,23 @@ def test_the_candidates_run_are_the_sweeps_within_the_runs_sizes(tmp_path):
     cfg = config_from_args(build_parser().parse_args([*argv[:-2], "--best-of-candidates"]))
     with pytest.raises(UsageError, match="no sweep found"):
         verify_export.candidates_to_run(cfg, "mpich", sweep_config(cfg, cfg.run_dir, []))
+
+
+def test_a_candidate_is_not_judged_where_it_runs_the_defaults_code_in_the_jobs_shape():
+    from collectives.shape import JobShape
+    from osu_dl_bench.selection.exports.verification import own_code_only
+
+    # 2 nodes x 1 rank: the default allreduces 8 B by MPIR's recursive doubling on the
+    # node roots (all the ranks), so the candidate runs the default's code there alone.
+    two_nodes = lambda nprocs: JobShape(nprocs, 2, 1)  # noqa: E731
+    measured = {("allreduce", 2): {"mpir_recursive_doubling": (8, 1 << 20)}}
+    kept, lines = own_code_only(measured, two_nodes)
+    assert kept == {("allreduce", 2): {"mpir_recursive_doubling": (1 << 20,)}}
+    assert len(lines) == 1 and "mpir_recursive_doubling not judged at 8:" in lines[0]
+    assert "runs the default's code there (2 node(s), 1 rank(s) per node)" in lines[0]
+    # Its C client arm (a gain at 8 B that is the default's own code) is no best choice.
+    latencies = synthetic_latencies({"mpir_recursive_doubling": {8: 0.4, 1 << 20: 0.4}})
+    assert [b.where for b in best_choices(latencies, kept)] == [("allreduce", 2, 1 << 20)]
+    # On one node MPICH's default never reaches MPIR (release_gather): nowhere its own code.
+    kept, lines = own_code_only(measured, lambda nprocs: JobShape(nprocs, 1, nprocs))
+    assert kept == {} and "release_gather" in lines[0]

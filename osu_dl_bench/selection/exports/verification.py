@@ -42,12 +42,13 @@ from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.plan import FILE_GROUP, FORCED_PREFIX, MPI_GROUP
 from osu_dl_bench.measurement.schedule import rotation
 from osu_dl_bench.paths import write_text_atomic
-from osu_dl_bench.runtime.mpich_trees import selection_files_env
+from osu_dl_bench.runtime.launcher import posix_pinned
+from osu_dl_bench.runtime.mpich_trees import generic_trees, selection_files_env
 from osu_dl_bench.selection.estimate import pooled_ratios
 from osu_dl_bench.selection.evidence import LaunchValues, Observation, launch_values
 from osu_dl_bench.selection.exports import openmpi
 from osu_dl_bench.selection.exports.common import LIBRARY_DEFAULT, LIBRARY_TUNING
-from osu_dl_bench.selection.exports.readers import Reader
+from osu_dl_bench.selection.exports.readers import Reader, ShapeOf
 from osu_dl_bench.selection.paired import Ratio, bound_text
 from osu_dl_bench.selection.rule import DEFAULT_RULE, DecisionRule
 from osu_dl_bench.selection.table import TuningTable
@@ -425,6 +426,39 @@ def measured_candidates(frame: pd.DataFrame) -> MeasuredCandidates:
             sizes = tuple(sorted({int(s) for s in at["size_bytes"]}))
             found.setdefault((str(collective), int(nprocs)), {})[alg] = sizes
     return found
+
+
+def own_code_only(
+    measured: MeasuredCandidates, shape_of: ShapeOf
+) -> tuple[MeasuredCandidates, list[str]]:
+    """``measured`` less the sizes where a candidate runs the default's code in the job shape
+    of this run (collectives.mpich_layers.candidate_sizes: the nodes a job of p ranks spans,
+    the POSIX layer pinned under oversubscription; the C client's float32 sums), since the
+    sweep measured each at every size of its own shape where it ran other code at one;
+    and a line per candidate and reason saying where it is not judged, and why."""
+    base = generic_trees().trees
+    kept: MeasuredCandidates = {}
+    lines = []
+    for (collective, nprocs), algs in sorted(measured.items()):
+        shape = shape_of(nprocs)
+        pinned = posix_pinned(shape.ranks_per_node)
+        call = mpich_layers.Call(
+            collective, nprocs, shape.nodes, 1, itemsize=4, oversubscribed=pinned
+        )
+        for alg, sizes in sorted(algs.items()):
+            cand = mpich_layers.candidate(collective, alg)
+            same = mpich_layers.candidate_sizes(cand, call, list(sizes), base)
+            for reason in sorted(set(same.values())):
+                at = [format_size(s) for s in sizes if same.get(s) == reason]
+                lines.append(
+                    f"# c: {collective} p={nprocs} {alg} not judged at {', '.join(at)}: it "
+                    f"runs the default's code there ({shape.nodes} node(s), "
+                    f"{shape.ranks_per_node} rank(s) per node"
+                    f"{', POSIX pinned to MPIR' if pinned else ''}): {reason}"
+                )
+            if rest := tuple(s for s in sizes if s not in same):
+                kept.setdefault((collective, nprocs), {})[alg] = rest
+    return kept, lines
 
 
 def client_arms(candidates: Sequence[str]) -> tuple[str, ...]:

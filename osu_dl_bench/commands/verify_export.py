@@ -51,6 +51,7 @@ from osu_dl_bench.selection.exports.readers import (
     file_library,
     file_reader,
     named_algorithms,
+    one_node,
 )
 from osu_dl_bench.selection.exports.verification import (
     CLIENT_FILE,
@@ -82,6 +83,7 @@ from osu_dl_bench.selection.exports.verification import (
     speedup_interval,
     summarize,
     sweep_pairs,
+    uncorrected_lines,
     verdicts,
 )
 from osu_dl_bench.selection.paired import Ratio, seed_of
@@ -491,7 +493,7 @@ def run_verify_export(cfg: VerifyExportConfig) -> int:
         if best:
             print("\n".join(best_lines(best, found)), flush=True)
         if cfg.write_corrected:
-            print("\n".join(write_corrected(cfg, found, best)), flush=True)
+            print("\n".join(write_corrected(cfg, found, best, shape_of)), flush=True)
         else:
             print("\n".join(refusal_lines(found)), flush=True)
     if proof.mismatches:
@@ -503,12 +505,16 @@ def run_verify_export(cfg: VerifyExportConfig) -> int:
 
 
 def write_corrected(
-    cfg: VerifyExportConfig, found: list[SizeVerdict], best: list[BestChoice]
+    cfg: VerifyExportConfig,
+    found: list[SizeVerdict],
+    best: list[BestChoice],
+    shape_of: ShapeOf = one_node,
 ) -> list[str]:
     """Write the export again at --write-corrected BASE (verification.corrections: the
     file's confirmed departures, the C client's confirmed best choices, the default
-    elsewhere), its table BASE.json beside it, the notes ending with the C client's
-    evidence per size; the lines that say so."""
+    elsewhere) in the entries of the job shape the C client ran (``shape_of``), its table
+    BASE.json beside it, the notes ending with the entries kept as exported and the C
+    client's evidence per size; the lines that say so."""
     table_path = export_table(cfg.path)
     if table_path is None:
         raise UsageError(
@@ -517,11 +523,14 @@ def write_corrected(
         )
     base = Path(cfg.write_corrected)
     fixed = corrections(found, best)
-    table = corrected_table(load_table(table_path), fixed)
+    exported = load_table(table_path)
+    table = corrected_table(exported, fixed, shape_of)
     table.write(base.with_name(base.name + ".json"))
     paths, warnings = mpich.export(table, base)
     notes = next(p for p in paths if p.name.endswith(mpich.NOTES_SUFFIX))
-    evidence = ["# the C client's evidence per size (verify-export --write-corrected):"]
+    kept = uncorrected_lines(exported, fixed, shape_of)
+    evidence = [*(f"# {line}" for line in kept)]
+    evidence += ["# the C client's evidence per size (verify-export --write-corrected):"]
     evidence += correction_lines(fixed)
     write_text_atomic(notes, notes.read_text() + "\n".join(evidence) + "\n")
     departures = [c for c in fixed if c.alg != LIBRARY_DEFAULT]
@@ -530,6 +539,7 @@ def write_corrected(
         f"by the C client ({sum(c.why == TAKEN_BEST for c in departures)} of them its best "
         f"choice where the file had none confirmed); the default at the other "
         f"{len(fixed) - len(departures)} sizes; the evidence per size in {notes}",
+        *(f"# {line}" for line in kept),
         *(f"# export warning: {w}" for w in warnings),
     ]
 

@@ -272,3 +272,63 @@ def test_a_candidate_is_not_judged_where_it_runs_the_defaults_code_in_the_jobs_s
     # On one node MPICH's default never reaches MPIR (release_gather): nowhere its own code.
     kept, lines = own_code_only(measured, lambda nprocs: JobShape(nprocs, 1, nprocs))
     assert kept == {} and "release_gather" in lines[0]
+
+
+def _on_nodes(table, nodes):
+    """``table`` with each library entry measured on ``nodes`` nodes, one rank per node."""
+    from dataclasses import replace
+
+    tuning = table.header["library_tuning"]
+    entries = [{**e, "nodes": nodes, "ppn": e["nprocs"] // nodes} for e in tuning["entries"]]
+    return replace(table, header={**table.header, "library_tuning": {**tuning, "entries": entries}})
+
+
+def test_the_corrected_export_corrects_the_entries_of_the_shape_the_c_client_ran(tmp_path):
+    from support.mpich_layers import layered_run
+
+    from collectives.shape import JobShape
+    from osu_dl_bench.cli import build_parser
+    from osu_dl_bench.commands import verify_export
+    from osu_dl_bench.commands.verify_export_cli import config_from_args
+    from osu_dl_bench.selection.exports import mpich
+    from osu_dl_bench.selection.exports.readers import file_reader
+    from osu_dl_bench.selection.table import load_table
+    from osu_dl_bench.selection.tune import build_table
+
+    two_nodes = lambda nprocs: JobShape(nprocs, 2, 1)  # noqa: E731
+    table, _ = build_table(layered_run(tmp_path / "run"), "lib")
+    table = _on_nodes(table, 2)  # as measured at 2 nodes x 1 rank
+    table.write(tmp_path / "lib.json")
+    mpich.export(table, tmp_path / "lib")
+    sizes = [1024 << k for k in range(11)]
+    latencies = synthetic_latencies({FILE_ARM: dict.fromkeys(sizes, 1.0)})
+    reader = file_reader(tmp_path / "lib.mpich.mpir.json", "mpich", two_nodes)
+    found = client_verdicts(latencies, reader)
+    argv = ["verify-export", str(tmp_path / "lib"), "--write-corrected", str(tmp_path / "ok")]
+    cfg = config_from_args(build_parser().parse_args(argv))
+    lines = verify_export.write_corrected(cfg, found, [], two_nodes)
+    assert lines[0].startswith(f"# wrote the corrected export {tmp_path / 'ok'}: 0 departures")
+    (entry,) = load_table(tmp_path / "ok.json").header["library_tuning"]["entries"]
+    assert entry["nodes"] == 2 and [r["alg"] for r in entry["ranges"]] == ["auto"]
+    assert {p["evidence"] for r in entry["ranges"] for p in r["points"]} == {"c client"}
+    # A one-node entry beside it is kept as exported, and the notes say why.
+    both = replace_entries(table, _on_nodes(table, 1), _on_nodes(table, 2))
+    both.write(tmp_path / "lib.json")
+    verify_export.write_corrected(cfg, found, [], two_nodes)
+    one, two = load_table(tmp_path / "ok.json").header["library_tuning"]["entries"]
+    assert one["ranges"] == both.header["library_tuning"]["entries"][0]["ranges"]
+    assert [r["alg"] for r in two["ranges"]] == ["auto"]
+    notes = (tmp_path / "ok.mpich.notes.txt").read_text()
+    assert (
+        "# kept as exported, not corrected: allreduce p=2 on 1 node(s), cpu "
+        "(the C client ran p=2 on 2 node(s))" in notes
+    )
+
+
+def replace_entries(table, *tables):
+    """``table`` with the library entries of ``tables``, in turn."""
+    from dataclasses import replace
+
+    entries = [e for t in tables for e in t.header["library_tuning"]["entries"]]
+    tuning = {**table.header["library_tuning"], "entries": entries}
+    return replace(table, header={**table.header, "library_tuning": tuning})

@@ -274,17 +274,8 @@ def test_a_candidate_is_not_judged_where_it_runs_the_defaults_code_in_the_jobs_s
     assert kept == {} and "release_gather" in lines[0]
 
 
-def _on_nodes(table, nodes):
-    """``table`` with each library entry measured on ``nodes`` nodes, one rank per node."""
-    from dataclasses import replace
-
-    tuning = table.header["library_tuning"]
-    entries = [{**e, "nodes": nodes, "ppn": e["nprocs"] // nodes} for e in tuning["entries"]]
-    return replace(table, header={**table.header, "library_tuning": {**tuning, "entries": entries}})
-
-
 def test_the_corrected_export_corrects_the_entries_of_the_shape_the_c_client_ran(tmp_path):
-    from support.mpich_layers import layered_run
+    from support.mpich_layers import layered_run, on_nodes
 
     from collectives.shape import JobShape
     from osu_dl_bench.cli import build_parser
@@ -297,7 +288,7 @@ def test_the_corrected_export_corrects_the_entries_of_the_shape_the_c_client_ran
 
     two_nodes = lambda nprocs: JobShape(nprocs, 2, 1)  # noqa: E731
     table, _ = build_table(layered_run(tmp_path / "run"), "lib")
-    table = _on_nodes(table, 2)  # as measured at 2 nodes x 1 rank
+    table = on_nodes(table, 2)  # as measured at 2 nodes x 1 rank
     table.write(tmp_path / "lib.json")
     mpich.export(table, tmp_path / "lib")
     sizes = [1024 << k for k in range(11)]
@@ -312,7 +303,7 @@ def test_the_corrected_export_corrects_the_entries_of_the_shape_the_c_client_ran
     assert entry["nodes"] == 2 and [r["alg"] for r in entry["ranges"]] == ["auto"]
     assert {p["evidence"] for r in entry["ranges"] for p in r["points"]} == {"c client"}
     # A one-node entry beside it is kept as exported, and the notes say why.
-    both = replace_entries(table, _on_nodes(table, 1), _on_nodes(table, 2))
+    both = replace_entries(table, on_nodes(table, 1), on_nodes(table, 2))
     both.write(tmp_path / "lib.json")
     verify_export.write_corrected(cfg, found, [], two_nodes)
     one, two = load_table(tmp_path / "ok.json").header["library_tuning"]["entries"]
@@ -332,3 +323,20 @@ def replace_entries(table, *tables):
     entries = [e for t in tables for e in t.header["library_tuning"]["entries"]]
     tuning = {**table.header["library_tuning"], "entries": entries}
     return replace(table, header={**table.header, "library_tuning": tuning})
+
+
+def test_the_corrected_two_node_export_runs_the_confirmed_ring_across_two_nodes(tmp_path):
+    from support.mpich_layers import corrected_two_nodes, layered_run
+
+    from collectives.mpich_layers import Call, call_path
+    from osu_dl_bench.selection.tune import build_table
+
+    table, _ = build_table(layered_run(tmp_path / "run"), "lib")
+    corrected_two_nodes(table, tmp_path / "fixed")
+    trees = {
+        layer: json.loads((tmp_path / f"fixed.mpich.{layer}.json").read_text())
+        for layer in ("ch4", "posix", "mpir")
+    }
+    for size, ring in ((8, False), (8192, False), (64 << 10, True), (1 << 20, True)):
+        path = call_path(Call("allreduce", 2, 2, size, itemsize=4), trees)
+        assert (path[-1] == "mpir[node_roots]:ring") == ring, size

@@ -55,9 +55,11 @@ from osu_dl_bench.runtime.mpich_trees import candidate_files_env
 from osu_dl_bench.selection.exports import mpich
 from osu_dl_bench.selection.exports.common import LIBRARY_DEFAULT
 from osu_dl_bench.selection.exports.readers import (
+    ShapeOf,
     file_library,
     file_reader,
     named_algorithms,
+    one_node,
 )
 from osu_dl_bench.selection.exports.verification import (
     CLIENT_FILE,
@@ -84,10 +86,12 @@ from osu_dl_bench.selection.exports.verification import (
     export_table,
     measured_candidates,
     null_control_environment,
+    own_code_only,
     prove,
     speedup_interval,
     summarize,
     sweep_pairs,
+    uncorrected_lines,
     verdicts,
 )
 from osu_dl_bench.selection.paired import Ratio, seed_of
@@ -368,12 +372,17 @@ def arm_text(arm: str) -> str:
 
 
 def candidates_to_run(
-    cfg: VerifyExportConfig, library: str, sweep: SweepConfig
+    cfg: VerifyExportConfig,
+    library: str,
+    sweep: SweepConfig,
+    shape_of: ShapeOf | None = None,
 ) -> MeasuredCandidates:
     """The sweep's measured candidates the C client also runs (--best-of-candidates): MPICH's
     layered candidates in the sweep of --sweep, or of the export's table's provenance, at the
-    run's process counts and collectives; none for Open MPI (its rules-file candidates are
-    not run), with --no-best-of-candidates, or where no sweep is found unless asked for."""
+    run's process counts and collectives, at the sizes where they run code of their own in
+    this run's job shape (``shape_of``: the nodes a job of p ranks spans; the sweep's
+    expected_shape where None); none for Open MPI (its rules-file candidates are not run),
+    with --no-best-of-candidates, or where no sweep is found unless asked for."""
     if cfg.best_of_candidates is False or library != "mpich":
         if cfg.best_of_candidates and library != "mpich":
             raise UsageError("--best-of-candidates: only MPICH's layered candidates are run")
@@ -402,7 +411,14 @@ def candidates_to_run(
         }
         if within:
             measured[key] = within
+    # Where a candidate runs the default's code it is no choice of its own: neither run
+    # nor judged there.
+    measured, skipped = own_code_only(
+        measured, shape_of or (lambda nprocs: expected_shape(sweep, nprocs))
+    )
     print(f"# the C client also runs the candidates {found} measured: {_listed(measured)}")
+    if skipped:
+        print("\n".join(skipped), flush=True)
     return measured
 
 
@@ -479,11 +495,12 @@ def run_verify_export(cfg: VerifyExportConfig) -> int:
     library = file_library(path)
     probe = sweep_config(cfg, run_dir, [])
     # The nodes each job spans (OSU_DL_BENCH_HOSTS, Slurm): MPICH's layers decide by them.
-    reader = file_reader(path, library, lambda nprocs: expected_shape(probe, nprocs))
+    shape_of = lambda nprocs: expected_shape(probe, nprocs)  # noqa: E731
+    reader = file_reader(path, library, shape_of)
     # The C client is built (or OMB's found) before anything is measured: a missing
     # compiler is one message up front, not the loss of a finished sweep's report.
     binaries = client_binaries(cfg, probe) if cfg.client == "c" else {}
-    measured = candidates_to_run(cfg, library, probe) if binaries else {}
+    measured = candidates_to_run(cfg, library, probe, shape_of) if binaries else {}
     if cfg.write_corrected and (library != "mpich" or not binaries or not export_table(path)):
         # Refused before any job: the correction rests on the C client and the export's table.
         raise UsageError(
@@ -517,7 +534,7 @@ def run_verify_export(cfg: VerifyExportConfig) -> int:
         if best:
             print("\n".join(best_lines(best, found)), flush=True)
         if cfg.write_corrected:
-            print("\n".join(write_corrected(cfg, found, best)), flush=True)
+            print("\n".join(write_corrected(cfg, found, best, shape_of)), flush=True)
         else:
             print("\n".join(refusal_lines(found)), flush=True)
     if proof.mismatches:
@@ -529,12 +546,16 @@ def run_verify_export(cfg: VerifyExportConfig) -> int:
 
 
 def write_corrected(
-    cfg: VerifyExportConfig, found: list[SizeVerdict], best: list[BestChoice]
+    cfg: VerifyExportConfig,
+    found: list[SizeVerdict],
+    best: list[BestChoice],
+    shape_of: ShapeOf = one_node,
 ) -> list[str]:
     """Write the export again at --write-corrected BASE (verification.corrections: the
     file's confirmed departures, the C client's confirmed best choices, the default
-    elsewhere), its table BASE.json beside it, the notes ending with the C client's
-    evidence per size; the lines that say so."""
+    elsewhere) in the entries of the job shape the C client ran (``shape_of``), its table
+    BASE.json beside it, the notes ending with the entries kept as exported and the C
+    client's evidence per size; the lines that say so."""
     table_path = export_table(cfg.path)
     if table_path is None:
         raise UsageError(
@@ -543,11 +564,14 @@ def write_corrected(
         )
     base = Path(cfg.write_corrected)
     fixed = corrections(found, best)
-    table = corrected_table(load_table(table_path), fixed)
+    exported = load_table(table_path)
+    table = corrected_table(exported, fixed, shape_of)
     table.write(base.with_name(base.name + ".json"))
     paths, warnings = mpich.export(table, base)
     notes = next(p for p in paths if p.name.endswith(mpich.NOTES_SUFFIX))
-    evidence = ["# the C client's evidence per size (verify-export --write-corrected):"]
+    kept = uncorrected_lines(exported, fixed, shape_of)
+    evidence = [*(f"# {line}" for line in kept)]
+    evidence += ["# the C client's evidence per size (verify-export --write-corrected):"]
     evidence += correction_lines(fixed)
     write_text_atomic(notes, notes.read_text() + "\n".join(evidence) + "\n")
     departures = [c for c in fixed if c.alg != LIBRARY_DEFAULT]
@@ -556,6 +580,7 @@ def write_corrected(
         f"by the C client ({sum(c.why == TAKEN_BEST for c in departures)} of them its best "
         f"choice where the file had none confirmed); the default at the other "
         f"{len(fixed) - len(departures)} sizes; the evidence per size in {notes}",
+        *(f"# {line}" for line in kept),
         *(f"# export warning: {w}" for w in warnings),
     ]
 

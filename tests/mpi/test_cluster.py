@@ -380,20 +380,25 @@ def test_mpich_loads_the_three_file_export_across_two_nodes(tmp_path):
     # right results. A cluster of its own beside the one the other tests use.
     if os.geteuid() != 0:
         pytest.skip("needs root (network namespaces, veth, tc)")
-    from support.mpich_layers import MPICH_PROBE, layered_run
+    from support.mpich_layers import MPICH_PROBE, corrected_two_nodes, layered_run
 
+    from osu_dl_bench.runtime.mpich_trees import FILE_VARIABLES
     from osu_dl_bench.selection.exports import mpich
     from osu_dl_bench.selection.tune import build_table
 
     table, _ = build_table(layered_run(tmp_path / "run"), "lib")
     mpich.export(table, tmp_path / "lib")
-    files = {layer: str(tmp_path / f"lib.mpich.{layer}.json") for layer in ("ch4", "posix", "mpir")}
-    loaded = {
-        "MPIR_CVAR_CH4_COLL_SELECTION_TUNING_JSON_FILE": files["ch4"],
-        "MPIR_CVAR_CH4_POSIX_COLL_SELECTION_TUNING_JSON_FILE": files["posix"],
-        "MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE": files["mpir"],
-        "MPIR_CVAR_COLLECTIVE_FALLBACK": "error",
-    }
+    # And verify-export's corrected export of a table measured at 2 nodes x 1 rank, MPIR's
+    # ring confirmed by the C client from 64K (support.mpich_layers.corrected_two_nodes).
+    corrected_two_nodes(table, tmp_path / "fixed")
+
+    def loaded(base: str) -> dict[str, str]:
+        files = {layer: str(tmp_path / f"{base}.mpich.{layer}.json") for layer in FILE_VARIABLES}
+        return {
+            **{FILE_VARIABLES[layer]: path for layer, path in files.items()},
+            "MPIR_CVAR_COLLECTIVE_FALLBACK": "error",
+        }
+
     probe = tmp_path / "probe.py"
     probe.write_text(MPICH_PROBE)
     env = _private_cluster(tmp_path, "c36a", "10.213.36")
@@ -403,8 +408,12 @@ def test_mpich_loads_the_three_file_export_across_two_nodes(tmp_path):
             pytest.skip(up.stderr.strip())
         assert up.returncode == 0, up.stderr
         private = {**_exports(_script("env", env=env).stdout), **env}
-        res = _on_nodes(private, 2, 2, [], python_args=[str(probe)], env=loaded)
+        res = [
+            _on_nodes(private, 2, 2, [], python_args=[str(probe)], env=loaded(base))
+            for base in ("lib", "fixed")
+        ]
     finally:
         down = _script("down", env=env)
     assert down.returncode == 0, down.stderr
-    assert "PROBE p=2 nodes=2 wrong=0" in res.stdout
+    for each in res:
+        assert "PROBE p=2 nodes=2 wrong=0" in each.stdout, each.stdout[-3000:] + each.stderr[-3000:]

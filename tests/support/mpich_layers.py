@@ -113,3 +113,49 @@ def corrected_export(tmp_path):
     fixed = corrections(found, best_choices(latencies, measured))
     mpich.export(corrected_table(table, fixed), tmp_path / "fixed")
     return found, fixed
+
+
+def corrected_two_nodes(table, base: Path):
+    """verify-export's corrected export at ``base`` of ``table`` measured at 2 nodes x 1
+    rank (its entries moved there), judged by a synthetic C client at that shape: the
+    file gains nothing, the candidate mpir_ring, an arm of its own, halves the time from
+    64K; the corrections as written (the C client's shape's entries replaced)."""
+    from collectives.shape import JobShape
+    from osu_dl_bench.selection.exports import mpich
+    from osu_dl_bench.selection.exports.verification import (
+        FILE_ARM,
+        NULL_ARM,
+        best_choices,
+        client_pairs,
+        corrected_table,
+        corrections,
+        own_code_only,
+        verdicts,
+    )
+
+    two_nodes = lambda nprocs: JobShape(nprocs, 2, 1)  # noqa: E731
+    table = on_nodes(table, 2)
+    sizes = [1024 << k for k in range(11)]  # 1K .. 1M
+    factors = {
+        FILE_ARM: dict.fromkeys(sizes, 1.0),
+        "mpir_ring": {s: 0.5 if s >= 64 << 10 else 1.0 for s in sizes},
+    }
+    latencies = synthetic_latencies(factors)
+    measured, _ = own_code_only({("allreduce", 2): {"mpir_ring": tuple(sizes)}}, two_nodes)
+    found = verdicts(
+        "c", client_pairs(latencies, FILE_ARM), client_pairs(latencies, NULL_ARM), lambda *a: None
+    )
+    fixed = corrections(found, best_choices(latencies, measured))
+    corrected = corrected_table(table, fixed, two_nodes)
+    mpich.export(corrected, base)
+    return corrected
+
+
+def on_nodes(table, nodes: int):
+    """``table`` with each library entry measured on ``nodes`` nodes, ranks spread evenly."""
+    from dataclasses import replace
+
+    tuning = table.header["library_tuning"]
+    entries = [{**e, "nodes": nodes, "ppn": e["nprocs"] // nodes} for e in tuning["entries"]]
+    header = {**table.header, "library_tuning": {**tuning, "entries": entries}}
+    return replace(table, header=header)

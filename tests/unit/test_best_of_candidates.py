@@ -240,9 +240,10 @@ def test_the_candidates_run_are_the_sweeps_within_the_runs_sizes(tmp_path):
     argv = ["verify-export", str(file), "--np", "2", "-m", "4K:64K", "--sweep", str(run)]
     cfg = config_from_args(build_parser().parse_args([*argv, "--collectives", "allreduce"]))
     measured = verify_export.candidates_to_run(cfg, "mpich", sweep_config(cfg, cfg.run_dir, []))
-    # -m 4K:64K: only the sweep's sizes 8K, 16K and 64K; mpir_ring (the default's code on
-    # one node) is a layered candidate the sweep measured, so it runs too.
+    # -m 4K:64K: only the sweep's sizes 8K, 16K and 64K; mpir_ring, which the sweep
+    # measured, runs the default's code on one node at p = 2: neither run nor judged.
     assert set(measured) == {("allreduce", 2)}
+    assert set(measured[("allreduce", 2)]) == {"ch4_beta", "posix_mpir"}
     assert {s for sizes in measured[("allreduce", 2)].values() for s in sizes} == {
         8192,
         16384,
@@ -251,3 +252,91 @@ def test_the_candidates_run_are_the_sweeps_within_the_runs_sizes(tmp_path):
     cfg = config_from_args(build_parser().parse_args([*argv[:-2], "--best-of-candidates"]))
     with pytest.raises(UsageError, match="no sweep found"):
         verify_export.candidates_to_run(cfg, "mpich", sweep_config(cfg, cfg.run_dir, []))
+
+
+def test_a_candidate_is_not_judged_where_it_runs_the_defaults_code_in_the_jobs_shape():
+    from collectives.shape import JobShape
+    from osu_dl_bench.selection.exports.verification import own_code_only
+
+    # 2 nodes x 1 rank: the default allreduces 8 B by MPIR's recursive doubling on the
+    # node roots (all the ranks), so the candidate runs the default's code there alone.
+    two_nodes = lambda nprocs: JobShape(nprocs, 2, 1)  # noqa: E731
+    measured = {("allreduce", 2): {"mpir_recursive_doubling": (8, 1 << 20)}}
+    kept, lines = own_code_only(measured, two_nodes)
+    assert kept == {("allreduce", 2): {"mpir_recursive_doubling": (1 << 20,)}}
+    assert len(lines) == 1 and "mpir_recursive_doubling not judged at 8:" in lines[0]
+    assert "runs the default's code there (2 node(s), 1 rank(s) per node)" in lines[0]
+    # Its C client arm (a gain at 8 B that is the default's own code) is no best choice.
+    latencies = synthetic_latencies({"mpir_recursive_doubling": {8: 0.4, 1 << 20: 0.4}})
+    assert [b.where for b in best_choices(latencies, kept)] == [("allreduce", 2, 1 << 20)]
+    # On one node MPICH's default never reaches MPIR (release_gather): nowhere its own code.
+    kept, lines = own_code_only(measured, lambda nprocs: JobShape(nprocs, 1, nprocs))
+    assert kept == {} and "release_gather" in lines[0]
+
+
+def test_the_corrected_export_corrects_the_entries_of_the_shape_the_c_client_ran(tmp_path):
+    from support.mpich_layers import layered_run, on_nodes
+
+    from collectives.shape import JobShape
+    from osu_dl_bench.cli import build_parser
+    from osu_dl_bench.commands import verify_export
+    from osu_dl_bench.commands.verify_export_cli import config_from_args
+    from osu_dl_bench.selection.exports import mpich
+    from osu_dl_bench.selection.exports.readers import file_reader
+    from osu_dl_bench.selection.table import load_table
+    from osu_dl_bench.selection.tune import build_table
+
+    two_nodes = lambda nprocs: JobShape(nprocs, 2, 1)  # noqa: E731
+    table, _ = build_table(layered_run(tmp_path / "run"), "lib")
+    table = on_nodes(table, 2)  # as measured at 2 nodes x 1 rank
+    table.write(tmp_path / "lib.json")
+    mpich.export(table, tmp_path / "lib")
+    sizes = [1024 << k for k in range(11)]
+    latencies = synthetic_latencies({FILE_ARM: dict.fromkeys(sizes, 1.0)})
+    reader = file_reader(tmp_path / "lib.mpich.mpir.json", "mpich", two_nodes)
+    found = client_verdicts(latencies, reader)
+    argv = ["verify-export", str(tmp_path / "lib"), "--write-corrected", str(tmp_path / "ok")]
+    cfg = config_from_args(build_parser().parse_args(argv))
+    lines = verify_export.write_corrected(cfg, found, [], two_nodes)
+    assert lines[0].startswith(f"# wrote the corrected export {tmp_path / 'ok'}: 0 departures")
+    (entry,) = load_table(tmp_path / "ok.json").header["library_tuning"]["entries"]
+    assert entry["nodes"] == 2 and [r["alg"] for r in entry["ranges"]] == ["auto"]
+    assert {p["evidence"] for r in entry["ranges"] for p in r["points"]} == {"c client"}
+    # A one-node entry beside it is kept as exported, and the notes say why.
+    both = replace_entries(table, on_nodes(table, 1), on_nodes(table, 2))
+    both.write(tmp_path / "lib.json")
+    verify_export.write_corrected(cfg, found, [], two_nodes)
+    one, two = load_table(tmp_path / "ok.json").header["library_tuning"]["entries"]
+    assert one["ranges"] == both.header["library_tuning"]["entries"][0]["ranges"]
+    assert [r["alg"] for r in two["ranges"]] == ["auto"]
+    notes = (tmp_path / "ok.mpich.notes.txt").read_text()
+    assert (
+        "# kept as exported, not corrected: allreduce p=2 on 1 node(s), cpu "
+        "(the C client ran p=2 on 2 node(s))" in notes
+    )
+
+
+def replace_entries(table, *tables):
+    """``table`` with the library entries of ``tables``, in turn."""
+    from dataclasses import replace
+
+    entries = [e for t in tables for e in t.header["library_tuning"]["entries"]]
+    tuning = {**table.header["library_tuning"], "entries": entries}
+    return replace(table, header={**table.header, "library_tuning": tuning})
+
+
+def test_the_corrected_two_node_export_runs_the_confirmed_ring_across_two_nodes(tmp_path):
+    from support.mpich_layers import corrected_two_nodes, layered_run
+
+    from collectives.mpich_layers import Call, call_path
+    from osu_dl_bench.selection.tune import build_table
+
+    table, _ = build_table(layered_run(tmp_path / "run"), "lib")
+    corrected_two_nodes(table, tmp_path / "fixed")
+    trees = {
+        layer: json.loads((tmp_path / f"fixed.mpich.{layer}.json").read_text())
+        for layer in ("ch4", "posix", "mpir")
+    }
+    for size, ring in ((8, False), (8192, False), (64 << 10, True), (1 << 20, True)):
+        path = call_path(Call("allreduce", 2, 2, size, itemsize=4), trees)
+        assert (path[-1] == "mpir[node_roots]:ring") == ring, size

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -42,12 +42,13 @@ from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.plan import FILE_GROUP, FORCED_PREFIX, MPI_GROUP
 from osu_dl_bench.measurement.schedule import rotation
 from osu_dl_bench.paths import write_text_atomic
-from osu_dl_bench.runtime.mpich_trees import selection_files_env
+from osu_dl_bench.runtime.launcher import posix_pinned
+from osu_dl_bench.runtime.mpich_trees import generic_trees, selection_files_env
 from osu_dl_bench.selection.estimate import pooled_ratios
 from osu_dl_bench.selection.evidence import LaunchValues, Observation, launch_values
 from osu_dl_bench.selection.exports import openmpi
 from osu_dl_bench.selection.exports.common import LIBRARY_DEFAULT, LIBRARY_TUNING
-from osu_dl_bench.selection.exports.readers import Reader
+from osu_dl_bench.selection.exports.readers import Reader, ShapeOf, one_node
 from osu_dl_bench.selection.paired import Ratio, bound_text
 from osu_dl_bench.selection.rule import DEFAULT_RULE, DecisionRule
 from osu_dl_bench.selection.table import TuningTable
@@ -427,6 +428,39 @@ def measured_candidates(frame: pd.DataFrame) -> MeasuredCandidates:
     return found
 
 
+def own_code_only(
+    measured: MeasuredCandidates, shape_of: ShapeOf
+) -> tuple[MeasuredCandidates, list[str]]:
+    """``measured`` less the sizes where a candidate runs the default's code in the job shape
+    of this run (collectives.mpich_layers.candidate_sizes: the nodes a job of p ranks spans,
+    the POSIX layer pinned under oversubscription; the C client's float32 sums), since the
+    sweep measured each at every size of its own shape where it ran other code at one;
+    and a line per candidate and reason saying where it is not judged, and why."""
+    base = generic_trees().trees
+    kept: MeasuredCandidates = {}
+    lines = []
+    for (collective, nprocs), algs in sorted(measured.items()):
+        shape = shape_of(nprocs)
+        pinned = posix_pinned(shape.ranks_per_node)
+        call = mpich_layers.Call(
+            collective, nprocs, shape.nodes, 1, itemsize=4, oversubscribed=pinned
+        )
+        for alg, sizes in sorted(algs.items()):
+            cand = mpich_layers.candidate(collective, alg)
+            same = mpich_layers.candidate_sizes(cand, call, list(sizes), base)
+            for reason in sorted(set(same.values())):
+                at = [format_size(s) for s in sizes if same.get(s) == reason]
+                lines.append(
+                    f"# c: {collective} p={nprocs} {alg} not judged at {', '.join(at)}: it "
+                    f"runs the default's code there ({shape.nodes} node(s), "
+                    f"{shape.ranks_per_node} rank(s) per node"
+                    f"{', POSIX pinned to MPIR' if pinned else ''}): {reason}"
+                )
+            if rest := tuple(s for s in sizes if s not in same):
+                kept.setdefault((collective, nprocs), {})[alg] = rest
+    return kept, lines
+
+
 def client_arms(candidates: Sequence[str]) -> tuple[str, ...]:
     """The C client's arms for one collective and p: ARMS, then one per measured candidate
     (named by its alg, 'ch4_beta'), loading its own files as the sweep loaded them."""
@@ -577,11 +611,14 @@ def corrections(file_verdicts: list[SizeVerdict], best: list[BestChoice]) -> lis
     return found
 
 
-def corrected_table(table: TuningTable, found: list[Correction]) -> TuningTable:
+def corrected_table(
+    table: TuningTable, found: list[Correction], shape_of: ShapeOf = one_node
+) -> TuningTable:
     """``table`` with its MPICH library decisions (header LIBRARY_TUNING) replaced by the
-    corrections, one-node entries only (the C client runs on this host): per collective
-    and p, a range per run of sizes with one choice, from 0 up, the last open, each point
-    carrying the C client's ratio as its evidence."""
+    corrections, in the entries of the job shape the C client ran (``shape_of``: the nodes
+    a job of p ranks spanned) only: per collective and p, a range per run of sizes with one
+    choice, from 0 up, the last open, each point carrying the C client's ratio as its
+    evidence. Other entries are kept as exported (uncorrected_lines)."""
     tuning = dict(table.header.get(LIBRARY_TUNING) or {})
     if tuning.get("library") != "mpich":
         raise UsageError("the corrected export is written for MPICH tables only")
@@ -591,11 +628,42 @@ def corrected_table(table: TuningTable, found: list[Correction]) -> TuningTable:
     entries = []
     for item in tuning.get("entries") or []:
         key = (item["collective"], int(item["nprocs"]))
-        if int(item["nodes"]) == 1 and item["device"] == "cpu" and key in by_entry:
+        if _client_ran(item, by_entry, shape_of):
             item = {**item, "ranges": _ranges(by_entry.pop(key))}
         entries.append(item)
     header = {**table.header, LIBRARY_TUNING: {**tuning, "entries": entries}}
     return replace(table, header=header)
+
+
+def _client_ran(item: dict[str, Any], ran: Container[tuple], shape_of: ShapeOf) -> bool:
+    """Whether the C client ran a table entry's collective, p, nodes and (host) device."""
+    nprocs = int(item["nprocs"])
+    return (
+        item["device"] == "cpu"
+        and (item["collective"], nprocs) in ran
+        and int(item["nodes"]) == shape_of(nprocs).nodes
+    )
+
+
+def uncorrected_lines(
+    table: TuningTable, found: list[Correction], shape_of: ShapeOf = one_node
+) -> list[str]:
+    """The table's library entries corrected_table keeps as exported, one line each with
+    why: the C client did not run their collective and p, or ran them in another shape."""
+    ran = {(str(c.where[0]), int(c.where[1])) for c in found}
+    lines = []
+    for item in (table.header.get(LIBRARY_TUNING) or {}).get("entries") or []:
+        if _client_ran(item, ran, shape_of):
+            continue
+        nprocs = int(item["nprocs"])
+        where = f"{item['collective']} p={nprocs} on {item['nodes']} node(s), {item['device']}"
+        why = (
+            f"the C client ran p={nprocs} on {shape_of(nprocs).nodes} node(s)"
+            if (item["collective"], nprocs) in ran and item["device"] == "cpu"
+            else "the C client did not run it"
+        )
+        lines.append(f"kept as exported, not corrected: {where} ({why})")
+    return lines
 
 
 def _ranges(found: list[Correction]) -> list[dict[str, Any]]:

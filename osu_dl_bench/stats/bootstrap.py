@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from scipy import stats
 
 from osu_dl_bench.stats.intervals import LEVEL
 
@@ -48,6 +47,8 @@ def median_resamples(
         # scipy's bootstrap asks for two observations; one has a single resample, and
         # numpy's Generator draws nothing for integers(0, 1), so the stream stays the same.
         return np.full(resamples, values[0])
+    from scipy import stats  # at first use: option parsing reaches this module
+
     result = stats.bootstrap(
         (values,),
         np.median,

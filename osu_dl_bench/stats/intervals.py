@@ -12,13 +12,13 @@ import math
 import sys
 from dataclasses import dataclass, replace
 
-from scipy import stats
+from scipy import special
 
 from osu_dl_bench.stats.components import remainder_df, satterthwaite
 
 LEVEL = 0.95
 # The standard normal quantile of a two-sided LEVEL interval (1.96 at 95%).
-Z_LEVEL = float(stats.norm.ppf(0.5 + LEVEL / 2))
+Z_LEVEL = float(special.ndtri(0.5 + LEVEL / 2))
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,8 @@ class Ratio:
         sd = abs(math.log(bound) - centre) / self.quantile
         if sd == 0:
             return float(centre > target)
+        from scipy import stats  # at first use: option parsing reaches this module
+
         return float(stats.t.sf((target - centre) / sd, self.df))
 
     def reported(self) -> Ratio:
@@ -145,6 +147,8 @@ def _exp(value: float) -> float:
 def t_quantile(df: float, level: float = LEVEL) -> float:
     """Student's t two-sided ``level`` quantile at ``df`` (the normal one where df is
     infinite; infinite below one degree of freedom)."""
+    from scipy import stats  # at first use: option parsing reaches this module
+
     if math.isinf(df):
         return float(stats.norm.ppf(0.5 + level / 2))
     return float(stats.t.ppf(0.5 + level / 2, df)) if df >= 1 else math.inf
@@ -191,4 +195,6 @@ def exchange_value(mine: Ratio, theirs: Ratio, apart_sd: float) -> float:
         return max(first - second, 0.0)
     d1 = (math.log(first / second) + apart_sd * apart_sd / 2) / apart_sd
     d2 = d1 - apart_sd
+    from scipy import stats  # at first use: option parsing reaches this module
+
     return max(float(first * stats.norm.cdf(d1) - second * stats.norm.cdf(d2)), 0.0)

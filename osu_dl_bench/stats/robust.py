@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import stats
 
 # Variance of the median of n values from a normal distribution, over sigma^2 / n.
 MEDIAN_EFFICIENCY = math.pi / 2
@@ -23,6 +22,8 @@ def robust_sd(values: np.ndarray) -> float:
     values = np.asarray(values, dtype=float)
     if values.size == 0:
         return math.nan
+    from scipy import stats  # at first use: option parsing reaches this module
+
     return float(stats.median_abs_deviation(values, scale="normal"))
 
 

@@ -78,3 +78,16 @@ def test_the_catalog_and_option_parsing_start_no_mpi():
         "print('mpi4py.MPI' in sys.modules)\n"
     )
     assert run_python(code, timeout=60).stdout.strip() == "False"
+
+
+def test_option_parsing_loads_no_scipy_stats():
+    # scipy.stats takes seconds to import on a busy node, and every command's options are
+    # parsed before its work starts; it also breaks where a test hides torch from the
+    # interpreter (sys.modules['torch'] = None), as scipy's array checks look torch up.
+    code = (
+        "import sys\n"
+        "import osu_dl_bench.cli\n"
+        "osu_dl_bench.cli.build_parser().parse_args(['triage', 'RUN'])\n"
+        "print(sorted(name for name in sys.modules if name.startswith('scipy.stats')))\n"
+    )
+    assert run_python(code, timeout=60).stdout.strip() == "[]"

@@ -23,10 +23,12 @@ from __future__ import annotations
 import argparse
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from collectives import mpit
+from collectives.shape import JobShape
 from collectives.units import doubling_sizes, format_size
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.c_client import (
@@ -413,9 +415,7 @@ def candidates_to_run(
             measured[key] = within
     # Where a candidate runs the default's code it is no choice of its own: neither run
     # nor judged there.
-    measured, skipped = own_code_only(
-        measured, shape_of or (lambda nprocs: expected_shape(sweep, nprocs))
-    )
+    measured, skipped = own_code_only(measured, shape_of or job_shapes(sweep))
     print(f"# the C client also runs the candidates {found} measured: {_listed(measured)}")
     if skipped:
         print("\n".join(skipped), flush=True)
@@ -489,13 +489,19 @@ def keep_client_latencies(latencies: dict[tuple, dict[int, float]], run_dir: Pat
     write_text_atomic(run_dir / CLIENT_FILE, records + "\n")
 
 
+def job_shapes(sweep: SweepConfig) -> Callable[[int], JobShape]:
+    """The shape a job of the sweep's is expected to get, per process count: the nodes it
+    spans (OSU_DL_BENCH_HOSTS, Slurm), by which MPICH's layers decide."""
+    return lambda nprocs: expected_shape(sweep.launching, nprocs, sweep.measure.emulated_ppn)
+
+
 def run_verify_export(cfg: VerifyExportConfig) -> int:
     """Measure, report the speedups and the proof; exit 1 if the file did not take effect."""
     path, run_dir = cfg.path, cfg.run_dir
     library = file_library(path)
     probe = sweep_config(cfg, run_dir, [])
     # The nodes each job spans (OSU_DL_BENCH_HOSTS, Slurm): MPICH's layers decide by them.
-    shape_of = lambda nprocs: expected_shape(probe, nprocs)  # noqa: E731
+    shape_of = job_shapes(probe)
     reader = file_reader(path, library, shape_of)
     # The C client is built (or OMB's found) before anything is measured: a missing
     # compiler is one message up front, not the loss of a finished sweep's report.

@@ -201,17 +201,23 @@ def test_a_hostile_export_name_stays_a_name_in_the_use_line_and_never_a_command(
         exports.export_paths(tmp_path / "a\n1 # rule", ["openmpi", "mpich"])
 
 
+def _bcast_run(run_dir, plan):
+    """A layered run of the candidates' rows in ``plan``, as bcast (no reduction op)."""
+    run = layered_run(run_dir, plan=plan)
+    frame = pd.read_csv(run / "results.csv")
+    frame["collective"] = "bcast"
+    frame["op"] = float("nan")
+    frame.to_csv(run / "results.csv", index=False)
+    return run
+
+
 def test_a_bcast_composition_that_runs_the_defaults_code_is_never_exported(tmp_path):
     # At p = 2 on one node, bcast's compositions alpha, beta and delta all run the
     # default's path (ch4_coll_impl.h: delta stages GPU buffers only): a sweep that once
     # measured delta there (an older sweep did, and its export wrote it at 16K-32K) must
     # not see it decided on, however fast its rows.
     plan = {size: {"native:alg=ch4_delta": 0.5} for size in (8192, 16384, 32768)}
-    run = layered_run(tmp_path / "run", plan=plan)
-    frame = pd.read_csv(run / "results.csv")
-    frame["collective"] = "bcast"
-    frame["op"] = float("nan")
-    frame.to_csv(run / "results.csv", index=False)
+    run = _bcast_run(tmp_path / "run", plan)
     table, warnings = build_table(run, "lib")
     paths, _ = mpich.export(table, tmp_path / "lib")
     ch4 = json.loads((tmp_path / "lib.mpich.ch4.json").read_text())
@@ -225,11 +231,7 @@ def test_a_ch4_departure_splits_sizes_at_the_generic_trees_leaves(tmp_path):
     # bcast's composition gamma wins at 8M: the size split goes below MPICH's generic
     # comm conditions, which MPICH prunes once per communicator, not in front of them.
     plan = {4 << 20: {"native:alg=ch4_gamma": 1.5}, 8 << 20: {"native:alg=ch4_gamma": 0.2}}
-    run = layered_run(tmp_path / "run", plan=plan)
-    frame = pd.read_csv(run / "results.csv")
-    frame["collective"] = "bcast"
-    frame["op"] = float("nan")
-    frame.to_csv(run / "results.csv", index=False)
+    run = _bcast_run(tmp_path / "run", plan)
     table, _ = build_table(run, "lib")
     mpich.export(table, tmp_path / "lib")
     trees = {

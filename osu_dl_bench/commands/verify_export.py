@@ -301,13 +301,21 @@ def measure_client(
     seed = seed_of(str(cfg.path), cfg.client_launches)
     latencies: dict[tuple, dict[int, float]] = {}
     turns: dict[JobKey, tuple[str, str, int]] = {}  # job -> (collective, arm, its launches)
-    rounds = max(client_launches_of(cfg.client_launches, len(arms)) for arms in plans.values())
+    # Per (p, collective): its launches (whole cycles of its arms' design) and where in the
+    # design it starts, drawn once from the seed.
+    designs = {
+        key: (
+            client_launches_of(cfg.client_launches, len(arms)),
+            random.Random(seed).randrange(williams_cycle(len(arms))),
+        )
+        for key, arms in plans.items()
+    }
+    rounds = max(launches for launches, _ in designs.values())
     for launch in range(1, rounds + 1):
         for (nprocs, collective), arms in plans.items():
-            launches = client_launches_of(cfg.client_launches, len(arms))
+            launches, start = designs[(nprocs, collective)]
             if launch > launches:
                 continue
-            start = random.Random(seed).randrange(williams_cycle(len(arms)))
             for arm in arm_order(launch, start, arms):
                 turns[(nprocs, launch, f"{collective}_{arm}")] = (collective, arm, launches)
 
@@ -425,17 +433,14 @@ def candidates_to_run(
 def _listed(measured: MeasuredCandidates) -> str:
     """'allreduce p=2: ch4_beta (4M-16M), posix_mpir (8-16M); ...' or 'none'."""
     parts = [
-        f"{c} p={p}: "
-        + ", ".join(
-            f"{alg} ({format_size(min(s))}-{format_size(max(s))})"
-            for alg, s in sorted(algs.items())
-        )
+        f"{c} p={p}: " + ", ".join(f"{alg} ({_span(s)})" for alg, s in sorted(algs.items()))
         for (c, p), algs in sorted(measured.items())
     ]
     return "; ".join(parts) or "none"
 
 
 def _span(sizes: tuple[int, ...]) -> str:
+    """'4K-16M': the smallest and largest of ``sizes``."""
     return f"{format_size(min(sizes))}-{format_size(max(sizes))}"
 
 

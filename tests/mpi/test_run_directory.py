@@ -16,6 +16,7 @@ from support.sweep import (
     cut_last_row,
     difference,
     expected_rows,
+    mpi_group_algorithms,
     stored_rows,
     stored_run,
 )
@@ -113,6 +114,10 @@ def test_a_full_disk_stops_the_sweep_with_one_error_and_resume_completes_it(tmp_
     # Without the null control's launches of their own, whose records grow metadata.json:
     # the 24 KiB disk is sized for the results file to be the one a write cuts short.
     args += ["--no-null"]
+    # One isolation group: with gloo's launch drawn first, its records would fill the
+    # disk before a row of the MPI group is cut.
+    names = mpi_group_algorithms("allreduce")
+    args += ["-a", ",".join(names)]
     sweep = [sys.executable, "-m", "osu_dl_bench", "sweep", *args]
     full = _on_a_tiny_disk(sweep, run_dir, pages=7)  # and a page for the job's spec (jobs/)
     assert full.returncode == 2, full.stdout + full.stderr
@@ -134,7 +139,7 @@ def test_a_full_disk_stops_the_sweep_with_one_error_and_resume_completes_it(tmp_
     assert notes == [], notes
     rows = stored_rows(after)
     assert len(rows) == len(set(rows)), "a point was measured twice"
-    want = expected_rows([2], ["allreduce"], [8 << k for k in range(6)], null=False)
+    want = expected_rows([2], ["allreduce"], [8 << k for k in range(6)], names, null=False)
     assert set(rows) == want, difference(set(rows), want)
     assert not after[["median_us", "q1_us", "q3_us", "busbw_gbs"]].isna().any().any()
     kept = stored_rows(before)

@@ -106,6 +106,7 @@ def test_every_launch_is_kept_in_the_run_directory_and_a_resume_runs_none_again(
 
 
 def test_a_stalled_launch_is_reported_within_the_stall_timeout(tmp_path):
+    from osu_dl_bench.jobs import launch
     from osu_dl_bench.measurement import heartbeat
 
     # A real stall: rank 1 stopped (SIGSTOP) mid-launch, so rank 0 waits in an allreduce
@@ -139,7 +140,9 @@ def test_a_stalled_launch_is_reported_within_the_stall_timeout(tmp_path):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(stopped, signal.SIGCONT)
     assert proc.returncode == 1, err[-3000:]
-    assert took < stall + 30, f"reported {took:.0f} s after rank 1 stopped"
+    # The stall, then the heartbeats' sample and the stop's grace (SIGTERM cannot reach
+    # the stopped rank) on a busy machine.
+    assert took < stall + launch.STOP_GRACE + 60, f"reported {took:.0f} s after rank 1 stopped"
     assert group in ("mpi", "gloo"), group
     told = f"launch 1 of group {group} reported nothing for {stall} s (--stall-timeout) while "
     assert told in err, err[-3000:]

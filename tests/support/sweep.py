@@ -9,8 +9,8 @@ import pandas as pd
 from collectives import SPECS, CallContext, distinct_variants
 from collectives.dtypes import element_type
 from collectives.ops import reduce_op
-from collectives.registry import NULL_CONTROL_APART
-from osu_dl_bench.jobs.plan import NULL_GROUP, variants_for, with_null_controls
+from collectives.registry import NULL_CONTROL_APART, algorithms
+from osu_dl_bench.jobs.plan import MPI_GROUP, NULL_GROUP, variants_for, with_null_controls
 from osu_dl_bench.measurement.store import (
     REQUIRED_FIELDS,
     RunStore,
@@ -43,6 +43,11 @@ def expected_rows(
             for s in sizes:
                 rows |= {(p, coll, v.label, s) for v in distinct_variants(eligible, p, s // 4, 4)}
     return rows
+
+
+def mpi_group_algorithms(collective: str) -> list[str]:
+    """The names of a collective's algorithms that run over MPI: one isolation group."""
+    return [a.name for a in algorithms(collective) if a.backend == MPI_GROUP]
 
 
 def planned(variants: list, null: bool) -> list:

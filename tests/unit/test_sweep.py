@@ -9,7 +9,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collectives import algorithms
@@ -35,6 +35,8 @@ from osu_dl_bench.measurement.schedule import (
 from osu_dl_bench.measurement.store import SWEEP_FIELDS, RunStore, SweepPoint
 
 
+# No deadline: one example held off the 2 shared cores is not a failure.
+@settings(deadline=None)
 @given(st.floats(1e-7, 100.0), st.floats(0.01, 60.0))
 def test_iterations_fill_the_budget_in_max_rounds(per_iteration, budget):
     iterations = iterations_for(per_iteration, budget)

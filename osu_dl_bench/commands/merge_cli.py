@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from osu_dl_bench.measurement.merge import MIXABLE
+from osu_dl_bench.measurement import MIXABLE
 
 if TYPE_CHECKING:  # the work module, loaded when the command runs
     from osu_dl_bench.commands.merge import MergeConfig

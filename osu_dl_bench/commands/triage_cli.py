@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from osu_dl_bench.diagnosis.ranks import MIN_SHARE
+from osu_dl_bench.diagnosis import MIN_SHARE
 from osu_dl_bench.errors import UsageError
 
 if TYPE_CHECKING:  # the work module loads pandas, which parsing must not wait for

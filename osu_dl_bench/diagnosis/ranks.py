@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from osu_dl_bench.diagnosis import MIN_SHARE
 from osu_dl_bench.diagnosis.outliers import Finding, against_peers, stand_out
 from osu_dl_bench.measurement.store import round_values
 from osu_dl_bench.runtime.text import one_line
@@ -49,12 +50,6 @@ EVIDENCE_COLUMNS = (
 # judged at all.
 REGIMES = (("messages < 64 KiB", 0, 65536), ("messages >= 64 KiB", 65536, None))
 MIN_POINTS = 3
-# A lag under half the call's own time beyond the peers' is left unnamed by default: the
-# barrier before each call releases ranks up to a message latency apart, always in the
-# same order (MPICH's dissemination barrier: log2(p) rounds; 4 ranks on one host: the
-# last one 11 us behind, the others 5-6 us, on calls of 14-20 us of their own, last at
-# 94-100% of them), and the benchmark's barrier is not the rank's fault.
-MIN_SHARE = 0.5
 
 
 @dataclass(frozen=True)

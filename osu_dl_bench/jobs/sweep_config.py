@@ -22,7 +22,6 @@ from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jobs.job_spec import MAX_LAUNCHES, Measurement  # noqa: F401 (re-exported)
 from osu_dl_bench.measurement.bench_config import COLLECTIVES
 from osu_dl_bench.measurement.heartbeat import TICK_SECONDS
-from osu_dl_bench.measurement.store import RunStore
 from osu_dl_bench.runtime.slurm_env import slurm_job
 
 LAUNCHERS = ("mpiexec", "srun")
@@ -320,6 +319,8 @@ def check_output_dir(cfg: SweepConfig) -> None:
 def check_run_dir(cfg: SweepConfig) -> None:
     """A run directory must be new or empty unless --resume continues it (rows that
     cannot be used are counted in a warning here, once per sweep)."""
+    from osu_dl_bench.measurement.store import RunStore  # pandas: not at option parsing
+
     check_output_dir(cfg)
     store = RunStore(cfg.output)
     if not store.results_path.exists():

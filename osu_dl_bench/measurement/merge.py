@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from osu_dl_bench.errors import UsageError
+from osu_dl_bench.measurement import IDENTITY, MIXABLE
 from osu_dl_bench.measurement.store import (
     METADATA,
     POINT_KEY,
@@ -30,11 +31,6 @@ from osu_dl_bench.measurement.store import (
     launch_entries,
 )
 from osu_dl_bench.runtime.metadata import COMMAND_KEY, utc_now
-
-# What makes two runs' times comparable: the same MPI library, version and machines.
-IDENTITY = ("mpi_library", "mpi_version", "hosts")
-# The words that name the IDENTITY fields runs may differ in (merge's --allow-mixed).
-MIXABLE = {"library": "mpi_library", "version": "mpi_version", "hosts": "hosts"}
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.paths import check_new_file, write_atomic
+
+if TYPE_CHECKING:  # pandas at first use: every rank of bench imports this module
+    import pandas as pd
 
 OUTPUT_SUFFIXES = (".csv", ".json", ".parquet")
 
@@ -73,6 +75,8 @@ def check_output_path(path: str | None) -> None:
 
 def records_frame(records: list[BenchRecord], metadata: dict[str, str]) -> pd.DataFrame:
     """One row per record, with the run metadata repeated on every row."""
+    import pandas as pd
+
     rows = [{**asdict(r), **metadata} for r in records]
     return pd.DataFrame(rows, columns=[*RECORD_FIELDS, *metadata])
 
@@ -100,6 +104,8 @@ def _write_frame(frame: pd.DataFrame, path: str, suffix: str) -> None:
 
 def read_records(path: str) -> pd.DataFrame:
     """Read a file written by ``write_records``."""
+    import pandas as pd
+
     suffix = Path(path).suffix.lower()
     if suffix == ".csv":
         return pd.read_csv(path)

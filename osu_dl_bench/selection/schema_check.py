@@ -12,12 +12,12 @@ import json
 from collections.abc import Iterable
 from functools import cache
 from importlib import resources
-from typing import Any
-
-from jsonschema import Draft202012Validator, validators
-from jsonschema.exceptions import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from osu_dl_bench.jsonfile import describe, is_count
+
+if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError
 
 
 def _whole_number(checker: Any, instance: Any) -> bool:
@@ -26,10 +26,16 @@ def _whole_number(checker: Any, instance: Any) -> bool:
     return is_count(instance)
 
 
-SchemaValidator = validators.extend(
-    Draft202012Validator,
-    type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _whole_number),
-)
+@cache
+def schema_validator() -> Any:
+    """Draft 2020-12's validator, with the integer of these files (_whole_number)."""
+    # At first use: every rank of a job imports this module, most never check a file.
+    from jsonschema import Draft202012Validator, validators
+
+    return validators.extend(
+        Draft202012Validator,
+        type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _whole_number),
+    )
 
 
 @cache
@@ -37,8 +43,9 @@ def load_schema(package: str, name: str) -> Any:
     """The schema ``schemas/NAME`` shipped in ``package``, checked against its meta-schema."""
     text = resources.files(package).joinpath("schemas", name).read_text(encoding="utf-8")
     schema = json.loads(text)
-    SchemaValidator.check_schema(schema)
-    return SchemaValidator(schema)
+    validator = schema_validator()
+    validator.check_schema(schema)
+    return validator(schema)
 
 
 def first_problem(validator: Any, data: Any) -> tuple[str, str] | None:

@@ -49,7 +49,6 @@ from collectives.shape import JobShape
 from collectives.units import format_size, split_variant_texts
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.selection.names import FORCE_ENV
-from osu_dl_bench.selection.null_control import entry_lines
 from osu_dl_bench.selection.table import (
     Choice,
     Entry,
@@ -317,6 +316,9 @@ class Selector:
         if evidence:
             lines.append(f"  measured: {evidence}")
         if decision.entry is not None and self.table is not None:
+            # At first use: null_control reaches scipy, which every rank would import.
+            from osu_dl_bench.selection.null_control import entry_lines
+
             lines += [f"  {line}" for line in entry_lines(self.table.header, decision.entry.key)]
         lines.append(f"  => {decision.label} ({decision.variant.algorithm.backend})")
         return "\n".join(lines)

@@ -11,7 +11,6 @@ import math
 from collections.abc import Iterable
 
 import numpy as np
-from scipy import optimize, special
 
 
 def satterthwaite(components: Iterable[tuple[float, float]]) -> float:
@@ -40,6 +39,7 @@ def remainder_df(total: float, df: float, part: float, part_df: float) -> float:
 def solve_median(stat: np.ndarray, df: np.ndarray, base: np.ndarray, scale: np.ndarray) -> float:
     """The x >= 0 at which the median of chi2.cdf(df * stat / (scale * x + base), df) is
     one half: a robust method-of-moments variance component."""
+    from scipy import optimize, special  # at first use: option parsing reaches this module
 
     def excess(x: float) -> float:
         expected = np.maximum(scale * x + base, 1e-300)

@@ -3,6 +3,7 @@ catch an upward import, and neither the algorithm library nor option parsing sta
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -80,14 +81,35 @@ def test_the_catalog_and_option_parsing_start_no_mpi():
     assert run_python(code, timeout=60).stdout.strip() == "False"
 
 
-def test_option_parsing_loads_no_scipy_stats():
-    # scipy.stats takes seconds to import on a busy node, and every command's options are
-    # parsed before its work starts; it also breaks where a test hides torch from the
-    # interpreter (sys.modules['torch'] = None), as scipy's array checks look torch up.
-    code = (
+# What every rank of a job would otherwise import at start-up: about 0.6 s of CPU a rank
+# on this machine (python -X importtime), paid by each process of each job.
+HEAVY = ("pandas", "scipy", "jsonschema", "matplotlib", "torch", "statsmodels")
+
+
+def _heavy_modules_after(code: str) -> list[str]:
+    """The HEAVY packages loaded once ``code`` has run in a fresh interpreter (MPI never
+    started: mpi4py's automatic initialisation is turned off)."""
+    probe = (
+        "import mpi4py\n"
+        "mpi4py.rc.initialize = False\n"
         "import sys\n"
-        "import osu_dl_bench.cli\n"
-        "osu_dl_bench.cli.build_parser().parse_args(['triage', 'RUN'])\n"
-        "print(sorted(name for name in sys.modules if name.startswith('scipy.stats')))\n"
+        f"{code}\n"
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))\n"
     )
-    assert run_python(code, timeout=60).stdout.strip() == "[]"
+    return json.loads(run_python(probe, timeout=60).stdout.strip().replace("'", '"'))
+
+
+def test_option_parsing_loads_no_pandas_scipy_or_jsonschema():
+    # Every command's options are parsed, on every rank, before its work starts. scipy
+    # also breaks where a test hides torch (sys.modules['torch'] = None): its array
+    # checks look torch up.
+    parse = "import osu_dl_bench.cli\nparser = osu_dl_bench.cli.build_parser()\n"
+    for argv in (["triage", "RUN"], ["bench", "allreduce"], ["merge", "A", "B", "-o", "C"]):
+        assert _heavy_modules_after(f"{parse}parser.parse_args({argv!r})") == [], argv
+
+
+def test_a_bench_rank_and_the_selector_load_no_pandas_scipy_or_jsonschema():
+    # bench's ranks and the trainer's selector on every rank: rank 0 loads pandas only to
+    # write the records, and a table's check loads jsonschema.
+    code = "import osu_dl_bench.commands.bench, osu_dl_bench.selection.selector"
+    assert _heavy_modules_after(code) == []

@@ -26,13 +26,13 @@ from collectives.common import (
     Machine,
     Scratch,
     block_bounds,
-    largest_power_of_two_at_most,
     lg,
     private_comm,
     reduce_into_ordered,
     start_in_place,
 )
 from collectives.ops import ReduceOp
+from collectives.powers import largest_power_of_two_at_most
 from collectives.primitives import (
     binomial_bcast,
     binomial_reduce,

@@ -19,6 +19,9 @@ import numpy as np
 from collectives.device import device_ready
 from collectives.ops import ReduceOp
 
+# Re-exported: their home was here, and users may import them from here.
+from collectives.powers import is_power_of_two, largest_power_of_two_at_most  # noqa: F401
+
 if TYPE_CHECKING:
     from mpi4py import MPI
 
@@ -102,16 +105,6 @@ def reduce_into_ordered(op: ReduceOp, target: Any, other: Any, other_is_lower: b
     else:
         op.ufunc(target, other, out=target)
     device_ready(target)
-
-
-def is_power_of_two(p: int) -> bool:
-    """True for 1, 2, 4, 8, ..."""
-    return p > 0 and p & (p - 1) == 0
-
-
-def largest_power_of_two_at_most(p: int) -> int:
-    """The largest power of two <= p (p >= 1)."""
-    return 1 << (p.bit_length() - 1)
 
 
 # --- cost model (Thakur, Rabenseifner and Gropp, IJHPCA 2005) ---

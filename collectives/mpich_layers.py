@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from collectives.errors import UsageError
+from collectives.powers import is_power_of_two, largest_power_of_two_at_most
 
 LAYERS = ("ch4", "posix", "mpir")
 COLLECTIVES = ("allreduce", "bcast")
@@ -258,11 +259,6 @@ def condition_names(tree: Any) -> set[str]:
     return names
 
 
-def _pow2_at_most(n: int) -> int:
-    # collectives.common's twin imports the device layer, which imports this module.
-    return 1 << (max(n, 1).bit_length() - 1)
-
-
 def _holds(key: str, facts: Mapping[str, Any]) -> bool:
     match = _CONDITION.match(key)
     if not match:
@@ -275,8 +271,8 @@ def _holds(key: str, facts: Mapping[str, Any]) -> bool:
         return False
     if value == "pow2":
         if relation == "=":
-            return fact > 0 and fact & (fact - 1) == 0
-        return fact < _pow2_at_most(facts["comm_size"])
+            return is_power_of_two(fact)
+        return fact < largest_power_of_two_at_most(max(facts["comm_size"], 1))
     if value == "node_comm_size":
         return fact == facts.get("node_comm_size")
     if relation == "=":

@@ -25,6 +25,7 @@ from collectives.device import for_backend
 from collectives.dtypes import ElementType
 from collectives.errors import UsageError
 from collectives.ops import ReduceOp
+from collectives.powers import is_power_of_two
 from collectives.shape import JobShape
 from collectives.specs import SPECS
 from collectives.units import format_size, parse_size, split_variant_texts
@@ -58,13 +59,9 @@ class Requirement:
     holds: Callable[[CallContext], bool]
 
 
-def _is_power_of_two(p: int) -> bool:
-    return p > 0 and p & (p - 1) == 0
-
-
 COMMUTATIVE_OP = Requirement("needs a commutative op", lambda c: c.op is None or c.op.commutative)
 POWER_OF_TWO = Requirement(
-    "needs a power-of-two process count", lambda c: _is_power_of_two(c.nprocs)
+    "needs a power-of-two process count", lambda c: is_power_of_two(c.nprocs)
 )
 CPU_BUFFERS = Requirement("needs host (cpu) buffers", lambda c: is_host(c.device))
 

@@ -1,0 +1,15 @@
+"""Powers of two, as the algorithms' preconditions and MPICH's selection trees test process
+counts; a leaf module (no imports), so the registry and the MPICH layer model import it
+without the buffer helpers' device layer."""
+
+from __future__ import annotations
+
+
+def is_power_of_two(p: int) -> bool:
+    """True for 1, 2, 4, 8, ..."""
+    return p > 0 and p & (p - 1) == 0
+
+
+def largest_power_of_two_at_most(p: int) -> int:
+    """The largest power of two <= p (p >= 1)."""
+    return 1 << (p.bit_length() - 1)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -444,7 +445,11 @@ def _span(sizes: tuple[int, ...]) -> str:
     return f"{format_size(min(sizes))}-{format_size(max(sizes))}"
 
 
-def best_lines(best: list[BestChoice], found: list[SizeVerdict]) -> list[str]:
+def best_lines(
+    best: list[BestChoice],
+    found: list[SizeVerdict],
+    latencies: dict[tuple, dict[int, float]] | None = None,
+) -> list[str]:
     """Per size where candidates ran: the rule's pick and its speedup over the default with
     the intervals; then the share of the confirmed best choices' speedup the file captures,
     per collective and p and over all, with the sizes it rests on."""
@@ -468,12 +473,13 @@ def best_lines(best: list[BestChoice], found: list[SizeVerdict]) -> list[str]:
     for key in [*groups, None]:
         chosen = [b for b in best if key is None or tuple(b.where[:2]) == key]
         label = "all" if key is None else f"{key[0]} p={key[1]}"
-        lines.append(share_line(label, captured_share(found, chosen)))
+        lines.append(share_line(label, captured_share(found, chosen, latencies)))
     return lines
 
 
 def share_line(label: str, share: CapturedShare) -> str:
-    """'# c: captured share (allreduce p=2): 87.1% of ...' or the line saying it is undefined."""
+    """'# c: captured share (allreduce p=2): 87.1% (95% CI 70.2-95.3%) of ...' or the line
+    saying it is undefined."""
     if not share.sizes:
         return (
             f"# c: captured share ({label}): undefined: no size has a best choice confirmed "
@@ -481,10 +487,18 @@ def share_line(label: str, share: CapturedShare) -> str:
         )
     sizes = ", ".join(f"{c} p={p} {format_size(int(s))}" for c, p, s in share.sizes)
     return (
-        f"# c: captured share ({label}): {100 * share.share:.1f}% of the speedup of the "
+        f"# c: captured share ({label}): {100 * share.share:.1f}% ({_share_interval(share)}) "
+        "of the speedup of the "
         f"confirmed best choices (sum log(default/file) {share.captured:.3f} over sum "
         f"log(default/best) {share.available:.3f}), over {len(share.sizes)} sizes: {sizes}"
     )
+
+
+def _share_interval(share: CapturedShare) -> str:
+    """'95% CI 70.2-95.3%', or why there is none."""
+    if math.isnan(share.low):
+        return "95% CI: too few launches to tell"
+    return f"95% CI {100 * share.low:.1f}-{100 * share.high:.1f}%"
 
 
 def keep_client_latencies(latencies: dict[tuple, dict[int, float]], run_dir: Path) -> None:
@@ -543,7 +557,7 @@ def run_verify_export(cfg: VerifyExportConfig) -> int:
         print("\n".join([HEADER, *comparison_lines("c", found, proof)]), flush=True)
         best = best_choices(latencies, measured) if measured else []
         if best:
-            print("\n".join(best_lines(best, found)), flush=True)
+            print("\n".join(best_lines(best, found, latencies)), flush=True)
         if cfg.write_corrected:
             print("\n".join(write_corrected(cfg, found, best, shape_of)), flush=True)
         else:

@@ -15,6 +15,8 @@ percentile interval, and the two-stage cluster bootstrap scipy's does not offer.
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Sequence
 
 import numpy as np
@@ -89,3 +91,59 @@ def cluster_bootstrap(
     rows = np.arange(resamples)
     medians = (ordered[rows, (total - 1) // 2] + ordered[rows, total // 2]) / 2
     return percentile_interval(medians, level)
+
+
+def ratio_of_summed_means(
+    strata: Sequence[tuple[np.ndarray, np.ndarray]],
+    seed: int,
+    resamples: int = RESAMPLES,
+    level: float = LEVEL,
+) -> tuple[float, float]:
+    """The percentile interval of sum(means of a) / sum(means of b) when launches are
+    resampled with replacement within each stratum. Each stratum is (a, b): arrays of
+    shape (rows, launches), nan where a row has no value in a launch; a launch's column is
+    drawn whole, so a and b stay paired by launch (Davison and Hinkley, 1997, section 3.8:
+    resampling the unit that is independent, here the launch). The percentiles are
+    Hesterberg's expanded ones (expanded_level): a plain percentile interval over 12
+    launches covered 88.5% where it claimed 95%. (nan, nan) with fewer than 2 launches in
+    a stratum, or where more than the tail share of the draws leave the denominator at or
+    below 0."""
+    launches = min(np.atleast_2d(a).shape[1] for a, _ in strata)
+    if launches < 2:
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    tops, bottoms = np.zeros(resamples), np.zeros(resamples)
+    for a, b in strata:
+        a, b = np.atleast_2d(a), np.atleast_2d(b)
+        picked = rng.integers(0, a.shape[1], size=(resamples, a.shape[1]))
+        tops += _summed_row_means(a, picked)
+        bottoms += _summed_row_means(b, picked)
+    defined = np.isfinite(tops) & np.isfinite(bottoms) & (bottoms > 0)
+    expanded = expanded_level(level, launches)
+    if np.count_nonzero(~defined) > resamples * (1 - expanded) / 2:
+        return math.nan, math.nan
+    return percentile_interval(tops[defined] / bottoms[defined], expanded)
+
+
+def expanded_level(level: float, n: int) -> float:
+    """The percentile level that corrects a bootstrap over ``n`` units for its narrowness:
+    the sample's spread is too small by (n - 1) / n, and a normal quantile stands where
+    Student's t at n - 1 df belongs (Hesterberg, "What Teachers Should Know About the
+    Bootstrap", The American Statistician 69(4), 2015, section 5.2: the expanded
+    percentile interval). 12 launches at 95%: the 1.1% and 98.9% percentiles."""
+    from osu_dl_bench.stats.intervals import t_quantile
+
+    edge = math.sqrt(n / (n - 1)) * t_quantile(n - 1, level)
+    return 1 - 2 * statistics.NormalDist().cdf(-edge)
+
+
+def _summed_row_means(values: np.ndarray, picked: np.ndarray) -> np.ndarray:
+    """Per draw (a row of ``picked``: launch columns), the sum over rows of each row's mean
+    over the drawn launches it has a value in (nan: a row with none drawn)."""
+    drawn = values[:, picked]  # (rows, resamples, launches drawn)
+    present = np.isfinite(drawn)
+    counts = present.sum(axis=2)
+    sums = np.where(present, drawn, 0.0).sum(axis=2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+    return means.sum(axis=0)

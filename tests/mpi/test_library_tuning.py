@@ -146,6 +146,9 @@ def test_verify_export_runs_the_sweeps_candidates_and_reports_the_captured_share
     rows = [ln for ln in out.splitlines() if ln.startswith("c       allreduce") and "4M" in ln]
     assert len(rows) == 2  # the file's row and the best choice's row at 4M
     assert "# c: captured share (allreduce p=2): " in out and "# c: captured share (all): " in out
+    shares = [ln for ln in out.splitlines() if ln.startswith("# c: captured share")]
+    # A share is given with its interval over the C client's launches, or said undefined.
+    assert all("% (95% CI " in ln or ": undefined: " in ln for ln in shares), shares
 
 
 def _check_three_arms(out: str, launches: int) -> None:

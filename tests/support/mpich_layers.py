@@ -61,10 +61,11 @@ if comm.rank == 0:
 """
 
 
-def synthetic_latencies(factors, launches=12, seed=5, collective="allreduce"):
+def synthetic_latencies(factors, launches=12, seed=5, collective="allreduce", noise=0.02):
     """Synthetic C client latencies at p = 2: ``factors`` maps arm -> size -> its time over
     the default's (1 where not given, and for the file, default and null arms at 8, 64 and
-    1024 bytes always); the machine's state moves every arm of a launch alike."""
+    1024 bytes always); the machine's state moves every arm of a launch alike, and each arm
+    but the default's has lognormal ``noise`` (sd of log) of its own."""
     import numpy as np
 
     from osu_dl_bench.selection.exports.verification import ARMS, DEFAULT_ARM
@@ -77,8 +78,8 @@ def synthetic_latencies(factors, launches=12, seed=5, collective="allreduce"):
             base = 10.0 * rng.lognormal(0, 0.3)
             for arm in (*ARMS, *[a for a in factors if a not in ARMS]):
                 factor = factors.get(arm, {}).get(size, 1.0)
-                noise = 1.0 if arm == DEFAULT_ARM else rng.lognormal(0, 0.02)
-                found.setdefault((collective, 2, size, arm), {})[launch] = base * factor * noise
+                own = 1.0 if arm == DEFAULT_ARM else rng.lognormal(0, noise)
+                found.setdefault((collective, 2, size, arm), {})[launch] = base * factor * own
     return found
 
 

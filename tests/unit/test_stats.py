@@ -17,7 +17,12 @@ from scipy import stats as scipy_stats
 from osu_dl_bench.commands.arguments import add_rule_arguments
 from osu_dl_bench.selection import names, rule
 from osu_dl_bench.stats import decision
-from osu_dl_bench.stats.bootstrap import median_resamples, percentile_interval
+from osu_dl_bench.stats.bootstrap import (
+    expanded_level,
+    median_resamples,
+    percentile_interval,
+    ratio_of_summed_means,
+)
 from osu_dl_bench.stats.robust import median_variance, robust_sd
 
 PACKAGE = REPO / "osu_dl_bench"
@@ -92,6 +97,29 @@ def test_the_percentile_interval_bounds_the_central_level():
     draws = np.arange(1001, dtype=float)
     assert percentile_interval(draws) == pytest.approx((25.0, 975.0))
     assert percentile_interval(draws, 0.5) == pytest.approx((250.0, 750.0))
+
+
+def test_the_expanded_level_widens_few_units_and_tends_to_the_level():
+    # Hesterberg (2015), section 5.2: alpha' / 2 = Phi(-sqrt(n / (n - 1)) t(n - 1)).
+    t = scipy_stats.t.ppf(0.975, 11)
+    assert expanded_level(0.95, 12) == pytest.approx(
+        1 - 2 * scipy_stats.norm.cdf(-t * (12 / 11) ** 0.5)
+    )
+    levels = [expanded_level(0.95, n) for n in (3, 6, 12, 30, 10_000)]
+    assert levels == sorted(levels, reverse=True) and levels[-1] == pytest.approx(0.95, abs=1e-3)
+
+
+def test_a_ratio_of_summed_means_needs_two_launches_and_keeps_launches_paired():
+    one = (np.array([[1.0]]), np.array([[2.0]]))
+    assert all(np.isnan(ratio_of_summed_means([one], seed=0)))
+    # a = 2 b launch by launch: every draw keeps the pairs, so the ratio is exactly 2.
+    b = np.random.default_rng(4).lognormal(size=(3, 8))
+    low, high = ratio_of_summed_means([(2 * b, b)], seed=0)
+    assert low == pytest.approx(2.0) and high == pytest.approx(2.0)
+    # A row missing a launch is averaged over the launches it has.
+    gappy = np.where(np.eye(3, 8, dtype=bool), np.nan, b)
+    low, high = ratio_of_summed_means([(2 * gappy, gappy)], seed=0)
+    assert low == pytest.approx(2.0) and high == pytest.approx(2.0)
 
 
 def test_the_risk_default_has_one_home():

@@ -53,6 +53,7 @@ from osu_dl_bench.selection.paired import Ratio, bound_text
 from osu_dl_bench.selection.rule import DEFAULT_RULE, DecisionRule
 from osu_dl_bench.selection.table import TuningTable
 from osu_dl_bench.selection.tune import series_of, usable_rows
+from osu_dl_bench.stats.bootstrap import ratio_of_summed_means
 
 # --- proof --------------------------------------------------------------------------------
 
@@ -521,11 +522,15 @@ def best_choices(
 class CapturedShare:
     """The share of the measured speedup the file captures: over the sizes where the best
     choice is confirmed faster than the default, sum log(default / file) over sum
-    log(default / best), all from the C client; undefined (nan) without such a size."""
+    log(default / best), all from the C client; undefined (nan) without such a size. Its
+    95% interval (low, high) comes from the C client's launches resampled (nan: none
+    computed, or too few launches to tell)."""
 
     sizes: tuple[tuple, ...]
     captured: float  # sum of log(default / file)
     available: float  # sum of log(default / best)
+    low: float = math.nan
+    high: float = math.nan
 
     @property
     def share(self) -> float:
@@ -533,15 +538,62 @@ class CapturedShare:
         return self.captured / self.available if self.sizes else math.nan
 
 
-def captured_share(file_verdicts: list[SizeVerdict], best: list[BestChoice]) -> CapturedShare:
-    """The CapturedShare of ``best``'s confirmed sizes that the file's verdicts cover."""
+# The captured share's resamples start from this seed: the same launches give the same
+# interval.
+SHARE_SEED = 0
+
+
+def captured_share(
+    file_verdicts: list[SizeVerdict],
+    best: list[BestChoice],
+    latencies: dict[tuple, dict[int, float]] | None = None,
+) -> CapturedShare:
+    """The CapturedShare of ``best``'s confirmed sizes that the file's verdicts cover, with
+    its interval where the C client's ``latencies`` are given."""
     files = {tuple(v.where): v.file for v in file_verdicts}
     resting = [b for b in best if b.confirmed and tuple(b.where) in files]
-    return CapturedShare(
+    share = CapturedShare(
         tuple(tuple(b.where) for b in resting),
         sum(-math.log(files[tuple(b.where)].ratio) for b in resting),
         sum(-math.log(b.ratio.ratio) for b in resting),
     )
+    if not resting or latencies is None:
+        return share
+    low, high = ratio_of_summed_means(share_strata(latencies, resting), SHARE_SEED)
+    return replace(share, low=low, high=high)
+
+
+def share_strata(
+    latencies: dict[tuple, dict[int, float]], resting: list[BestChoice]
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per (collective, p): log(default / file) and log(default / best) per size (rows) and
+    launch (columns, nan where a launch lacks one of the three): launches of one job shape
+    are resampled together, the sizes of a launch stay paired."""
+    strata = []
+    for key in sorted({tuple(b.where[:2]) for b in resting}):
+        here = [b for b in resting if tuple(b.where[:2]) == key]
+        launches = sorted({k for b in here for k in latencies.get((*b.where, DEFAULT_ARM), {})})
+        gains = [
+            (
+                _log_gains(latencies, b.where, FILE_ARM, launches),
+                _log_gains(latencies, b.where, b.choice, launches),
+            )
+            for b in here
+        ]
+        strata.append((np.array([f for f, _ in gains]), np.array([g for _, g in gains])))
+    return strata
+
+
+def _log_gains(
+    latencies: dict[tuple, dict[int, float]], where: tuple, arm: str, launches: list[int]
+) -> list[float]:
+    """log(default / arm) per launch at one size; nan where either time is missing."""
+    default = latencies.get((*where, DEFAULT_ARM), {})
+    mine = latencies.get((*where, arm), {})
+    return [
+        math.log(default[k] / mine[k]) if default.get(k, 0) > 0 < mine.get(k, 0) else math.nan
+        for k in launches
+    ]
 
 
 # The suffixes of an export's files: the table they were exported from is BASE.json.

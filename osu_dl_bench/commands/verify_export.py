@@ -498,7 +498,8 @@ def _share_interval(share: CapturedShare) -> str:
     """'95% CI 70.2-95.3%', or why there is none."""
     if math.isnan(share.low):
         return "95% CI: too few launches to tell"
-    return f"95% CI {100 * share.low:.1f}-{100 * share.high:.1f}%"
+    apart = " to " if share.low < 0 else "-"  # "-36.4 to 21.0%", not "-36.4-21.0%"
+    return f"95% CI {100 * share.low:.1f}{apart}{100 * share.high:.1f}%"
 
 
 def keep_client_latencies(latencies: dict[tuple, dict[int, float]], run_dir: Path) -> None:

@@ -371,3 +371,17 @@ def test_the_corrected_two_node_export_runs_the_confirmed_ring_across_two_nodes(
     for size, ring in ((8, False), (8192, False), (64 << 10, True), (1 << 20, True)):
         path = call_path(Call("allreduce", 2, 2, size, itemsize=4), trees)
         assert (path[-1] == "mpir[node_roots]:ring") == ring, size
+
+
+def test_the_client_report_script_reads_whole_cycles_and_says_what_it_cannot_read(tmp_path, capsys):
+    from support.scripts import load_script
+
+    report = load_script("client_report")
+    # Two candidates: 5 arms, a Williams cycle of 10 launches; 23 kept -> 20 read.
+    latencies = synthetic_latencies({"ch4_beta": dict.fromkeys(BIG, 0.5)}, launches=23)
+    measured = {("allreduce", 2): {"ch4_alpha": BIG, "ch4_beta": BIG}}
+    kept = report.whole_cycles(latencies, measured)
+    assert kept.keys() == latencies.keys()
+    assert all(sorted(per) == list(range(1, 21)) for per in kept.values())
+    assert report.main([str(tmp_path), str(tmp_path / "x.mpich.json"), str(tmp_path)]) == 2
+    assert "c_client_latencies.json" in capsys.readouterr().err

@@ -1,6 +1,6 @@
 """Powers of two, as the algorithms' preconditions and MPICH's selection trees test process
-counts; a leaf module (no imports), so the registry and the MPICH layer model import it
-without the buffer helpers' device layer."""
+counts; a leaf module (no imports), so the MPICH layer model, which the device layer
+imports, can use it without importing the buffer helpers (collectives.common)."""
 
 from __future__ import annotations
 

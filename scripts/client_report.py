@@ -7,9 +7,10 @@ candidates) the best measured choice per size and the captured share with its in
 
 VERIFY_RUN is the run directory verify-export measured in (EXPORT.verify, or --out), which
 keeps the C client's latencies after each launch (c_client_latencies.json); EXPORT one of
-the export's MPICH files; SWEEP_RUN the sweep it was tuned from. A run stopped before its
-end is read over the whole cycles of each collective's Williams design only, so every
-arm keeps its balanced share of positions.
+the export's MPICH files; SWEEP_RUN the sweep it was tuned from (its candidates). A run
+stopped before its end is read over the whole cycles of each collective's Williams
+design only (every arm in every launch of them), so each arm keeps its balanced share of
+positions. Exit 2, with one message, where a file cannot be read.
 """
 
 from __future__ import annotations
@@ -27,25 +28,49 @@ from osu_dl_bench.selection.exports.readers import file_reader
 from osu_dl_bench.selection.exports.verification import (
     CLIENT_FILE,
     best_choices,
-    client_arms,
     client_latencies,
     client_verdicts,
     measured_candidates,
 )
 
 
-def whole_cycles(latencies: dict, measured: dict) -> dict:
-    """The latencies of each collective and p's whole Williams cycles (its launches past
-    the last whole cycle left out)."""
+def whole_cycles(latencies: dict) -> dict:
+    """The latencies of each collective and p up to its last whole Williams cycle in which
+    every (size, arm) it ran has a time in every launch (its arms: those in the latencies)."""
     kept = {}
-    for (collective, nprocs, size, arm), per in latencies.items():
-        arms = client_arms(measured.get((collective, nprocs), {}))
-        cycle = williams_cycle(len(arms))
-        done = max(per) // cycle * cycle
-        mine = {k: v for k, v in per.items() if k <= done}
-        if mine:
-            kept[(collective, nprocs, size, arm)] = mine
+    for group in sorted({key[:2] for key in latencies}):
+        keys = [key for key in latencies if key[:2] == group]
+        cycle = williams_cycle(len({key[3] for key in keys}))
+        complete = 0
+        while all(complete + 1 in latencies[key] for key in keys):
+            complete += 1
+        done = complete // cycle * cycle
+        for key in keys:
+            mine = {k: v for k, v in latencies[key].items() if k <= done}
+            if mine:
+                kept[key] = mine
     return kept
+
+
+def _read(args: argparse.Namespace) -> tuple[dict, dict, object]:
+    """(latencies, the sweep's candidates, the export's reader), or UsageError naming the
+    file that cannot be read."""
+    path = args.verify_run / CLIENT_FILE
+    try:
+        records = json.loads(path.read_text())
+        if not isinstance(records, list) or not records:
+            raise ValueError("expected a non-empty list of the C client's records")
+        latencies = client_latencies(records)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise UsageError(f"{path}: {exc!r}") from exc
+    if not (args.sweep_run / "results.csv").is_file():
+        raise UsageError(f"{args.sweep_run}: no results.csv: not a sweep's run directory")
+    measured = measured_candidates(RunStore(args.sweep_run).read()[0])
+    try:
+        reader = file_reader(args.export, "mpich")
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{args.export}: {exc}") from exc
+    return latencies, measured, reader
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,16 +81,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("sweep_run", type=Path, help="the sweep the export was tuned from")
     args = parser.parse_args(argv)
     try:
-        records = json.loads((args.verify_run / CLIENT_FILE).read_text())
-        measured = measured_candidates(RunStore(args.sweep_run).read()[0])
-        reader = file_reader(args.export, "mpich")
-    except (OSError, ValueError, UsageError) as exc:
+        latencies, measured, reader = _read(args)
+        latencies = whole_cycles(latencies)
+        found = client_verdicts(latencies, reader)
+        best = best_choices(latencies, measured) if measured else []
+    except (UsageError, ValueError) as exc:
         print(f"client_report: {exc}", file=sys.stderr)
         return 2
-    latencies = whole_cycles(client_latencies(records), measured)
-    found = client_verdicts(latencies, reader)
     print("\n".join([HEADER, *comparison_lines("c", found)]))
-    best = best_choices(latencies, measured) if measured else []
     if best:
         print("\n".join(best_lines(best, found, latencies)))
     return 0

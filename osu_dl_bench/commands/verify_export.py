@@ -99,6 +99,7 @@ from osu_dl_bench.selection.exports.verification import (
 )
 from osu_dl_bench.selection.paired import Ratio, seed_of
 from osu_dl_bench.selection.table import load_table
+from osu_dl_bench.stats.bootstrap import MIN_LAUNCHES
 
 
 @dataclass(frozen=True)
@@ -448,7 +449,7 @@ def _span(sizes: tuple[int, ...]) -> str:
 def best_lines(
     best: list[BestChoice],
     found: list[SizeVerdict],
-    latencies: dict[tuple, dict[int, float]] | None = None,
+    latencies: dict[tuple, dict[int, float]],
 ) -> list[str]:
     """Per size where candidates ran: the rule's pick and its speedup over the default with
     the intervals; then the share of the confirmed best choices' speedup the file captures,
@@ -497,7 +498,10 @@ def share_line(label: str, share: CapturedShare) -> str:
 def _share_interval(share: CapturedShare) -> str:
     """'95% CI 70.2-95.3%', or why there is none."""
     if math.isnan(share.low):
-        return "95% CI: too few launches to tell"
+        return (
+            f"no 95% CI: fewer than {MIN_LAUNCHES} launches, or the best choices' gain "
+            "gone in too many resamples"
+        )
     apart = " to " if share.low < 0 else "-"  # "-36.4 to 21.0%", not "-36.4-21.0%"
     return f"95% CI {100 * share.low:.1f}{apart}{100 * share.high:.1f}%"
 

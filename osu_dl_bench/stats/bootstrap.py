@@ -24,6 +24,9 @@ import numpy as np
 from osu_dl_bench.stats.intervals import LEVEL
 
 RESAMPLES = 2000
+# The fewest launches ratio_of_summed_means gives an interval from: at 4 its expanded
+# percentiles covered 86.5% where 95% was claimed (synthetic verifications), at 6 96%.
+MIN_LAUNCHES = 6
 
 
 def median_resamples(
@@ -105,11 +108,13 @@ def ratio_of_summed_means(
     drawn whole, so a and b stay paired by launch (Davison and Hinkley, 1997, section 3.8:
     resampling the unit that is independent, here the launch). The percentiles are
     Hesterberg's expanded ones (expanded_level): a plain percentile interval over 12
-    launches covered 88.5% where it claimed 95%. (nan, nan) with fewer than 2 launches in
-    a stratum, or where more than the tail share of the draws leave the denominator at or
-    below 0."""
+    launches covered 88.5% where it claimed 95%. (nan, nan) with fewer than MIN_LAUNCHES
+    launches in a stratum, or where more than the tail share of the draws leave the
+    denominator at or below 0. The strata are resampled apart: a launch effect they share
+    (one collective's launch k beside another's) is left out; the pairing within each
+    cancels most of it."""
     launches = min(np.atleast_2d(a).shape[1] for a, _ in strata)
-    if launches < 2:
+    if launches < MIN_LAUNCHES:
         return math.nan, math.nan
     rng = np.random.default_rng(seed)
     tops, bottoms = np.zeros(resamples), np.zeros(resamples)

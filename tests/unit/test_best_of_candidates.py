@@ -101,7 +101,7 @@ def test_without_a_confirmed_best_choice_the_share_is_undefined_not_full():
     latencies = synthetic_latencies({"posix_mpir": dict.fromkeys(BIG, 1.0)})
     best = best_choices(latencies, {("allreduce", 2): {"posix_mpir": BIG}})
     assert best and not any(b.confirmed for b in best)
-    share = captured_share(client_verdicts(latencies, lambda *_: None), best)
+    share = captured_share(client_verdicts(latencies, lambda *_: None), best, latencies)
     assert share.sizes == () and math.isnan(share.share)
 
 
@@ -373,15 +373,44 @@ def test_the_corrected_two_node_export_runs_the_confirmed_ring_across_two_nodes(
         assert (path[-1] == "mpir[node_roots]:ring") == ring, size
 
 
-def test_the_client_report_script_reads_whole_cycles_and_says_what_it_cannot_read(tmp_path, capsys):
+def test_the_client_report_script_reads_whole_cycles_where_every_arm_ran(tmp_path, capsys):
     from support.scripts import load_script
 
     report = load_script("client_report")
-    # Two candidates: 5 arms, a Williams cycle of 10 launches; 23 kept -> 20 read.
-    latencies = synthetic_latencies({"ch4_beta": dict.fromkeys(BIG, 0.5)}, launches=23)
-    measured = {("allreduce", 2): {"ch4_alpha": BIG, "ch4_beta": BIG}}
-    kept = report.whole_cycles(latencies, measured)
-    assert kept.keys() == latencies.keys()
-    assert all(sorted(per) == list(range(1, 21)) for per in kept.values())
-    assert report.main([str(tmp_path), str(tmp_path / "x.mpich.json"), str(tmp_path)]) == 2
-    assert "c_client_latencies.json" in capsys.readouterr().err
+    # Two candidates: 5 arms, a Williams cycle of 10 launches; 23 launches kept -> 20.
+    latencies = synthetic_latencies(
+        {"ch4_alpha": dict.fromkeys(BIG, 1.0), "ch4_beta": dict.fromkeys(BIG, 0.5)}, launches=23
+    )
+    kept = report.whole_cycles(latencies)
+    assert [sorted(per) for per in kept.values()] == [list(range(1, 21))] * len(latencies)
+    # Stopped in launch 20, before the file's arm at 16M ran: the first cycle only, for
+    # every arm of the collective.
+    del latencies[("allreduce", 2, 16 << 20, FILE_ARM)][20]
+    kept = report.whole_cycles(latencies)
+    assert [sorted(per) for per in kept.values()] == [list(range(1, 11))] * len(latencies)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["{", '{"a": 1}', "[]", '[{"collective": "allreduce"}]', '[{"nprocs": "x"}]', "[1]"],
+)
+def test_the_client_report_script_says_which_file_it_cannot_read(tmp_path, capsys, text):
+    from support.scripts import load_script
+
+    (tmp_path / "c_client_latencies.json").write_text(text)
+    argv = [str(tmp_path), str(tmp_path / "x.mpich.json"), str(tmp_path)]
+    assert load_script("client_report").main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"client_report: {tmp_path / 'c_client_latencies.json'}: "), err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_the_client_report_script_refuses_a_folder_that_is_no_sweep(tmp_path, capsys):
+    from support.scripts import load_script
+
+    record = {"collective": "allreduce", "nprocs": 2, "size_bytes": 8, "arm": "file"}
+    record |= {"launch": 1, "us": 2.0}
+    (tmp_path / "c_client_latencies.json").write_text(json.dumps([record]))
+    argv = [str(tmp_path), str(tmp_path / "x.mpich.json"), str(tmp_path / "none")]
+    assert load_script("client_report").main(argv) == 2
+    assert "no results.csv: not a sweep's run directory" in capsys.readouterr().err

@@ -18,6 +18,7 @@ from osu_dl_bench.commands.arguments import add_rule_arguments
 from osu_dl_bench.selection import names, rule
 from osu_dl_bench.stats import decision
 from osu_dl_bench.stats.bootstrap import (
+    MIN_LAUNCHES,
     expanded_level,
     median_resamples,
     percentile_interval,
@@ -109,9 +110,9 @@ def test_the_expanded_level_widens_few_units_and_tends_to_the_level():
     assert levels == sorted(levels, reverse=True) and levels[-1] == pytest.approx(0.95, abs=1e-3)
 
 
-def test_a_ratio_of_summed_means_needs_two_launches_and_keeps_launches_paired():
-    one = (np.array([[1.0]]), np.array([[2.0]]))
-    assert all(np.isnan(ratio_of_summed_means([one], seed=0)))
+def test_a_ratio_of_summed_means_needs_six_launches_and_keeps_launches_paired():
+    five = np.random.default_rng(2).lognormal(size=(2, MIN_LAUNCHES - 1))
+    assert all(np.isnan(ratio_of_summed_means([(2 * five, five)], seed=0)))
     # a = 2 b launch by launch: every draw keeps the pairs, so the ratio is exactly 2.
     b = np.random.default_rng(4).lognormal(size=(3, 8))
     low, high = ratio_of_summed_means([(2 * b, b)], seed=0)

@@ -523,8 +523,8 @@ class CapturedShare:
     """The share of the measured speedup the file captures: over the sizes where the best
     choice is confirmed faster than the default, sum log(default / file) over sum
     log(default / best), all from the C client; undefined (nan) without such a size. Its
-    95% interval (low, high) comes from the C client's launches resampled (nan: none
-    computed, or too few launches to tell)."""
+    95% interval (low, high) comes from the C client's launches resampled (nan: fewer than
+    MIN_LAUNCHES launches, or the best choices' gain gone in too many resamples)."""
 
     sizes: tuple[tuple, ...]
     captured: float  # sum of log(default / file)
@@ -546,10 +546,10 @@ SHARE_SEED = 0
 def captured_share(
     file_verdicts: list[SizeVerdict],
     best: list[BestChoice],
-    latencies: dict[tuple, dict[int, float]] | None = None,
+    latencies: dict[tuple, dict[int, float]],
 ) -> CapturedShare:
     """The CapturedShare of ``best``'s confirmed sizes that the file's verdicts cover, with
-    its interval where the C client's ``latencies`` are given."""
+    its interval from the C client's ``latencies``."""
     files = {tuple(v.where): v.file for v in file_verdicts}
     resting = [b for b in best if b.confirmed and tuple(b.where) in files]
     share = CapturedShare(
@@ -557,7 +557,7 @@ def captured_share(
         sum(-math.log(files[tuple(b.where)].ratio) for b in resting),
         sum(-math.log(b.ratio.ratio) for b in resting),
     )
-    if not resting or latencies is None:
+    if not resting:
         return share
     low, high = ratio_of_summed_means(share_strata(latencies, resting), SHARE_SEED)
     return replace(share, low=low, high=high)

@@ -34,16 +34,18 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from collectives.shape import JobShape
 from osu_dl_bench.errors import UsageError
 from osu_dl_bench.jsonfile import describe, is_count, is_kind, kind_text, load_json, type_name
 from osu_dl_bench.paths import FOCUS, LOCK, METADATA, RESULTS, RESULTS_PARQUET, write_text_atomic
 from osu_dl_bench.runtime.metadata import command_line
+
+if TYPE_CHECKING:  # pandas at first use: every rank of a sweep job imports this module
+    import pandas as pd
 
 SCHEMA_VERSION = 1
 # RESULTS, METADATA, LOCK and FOCUS (an adaptive sweep's extra launches: which candidates
@@ -552,6 +554,8 @@ HEADER_LINE = ",".join(SWEEP_FIELDS)
 
 
 def _empty() -> pd.DataFrame:
+    import pandas as pd
+
     return pd.DataFrame(columns=SWEEP_FIELDS)
 
 
@@ -576,6 +580,8 @@ def _decode(path: Path, data: bytes) -> str:
 
 def _parse_results(path: Path, text: str) -> tuple[pd.DataFrame, list[tuple[int, str]]]:
     """The rows that are whole and complete, and (line, reason) for each one dropped."""
+    import pandas as pd
+
     lines = text.split("\n")
     cut = lines.pop()  # what follows the last newline: a row cut short, or ''
     if not lines:  # not even a whole header line
@@ -643,6 +649,8 @@ def _check_header(path: Path, header: list[str]) -> None:
 def _typed(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[tuple[int, str]]]:
     """Numbers as numbers; rows missing a key field or a statistic are dropped, each with
     the first reason (a row cut after its key fields must not count as measured)."""
+    import pandas as pd
+
     reasons: dict[int, str] = {}
     for name in (*TEXT_FIELDS, *NUMBER_FIELDS):
         raw = frame[name]
@@ -719,6 +727,8 @@ def _rounds_problem(name: str, text: str) -> str | None:
 
 
 def _missing(name: str, raw: object) -> str:
+    import pandas as pd
+
     if pd.isna(raw) or str(raw).strip().lower() == "nan":
         return f"no {name}"
     return f"{name} {str(raw)!r} is not a number"

@@ -108,8 +108,12 @@ def test_option_parsing_loads_no_pandas_scipy_or_jsonschema():
         assert _heavy_modules_after(f"{parse}parser.parse_args({argv!r})") == [], argv
 
 
-def test_a_bench_rank_and_the_selector_load_no_pandas_scipy_or_jsonschema():
-    # bench's ranks and the trainer's selector on every rank: rank 0 loads pandas only to
-    # write the records, and a table's check loads jsonschema.
-    code = "import osu_dl_bench.commands.bench, osu_dl_bench.selection.selector"
+def test_a_bench_or_sweep_rank_and_the_selector_load_no_pandas_scipy_or_jsonschema():
+    # bench's ranks, a sweep job's ranks and the trainer's selector on every rank: rank 0
+    # loads pandas only to write the records or read the run's results, and a table's
+    # check loads jsonschema.
+    code = (
+        "import osu_dl_bench.commands.bench, osu_dl_bench.selection.selector\n"
+        "import osu_dl_bench.jobs.child, osu_dl_bench.jobs.worker"
+    )
     assert _heavy_modules_after(code) == []

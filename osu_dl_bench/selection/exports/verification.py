@@ -567,16 +567,19 @@ def share_strata(
     latencies: dict[tuple, dict[int, float]], resting: list[BestChoice]
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per (collective, p): log(default / file) and log(default / best) per size (rows) and
-    launch (columns, nan where a launch lacks one of the three): launches of one job shape
-    are resampled together, the sizes of a launch stay paired."""
+    launch (columns, nan where a launch lacks one of the three), from client_pairs' launch
+    log-ratios: launches of one job shape are resampled together, the sizes of a launch
+    stay paired."""
+    arms = {FILE_ARM, *(b.choice for b in resting)}  # a confirmed best choice names its arm
+    by_arm = {arm: dict(client_pairs(latencies, arm)) for arm in arms}
     strata = []
     for key in sorted({tuple(b.where[:2]) for b in resting}):
         here = [b for b in resting if tuple(b.where[:2]) == key]
         launches = sorted({k for b in here for k in latencies.get((*b.where, DEFAULT_ARM), {})})
         gains = [
             (
-                _log_gains(latencies, b.where, FILE_ARM, launches),
-                _log_gains(latencies, b.where, b.choice, launches),
+                _log_gains(by_arm[FILE_ARM].get(tuple(b.where)), launches),
+                _log_gains(by_arm[b.choice].get(tuple(b.where)), launches),
             )
             for b in here
         ]
@@ -584,16 +587,11 @@ def share_strata(
     return strata
 
 
-def _log_gains(
-    latencies: dict[tuple, dict[int, float]], where: tuple, arm: str, launches: list[int]
-) -> list[float]:
-    """log(default / arm) per launch at one size; nan where either time is missing."""
-    default = latencies.get((*where, DEFAULT_ARM), {})
-    mine = latencies.get((*where, arm), {})
-    return [
-        math.log(default[k] / mine[k]) if default.get(k, 0) > 0 < mine.get(k, 0) else math.nan
-        for k in launches
-    ]
+def _log_gains(found: LaunchValues | None, launches: list[int]) -> list[float]:
+    """log(default / arm) per launch of ``launches``: the negated launch log-ratios of
+    client_pairs; nan where a launch gave none."""
+    ratios = {} if found is None else dict(zip(found.launches, found.values, strict=True))
+    return [-float(ratios[k]) if k in ratios else math.nan for k in launches]
 
 
 # The suffixes of an export's files: the table they were exported from is BASE.json.
